@@ -1,0 +1,127 @@
+"""Leave-one-source-out check of the factor fit: how stable are the fitted factors, and how well do
+they predict a source the fit never saw?
+
+Usage (from the repository root):
+
+    python bench/leave_one_source_out.py
+
+It runs `calibrate(..., sweeps=2)` once on all rows of the published file
+(../shared/accuracy/scenarios.jsonl relative to the repository root) and once per source without
+that source's rows (sources = `Scenario.source_name`), so it takes a few minutes (about 10 s per
+fit on a laptop-class CPU; 7 fits in all). It prints:
+
+  (i)  per engine factor, the largest relative change of a fold's fit versus the all-rows fit,
+       over the folds where that engine still has enough training rows to be fitted (folds where
+       it has too few keep the starting value and are listed separately);
+  (ii) per held-out source and metric, the median APE of its rows predicted with the fold's factors
+       (held out), with the all-rows fit (in sample) and with the shipped factors.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from inferplan.planner.accuracy import score
+from inferplan.planner.calibrate import MIN_ROWS_FOR_ENGINE, calibrate
+from inferplan.planner.factors import ENGINE_FACTOR_NAMES, FAMILY_FACTOR_NAMES, FactorSet, load_factors
+from inferplan.planner.predict import predict_scenarios
+from inferplan.planner.scenarios import Scenario, read_scenarios
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"
+SWEEPS = 2
+
+
+def _fit(rows: Sequence[Scenario]) -> FactorSet:
+    return calibrate(rows, sweeps=SWEEPS).factors
+
+
+def _training_engines(rows: Sequence[Scenario]) -> Counter[str]:
+    return Counter(r.engine for r in rows if not r.suspect and r.engine and r.gpu and r.value > 0)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def main() -> int:
+    if not PUBLISHED.is_file():
+        print(f"published scenario file not found: {PUBLISHED}", file=sys.stderr)
+        return 2
+    rows = list(read_scenarios(PUBLISHED).scenarios)
+    by_source: dict[str, list[Scenario]] = defaultdict(list)
+    for row in rows:
+        by_source[row.source_name].append(row)
+    sources = sorted(by_source, key=lambda s: -len(by_source[s]))
+
+    start = time.perf_counter()
+    shipped = load_factors()
+    full = _fit(rows)
+    print(f"all-rows fit: {len(rows)} rows, {time.perf_counter() - start:.1f} s")
+    folds: dict[str, FactorSet] = {}
+    fitted_engines: dict[str, set[str]] = {}
+    for source in sources:
+        t0 = time.perf_counter()
+        train = [r for r in rows if r.source_name != source]
+        folds[source] = _fit(train)
+        fitted_engines[source] = {e for e, n in _training_engines(train).items() if n >= MIN_ROWS_FOR_ENGINE}
+        print(f"fold without {source:14s} ({len(by_source[source]):3d} rows held out): "
+              f"{time.perf_counter() - t0:.1f} s")
+    full_engines = {e for e, n in _training_engines(rows).items() if n >= MIN_ROWS_FOR_ENGINE}
+
+    # (i) factor stability
+    print()
+    print("(i) engine factors: all-rows fit and max relative change over folds that still fit the engine")
+    print(f"{'engine':13s} {'factor':27s} {'all-rows':>9s} {'max |chg|':>9s}  {'worst fold':14s} "
+          "folds not fitting it")
+    for engine in sorted(full_engines):
+        unfitted = [s for s in sources if engine not in fitted_engines[s]]
+        for name in ENGINE_FACTOR_NAMES:
+            ref = getattr(full.engine(engine), name)
+            changes = []
+            for source in sources:
+                if engine not in fitted_engines[source]:
+                    continue
+                value = getattr(folds[source].engine(engine), name)
+                rel = abs(value - ref) / abs(ref) if ref else (0.0 if value == ref else float("inf"))
+                changes.append((rel, source))
+            worst = max(changes) if changes else None
+            print(f"{engine:13s} {name:27s} {ref:9.4g} "
+                  f"{_pct(worst[0]) if worst else '-':>9s}  {worst[1] if worst else '-':14s} "
+                  f"{','.join(unfitted) if name == ENGINE_FACTOR_NAMES[0] else ''}")
+    print()
+    print("    GPU-family factors: all-rows fit and max relative change over folds (family present)")
+    print(f"{'family':13s} {'factor':27s} {'all-rows':>9s} {'max |chg|':>9s}  {'worst fold':14s}")
+    for family in sorted(full.families):
+        for name in FAMILY_FACTOR_NAMES:
+            ref = getattr(full.family(family), name)
+            changes = [(abs(getattr(folds[s].family(family), name) - ref) / abs(ref), s)
+                       for s in sources if family in folds[s].families and ref]
+            worst = max(changes) if changes else None
+            print(f"{family:13s} {name:27s} {ref:9.4g} {_pct(worst[0]) if worst else '-':>9s}  "
+                  f"{worst[1] if worst else '-':14s}")
+
+    # (ii) held-out accuracy
+    print()
+    print("(ii) held-out source: median APE per metric (non-suspect rows)")
+    print(f"{'source':14s} {'metric':20s} {'n':>4s} {'held-out':>9s} {'in-sample':>9s} {'shipped':>9s}")
+    for source in sources:
+        held = by_source[source]
+        reports = [score(held, predict_scenarios(held, f)) for f in (folds[source], full, shipped)]
+        for metric in sorted(reports[0].metrics):
+            m = [r.metrics[metric] for r in reports]
+            print(f"{source:14s} {metric:20s} {m[0].scored:4d} {_pct(m[0].median_ape):>9s} "
+                  f"{_pct(m[1].median_ape):>9s} {_pct(m[2].median_ape):>9s}")
+        o = [r.overall for r in reports]
+        print(f"{source:14s} {'(all metrics)':20s} {o[0].scored:4d} {_pct(o[0].median_ape):>9s} "
+              f"{_pct(o[1].median_ape):>9s} {_pct(o[2].median_ape):>9s}")
+    print(f"\ntotal {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

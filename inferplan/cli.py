@@ -1,0 +1,144 @@
+"""The `inferplan` command line: a thin layer over the planner. Imports are lazy so `--help` is fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+FACTORS_HELP = "efficiency factors to use (default: the fitted ones shipped)"
+EXAMPLE = "bundled example (inferplan/planner/data/example-scenarios.jsonl)"
+
+
+def _example_path() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("inferplan.planner").joinpath("data/example-scenarios.jsonl")))
+
+
+def _read(path: str | None) -> tuple[list, list]:
+    from inferplan.planner.scenarios import read_scenarios
+
+    source = Path(path) if path else _example_path()
+    parsed = read_scenarios(source)
+    for error in parsed.errors:
+        print(f"{source}: {error} (line skipped)", file=sys.stderr)
+    return list(parsed.scenarios), list(parsed.errors)
+
+
+def _factors(path: str | None):  # -> FactorSet | None
+    if not path:
+        return None
+    from inferplan.planner.factors import parse_factors
+
+    return parse_factors(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from inferplan.planner.predict import predict_scenarios
+
+    scenarios, _ = _read(args.scenarios)
+    predictions = predict_scenarios(scenarios, _factors(args.factors))
+    if args.output == "json":
+        print(json.dumps([
+            {"id": p.id, "metric": p.metric, "measured": p.measured,
+             "predicted": None if p.predicted is None else round(p.predicted, 6), "skipped": p.skipped}
+            for p in predictions
+        ], indent=2))
+        return 0
+    if not args.scenarios:
+        print(f"# {EXAMPLE}")
+    print(f"{'metric':18s} {'measured':>11s} {'predicted':>11s} {'error':>7s}  id")
+    for p in predictions:
+        if p.predicted is None:
+            print(f"{p.metric:18s} {p.measured:11.4g} {'-':>11s} {'-':>7s}  {p.id}  [skipped: {p.skipped}]")
+        else:
+            err = (p.predicted - p.measured) / p.measured if p.measured else 0.0
+            print(f"{p.metric:18s} {p.measured:11.4g} {p.predicted:11.4g} {err:+7.1%}  {p.id}")
+    return 0
+
+
+def _cmd_accuracy(args: argparse.Namespace) -> int:
+    from inferplan.planner.accuracy import format_report, score
+    from inferplan.planner.predict import predict_scenarios
+
+    scenarios, errors = _read(args.scenarios)
+    report = score(scenarios, predict_scenarios(scenarios, _factors(args.factors)))
+    if args.json:
+        data = report.to_json()
+        data["badLines"] = len(errors)
+        print(json.dumps(data, indent=2))
+    else:
+        print(format_report(report))
+        if errors:
+            print(f"\n{len(errors)} bad line(s) skipped (see stderr)")
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from inferplan.planner.calibrate import calibrate, format_calibration
+
+    scenarios, _ = _read(args.scenarios)
+    result = calibrate(scenarios, _factors(args.factors))
+    print(format_calibration(result))
+    if args.write:
+        Path(args.write).write_text(json.dumps(result.factors.to_json(), indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.write}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inferplan",
+        description="Capacity planning for LLM serving: predict latency and throughput of a deployment, "
+        "score the model against published measurements.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("predict", help="predict every scenario of a scenario file (JSON lines)")
+    p.add_argument("--scenarios", metavar="FILE.jsonl", help=f"scenario file (default: the {EXAMPLE})")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    p.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    p.set_defaults(func=_cmd_predict)
+
+    a = sub.add_parser("accuracy", help="score the predictions of a scenario file against its measurements")
+    a.add_argument("--scenarios", metavar="FILE.jsonl", help=f"scenario file (default: the {EXAMPLE})")
+    a.add_argument("--json", action="store_true", help="print the scores as JSON")
+    a.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    a.set_defaults(func=_cmd_accuracy)
+
+    c = sub.add_parser("calibrate", help="fit the efficiency factors on a scenario file (docs/calibration.md)")
+    c.add_argument("--scenarios", metavar="FILE.jsonl", required=True, help="scenario file to fit on")
+    c.add_argument("--write", metavar="FACTORS.json", help="write the fitted factors to this file")
+    c.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    c.set_defaults(func=_cmd_calibrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from inferplan import __version__
+
+        print(__version__)
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    for option in ("scenarios", "factors"):
+        path = getattr(args, option, None)
+        if path and not Path(path).is_file():
+            print(f"inferplan: error: {option} file not found: {path}", file=sys.stderr)
+            return 2
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # e.g. piped into head
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""Score predictions against measurements: per metric MAPE, median APE and the share within 25%.
+
+`suspect` rows (flagged unreliable by their source) are scored apart and never mixed into the
+headline figures; rows that cannot be predicted are counted with their reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inferplan.planner.predict import Prediction
+from inferplan.planner.scenarios import Scenario
+
+WITHIN = 0.25
+
+
+@dataclass(frozen=True)
+class MetricScore:
+    scored: int
+    skipped: int
+    mape: float | None
+    median_ape: float | None
+    within25: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scored": self.scored, "skipped": self.skipped, "mape": self.mape, "medianApe": self.median_ape,
+                "within25": self.within25}
+
+
+@dataclass(frozen=True)
+class AccuracyReport:
+    metrics: dict[str, MetricScore]
+    overall: MetricScore
+    skipped_reasons: dict[str, int]
+    suspect: dict[str, MetricScore]
+    worst: list[tuple[str, float, float, float]]  # (id, measured, predicted, signed error)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metrics": {m: s.to_json() for m, s in self.metrics.items()},
+            "overall": self.overall.to_json(),
+            "skippedReasons": self.skipped_reasons,
+            "suspect": {m: s.to_json() for m, s in self.suspect.items()},
+        }
+
+
+def _score(apes: Sequence[float], skipped: int) -> MetricScore:
+    if not apes:
+        return MetricScore(0, skipped, None, None, None)
+    a = np.asarray(apes, dtype=float)
+    return MetricScore(len(a), skipped, round(float(a.mean()), 4), round(float(np.median(a)), 4),
+                       round(float(np.mean(a <= WITHIN + 1e-12)), 4))
+
+
+def absolute_percentage_error(predicted: float, measured: float) -> float:
+    """|predicted - measured| / measured (a fraction); a zero measurement scores 0 only if matched."""
+    if measured == 0:
+        return 0.0 if predicted == 0 else float("inf")
+    return abs(predicted - measured) / abs(measured)
+
+
+def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], worst: int = 10) -> AccuracyReport:
+    """Score `predictions` (same order as `scenarios`)."""
+    apes: dict[str, list[float]] = {}
+    suspect_apes: dict[str, list[float]] = {}
+    skipped: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    errors: list[tuple[str, float, float, float]] = []
+    for row, pred in zip(scenarios, predictions, strict=True):
+        if pred.predicted is None:
+            if not row.suspect:  # suspect rows never enter the headline counts
+                skipped[row.metric] += 1
+                reasons[pred.skipped or "not predicted"] += 1
+            continue
+        ape = absolute_percentage_error(pred.predicted, row.value)
+        (suspect_apes if row.suspect else apes).setdefault(row.metric, []).append(ape)
+        if not row.suspect:
+            signed = ape if pred.predicted >= row.value else -ape
+            errors.append((row.id, row.value, pred.predicted, signed))
+    metric_names = sorted(set(apes) | set(skipped))
+    metrics = {m: _score(apes.get(m, []), skipped[m]) for m in metric_names}
+    overall = _score([a for v in apes.values() for a in v], sum(skipped.values()))
+    errors.sort(key=lambda e: -abs(e[3]))
+    return AccuracyReport(metrics, overall, dict(reasons.most_common()),
+                          {m: _score(v, 0) for m, v in sorted(suspect_apes.items())}, errors[:worst])
+
+
+def format_report(report: AccuracyReport) -> str:
+    """A plain-text table of the report."""
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    lines = [f"{'metric':22s} {'scored':>6s} {'skipped':>7s} {'MdAPE':>7s} {'MAPE':>8s} {'<=25%':>6s}"]
+    for name, s in [*report.metrics.items(), ("overall", report.overall)]:
+        lines.append(f"{name:22s} {s.scored:6d} {s.skipped:7d} {pct(s.median_ape):>7s} {pct(s.mape):>8s} "
+                     f"{pct(s.within25):>6s}")
+    if report.suspect:
+        lines.append("")
+        lines.append("suspect rows (flagged by their source; not in the figures above):")
+        for name, s in report.suspect.items():
+            lines.append(f"  {name:20s} {s.scored:6d}         {pct(s.median_ape):>7s} {pct(s.mape):>8s}")
+    if report.skipped_reasons:
+        lines.append("")
+        lines.append("skipped:")
+        lines.extend(f"  {n:4d}  {reason}" for reason, n in report.skipped_reasons.items())
+    if report.worst:
+        lines.append("")
+        lines.append("largest errors:")
+        lines.extend(f"  {err:+8.1%}  measured {meas:g}  predicted {pred:.4g}  {rid}"
+                     for rid, meas, pred, err in report.worst)
+    return "\n".join(lines)

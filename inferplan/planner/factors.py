@@ -1,0 +1,108 @@
+"""Efficiency factors: what fraction of the hardware peaks an engine achieves, fitted on measurements.
+
+Factors are per engine, with a multiplier per GPU family; they are plain data in
+`data/factors.json`, written by `inferplan calibrate` (procedure in docs/calibration.md) and never
+chosen per measurement row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from functools import cache
+from importlib import resources
+from typing import Any
+
+ENGINE_FACTOR_NAMES = (
+    "bandwidth_efficiency",       # achieved / peak memory bandwidth on weight and KV reads [0-1]
+    "decode_compute_efficiency",  # achieved / peak tensor FLOPS on decode-step matmuls [0-1]
+    "prefill_compute_efficiency", # achieved / peak tensor FLOPS on prefill [0-1]
+    "overlap_penalty",            # share of the smaller of memory and compute time not hidden [0-1]
+    "step_overhead_ms",           # per engine step: scheduling, kernel launches, sampling [ms]
+    "sequence_overhead_ms",       # per running sequence per step: sampler, detokenise, bookkeeping [ms]
+    "quantized_bandwidth_scale",  # weight-only int4/int8 kernels: dequantisation cost on bandwidth [0-1]
+    "non_torch_gib",              # memory outside the PyTorch allocator: CUDA context, NCCL, cuBLAS [GiB]
+    "activation_scale",           # profiled activation peak relative to the analytic estimate [-]
+)
+FAMILY_FACTOR_NAMES = (
+    "bandwidth_scale",   # multiplies the engine's bandwidth efficiency on this GPU family [-]
+    "compute_scale",     # multiplies the engine's compute efficiencies on this GPU family [-]
+    "attention_scale",   # efficiency of the paged-attention KV reads relative to weight reads [-]
+)
+
+
+@dataclass(frozen=True)
+class EngineFactors:
+    bandwidth_efficiency: float
+    decode_compute_efficiency: float
+    prefill_compute_efficiency: float
+    overlap_penalty: float
+    step_overhead_ms: float
+    sequence_overhead_ms: float
+    quantized_bandwidth_scale: float
+    non_torch_gib: float
+    activation_scale: float
+
+
+@dataclass(frozen=True)
+class FamilyFactors:
+    bandwidth_scale: float = 1.0
+    compute_scale: float = 1.0
+    attention_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class FactorSet:
+    engines: dict[str, EngineFactors]
+    families: dict[str, FamilyFactors]
+    default_engine: EngineFactors
+    meta: dict[str, Any]
+
+    def engine(self, name: str) -> EngineFactors:
+        return self.engines.get(name, self.default_engine)
+
+    def family(self, name: str) -> FamilyFactors:
+        return self.families.get(name, FamilyFactors())
+
+    def to_json(self) -> dict[str, Any]:
+        def as_dict(obj: object) -> dict[str, float]:
+            return {f.name: round(float(getattr(obj, f.name)), 5) for f in fields(obj)}  # type: ignore[arg-type]
+
+        return {
+            "meta": self.meta,
+            "default_engine": as_dict(self.default_engine),
+            "engines": {k: as_dict(v) for k, v in sorted(self.engines.items())},
+            "families": {k: as_dict(v) for k, v in sorted(self.families.items())},
+        }
+
+
+def parse_factors(data: dict[str, Any]) -> FactorSet:
+    """Build a FactorSet from its JSON form; a missing or non-positive factor is an error naming it."""
+
+    def engine(name: str, raw: dict[str, Any]) -> EngineFactors:
+        missing = [f for f in ENGINE_FACTOR_NAMES if f not in raw]
+        if missing:
+            raise ValueError(f"factors for engine {name!r}: missing {', '.join(missing)}")
+        values = {f: float(raw[f]) for f in ENGINE_FACTOR_NAMES}
+        bad = [f for f, v in values.items() if v < 0 or (v == 0 and f.endswith(("efficiency", "scale")))]
+        if bad:
+            raise ValueError(f"factors for engine {name!r}: out of range: {', '.join(bad)}")
+        return EngineFactors(**values)
+
+    families = {
+        name: FamilyFactors(**{f: float(raw.get(f, 1.0)) for f in FAMILY_FACTOR_NAMES})
+        for name, raw in data.get("families", {}).items()
+    }
+    return FactorSet(
+        engines={name: engine(name, raw) for name, raw in data["engines"].items()},
+        families=families,
+        default_engine=engine("default", data["default_engine"]),
+        meta=dict(data.get("meta", {})),
+    )
+
+
+@cache
+def load_factors() -> FactorSet:
+    """The fitted factors shipped with the package."""
+    text = resources.files("inferplan.planner").joinpath("data/factors.json").read_text(encoding="utf-8")
+    return parse_factors(json.loads(text))

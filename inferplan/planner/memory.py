@@ -1,0 +1,138 @@
+"""GPU memory of one model instance: weights, activation peak, the engine's KV pool, KV capacity.
+
+Bytes throughout (GiB = 2**30 bytes only at the edges). All functions are per GPU unless their name
+says otherwise; a model instance spans `tp x pp` GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from inferplan.planner.architectures import ModelArchitecture
+from inferplan.planner.engines import EngineProfile
+from inferplan.planner.precisions import WeightPrecision
+
+GIB = float(2**30)
+
+
+@dataclass(frozen=True)
+class WeightSplit:
+    """Parameter counts by how a precision treats them and how a decode step reads them."""
+
+    total: float
+    input_embedding: float  # vocab x hidden, read only for the B looked-up rows
+    lm_head: float          # vocab x hidden matmul (the tied embedding where tied)
+    experts: float          # all routed-expert parameters (0 for dense models)
+
+
+def weight_split(arch: ModelArchitecture) -> WeightSplit:
+    embed = float(arch.vocab_size * arch.hidden_size)
+    moe_layers = arch.num_layers - arch.first_dense_layers if arch.is_moe else 0
+    experts = float(moe_layers * arch.num_experts * 3 * arch.hidden_size * arch.expert_intermediate_size)
+    return WeightSplit(total=float(arch.param_count()), input_embedding=embed, lm_head=embed, experts=experts)
+
+
+def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
+    """Bytes of all weights of the model at `precision` (whole model, all GPUs)."""
+    split = weight_split(arch)
+    unembedded = split.total - split.input_embedding - (0.0 if arch.tie_word_embeddings else split.lm_head)
+    if precision.quantizes == "all":
+        quantized = split.total
+    elif precision.quantizes == "linear":
+        quantized = unembedded
+    elif precision.quantizes == "experts":
+        quantized = split.experts
+    else:  # pragma: no cover - guarded by the precision table
+        raise ValueError(f"unknown quantisation scope {precision.quantizes!r}")
+    return quantized * precision.bytes_per_param + (split.total - quantized) * 2.0
+
+
+def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, kv_bytes: float, tp: int, pp: int = 1) -> float:
+    """KV bytes one token takes on one GPU of the instance, every layer keeping it.
+
+    Tensor parallelism splits KV heads across GPUs; with fewer KV heads than GPUs each GPU keeps a
+    replica of one head (vLLM), so the per-GPU share never drops below one head. MLA's latent is
+    replicated on every TP rank.
+    """
+    full = arch.kv_bytes_per_token(kv_bytes)
+    if arch.is_mla:
+        return full / pp
+    heads_per_gpu = max(1.0, arch.num_kv_heads / tp)
+    return full * heads_per_gpu / arch.num_kv_heads / pp
+
+
+def activation_peak_bytes(
+    arch: ModelArchitecture, profile_tokens: int, max_num_seqs: int, tp: int, scale: float = 1.0
+) -> float:
+    """Peak activation memory of the engine's profiling forward pass, per GPU.
+
+    One forward pass of `profile_tokens` tokens keeps the MLP's gate/up output and its activation
+    (3 x intermediate / tp per token) and a few hidden-size buffers (4 x hidden) in 16 bits; the
+    sampler then holds fp32 logits and probabilities for `max_num_seqs` dummy sequences
+    (2 x 4 bytes x vocab / tp). `scale` is the fitted correction of the engine.
+    """
+    width = arch.intermediate_size
+    if arch.is_moe:
+        width = max(width if arch.first_dense_layers else 0, arch.experts_per_token * arch.expert_intermediate_size)
+    forward = profile_tokens * (3.0 * width / tp + 4.0 * arch.hidden_size) * 2.0
+    sampler = max_num_seqs * arch.vocab_size / tp * 8.0
+    return scale * (forward + sampler)
+
+
+def kv_pool_bytes(
+    memory_mode: str,
+    gpu_memory_bytes: float,
+    memory_fraction: float,
+    weights_per_gpu: float,
+    activation_per_gpu: float,
+    non_torch_bytes: float,
+) -> float:
+    """Bytes per GPU the engine gives its KV cache (never negative).
+
+    total_fraction: fraction x total - weights - activation peak - non-torch (vLLM, SGLang, MLC-LLM).
+    free_fraction: fraction x (total - weights - activation - non-torch) (TensorRT-LLM, LMDeploy, TGI).
+    """
+    if memory_mode == "total_fraction":
+        pool = memory_fraction * gpu_memory_bytes - weights_per_gpu - activation_per_gpu - non_torch_bytes
+    elif memory_mode == "free_fraction":
+        pool = memory_fraction * (gpu_memory_bytes - weights_per_gpu - activation_per_gpu - non_torch_bytes)
+    else:
+        raise ValueError(f"memory mode {memory_mode!r} has no KV pool")
+    return max(0.0, pool)
+
+
+def kv_cache_tokens(pool_bytes_per_gpu: float, kv_bytes_per_token_gpu: float, block_tokens: int) -> int:
+    """Tokens the KV pool holds, whole blocks only (as the engine reports at start-up)."""
+    if kv_bytes_per_token_gpu <= 0:
+        return 0
+    blocks = np.floor(pool_bytes_per_gpu / (kv_bytes_per_token_gpu * block_tokens))
+    return int(blocks) * block_tokens
+
+
+def engine_uses_pool(engine: EngineProfile) -> bool:
+    return engine.memory_mode != "context"
+
+
+def max_concurrency(
+    arch: ModelArchitecture, kv_tokens: int, max_model_len: int, batched_tokens: int, block_tokens: int
+) -> float:
+    """How many requests of `max_model_len` tokens fit in the KV pool, as vLLM reports it at start-up.
+
+    A full-attention layer needs the whole length; a sliding-window layer at most the window plus one
+    step's prefill budget (vLLM's sliding-window spec: ceil(min(window - 1 + budget, len) / block) + 1
+    blocks). `kv_tokens` counts tokens as if every layer kept them, so the pool holds
+    kv_tokens x layers layer-tokens.
+    """
+    def blocks(tokens: float) -> float:
+        return np.ceil(tokens / block_tokens) * block_tokens
+
+    windows = arch.layer_windows or (None,) * arch.num_layers
+    needed = sum(
+        blocks(max_model_len) if w is None else blocks(min(w - 1 + batched_tokens, max_model_len)) + block_tokens
+        for w in windows
+    )
+    if all(w is None for w in windows):
+        return kv_tokens / max_model_len
+    return kv_tokens * len(windows) / needed

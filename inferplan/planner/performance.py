@@ -1,0 +1,214 @@
+"""Step-level speed of one model instance: decode step time, prefill time, tensor-parallel cost.
+
+Every function broadcasts over numpy arrays: a `Hardware` may hold one deployment (floats) or many
+(arrays of one length), and batch sizes or token counts may be arrays too. Times are seconds.
+
+The decode step reads the weights once plus every running sequence's KV (memory time) and runs
+2 x active parameters x batch FLOPs (compute time); the step takes the larger of the two plus the
+share of the smaller that does not overlap (`overlap_penalty`), plus the all-reduces of tensor
+parallelism and the engine's per-step and per-sequence overheads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from inferplan.planner.architectures import ModelArchitecture
+from inferplan.planner.engines import EngineProfile
+from inferplan.planner.factors import EngineFactors, FamilyFactors
+from inferplan.planner.gpus import GpuSpec
+from inferplan.planner.memory import kv_bytes_per_token_per_gpu, weight_bytes, weight_split
+from inferplan.planner.precisions import WeightPrecision
+
+FloatArray = NDArray[np.float64]
+Number = float | FloatArray
+
+# All-reduce latency per call by interconnect [s]: NVLink/xGMI custom all-reduce kernels take a few
+# microseconds for decode-sized messages; over PCIe the NCCL ring is several times slower.
+ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "xgmi": 12e-6, "pcie": 30e-6}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One model instance on its GPUs, reduced to the numbers the step model needs.
+
+    Per-GPU quantities are per tensor-parallel rank; a pipeline stage runs after the previous one,
+    so per-step times add up over the `pp` stages (llama.cpp's layer split behaves this way).
+    """
+
+    tp: Number
+    pp: Number
+    weight_bytes_per_gpu: Number
+    decode_dense_bytes_per_gpu: Number       # weights read each decode step, experts excluded
+    expert_bytes_per_gpu: Number             # all routed experts on this GPU
+    num_experts: Number
+    experts_per_token: Number
+    kv_full_bytes_per_token_per_gpu: Number  # full-attention layers
+    kv_window_bytes_per_token_per_gpu: Number
+    window_tokens: Number
+    decode_flops_per_token_per_gpu: Number
+    prefill_flops_per_token_per_gpu: Number
+    attention_flops_per_pair_per_gpu: Number  # per (query token, context token) pair
+    allreduce_bytes_per_token: Number         # hidden x 2 bytes, per all-reduce
+    allreduces_per_step: Number
+    memory_bytes: Number
+    bandwidth_bytes_s: Number                 # achieved on weight reads: peak x efficiency
+    kv_bandwidth_bytes_s: Number              # achieved on paged-attention KV reads
+    decode_flops_s: Number
+    prefill_flops_s: Number
+    link_bytes_s: Number
+    link_latency_s: Number
+    overlap_penalty: Number
+    step_overhead_s: Number
+    sequence_overhead_s: Number
+
+
+def build_hardware(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    precision: WeightPrecision,
+    kv_bytes: float,
+    engine: EngineProfile,
+    factors: EngineFactors,
+    family: FamilyFactors,
+    tp: int = 1,
+    pp: int = 1,
+) -> Hardware:
+    """Reduce (model, GPU, precision, engine, parallelism) to a `Hardware` of floats."""
+    split = weight_split(arch)
+    total_bytes = weight_bytes(arch, precision)
+    # Every precision quantises the experts (the 16-bit ones at 2 bytes); only "all" touches embeddings.
+    expert_bytes = split.experts * precision.bytes_per_param
+    shards = tp * pp
+    embed_bytes = split.input_embedding * (precision.bytes_per_param if precision.quantizes == "all" else 2.0)
+    dense_read = total_bytes - expert_bytes - (0.0 if arch.tie_word_embeddings else embed_bytes)
+
+    full_layers = arch.full_attention_layers()
+    windows = [w for w in arch.layer_windows if w is not None]
+    per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv_bytes, tp, pp) / max(arch.num_layers, 1)
+    matmul_params = arch.active_param_count() - split.input_embedding - (
+        0.0 if arch.tie_word_embeddings else split.lm_head
+    )
+
+    bandwidth_eff = factors.bandwidth_efficiency * family.bandwidth_scale
+    if precision.compute == "fp16" and precision.bits_per_param < 16 and precision.quantizes != "all":
+        bandwidth_eff *= factors.quantized_bandwidth_scale
+    peak = gpu.fp16_tflops
+    if precision.compute == "fp8" and gpu.fp8_tflops:
+        peak = gpu.fp8_tflops
+    elif precision.compute == "int8" and gpu.int8_tops:
+        peak = gpu.int8_tops
+    peak_flops = peak * 1e12 * family.compute_scale
+    link = gpu.interconnect if tp > 1 else "nvlink"
+    return Hardware(
+        tp=float(tp),
+        pp=float(pp),
+        weight_bytes_per_gpu=total_bytes / shards,
+        decode_dense_bytes_per_gpu=dense_read / shards,
+        expert_bytes_per_gpu=expert_bytes / shards,
+        num_experts=float(arch.num_experts),
+        experts_per_token=float(arch.experts_per_token),
+        kv_full_bytes_per_token_per_gpu=per_layer_kv * full_layers,
+        kv_window_bytes_per_token_per_gpu=per_layer_kv * len(windows),
+        window_tokens=float(max(windows) if windows else 0),
+        decode_flops_per_token_per_gpu=2.0 * (matmul_params + split.lm_head) / shards,
+        prefill_flops_per_token_per_gpu=2.0 * matmul_params / shards,
+        attention_flops_per_pair_per_gpu=4.0 * arch.num_attention_heads * arch.head_dim / shards,
+        allreduce_bytes_per_token=2.0 * arch.hidden_size,
+        allreduces_per_step=float(2 * arch.num_layers / pp if tp > 1 else 0),
+        memory_bytes=float(gpu.memory_bytes),
+        bandwidth_bytes_s=gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff,
+        kv_bandwidth_bytes_s=gpu.memory_bandwidth_gb_s * 1e9 * factors.bandwidth_efficiency
+        * family.bandwidth_scale * family.attention_scale,
+        decode_flops_s=peak_flops * factors.decode_compute_efficiency,
+        prefill_flops_s=peak_flops * factors.prefill_compute_efficiency,
+        link_bytes_s=gpu.interconnect_gb_s * 1e9,
+        link_latency_s=ALLREDUCE_LATENCY_S.get(link, 30e-6),
+        overlap_penalty=factors.overlap_penalty,
+        step_overhead_s=factors.step_overhead_ms / 1e3,
+        sequence_overhead_s=factors.sequence_overhead_ms / 1e3,
+    )
+
+
+def stack_hardware(items: list[Hardware]) -> Hardware:
+    """Many deployments as one `Hardware` of arrays, for vectorised evaluation."""
+    return Hardware(**{f.name: np.array([getattr(h, f.name) for h in items], dtype=float) for f in fields(Hardware)})
+
+
+def take_hardware(hw: Hardware, index: ArrayLike) -> Hardware:
+    """Rows `index` of a stacked `Hardware` (to line deployments up with scenario rows)."""
+    return Hardware(**{f.name: np.asarray(getattr(hw, f.name))[index] for f in fields(Hardware)})
+
+
+def hardware_column(hw: Hardware) -> Hardware:
+    """The same deployments with a trailing axis, to broadcast against per-request samples."""
+    return Hardware(**{f.name: np.asarray(getattr(hw, f.name), dtype=float)[..., None] for f in fields(Hardware)})
+
+
+def kv_read_bytes(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
+    """KV bytes one sequence with `context_tokens` of context reads per step, per GPU."""
+    ctx = np.asarray(context_tokens, dtype=float)
+    windowed = np.minimum(ctx, np.where(hw.window_tokens > 0, hw.window_tokens, ctx))
+    return hw.kv_full_bytes_per_token_per_gpu * ctx + hw.kv_window_bytes_per_token_per_gpu * windowed
+
+
+def experts_touched_fraction(hw: Hardware, tokens: ArrayLike) -> FloatArray:
+    """Expected share of a layer's experts that `tokens` tokens route to (uniform routing)."""
+    t = np.asarray(tokens, dtype=float)
+    experts = np.maximum(hw.num_experts, 1.0)
+    miss = np.clip(1.0 - hw.experts_per_token / experts, 0.0, 1.0)
+    return np.where(hw.num_experts > 0, 1.0 - miss**t, 0.0)
+
+
+def _roofline(memory_s: FloatArray, compute_s: FloatArray, overlap_penalty: Number) -> FloatArray:
+    return np.maximum(memory_s, compute_s) + overlap_penalty * np.minimum(memory_s, compute_s)
+
+
+def allreduce_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
+    """Tensor-parallel all-reduce time of one step over `tokens` tokens (ring algorithm)."""
+    t = np.asarray(tokens, dtype=float)
+    tp = np.asarray(hw.tp, dtype=float)
+    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * hw.allreduce_bytes_per_token * t / hw.link_bytes_s
+    return hw.allreduces_per_step * (ring + hw.link_latency_s)
+
+
+def decode_step_s(hw: Hardware, batch: ArrayLike, context_tokens: ArrayLike) -> FloatArray:
+    """Time of one decode step with `batch` running sequences of mean context `context_tokens` [s]."""
+    b = np.maximum(np.asarray(batch, dtype=float), 1.0)
+    weights = hw.decode_dense_bytes_per_gpu + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, b)
+    memory_s = weights / hw.bandwidth_bytes_s + b * kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s
+    attention = hw.attention_flops_per_pair_per_gpu * np.asarray(context_tokens, dtype=float)
+    compute_s = b * (hw.decode_flops_per_token_per_gpu + attention) / hw.decode_flops_s
+    per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, b)
+    return hw.pp * per_stage + hw.step_overhead_s + hw.sequence_overhead_s * b
+
+
+def prefill_compute_s_per_token(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
+    """Marginal compute time of one prompt token in a prompt of `prompt_tokens` (causal attention)."""
+    mean_context = np.asarray(prompt_tokens, dtype=float) / 2.0
+    flops = hw.prefill_flops_per_token_per_gpu + hw.attention_flops_per_pair_per_gpu * mean_context
+    return hw.pp * flops / hw.prefill_flops_s
+
+
+def prefill_s(
+    hw: Hardware, prompt_tokens: ArrayLike, prompts: ArrayLike = 1.0, chunk_tokens: ArrayLike | None = None
+) -> FloatArray:
+    """Time to prefill `prompts` prompts of `prompt_tokens` tokens each [s].
+
+    The tokens go through in steps of at most `chunk_tokens` (None: one step); each step reads the
+    weights once and runs the prompt FLOPs, whose attention term grows with the prompt length squared.
+    """
+    p = np.maximum(np.asarray(prompt_tokens, dtype=float), 1.0)
+    total = p * np.asarray(prompts, dtype=float)
+    steps = np.ones_like(total)
+    if chunk_tokens is not None:
+        steps = np.maximum(np.ceil(total / np.asarray(chunk_tokens, dtype=float)), 1.0)
+    tokens_per_step = total / steps
+    compute_s = tokens_per_step * prefill_compute_s_per_token(hw, p) / hw.pp
+    weights = hw.decode_dense_bytes_per_gpu + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, tokens_per_step)
+    memory_s = weights / hw.bandwidth_bytes_s
+    per_step = hw.pp * (_roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, tokens_per_step))
+    return steps * (per_step + hw.step_overhead_s) + hw.sequence_overhead_s * np.asarray(prompts, dtype=float)

@@ -1,0 +1,93 @@
+"""Weight precisions and KV-cache dtypes: bytes per parameter including quantisation scales.
+
+A quantised checkpoint keeps some tensors unquantised: AWQ/GPTQ/FP8 checkpoints keep the token embedding
+and the LM head in 16 bits, MXFP4 (gpt-oss) quantises only the MoE experts, GGUF and MLC quantise
+everything (GGUF mixes block types per tensor; the figure here is the file's average bits per weight).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferplan.planner.names import CatalogLookupError, normalize_name
+
+
+@dataclass(frozen=True)
+class WeightPrecision:
+    """How one weight format stores parameters and what the matmuls compute in.
+
+    bits_per_param: average bits of a quantised parameter, scales and zero points included.
+    quantizes: which parameters use `bits_per_param`; the rest stay 16-bit:
+      "all" (GGUF, MLC), "linear" (every linear layer but embedding and LM head), "experts" (MoE experts).
+    compute: the tensor-core dtype of the matmuls: "fp16" (16-bit activations, weight-only quantisation
+      dequantises on the fly), "fp8" or "int8" (weights and activations in 8 bits).
+    """
+
+    name: str
+    bits_per_param: float
+    quantizes: str
+    compute: str
+    description: str
+
+    @property
+    def bytes_per_param(self) -> float:
+        return self.bits_per_param / 8.0
+
+
+def _p(name: str, bits: float, quantizes: str, compute: str, description: str) -> WeightPrecision:
+    return WeightPrecision(name, bits, quantizes, compute, description)
+
+
+# Scale overheads: AWQ/GPTQ group 128 with an fp16 scale and a packed zero point per group
+# (4 + (16 + 4) / 128 bits); MXFP4 blocks of 32 with an 8-bit shared exponent (4 + 8 / 32);
+# MLC q4f16_1 groups of 32 with an fp16 scale (4 + 16 / 32); GGUF figures are llama.cpp's quoted
+# bits per weight for the whole model file (ggml quantize table).
+WEIGHT_PRECISIONS: dict[str, WeightPrecision] = {
+    p.name: p
+    for p in (
+        _p("fp16", 16, "all", "fp16", "unquantised 16-bit"),
+        _p("bf16", 16, "all", "fp16", "unquantised 16-bit"),
+        _p("fp8", 8, "linear", "fp8", "FP8 weights and activations (W8A8-FP8), per-channel scales"),
+        _p("int8-w8a8", 8, "linear", "int8", "INT8 weights and activations (SmoothQuant-style)"),
+        _p("int4-awq", 4 + 20 / 128, "linear", "fp16", "AWQ 4-bit weights, group 128, fp16 activations"),
+        _p("int4-gptq", 4 + 20 / 128, "linear", "fp16", "GPTQ 4-bit weights, group 128, fp16 activations"),
+        _p("int8-gptq", 8 + 24 / 128, "linear", "fp16", "GPTQ 8-bit weights, group 128, fp16 activations"),
+        _p("gguf-f16", 16, "all", "fp16", "GGUF F16"),
+        _p("gguf-q8_0", 8.5, "all", "fp16", "GGUF Q8_0 (blocks of 32, fp16 scale)"),
+        _p("gguf-q6_k", 6.5625, "all", "fp16", "GGUF Q6_K"),
+        _p("gguf-q5_k_m", 5.69, "all", "fp16", "GGUF Q5_K_M (mixed Q5_K/Q6_K)"),
+        _p("gguf-q4_k_m", 4.89, "all", "fp16", "GGUF Q4_K_M (mixed Q4_K/Q6_K), about 4.9 bits/weight"),
+        _p("gguf-q4_0", 4.55, "all", "fp16", "GGUF Q4_0"),
+        _p("gguf-q3_k_m", 3.91, "all", "fp16", "GGUF Q3_K_M"),
+        _p("gguf-q2_k", 3.35, "all", "fp16", "GGUF Q2_K"),
+        _p("mxfp4", 4.25, "experts", "fp16", "MXFP4 MoE experts (gpt-oss); other weights bf16"),
+        _p("mlc-q4f16_1", 4.5, "all", "fp16", "MLC-LLM 4-bit groups of 32 with fp16 scale"),
+    )
+}
+
+KV_DTYPE_BYTES: dict[str, float] = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
+
+
+def weight_precision(name: str) -> WeightPrecision:
+    """The precision named `name` (case and separators ignored)."""
+    key = normalize_name(name)
+    for precision in WEIGHT_PRECISIONS.values():
+        if normalize_name(precision.name) == key:
+            return precision
+    from inferplan.planner.names import closest_names
+
+    raise CatalogLookupError("weight precision", name, closest_names(name, WEIGHT_PRECISIONS))
+
+
+def kv_dtype_bytes(kv_dtype: str, weights: str) -> float:
+    """Bytes of one KV element; `auto` means the engine default, the 16-bit activation dtype.
+
+    FP8 checkpoints may ship an FP8 KV scheme, but `auto` on them is still served at 16 bits by vLLM
+    unless `--kv-cache-dtype fp8` is given, so 16 bits is the default here too.
+    """
+    if kv_dtype == "auto":
+        return 2.0
+    try:
+        return KV_DTYPE_BYTES[kv_dtype]
+    except KeyError:
+        raise CatalogLookupError("KV cache dtype", kv_dtype, list(KV_DTYPE_BYTES)) from None

@@ -1,0 +1,204 @@
+"""Scenario files: published measurements of LLM serving, one measured value per JSON line.
+
+The format is specified in docs/scenarios.md (the shared `SCENARIOS.md` format). Reading a file never
+crashes on a bad line: each bad line becomes a `ScenarioError` naming the line and the field, and the
+good lines are returned beside the errors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+METRIC_UNITS: dict[str, str] = {
+    "decode_tps_single": "tokens/s/stream",
+    "output_tps_total": "output tokens/s",
+    "requests_per_s": "requests/s",
+    "ttft_ms_mean": "ms",
+    "ttft_ms_p50": "ms",
+    "ttft_ms_p99": "ms",
+    "tpot_ms_mean": "ms",
+    "tpot_ms_p50": "ms",
+    "tpot_ms_p99": "ms",
+    "itl_ms_mean": "ms",
+    "e2e_ms_mean": "ms",
+    "kv_cache_tokens": "tokens",
+    "max_concurrency": "x (requests of max_model_len)",
+    "weights_gib": "GiB/GPU",
+    "activation_peak_gib": "GiB/GPU",
+    "kv_cache_gib": "GiB/GPU",
+}
+METRICS = tuple(METRIC_UNITS)
+ENGINES = ("vllm", "sglang", "tensorrt-llm", "llama.cpp", "lmdeploy", "mlc-llm", "exllama", "tgi")
+
+Metric = Literal[
+    "decode_tps_single", "output_tps_total", "requests_per_s", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99",
+    "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_mean", "e2e_ms_mean", "kv_cache_tokens",
+    "max_concurrency", "weights_gib", "activation_peak_gib", "kv_cache_gib",
+]
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SingleLoad(_Strict):
+    kind: Literal["single"]
+
+
+class StaticBatchLoad(_Strict):
+    kind: Literal["static_batch"]
+    value: PositiveInt
+
+
+class ConcurrencyLoad(_Strict):
+    kind: Literal["concurrency"]
+    value: PositiveInt
+
+
+class BurstLoad(_Strict):
+    kind: Literal["burst"]
+    value: PositiveInt
+
+
+class PoissonLoad(_Strict):
+    kind: Literal["poisson"]
+    rate: Annotated[float, Field(gt=0)] | None
+    num_prompts: PositiveInt | None = None
+
+
+class OfflineLoad(_Strict):
+    kind: Literal["offline"]
+    num_prompts: PositiveInt | None = None
+
+
+class StartupLoad(_Strict):
+    kind: Literal["startup"]
+
+
+Load = Annotated[
+    SingleLoad | StaticBatchLoad | ConcurrencyLoad | BurstLoad | PoissonLoad | OfflineLoad | StartupLoad,
+    Field(discriminator="kind"),
+]
+
+
+class Scenario(_Strict):
+    """One measured value and the conditions it was measured under (all 29 keys of the format)."""
+
+    id: Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[a-z0-9._-]+$")]
+    source: str
+    detail: str
+    model: Annotated[str, Field(min_length=1)]
+    gpu: str | None
+    gpu_variant_assumed: bool
+    gpus: PositiveInt
+    tensor_parallel: PositiveInt | None
+    pipeline_parallel: PositiveInt
+    replicas: PositiveInt | None
+    engine: Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "lmdeploy", "mlc-llm", "exllama", "tgi"] | None
+    engine_version: str | None
+    weights: str
+    kv_cache: Literal["fp16", "bf16", "fp8", "auto"]
+    input_tokens: NonNegativeInt | None
+    output_tokens: NonNegativeInt | None
+    dataset: str | None
+    load: Load
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None
+    max_model_len: PositiveInt | None
+    max_num_seqs: PositiveInt | None
+    max_num_batched_tokens: PositiveInt | None
+    prefix_caching: bool | None
+    metric: Metric
+    value: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    unit: str
+    includes_prefill: bool | None
+    notes: str
+    suspect: bool
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_matches_metric(cls, unit: str, info: object) -> str:
+        metric = getattr(info, "data", {}).get("metric")
+        if metric is not None and METRIC_UNITS[metric] != unit:
+            raise ValueError(f"unit {unit!r} does not match metric {metric!r} (expected {METRIC_UNITS[metric]!r})")
+        return unit
+
+    @property
+    def source_name(self) -> str:
+        """A short name for the source: the repository owner for GitHub URLs, else the host."""
+        parts = self.source.split("/")
+        if len(parts) > 3 and parts[2].endswith("github.com"):
+            return parts[3]
+        return parts[2] if len(parts) > 2 else self.source
+
+
+@dataclass(frozen=True)
+class ScenarioError:
+    """A line of a scenario file that could not be read; `field` is the offending key (or None)."""
+
+    line: int
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" + (f", field {self.field!r}" if self.field else "")
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ScenarioFile:
+    scenarios: tuple[Scenario, ...]
+    errors: tuple[ScenarioError, ...]
+    lines: tuple[int, ...]  # the line number of each scenario, same order
+
+
+def parse_scenario_line(text: str, line: int) -> Scenario | ScenarioError:
+    """Parse one JSON line; a bad line gives a `ScenarioError` naming the line and the first bad field."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return ScenarioError(line, None, f"not valid JSON ({exc.msg} at column {exc.colno})")
+    if not isinstance(data, dict):
+        return ScenarioError(line, None, "expected a JSON object")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first["loc"] if not str(p).startswith(("SingleLoad", "function-"))]
+        field = ".".join(loc) or None
+        extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        return ScenarioError(line, field, f"{first['msg']}{extra}")
+
+
+def read_scenarios(path: str | Path) -> ScenarioFile:
+    """Read a scenario file; bad lines are collected as errors and skipped, blank lines ignored."""
+    scenarios: list[Scenario] = []
+    errors: list[ScenarioError] = []
+    lines: list[int] = []
+    seen: dict[str, int] = {}
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                errors.append(ScenarioError(number, None, f"not valid UTF-8 (byte {exc.start})"))
+                continue
+            if not text.strip():
+                continue
+            parsed = parse_scenario_line(text, number)
+            if isinstance(parsed, ScenarioError):
+                errors.append(parsed)
+            elif parsed.id in seen:
+                message = f"duplicate id {parsed.id!r} (first on line {seen[parsed.id]})"
+                errors.append(ScenarioError(number, "id", message))
+            else:
+                seen[parsed.id] = number
+                scenarios.append(parsed)
+                lines.append(number)
+    return ScenarioFile(tuple(scenarios), tuple(errors), tuple(lines))

@@ -1,0 +1,331 @@
+"""Latency and throughput of one model instance under a load: single stream, static batch, burst,
+closed loop, Poisson arrivals and offline maximum load. Vectorised: every argument broadcasts.
+
+Times are seconds; token counts are per request. `slots` is how many sequences the engine runs at
+once (min of its max_num_seqs and what the KV pool holds at the workload's lengths); `chunk_tokens`
+is the per-step token budget of chunked prefill (np.inf where prefill runs as whole steps).
+
+Percentiles are computed from the distributions, not as multiples of the mean: prompt and output
+lengths are lognormal (mean and CV), the prefill queue is M/G/1 with an exponential tail, the slot
+queue follows the Allen-Cunneen two-moment M/G/c approximation, and the stall a request's decode
+suffers from other requests' prefills is a compound Poisson sum. Quantiles of these are taken on a
+fixed stratified sample, so results are deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from inferplan.planner.performance import (
+    Hardware,
+    decode_step_s,
+    hardware_column,
+    prefill_compute_s_per_token,
+    prefill_s,
+)
+
+FloatArray = NDArray[np.float64]
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+_SAMPLES = 512
+
+
+def normal_ppf(p: ArrayLike) -> FloatArray:
+    """Inverse standard normal CDF (Acklam's rational approximation, relative error < 1.2e-9)."""
+    p = np.clip(np.asarray(p, dtype=float), 1e-12, 1 - 1e-12)
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00)
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+    low = 0.02425
+    q = np.sqrt(-2 * np.log(np.where(p < low, p, 1 - p)))
+    tail = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+        (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
+    )
+    r = (p - 0.5) ** 2
+    mid = (p - 0.5) * (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) / (
+        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1
+    )
+    return np.where(p < low, tail, np.where(p > 1 - low, -tail, mid))
+
+
+def _stratified(seed: int) -> FloatArray:
+    """A fixed, shuffled stratified sample of U(0,1) of `_SAMPLES` points."""
+    u = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
+    return np.random.default_rng(seed).permutation(u)
+
+
+_U_PROMPT, _U_OUTPUT, _U_WAIT, _U_STALL = (_stratified(s) for s in (11, 23, 37, 41))
+
+
+def lognormal_sample(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
+    """Lognormal values of the given mean and coefficient of variation at uniform points `u`.
+
+    Shape: broadcast(mean, cv) + (len(u),). CV 0 gives the mean itself. Values above `cap` are cut
+    to it and the sample rescaled so that its mean stays `mean` (a length filter on a dataset).
+    """
+    m = np.asarray(mean, dtype=float)[..., None]
+    s2 = np.log1p(np.asarray(cv, dtype=float) ** 2)[..., None]
+    x = m * np.exp(np.sqrt(s2) * normal_ppf(u) - s2 / 2.0)
+    c = np.asarray(cap, dtype=float)[..., None]
+    for _ in range(3):  # rescaling after the cut moves values past the cap again; a few passes settle
+        x = np.minimum(x, c)
+        x = x * m / x.mean(axis=-1, keepdims=True)
+    return np.minimum(x, np.maximum(c, m))
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Per-request latency statistics [s] and deployment throughput under a load."""
+
+    ttft_mean: FloatArray
+    ttft_q: dict[float, FloatArray]
+    tpot_mean: FloatArray
+    tpot_q: dict[float, FloatArray]
+    e2e_mean: FloatArray
+    requests_per_s: FloatArray
+    output_tokens_per_s: FloatArray
+    concurrency: FloatArray   # mean running sequences
+    overloaded: NDArray[np.bool_]
+
+
+def _quantiles(samples: FloatArray) -> dict[float, FloatArray]:
+    return {q: np.quantile(samples, q, axis=-1) for q in QUANTILES}
+
+
+def _const_quantiles(value: FloatArray) -> dict[float, FloatArray]:
+    return dict.fromkeys(QUANTILES, value)
+
+
+def single_stream(hw: Hardware, prompt_tokens: ArrayLike, output_tokens: ArrayLike) -> LoadResult:
+    """One request at a time: prefill, then decode at batch 1 with the context growing."""
+    p = np.asarray(prompt_tokens, dtype=float)
+    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
+    ttft = prefill_s(hw, p)
+    tpot = decode_step_s(hw, 1.0, p + o / 2.0)
+    e2e = ttft + (o - 1.0) * tpot
+    one = np.ones_like(e2e)
+    return LoadResult(ttft, _const_quantiles(ttft), tpot, _const_quantiles(tpot), e2e, one / e2e, o / e2e,
+                      one, np.zeros_like(e2e, dtype=bool))
+
+
+def static_batch(hw: Hardware, batch: ArrayLike, prompt_tokens: ArrayLike, output_tokens: ArrayLike) -> LoadResult:
+    """N requests padded into one batch: one prefill of N prompts, then `output_tokens` steps at batch N."""
+    n = np.asarray(batch, dtype=float)
+    p = np.asarray(prompt_tokens, dtype=float)
+    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
+    ttft = prefill_s(hw, p, n)
+    tpot = decode_step_s(hw, n, p + o / 2.0)
+    e2e = ttft + (o - 1.0) * tpot
+    return LoadResult(ttft, _const_quantiles(ttft), tpot, _const_quantiles(tpot), e2e, n / e2e, n * o / e2e,
+                      n, np.zeros_like(e2e, dtype=bool))
+
+
+def burst(
+    hw: Hardware,
+    requests: ArrayLike,
+    prompt_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    admit_slots: ArrayLike,
+    run_slots: ArrayLike,
+    chunk_tokens: ArrayLike,
+) -> LoadResult:
+    """N identical requests sent at t=0 and drained by a continuous-batching engine.
+
+    The first `admit_slots` requests (what max_num_seqs and the KV pool admit by their prompts) are
+    prefilled at once and get their first tokens over that prefill; the engine then decodes at
+    `run_slots` sequences (what the KV pool holds at the requests' mean length; the excess is
+    preempted and recomputed, as vLLM does). Later requests enter as earlier ones finish, spread
+    evenly over the rest of the run. Prefill shares steps with decode, so the run's time is all
+    prompt compute plus all decode steps.
+    """
+    shape = np.broadcast(np.asarray(requests), np.asarray(prompt_tokens), np.asarray(output_tokens),
+                         np.asarray(admit_slots), np.asarray(run_slots), np.asarray(hw.bandwidth_bytes_s)).shape
+    n, p, o, admit, run = (
+        np.broadcast_to(np.asarray(x, dtype=float), shape)
+        for x in (requests, prompt_tokens, output_tokens, admit_slots, run_slots)
+    )
+    n, o = np.maximum(n, 1.0), np.maximum(o, 1.0)
+    slots = np.clip(np.minimum(run, n), 1.0, None)
+    first = np.maximum(np.minimum(admit, n), slots)
+
+    first_prefill = prefill_s(hw, p, first, chunk_tokens)
+    rest = n - first
+    # Requests preempted because the first wave outgrew the KV pool are prefilled again.
+    redo = rest + np.maximum(first - slots, 0.0) * np.where(rest > 0, 1.0, 0.5)
+    rest_prefill = np.where(redo > 0, prefill_s(hw, p, np.maximum(redo, 1e-9), chunk_tokens), 0.0)
+    step = decode_step_s(hw, slots, p + o / 2.0)
+    total = first_prefill + rest_prefill + np.ceil(n / slots) * o * step
+
+    # First tokens: the first wave's are spread over its prefill; the rest enter evenly between the
+    # first completions and the last admission (which must still decode its whole output).
+    start_rest = first_prefill + o * step
+    end_rest = np.maximum(total - o * step, start_rest)
+    order = np.linspace(0.0, 1.0, _SAMPLES)[None, :] * n[..., None]  # each sampled request's place
+    ttft_samples = np.where(
+        order < first[..., None],
+        first_prefill[..., None] * np.minimum((order + 0.5) / first[..., None], 1.0),
+        start_rest[..., None]
+        + (end_rest - start_rest)[..., None]
+        * np.clip((order - first[..., None]) / np.maximum(rest, 1.0)[..., None], 0.0, 1.0),
+    )
+    ttft_mean = ttft_samples.mean(axis=-1)
+    # Each request's decode phase: its wave's remaining prefill (first wave) or the steady share of
+    # prompt work (later requests) on top of `o` decode steps.
+    prefill_share = rest_prefill / np.maximum(total - first_prefill, 1e-9)
+    tpot_first = (first_prefill / 2.0 + o * step) / np.maximum(o - 1.0, 1.0)
+    tpot_rest = step / np.maximum(1.0 - prefill_share, 0.05)
+    share_first = first / n
+    tpot_mean = share_first * tpot_first + (1.0 - share_first) * tpot_rest
+    tpot_max = np.maximum(tpot_first, tpot_rest)
+    e2e = ttft_mean + (o - 1.0) * tpot_mean
+    return LoadResult(
+        ttft_mean, _quantiles(ttft_samples), tpot_mean,
+        {q: np.where(q >= 0.9, tpot_max, tpot_mean) for q in (0.5, 0.9, 0.95, 0.99)},
+        e2e, n / total, n * o / total, slots, np.zeros_like(total, dtype=bool),
+    )
+
+
+def _slot_wait_factor(utilisation: FloatArray, servers: FloatArray) -> FloatArray:
+    """Probability of waiting in M/M/c, Sakasegawa's approximation rho^(sqrt(2(c+1)) - 1)."""
+    rho = np.clip(utilisation, 0.0, 0.999)
+    return rho ** (np.sqrt(2.0 * (servers + 1.0)) - 1.0)
+
+
+def poisson(
+    hw: Hardware,
+    rate: ArrayLike,
+    prompt_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    slots: ArrayLike,
+    chunk_tokens: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
+    output_cv: ArrayLike = 0.0,
+    arrival_cv2: ArrayLike = 1.0,
+    num_prompts: ArrayLike = 1000.0,
+    max_prompt_tokens: ArrayLike = np.inf,
+) -> LoadResult:
+    """Open-loop arrivals at `rate` requests/s to one instance (Poisson when arrival_cv2 = 1).
+
+    Below capacity, the running concurrency n solves Little's law n = rate x (TTFT + O x TPOT(n)),
+    where TPOT(n) is the decode step at batch n stretched by the prompt work that shares the GPU
+    (busy share rho_p = rate x P x prefill seconds per token). TTFT is the request's own prefill plus
+    the wait in the prefill queue (M/G/1) and, near the slot limit, the slot queue (M/G/c).
+    Above capacity the finite run of `num_prompts` requests queues: the i-th waits i x (1/X - 1/rate).
+    """
+    lam = np.asarray(rate, dtype=float)
+    p = np.asarray(prompt_tokens, dtype=float)
+    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
+    c = np.maximum(np.asarray(slots, dtype=float), 1.0)
+    shape = np.broadcast(lam, p, o, c, np.asarray(hw.bandwidth_bytes_s)).shape
+    lam, p, o, c = (np.broadcast_to(x, shape).astype(float) for x in (lam, p, o, c))
+    p_cv = np.broadcast_to(np.asarray(prompt_cv, dtype=float), shape)
+    o_cv = np.broadcast_to(np.asarray(output_cv, dtype=float), shape)
+    ctx = p + o / 2.0
+
+    per_token = prefill_compute_s_per_token(hw, p)
+    own_prefill = prefill_s(hw, p, 1.0, chunk_tokens)
+
+    def tpot_at(n: FloatArray, x: FloatArray) -> FloatArray:
+        busy = np.clip(x * p * per_token, 0.0, 0.95)
+        return decode_step_s(hw, n, ctx) / (1.0 - busy)
+
+    # Capacity: the request rate at which all slots are busy (bisection on X).
+    lo, hi = np.zeros(shape), c / np.maximum(o * decode_step_s(hw, c, ctx) * 0.5, 1e-9)
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        fits = mid * (own_prefill + o * tpot_at(c, mid)) <= c
+        lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
+    capacity = lo
+    overloaded = lam >= capacity * 0.995
+    x = np.minimum(lam, capacity)
+
+    n = np.minimum(x * (own_prefill + o * decode_step_s(hw, 1.0, ctx)), c)
+    for _ in range(60):
+        n = np.minimum(0.5 * n + 0.5 * x * (own_prefill + o * tpot_at(np.maximum(n, 1.0), x)), c)
+    n = np.maximum(n, np.minimum(x * own_prefill, c))
+    tpot_bar = tpot_at(np.maximum(n, 1.0), x)
+    step = decode_step_s(hw, np.maximum(n, 1.0), ctx)
+
+    # Prompt and output lengths of individual requests.
+    prompts = lognormal_sample(p, p_cv, _U_PROMPT, max_prompt_tokens)
+    outputs = np.maximum(lognormal_sample(o, o_cv, _U_OUTPUT), 1.0)
+    chunk_col = np.asarray(chunk_tokens, dtype=float)[..., None] if np.ndim(chunk_tokens) else chunk_tokens
+    service_pf = prefill_s(hardware_column(hw), prompts, 1.0, chunk_col)
+    es = service_pf.mean(axis=-1)
+    es2 = (service_pf**2).mean(axis=-1)
+    rho_pf = np.clip(x * es, 0.0, 0.95)
+    ca2 = np.asarray(arrival_cv2, dtype=float)
+    wait_pf = x * es2 * (1.0 + ca2) / 2.0 / (1.0 - rho_pf)
+    # A new request also waits for the running step to end: half a step, if the engine is busy
+    # (probability 1 - exp(-n) with n requests in flight on average).
+    residual = step / 2.0 * -np.expm1(-n)
+    service_req = own_prefill + o * tpot_bar
+    cs2 = (o_cv**2 * (o * tpot_bar) ** 2) / np.maximum(service_req**2, 1e-12)
+    util = n / c
+    slot_queue = service_req / (c * np.maximum(1.0 - util, 1e-3)) * (ca2 + cs2) / 2.0
+    wait_slot = _slot_wait_factor(util, c) * slot_queue
+    wait_mean = wait_pf + wait_slot
+    p_wait = np.clip(np.maximum(rho_pf, _slot_wait_factor(util, c)), 1e-6, 1.0)
+    tail = np.where(_U_WAIT > 1.0 - p_wait[..., None],
+                    np.log(p_wait[..., None] / np.maximum(1.0 - _U_WAIT, 1e-9)), 0.0)
+    waits = tail * (wait_mean / p_wait)[..., None]
+    ttft_samples = service_pf + residual[..., None] + waits
+
+    # Decode stalls from other requests' prompt work during this request's decode phase.
+    life = outputs * tpot_bar[..., None]
+    stall_mean = x[..., None] * life * es[..., None]
+    stall_sd = np.sqrt(x[..., None] * life * es2[..., None])
+    stalls = np.maximum(stall_mean + stall_sd * normal_ppf(_U_STALL), 0.0)
+    tpot_samples = step[..., None] + stalls / np.maximum(outputs - 1.0, 1.0)
+
+    # Overload: a finite run's queue grows linearly with the request's place in it.
+    m = np.asarray(num_prompts, dtype=float)
+    backlog = np.maximum(1.0 / np.maximum(capacity, 1e-9) - 1.0 / np.maximum(lam, 1e-9), 0.0)
+    rank = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
+    queue = (m[..., None] if np.ndim(m) else m) * rank * backlog[..., None]
+    ttft_samples = np.where(overloaded[..., None], ttft_samples + queue, ttft_samples)
+
+    ttft_mean = ttft_samples.mean(axis=-1)
+    tpot_mean = tpot_samples.mean(axis=-1)
+    e2e = ttft_mean + (o - 1.0) * tpot_bar
+    return LoadResult(ttft_mean, _quantiles(ttft_samples), tpot_mean, _quantiles(tpot_samples), e2e,
+                      x, x * o, n, overloaded)
+
+
+def closed_loop(
+    hw: Hardware,
+    clients: ArrayLike,
+    prompt_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    slots: ArrayLike,
+    chunk_tokens: ArrayLike,
+) -> LoadResult:
+    """N clients each sending the next request when the last one finishes (steady state).
+
+    At most `slots` run; the rest wait. Throughput X = running / (TTFT + O x TPOT) with TPOT stretched
+    by the prompt work that shares the GPU; waiting clients add (N - running) / X to TTFT.
+    """
+    clients_ = np.maximum(np.asarray(clients, dtype=float), 1.0)
+    p = np.asarray(prompt_tokens, dtype=float)
+    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
+    running = np.minimum(clients_, np.maximum(np.asarray(slots, dtype=float), 1.0))
+    per_token = prefill_compute_s_per_token(hw, p)
+    own_prefill = prefill_s(hw, p, 1.0, chunk_tokens)
+    step = decode_step_s(hw, running, p + o / 2.0)
+    x = running / (own_prefill + o * step)
+    for _ in range(30):
+        busy = np.clip(x * p * per_token, 0.0, 0.95)
+        tpot = step / (1.0 - busy)
+        ttft_service = own_prefill + step / 2.0
+        x = running / (ttft_service + (o - 1.0) * tpot)
+    wait = (clients_ - running) / x
+    ttft = ttft_service + wait
+    e2e = ttft + (o - 1.0) * tpot
+    return LoadResult(ttft, _const_quantiles(ttft), tpot, _const_quantiles(tpot), e2e, x, x * o, running,
+                      np.zeros_like(e2e, dtype=bool))

@@ -1,0 +1,101 @@
+"""Latency under load: single stream, static batch, burst, closed loop and Poisson arrivals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferplan.planner.serving import (
+    QUANTILES,
+    burst,
+    closed_loop,
+    lognormal_sample,
+    normal_ppf,
+    poisson,
+    single_stream,
+    static_batch,
+)
+from tests.test_performance import hardware
+
+
+def test_normal_ppf_matches_known_quantiles() -> None:
+    assert normal_ppf([0.5, 0.975, 0.99, 0.01]) == pytest.approx([0.0, 1.959964, 2.326348, -2.326348], abs=1e-6)
+
+
+def test_lognormal_sample_keeps_mean_and_cap() -> None:
+    u = (np.arange(1000) + 0.5) / 1000
+    x = lognormal_sample(200.0, 1.0, u)
+    assert x.mean() == pytest.approx(200.0, rel=0.02)
+    assert np.std(x) / x.mean() == pytest.approx(1.0, rel=0.15)
+    capped = lognormal_sample(200.0, 1.0, u, cap=1024.0)
+    assert capped.max() <= 1024.0
+    assert capped.mean() == pytest.approx(200.0, rel=0.01)
+    assert lognormal_sample(200.0, 0.0, u) == pytest.approx(np.full(1000, 200.0))
+
+
+def test_batch_one_tpot_equals_single_stream() -> None:
+    hw = hardware()
+    alone = single_stream(hw, 512, 256)
+    batch1 = static_batch(hw, 1, 512, 256)
+    assert batch1.tpot_mean == pytest.approx(alone.tpot_mean)
+    assert batch1.e2e_mean == pytest.approx(alone.e2e_mean)
+    one_client = closed_loop(hw, 1, 512, 256, slots=256, chunk_tokens=np.inf)
+    assert one_client.tpot_mean == pytest.approx(alone.tpot_mean, rel=0.02)
+
+
+def test_static_batch_trades_latency_for_throughput() -> None:
+    hw = hardware()
+    small, large = static_batch(hw, 1, 128, 128), static_batch(hw, 64, 128, 128)
+    assert large.tpot_mean > small.tpot_mean
+    assert large.output_tokens_per_s > 10 * small.output_tokens_per_s
+
+
+def test_burst_beyond_the_slots_queues_first_tokens() -> None:
+    hw = hardware()
+    fits = burst(hw, 50, 1024, 1024, admit_slots=256, run_slots=256, chunk_tokens=2048.0)
+    queued = burst(hw, 500, 1024, 1024, admit_slots=100, run_slots=50, chunk_tokens=2048.0)
+    assert queued.ttft_mean > 5 * fits.ttft_mean
+    assert queued.ttft_q[0.99] > queued.ttft_q[0.5]
+    # Throughput levels off once the slots are full.
+    more = burst(hw, 1000, 1024, 1024, admit_slots=100, run_slots=50, chunk_tokens=2048.0)
+    assert more.output_tokens_per_s == pytest.approx(queued.output_tokens_per_s, rel=0.1)
+
+
+def test_poisson_at_low_rate_is_single_stream_plus_little_wait() -> None:
+    hw = hardware()
+    light = poisson(hw, 0.01, 512, 256, slots=256, chunk_tokens=2048.0)
+    alone = single_stream(hw, 512, 256)
+    assert float(light.ttft_q[0.5]) == pytest.approx(float(alone.ttft_mean), rel=0.25)
+    assert float(light.tpot_q[0.5]) == pytest.approx(float(alone.tpot_mean), rel=0.1)
+    assert not bool(light.overloaded)
+
+
+def test_poisson_percentiles_are_ordered_and_grow_with_load() -> None:
+    hw = hardware()
+    rates = np.array([0.5, 2.0, 8.0])
+    result = poisson(hw, rates, 300, 300, slots=256, chunk_tokens=2048.0, prompt_cv=1.0, output_cv=1.0)
+    for stat in (result.ttft_q, result.tpot_q):
+        values = np.array([stat[q] for q in QUANTILES])
+        assert np.all(np.diff(values, axis=0) >= -1e-12)
+    assert np.all(np.diff(result.tpot_mean) > 0)
+    assert result.output_tokens_per_s == pytest.approx(rates * 300)
+
+
+def test_poisson_above_capacity_is_flagged_and_queues() -> None:
+    hw = hardware()
+    result = poisson(hw, np.array([1.0, 500.0]), 1000, 1000, slots=16, chunk_tokens=2048.0, num_prompts=1000)
+    assert list(result.overloaded) == [False, True]
+    assert result.ttft_q[0.99][1] > 100 * result.ttft_q[0.99][0]
+    assert result.output_tokens_per_s[1] < 500.0 * 1000
+
+
+@settings(max_examples=40, deadline=None)
+@given(rate=st.floats(0.05, 5.0), factor=st.floats(1.1, 3.0))
+def test_higher_rate_never_lowers_tail_latency(rate: float, factor: float) -> None:
+    hw = hardware()
+    lo = poisson(hw, rate, 400, 300, slots=256, chunk_tokens=2048.0, prompt_cv=1.0, output_cv=1.0)
+    hi = poisson(hw, rate * factor, 400, 300, slots=256, chunk_tokens=2048.0, prompt_cv=1.0, output_cv=1.0)
+    assert float(hi.ttft_q[0.99]) >= float(lo.ttft_q[0.99]) * 0.999
+    assert float(hi.tpot_mean) >= float(lo.tpot_mean) * 0.999
