@@ -132,8 +132,9 @@ def test_unverified_fields_are_listed() -> None:
     catalog = load_gpu_catalog()
     for spec in catalog:
         provenance = catalog.provenance(spec.key)
+        spec_field = {"memory_mib": "memory_bytes", "cuda_total_mib": "cuda_total_bytes"}
         expected = {
-            "memory_bytes" if field == "memory_mib" else field
+            spec_field.get(field, field)
             for field, figure in provenance.items()
             if figure.status == "unverified"
         }
@@ -143,6 +144,13 @@ def test_unverified_fields_are_listed() -> None:
         resolve_gpu("RTX 6000 Ada").unverified_fields
     )
     assert "fp16_tflops" in resolve_gpu("RTX 3090").unverified_fields
+
+
+def test_engines_see_less_memory_than_nvml_reports() -> None:
+    for spec in load_gpu_catalog():
+        assert 0.95 * spec.memory_bytes <= spec.usable_memory_bytes <= spec.memory_bytes, spec.key
+    # PyTorch reports "79.15 GiB total capacity" on an A100 80GB whose NVML total is 81920 MiB.
+    assert resolve_gpu("NVIDIA-A100-SXM4-80GB").usable_memory_bytes / 2**30 == pytest.approx(79.15, abs=0.01)
     assert "memory_bytes" in resolve_gpu("H100").unverified_fields  # 81559 MiB is not in the facts
     assert "memory_bytes" not in resolve_gpu("A100 80GB").unverified_fields  # 81920 MiB is sourced
 
@@ -422,6 +430,14 @@ def test_missing_figure_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(GpuCatalogError, match="missing") as info:
         _load_from(tmp_path, data)
     assert (info.value.gpu, info.value.field) == ("A40", "tdp_w")
+
+
+def test_cuda_total_above_the_nvml_total_is_rejected(tmp_path: Path) -> None:
+    data = _raw_file()
+    _gpu(data, "L4")["figures"]["cuda_total_mib"]["value"] = 30000
+    with pytest.raises(GpuCatalogError, match="at most memory_mib") as info:
+        _load_from(tmp_path, data)
+    assert (info.value.gpu, info.value.field) == ("L4", "cuda_total_mib")
 
 
 def test_duplicate_name_is_rejected(tmp_path: Path) -> None:

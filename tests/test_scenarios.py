@@ -231,11 +231,6 @@ def test_crlf_line_endings_are_accepted(tmp_path: Path) -> None:
     assert len(parsed.scenarios) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read_scenarios opens the file as UTF-8 text, so one line of invalid UTF-8 raises "
-    "UnicodeDecodeError for the whole file instead of becoming a ScenarioError for that line",
-)
 def test_invalid_utf8_line_is_reported_not_raised(tmp_path: Path) -> None:
     good = _example_lines()
     path = tmp_path / "binary.jsonl"
@@ -243,3 +238,12 @@ def test_invalid_utf8_line_is_reported_not_raised(tmp_path: Path) -> None:
     parsed = read_scenarios(path)
     assert len(parsed.scenarios) == 2
     assert [e.line for e in parsed.errors] == [2]
+
+
+def test_utf8_bom_does_not_cost_the_first_row(tmp_path: Path) -> None:
+    good = _example_lines()
+    path = tmp_path / "bom.jsonl"
+    path.write_text("\n".join(good) + "\n", encoding="utf-8-sig")
+    parsed = read_scenarios(path)
+    assert parsed.errors == ()
+    assert len(parsed.scenarios) == len(good)

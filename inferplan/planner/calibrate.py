@@ -2,12 +2,14 @@
 
 Procedure (docs/calibration.md): minimise, over the factors of every engine and GPU family present,
 
-    sum over non-suspect rows of huber(log(predicted / measured))  +  weight x sum (log factor - log prior)^2
+    sum over non-suspect rows of cauchy(log(predicted / measured))  +  weight x sum (log factor - log prior)^2
 
-Log errors make a 2x over- and under-prediction cost the same; the Huber loss (linear beyond 0.5,
-i.e. about 65% error) keeps rows with a physical caveat from dragging the fit; the prior term pulls
-every factor towards its physically sensible starting value, so an engine with little data keeps
-values near the default instead of fitting noise. The search is coordinate descent in log space: each
+Log errors make a 2x over- and under-prediction cost the same; the Cauchy loss log(1 + (e / 0.3)^2)
+grows only logarithmically beyond about 35% error, so rows with a physical caveat (an overloaded run
+whose queue the model places a little off) cannot drag the fit; the prior term pulls every factor
+towards the neutral starting value `default_engine` (and 1.0 for GPU families), so an engine with
+little data keeps values near it instead of fitting noise. The fit always starts from that prior, so
+refitting the same file reproduces the shipped factors. The search is coordinate descent in log space: each
 factor in turn is set to the best of a shrinking grid around its current value, re-evaluating only
 the rows that factor touches. Deterministic for the same input.
 """
@@ -42,6 +44,7 @@ BOUNDS = {
     "overlap_penalty": (0.0, 1.0),
     "step_overhead_ms": (0.1, 30.0),
     "sequence_overhead_ms": (0.0, 1.0),
+    "request_overhead_ms": (0.0, 100.0),
     "quantized_bandwidth_scale": (0.3, 1.0),
     "non_torch_gib": (0.05, 6.0),
     "activation_scale": (0.2, 5.0),
@@ -49,8 +52,10 @@ BOUNDS = {
     "compute_scale": (0.3, 1.5),
     "attention_scale": (0.05, 1.5),
 }
+# Factors whose prior is zero or whose scale is additive: searched and penalised on a linear scale.
+LINEAR_FACTORS = ("overlap_penalty", "sequence_overhead_ms", "request_overhead_ms")
 PRIOR_WEIGHT = 0.5
-HUBER_DELTA = 0.5
+CAUCHY_SCALE = 0.3
 MIN_ROWS_FOR_ENGINE = 3
 
 
@@ -63,9 +68,8 @@ class Calibration:
     rows_by_engine: dict[str, int]
 
 
-def _huber(x: np.ndarray) -> np.ndarray:
-    a = np.abs(x)
-    return np.where(a <= HUBER_DELTA, 0.5 * a**2, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
+def _cauchy(x: np.ndarray) -> np.ndarray:
+    return np.log1p((x / CAUCHY_SCALE) ** 2)
 
 
 def _row_loss(rows: Sequence[Scenario], factors: FactorSet) -> np.ndarray:
@@ -73,7 +77,7 @@ def _row_loss(rows: Sequence[Scenario], factors: FactorSet) -> np.ndarray:
     out = np.zeros(len(rows))
     for i, (row, pred) in enumerate(zip(rows, preds, strict=True)):
         if pred.predicted is not None and pred.predicted > 0 and row.value > 0:
-            out[i] = _huber(np.array(math.log(pred.predicted / row.value)))
+            out[i] = _cauchy(np.array(math.log(pred.predicted / row.value)))
     return out
 
 
@@ -85,7 +89,12 @@ def _family(row: Scenario) -> str | None:
 
 
 def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 6) -> Calibration:
-    """Fit engine and GPU-family factors on the non-suspect rows of `scenarios`."""
+    """Fit engine and GPU-family factors on the non-suspect rows of `scenarios`.
+
+    Every engine with data starts from, and is pulled towards, `start.default_engine` (the shipped
+    neutral prior unless `start` is given); every GPU family with data from 1.0. Engines and families
+    without data keep their values in `start`.
+    """
     start = start or load_factors()
     rows = [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0]
     engines = Counter(r.engine for r in rows)
@@ -94,9 +103,9 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     family_rows = {f: [r for r in rows if _family(r) == f] for f in families if f}
 
     current = FactorSet(
-        engines={e: start.engine(e) for e in engines if engines[e] >= MIN_ROWS_FOR_ENGINE} | {
+        engines={e: start.default_engine for e in engines if engines[e] >= MIN_ROWS_FOR_ENGINE} | {
             e: f for e, f in start.engines.items() if e not in engines},
-        families={f: start.family(f) for f in family_rows} | {
+        families={f: FamilyFactors() for f in family_rows} | {
             f: v for f, v in start.families.items() if f not in family_rows},
         default_engine=start.default_engine,
         meta=dict(start.meta),
@@ -109,8 +118,9 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     loss_before = total(current)
 
     def penalty(value: float, prior_value: float, name: str) -> float:
-        if name == "overlap_penalty" or name == "sequence_overhead_ms":
-            return PRIOR_WEIGHT * ((value - prior_value) / 0.5) ** 2
+        if name in LINEAR_FACTORS:
+            lo, hi = BOUNDS[name]
+            return PRIOR_WEIGHT * ((value - prior_value) / (0.5 * (hi - lo))) ** 2
         return PRIOR_WEIGHT * math.log(max(value, 1e-6) / max(prior_value, 1e-6)) ** 2
 
     def set_engine(fs: FactorSet, engine: str, name: str, value: float) -> FactorSet:
@@ -133,7 +143,7 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
             lo, hi = BOUNDS[name]
             value = getter(current)
             best = (float(_row_loss(subset, current).sum()) + penalty(value, prior_value, name), value)
-            if name in ("overlap_penalty", "sequence_overhead_ms"):
+            if name in LINEAR_FACTORS:
                 grid = value + np.linspace(-spread, spread, 9) * (hi - lo)
             else:
                 grid = value * np.exp(np.linspace(-spread, spread, 9) * 2.0)
@@ -143,11 +153,13 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
                 if loss < best[0] - 1e-9:
                     best = (loss, float(candidate))
             current = setter(current, key, name, best[1])
-    meta = dict(current.meta) | {
+    meta = {
+        "about": "efficiency factors fitted by inferplan calibrate; default_engine is the neutral prior",
         "fitted_on_rows": len(rows),
+        "rows_by_engine": dict(sorted(engines.items())),
         "procedure": "docs/calibration.md",
         "prior_weight": PRIOR_WEIGHT,
-        "huber_delta": HUBER_DELTA,
+        "cauchy_scale": CAUCHY_SCALE,
     }
     fitted = replace(current, meta=meta)
     return Calibration(fitted, loss_before, total(fitted), len(rows), dict(engines))

@@ -60,6 +60,17 @@ ENGINES: dict[str, EngineProfile] = {
 }
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """The settings one engine instance runs with (stated values, else the engine's defaults)."""
+
+    memory_fraction: float     # gpu_memory_utilization (or the engine's equivalent)
+    max_model_len: int
+    max_num_seqs: int
+    chunk_tokens: float        # per-step prefill token budget; inf when prefill is not chunked
+    profile_tokens: int        # tokens of the memory-profiling forward pass
+
+
 def engine_profile(name: str) -> EngineProfile:
     """The engine named `name` (case and separators ignored: `TensorRT-LLM`, `trtllm` is not accepted)."""
     key = normalize_name(name)

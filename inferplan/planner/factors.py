@@ -20,6 +20,7 @@ ENGINE_FACTOR_NAMES = (
     "overlap_penalty",            # share of the smaller of memory and compute time not hidden [0-1]
     "step_overhead_ms",           # per engine step: scheduling, kernel launches, sampling [ms]
     "sequence_overhead_ms",       # per running sequence per step: sampler, detokenise, bookkeeping [ms]
+    "request_overhead_ms",        # per request on an online server: HTTP, tokenising, first stream chunk [ms]
     "quantized_bandwidth_scale",  # weight-only int4/int8 kernels: dequantisation cost on bandwidth [0-1]
     "non_torch_gib",              # memory outside the PyTorch allocator: CUDA context, NCCL, cuBLAS [GiB]
     "activation_scale",           # profiled activation peak relative to the analytic estimate [-]
@@ -39,6 +40,7 @@ class EngineFactors:
     overlap_penalty: float
     step_overhead_ms: float
     sequence_overhead_ms: float
+    request_overhead_ms: float
     quantized_bandwidth_scale: float
     non_torch_gib: float
     activation_scale: float

@@ -43,6 +43,7 @@ __all__ = [
 REQUIRED_FIGURES = (
     "memory_gb",
     "memory_mib",
+    "cuda_total_mib",
     "memory_bandwidth_gb_s",
     "fp16_tflops",
     "interconnect_gb_s",
@@ -123,6 +124,13 @@ class GpuSpec:
     unverified_fields: tuple[str, ...]
     memory_gb: float | None = None  # marketing GB
     pcie_gb_s: float | None = None  # host link, per direction
+    cuda_total_bytes: int | None = None  # total the CUDA/ROCm runtime reports; engines size pools from it
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """Memory an engine sizes its KV pool from: the runtime's total (cudaMemGetInfo), which is below the
+        NVML total by what the driver reserves; the NVML total where the catalog has no runtime figure."""
+        return self.cuda_total_bytes or self.memory_bytes
 
     @property
     def memory_gib(self) -> float:
@@ -402,6 +410,11 @@ def _check_figures(entry: _GpuModel, sources: Mapping[str, SourceRef]) -> dict[s
         raise GpuCatalogError(
             "disagrees with memory_gb by more than 10% (unit slip?)", gpu=entry.key, field="memory_mib"
         )
+    cuda_total = entry.figures["cuda_total_mib"].value
+    if memory_mib is not None and cuda_total is not None and not 0.95 * memory_mib <= cuda_total <= memory_mib:
+        raise GpuCatalogError(
+            "must be at most memory_mib and within 5% of it", gpu=entry.key, field="cuda_total_mib"
+        )
     return result
 
 
@@ -439,11 +452,12 @@ def _build_spec(entry: _GpuModel, figures: Mapping[str, FigureProvenance]) -> Gp
         ),
         memory_gb=required["memory_gb"],
         pcie_gb_s=required["pcie_gb_s"],
+        cuda_total_bytes=int(required["cuda_total_mib"] * 2**20),
     )
 
 
 # The file stores memory as reported MiB; the spec exposes bytes.
-_SPEC_FIELD = {"memory_mib": "memory_bytes"}
+_SPEC_FIELD = {"memory_mib": "memory_bytes", "cuda_total_mib": "cuda_total_bytes"}
 
 
 @functools.cache

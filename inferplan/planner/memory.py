@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferplan.planner.architectures import ModelArchitecture
-from inferplan.planner.engines import EngineProfile
+from inferplan.planner.engines import EngineProfile, EngineSettings
+from inferplan.planner.factors import EngineFactors
+from inferplan.planner.gpus import GpuSpec
 from inferplan.planner.precisions import WeightPrecision
 
 GIB = float(2**30)
@@ -111,8 +113,45 @@ def kv_cache_tokens(pool_bytes_per_gpu: float, kv_bytes_per_token_gpu: float, bl
     return int(blocks) * block_tokens
 
 
-def engine_uses_pool(engine: EngineProfile) -> bool:
-    return engine.memory_mode != "context"
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Memory of one model instance at start-up, per GPU [bytes], and the KV capacity it leaves."""
+
+    weights_per_gpu: float
+    activation_per_gpu: float
+    non_torch_per_gpu: float
+    kv_pool_per_gpu: float          # 0 for engines that size KV by context (no pool)
+    kv_bytes_per_token_gpu: float
+    kv_cache_tokens: int            # whole blocks, the whole instance (all TP ranks hold the same tokens)
+
+    def slots(self, max_num_seqs: int, tokens_per_sequence: float) -> float:
+        """Sequences of `tokens_per_sequence` tokens the pool holds, capped by max_num_seqs (at least 1)."""
+        return max(1.0, min(float(max_num_seqs), self.kv_cache_tokens / max(tokens_per_sequence, 1.0)))
+
+
+def plan_memory(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    precision: WeightPrecision,
+    kv_bytes: float,
+    engine: EngineProfile,
+    settings: EngineSettings,
+    factors: EngineFactors,
+    tp: int = 1,
+    pp: int = 1,
+) -> MemoryPlan:
+    """Weights, activation peak, KV pool and KV capacity of one instance as the engine sizes them at start."""
+    weights = weight_bytes(arch, precision) / (tp * pp)
+    activation = activation_peak_bytes(arch, settings.profile_tokens, settings.max_num_seqs, tp,
+                                       factors.activation_scale)
+    non_torch = factors.non_torch_gib * GIB
+    per_token = kv_bytes_per_token_per_gpu(arch, kv_bytes, tp, pp)
+    if engine.memory_mode == "context":
+        return MemoryPlan(weights, activation, non_torch, 0.0, per_token, settings.max_model_len)
+    pool = kv_pool_bytes(engine.memory_mode, gpu.usable_memory_bytes, settings.memory_fraction, weights,
+                         activation, non_torch)
+    return MemoryPlan(weights, activation, non_torch, pool, per_token,
+                      kv_cache_tokens(pool, per_token, engine.kv_block_tokens))
 
 
 def max_concurrency(

@@ -64,6 +64,7 @@ class Hardware:
     overlap_penalty: Number
     step_overhead_s: Number
     sequence_overhead_s: Number
+    request_overhead_s: Number               # online serving only: added to TTFT
 
 
 def build_hardware(
@@ -119,7 +120,7 @@ def build_hardware(
         attention_flops_per_pair_per_gpu=4.0 * arch.num_attention_heads * arch.head_dim / shards,
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=float(2 * arch.num_layers / pp if tp > 1 else 0),
-        memory_bytes=float(gpu.memory_bytes),
+        memory_bytes=float(gpu.usable_memory_bytes),
         bandwidth_bytes_s=gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff,
         kv_bandwidth_bytes_s=gpu.memory_bandwidth_gb_s * 1e9 * factors.bandwidth_efficiency
         * family.bandwidth_scale * family.attention_scale,
@@ -130,6 +131,7 @@ def build_hardware(
         overlap_penalty=factors.overlap_penalty,
         step_overhead_s=factors.step_overhead_ms / 1e3,
         sequence_overhead_s=factors.sequence_overhead_ms / 1e3,
+        request_overhead_s=factors.request_overhead_ms / 1e3,
     )
 
 

@@ -12,18 +12,10 @@ from functools import lru_cache
 import numpy as np
 
 from inferplan.planner.architectures import ModelArchitecture, resolve_model
-from inferplan.planner.engines import EngineProfile, engine_profile
+from inferplan.planner.engines import EngineProfile, EngineSettings, engine_profile
 from inferplan.planner.factors import EngineFactors, FactorSet, FamilyFactors, load_factors
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
-from inferplan.planner.memory import (
-    GIB,
-    activation_peak_bytes,
-    kv_bytes_per_token_per_gpu,
-    kv_cache_tokens,
-    kv_pool_bytes,
-    max_concurrency,
-    weight_bytes,
-)
+from inferplan.planner.memory import GIB, MemoryPlan, max_concurrency, plan_memory
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.performance import Hardware, build_hardware, stack_hardware, take_hardware
 from inferplan.planner.precisions import kv_dtype_bytes, weight_precision
@@ -34,7 +26,7 @@ from inferplan.planner.serving import LoadResult, burst, closed_loop, poisson, s
 # output tokens and the longest prompt kept. vLLM's benchmark_serving drops ShareGPT prompts over 1024
 # tokens (and pairs over 2048), so the heavy tail is cut there. Provenance: assumed from the dataset's
 # length histograms and the benchmark's filter.
-DATASET_LENGTHS = {"sharegpt": (1.1, 1.0, 1024.0), "openorca": (1.0, 0.9, 2048.0)}
+DATASET_LENGTHS = {"sharegpt": (0.8, 1.0, 1024.0), "openorca": (1.0, 0.9, 2048.0)}
 DEFAULT_NUM_PROMPTS = 1000  # vLLM benchmark_serving's default
 
 STARTUP_METRICS = ("kv_cache_tokens", "max_concurrency", "weights_gib", "kv_cache_gib", "activation_peak_gib")
@@ -49,17 +41,6 @@ class Prediction:
     measured: float
     predicted: float | None
     skipped: str | None = None
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """The settings a scenario's engine ran with: stated values, else the engine's defaults."""
-
-    memory_fraction: float
-    max_model_len: int
-    max_num_seqs: int
-    chunk_tokens: float        # per-step prefill token budget; inf when prefill is not chunked
-    profile_tokens: int        # tokens of the memory-profiling forward pass
 
 
 def _version(text: str | None) -> tuple[int, ...] | None:
@@ -133,48 +114,39 @@ def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: in
                           engine_profile(engine), engine_factors, family_factors, tp, pp)
 
 
+def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> MemoryPlan:
+    return plan_memory(r.arch, r.gpu, weight_precision(row.weights), kv_dtype_bytes(row.kv_cache, row.weights),
+                       r.engine, settings, factors.engine(r.engine.name), r.tp, r.pp)
+
+
 def _startup(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> float | str:
-    precision = weight_precision(row.weights)
-    kv = kv_dtype_bytes(row.kv_cache, row.weights)
-    shards = r.tp * r.pp
-    weights = weight_bytes(r.arch, precision) / shards
+    memory = _memory(row, r, settings, factors)
     if row.metric == "weights_gib":
-        return weights / GIB
-    ef = factors.engine(r.engine.name)
-    activation = activation_peak_bytes(r.arch, settings.profile_tokens, settings.max_num_seqs, r.tp,
-                                       ef.activation_scale)
+        return memory.weights_per_gpu / GIB
     if row.metric == "activation_peak_gib":
-        return activation / GIB
+        return memory.activation_per_gpu / GIB
     if r.engine.memory_mode == "context":
         return f"{r.engine.name} sizes its KV cache by the configured context, not by a memory pool"
-    pool = kv_pool_bytes(r.engine.memory_mode, r.gpu.memory_bytes, settings.memory_fraction, weights,
-                         activation, ef.non_torch_gib * GIB)
     if row.metric == "kv_cache_gib":
-        return pool / GIB
-    per_token = kv_bytes_per_token_per_gpu(r.arch, kv, r.tp, r.pp)
-    tokens = kv_cache_tokens(pool, per_token, r.engine.kv_block_tokens)
+        return memory.kv_pool_per_gpu / GIB
     if row.metric == "kv_cache_tokens":
-        return float(tokens)
-    return max_concurrency(r.arch, tokens, settings.max_model_len, int(min(settings.chunk_tokens, 1 << 30)),
-                           r.engine.kv_block_tokens)
+        return float(memory.kv_cache_tokens)
+    budget = int(min(settings.chunk_tokens, settings.max_model_len))
+    return max_concurrency(r.arch, memory.kv_cache_tokens, settings.max_model_len, budget, r.engine.kv_block_tokens)
 
 
 def _slots(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet,
            prompt: float, output: float) -> tuple[float, float]:
-    """(admitted, running) sequences: what max_num_seqs and the KV pool allow at these lengths."""
+    """(admitted, running) sequences: what max_num_seqs and the KV pool allow at these lengths.
+
+    The engine admits a request when its prompt fits (one block of headroom); it keeps running as many as
+    fit at their mean length over the generation (prompt + output / 2).
+    """
     if not r.engine.continuous_batching:
         return 1.0, 1.0
-    precision = weight_precision(row.weights)
-    ef = factors.engine(r.engine.name)
-    weights = weight_bytes(r.arch, precision) / (r.tp * r.pp)
-    activation = activation_peak_bytes(r.arch, settings.profile_tokens, settings.max_num_seqs, r.tp,
-                                       ef.activation_scale)
-    pool = kv_pool_bytes(r.engine.memory_mode, r.gpu.memory_bytes, settings.memory_fraction, weights,
-                         activation, ef.non_torch_gib * GIB)
-    tokens = pool / kv_bytes_per_token_per_gpu(r.arch, kv_dtype_bytes(row.kv_cache, row.weights), r.tp, r.pp)
-    admitted = min(settings.max_num_seqs, tokens / max(prompt + r.engine.kv_block_tokens, 1.0))
-    running = min(settings.max_num_seqs, tokens / max(prompt + output / 2.0, 1.0))
-    return max(admitted, 1.0), max(running, 1.0)
+    memory = _memory(row, r, settings, factors)
+    return (memory.slots(settings.max_num_seqs, prompt + r.engine.kv_block_tokens),
+            memory.slots(settings.max_num_seqs, prompt + output / 2.0))
 
 
 def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None) -> list[Prediction]:

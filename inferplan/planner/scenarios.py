@@ -185,7 +185,7 @@ def read_scenarios(path: str | Path) -> ScenarioFile:
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
-                text = raw.decode("utf-8")
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a BOM may open the file
             except UnicodeDecodeError as exc:
                 errors.append(ScenarioError(number, None, f"not valid UTF-8 (byte {exc.start})"))
                 continue

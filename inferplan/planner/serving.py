@@ -5,6 +5,9 @@ Times are seconds; token counts are per request. `slots` is how many sequences t
 once (min of its max_num_seqs and what the KV pool holds at the workload's lengths); `chunk_tokens`
 is the per-step token budget of chunked prefill (np.inf where prefill runs as whole steps).
 
+Online loads (burst, closed loop, Poisson) add the engine's per-request overhead (HTTP, tokenising, the
+first stream chunk) to TTFT; single-stream and static-batch runs are offline harnesses and do not.
+
 Percentiles are computed from the distributions, not as multiples of the mean: prompt and output
 lengths are lognormal (mean and CV), the prefill queue is M/G/1 with an exponential tail, the slot
 queue follows the Allen-Cunneen two-moment M/G/c approximation, and the stall a request's decode
@@ -60,7 +63,7 @@ def _stratified(seed: int) -> FloatArray:
     return np.random.default_rng(seed).permutation(u)
 
 
-_U_PROMPT, _U_OUTPUT, _U_WAIT, _U_STALL = (_stratified(s) for s in (11, 23, 37, 41))
+_U_PROMPT, _U_OUTPUT, _U_WAIT, _U_STALL, _U_ARRIVAL = (_stratified(s) for s in (11, 23, 37, 41, 53))
 
 
 def lognormal_sample(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
@@ -174,19 +177,27 @@ def burst(
         + (end_rest - start_rest)[..., None]
         * np.clip((order - first[..., None]) / np.maximum(rest, 1.0)[..., None], 0.0, 1.0),
     )
+    ttft_samples = ttft_samples + np.asarray(hw.request_overhead_s)[..., None]
     ttft_mean = ttft_samples.mean(axis=-1)
-    # Each request's decode phase: its wave's remaining prefill (first wave) or the steady share of
-    # prompt work (later requests) on top of `o` decode steps.
+    # Each request's decode phase. The first wave's: the rest of its wave's prefill plus `o` steps; those
+    # of it the KV pool cannot keep (first - slots) are preempted and wait about one generation for a
+    # slot before they resume; later requests decode in steps stretched by the prompt work around them.
     prefill_share = rest_prefill / np.maximum(total - first_prefill, 1e-9)
-    tpot_first = (first_prefill / 2.0 + o * step) / np.maximum(o - 1.0, 1.0)
+    gaps = np.maximum(o - 1.0, 1.0)
+    tpot_first = (first_prefill / 2.0 + o * step) / gaps
+    tpot_preempted = tpot_first + o * step / gaps
     tpot_rest = step / np.maximum(1.0 - prefill_share, 0.05)
-    share_first = first / n
-    tpot_mean = share_first * tpot_first + (1.0 - share_first) * tpot_rest
-    tpot_max = np.maximum(tpot_first, tpot_rest)
+    kept_share = (slots / n)[..., None]
+    preempted_share = (np.maximum(first - slots, 0.0) / n)[..., None]
+    place = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
+    tpot_samples = np.where(
+        place < kept_share, tpot_first[..., None],
+        np.where(place < kept_share + preempted_share, tpot_preempted[..., None], tpot_rest[..., None]),
+    )
+    tpot_mean = tpot_samples.mean(axis=-1)
     e2e = ttft_mean + (o - 1.0) * tpot_mean
     return LoadResult(
-        ttft_mean, _quantiles(ttft_samples), tpot_mean,
-        {q: np.where(q >= 0.9, tpot_max, tpot_mean) for q in (0.5, 0.9, 0.95, 0.99)},
+        ttft_mean, _quantiles(ttft_samples), tpot_mean, _quantiles(tpot_samples),
         e2e, n / total, n * o / total, slots, np.zeros_like(total, dtype=bool),
     )
 
@@ -275,7 +286,14 @@ def poisson(
     tail = np.where(_U_WAIT > 1.0 - p_wait[..., None],
                     np.log(p_wait[..., None] / np.maximum(1.0 - _U_WAIT, 1e-9)), 0.0)
     waits = tail * (wait_mean / p_wait)[..., None]
-    ttft_samples = service_pf + residual[..., None] + waits
+    # A finite run cannot build the steady-state queue of a nearly saturated server: after the k-th of m
+    # arrivals the queue has grown like a reflected random walk, about sqrt(k (ca2 + cs2)) requests,
+    # which the instance drains at its capacity. A request's wait is capped by that at its arrival.
+    m_runs = np.asarray(num_prompts, dtype=float)
+    m_runs = m_runs[..., None] if np.ndim(m_runs) else m_runs
+    transient = np.sqrt(_U_ARRIVAL * m_runs * (ca2 + cs2)[..., None]) / np.maximum(capacity, 1e-9)[..., None]
+    waits = np.minimum(waits, transient)
+    ttft_samples = service_pf + residual[..., None] + waits + np.asarray(hw.request_overhead_s)[..., None]
 
     # Decode stalls from other requests' prompt work during this request's decode phase.
     life = outputs * tpot_bar[..., None]
@@ -322,7 +340,7 @@ def closed_loop(
     for _ in range(30):
         busy = np.clip(x * p * per_token, 0.0, 0.95)
         tpot = step / (1.0 - busy)
-        ttft_service = own_prefill + step / 2.0
+        ttft_service = own_prefill + step / 2.0 + hw.request_overhead_s
         x = running / (ttft_service + (o - 1.0) * tpot)
     wait = (clients_ - running) / x
     ttft = ttft_service + wait
