@@ -158,14 +158,18 @@ def test_predictions_must_match_scenarios_one_to_one() -> None:
         score(rows, preds[:-1])
 
 
-def test_worst_lists_largest_signed_errors_first() -> None:
+def test_every_row_outside_25_percent_is_listed_with_its_caveat() -> None:
     rows, preds = _case()
-    report = score(rows, preds, worst=3)
-    assert [w[0] for w in report.worst] == ["d3", "e1", "d2"]
-    _rid, measured, predicted, err = report.worst[0]
-    assert (measured, predicted) == (50.0, 100.0)
-    assert err == pytest.approx(1.0)
-    assert report.worst[2][3] == pytest.approx(-0.25)
+    report = score(rows, preds)
+    ids = [o.id for o in report.outliers]
+    assert ids[0] == "d3"
+    assert "d2" not in ids  # exactly -25% is within
+    assert all(abs(o.error) > 0.25 for o in report.outliers)
+    assert [abs(o.error) for o in report.outliers] == sorted((abs(o.error) for o in report.outliers), reverse=True)
+    first = report.outliers[0]
+    assert (first.measured, first.predicted, first.error) == (50.0, 100.0, pytest.approx(1.0))
+    assert "[normalization]" not in first.caveat
+    assert report.worst[0][0] == "d3"
 
 
 def test_zero_measurement_does_not_crash_scoring() -> None:
@@ -179,7 +183,7 @@ def test_to_json_has_documented_keys_and_fractions() -> None:
     bad = _row(DECODE, "s1", 10.0, suspect=True)
     skip = _row(E2E, "k1", 1.0)
     data = score([*rows, bad, skip], [*preds, _pred(bad, 20.0), _pred(skip, None, "GPU not stated")]).to_json()
-    assert set(data) == {"metrics", "overall", "skippedReasons", "suspect"}
+    assert set(data) == {"metrics", "overall", "skippedReasons", "suspect", "outliers"}
     assert set(data["metrics"]) == {"decode_tps_single", "e2e_ms_mean"}
     for entry in [*data["metrics"].values(), data["overall"], *data["suspect"].values()]:
         assert set(entry) == METRIC_KEYS
@@ -202,7 +206,7 @@ def test_format_report_shows_percentages_and_sections() -> None:
     assert "overall" in text
     assert "suspect" in text
     assert "GPU not stated" in text
-    assert "largest errors" in text
+    assert "rows outside +-25%" in text
 
 
 @pytest.mark.skipif(not PUBLISHED.is_file(), reason=f"published scenario file not found at {PUBLISHED}")

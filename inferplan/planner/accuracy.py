@@ -33,12 +33,28 @@ class MetricScore:
 
 
 @dataclass(frozen=True)
+class Outlier:
+    """A scored row outside +-25%, with the caveat its source gives (the notes before the converter's)."""
+
+    id: str
+    metric: str
+    measured: float
+    predicted: float
+    error: float  # signed fraction: (predicted - measured) / measured
+    caveat: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "metric": self.metric, "measured": self.measured,
+                "predicted": round(self.predicted, 6), "error": round(self.error, 4), "caveat": self.caveat}
+
+
+@dataclass(frozen=True)
 class AccuracyReport:
     metrics: dict[str, MetricScore]
     overall: MetricScore
     skipped_reasons: dict[str, int]
     suspect: dict[str, MetricScore]
-    worst: list[tuple[str, float, float, float]]  # (id, measured, predicted, signed error)
+    outliers: list[Outlier]  # every non-suspect row outside +-25%, largest error first
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -46,7 +62,13 @@ class AccuracyReport:
             "overall": self.overall.to_json(),
             "skippedReasons": self.skipped_reasons,
             "suspect": {m: s.to_json() for m, s in self.suspect.items()},
+            "outliers": [o.to_json() for o in self.outliers],
         }
+
+    @property
+    def worst(self) -> list[tuple[str, float, float, float]]:
+        """(id, measured, predicted, signed error) of the ten largest errors."""
+        return [(o.id, o.measured, o.predicted, o.error) for o in self.outliers[:10]]
 
 
 def _score(apes: Sequence[float], skipped: int) -> MetricScore:
@@ -64,13 +86,18 @@ def absolute_percentage_error(predicted: float, measured: float) -> float:
     return abs(predicted - measured) / abs(measured)
 
 
-def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], worst: int = 10) -> AccuracyReport:
+def _caveat(notes: str, limit: int = 160) -> str:
+    text = notes.split("[normalization]")[0].strip() or notes.strip()
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction]) -> AccuracyReport:
     """Score `predictions` (same order as `scenarios`)."""
     apes: dict[str, list[float]] = {}
     suspect_apes: dict[str, list[float]] = {}
     skipped: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
-    errors: list[tuple[str, float, float, float]] = []
+    outliers: list[Outlier] = []
     for row, pred in zip(scenarios, predictions, strict=True):
         if pred.predicted is None:
             if not row.suspect:  # suspect rows never enter the headline counts
@@ -79,15 +106,15 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], wors
             continue
         ape = absolute_percentage_error(pred.predicted, row.value)
         (suspect_apes if row.suspect else apes).setdefault(row.metric, []).append(ape)
-        if not row.suspect:
+        if not row.suspect and ape > WITHIN + 1e-12:
             signed = ape if pred.predicted >= row.value else -ape
-            errors.append((row.id, row.value, pred.predicted, signed))
+            outliers.append(Outlier(row.id, row.metric, row.value, pred.predicted, signed, _caveat(row.notes)))
     metric_names = sorted(set(apes) | set(skipped))
     metrics = {m: _score(apes.get(m, []), skipped[m]) for m in metric_names}
     overall = _score([a for v in apes.values() for a in v], sum(skipped.values()))
-    errors.sort(key=lambda e: -abs(e[3]))
+    outliers.sort(key=lambda o: -abs(o.error))
     return AccuracyReport(metrics, overall, dict(reasons.most_common()),
-                          {m: _score(v, 0) for m, v in sorted(suspect_apes.items())}, errors[:worst])
+                          {m: _score(v, 0) for m, v in sorted(suspect_apes.items())}, outliers)
 
 
 def format_report(report: AccuracyReport) -> str:
@@ -108,9 +135,11 @@ def format_report(report: AccuracyReport) -> str:
         lines.append("")
         lines.append("skipped:")
         lines.extend(f"  {n:4d}  {reason}" for reason, n in report.skipped_reasons.items())
-    if report.worst:
+    if report.outliers:
         lines.append("")
-        lines.append("largest errors:")
-        lines.extend(f"  {err:+8.1%}  measured {meas:g}  predicted {pred:.4g}  {rid}"
-                     for rid, meas, pred, err in report.worst)
+        lines.append(f"rows outside +-25% ({len(report.outliers)}), largest first, with their source's caveat:")
+        for o in report.outliers:
+            lines.append(f"  {o.error:+8.1%}  measured {o.measured:g}  predicted {o.predicted:.4g}  {o.id}")
+            if o.caveat:
+                lines.append(f"            {o.caveat}")
     return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""The factor fit: it recovers factors that generated the data, and keeps engines without data at the prior."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from inferplan.planner.calibrate import calibrate
+from inferplan.planner.factors import FactorSet, load_factors, parse_factors
+from inferplan.planner.predict import predict_scenarios
+from inferplan.planner.scenarios import read_scenarios
+
+
+def synthetic(published: Path, truth: FactorSet) -> list:
+    """Published vLLM single-stream and static-batch rows with values replaced by `truth`'s predictions."""
+    rows = [r for r in read_scenarios(published).scenarios
+            if r.engine == "vllm" and not r.suspect and r.load.kind in ("single", "static_batch")][:40]
+    predicted = predict_scenarios(rows, truth)
+    return [r.model_copy(update={"value": p.predicted}) for r, p in zip(rows, predicted, strict=True)
+            if p.predicted]
+
+
+def test_fit_recovers_the_bandwidth_efficiency_that_made_the_data(published_scenarios: Path) -> None:
+    shipped = load_factors()
+    prior = replace(shipped, engines={}, families={})
+    truth = replace(prior, engines={"vllm": replace(prior.default_engine, bandwidth_efficiency=0.62)})
+    rows = synthetic(published_scenarios, truth)
+    assert len(rows) >= 20
+    fitted = calibrate(rows, prior, sweeps=4)
+    assert fitted.loss_after < fitted.loss_before
+    assert fitted.factors.engine("vllm").bandwidth_efficiency == pytest.approx(0.62, rel=0.1)
+
+
+def test_engines_without_rows_keep_their_factors(published_scenarios: Path) -> None:
+    shipped = load_factors()
+    rows = [r for r in read_scenarios(published_scenarios).scenarios if r.engine == "llama.cpp"][:10]
+    fitted = calibrate(rows, shipped, sweeps=1)
+    assert fitted.factors.engine("vllm") == shipped.engine("vllm")
+    assert set(fitted.rows_by_engine) == {"llama.cpp"}
+
+
+def test_shipped_factors_round_trip_through_json() -> None:
+    shipped = load_factors()
+    assert parse_factors(shipped.to_json()) == replace(shipped, meta=shipped.to_json()["meta"])
+
+
+def test_a_missing_factor_is_an_error_naming_it() -> None:
+    data = load_factors().to_json()
+    del data["engines"]["vllm"]["step_overhead_ms"]
+    with pytest.raises(ValueError, match=r"vllm.*step_overhead_ms"):
+        parse_factors(data)

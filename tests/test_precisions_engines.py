@@ -1,0 +1,46 @@
+"""Weight formats, KV dtypes and engine profiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferplan.planner.engines import ENGINES, engine_profile
+from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.precisions import WEIGHT_PRECISIONS, kv_dtype_bytes, weight_precision
+
+
+@pytest.mark.parametrize(
+    ("name", "bits"),
+    [("bf16", 16), ("fp8", 8), ("int8-w8a8", 8), ("int4-awq", 4.15625), ("int4-gptq", 4.15625),
+     ("int8-gptq", 8.1875), ("gguf-q8_0", 8.5), ("gguf-q4_k_m", 4.89), ("mxfp4", 4.25), ("mlc-q4f16_1", 4.5)],
+)
+def test_bits_per_parameter_include_scales(name: str, bits: float) -> None:
+    assert weight_precision(name).bits_per_param == pytest.approx(bits)
+
+
+def test_every_format_of_the_scenario_spec_is_known() -> None:
+    for name in ("fp16", "bf16", "fp8", "int8-w8a8", "int4-awq", "int4-gptq", "int8-gptq", "gguf-f16", "gguf-q8_0",
+                 "gguf-q4_k_m", "gguf-q6_k", "gguf-q5_k_m", "mlc-q4f16_1", "mxfp4"):
+        assert name in WEIGHT_PRECISIONS
+    assert weight_precision("INT4_AWQ").name == "int4-awq"
+
+
+def test_unknown_precision_lists_close_names() -> None:
+    with pytest.raises(CatalogLookupError, match="int4-awq"):
+        weight_precision("int4-aqw")
+
+
+def test_kv_dtypes() -> None:
+    assert kv_dtype_bytes("fp8", "bf16") == 1.0
+    assert kv_dtype_bytes("auto", "fp8") == 2.0
+    with pytest.raises(CatalogLookupError):
+        kv_dtype_bytes("int2", "bf16")
+
+
+def test_engine_profiles_say_how_they_batch() -> None:
+    assert set(ENGINES) == {"vllm", "sglang", "tensorrt-llm", "tgi", "lmdeploy", "mlc-llm", "llama.cpp", "exllama"}
+    assert engine_profile("vLLM").continuous_batching
+    assert not engine_profile("llama.cpp").continuous_batching
+    assert engine_profile("TensorRT-LLM").memory_mode == "free_fraction"
+    with pytest.raises(CatalogLookupError, match="vllm"):
+        engine_profile("vlm")
