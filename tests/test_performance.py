@@ -175,3 +175,21 @@ def test_more_memory_never_lowers_kv_capacity(memory: float, more: float, fracti
                                per_token, 16)
 
     assert tokens(memory + more) >= tokens(memory)
+
+
+def test_memory_plan_leaves_headroom_for_cuda_graphs_only_below_full_utilisation() -> None:
+    from inferplan.planner.engines import EngineSettings
+    from inferplan.planner.memory import plan_memory
+
+    arch, gpu = resolve_model("meta-llama/Meta-Llama-3-8B"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    factors = load_factors().engine("vllm")
+
+    def plan(fraction: float):
+        settings = EngineSettings(fraction, 8192, 256, 2048.0, 2048)
+        return plan_memory(arch, gpu, weight_precision("bf16"), 2.0, engine_profile("vllm"), settings, factors)
+
+    usual, greedy = plan(0.9), plan(0.999)
+    assert usual.fits and usual.kv_cache_tokens > 0
+    assert usual.headroom_per_gpu == pytest.approx(0.1 * gpu.usable_memory_bytes - usual.cuda_graph_per_gpu)
+    assert not greedy.fits  # 0.1% headroom cannot hold 0.5 GiB of CUDA graphs
+    assert plan(0.05).kv_cache_tokens == 0 and not plan(0.05).fits  # weights alone exceed 5% of 80 GB

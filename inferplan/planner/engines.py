@@ -16,6 +16,11 @@ from inferplan.planner.names import CatalogLookupError, closest_names, normalize
 class EngineProfile:
     """Behaviour of one serving engine at its defaults.
 
+    cuda_graph_gib: memory of the captured CUDA graphs per GPU. vLLM (through 0.10) and SGLang capture
+      them after sizing the KV pool, so they come out of the `1 - gpu_memory_utilization` headroom; a
+      fraction so high that the headroom cannot hold them fails at start-up. vLLM logs print 0.3-1 GiB
+      ("Graph capturing finished ... took X GiB"); 0.5 is assumed.
+
     memory_mode:
       "total_fraction": the engine may use `gpu_memory_utilization` x total memory; the KV pool is what
         is left after weights, the profiled activation peak and non-torch memory (vLLM, SGLang, MLC-LLM).
@@ -33,29 +38,118 @@ class EngineProfile:
     default_max_num_seqs: int
     default_max_batched_tokens: int
     tensor_parallel: bool
+    cuda_graph_gib: float  # CUDA-graph memory per GPU, captured after the KV pool is sized (assumed)
     description: str
 
 
 ENGINES: dict[str, EngineProfile] = {
     e.name: e
     for e in (
-        EngineProfile("vllm", True, "total_fraction", 0.9, 16, True, 256, 2048, True,
-                      "vLLM: paged KV, continuous batching, chunked prefill on by default since V1 (0.8)"),
-        EngineProfile("sglang", True, "total_fraction", 0.88, 1, True, 1024, 8192, True,
-                      "SGLang: radix-tree KV (page size 1), continuous batching, chunked prefill 8192"),
-        EngineProfile("tensorrt-llm", True, "free_fraction", 0.9, 64, True, 256, 8192, True,
-                      "TensorRT-LLM: in-flight batching, paged KV sized from free memory after load"),
-        EngineProfile("tgi", True, "free_fraction", 0.95, 16, True, 256, 4096, True,
-                      "Text Generation Inference: continuous batching, KV sized from free memory"),
-        EngineProfile("lmdeploy", True, "free_fraction", 0.8, 64, False, 256, 8192, True,
-                      "LMDeploy TurboMind: persistent batching, KV = cache_max_entry_count of free memory"),
-        EngineProfile("mlc-llm", True, "total_fraction", 0.85, 16, True, 80, 2048, True,
-                      "MLC-LLM serve: continuous batching, KV from gpu_memory_utilization of total memory"),
-        EngineProfile("llama.cpp", False, "context", 1.0, 1, False, 1, 512, False,
-                      "llama.cpp server: one sequence per slot, no continuous batching across requests; "
-                      "multi-GPU splits layers (pipeline), which adds no speed to one stream"),
-        EngineProfile("exllama", False, "context", 1.0, 1, False, 1, 2048, False,
-                      "ExLlama: single-stream GPTQ/EXL2 kernels"),
+        EngineProfile(
+            name="vllm",
+            continuous_batching=True,
+            memory_mode="total_fraction",
+            default_memory_fraction=0.9,
+            kv_block_tokens=16,
+            chunked_prefill=True,
+            default_max_num_seqs=256,
+            default_max_batched_tokens=2048,
+            tensor_parallel=True,
+            cuda_graph_gib=0.5,
+            description="vLLM: paged KV, continuous batching, chunked prefill on by default since V1 (0.8)",
+        ),
+        EngineProfile(
+            name="sglang",
+            continuous_batching=True,
+            memory_mode="total_fraction",
+            default_memory_fraction=0.88,
+            kv_block_tokens=1,
+            chunked_prefill=True,
+            default_max_num_seqs=1024,
+            default_max_batched_tokens=8192,
+            tensor_parallel=True,
+            cuda_graph_gib=0.5,
+            description="SGLang: radix-tree KV (page size 1), continuous batching, chunked prefill 8192",
+        ),
+        EngineProfile(
+            name="tensorrt-llm",
+            continuous_batching=True,
+            memory_mode="free_fraction",
+            default_memory_fraction=0.9,
+            kv_block_tokens=64,
+            chunked_prefill=True,
+            default_max_num_seqs=256,
+            default_max_batched_tokens=8192,
+            tensor_parallel=True,
+            cuda_graph_gib=0.0,
+            description="TensorRT-LLM: in-flight batching, paged KV sized from free memory after load",
+        ),
+        EngineProfile(
+            name="tgi",
+            continuous_batching=True,
+            memory_mode="free_fraction",
+            default_memory_fraction=0.95,
+            kv_block_tokens=16,
+            chunked_prefill=True,
+            default_max_num_seqs=256,
+            default_max_batched_tokens=4096,
+            tensor_parallel=True,
+            cuda_graph_gib=0.3,
+            description="Text Generation Inference: continuous batching, KV sized from free memory",
+        ),
+        EngineProfile(
+            name="lmdeploy",
+            continuous_batching=True,
+            memory_mode="free_fraction",
+            default_memory_fraction=0.8,
+            kv_block_tokens=64,
+            chunked_prefill=False,
+            default_max_num_seqs=256,
+            default_max_batched_tokens=8192,
+            tensor_parallel=True,
+            cuda_graph_gib=0.0,
+            description="LMDeploy TurboMind: persistent batching, KV = cache_max_entry_count of free memory",
+        ),
+        EngineProfile(
+            name="mlc-llm",
+            continuous_batching=True,
+            memory_mode="total_fraction",
+            default_memory_fraction=0.85,
+            kv_block_tokens=16,
+            chunked_prefill=True,
+            default_max_num_seqs=80,
+            default_max_batched_tokens=2048,
+            tensor_parallel=True,
+            cuda_graph_gib=0.0,
+            description="MLC-LLM serve: continuous batching, KV from gpu_memory_utilization of total memory",
+        ),
+        EngineProfile(
+            name="llama.cpp",
+            continuous_batching=False,
+            memory_mode="context",
+            default_memory_fraction=1.0,
+            kv_block_tokens=1,
+            chunked_prefill=False,
+            default_max_num_seqs=1,
+            default_max_batched_tokens=512,
+            tensor_parallel=False,
+            cuda_graph_gib=0.0,
+            description="llama.cpp server: one sequence per slot, no continuous batching across requests; "
+            "multi-GPU splits layers (pipeline), which adds no speed to one stream",
+        ),
+        EngineProfile(
+            name="exllama",
+            continuous_batching=False,
+            memory_mode="context",
+            default_memory_fraction=1.0,
+            kv_block_tokens=1,
+            chunked_prefill=False,
+            default_max_num_seqs=1,
+            default_max_batched_tokens=2048,
+            tensor_parallel=False,
+            cuda_graph_gib=0.0,
+            description="ExLlama: single-stream GPTQ/EXL2 kernels",
+        ),
     )
 }
 
@@ -64,11 +158,11 @@ ENGINES: dict[str, EngineProfile] = {
 class EngineSettings:
     """The settings one engine instance runs with (stated values, else the engine's defaults)."""
 
-    memory_fraction: float     # gpu_memory_utilization (or the engine's equivalent)
+    memory_fraction: float  # gpu_memory_utilization (or the engine's equivalent)
     max_model_len: int
     max_num_seqs: int
-    chunk_tokens: float        # per-step prefill token budget; inf when prefill is not chunked
-    profile_tokens: int        # tokens of the memory-profiling forward pass
+    chunk_tokens: float  # per-step prefill token budget; inf when prefill is not chunked
+    profile_tokens: int  # tokens of the memory-profiling forward pass
 
 
 def engine_profile(name: str) -> EngineProfile:

@@ -123,6 +123,13 @@ class MemoryPlan:
     kv_pool_per_gpu: float          # 0 for engines that size KV by context (no pool)
     kv_bytes_per_token_gpu: float
     kv_cache_tokens: int            # whole blocks, the whole instance (all TP ranks hold the same tokens)
+    cuda_graph_per_gpu: float = 0.0
+    headroom_per_gpu: float = 0.0   # memory left after everything above; negative: fails at start-up
+
+    @property
+    def fits(self) -> bool:
+        """Weights, activations and graphs fit, and the KV pool holds at least one block."""
+        return self.headroom_per_gpu >= 0 and self.kv_cache_tokens > 0
 
     def slots(self, max_num_seqs: int, tokens_per_sequence: float) -> float:
         """Sequences of `tokens_per_sequence` tokens the pool holds, capped by max_num_seqs (at least 1)."""
@@ -146,12 +153,18 @@ def plan_memory(
                                        factors.activation_scale)
     non_torch = factors.non_torch_gib * GIB
     per_token = kv_bytes_per_token_per_gpu(arch, kv_bytes, tp, pp)
+    graphs = engine.cuda_graph_gib * GIB
+    total = float(gpu.usable_memory_bytes)
     if engine.memory_mode == "context":
-        return MemoryPlan(weights, activation, non_torch, 0.0, per_token, settings.max_model_len)
-    pool = kv_pool_bytes(engine.memory_mode, gpu.usable_memory_bytes, settings.memory_fraction, weights,
-                         activation, non_torch)
+        kv = per_token * settings.max_model_len
+        headroom = total - weights - activation - non_torch - graphs - kv
+        return MemoryPlan(weights, activation, non_torch, 0.0, per_token, settings.max_model_len, graphs, headroom)
+    pool = kv_pool_bytes(engine.memory_mode, total, settings.memory_fraction, weights, activation, non_torch)
+    used = weights + activation + non_torch + pool
+    if engine.memory_mode == "total_fraction":
+        used = max(used, settings.memory_fraction * total)  # the pool is what is left of the fraction
     return MemoryPlan(weights, activation, non_torch, pool, per_token,
-                      kv_cache_tokens(pool, per_token, engine.kv_block_tokens))
+                      kv_cache_tokens(pool, per_token, engine.kv_block_tokens), graphs, total - used - graphs)
 
 
 def max_concurrency(
