@@ -5,10 +5,10 @@ Usage (from the repository root):
 
     python bench/leave_one_source_out.py
 
-It runs `calibrate(..., sweeps=2)` once on all rows of the published file
+It runs `calibrate(...)` (the shipped procedure, 6 sweeps) once on all rows of the published file
 (../shared/accuracy/scenarios.jsonl relative to the repository root) and once per source without
-that source's rows (sources = `Scenario.source_name`), so it takes a few minutes (about 10 s per
-fit on a laptop-class CPU; 7 fits in all). It prints:
+that source's rows (sources = `Scenario.source_name`), so it takes a few minutes (about 30 s per
+fit on a 2-core machine; 7 fits in all). It prints:
 
   (i)  per engine factor, the largest relative change of a fold's fit versus the all-rows fit,
        over the folds where that engine still has enough training rows to be fitted (folds where
@@ -16,12 +16,8 @@ fit on a laptop-class CPU; 7 fits in all). It prints:
   (ii) per held-out source and metric, the median APE of its rows predicted with the fold's factors
        (held out), with the all-rows fit (in sample) and with the shipped factors.
 
-Caveat: by default every fit starts from (and is pulled towards) the shipped factors, which were
-themselves fitted on all published rows, so the held-out source is not fully unseen. Pass
-`--start neutral` to start every engine from the shipped `default_engine` values and every GPU family
-from 1.0 instead:
-
-    python bench/leave_one_source_out.py --start neutral
+Every fit starts from, and is pulled towards, the neutral prior (`default_engine` for engines, 1.0 for
+GPU families), exactly as `inferplan calibrate` does, so the held-out source is unseen by its fold.
 """
 
 from __future__ import annotations
@@ -39,7 +35,6 @@ from inferplan.planner.factors import (
     ENGINE_FACTOR_NAMES,
     FAMILY_FACTOR_NAMES,
     FactorSet,
-    FamilyFactors,
     load_factors,
 )
 from inferplan.planner.gpus import resolve_gpu
@@ -49,21 +44,10 @@ from inferplan.planner.scenarios import Scenario, read_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"
-SWEEPS = 2
 
 
 def _fit(rows: Sequence[Scenario], start: FactorSet) -> FactorSet:
-    return calibrate(rows, start, sweeps=SWEEPS).factors
-
-
-def _neutral(shipped: FactorSet) -> FactorSet:
-    """Every engine at the shipped default values, every GPU family at 1.0: nothing fitted."""
-    return FactorSet(
-        engines={e: shipped.default_engine for e in shipped.engines},
-        families={f: FamilyFactors() for f in shipped.families},
-        default_engine=shipped.default_engine,
-        meta={},
-    )
+    return calibrate(rows, start).factors
 
 
 def _training_engines(rows: Sequence[Scenario]) -> Counter[str]:
@@ -88,9 +72,7 @@ def _pct(x: float | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Leave-one-source-out check of the factor fit.")
-    parser.add_argument("--start", choices=("shipped", "neutral"), default="shipped",
-                        help="factors every fit starts from and is pulled towards (default: shipped)")
-    args = parser.parse_args(argv)
+    parser.parse_args(argv)
     if not PUBLISHED.is_file():
         print(f"published scenario file not found: {PUBLISHED}", file=sys.stderr)
         return 2
@@ -102,8 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     start = time.perf_counter()
     shipped = load_factors()
-    initial = shipped if args.start == "shipped" else _neutral(shipped)
-    print(f"start factors: {args.start}; calibrate sweeps={SWEEPS}")
+    initial = shipped
     full = _fit(rows, initial)
     print(f"all-rows fit: {len(rows)} rows, {time.perf_counter() - start:.1f} s")
     folds: dict[str, FactorSet] = {}

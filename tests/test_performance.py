@@ -24,6 +24,7 @@ from inferplan.planner.memory import (
 from inferplan.planner.performance import (
     Hardware,
     allreduce_s,
+    attention_flops,
     build_hardware,
     decode_step_s,
     prefill_s,
@@ -100,7 +101,9 @@ def test_single_stream_decode_is_weights_over_bandwidth() -> None:
 def test_large_batch_decode_is_compute_bound() -> None:
     hw = hardware()
     step = decode_step_s(hw, 4096, 10)
-    flops = 4096 * (hw.decode_flops_per_token_per_gpu + hw.attention_flops_per_pair_per_gpu * 10)
+    arch = resolve_model("meta-llama/Meta-Llama-3-8B")
+    attention = 2 * 2 * arch.num_layers * arch.num_attention_heads * arch.head_dim * 10  # QK^T and AV, 10 tokens
+    flops = 4096 * (hw.decode_flops_per_token_per_gpu + attention)
     assert step == pytest.approx(flops / (989e12 * 0.5), rel=1e-6)
 
 
@@ -109,6 +112,14 @@ def test_fp8_uses_fp8_tensor_cores_where_the_gpu_has_them() -> None:
     a100 = hardware(gpu="NVIDIA-A100-SXM4-80GB", weights="fp8")
     assert h100.prefill_flops_s == pytest.approx(1979e12 * 0.6)
     assert a100.prefill_flops_s == pytest.approx(312e12 * 0.6)
+
+
+def test_sliding_window_layers_cap_attention_work() -> None:
+    oss = hardware("openai/gpt-oss-20b")
+    short, long = attention_flops(oss, 100.0), attention_flops(oss, 100_000.0)
+    full, window = oss.attention_full_flops_per_pair_per_gpu, oss.attention_window_flops_per_pair_per_gpu
+    # Full layers grow with the context; window layers only up to their 128-token window.
+    assert long - short == pytest.approx(full * (100_000 - 100) + window * (128 - 100), rel=1e-9)
 
 
 def test_prefill_has_a_quadratic_attention_term() -> None:

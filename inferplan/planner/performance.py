@@ -51,7 +51,8 @@ class Hardware:
     window_tokens: Number
     decode_flops_per_token_per_gpu: Number
     prefill_flops_per_token_per_gpu: Number
-    attention_flops_per_pair_per_gpu: Number  # per (query token, context token) pair
+    attention_full_flops_per_pair_per_gpu: Number    # per (query, context token) pair, full-attention layers
+    attention_window_flops_per_pair_per_gpu: Number  # the same over the sliding-window layers
     allreduce_bytes_per_token: Number         # hidden x 2 bytes, per all-reduce
     allreduces_per_step: Number
     memory_bytes: Number
@@ -90,6 +91,8 @@ def build_hardware(
     full_layers = arch.full_attention_layers()
     windows = [w for w in arch.layer_windows if w is not None]
     per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv_bytes, tp, pp) / max(arch.num_layers, 1)
+    # One new token attending to one context token, per layer (QK^T and the weighted sum of V).
+    attention_per_layer = arch.attention_flops_per_token(1.0) / arch.num_layers
     matmul_params = arch.active_param_count() - split.input_embedding - (
         0.0 if arch.tie_word_embeddings else split.lm_head
     )
@@ -117,7 +120,8 @@ def build_hardware(
         window_tokens=float(max(windows) if windows else 0),
         decode_flops_per_token_per_gpu=2.0 * (matmul_params + split.lm_head) / shards,
         prefill_flops_per_token_per_gpu=2.0 * matmul_params / shards,
-        attention_flops_per_pair_per_gpu=4.0 * arch.num_attention_heads * arch.head_dim / shards,
+        attention_full_flops_per_pair_per_gpu=attention_per_layer * full_layers / shards,
+        attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=float(2 * arch.num_layers / pp if tp > 1 else 0),
         memory_bytes=float(gpu.usable_memory_bytes),
@@ -150,11 +154,22 @@ def hardware_column(hw: Hardware) -> Hardware:
     return Hardware(**{f.name: np.asarray(getattr(hw, f.name), dtype=float)[..., None] for f in fields(Hardware)})
 
 
+def _windowed(hw: Hardware, context_tokens: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """(context, context seen by a sliding-window layer) for `context_tokens` tokens of context."""
+    ctx = np.asarray(context_tokens, dtype=float)
+    return ctx, np.minimum(ctx, np.where(hw.window_tokens > 0, hw.window_tokens, ctx))
+
+
 def kv_read_bytes(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
     """KV bytes one sequence with `context_tokens` of context reads per step, per GPU."""
-    ctx = np.asarray(context_tokens, dtype=float)
-    windowed = np.minimum(ctx, np.where(hw.window_tokens > 0, hw.window_tokens, ctx))
+    ctx, windowed = _windowed(hw, context_tokens)
     return hw.kv_full_bytes_per_token_per_gpu * ctx + hw.kv_window_bytes_per_token_per_gpu * windowed
+
+
+def attention_flops(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
+    """Attention FLOPs of one query token over `context_tokens` tokens of context, per GPU."""
+    ctx, windowed = _windowed(hw, context_tokens)
+    return hw.attention_full_flops_per_pair_per_gpu * ctx + hw.attention_window_flops_per_pair_per_gpu * windowed
 
 
 def experts_touched_fraction(hw: Hardware, tokens: ArrayLike) -> FloatArray:
@@ -182,8 +197,7 @@ def decode_step_s(hw: Hardware, batch: ArrayLike, context_tokens: ArrayLike) -> 
     b = np.maximum(np.asarray(batch, dtype=float), 1.0)
     weights = hw.decode_dense_bytes_per_gpu + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, b)
     memory_s = weights / hw.bandwidth_bytes_s + b * kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s
-    attention = hw.attention_flops_per_pair_per_gpu * np.asarray(context_tokens, dtype=float)
-    compute_s = b * (hw.decode_flops_per_token_per_gpu + attention) / hw.decode_flops_s
+    compute_s = b * (hw.decode_flops_per_token_per_gpu + attention_flops(hw, context_tokens)) / hw.decode_flops_s
     per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, b)
     return hw.pp * per_stage + hw.step_overhead_s + hw.sequence_overhead_s * b
 
@@ -191,7 +205,7 @@ def decode_step_s(hw: Hardware, batch: ArrayLike, context_tokens: ArrayLike) -> 
 def prefill_compute_s_per_token(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
     """Marginal compute time of one prompt token in a prompt of `prompt_tokens` (causal attention)."""
     mean_context = np.asarray(prompt_tokens, dtype=float) / 2.0
-    flops = hw.prefill_flops_per_token_per_gpu + hw.attention_flops_per_pair_per_gpu * mean_context
+    flops = hw.prefill_flops_per_token_per_gpu + attention_flops(hw, mean_context)
     return hw.pp * flops / hw.prefill_flops_s
 
 
