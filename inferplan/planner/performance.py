@@ -41,7 +41,6 @@ class Hardware:
 
     tp: Number
     pp: Number
-    weight_bytes_per_gpu: Number
     decode_dense_bytes_per_gpu: Number       # weights read each decode step, experts excluded
     expert_bytes_per_gpu: Number             # all routed experts on this GPU
     num_experts: Number
@@ -55,7 +54,6 @@ class Hardware:
     attention_window_flops_per_pair_per_gpu: Number  # the same over the sliding-window layers
     allreduce_bytes_per_token: Number         # hidden x 2 bytes, per all-reduce
     allreduces_per_step: Number
-    memory_bytes: Number
     bandwidth_bytes_s: Number                 # achieved on weight reads: peak x efficiency
     kv_bandwidth_bytes_s: Number              # achieved on paged-attention KV reads
     decode_flops_s: Number
@@ -110,7 +108,6 @@ def build_hardware(
     return Hardware(
         tp=float(tp),
         pp=float(pp),
-        weight_bytes_per_gpu=total_bytes / shards,
         decode_dense_bytes_per_gpu=dense_read / shards,
         expert_bytes_per_gpu=expert_bytes / shards,
         num_experts=float(arch.num_experts),
@@ -124,7 +121,6 @@ def build_hardware(
         attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=float(2 * arch.num_layers / pp if tp > 1 else 0),
-        memory_bytes=float(gpu.usable_memory_bytes),
         bandwidth_bytes_s=gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff,
         kv_bandwidth_bytes_s=gpu.memory_bandwidth_gb_s * 1e9 * factors.bandwidth_efficiency
         * family.bandwidth_scale * family.attention_scale,
@@ -142,11 +138,6 @@ def build_hardware(
 def stack_hardware(items: list[Hardware]) -> Hardware:
     """Many deployments as one `Hardware` of arrays, for vectorised evaluation."""
     return Hardware(**{f.name: np.array([getattr(h, f.name) for h in items], dtype=float) for f in fields(Hardware)})
-
-
-def take_hardware(hw: Hardware, index: ArrayLike) -> Hardware:
-    """Rows `index` of a stacked `Hardware` (to line deployments up with scenario rows)."""
-    return Hardware(**{f.name: np.asarray(getattr(hw, f.name))[index] for f in fields(Hardware)})
 
 
 def hardware_column(hw: Hardware) -> Hardware:

@@ -17,7 +17,7 @@ from inferplan.planner.factors import EngineFactors, FactorSet, FamilyFactors, l
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.memory import GIB, MemoryPlan, max_concurrency, plan_memory
 from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.performance import Hardware, build_hardware, stack_hardware, take_hardware
+from inferplan.planner.performance import Hardware, build_hardware, stack_hardware
 from inferplan.planner.precisions import kv_dtype_bytes, weight_precision
 from inferplan.planner.scenarios import Scenario
 from inferplan.planner.serving import LoadResult, burst, closed_loop, poisson, single_stream, static_batch
@@ -199,12 +199,11 @@ def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
 
 
 def _predict_kind(kind: str, items: list, factors: FactorSet) -> list[float | None]:
-    hws = stack_hardware([
+    hw = stack_hardware([
         _hardware(row.model, row.gpu, r.engine.name, row.weights, kv_dtype_bytes(row.kv_cache, row.weights),
                   r.tp, r.pp, factors.engine(r.engine.name), factors.family(r.gpu.family))
         for _, row, r, _ in items
     ])
-    hw = take_hardware(hws, np.arange(len(items)))
     rows = [row for _, row, _, _ in items]
     p = np.array([float(row.input_tokens) for row in rows])
     o = np.array([float(row.output_tokens or 1) for row in rows])
