@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 FACTORS_HELP = "efficiency factors to use (default: the fitted ones shipped)"
+EXAMPLE_PLAN = "inferplan/planner/data/example-plan.yaml, the same as examples/plans/chat-assistant-8b.yaml"
 EXAMPLE = "bundled example (inferplan/planner/data/example-scenarios.jsonl)"
 
 
@@ -89,14 +90,89 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _example_plan() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("inferplan.planner").joinpath("data/example-plan.yaml")))
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from inferplan.planner.search import plan
+    from inferplan.planner.spec import PlanError, load_plan_file, resolve_plan
+
+    path = Path(args.file) if args.file else _example_plan()
+    try:
+        request = resolve_plan(load_plan_file(path), path.parent)
+    except PlanError as exc:
+        for field, message in exc.problems:
+            print(f"{path}: {field}: {message}" if field else f"{path}: {message}", file=sys.stderr)
+        return 2
+    result = plan(request, _factors(args.factors))
+    if args.output == "table":
+        from inferplan.tables import format_plan
+
+        if not args.file:
+            print(f"# bundled example plan ({EXAMPLE_PLAN})")
+        print(format_plan(result, request))
+        return 0
+    data = result.model_dump(by_alias=True, mode="json")
+    if args.output == "json":
+        print(json.dumps(data, indent=2))
+    else:
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=False), end="")
+    return 0
+
+
+def _cmd_catalog(args: argparse.Namespace) -> int:
+    if args.kind == "gpus":
+        from inferplan.planner.gpus import load_gpu_catalog
+        from inferplan.tables import format_gpus
+
+        gpus = list(load_gpu_catalog())
+        if args.output == "json":
+            import dataclasses
+
+            print(json.dumps([dataclasses.asdict(g) | {"productLabelKey": g.product_label_key} for g in gpus],
+                             indent=2))
+        else:
+            print(format_gpus(gpus))
+        return 0
+    from inferplan.planner.architectures import load_model_catalog
+    from inferplan.tables import format_models
+
+    models = list(load_model_catalog())
+    if args.output == "json":
+        import dataclasses
+
+        print(json.dumps([dataclasses.asdict(m) | {"paramCount": m.param_count(),
+                                                   "activeParamCount": m.active_param_count()} for m in models],
+                         indent=2))
+    else:
+        print(format_models(models))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inferplan",
-        description="Capacity planning for LLM serving: predict latency and throughput of a deployment, "
-        "score the model against published measurements.",
+        description="Capacity planning for LLM serving: recommend GPU type, replicas, tensor parallelism and "
+        "batch for a workload and its latency SLOs; predict and score the serving model on measurements.",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    pl = sub.add_parser("plan", help="recommend a deployment for a plan (YAML or JSON; a bare spec or a manifest)")
+    pl.add_argument("file", nargs="?", metavar="FILE", help="plan file (default: the bundled example plan)")
+    pl.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format")
+    pl.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    pl.set_defaults(func=_cmd_plan)
+
+    cat = sub.add_parser("catalog", help="list the GPUs or models the planner knows")
+    cat.add_argument("kind", choices=("gpus", "models"))
+    cat.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    cat.set_defaults(func=_cmd_catalog)
 
     p = sub.add_parser("predict", help="predict every scenario of a scenario file (JSON lines)")
     p.add_argument("--scenarios", metavar="FILE.jsonl", help=f"scenario file (default: the {EXAMPLE})")
@@ -129,10 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    for option in ("scenarios", "factors"):
+    for option, what in (("scenarios", "scenario file"), ("factors", "factors file"), ("file", "plan file")):
         path = getattr(args, option, None)
         if path and not Path(path).is_file():
-            print(f"inferplan: error: {option} file not found: {path}", file=sys.stderr)
+            print(f"inferplan: error: {what} not found: {path}", file=sys.stderr)
             return 2
     try:
         return int(args.func(args))

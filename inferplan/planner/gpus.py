@@ -125,6 +125,12 @@ class GpuSpec:
     memory_gb: float | None = None  # marketing GB
     pcie_gb_s: float | None = None  # host link, per direction
     cuda_total_bytes: int | None = None  # total the CUDA/ROCm runtime reports; engines size pools from it
+    product_label: str = ""  # the node label value: nvidia.com/gpu.product (GFD) or amd.com/gpu.product-name
+
+    @property
+    def product_label_key(self) -> str:
+        """The node label that carries `product_label`."""
+        return "amd.com/gpu.product-name" if self.vendor == "amd" else "nvidia.com/gpu.product"
 
     @property
     def usable_memory_bytes(self) -> int:
@@ -213,6 +219,7 @@ class _GpuModel(BaseModel):
     family: Literal["turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
     segment: Literal["datacenter", "workstation", "consumer"]
     interconnect: Literal["nvlink", "xgmi", "pcie"]
+    product_label: str = Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
     names: list[str]
     device_ids: list[str] = []
     figures: dict[str, _FigureModel]
@@ -425,7 +432,7 @@ def _value(entry: _GpuModel, field: str) -> float | None:
 def _build_spec(entry: _GpuModel, figures: Mapping[str, FigureProvenance]) -> GpuSpec:
     names: list[str] = []
     seen: set[str] = set()
-    for name in [entry.key, entry.display_name, *entry.names]:
+    for name in [entry.key, entry.display_name, entry.product_label, *entry.names]:
         if normalize_name(name) not in seen:
             seen.add(normalize_name(name))
             names.append(name)
@@ -453,6 +460,7 @@ def _build_spec(entry: _GpuModel, figures: Mapping[str, FigureProvenance]) -> Gp
         memory_gb=required["memory_gb"],
         pcie_gb_s=required["pcie_gb_s"],
         cuda_total_bytes=int(required["cuda_total_mib"] * 2**20),
+        product_label=entry.product_label,
     )
 
 

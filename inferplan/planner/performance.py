@@ -140,6 +140,11 @@ def stack_hardware(items: list[Hardware]) -> Hardware:
     return Hardware(**{f.name: np.array([getattr(h, f.name) for h in items], dtype=float) for f in fields(Hardware)})
 
 
+def take_hardware(hw: Hardware, index: ArrayLike) -> Hardware:
+    """Rows `index` of a stacked `Hardware`."""
+    return Hardware(**{f.name: np.asarray(getattr(hw, f.name))[index] for f in fields(Hardware)})
+
+
 def hardware_column(hw: Hardware) -> Hardware:
     """The same deployments with a trailing axis, to broadcast against per-request samples."""
     return Hardware(**{f.name: np.asarray(getattr(hw, f.name), dtype=float)[..., None] for f in fields(Hardware)})

@@ -17,7 +17,8 @@ fixed stratified sample, so results are deterministic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -57,13 +58,16 @@ def normal_ppf(p: ArrayLike) -> FloatArray:
     return np.where(p < low, tail, np.where(p > 1 - low, -tail, mid))
 
 
-def _stratified(seed: int) -> FloatArray:
-    """A fixed, shuffled stratified sample of U(0,1) of `_SAMPLES` points."""
-    u = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
+def _stratified(seed: int, samples: int = _SAMPLES) -> FloatArray:
+    """A fixed, shuffled stratified sample of U(0,1) of `samples` points."""
+    u = (np.arange(samples) + 0.5) / samples
     return np.random.default_rng(seed).permutation(u)
 
 
-_U_PROMPT, _U_OUTPUT, _U_WAIT, _U_STALL, _U_ARRIVAL = (_stratified(s) for s in (11, 23, 37, 41, 53))
+@cache
+def _uniforms(samples: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Independent stratified samples for prompt length, output length, wait, stall and arrival order."""
+    return tuple(_stratified(seed, samples) for seed in (11, 23, 37, 41, 53))  # type: ignore[return-value]
 
 
 def lognormal_sample(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
@@ -95,10 +99,13 @@ class LoadResult:
     output_tokens_per_s: FloatArray
     concurrency: FloatArray   # mean running sequences
     overloaded: NDArray[np.bool_]
+    e2e_q: dict[float, FloatArray] = field(default_factory=dict)
+    capacity: FloatArray | None = None  # requests/s at which every slot is busy (open-loop loads)
 
 
 def _quantiles(samples: FloatArray) -> dict[float, FloatArray]:
-    return {q: np.quantile(samples, q, axis=-1) for q in QUANTILES}
+    values = np.quantile(samples, QUANTILES, axis=-1)  # one partition for all four
+    return {q: values[k] for k, q in enumerate(QUANTILES)}
 
 
 def _const_quantiles(value: FloatArray) -> dict[float, FloatArray]:
@@ -114,7 +121,7 @@ def single_stream(hw: Hardware, prompt_tokens: ArrayLike, output_tokens: ArrayLi
     e2e = ttft + (o - 1.0) * tpot
     one = np.ones_like(e2e)
     return LoadResult(ttft, _const_quantiles(ttft), tpot, _const_quantiles(tpot), e2e, one / e2e, o / e2e,
-                      one, np.zeros_like(e2e, dtype=bool))
+                      one, np.zeros_like(e2e, dtype=bool), _const_quantiles(e2e))
 
 
 def static_batch(hw: Hardware, batch: ArrayLike, prompt_tokens: ArrayLike, output_tokens: ArrayLike) -> LoadResult:
@@ -126,7 +133,7 @@ def static_batch(hw: Hardware, batch: ArrayLike, prompt_tokens: ArrayLike, outpu
     tpot = decode_step_s(hw, n, p + o / 2.0)
     e2e = ttft + (o - 1.0) * tpot
     return LoadResult(ttft, _const_quantiles(ttft), tpot, _const_quantiles(tpot), e2e, n / e2e, n * o / e2e,
-                      n, np.zeros_like(e2e, dtype=bool))
+                      n, np.zeros_like(e2e, dtype=bool), _const_quantiles(e2e))
 
 
 def burst(
@@ -196,9 +203,10 @@ def burst(
     )
     tpot_mean = tpot_samples.mean(axis=-1)
     e2e = ttft_mean + (o - 1.0) * tpot_mean
+    e2e_samples = ttft_samples + (o - 1.0)[..., None] * tpot_samples
     return LoadResult(
         ttft_mean, _quantiles(ttft_samples), tpot_mean, _quantiles(tpot_samples),
-        e2e, n / total, n * o / total, slots, np.zeros_like(total, dtype=bool),
+        e2e, n / total, n * o / total, slots, np.zeros_like(total, dtype=bool), _quantiles(e2e_samples),
     )
 
 
@@ -206,6 +214,43 @@ def _slot_wait_factor(utilisation: FloatArray, servers: FloatArray) -> FloatArra
     """Probability of waiting in M/M/c, Sakasegawa's approximation rho^(sqrt(2(c+1)) - 1)."""
     rho = np.clip(utilisation, 0.0, 0.999)
     return rho ** (np.sqrt(2.0 * (servers + 1.0)) - 1.0)
+
+
+def _busy_tpot(hw: Hardware, n: FloatArray, x: FloatArray, ctx: FloatArray, prompt_work_s: FloatArray) -> FloatArray:
+    """Mean TPOT at n running sequences and rate x: the decode step stretched by the prompt work sharing
+    the GPU (busy share x times the compute seconds of one request's prompt)."""
+    busy = np.clip(x * prompt_work_s, 0.0, 0.95)
+    return decode_step_s(hw, n, ctx) / (1.0 - busy)
+
+
+def poisson_capacity(
+    hw: Hardware,
+    prompt_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    slots: ArrayLike,
+    chunk_tokens: ArrayLike,
+    prefill_fraction: ArrayLike = 1.0,
+) -> FloatArray:
+    """Requests/s one instance sustains with every slot busy: X solving X (TTFT + O TPOT(slots, X)) = slots.
+
+    `prefill_fraction` is the share of each prompt that must be computed (1 - prefix-cache hit rate).
+    """
+    p = np.asarray(prompt_tokens, dtype=float)
+    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
+    c = np.maximum(np.asarray(slots, dtype=float), 1.0)
+    shape = np.broadcast(p, o, c, np.asarray(hw.bandwidth_bytes_s)).shape
+    p, o, c = (np.broadcast_to(v, shape).astype(float) for v in (p, o, c))
+    computed = p * np.asarray(prefill_fraction, dtype=float)
+    ctx = p + o / 2.0
+    prompt_work = computed * prefill_compute_s_per_token(hw, p)
+    own_prefill = prefill_s(hw, np.maximum(computed, 1.0), 1.0, chunk_tokens)
+    step_full = decode_step_s(hw, c, ctx)
+    lo, hi = np.zeros(shape), c / np.maximum(o * step_full * 0.5, 1e-9)
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        fits = mid * (own_prefill + o * _busy_tpot(hw, c, mid, ctx, prompt_work)) <= c
+        lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
+    return lo
 
 
 def poisson(
@@ -220,6 +265,11 @@ def poisson(
     arrival_cv2: ArrayLike = 1.0,
     num_prompts: ArrayLike = 1000.0,
     max_prompt_tokens: ArrayLike = np.inf,
+    *,
+    service_cv2: ArrayLike | None = None,
+    prefill_fraction: ArrayLike = 1.0,
+    capacity: ArrayLike | None = None,
+    samples: int = _SAMPLES,
 ) -> LoadResult:
     """Open-loop arrivals at `rate` requests/s to one instance (Poisson when arrival_cv2 = 1).
 
@@ -228,46 +278,49 @@ def poisson(
     (busy share rho_p = rate x P x prefill seconds per token). TTFT is the request's own prefill plus
     the wait in the prefill queue (M/G/1) and, near the slot limit, the slot queue (M/G/c).
     Above capacity the finite run of `num_prompts` requests queues: the i-th waits i x (1/X - 1/rate).
+
+    `service_cv2` overrides the request service-time CV^2 derived from the output lengths;
+    `prefill_fraction` is the share of each prompt computed (1 - prefix-cache hit rate); `capacity`
+    may be passed when already known (`poisson_capacity`); `samples` sets the size of the stratified
+    sample the percentiles come from (fewer is faster and coarser).
     """
+    u_prompt, u_output, u_wait, u_stall, u_arrival = _uniforms(samples)
     lam = np.asarray(rate, dtype=float)
     p = np.asarray(prompt_tokens, dtype=float)
     o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
     c = np.maximum(np.asarray(slots, dtype=float), 1.0)
     shape = np.broadcast(lam, p, o, c, np.asarray(hw.bandwidth_bytes_s)).shape
     lam, p, o, c = (np.broadcast_to(x, shape).astype(float) for x in (lam, p, o, c))
-    p_cv = np.broadcast_to(np.asarray(prompt_cv, dtype=float), shape)
     o_cv = np.broadcast_to(np.asarray(output_cv, dtype=float), shape)
+    fraction = np.broadcast_to(np.asarray(prefill_fraction, dtype=float), shape)
     ctx = p + o / 2.0
 
-    per_token = prefill_compute_s_per_token(hw, p)
-    own_prefill = prefill_s(hw, p, 1.0, chunk_tokens)
-
-    def tpot_at(n: FloatArray, x: FloatArray) -> FloatArray:
-        busy = np.clip(x * p * per_token, 0.0, 0.95)
-        return decode_step_s(hw, n, ctx) / (1.0 - busy)
-
-    # Capacity: the request rate at which all slots are busy (bisection on X).
-    lo, hi = np.zeros(shape), c / np.maximum(o * decode_step_s(hw, c, ctx) * 0.5, 1e-9)
-    for _ in range(40):
-        mid = (lo + hi) / 2.0
-        fits = mid * (own_prefill + o * tpot_at(c, mid)) <= c
-        lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
-    capacity = lo
+    prompt_work = p * fraction * prefill_compute_s_per_token(hw, p)
+    own_prefill = prefill_s(hw, np.maximum(p * fraction, 1.0), 1.0, chunk_tokens)
+    if capacity is None:
+        capacity = poisson_capacity(hw, p, o, c, chunk_tokens, fraction)
+    capacity = np.broadcast_to(np.asarray(capacity, dtype=float), shape)
     overloaded = lam >= capacity * 0.995
     x = np.minimum(lam, capacity)
 
     n = np.minimum(x * (own_prefill + o * decode_step_s(hw, 1.0, ctx)), c)
-    for _ in range(60):
-        n = np.minimum(0.5 * n + 0.5 * x * (own_prefill + o * tpot_at(np.maximum(n, 1.0), x)), c)
+    for _ in range(60):  # damped; near saturation it needs this many to settle
+        latency = own_prefill + o * _busy_tpot(hw, np.maximum(n, 1.0), x, ctx, prompt_work)
+        n = np.minimum(0.5 * n + 0.5 * x * latency, c)
     n = np.maximum(n, np.minimum(x * own_prefill, c))
-    tpot_bar = tpot_at(np.maximum(n, 1.0), x)
+    tpot_bar = _busy_tpot(hw, np.maximum(n, 1.0), x, ctx, prompt_work)
     step = decode_step_s(hw, np.maximum(n, 1.0), ctx)
 
-    # Prompt and output lengths of individual requests.
-    prompts = lognormal_sample(p, p_cv, _U_PROMPT, max_prompt_tokens)
-    outputs = np.maximum(lognormal_sample(o, o_cv, _U_OUTPUT), 1.0)
+    # Prompt and output lengths of individual requests (sampled once when every row shares them).
+    def lengths(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
+        if np.ndim(mean) == np.ndim(cv) == np.ndim(cap) == 0:
+            return np.broadcast_to(lognormal_sample(mean, cv, u, cap), (*shape, samples))
+        return lognormal_sample(np.broadcast_to(mean, shape), np.broadcast_to(cv, shape), u, cap)
+
+    prompts = lengths(prompt_tokens, prompt_cv, u_prompt, max_prompt_tokens)
+    outputs = np.maximum(lengths(output_tokens, output_cv, u_output), 1.0)
     chunk_col = np.asarray(chunk_tokens, dtype=float)[..., None] if np.ndim(chunk_tokens) else chunk_tokens
-    service_pf = prefill_s(hardware_column(hw), prompts, 1.0, chunk_col)
+    service_pf = prefill_s(hardware_column(hw), np.maximum(prompts * fraction[..., None], 1.0), 1.0, chunk_col)
     es = service_pf.mean(axis=-1)
     es2 = (service_pf**2).mean(axis=-1)
     rho_pf = np.clip(x * es, 0.0, 0.95)
@@ -277,21 +330,24 @@ def poisson(
     # (probability 1 - exp(-n) with n requests in flight on average).
     residual = step / 2.0 * -np.expm1(-n)
     service_req = own_prefill + o * tpot_bar
-    cs2 = (o_cv**2 * (o * tpot_bar) ** 2) / np.maximum(service_req**2, 1e-12)
+    if service_cv2 is None:
+        cs2 = (o_cv**2 * (o * tpot_bar) ** 2) / np.maximum(service_req**2, 1e-12)
+    else:
+        cs2 = np.broadcast_to(np.asarray(service_cv2, dtype=float), shape)
     util = n / c
     slot_queue = service_req / (c * np.maximum(1.0 - util, 1e-3)) * (ca2 + cs2) / 2.0
     wait_slot = _slot_wait_factor(util, c) * slot_queue
     wait_mean = wait_pf + wait_slot
     p_wait = np.clip(np.maximum(rho_pf, _slot_wait_factor(util, c)), 1e-6, 1.0)
-    tail = np.where(_U_WAIT > 1.0 - p_wait[..., None],
-                    np.log(p_wait[..., None] / np.maximum(1.0 - _U_WAIT, 1e-9)), 0.0)
+    tail = np.where(u_wait > 1.0 - p_wait[..., None],
+                    np.log(p_wait[..., None] / np.maximum(1.0 - u_wait, 1e-9)), 0.0)
     waits = tail * (wait_mean / p_wait)[..., None]
     # A finite run cannot build the steady-state queue of a nearly saturated server: after the k-th of m
     # arrivals the queue has grown like a reflected random walk, about sqrt(k (ca2 + cs2)) requests,
     # which the instance drains at its capacity. A request's wait is capped by that at its arrival.
     m_runs = np.asarray(num_prompts, dtype=float)
     m_runs = m_runs[..., None] if np.ndim(m_runs) else m_runs
-    transient = np.sqrt(_U_ARRIVAL * m_runs * (ca2 + cs2)[..., None]) / np.maximum(capacity, 1e-9)[..., None]
+    transient = np.sqrt(u_arrival * m_runs * (ca2 + cs2)[..., None]) / np.maximum(capacity, 1e-9)[..., None]
     waits = np.minimum(waits, transient)
     ttft_samples = service_pf + residual[..., None] + waits + np.asarray(hw.request_overhead_s)[..., None]
 
@@ -299,21 +355,22 @@ def poisson(
     life = outputs * tpot_bar[..., None]
     stall_mean = x[..., None] * life * es[..., None]
     stall_sd = np.sqrt(x[..., None] * life * es2[..., None])
-    stalls = np.maximum(stall_mean + stall_sd * normal_ppf(_U_STALL), 0.0)
+    stalls = np.maximum(stall_mean + stall_sd * normal_ppf(u_stall), 0.0)
     tpot_samples = step[..., None] + stalls / np.maximum(outputs - 1.0, 1.0)
 
     # Overload: a finite run's queue grows linearly with the request's place in it.
     m = np.asarray(num_prompts, dtype=float)
     backlog = np.maximum(1.0 / np.maximum(capacity, 1e-9) - 1.0 / np.maximum(lam, 1e-9), 0.0)
-    rank = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
+    rank = (np.arange(samples) + 0.5) / samples
     queue = (m[..., None] if np.ndim(m) else m) * rank * backlog[..., None]
     ttft_samples = np.where(overloaded[..., None], ttft_samples + queue, ttft_samples)
 
+    e2e_samples = ttft_samples + (outputs - 1.0) * tpot_samples
     ttft_mean = ttft_samples.mean(axis=-1)
     tpot_mean = tpot_samples.mean(axis=-1)
     e2e = ttft_mean + (o - 1.0) * tpot_bar
     return LoadResult(ttft_mean, _quantiles(ttft_samples), tpot_mean, _quantiles(tpot_samples), e2e,
-                      x, x * o, n, overloaded)
+                      x, x * o, n, overloaded, _quantiles(e2e_samples), capacity)
 
 
 def closed_loop(
@@ -346,4 +403,4 @@ def closed_loop(
     ttft = ttft_service + wait
     e2e = ttft + (o - 1.0) * tpot
     return LoadResult(ttft, _const_quantiles(ttft), tpot, _const_quantiles(tpot), e2e, x, x * o, running,
-                      np.zeros_like(e2e, dtype=bool))
+                      np.zeros_like(e2e, dtype=bool), _const_quantiles(e2e))

@@ -1,0 +1,97 @@
+"""What a plan answers: the recommendation, its Pareto alternatives and the nearest infeasible candidates.
+
+Pydantic models in camelCase, shaped as the `InferenceCapacityPlan` status will carry them. Numbers are
+rounded to four significant digits so that the same inputs always print the same output and a status
+only changes when a prediction really moves.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+SIGNIFICANT_DIGITS = 4
+
+
+def rounded(value: float) -> float:
+    """`value` to four significant digits (0 stays 0; never NaN or infinite in output)."""
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite number in a plan result: {value!r}")
+    if value == 0:
+        return 0.0
+    digits = SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(abs(value)))
+    return round(value, digits)
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+
+
+class Percentiles(_Result):
+    """Latency percentiles in milliseconds."""
+
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+
+
+class Predicted(_Result):
+    """The model's predictions for one replica at the planned per-replica rate."""
+
+    ttft_ms: Percentiles = Field(description="Time to first token (queueing + prefill) [ms].")
+    tpot_ms: Percentiles = Field(description="Time per output token after the first [ms].")
+    e2e_ms: Percentiles = Field(alias="e2eMs", description="End-to-end request latency [ms].")
+    output_tokens_per_second: float = Field(description="Generated tokens per second, whole deployment.")
+    utilization: float = Field(description="Planned rate / the rate at which every slot of a replica is busy.")
+    max_concurrency: float = Field(description="Sequences one replica runs at once (max batch or KV bound).")
+    requests_per_second_per_replica: float = Field(description="Planned rate per replica.")
+    max_requests_per_second_per_replica: float = Field(
+        description="Highest rate per replica within every SLO and the utilisation cap."
+    )
+
+
+class Cost(_Result):
+    dollars_per_hour: float = Field(description="GPUs x price per GPU-hour.")
+    dollars_per_million_tokens: float = Field(description="Cost of a million generated tokens at the planned rate.")
+
+
+class Candidate(_Result):
+    """One deployment: GPU type, parallelism, batch cap, precision, replicas, and what it will do."""
+
+    gpu_type: str = Field(description="Canonical GPU key of the catalog, e.g. H100-SXM5-80GB.")
+    node_selector: dict[str, str] = Field(description="Node labels that select this GPU type.")
+    gpus_per_replica: int = Field(description="Tensor-parallel size: GPUs one replica spans.")
+    replicas: int
+    gpus: int = Field(description="replicas x gpusPerReplica.")
+    max_batch: int = Field(description="Engine cap on running sequences (vLLM --max-num-seqs).")
+    precision: str = Field(description="Weight precision.")
+    kv_cache_dtype: str
+    predicted: Predicted
+    cost: Cost
+    headroom: float = Field(description="Share of the SLO-compliant capacity the planned rate leaves unused.")
+    tags: list[str] = Field(default_factory=list, description="cheapest, lowestTtft, lowestTpot, ...")
+    engine_args: list[str] = Field(description="Arguments that make the engine run this deployment.")
+    provenance: dict[str, str] = Field(description="Where each group of numbers comes from.")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Infeasible(_Result):
+    """A candidate that failed a gate, and why, in words a user can act on."""
+
+    gpu_type: str
+    gpus_per_replica: int
+    precision: str
+    kv_cache_dtype: str
+    max_batch: int | None = None
+    gate: str = Field(description="The first gate it failed, in the order the search applies them.")
+    reason: str
+
+
+class PlanResult(_Result):
+    recommendation: Candidate | None
+    alternatives: list[Candidate]
+    infeasible: list[Infeasible]
+    warnings: list[str]

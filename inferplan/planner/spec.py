@@ -1,0 +1,948 @@
+"""The plan spec: what a user asks the planner for, as the `spec` of an `InferenceCapacityPlan`.
+
+The pydantic models here are the Kubernetes resource's schema (`inferplan.io/v1alpha1`): camelCase keys,
+unknown keys rejected, no floats (decimal quantities are quoted strings such as `"12.5"`, or integers with
+the unit in the name such as `maxMs`), every string, list and map bounded, and a description on every field
+so the CRD generator and `kubectl explain` can reuse them. The full reference is docs/plan-spec.md.
+
+`parse_plan` / `load_plan_file` validate a spec (bare, or inside a whole manifest) and report every problem
+at once as a `PlanError` with camelCase field paths. `resolve_plan` turns a valid spec into a `PlanRequest`
+of plain numbers and canonical names: the search never touches pydantic.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from statistics import NormalDist
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from inferplan.planner.architectures import (
+    ModelArchitecture,
+    architecture_from_inline,
+    load_config_json,
+    resolve_model,
+)
+from inferplan.planner.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS
+from inferplan.planner.gpus import load_gpu_catalog, parse_gpu_product, resolve_gpu
+from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.precisions import weight_precision
+
+API_GROUP = "inferplan.io"
+API_VERSION = "inferplan.io/v1alpha1"
+KIND = "InferenceCapacityPlan"
+
+ENGINE_NAMES = ("vllm", "sglang", "tgi", "tensorrt-llm")
+KV_CACHE_DTYPES = ("fp16", "bf16", "fp8", "auto")
+
+DEFAULT_PRECISIONS: dict[str, tuple[str, ...]] = {
+    name: SERVED_PRECISIONS[name][:DEFAULT_PLAN_PRECISIONS] for name in ENGINE_NAMES
+}
+"""Weight precisions searched when `model.precisions` is absent: what each engine serves well (the search
+skips those a GPU cannot run)."""
+
+BURSTINESS_ARRIVAL_CV2: dict[str, float] = {"steady": 0.25, "chatbot": 1.0, "bursty": 4.0, "agent": 8.0}
+"""Squared coefficient of variation of request inter-arrival times per preset (assumed: 1.0 is Poisson)."""
+
+DEFAULT_LENGTH_CV = 1.0
+"""CV of a token length given only as a mean (assumed: chat-like traffic, ShareGPT outputs have about 1.0)."""
+
+DEFAULT_GPUS_PER_NODE = 8
+
+QUANTILES: dict[str, float] = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+
+_Z95 = NormalDist().inv_cdf(0.95)
+MAX_P95_RATIO = math.exp(_Z95 * _Z95 / 2.0)
+"""The largest p95/mean a lognormal can have (about 3.87, at sigma = z_0.95)."""
+
+_DECIMAL_PATTERN = r"^[0-9]+(\.[0-9]+)?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_CONFIG_MAP_KEY = r"^[-._a-zA-Z0-9]+$"
+_MAX_TOKENS = 10_485_760  # 10 Mi tokens: beyond any model's context
+_MAX_CV = 10
+_MAX_CV2 = 100
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Errors
+
+
+class PlanError(ValueError):
+    """A plan that cannot be used: `problems` holds (field path, message) pairs, paths in camelCase.
+
+    `str()` gives one line per problem, `path: message`.
+    """
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(f"{path}: {message}" if path else message for path, message in self.problems))
+
+
+def _rule(subpath: str, message: str) -> PydanticCustomError:
+    """A cross-field error reported at `<model path>.<subpath>` (empty subpath: the model itself)."""
+    return PydanticCustomError("plan_rule", "{detail}", {"detail": message, "subpath": subpath})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Field types
+
+
+def _require_string(value: Any) -> Any:
+    """Numbers where a decimal string belongs get a message that says to quote them."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("decimal_string", "must be a quoted decimal string such as \"0.5\", got {got}",
+                                  {"got": str(value).lower()})
+    if isinstance(value, int | float):
+        text = str(value)
+        example = text if Decimal(text).is_finite() and _is_decimal_text(text) else "12.5"
+        raise PydanticCustomError(
+            "decimal_string",
+            "must be a quoted decimal string: write \"{example}\" (unquoted, YAML reads it as a number; the "
+            "spec holds no floats)",
+            {"example": example},
+        )
+    return value
+
+
+def _is_decimal_text(text: str) -> bool:
+    return re.fullmatch(_DECIMAL_PATTERN, text) is not None
+
+
+def _bounds(gt: str | None, ge: str | None, lt: str | None, le: str | None) -> AfterValidator:
+    def check(value: str) -> str:
+        number = Decimal(value)
+        failed = (
+            (gt is not None and not number > Decimal(gt))
+            or (ge is not None and not number >= Decimal(ge))
+            or (lt is not None and not number < Decimal(lt))
+            or (le is not None and not number <= Decimal(le))
+        )
+        if failed:
+            parts = [f"{op} {bound}" for op, bound in ((">", gt), (">=", ge), ("<", lt), ("<=", le)) if bound]
+            raise ValueError(f"must be {' and '.join(parts)}, got \"{value}\"")
+        return value
+
+    return AfterValidator(check)
+
+
+def decimal_type(*, gt: str | None = None, ge: str | None = None, lt: str | None = None, le: str | None = None) -> Any:
+    """A decimal quantity written as a string (`"12.5"`): pattern `^[0-9]+(\\.[0-9]+)?$`, numeric bounds."""
+    return Annotated[
+        str,
+        Field(pattern=_DECIMAL_PATTERN, max_length=24),  # before the validators, or the schema loses the pattern
+        BeforeValidator(_require_string),
+        _bounds(gt, ge, lt, le),
+    ]
+
+
+def _check_gpu_name(name: str) -> str:
+    label = parse_gpu_product(name)
+    if label.mig_profile or label.shared:
+        raise ValueError(
+            f"{name!r} is a MIG slice or a shared GPU; the planner sizes whole GPUs, name the full GPU "
+            f"({label.base!r})"
+        )
+    try:
+        resolve_gpu(name)
+    except CatalogLookupError as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+def _check_precision(name: str) -> str:
+    try:
+        weight_precision(name)
+    except CatalogLookupError as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+def _check_model_name(name: str) -> str:
+    try:
+        resolve_model(name)
+    except CatalogLookupError as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+def _check_architecture(data: dict[str, Any]) -> dict[str, Any]:
+    architecture_from_inline(data)  # raises ValueError naming the field
+    return data
+
+
+def _check_tp(size: int) -> int:
+    if size & (size - 1):
+        raise ValueError(f"must be a power of two (1, 2, 4, ... 64), got {size}")
+    return size
+
+
+PositiveDecimal = decimal_type(gt="0")
+UnitFraction = decimal_type(gt="0", le="1")
+HitRate = decimal_type(ge="0", lt="1")
+Cv = decimal_type(ge="0", le=str(_MAX_CV))
+Cv2 = decimal_type(ge="0", le=str(_MAX_CV2))
+GpuName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_check_gpu_name)]
+PrecisionName = Annotated[str, Field(min_length=1, max_length=32), AfterValidator(_check_precision)]
+Percentile = Literal["p50", "p90", "p95", "p99"]
+
+
+def _gpu_key(name: str) -> str:
+    return resolve_gpu(name).key
+
+
+def _no_duplicate_gpus(names: Any) -> None:
+    """Two spellings of one GPU (`H100`, `NVIDIA-H100-80GB-HBM3`) in one list or map are an error."""
+    seen: dict[str, str] = {}
+    for name in names:
+        try:
+            key = _gpu_key(name)
+        except CatalogLookupError:
+            continue  # reported on the name itself
+        if key in seen:
+            raise ValueError(f"{name!r} and {seen[key]!r} both name GPU {key}; give it once")
+        seen[key] = name
+
+
+def _no_duplicates(values: list[Any], canonical: Any = None) -> None:
+    seen: dict[Any, Any] = {}
+    for value in values:
+        key = canonical(value) if canonical else value
+        if key in seen:
+            raise ValueError(f"{value!r} is listed twice")
+        seen[key] = value
+
+
+def _canonical_precision(name: str) -> str:
+    try:
+        return weight_precision(name).name
+    except CatalogLookupError:
+        return name
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The spec models
+
+
+class _SpecModel(BaseModel):
+    """camelCase keys (snake_case accepted from Python), unknown keys and loose types rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, frozen=True
+    )
+
+
+class ConfigMapRef(_SpecModel):
+    """A ConfigMap in the plan's namespace holding a Hugging Face config.json."""
+
+    name: str = Field(
+        min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN, description="Name of the ConfigMap (same namespace)."
+    )
+    key: str = Field(
+        default="config.json", min_length=1, max_length=253, pattern=_CONFIG_MAP_KEY,
+        description="Key in the ConfigMap whose value is the config.json text. Default: config.json.",
+    )
+
+
+class ModelSource(_SpecModel):
+    """The model to serve: exactly one of name, architecture, configFile, configMapRef."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_check_model_name)] | None = Field(
+        default=None,
+        description="Catalog repo id or alias, e.g. meta-llama/Llama-3.1-8B-Instruct or llama-3.1-8b "
+        "(case and separators ignored).",
+    )
+    architecture: Annotated[dict[str, Any], Field(max_length=64), AfterValidator(_check_architecture)] | None = (
+        Field(
+            default=None,
+            description="Inline architecture: ModelArchitecture fields (numLayers, hiddenSize, "
+            "intermediateSize, numAttentionHeads, numKvHeads, vocabSize, maxPositionEmbeddings, ...) or a "
+            "config.json object. At most 64 keys.",
+        )
+    )
+    config_file: str | None = Field(
+        default=None, min_length=1, max_length=4096,
+        description="Path to a Hugging Face config.json; relative paths are resolved against the plan file's "
+        "directory. Command line only (the operator has no files).",
+    )
+    config_map_ref: ConfigMapRef | None = Field(
+        default=None, description="A ConfigMap holding the config.json. Operator only (the CLI cannot read it)."
+    )
+    precisions: list[PrecisionName] | None = Field(
+        default=None, min_length=1, max_length=20,
+        description="Weight precisions to consider (bf16, fp8, int8-w8a8, int4-awq, int4-gptq, ...). "
+        "Default: the engine's served set.",
+    )
+    kv_cache_dtypes: list[Literal["fp16", "bf16", "fp8", "auto"]] = Field(
+        default_factory=lambda: ["auto"], min_length=1, max_length=4,
+        description="KV-cache dtypes to consider; auto is the engine default (16-bit). Default: [auto].",
+    )
+
+    @field_validator("precisions")
+    @classmethod
+    def _unique_precisions(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            _no_duplicates(value, _canonical_precision)
+        return value
+
+    @field_validator("kv_cache_dtypes")
+    @classmethod
+    def _unique_kv_dtypes(cls, value: list[str]) -> list[str]:
+        _no_duplicates(value)
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> ModelSource:
+        given = [
+            alias
+            for alias, value in (
+                ("name", self.name),
+                ("architecture", self.architecture),
+                ("configFile", self.config_file),
+                ("configMapRef", self.config_map_ref),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            got = f" (got {', '.join(given)})" if given else ""
+            raise _rule("", f"give exactly one of name, architecture, configFile, configMapRef{got}")
+        return self
+
+
+class EngineSpec(_SpecModel):
+    """The serving engine and the settings it will run with; absent settings take the engine's defaults."""
+
+    name: Literal["vllm", "sglang", "tgi", "tensorrt-llm"] = Field(
+        description="Serving engine: vllm, sglang, tgi or tensorrt-llm."
+    )
+    gpu_memory_utilization: UnitFraction | None = Field(
+        default=None,
+        description="Fraction of GPU memory the engine may use (vLLM --gpu-memory-utilization or the engine's "
+        "equivalent), decimal string in (0, 1]. Default: the engine's.",
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, le=_MAX_TOKENS,
+        description="Longest sequence (prompt + output) in tokens. Default: the model's context length.",
+    )
+    chunked_prefill: bool | None = Field(default=None, description="Chunked prefill on or off. Default: engine's.")
+    prefix_caching: bool | None = Field(default=None, description="Prefix caching on or off. Default: engine's.")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, le=_MAX_TOKENS,
+        description="Token budget of one scheduler step (the prefill chunk). Default: the engine's.",
+    )
+
+
+class PercentileLengths(_SpecModel):
+    """Measured percentiles of a token length; at least two, non-decreasing."""
+
+    p50: int | None = Field(default=None, ge=1, le=_MAX_TOKENS, description="Median length [tokens].")
+    p90: int | None = Field(default=None, ge=1, le=_MAX_TOKENS, description="90th percentile [tokens].")
+    p95: int | None = Field(default=None, ge=1, le=_MAX_TOKENS, description="95th percentile [tokens].")
+    p99: int | None = Field(default=None, ge=1, le=_MAX_TOKENS, description="99th percentile [tokens].")
+
+    def given(self) -> dict[str, int]:
+        """The stated percentiles, by name, in increasing order."""
+        return {name: value for name in QUANTILES if (value := getattr(self, name)) is not None}
+
+    @model_validator(mode="after")
+    def _fit_needs_two_rising(self) -> PercentileLengths:
+        given = self.given()
+        if len(given) < 2:
+            raise _rule("", "give at least two of p50, p90, p95, p99 to fit a spread (or use p95 beside mean)")
+        names = list(given)
+        for lower, upper in itertools.pairwise(names):
+            if given[upper] < given[lower]:
+                raise _rule(upper, f"must be >= {lower} ({given[lower]})")
+        return self
+
+
+class TokenDistribution(_SpecModel):
+    """A token length: its mean and at most one description of its spread (lognormal)."""
+
+    mean: int = Field(ge=1, le=_MAX_TOKENS, description="Mean length [tokens].")
+    p95: int | None = Field(
+        default=None, ge=1, le=_MAX_TOKENS, description="95th percentile [tokens], >= mean; sets the spread."
+    )
+    cv: Cv | None = Field(
+        default=None, description="Coefficient of variation (std / mean), decimal string in [0, 10]; 0 = fixed."
+    )
+    percentiles: PercentileLengths | None = Field(
+        default=None, description="Measured percentiles (p50, p90, p95, p99); the spread is fitted to them."
+    )
+
+    @model_validator(mode="after")
+    def _one_spread(self) -> TokenDistribution:
+        given = [name for name in ("p95", "cv", "percentiles") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise _rule("", f"give at most one of p95, cv, percentiles (got {', '.join(given)})")
+        if self.p95 is not None and self.p95 < self.mean:
+            raise _rule("p95", f"must be >= mean ({self.mean})")
+        return self
+
+
+class Burstiness(_SpecModel):
+    """How variable the traffic is: a preset, or explicit squared coefficients of variation.
+
+    An object (not a string-or-object union) so that the CRD schema stays structural.
+    """
+
+    preset: Literal["steady", "chatbot", "bursty", "agent"] | None = Field(
+        default=None,
+        description="steady (arrival CV^2 0.25), chatbot (1, Poisson), bursty (4) or agent (8). "
+        "Default chatbot when arrivalCV2 is not given.",
+    )
+    arrival_cv2: Cv2 | None = Field(
+        default=None, alias="arrivalCV2",
+        description="Squared CV of inter-arrival times, decimal string in [0, 100]: 1 = Poisson, 0 = evenly "
+        "spaced, > 1 bursty. Exclusive with preset.",
+    )
+    service_cv2: Cv2 | None = Field(
+        default=None, alias="serviceCV2",
+        description="Squared CV of service times, decimal string in [0, 100]. Default: derived from the "
+        "token-length distributions.",
+    )
+
+    @model_validator(mode="after")
+    def _preset_or_arrival(self) -> Burstiness:
+        if self.preset is not None and self.arrival_cv2 is not None:
+            raise _rule("arrivalCV2", "give either preset or arrivalCV2, not both")
+        return self
+
+
+class Workload(_SpecModel):
+    """The traffic to serve."""
+
+    requests_per_second: PositiveDecimal = Field(
+        description="Mean request rate the whole deployment must sustain, decimal string > 0, e.g. \"12.5\"."
+    )
+    prompt_tokens: TokenDistribution = Field(description="Prompt (input) length distribution.")
+    output_tokens: TokenDistribution = Field(description="Output (generated) length distribution.")
+    burstiness: Burstiness = Field(
+        default_factory=Burstiness,
+        description="Arrival variability: {preset: steady|chatbot|bursty|agent} or {arrivalCV2, serviceCV2}. "
+        "Default: the chatbot preset (Poisson).",
+    )
+    prefix_cache_hit_rate: HitRate = Field(
+        default="0",
+        description="Fraction of prompt tokens served from the prefix cache, decimal string in [0, 1). Default 0.",
+    )
+
+
+class SloBound(_SpecModel):
+    """One latency target: the given percentile must stay at or below maxMs."""
+
+    max_ms: int = Field(ge=1, le=86_400_000, description="Largest allowed latency at the percentile [ms].")
+    percentile: Percentile = Field(default="p95", description="Percentile the target applies to. Default p95.")
+
+
+class Slo(_SpecModel):
+    """Latency targets; at least one."""
+
+    ttft: SloBound | None = Field(default=None, description="Time to first token.")
+    tpot: SloBound | None = Field(
+        default=None,
+        description="Time per output token after the first (inter-token latency); `itl` is accepted as the same.",
+    )
+    e2e: SloBound | None = Field(default=None, alias="e2e", description="End-to-end request latency.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _itl_is_tpot(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "itl" in data:
+            if "tpot" in data:
+                raise _rule("itl", "itl and tpot are the same target; give one")
+            data = {("tpot" if key == "itl" else key): value for key, value in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> Slo:
+        if self.ttft is None and self.tpot is None and self.e2e is None:
+            raise _rule("", "give at least one of ttft, tpot (or itl), e2e")
+        return self
+
+
+class Constraints(_SpecModel):
+    """Limits on the deployments the planner may recommend. GPU names are anything the GPU resolver accepts
+    (catalog keys, marketing names, node labels such as NVIDIA-H100-80GB-HBM3)."""
+
+    gpu_types: list[GpuName] | None = Field(
+        default=None, min_length=1, max_length=32,
+        description="GPU types allowed. Default: every catalog GPU (operator: every type found in the cluster).",
+    )
+    tensor_parallel_sizes: list[Annotated[int, Field(ge=1, le=64), AfterValidator(_check_tp)]] = Field(
+        default_factory=lambda: [1, 2, 4, 8], min_length=1, max_length=7,
+        description="Tensor-parallel sizes to consider, powers of two up to 64. Default [1, 2, 4, 8].",
+    )
+    max_gpus: int | None = Field(default=None, ge=1, le=100_000, description="Most GPUs in total, all replicas.")
+    max_gpus_per_type: dict[GpuName, Annotated[int, Field(ge=1, le=100_000)]] = Field(
+        default_factory=dict, max_length=64, description="Most GPUs of one type, all replicas (GPU name -> count)."
+    )
+    max_replicas: int | None = Field(default=None, ge=1, le=10_000, description="Most replicas.")
+    budget_dollars_per_hour: PositiveDecimal | None = Field(
+        default=None, description="Most the whole deployment may cost, USD per hour, decimal string > 0."
+    )
+    max_utilization: UnitFraction = Field(
+        default="0.8",
+        description="Highest utilisation a replica may run at (headroom for bursts), decimal string in (0, 1]. "
+        "Default 0.8.",
+    )
+    prices: dict[GpuName, PositiveDecimal] = Field(
+        default_factory=dict, max_length=64,
+        description="Your prices, GPU name -> USD per GPU-hour (decimal string); others use the catalog's.",
+    )
+    available_gpus: dict[GpuName, Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
+        default=None, max_length=64,
+        description="GPUs free to use, GPU name -> count. The operator fills it from the cluster; absent = no "
+        "inventory limit.",
+    )
+    gpus_per_node: dict[GpuName, Annotated[int, Field(ge=1, le=128)]] = Field(
+        default_factory=dict, max_length=64,
+        description="GPUs per node, GPU name -> count; tensor parallelism stays within a node. Default 8.",
+    )
+
+    @field_validator("tensor_parallel_sizes")
+    @classmethod
+    def _unique_tp(cls, value: list[int]) -> list[int]:
+        _no_duplicates(value)
+        return value
+
+    @field_validator("gpu_types", "max_gpus_per_type", "prices", "available_gpus", "gpus_per_node")
+    @classmethod
+    def _one_name_per_gpu(cls, value: Any) -> Any:
+        if value is not None:
+            _no_duplicate_gpus(value)
+        return value
+
+
+class PlanSpec(_SpecModel):
+    """The spec of an InferenceCapacityPlan: the model, engine, traffic and targets to plan capacity for."""
+
+    model: ModelSource = Field(description="The model to serve and the precisions to consider.")
+    engine: EngineSpec = Field(description="The serving engine and its settings.")
+    workload: Workload = Field(description="The traffic to serve.")
+    slo: Slo = Field(description="Latency targets (at least one).")
+    constraints: Constraints = Field(
+        default_factory=Constraints, description="Limits on GPU types, sizes, counts and cost."
+    )
+    alternatives: int = Field(
+        default=5, ge=1, le=20, description="How many alternatives to list beside the recommendation (1-20)."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Validation errors -> (camelCase path, message)
+
+_SPEC_MODELS: tuple[type[BaseModel], ...] = (
+    PlanSpec, ModelSource, ConfigMapRef, EngineSpec, Workload, TokenDistribution, PercentileLengths,
+    Burstiness, Slo, SloBound, Constraints,
+)
+_ALIAS_OF: dict[str, str] = {}
+for _model in _SPEC_MODELS:
+    for _name, _field in _model.model_fields.items():
+        _ALIAS_OF[_name] = _field.alias or _name
+_ALIASES = sorted(set(_ALIAS_OF.values()))
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part == "[key]":
+            pass
+        else:
+            name = _ALIAS_OF.get(part, part)
+            path = f"{path}.{name}" if path else name
+    return path
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        name = str(error["loc"][-1]) if error["loc"] else ""
+        close = difflib.get_close_matches(name, _ALIASES, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else " (keys are camelCase)"
+        return f"unknown field{hint}"
+    if kind == "missing":
+        return "required"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") == _DECIMAL_PATTERN:
+        return f"must be a decimal number in a string, such as \"12.5\" (digits, optional fraction), got {value!r}"
+    got = f", got {value!r}" if isinstance(value, str | int | float | bool) else ""
+    if kind in _BOUND_WORDS:
+        op, key = _BOUND_WORDS[kind]
+        return f"must be {op} {ctx.get(key)}{got}"
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')}{got}"
+    if kind in {"model_type", "model_attributes_type", "dict_type"}:
+        return f"must be a mapping, got {type(value).__name__}"
+    if kind == "list_type":
+        return f"must be a list, got {type(value).__name__}"
+    message = str(error["msg"])
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    if kind in {"int_type", "bool_type", "string_type", "int_from_float", "string_too_long", "string_too_short",
+                "string_pattern_mismatch"}:
+        message += got
+    return message
+
+
+_BOUND_WORDS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
+
+
+def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        subpath = (error.get("ctx") or {}).get("subpath")
+        if error["type"] == "plan_rule" and subpath:
+            loc = (*loc, subpath)
+        problems.append((_path(loc), _message(error)))
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def parse_plan(data: Mapping[str, Any]) -> PlanSpec:
+    """Validate a decoded plan: the bare spec, or a whole `InferenceCapacityPlan` manifest.
+
+    A mapping with `apiVersion`, `kind` or `spec` is read as a manifest. Every problem found is raised at
+    once as a PlanError; paths are relative to the spec (`workload.promptTokens.p95`), manifest-level
+    problems are named by their key (`apiVersion`).
+    """
+    if not isinstance(data, Mapping):
+        raise PlanError([("", f"a plan must be a mapping, got {type(data).__name__}")])
+    problems: list[tuple[str, str]] = []
+    spec_data: Any = data
+    if {"apiVersion", "kind", "spec"} & set(data):
+        spec_data, problems = _unwrap_manifest(data)
+    if isinstance(spec_data, Mapping):
+        try:
+            spec = PlanSpec.model_validate(dict(spec_data))
+        except ValidationError as exc:
+            problems += _problems(exc)
+        else:
+            if not problems:
+                return spec
+    raise PlanError(problems)
+
+
+def _unwrap_manifest(data: Mapping[str, Any]) -> tuple[Any, list[tuple[str, str]]]:
+    problems = []
+    if data.get("apiVersion") != API_VERSION:
+        problems.append(("apiVersion", f"must be {API_VERSION}, got {data.get('apiVersion')!r}"))
+    if data.get("kind") != KIND:
+        problems.append(("kind", f"must be {KIND}, got {data.get('kind')!r}"))
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        problems.append(("metadata", f"must be a mapping, got {type(metadata).__name__}"))
+    for key in data:
+        if key not in {"apiVersion", "kind", "metadata", "spec", "status"}:
+            problems.append((str(key), "unknown field; a manifest has apiVersion, kind, metadata, spec (status)"))
+    spec = data.get("spec")
+    if spec is None:
+        problems.append(("spec", "required"))
+    elif not isinstance(spec, Mapping):
+        problems.append(("spec", f"must be a mapping, got {type(spec).__name__}"))
+    return spec, problems
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (YAML would silently keep the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_plan_file(path: str | Path) -> PlanSpec:
+    """Read and validate a plan file, YAML or JSON (`.json`), bare spec or whole manifest.
+
+    Unreadable files and syntax errors become a PlanError naming the file (and line); validation problems
+    are all collected into one PlanError. Resolve relative `model.configFile` paths by passing the file's
+    directory to `resolve_plan`.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError([(str(path), f"cannot read the file: {exc}")]) from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanError(
+                [(str(path), f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")]
+            ) from None
+    else:
+        try:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise PlanError([(str(path), f"malformed YAML{where}: {problem}")]) from None
+    if not isinstance(data, Mapping):
+        raise PlanError([(str(path), f"expected a mapping at the top level, got {type(data).__name__}")])
+    return parse_plan(data)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Resolution to plain numbers
+
+
+@dataclass(frozen=True)
+class SloTarget:
+    """One latency target: the `quantile` of `metric` must stay at or below `max_s`."""
+
+    metric: str  # "ttft" | "tpot" | "e2e"
+    quantile: float  # 0.5 | 0.9 | 0.95 | 0.99
+    max_s: float  # seconds
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A resolved plan: plain numbers and canonical names, what the search reads.
+
+    Lengths are lognormal with the given mean [tokens] and CV; rates are requests/s; prices USD per
+    GPU-hour. GPU maps are keyed by canonical GPU key (`GpuSpec.key`). `notes` lists the assumptions the
+    resolution made (defaults filled in, spreads capped), one sentence each, for the plan's warnings.
+    """
+
+    arch: ModelArchitecture
+    served_model: str                 # what the engine loads: model.name as written, else the architecture's id
+    engine: str
+    precisions: tuple[str, ...]
+    kv_dtypes: tuple[str, ...]
+    memory_fraction: float | None
+    max_model_len: int | None
+    chunked_prefill: bool | None
+    max_num_batched_tokens: int | None
+    prefix_caching: bool | None
+    rate_rps: float
+    prompt_mean: float
+    prompt_cv: float
+    output_mean: float
+    output_cv: float
+    arrival_cv2: float
+    service_cv2: float | None
+    prefix_hit_rate: float
+    slos: tuple[SloTarget, ...]
+    gpu_types: tuple[str, ...] | None
+    tp_sizes: tuple[int, ...]
+    max_gpus: int | None
+    max_gpus_per_type: dict[str, int]
+    max_replicas: int | None
+    budget_usd_per_hour: float | None
+    max_utilization: float
+    prices: dict[str, float]
+    available_gpus: dict[str, int] | None
+    gpus_per_node: dict[str, int]
+    alternatives: int
+    notes: tuple[str, ...] = ()
+
+
+def cv_from_sigma(sigma: float) -> float:
+    """CV of a lognormal whose log has standard deviation `sigma`: sqrt(exp(sigma^2) - 1)."""
+    return math.sqrt(math.expm1(sigma * sigma))
+
+
+def sigma_from_p95_ratio(ratio: float) -> tuple[float, bool]:
+    """The lognormal sigma whose p95/mean is `ratio` (>= 1), and whether it was capped.
+
+    p95/mean = exp(z sigma - sigma^2 / 2) with z = z_0.95; the smaller root sigma = z - sqrt(z^2 - 2 ln ratio).
+    No lognormal has p95/mean above exp(z^2 / 2) (about 3.87): beyond it sigma is capped at z.
+    """
+    if ratio < 1.0:
+        raise ValueError(f"p95/mean must be >= 1, got {ratio}")
+    discriminant = _Z95 * _Z95 - 2.0 * math.log(ratio)
+    if discriminant <= 0.0:
+        return _Z95, discriminant < 0.0
+    return _Z95 - math.sqrt(discriminant), False
+
+
+def sigma_from_percentiles(percentiles: Mapping[float, float]) -> float:
+    """Least-squares sigma of log(length) = mu + z_q sigma over the given quantiles (>= 2) -> lengths."""
+    if len(percentiles) < 2:
+        raise ValueError("need at least two percentiles")
+    zs = [NormalDist().inv_cdf(q) for q in percentiles]
+    logs = [math.log(v) for v in percentiles.values()]
+    z_mean = sum(zs) / len(zs)
+    log_mean = sum(logs) / len(logs)
+    covariance = sum((z - z_mean) * (y - log_mean) for z, y in zip(zs, logs, strict=True))
+    variance = sum((z - z_mean) ** 2 for z in zs)
+    return max(0.0, covariance / variance)
+
+
+def _length(dist: TokenDistribution, path: str, notes: list[str]) -> tuple[float, float]:
+    """(mean, cv) of a token distribution."""
+    mean = float(dist.mean)
+    if dist.cv is not None:
+        return mean, float(dist.cv)
+    if dist.p95 is not None:
+        sigma, capped = sigma_from_p95_ratio(dist.p95 / dist.mean)
+        if capped:
+            notes.append(
+                f"{path}.p95: p95/mean {dist.p95 / dist.mean:.2f} is above the lognormal maximum "
+                f"{MAX_P95_RATIO:.2f}; the spread is capped at CV {cv_from_sigma(sigma):.2f}"
+            )
+        return mean, cv_from_sigma(sigma)
+    if dist.percentiles is not None:
+        given = {QUANTILES[name]: float(value) for name, value in dist.percentiles.given().items()}
+        return mean, cv_from_sigma(sigma_from_percentiles(given))
+    notes.append(f"{path}: no spread given; assumed lognormal with CV {DEFAULT_LENGTH_CV}")
+    return mean, DEFAULT_LENGTH_CV
+
+
+def _architecture(source: ModelSource, base_dir: Path | None) -> ModelArchitecture:
+    if source.name is not None:
+        return resolve_model(source.name)
+    if source.architecture is not None:
+        return architecture_from_inline(source.architecture)
+    if source.config_file is not None:
+        path = Path(source.config_file).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        return load_config_json(path)
+    raise ValueError(
+        "a ConfigMap can only be read by the operator in the cluster; from the command line give the "
+        "config.json with model.configFile (or the model by model.name)"
+    )
+
+
+def _source_path(source: ModelSource) -> str:
+    for alias, value in (("name", source.name), ("architecture", source.architecture),
+                         ("configFile", source.config_file)):
+        if value is not None:
+            return f"model.{alias}"
+    return "model.configMapRef"
+
+
+def _by_key(mapping: Mapping[str, Any], convert: Any) -> dict[str, Any]:
+    return {_gpu_key(name): convert(value) for name, value in mapping.items()}
+
+
+def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
+    """Turn a validated spec into a PlanRequest of plain numbers and canonical names.
+
+    `base_dir` is the plan file's directory, against which a relative `model.configFile` is read (the
+    working directory when None). A `model.configMapRef` cannot be read here: the operator reads the
+    ConfigMap and passes its config.json as `model.architecture`. Problems raise PlanError.
+    """
+    problems: list[tuple[str, str]] = []
+    notes: list[str] = []
+    try:
+        arch = _architecture(spec.model, base_dir)
+    except ValueError as exc:
+        raise PlanError([(_source_path(spec.model), str(exc))]) from None
+    engine = spec.engine
+    if engine.max_model_len is not None and engine.max_model_len > arch.max_position_embeddings:
+        problems.append(("engine.maxModelLen", f"must be <= the model's context length "
+                                               f"({arch.max_position_embeddings} tokens), got {engine.max_model_len}"))
+    if problems:
+        raise PlanError(problems)
+
+    if spec.model.precisions is None:
+        precisions = DEFAULT_PRECISIONS[engine.name]
+    else:
+        precisions = tuple(weight_precision(name).name for name in spec.model.precisions)
+    workload = spec.workload
+    prompt_mean, prompt_cv = _length(workload.prompt_tokens, "workload.promptTokens", notes)
+    output_mean, output_cv = _length(workload.output_tokens, "workload.outputTokens", notes)
+    burst = workload.burstiness
+    if burst.arrival_cv2 is not None:
+        arrival_cv2 = float(burst.arrival_cv2)
+    else:
+        arrival_cv2 = BURSTINESS_ARRIVAL_CV2[burst.preset or "chatbot"]
+    service_cv2 = None if burst.service_cv2 is None else float(burst.service_cv2)
+    slos = tuple(
+        SloTarget(metric, QUANTILES[bound.percentile], bound.max_ms / 1000.0)
+        for metric, bound in (("ttft", spec.slo.ttft), ("tpot", spec.slo.tpot), ("e2e", spec.slo.e2e))
+        if bound is not None
+    )
+    limits = spec.constraints
+    gpus_per_node = {gpu.key: DEFAULT_GPUS_PER_NODE for gpu in load_gpu_catalog()}
+    gpus_per_node.update(_by_key(limits.gpus_per_node, int))
+    return PlanRequest(
+        arch=arch,
+        served_model=spec.model.name or arch.repo_id,
+        engine=engine.name,
+        precisions=tuple(precisions),
+        kv_dtypes=tuple(spec.model.kv_cache_dtypes),
+        memory_fraction=None if engine.gpu_memory_utilization is None else float(engine.gpu_memory_utilization),
+        max_model_len=engine.max_model_len,
+        chunked_prefill=engine.chunked_prefill,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        prefix_caching=engine.prefix_caching,
+        rate_rps=float(workload.requests_per_second),
+        prompt_mean=prompt_mean,
+        prompt_cv=prompt_cv,
+        output_mean=output_mean,
+        output_cv=output_cv,
+        arrival_cv2=arrival_cv2,
+        service_cv2=service_cv2,
+        prefix_hit_rate=float(workload.prefix_cache_hit_rate),
+        slos=slos,
+        gpu_types=None if limits.gpu_types is None else tuple(_gpu_key(name) for name in limits.gpu_types),
+        tp_sizes=tuple(limits.tensor_parallel_sizes),
+        max_gpus=limits.max_gpus,
+        max_gpus_per_type=_by_key(limits.max_gpus_per_type, int),
+        max_replicas=limits.max_replicas,
+        budget_usd_per_hour=None if limits.budget_dollars_per_hour is None else float(limits.budget_dollars_per_hour),
+        max_utilization=float(limits.max_utilization),
+        prices=_by_key(limits.prices, float),
+        available_gpus=None if limits.available_gpus is None else _by_key(limits.available_gpus, int),
+        gpus_per_node=gpus_per_node,
+        alternatives=spec.alternatives,
+        notes=tuple(notes),
+    )
+
+
+__all__ = [
+    "API_VERSION",
+    "BURSTINESS_ARRIVAL_CV2",
+    "DEFAULT_PRECISIONS",
+    "KIND",
+    "PlanError",
+    "PlanRequest",
+    "PlanSpec",
+    "SloTarget",
+    "load_plan_file",
+    "parse_plan",
+    "resolve_plan",
+]

@@ -1,0 +1,101 @@
+"""Plain-text tables for the command line: plan results and the catalogs. ASCII only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from inferplan.planner.architectures import ModelArchitecture
+from inferplan.planner.gpus import GpuSpec
+from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.spec import PlanRequest
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], right: Sequence[bool] | None = None) -> list[str]:
+    rows = [list(r) for r in rows]
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+    right = right or [False] * len(header)
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True))
+
+    return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1000:.1f} s" if value >= 10_000 else f"{value:.0f} ms" if value >= 100 else f"{value:.1f} ms"
+
+
+def _slo_text(req: PlanRequest) -> str:
+    names = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
+    return ", ".join(f"{s.metric.upper()} {names[s.quantile]} <= {_ms(s.max_s * 1000)}" for s in req.slos)
+
+
+def _percentile(c: Candidate, metric: str, req: PlanRequest) -> float:
+    quantile = {s.metric: s.quantile for s in req.slos}.get(metric, 0.95)
+    stats = {"ttft": c.predicted.ttft_ms, "tpot": c.predicted.tpot_ms, "e2e": c.predicted.e2e_ms}[metric]
+    return float(getattr(stats, {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}[quantile]))
+
+
+def format_plan(result: PlanResult, req: PlanRequest) -> str:
+    """The recommendation, the alternatives and the nearest infeasible candidates as text."""
+    lines = [f"{req.served_model} on {req.engine}: {req.rate_rps:g} requests/s, "
+             f"prompt {req.prompt_mean:.0f} / output {req.output_mean:.0f} tokens (mean); SLO {_slo_text(req)}", ""]
+    c = result.recommendation
+    if c is None:
+        lines.append("No deployment meets every gate.")
+    else:
+        label = ", ".join(f"{k}={v}" for k, v in c.node_selector.items())
+        lines += [
+            "Recommendation (cheapest feasible; ties broken by headroom):",
+            f"  {c.replicas} replica(s) x {c.gpus_per_replica} {c.gpu_type} = {c.gpus} GPU(s), max batch "
+            f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}",
+            f"  TTFT p50/p95/p99 {_ms(c.predicted.ttft_ms.p50)} / {_ms(c.predicted.ttft_ms.p95)} / "
+            f"{_ms(c.predicted.ttft_ms.p99)}; TPOT p50/p95/p99 {_ms(c.predicted.tpot_ms.p50)} / "
+            f"{_ms(c.predicted.tpot_ms.p95)} / {_ms(c.predicted.tpot_ms.p99)}; e2e p95 {_ms(c.predicted.e2e_ms.p95)}",
+            f"  utilization {c.predicted.utilization:.2f}, headroom {c.headroom:.0%}, "
+            f"{c.predicted.output_tokens_per_second:g} output tokens/s",
+            f"  ${c.cost.dollars_per_hour:.2f}/h, ${c.cost.dollars_per_million_tokens:.3f} per million output tokens",
+            f"  node selector: {label}",
+            f"  {req.engine} args: {' '.join(c.engine_args)}",
+        ]
+        lines += [f"  warning: {w}" for w in c.warnings]
+    if result.alternatives:
+        lines += ["", "Alternatives (Pareto frontier over cost, latency and headroom):"]
+        rows = [
+            (a.gpu_type, str(a.gpus_per_replica), str(a.replicas), str(a.max_batch), a.precision,
+             _ms(_percentile(a, "ttft", req)), _ms(_percentile(a, "tpot", req)), _ms(_percentile(a, "e2e", req)),
+             f"{a.headroom:.0%}", f"{a.cost.dollars_per_hour:.2f}", ",".join(a.tags))
+            for a in result.alternatives
+        ]
+        header = ("GPU", "TP", "replicas", "batch", "precision", "TTFT", "TPOT", "e2e", "headroom", "$/h", "tags")
+        lines += ["  " + row for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False])]
+        lines.append("  (latencies at each SLO's percentile, p95 where the metric has no SLO)")
+    if result.infeasible:
+        lines += ["", "Nearest infeasible candidates:"]
+        lines += [f"  [{i.gate}] {i.reason}" for i in result.infeasible]
+    if result.warnings:
+        lines += ["", *(f"warning: {w}" for w in result.warnings)]
+    return "\n".join(lines)
+
+
+def format_gpus(gpus: Iterable[GpuSpec]) -> str:
+    rows = []
+    for g in gpus:
+        rows.append((g.key, g.product_label, f"{g.memory_gib:.1f}", f"{g.memory_bandwidth_gb_s:g}",
+                     f"{g.fp16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "-",
+                     g.interconnect, f"{g.usd_per_hour:.2f}", g.price_as_of,
+                     str(len(g.unverified_fields))))
+    header = ("key", "node label", "GiB", "GB/s", "FP16 TF", "FP8 TF", "link", "$/h", "price date", "unverified")
+    return "\n".join(_table(header, rows, [False, False, True, True, True, True, False, True, False, True]))
+
+
+def format_models(models: Iterable[ModelArchitecture]) -> str:
+    rows = []
+    for m in models:
+        active = m.active_param_count() if m.is_moe else None
+        rows.append((m.repo_id, f"{m.param_count() / 1e9:.2f}",
+                     f"{active / 1e9:.2f}" if active else "-", str(m.num_layers),
+                     str(m.num_kv_heads), f"{m.kv_bytes_per_token(2.0) / 1024:.0f}",
+                     str(m.max_position_embeddings)))
+    header = ("model", "params B", "active B", "layers", "KV heads", "KV KiB/token (16-bit)", "context")
+    return "\n".join(_table(header, rows, [False, True, True, True, True, True, True]))

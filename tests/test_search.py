@@ -1,0 +1,195 @@
+"""The capacity search: gates, first-principles cases, and the properties a user relies on."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferplan.planner.engines import ENGINES
+from inferplan.planner.factors import load_factors
+from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.performance import build_hardware
+from inferplan.planner.precisions import weight_precision
+from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.search import GATES, _objectives, non_dominated, plan
+from inferplan.planner.serving import poisson_capacity
+from inferplan.planner.spec import PlanRequest, parse_plan, resolve_plan
+
+BASE: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+    "engine": {"name": "vllm"},
+    "workload": {
+        "requestsPerSecond": "10",
+        "promptTokens": {"mean": 500, "p95": 1500},
+        "outputTokens": {"mean": 250, "p95": 700},
+    },
+    "slo": {"ttft": {"maxMs": 1000, "percentile": "p95"}, "tpot": {"maxMs": 100, "percentile": "p95"}},
+    "constraints": {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "tensorParallelSizes": [1]},
+}
+
+
+def request(**changes: Any) -> PlanRequest:
+    """BASE with dotted-path changes, e.g. request(**{"workload.requestsPerSecond": "20"})."""
+    data = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        node = data
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return resolve_plan(parse_plan(data))
+
+
+def all_shown(result: PlanResult) -> list[Candidate]:
+    return [c for c in [result.recommendation, *result.alternatives] if c is not None]
+
+
+def test_utilisation_bound_case_matches_first_principles() -> None:
+    # Loose SLOs: only the utilisation cap binds, so one replica carries 0.8 x its saturation rate.
+    req = request(**{"slo": {"e2e": {"maxMs": 3_600_000, "percentile": "p50"}}, "workload.requestsPerSecond": "50"})
+    result = plan(req)
+    c = result.recommendation
+    assert c is not None and c.gpu_type == "H100-SXM5-80GB"
+    gpu, arch = resolve_gpu("H100-SXM5-80GB"), req.arch
+    engine = ENGINES["vllm"]
+    hw = build_hardware(arch, gpu, weight_precision("bf16"), 2.0, engine, load_factors().engine("vllm"),
+                        load_factors().family(gpu.family), 1)
+    chunk = float(engine.default_max_batched_tokens)
+    slots = min(c.max_batch, c.predicted.max_concurrency)
+    capacity = float(poisson_capacity(hw, req.prompt_mean, req.output_mean, slots, chunk))
+    assert c.predicted.max_requests_per_second_per_replica == pytest.approx(0.8 * capacity, rel=0.01)
+    assert c.replicas == math.ceil(50 / (0.8 * capacity))
+    assert c.predicted.utilization <= 0.8 + 1e-9
+
+
+def test_tpot_target_below_a_weight_read_is_infeasible_and_says_why() -> None:
+    # Llama-3.1-8B bf16 reads 15 GiB of weights per decode step: no H100 does that in 3 ms.
+    result = plan(request(**{"slo.tpot.maxMs": 3}))
+    assert result.recommendation is None and result.alternatives == []
+    assert result.infeasible and all(i.gate == "slo" for i in result.infeasible)
+    assert "TPOT p95" in result.infeasible[0].reason and "> 3 ms target" in result.infeasible[0].reason
+    assert any("no candidate" in w for w in result.warnings)
+
+
+def test_memory_gate_names_the_sizes() -> None:
+    result = plan(request(**{"model.name": "meta-llama/Llama-3.1-70B", "constraints.gpuTypes": ["NVIDIA-L4"]}))
+    assert result.recommendation is None
+    reason = result.infeasible[0]
+    assert reason.gate == "memory" and "GiB of weights" in reason.reason and "L4" in reason.reason
+
+
+def test_precision_gate_knows_fp8_hardware() -> None:
+    result = plan(request(**{"model.precisions": ["fp8"], "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}))
+    assert result.recommendation is None
+    assert result.infeasible[0].gate == "precision" and "FP8 tensor cores" in result.infeasible[0].reason
+
+
+def test_inventory_and_budget_gates() -> None:
+    short = plan(request(**{"workload.requestsPerSecond": "200", "constraints.availableGpus": {"H100": 1}}))
+    assert short.recommendation is None
+    assert any(i.gate == "inventory" and "but only 1 available" in i.reason for i in short.infeasible)
+    broke = plan(request(**{"workload.requestsPerSecond": "200", "constraints.budgetDollarsPerHour": "1"}))
+    assert broke.recommendation is None and broke.infeasible[0].gate == "budget"
+    assert GATES.index("inventory") < GATES.index("budget")
+
+
+def test_tensor_parallel_larger_than_a_node_is_a_placement_problem() -> None:
+    result = plan(request(**{"constraints.tensorParallelSizes": [8], "constraints.gpusPerNode": {"H100": 4}}))
+    assert result.recommendation is None
+    assert result.infeasible[0].gate == "placement" and "nodes have 4" in result.infeasible[0].reason
+
+
+def test_recommendation_carries_what_realises_it() -> None:
+    c = plan(request()).recommendation
+    assert c is not None
+    assert c.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    args = c.engine_args
+    assert args[:2] == ["--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert args[args.index("--max-num-seqs") + 1] == str(c.max_batch)
+    assert args[args.index("--tensor-parallel-size") + 1] == str(c.gpus_per_replica)
+    assert c.gpus == c.replicas * c.gpus_per_replica
+    assert c.cost.dollars_per_hour == pytest.approx(c.gpus * resolve_gpu("H100").usd_per_hour, rel=1e-3)
+    assert c.predicted.ttft_ms.p50 <= c.predicted.ttft_ms.p95 <= c.predicted.ttft_ms.p99
+    assert c.predicted.ttft_ms.p95 <= 1000 and c.predicted.tpot_ms.p95 <= 100
+    assert set(c.provenance) >= {"predicted", "cost"}
+
+
+def test_bursty_traffic_warns_that_the_tail_is_optimistic() -> None:
+    result = plan(request(**{"workload.burstiness": {"preset": "agent"}}))
+    assert any("optimistic" in w for w in result.warnings)
+
+
+def test_non_dominated_mask() -> None:
+    points = np.array([[1.0, 5.0], [2.0, 4.0], [2.0, 6.0], [1.0, 5.0], [3.0, 1.0]])
+    assert list(non_dominated(points)) == [True, True, False, False, True]
+
+
+MULTI = {"constraints.gpuTypes": ["NVIDIA-L4", "NVIDIA-L40S", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"],
+         "constraints.tensorParallelSizes": [1, 2], "model.precisions": ["bf16", "fp8"]}
+
+
+def test_every_shown_candidate_is_non_dominated() -> None:
+    req = request(**MULTI, **{"alternatives": 10})
+    shown = all_shown(plan(req))
+    assert len(shown) >= 3
+    points = np.array([_objectives(req, c) for c in shown])
+    assert non_dominated(points).all()
+    assert shown[0].cost.dollars_per_hour == min(c.cost.dollars_per_hour for c in shown)
+    assert "cheapest" in shown[0].tags
+
+
+@settings(max_examples=12, deadline=None)
+@given(rate=st.integers(1, 60), more=st.integers(1, 60))
+def test_more_traffic_never_needs_fewer_gpus_or_less_money(rate: int, more: int) -> None:
+    single = {"constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}
+    low, high = (plan(request(**single, **{"workload.requestsPerSecond": str(r)})).recommendation
+                 for r in (rate, rate + more))
+    assert low is not None and high is not None
+    assert high.gpus >= low.gpus
+    lo_multi, hi_multi = (plan(request(**MULTI, **{"workload.requestsPerSecond": str(r)})).recommendation
+                          for r in (rate, rate + more))
+    assert hi_multi.cost.dollars_per_hour >= lo_multi.cost.dollars_per_hour
+
+
+@settings(max_examples=10, deadline=None)
+@given(ttft=st.integers(150, 2000), slack=st.integers(0, 2000))
+def test_a_looser_slo_never_costs_more(ttft: int, slack: int) -> None:
+    def cost(ms: int) -> float:
+        c = plan(request(**MULTI, **{"slo.ttft.maxMs": ms, "workload.requestsPerSecond": "25"})).recommendation
+        return math.inf if c is None else c.cost.dollars_per_hour
+
+    assert cost(ttft + slack) <= cost(ttft)
+
+
+@settings(max_examples=8, deadline=None)
+@given(factor=st.floats(1.01, 10.0))
+def test_a_higher_price_never_makes_a_gpu_more_preferred(factor: float) -> None:
+    base = plan(request(**MULTI)).recommendation
+    assert base is not None
+    for gpu in ("NVIDIA-L40S", "NVIDIA-H100-80GB-HBM3"):
+        key = resolve_gpu(gpu).key
+        dearer = f"{resolve_gpu(gpu).usd_per_hour * factor:.4f}"
+        after = plan(request(**MULTI, **{"constraints.prices": {gpu: dearer}})).recommendation
+        assert after is not None
+        if after.gpu_type == key:
+            assert base.gpu_type == key
+        assert after.cost.dollars_per_hour >= base.cost.dollars_per_hour - 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(*[st.integers(0, 3)] * 3), min_size=1, max_size=15))
+def test_non_dominated_agrees_with_brute_force(rows: list[tuple[int, int, int]]) -> None:
+    points = np.array(rows, dtype=float)
+    kept = non_dominated(points)
+    for i, point in enumerate(points):
+        dominated = any(np.all(other <= point) and np.any(other < point) for other in points)
+        duplicate_kept = any(kept[j] and np.all(points[j] == point) for j in range(len(points)) if j != i)
+        assert kept[i] == (not dominated and not (duplicate_kept and not kept[i]))
+        if not dominated:
+            assert kept[i] or duplicate_kept  # exactly one of identical points stays on the front

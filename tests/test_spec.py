@@ -1,0 +1,467 @@
+"""The plan spec: parsing, error paths, bounds, and resolution to plain numbers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from inferplan.planner.spec import (
+    API_VERSION,
+    KIND,
+    MAX_P95_RATIO,
+    PlanError,
+    PlanSpec,
+    SloTarget,
+    cv_from_sigma,
+    load_plan_file,
+    parse_plan,
+    resolve_plan,
+    sigma_from_p95_ratio,
+    sigma_from_percentiles,
+)
+
+MINIMAL: dict[str, Any] = {
+    "model": {"name": "llama-3.1-8b"},
+    "engine": {"name": "vllm"},
+    "workload": {"requestsPerSecond": "12.5", "promptTokens": {"mean": 512}, "outputTokens": {"mean": 256}},
+    "slo": {"ttft": {"maxMs": 500}},
+}
+
+FULL: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16", "FP8", "int4-awq"],
+              "kvCacheDtypes": ["auto", "fp8"]},
+    "engine": {"name": "sglang", "gpuMemoryUtilization": "0.85", "maxModelLen": 8192, "chunkedPrefill": True,
+               "prefixCaching": True, "maxNumBatchedTokens": 4096},
+    "workload": {
+        "requestsPerSecond": "20",
+        "promptTokens": {"mean": 1200, "percentiles": {"p50": 800, "p90": 2500, "p99": 6000}},
+        "outputTokens": {"mean": 300, "p95": 900},
+        "burstiness": {"arrivalCV2": "2.5", "serviceCV2": "1.2"},
+        "prefixCacheHitRate": "0.3",
+    },
+    "slo": {"ttft": {"maxMs": 800, "percentile": "p99"}, "itl": {"maxMs": 60}, "e2e": {"maxMs": 30000,
+                                                                                      "percentile": "p90"}},
+    "constraints": {
+        "gpuTypes": ["H100", "NVIDIA-A100-SXM4-80GB", "L40S"],
+        "tensorParallelSizes": [2, 4, 8],
+        "maxGpus": 64,
+        "maxGpusPerType": {"H100-SXM5-80GB": 32},
+        "maxReplicas": 16,
+        "budgetDollarsPerHour": "150.50",
+        "maxUtilization": "0.75",
+        "prices": {"H100": "2.49", "A100-SXM4-80GB": "1.60"},
+        "availableGpus": {"NVIDIA-H100-80GB-HBM3": 24, "L40S": 0},
+        "gpusPerNode": {"L40S": 4},
+    },
+    "alternatives": 7,
+}
+
+
+def with_(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of `base` with the dotted `path` set to `value` (or removed when value is ...)."""
+    data = copy.deepcopy(base)
+    *parents, last = path.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is ...:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return data
+
+
+def problems_of(data: dict[str, Any]) -> dict[str, str]:
+    with pytest.raises(PlanError) as info:
+        parse_plan(data)
+    return dict(info.value.problems)
+
+
+# -- parsing -------------------------------------------------------------------------------------------------
+
+
+def test_minimal_spec_takes_the_defaults() -> None:
+    spec = parse_plan(MINIMAL)
+    assert spec.workload.burstiness.preset is None and spec.workload.burstiness.arrival_cv2 is None
+    assert spec.workload.prefix_cache_hit_rate == "0"
+    assert spec.model.kv_cache_dtypes == ["auto"]
+    assert spec.constraints.tensor_parallel_sizes == [1, 2, 4, 8]
+    assert spec.constraints.max_utilization == "0.8"
+    assert spec.slo.ttft is not None and spec.slo.ttft.percentile == "p95"
+    assert spec.alternatives == 5
+
+
+def test_full_spec_parses_and_itl_is_tpot() -> None:
+    spec = parse_plan(FULL)
+    assert spec.slo.tpot is not None and spec.slo.tpot.max_ms == 60
+    assert spec.engine.gpu_memory_utilization == "0.85"
+    assert spec.constraints.available_gpus == {"NVIDIA-H100-80GB-HBM3": 24, "L40S": 0}
+
+
+def test_manifest_and_bare_spec_are_the_same() -> None:
+    manifest = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "chat", "namespace": "ml"},
+                "spec": FULL}
+    assert parse_plan(manifest) == parse_plan(FULL)
+
+
+@pytest.mark.parametrize("exclude_none", [False, True])
+def test_camel_case_dump_round_trips(exclude_none: bool) -> None:
+    spec = parse_plan(FULL)
+    dumped = spec.model_dump(by_alias=True, exclude_none=exclude_none)
+    assert "requestsPerSecond" in dumped["workload"]
+    assert "arrivalCV2" in dumped["workload"]["burstiness"]
+    assert "e2e" in dumped["slo"] and "tpot" in dumped["slo"]
+    assert parse_plan(json.loads(json.dumps(dumped))) == spec
+
+
+def test_schema_bounds_every_string_list_and_map_and_describes_every_field() -> None:
+    schema = PlanSpec.model_json_schema(by_alias=True)
+    unbounded: list[str] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if kind == "string" and "enum" not in node and "const" not in node and "maxLength" not in node:
+                unbounded.append(where)
+            if kind == "array" and "maxItems" not in node:
+                unbounded.append(where)
+            if kind == "object" and "additionalProperties" in node and node["additionalProperties"] is not False:
+                if "maxProperties" not in node:
+                    unbounded.append(where)
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}[{i}]")
+
+    walk(schema, "")
+    assert not unbounded
+    for model in (schema, *schema["$defs"].values()):
+        for name, prop in model.get("properties", {}).items():
+            target = schema["$defs"].get(prop.get("$ref", "").rpartition("/")[2], {})
+            assert prop.get("description") or target.get("description"), name  # pydantic drops repeats
+    decimal = schema["$defs"]["Workload"]["properties"]["requestsPerSecond"]
+    assert decimal["pattern"] == r"^[0-9]+(\.[0-9]+)?$"
+
+
+# -- problems and their paths -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where", "words"),
+    [
+        ("workload.promptTokens", {"mean": 512, "p95": 400}, "workload.promptTokens.p95", "must be >= mean (512)"),
+        ("workload.promptTokens", {"mean": 512, "percentiles": {"p50": 400, "p90": 300}},
+         "workload.promptTokens.percentiles.p90", ">= p50 (400)"),
+        ("workload.promptTokens", {"mean": 512, "percentiles": {"p90": 700}},
+         "workload.promptTokens.percentiles", "at least two"),
+        ("workload.promptTokens", {"mean": 512, "p95": 900, "cv": "1"}, "workload.promptTokens", "at most one"),
+        ("slo", {}, "slo", "at least one"),
+        ("slo", {"itl": {"maxMs": 50}, "tpot": {"maxMs": 50}}, "slo.itl", "same target"),
+        ("model", {"name": "llama-3.1-8b", "configFile": "c.json"}, "model", "exactly one"),
+        ("model", {}, "model", "exactly one"),
+        ("workload.prefixCacheHitRate", "1", "workload.prefixCacheHitRate", "< 1"),
+        ("workload.prefixCacheHitRate", "1.5", "workload.prefixCacheHitRate", "< 1"),
+        ("workload.requestsPerSecond", "0", "workload.requestsPerSecond", "> 0"),
+        ("workload.requestsPerSecond", "-1", "workload.requestsPerSecond", "decimal number in a string"),
+        ("workload.requestsPerSecond", "1e3", "workload.requestsPerSecond", "decimal number in a string"),
+        ("engine.gpuMemoryUtilization", "0", "engine.gpuMemoryUtilization", "> 0"),
+        ("engine.gpuMemoryUtilization", "1.01", "engine.gpuMemoryUtilization", "<= 1"),
+        ("engine.name", "trtllm", "engine.name", "'tensorrt-llm'"),
+        ("engine.maxModelLen", 0, "engine.maxModelLen", ">= 1"),
+        ("constraints.maxUtilization", "0", "constraints.maxUtilization", "> 0"),
+        ("constraints.tensorParallelSizes", [1, 3], "constraints.tensorParallelSizes[1]", "power of two"),
+        ("constraints.tensorParallelSizes", [128], "constraints.tensorParallelSizes[0]", "<= 64"),
+        ("constraints.tensorParallelSizes", [2, 2], "constraints.tensorParallelSizes", "twice"),
+        ("constraints.tensorParallelSizes", [], "constraints.tensorParallelSizes", "at least 1"),
+        ("constraints.gpuTypes", ["H100", "NVIDIA-H100-80GB-HBM3"], "constraints.gpuTypes", "both name GPU"),
+        ("constraints.gpuTypes", ["A100-SXM4-40GB-MIG-1g.5gb"], "constraints.gpuTypes[0]", "MIG slice"),
+        ("constraints.prices", {"H100": "0"}, "constraints.prices.H100", "> 0"),
+        ("constraints.gpusPerNode", {"H100": 0}, "constraints.gpusPerNode.H100", ">= 1"),
+        ("constraints.availableGpus", {"H100": -1}, "constraints.availableGpus.H100", ">= 0"),
+        ("constraints.maxGpus", 0, "constraints.maxGpus", ">= 1"),
+        ("alternatives", 21, "alternatives", "<= 20"),
+        ("alternatives", 0, "alternatives", ">= 1"),
+        ("slo.ttft", {"maxMs": 0}, "slo.ttft.maxMs", ">= 1"),
+        ("slo.ttft", {"maxMs": 100, "percentile": "p999"}, "slo.ttft.percentile", "'p99'"),
+        ("slo.ttft", {"maxMs": "100"}, "slo.ttft.maxMs", "valid integer"),
+        ("workload.burstiness", {"preset": "stormy"}, "workload.burstiness.preset", "'agent'"),
+        ("workload.burstiness", {"preset": "bursty", "arrivalCV2": "2"}, "workload.burstiness.arrivalCV2",
+         "not both"),
+        ("workload.burstiness", "bursty", "workload.burstiness", "must be a mapping"),
+        ("model.precisions", ["int4-aqw"], "model.precisions[0]", "int4-awq"),
+        ("model.precisions", ["fp8", "FP8"], "model.precisions", "twice"),
+        ("model.kvCacheDtypes", ["int4"], "model.kvCacheDtypes[0]", "'auto'"),
+        ("model.architecture", {"numLayers": 2}, "model.architecture", "missing required field"),
+        ("model.configMapRef", {"name": "Bad_Name"}, "model.configMapRef.name", "should match pattern"),
+        ("engine.chunkedPrefill", "yes", "engine.chunkedPrefill", "valid boolean"),
+        ("workload.promptTokens", 512, "workload.promptTokens", "mapping"),
+    ],
+)
+def test_each_rule_and_bound_names_the_camel_case_path(path: str, value: Any, where: str, words: str) -> None:
+    data = with_(MINIMAL, path, value)
+    if path.startswith("model.") and path != "model.precisions" and path != "model.kvCacheDtypes":
+        data["model"].pop("name")
+    problems = problems_of(data)
+    assert where in problems, problems
+    assert words in problems[where]
+
+
+def test_missing_required_fields_are_reported() -> None:
+    problems = problems_of(with_(MINIMAL, "workload.requestsPerSecond", ...))
+    assert problems == {"workload.requestsPerSecond": "required"}
+
+
+def test_several_problems_are_all_reported_one_per_line() -> None:
+    data = with_(MINIMAL, "workload.promptTokens", {"mean": 512, "p95": 100})
+    data = with_(data, "engine.name", "nope")
+    data = with_(data, "alternatives", 99)
+    data = with_(data, "constraints.gpuTypes", ["H1000"])
+    with pytest.raises(PlanError) as info:
+        parse_plan(data)
+    lines = str(info.value).splitlines()
+    assert len(lines) == len(info.value.problems) == 4
+    assert {line.split(":")[0] for line in lines} == {
+        "engine.name", "workload.promptTokens.p95", "alternatives", "constraints.gpuTypes[0]"}
+
+
+def test_unknown_keys_are_rejected_with_a_suggestion() -> None:
+    problems = problems_of(with_(MINIMAL, "workload.reqestsPerSecond", "3"))
+    assert "did you mean requestsPerSecond" in problems["workload.reqestsPerSecond"]
+    problems = problems_of(with_(MINIMAL, "colour", "blue"))
+    assert problems["colour"].startswith("unknown field")
+
+
+def test_a_yaml_float_is_told_to_quote_it() -> None:
+    data = yaml.safe_load(yaml.safe_dump(MINIMAL).replace("'12.5'", "12.5"))
+    assert data["workload"]["requestsPerSecond"] == 12.5
+    problems = problems_of(data)
+    assert 'write "12.5"' in problems["workload.requestsPerSecond"]
+    problems = problems_of(with_(MINIMAL, "constraints.prices", {"H100": 2}))
+    assert 'write "2"' in problems["constraints.prices.H100"]
+
+
+def test_an_unknown_gpu_names_close_ones() -> None:
+    problems = problems_of(with_(MINIMAL, "constraints.gpuTypes", ["H100", "H1000"]))
+    assert list(problems) == ["constraints.gpuTypes[1]"]
+    assert "'H1000'" in problems["constraints.gpuTypes[1]"]
+    assert "H100-SXM5-80GB" in problems["constraints.gpuTypes[1]"]
+
+
+def test_unknown_model_names_close_ones() -> None:
+    problems = problems_of(with_(MINIMAL, "model.name", "llama-3.1-8c"))
+    assert "llama-3.1-8b" in problems["model.name"]
+
+
+def test_manifest_with_wrong_api_version_or_kind_is_an_error() -> None:
+    manifest = {"apiVersion": "inferplan.io/v1", "kind": "CapacityPlan", "spec": MINIMAL, "extra": 1}
+    with pytest.raises(PlanError) as info:
+        parse_plan(manifest)
+    problems = dict(info.value.problems)
+    assert set(problems) == {"apiVersion", "kind", "extra"}
+    assert API_VERSION in problems["apiVersion"]
+    problems = problems_of({"apiVersion": API_VERSION, "kind": KIND})
+    assert problems == {"spec": "required"}
+
+
+# -- resolution ----------------------------------------------------------------------------------------------
+
+
+def test_resolving_the_minimal_spec() -> None:
+    request = resolve_plan(parse_plan(MINIMAL))
+    assert request.arch.repo_id == "meta-llama/Llama-3.1-8B"
+    assert request.engine == "vllm"
+    assert request.precisions == ("bf16", "fp8", "int4-awq", "int8-w8a8")
+    assert request.kv_dtypes == ("auto",)
+    assert request.rate_rps == 12.5
+    assert (request.prompt_mean, request.prompt_cv, request.output_mean, request.output_cv) == (512, 1, 256, 1)
+    assert len(request.notes) == 2  # both CVs assumed
+    assert request.arrival_cv2 == 1.0 and request.service_cv2 is None
+    assert request.slos == (SloTarget("ttft", 0.95, 0.5),)
+    assert request.gpu_types is None and request.available_gpus is None
+    assert request.memory_fraction is None and request.max_model_len is None
+    assert request.max_utilization == 0.8 and request.prefix_hit_rate == 0.0
+    assert request.gpus_per_node["H100-SXM5-80GB"] == 8
+
+
+def test_resolving_the_full_spec_uses_canonical_gpu_keys() -> None:
+    request = resolve_plan(parse_plan(FULL))
+    assert request.engine == "sglang"
+    assert request.precisions == ("bf16", "fp8", "int4-awq")
+    assert request.kv_dtypes == ("auto", "fp8")
+    assert request.memory_fraction == 0.85
+    assert (request.max_model_len, request.chunked_prefill, request.prefix_caching) == (8192, True, True)
+    assert request.max_num_batched_tokens == 4096
+    assert request.gpu_types == ("H100-SXM5-80GB", "A100-SXM4-80GB", "L40S")
+    assert request.prices == {"H100-SXM5-80GB": 2.49, "A100-SXM4-80GB": 1.60}
+    assert request.available_gpus == {"H100-SXM5-80GB": 24, "L40S": 0}
+    assert request.max_gpus_per_type == {"H100-SXM5-80GB": 32}
+    assert request.gpus_per_node["L40S"] == 4 and request.gpus_per_node["H100-SXM5-80GB"] == 8
+    assert request.tp_sizes == (2, 4, 8)
+    assert (request.max_gpus, request.max_replicas, request.alternatives) == (64, 16, 7)
+    assert request.budget_usd_per_hour == 150.5 and request.max_utilization == 0.75
+    assert (request.arrival_cv2, request.service_cv2, request.prefix_hit_rate) == (2.5, 1.2, 0.3)
+    assert request.slos == (SloTarget("ttft", 0.99, 0.8), SloTarget("tpot", 0.95, 0.06),
+                            SloTarget("e2e", 0.9, 30.0))
+    assert request.notes == ()
+
+
+@pytest.mark.parametrize(("engine", "precisions"), [
+    ("vllm", ("bf16", "fp8", "int4-awq", "int8-w8a8")),
+    ("sglang", ("bf16", "fp8", "int4-awq", "int8-w8a8")),
+    ("tgi", ("bf16", "fp8", "int4-awq", "int4-gptq")),
+    ("tensorrt-llm", ("bf16", "fp8", "int8-w8a8", "int4-awq")),
+])
+def test_default_precisions_per_engine(engine: str, precisions: tuple[str, ...]) -> None:
+    assert resolve_plan(parse_plan(with_(MINIMAL, "engine.name", engine))).precisions == precisions
+
+
+@pytest.mark.parametrize(("preset", "cv2"), [("steady", 0.25), ("chatbot", 1.0), ("bursty", 4.0), ("agent", 8.0)])
+def test_burstiness_presets(preset: str, cv2: float) -> None:
+    request = resolve_plan(parse_plan(with_(MINIMAL, "workload.burstiness", {"preset": preset})))
+    assert (request.arrival_cv2, request.service_cv2) == (cv2, None)
+
+
+def test_burstiness_defaults_to_chatbot_and_service_cv2_may_join_a_preset() -> None:
+    assert resolve_plan(parse_plan(MINIMAL)).arrival_cv2 == 1.0
+    both = resolve_plan(parse_plan(with_(MINIMAL, "workload.burstiness", {"preset": "agent", "serviceCV2": "6"})))
+    assert (both.arrival_cv2, both.service_cv2) == (8.0, 6.0)
+
+
+def test_p95_to_cv_by_hand() -> None:
+    # p95/mean = 3 = exp(z s - s^2/2): s = z - sqrt(z^2 - 2 ln 3), z = 1.6449 -> s = 0.93189, CV 1.1761
+    sigma, capped = sigma_from_p95_ratio(3.0)
+    assert sigma == pytest.approx(0.93189, abs=1e-4) and not capped
+    request = resolve_plan(parse_plan(with_(MINIMAL, "workload.promptTokens", {"mean": 500, "p95": 1500})))
+    assert request.prompt_cv == pytest.approx(1.1761, abs=1e-3)
+    # the lognormal with that mean and CV has p95 1500 within 1%
+    s2 = math.log1p(request.prompt_cv**2)
+    mu = math.log(500) - s2 / 2
+    p95 = math.exp(mu + NormalDist().inv_cdf(0.95) * math.sqrt(s2))
+    assert p95 == pytest.approx(1500, rel=0.01)
+
+
+def test_p95_beyond_the_lognormal_maximum_is_capped_and_noted() -> None:
+    sigma, capped = sigma_from_p95_ratio(5.0)
+    assert capped and sigma == pytest.approx(NormalDist().inv_cdf(0.95))
+    assert sigma_from_p95_ratio(1.0) == (0.0, False)
+    request = resolve_plan(parse_plan(with_(MINIMAL, "workload.outputTokens", {"mean": 100, "p95": 500})))
+    assert request.output_cv == pytest.approx(cv_from_sigma(sigma))
+    assert any("workload.outputTokens.p95" in note and "capped" in note for note in request.notes)
+    assert MAX_P95_RATIO == pytest.approx(3.868, abs=1e-3)
+
+
+@given(st.floats(min_value=1.0, max_value=3.8))
+def test_p95_ratio_round_trips(ratio: float) -> None:
+    sigma, capped = sigma_from_p95_ratio(ratio)
+    assert not capped
+    z = NormalDist().inv_cdf(0.95)
+    assert math.exp(z * sigma - sigma**2 / 2) == pytest.approx(ratio, rel=1e-9)
+
+
+def test_percentiles_fit_recovers_a_lognormal() -> None:
+    mu, sigma = math.log(600), 0.8
+    quantiles = {q: math.exp(mu + NormalDist().inv_cdf(q) * sigma) for q in (0.5, 0.9, 0.99)}
+    assert sigma_from_percentiles(quantiles) == pytest.approx(sigma)
+    spread = {"p50": round(quantiles[0.5]), "p90": round(quantiles[0.9]), "p99": round(quantiles[0.99])}
+    request = resolve_plan(parse_plan(with_(MINIMAL, "workload.promptTokens", {"mean": 827, "percentiles": spread})))
+    assert request.prompt_mean == 827  # the stated mean is kept
+    assert request.prompt_cv == pytest.approx(cv_from_sigma(0.8), rel=1e-3)
+    flat = {"mean": 100, "percentiles": {"p50": 100, "p99": 100}}
+    assert resolve_plan(parse_plan(with_(MINIMAL, "workload.promptTokens", flat))).prompt_cv == 0.0
+
+
+def test_explicit_cv_is_kept() -> None:
+    request = resolve_plan(parse_plan(with_(MINIMAL, "workload.outputTokens", {"mean": 200, "cv": "0.5"})))
+    assert request.output_cv == 0.5
+
+
+def test_config_map_ref_cannot_be_read_without_the_operator() -> None:
+    spec = parse_plan(with_(MINIMAL, "model", {"configMapRef": {"name": "llama-config"}}))
+    assert spec.model.config_map_ref is not None and spec.model.config_map_ref.key == "config.json"
+    with pytest.raises(PlanError) as info:
+        resolve_plan(spec)
+    ((path, message),) = info.value.problems
+    assert path == "model.configMapRef"
+    assert "operator" in message and "configFile" in message
+
+
+def test_config_file_is_read_relative_to_the_plan(tmp_path: Path) -> None:
+    config = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 256,
+              "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+              "max_position_embeddings": 2048}
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "config.json").write_text(json.dumps(config))
+    spec = parse_plan(with_(MINIMAL, "model", {"configFile": "models/config.json"}))
+    assert resolve_plan(spec, base_dir=tmp_path).arch.num_kv_heads == 2
+    with pytest.raises(PlanError) as info:
+        resolve_plan(spec, base_dir=tmp_path / "elsewhere")
+    assert info.value.problems[0][0] == "model.configFile"
+    too_long = with_(MINIMAL, "model", {"configFile": "models/config.json"})
+    too_long["engine"]["maxModelLen"] = 4096
+    with pytest.raises(PlanError, match=r"engine.maxModelLen: must be <= the model's context length \(2048"):
+        resolve_plan(parse_plan(too_long), base_dir=tmp_path)
+
+
+def test_inline_architecture_resolves() -> None:
+    arch = {"numLayers": 4, "hiddenSize": 512, "intermediateSize": 1024, "numAttentionHeads": 8, "numKvHeads": 2,
+            "vocabSize": 32000, "maxPositionEmbeddings": 4096}
+    request = resolve_plan(parse_plan(with_(MINIMAL, "model", {"architecture": arch})))
+    assert request.arch.num_layers == 4 and request.arch.head_dim == 64
+
+
+# -- files ---------------------------------------------------------------------------------------------------
+
+
+def test_yaml_files_in_both_forms_and_json(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(FULL))
+    manifest = tmp_path / "plan.yml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "chat"},
+                                        "spec": FULL}))
+    as_json = tmp_path / "plan.json"
+    as_json.write_text(json.dumps(FULL))
+    assert load_plan_file(bare) == load_plan_file(manifest) == load_plan_file(str(as_json)) == parse_plan(FULL)
+
+
+def test_file_problems_are_plan_errors(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="cannot read"):
+        load_plan_file(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model:\n  name: [unclosed\n")
+    with pytest.raises(PlanError, match="malformed YAML at line"):
+        load_plan_file(broken)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("alternatives: 3\nalternatives: 4\n")
+    with pytest.raises(PlanError, match="given twice"):
+        load_plan_file(twice)
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{")
+    with pytest.raises(PlanError, match="malformed JSON at line 1"):
+        load_plan_file(bad_json)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just text\n")
+    with pytest.raises(PlanError, match="mapping"):
+        load_plan_file(scalar)
+
+
+def test_file_validation_problems_are_collected(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(
+        "apiVersion: inferplan.io/v1alpha1\nkind: InferenceCapacityPlan\nmetadata: {name: x}\nspec:\n"
+        "  model: {name: llama-3.1-8b}\n  engine: {name: vllm}\n"
+        "  workload: {requestsPerSecond: 12.5, promptTokens: {mean: 512}, outputTokens: {mean: 0}}\n"
+        "  slo: {}\n"
+    )
+    with pytest.raises(PlanError) as info:
+        load_plan_file(path)
+    assert [p for p, _ in info.value.problems] == ["workload.requestsPerSecond", "workload.outputTokens.mean", "slo"]
