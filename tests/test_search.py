@@ -123,6 +123,9 @@ def test_recommendation_carries_what_realises_it() -> None:
 def test_bursty_traffic_warns_that_the_tail_is_optimistic() -> None:
     result = plan(request(**{"workload.burstiness": {"preset": "agent"}}))
     assert any("optimistic" in w for w in result.warnings)
+    assert all(any("optimistic" in w for w in c.warnings) for c in all_shown(result))
+    calm = plan(request())
+    assert not any("optimistic" in w for c in all_shown(calm) for w in c.warnings)
 
 
 def test_non_dominated_mask() -> None:
@@ -193,3 +196,15 @@ def test_non_dominated_agrees_with_brute_force(rows: list[tuple[int, int, int]])
         assert kept[i] == (not dominated and not (duplicate_kept and not kept[i]))
         if not dominated:
             assert kept[i] or duplicate_kept  # exactly one of identical points stays on the front
+
+
+def test_an_engine_without_continuous_batching_scales_by_replicas_only() -> None:
+    from dataclasses import replace
+
+    req = replace(request(**{"workload.requestsPerSecond": "2"}), engine="llama.cpp", precisions=("gguf-q4_k_m",))
+    result = plan(req)
+    shown = all_shown(result)
+    assert shown and all(c.max_batch == 1 for c in shown)
+    c = shown[0]
+    assert c.replicas == math.ceil(2 / c.predicted.max_requests_per_second_per_replica - 1e-9)
+    assert c.engine_args[:2] == ["-m", "meta-llama/Llama-3.1-8B-Instruct"]

@@ -6,7 +6,9 @@ says otherwise; a model instance spans `tp x pp` GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -29,6 +31,7 @@ class WeightSplit:
     experts: float          # all routed-expert parameters (0 for dense models)
 
 
+@lru_cache(maxsize=512)
 def weight_split(arch: ModelArchitecture) -> WeightSplit:
     embed = float(arch.vocab_size * arch.hidden_size)
     moe_layers = arch.num_layers - arch.first_dense_layers if arch.is_moe else 0
@@ -36,6 +39,7 @@ def weight_split(arch: ModelArchitecture) -> WeightSplit:
     return WeightSplit(total=float(arch.param_count()), input_embedding=embed, lm_head=embed, experts=experts)
 
 
+@lru_cache(maxsize=2048)
 def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
     """Bytes of all weights of the model at `precision` (whole model, all GPUs)."""
     split = weight_split(arch)
@@ -148,23 +152,44 @@ def plan_memory(
     pp: int = 1,
 ) -> MemoryPlan:
     """Weights, activation peak, KV pool and KV capacity of one instance as the engine sizes them at start."""
+    return plan_memory_for_settings(arch, gpu, precision, kv_bytes, engine, (settings,), factors, tp, pp)[0]
+
+
+def plan_memory_for_settings(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    precision: WeightPrecision,
+    kv_bytes: float,
+    engine: EngineProfile,
+    settings: Sequence[EngineSettings],
+    factors: EngineFactors,
+    tp: int = 1,
+    pp: int = 1,
+) -> list[MemoryPlan]:
+    """`plan_memory` for several engine settings of one deployment (the search varies max_num_seqs), with
+    what does not depend on the settings computed once."""
     weights = weight_bytes(arch, precision) / (tp * pp)
-    activation = activation_peak_bytes(arch, settings.profile_tokens, settings.max_num_seqs, tp,
-                                       factors.activation_scale)
     non_torch = factors.non_torch_gib * GIB
     per_token = kv_bytes_per_token_per_gpu(arch, kv_bytes, tp, pp)
     graphs = engine.cuda_graph_gib * GIB
     total = float(gpu.usable_memory_bytes)
-    if engine.memory_mode == "context":
-        kv = per_token * settings.max_model_len
-        headroom = total - weights - activation - non_torch - graphs - kv
-        return MemoryPlan(weights, activation, non_torch, 0.0, per_token, settings.max_model_len, graphs, headroom)
-    pool = kv_pool_bytes(engine.memory_mode, total, settings.memory_fraction, weights, activation, non_torch)
-    used = weights + activation + non_torch + pool
-    if engine.memory_mode == "total_fraction":
-        used = max(used, settings.memory_fraction * total)  # the pool is what is left of the fraction
-    return MemoryPlan(weights, activation, non_torch, pool, per_token,
-                      kv_cache_tokens(pool, per_token, engine.kv_block_tokens), graphs, total - used - graphs)
+    plans = []
+    for s in settings:
+        activation = activation_peak_bytes(arch, s.profile_tokens, s.max_num_seqs, tp, factors.activation_scale)
+        if engine.memory_mode == "context":
+            kv = per_token * s.max_model_len
+            headroom = total - weights - activation - non_torch - graphs - kv
+            plans.append(MemoryPlan(weights, activation, non_torch, 0.0, per_token, s.max_model_len, graphs,
+                                    headroom))
+            continue
+        pool = kv_pool_bytes(engine.memory_mode, total, s.memory_fraction, weights, activation, non_torch)
+        used = weights + activation + non_torch + pool
+        if engine.memory_mode == "total_fraction":
+            used = max(used, s.memory_fraction * total)  # the pool is what is left of the fraction
+        plans.append(MemoryPlan(weights, activation, non_torch, pool, per_token,
+                                kv_cache_tokens(pool, per_token, engine.kv_block_tokens), graphs,
+                                total - used - graphs))
+    return plans
 
 
 def max_concurrency(

@@ -12,6 +12,7 @@ parallelism and the engine's per-step and per-sequence overheads.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -66,6 +67,7 @@ class Hardware:
     request_overhead_s: Number               # online serving only: added to TTFT
 
 
+@lru_cache(maxsize=16384)
 def build_hardware(
     arch: ModelArchitecture,
     gpu: GpuSpec,
@@ -188,14 +190,54 @@ def allreduce_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
     return hw.allreduces_per_step * (ring + hw.link_latency_s)
 
 
+@dataclass(frozen=True)
+class DecodeStep:
+    """A decode step's time as a function of the batch, for fixed deployments and context.
+
+    Everything that does not depend on the batch is computed once, so evaluating many batch sizes (the
+    queueing fixed point does) costs a handful of array operations each.
+    """
+
+    hw: Hardware
+    dense_weights_s: FloatArray  # reading the non-expert weights
+    expert_weights_s: FloatArray  # reading every expert (scaled by the share a batch routes to)
+    kv_s_per_sequence: FloatArray
+    compute_s_per_sequence: FloatArray
+    allreduce_s_per_token: FloatArray
+    allreduce_latency_s: FloatArray
+
+    def at(self, batch: ArrayLike) -> FloatArray:
+        """Step time with `batch` running sequences [s]."""
+        hw = self.hw
+        b = np.maximum(np.asarray(batch, dtype=float), 1.0)
+        memory_s = self.dense_weights_s + b * self.kv_s_per_sequence
+        if np.any(hw.num_experts > 0):
+            memory_s = memory_s + self.expert_weights_s * experts_touched_fraction(hw, b)
+        compute_s = b * self.compute_s_per_sequence
+        per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty)
+        per_stage = per_stage + self.allreduce_latency_s + b * self.allreduce_s_per_token
+        return hw.pp * per_stage + hw.step_overhead_s + hw.sequence_overhead_s * b
+
+
+def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
+    """The decode-step curve of `hw` at mean context `context_tokens` (see `decode_step_s`)."""
+    tp = np.asarray(hw.tp, dtype=float)
+    ring_per_token = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * hw.allreduce_bytes_per_token / hw.link_bytes_s
+    return DecodeStep(
+        hw=hw,
+        dense_weights_s=np.asarray(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
+        expert_weights_s=np.asarray(hw.expert_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
+        kv_s_per_sequence=kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s,
+        compute_s_per_sequence=(hw.decode_flops_per_token_per_gpu + attention_flops(hw, context_tokens))
+        / hw.decode_flops_s,
+        allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_per_token, dtype=float),
+        allreduce_latency_s=np.asarray(hw.allreduces_per_step * hw.link_latency_s, dtype=float),
+    )
+
+
 def decode_step_s(hw: Hardware, batch: ArrayLike, context_tokens: ArrayLike) -> FloatArray:
     """Time of one decode step with `batch` running sequences of mean context `context_tokens` [s]."""
-    b = np.maximum(np.asarray(batch, dtype=float), 1.0)
-    weights = hw.decode_dense_bytes_per_gpu + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, b)
-    memory_s = weights / hw.bandwidth_bytes_s + b * kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s
-    compute_s = b * (hw.decode_flops_per_token_per_gpu + attention_flops(hw, context_tokens)) / hw.decode_flops_s
-    per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, b)
-    return hw.pp * per_stage + hw.step_overhead_s + hw.sequence_overhead_s * b
+    return decode_step(hw, context_tokens).at(batch)
 
 
 def prefill_compute_s_per_token(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from inferplan.planner.engines import ENGINES, SERVED_PRECISIONS, EngineProfile, EngineSettings
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, load_gpu_catalog
-from inferplan.planner.memory import GIB, MemoryPlan, plan_memory
+from inferplan.planner.memory import GIB, MemoryPlan, plan_memory_for_settings
 from inferplan.planner.performance import Hardware, build_hardware, stack_hardware, take_hardware
 from inferplan.planner.precisions import kv_dtype_bytes, weight_precision
 from inferplan.planner.results import (
@@ -40,10 +40,12 @@ GATES = ("placement", "memory", "precision", "slo", "utilization", "maxReplicas"
 QUANTILE_NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 SEARCH_SAMPLES = 64      # stratified sample size while bisecting (coarse, fast)
 REPORT_SAMPLES = 512     # ... and for the numbers reported
-BISECTION_STEPS = 12       # geometric, over four decades of rate: 0.2% precision
+BISECTION_STEPS = 10       # geometric, over three decades of rate: 0.7% precision
+BRACKET_FLOOR = 1e-3       # the bisection's lower end, as a share of capacity
 HIGH_VARIANCE_CV2 = 4.0  # at or above this arrival/service CV^2 the analytic tail is optimistic
 LENGTH_QUANTILE = 0.99   # the sequence length max_model_len must hold
-PRACTICAL_COST_FACTOR = 3.0  # alternatives chosen for a latency extreme cost at most this x the cheapest
+PRACTICAL_COST_FACTOR = 3.0  # candidates costing more than this x the cheapest feasible one are not searched
+FIRST_PASS_ROWS = 64         # rows bisected first (cheapest cost floors) to find the cheapest feasible cost
 
 
 @dataclass(frozen=True)
@@ -141,16 +143,16 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
     engine_factors = factors.engine(engine.name)
     rejected: list[_Rejected] = []
     warnings: list[str] = []
-    if req.arrival_cv2 >= HIGH_VARIANCE_CV2 or (req.service_cv2 or 0.0) >= HIGH_VARIANCE_CV2:
-        warnings.append(
-            f"arrival CV^2 {req.arrival_cv2:g} / service CV^2 {req.service_cv2 or 'from lengths'}: the analytic "
-            "latency tail is optimistic for traffic this bursty; verify the recommendation under load"
-        )
+    tail_warning = _tail_warning(req)
+    if tail_warning:
+        warnings.append(tail_warning)
 
     # Shapes through the placement, memory and precision gates (cheap, per shape).
     rows: list[tuple[_Shape, int, MemoryPlan, EngineSettings]] = []
     shapes_hw: dict[_Shape, Hardware] = {}
-    settings_of = {batch: _settings(req, engine, batch) for batch in BATCH_SIZES}
+    # Without continuous batching an engine runs one sequence per replica: it scales by replicas only.
+    batch_sizes = BATCH_SIZES if engine.continuous_batching else (1,)
+    batch_settings = [_settings(req, engine, batch) for batch in batch_sizes]
     for gpu in _candidate_gpus(req):
         price = req.prices.get(gpu.key, gpu.usd_per_hour)
         per_node = req.gpus_per_node.get(gpu.key, 8)
@@ -166,9 +168,9 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
                     kv_bytes = kv_dtype_bytes(kv_dtype, precision)
                     prec = weight_precision(precision)
                     fitting: list[tuple[_Shape, int, MemoryPlan, EngineSettings]] = []
-                    for batch in BATCH_SIZES:
-                        settings = settings_of[batch]
-                        memory = plan_memory(req.arch, gpu, prec, kv_bytes, engine, settings, engine_factors, tp)
+                    memories = plan_memory_for_settings(req.arch, gpu, prec, kv_bytes, engine, batch_settings,
+                                                        engine_factors, tp)
+                    for batch, settings, memory in zip(batch_sizes, batch_settings, memories, strict=True):
                         problem = _memory_problem(req, shape, memory, settings)
                         if problem:
                             if not fitting:
@@ -190,7 +192,8 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
         return _finish(req, [], rejected, warnings)
 
     # Vectorised over every (shape, batch) row from here on.
-    hw = stack_hardware([shapes_hw[shape] for shape, _, _, _ in rows])
+    shape_index = {shape: k for k, shape in enumerate(shapes_hw)}
+    hw = take_hardware(stack_hardware(list(shapes_hw.values())), [shape_index[shape] for shape, _, _, _ in rows])
     batch = np.array([b for _, b, _, _ in rows], dtype=float)
     kv_tokens = np.array([m.kv_cache_tokens for _, _, m, _ in rows], dtype=float)
     chunk = np.array([s.chunk_tokens for _, _, _, s in rows])
@@ -199,27 +202,70 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
     fraction = 1.0 - req.prefix_hit_rate
     capacity = poisson_capacity(hw, p, o, slots, chunk, fraction)
 
-    def evaluate(rate: NDArray[np.float64], samples: int) -> LoadResult:
-        return poisson(hw, rate, p, o, slots, chunk, req.prompt_cv, req.output_cv, req.arrival_cv2,
-                       service_cv2=req.service_cv2, prefill_fraction=fraction, capacity=capacity, samples=samples)
+    def evaluate_rows(rows_index: NDArray[np.intp], rate: NDArray[np.float64], samples: int,
+                      metrics: tuple[str, ...] = ("ttft", "tpot", "e2e")) -> LoadResult:
+        return poisson(take_hardware(hw, rows_index), rate, p, o, slots[rows_index], chunk[rows_index],
+                       req.prompt_cv, req.output_cv, req.arrival_cv2, service_cv2=req.service_cv2,
+                       prefill_fraction=fraction, capacity=capacity[rows_index], samples=samples, metrics=metrics)
+
+    slo_metrics = tuple(sorted({s.metric for s in req.slos}))
+
+    def meets_slos(rows_index: NDArray[np.intp], rate: NDArray[np.float64]) -> NDArray[np.bool_]:
+        values = _slo_values(evaluate_rows(rows_index, rate, SEARCH_SAMPLES, slo_metrics), req.slos)
+        return np.all(values <= targets, axis=0)
 
     targets = np.array([s.max_s for s in req.slos])[:, None]
-    low = capacity * 1e-4
-    light = _slo_values(evaluate(low, SEARCH_SAMPLES), req.slos)
+    low, high = capacity * 1e-4, capacity * req.max_utilization
+    # At light load nothing queues, so the batch cap does not matter: evaluate one row per shape.
+    first_of_shape = np.array([shape_index[shape] for shape, _, _, _ in rows])
+    representative = np.unique(first_of_shape, return_index=True)[1]
+    light_shapes = _slo_values(evaluate_rows(representative, low[representative], SEARCH_SAMPLES, slo_metrics),
+                               req.slos)
+    light = light_shapes[:, np.searchsorted(first_of_shape[representative], first_of_shape)]
     slo_ok = np.all(light <= targets, axis=0)
-    high = capacity * req.max_utilization
-    lo, hi = low.copy(), high.copy()
-    at_cap = np.all(_slo_values(evaluate(high, SEARCH_SAMPLES), req.slos) <= targets, axis=0)
-    for _ in range(BISECTION_STEPS):
-        mid = np.sqrt(lo * hi)
-        ok = np.all(_slo_values(evaluate(mid, SEARCH_SAMPLES), req.slos) <= targets, axis=0)
-        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    best_rate = np.where(at_cap, high, lo)
+    price = np.array([req.prices.get(shape.gpu.key, shape.gpu.usd_per_hour) for shape, _, _, _ in rows])
+    tp = np.array([shape.tp for shape, _, _, _ in rows])
+    # No candidate can cost less than the replicas its utilisation cap alone requires.
+    cost_floor = np.ceil(req.rate_rps / np.maximum(high, 1e-12) - 1e-9) * tp * price
+    best_rate = np.zeros(len(rows))
+
+    def bisect(rows_index: NDArray[np.intp]) -> None:
+        """Highest rate within every SLO and the utilisation cap, for these rows (geometric bisection)."""
+        if not len(rows_index):
+            return
+        # Below a thousandth of capacity no SLO that passed at light load fails; start the bracket there.
+        lo, hi = np.minimum(high, capacity * BRACKET_FLOOR)[rows_index], high[rows_index]
+        at_cap = meets_slos(rows_index, hi)
+        for _ in range(BISECTION_STEPS):
+            mid = np.sqrt(lo * hi)
+            ok = meets_slos(rows_index, mid)
+            lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+        best_rate[rows_index] = np.where(at_cap, high[rows_index], lo)
+
+    def limits(i: int) -> tuple[int, float, str, str]:
+        """(replicas, cost, gate, reason) of row i at its best rate; gate empty when every limit holds."""
+        replicas = max(1, math.ceil(req.rate_rps / best_rate[i] - 1e-9))
+        cost = float(replicas * tp[i] * price[i])
+        gate, reason = _limit_problem(req, rows[i][0], replicas, int(replicas * tp[i]), cost)
+        return replicas, cost, gate, reason
+
+    # Bisect the cheapest rows first; then only rows whose cost floor is within reach of the alternatives
+    # (PRACTICAL_COST_FACTOR x the cheapest feasible cost found). The cheapest candidate is never skipped.
+    passing = np.flatnonzero(slo_ok)
+    by_floor = passing[np.argsort(cost_floor[passing], kind="stable")]
+    first, later = by_floor[:FIRST_PASS_ROWS], by_floor[FIRST_PASS_ROWS:]
+    bisect(first)
+    first_costs = [limits(int(i))[1] for i in first if best_rate[i] > 0 and not limits(int(i))[2]]
+    if first_costs:
+        later = later[cost_floor[later] <= PRACTICAL_COST_FACTOR * min(first_costs)]
+    bisect(later)
+    searched = np.zeros(len(rows), dtype=bool)
+    searched[first] = True
+    searched[later] = True
 
     feasible_rows: list[int] = []
     replicas_of: dict[int, int] = {}
     for i, (shape, b, _memory, _settings_i) in enumerate(rows):
-        price = req.prices.get(shape.gpu.key, shape.gpu.usd_per_hour)
         if not slo_ok[i]:
             worst = int(np.argmax(light[:, i] / targets[:, 0]))
             slo = req.slos[worst]
@@ -227,16 +273,15 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
                 shape, b, "slo",
                 f"{_describe_slo(slo)} at batch {b} on {shape.tp} x {shape.gpu.key} ({shape.precision}) is "
                 f"{light[worst, i] * 1e3:.0f} ms even at light load > {slo.max_s * 1e3:.0f} ms target",
-                shape.tp * price))
+                shape.tp * price[i]))
             continue
+        if not searched[i]:
+            continue  # costs more than PRACTICAL_COST_FACTOR x the cheapest feasible candidate
         if best_rate[i] <= 0:
             rejected.append(_Rejected(shape, b, "utilization",
-                                      f"no rate within max utilization {req.max_utilization:g}", shape.tp * price))
+                                      f"no rate within max utilization {req.max_utilization:g}", shape.tp * price[i]))
             continue
-        replicas = max(1, math.ceil(req.rate_rps / best_rate[i] - 1e-9))
-        gpus = replicas * shape.tp
-        cost = gpus * price
-        gate, reason = _limit_problem(req, shape, replicas, gpus, cost)
+        replicas, cost, gate, reason = limits(i)
         if gate:
             rejected.append(_Rejected(shape, b, gate, reason, cost))
             continue
@@ -252,18 +297,11 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
     replicas = np.array([replicas_of[i] for i in feasible_rows])
     planned = req.rate_rps / replicas
 
-    def evaluate_rows(rows_index: NDArray[np.intp], rate: NDArray[np.float64], samples: int) -> LoadResult:
-        return poisson(take_hardware(hw, rows_index), rate, p, o, slots[rows_index], chunk[rows_index],
-                       req.prompt_cv, req.output_cv, req.arrival_cv2, service_cv2=req.service_cv2,
-                       prefill_fraction=fraction, capacity=capacity[rows_index], samples=samples)
-
     coarse = evaluate_rows(index, planned, SEARCH_SAMPLES)
-    prices = np.array([req.prices.get(rows[i][0].gpu.key, rows[i][0].gpu.usd_per_hour) for i in feasible_rows])
-    tp = np.array([rows[i][0].tp for i in feasible_rows])
-    cost = replicas * tp * prices
+    cost = replicas * tp[index] * price[index]
     headroom = np.maximum(0.0, 1.0 - req.rate_rps / (replicas * best_rate[index]))
     objectives = np.column_stack([_objective_matrix(req, coarse, cost), -headroom])
-    chosen = _select(objectives, headroom, replicas * tp, req.alternatives)
+    chosen = _select(objectives, headroom, replicas * tp[index], req.alternatives)
     rows_chosen = index[chosen]
     report = evaluate_rows(rows_chosen, planned[chosen], REPORT_SAMPLES)
     candidates = [
@@ -324,6 +362,15 @@ def _select(objectives: NDArray[np.float64], headroom: NDArray[np.float64], gpus
     return np.array(picks)
 
 
+def _tail_warning(req: PlanRequest) -> str:
+    """A warning when the traffic is too variable for the analytic tail to be trusted (else empty)."""
+    if req.arrival_cv2 < HIGH_VARIANCE_CV2 and (req.service_cv2 or 0.0) < HIGH_VARIANCE_CV2:
+        return ""
+    service = "from the lengths" if req.service_cv2 is None else f"{req.service_cv2:g}"
+    return (f"arrival CV^2 {req.arrival_cv2:g}, service CV^2 {service}: the analytic latency tail is optimistic "
+            "for traffic this variable; verify the percentiles under load before relying on them")
+
+
 def _limit_problem(req: PlanRequest, shape: _Shape, replicas: int, gpus: int, cost: float) -> tuple[str, str]:
     key = shape.gpu.key
     if req.max_replicas is not None and replicas > req.max_replicas:
@@ -364,6 +411,8 @@ def _candidate(
     label_key, label = node_selector(gpu)
     warnings = [f"{gpu.key}: figures not yet verified against a datasheet: {', '.join(gpu.unverified_fields)}"
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
+    if _tail_warning(req):
+        warnings.append(_tail_warning(req))
     return Candidate(
         gpu_type=gpu.key,
         node_selector={label_key: label},
@@ -441,6 +490,18 @@ def engine_args(engine: str, model: str, tp: int, batch: int, precision: str, kv
                 "--kv_cache_free_gpu_memory_fraction", f"{settings.memory_fraction:g}", "--max_seq_len",
                 str(settings.max_model_len)]
         return args
+    if engine == "lmdeploy":
+        return ["serve", "api_server", model, "--tp", str(tp), "--max-batch-size", str(batch),
+                "--cache-max-entry-count", f"{settings.memory_fraction:g}",
+                "--session-len", str(settings.max_model_len)]
+    if engine == "mlc-llm":
+        return ["serve", model, "--mode", "server", "--overrides",
+                f"tensor_parallel_shards={tp};max_num_sequence={batch};gpu_memory_utilization="
+                f"{settings.memory_fraction:g};context_window_size={settings.max_model_len}"]
+    if engine == "llama.cpp":  # one sequence per replica; layers fully offloaded to the GPU
+        return ["-m", model, "--parallel", "1", "--ctx-size", str(settings.max_model_len), "--n-gpu-layers", "999"]
+    if engine == "exllama":
+        return ["--model", model, "--length", str(settings.max_model_len)]
     raise ValueError(f"no argument mapping for engine {engine!r}")
 
 

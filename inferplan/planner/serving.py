@@ -24,7 +24,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.performance import (
+    DecodeStep,
     Hardware,
+    decode_step,
     decode_step_s,
     hardware_column,
     prefill_compute_s_per_token,
@@ -216,11 +218,36 @@ def _slot_wait_factor(utilisation: FloatArray, servers: FloatArray) -> FloatArra
     return rho ** (np.sqrt(2.0 * (servers + 1.0)) - 1.0)
 
 
-def _busy_tpot(hw: Hardware, n: FloatArray, x: FloatArray, ctx: FloatArray, prompt_work_s: FloatArray) -> FloatArray:
+def _busy_tpot(step: DecodeStep, n: FloatArray, x: FloatArray, prompt_work_s: FloatArray) -> FloatArray:
     """Mean TPOT at n running sequences and rate x: the decode step stretched by the prompt work sharing
     the GPU (busy share x times the compute seconds of one request's prompt)."""
     busy = np.clip(x * prompt_work_s, 0.0, 0.95)
-    return decode_step_s(hw, n, ctx) / (1.0 - busy)
+    return step.at(n) / (1.0 - busy)
+
+
+def _concurrency(curve: DecodeStep, x: FloatArray, own_prefill: FloatArray, o: FloatArray,
+                 prompt_work: FloatArray, slots: FloatArray, steps: int = 12) -> FloatArray:
+    """Running sequences n solving Little's law n = x (TTFT + O TPOT(n)), at most `slots`.
+
+    Below one sequence in flight the step runs at batch 1, so n = x L(1) there. Above it, h(n) = n -
+    x L(n) rises from h(1) < 0 to h(slots) >= 0 (x never exceeds capacity); the step time is piecewise
+    linear in n, so Newton steps kept inside the bracket (bisection when they leave it) converge in a
+    few iterations.
+    """
+    def latency(n: FloatArray) -> FloatArray:
+        return own_prefill + o * _busy_tpot(curve, n, x, prompt_work)
+
+    light = x * latency(np.ones_like(x))
+    lo, hi = np.ones_like(x), np.maximum(slots, 1.0)
+    n = np.clip(light, lo, hi)
+    for _ in range(steps):
+        h = n - x * latency(n)
+        lo, hi = np.where(h < 0, n, lo), np.where(h < 0, hi, n)
+        delta = 1e-3 * n
+        slope = 1.0 - x * (latency(n + delta) - latency(n)) / delta
+        newton = n - h / np.where(slope > 0, slope, 1.0)
+        n = np.where((slope > 0) & (newton > lo) & (newton < hi), newton, 0.5 * (lo + hi))
+    return np.where(light <= 1.0, light, np.minimum(n, slots))
 
 
 def poisson_capacity(
@@ -244,11 +271,12 @@ def poisson_capacity(
     ctx = p + o / 2.0
     prompt_work = computed * prefill_compute_s_per_token(hw, p)
     own_prefill = prefill_s(hw, np.maximum(computed, 1.0), 1.0, chunk_tokens)
-    step_full = decode_step_s(hw, c, ctx)
+    curve = decode_step(hw, ctx)
+    step_full = curve.at(c)
     lo, hi = np.zeros(shape), c / np.maximum(o * step_full * 0.5, 1e-9)
     for _ in range(40):
         mid = (lo + hi) / 2.0
-        fits = mid * (own_prefill + o * _busy_tpot(hw, c, mid, ctx, prompt_work)) <= c
+        fits = mid * (own_prefill + o * _busy_tpot(curve, c, mid, prompt_work)) <= c
         lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
     return lo
 
@@ -270,6 +298,7 @@ def poisson(
     prefill_fraction: ArrayLike = 1.0,
     capacity: ArrayLike | None = None,
     samples: int = _SAMPLES,
+    metrics: tuple[str, ...] = ("ttft", "tpot", "e2e"),
 ) -> LoadResult:
     """Open-loop arrivals at `rate` requests/s to one instance (Poisson when arrival_cv2 = 1).
 
@@ -282,7 +311,8 @@ def poisson(
     `service_cv2` overrides the request service-time CV^2 derived from the output lengths;
     `prefill_fraction` is the share of each prompt computed (1 - prefix-cache hit rate); `capacity`
     may be passed when already known (`poisson_capacity`); `samples` sets the size of the stratified
-    sample the percentiles come from (fewer is faster and coarser).
+    sample the percentiles come from (fewer is faster and coarser); `metrics` names the percentiles
+    wanted (the others come back empty).
     """
     u_prompt, u_output, u_wait, u_stall, u_arrival = _uniforms(samples)
     lam = np.asarray(rate, dtype=float)
@@ -303,13 +333,11 @@ def poisson(
     overloaded = lam >= capacity * 0.995
     x = np.minimum(lam, capacity)
 
-    n = np.minimum(x * (own_prefill + o * decode_step_s(hw, 1.0, ctx)), c)
-    for _ in range(60):  # damped; near saturation it needs this many to settle
-        latency = own_prefill + o * _busy_tpot(hw, np.maximum(n, 1.0), x, ctx, prompt_work)
-        n = np.minimum(0.5 * n + 0.5 * x * latency, c)
+    curve = decode_step(hw, ctx)
+    n = _concurrency(curve, x, own_prefill, o, prompt_work, c)
     n = np.maximum(n, np.minimum(x * own_prefill, c))
-    tpot_bar = _busy_tpot(hw, np.maximum(n, 1.0), x, ctx, prompt_work)
-    step = decode_step_s(hw, np.maximum(n, 1.0), ctx)
+    tpot_bar = _busy_tpot(curve, np.maximum(n, 1.0), x, prompt_work)
+    step = curve.at(np.maximum(n, 1.0))
 
     # Prompt and output lengths of individual requests (sampled once when every row shares them).
     def lengths(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
@@ -365,12 +393,13 @@ def poisson(
     queue = (m[..., None] if np.ndim(m) else m) * rank * backlog[..., None]
     ttft_samples = np.where(overloaded[..., None], ttft_samples + queue, ttft_samples)
 
-    e2e_samples = ttft_samples + (outputs - 1.0) * tpot_samples
     ttft_mean = ttft_samples.mean(axis=-1)
     tpot_mean = tpot_samples.mean(axis=-1)
     e2e = ttft_mean + (o - 1.0) * tpot_bar
-    return LoadResult(ttft_mean, _quantiles(ttft_samples), tpot_mean, _quantiles(tpot_samples), e2e,
-                      x, x * o, n, overloaded, _quantiles(e2e_samples), capacity)
+    e2e_q = _quantiles(ttft_samples + (outputs - 1.0) * tpot_samples) if "e2e" in metrics else {}
+    return LoadResult(ttft_mean, _quantiles(ttft_samples) if "ttft" in metrics else {}, tpot_mean,
+                      _quantiles(tpot_samples) if "tpot" in metrics else {}, e2e, x, x * o, n, overloaded,
+                      e2e_q, capacity)
 
 
 def closed_loop(
