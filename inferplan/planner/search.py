@@ -115,7 +115,8 @@ def _memory_problem(req: PlanRequest, shape: _Shape, memory: MemoryPlan, setting
     fixed = (memory.weights_per_gpu + memory.activation_per_gpu + memory.non_torch_per_gpu) / GIB
     if fixed >= budget:
         return (f"{req.served_model} {shape.precision} needs {memory.weights_per_gpu / GIB:.1f} GiB of weights "
-                f"plus {fixed - memory.weights_per_gpu / GIB:.1f} GiB of activations per GPU at TP {shape.tp}; "
+                f"plus {fixed - memory.weights_per_gpu / GIB:.1f} GiB of activations and runtime per GPU at "
+                f"TP {shape.tp}; "
                 f"{shape.gpu.key} gives the engine {budget:.1f} GiB ({settings.memory_fraction:g} x {usable:.1f})")
     if memory.kv_cache_tokens < settings.max_model_len:
         return (f"the KV cache holds {memory.kv_cache_tokens} tokens on {shape.tp} x {shape.gpu.key}, "
