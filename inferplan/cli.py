@@ -154,6 +154,19 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_operator(args: argparse.Namespace) -> int:
+    from inferplan.operator.main import run
+
+    return run()
+
+
+def _cmd_crd(args: argparse.Namespace) -> int:
+    from inferplan.operator.crd import crd_yaml
+
+    print(crd_yaml(), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inferplan",
@@ -168,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format")
     pl.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     pl.set_defaults(func=_cmd_plan)
+
+    op = sub.add_parser("operator", help="run the Kubernetes operator (settings: INFERPLAN_* variables, see docs)")
+    op.set_defaults(func=_cmd_operator)
+
+    crd = sub.add_parser("crd", help="print the InferenceCapacityPlan CustomResourceDefinition (YAML)")
+    crd.set_defaults(func=_cmd_crd)
 
     cat = sub.add_parser("catalog", help="list the GPUs or models the planner knows")
     cat.add_argument("kind", choices=("gpus", "models"))

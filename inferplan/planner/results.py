@@ -8,11 +8,18 @@ only changes when a prediction really moves.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 SIGNIFICANT_DIGITS = 4
+
+# Bounds on every string and list, so that the CRD's status schema is bounded (CEL cost limits).
+_Name = Annotated[str, Field(max_length=64)]
+_Label = Annotated[str, Field(max_length=317)]  # a label key: 253-char prefix, '/', 63-char name
+_Arg = Annotated[str, Field(max_length=256)]
+_Text = Annotated[str, Field(max_length=1024)]
 
 
 def rounded(value: float) -> float:
@@ -61,33 +68,35 @@ class Cost(_Result):
 class Candidate(_Result):
     """One deployment: GPU type, parallelism, batch cap, precision, replicas, and what it will do."""
 
-    gpu_type: str = Field(description="Canonical GPU key of the catalog, e.g. H100-SXM5-80GB.")
-    node_selector: dict[str, str] = Field(description="Node labels that select this GPU type.")
+    gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog, e.g. H100-SXM5-80GB.")
+    node_selector: dict[_Label, Annotated[str, Field(max_length=63)]] = Field(
+        max_length=4, description="Node labels that select this GPU type."
+    )
     gpus_per_replica: int = Field(description="Tensor-parallel size: GPUs one replica spans.")
     replicas: int
     gpus: int = Field(description="replicas x gpusPerReplica.")
     max_batch: int = Field(description="Engine cap on running sequences (vLLM --max-num-seqs).")
-    precision: str = Field(description="Weight precision.")
-    kv_cache_dtype: str
+    precision: str = Field(max_length=32, description="Weight precision.")
+    kv_cache_dtype: str = Field(max_length=32)
     predicted: Predicted
     cost: Cost
     headroom: float = Field(description="Share of the SLO-compliant capacity the planned rate leaves unused.")
-    tags: list[str] = Field(default_factory=list, description="cheapest, lowestTtft, lowestTpot, ...")
-    engine_args: list[str] = Field(description="Arguments that make the engine run this deployment.")
-    provenance: dict[str, str] = Field(description="Where each group of numbers comes from.")
-    warnings: list[str] = Field(default_factory=list)
+    tags: list[_Name] = Field(default_factory=list, max_length=8, description="cheapest, lowestTtft, lowestTpot, ...")
+    engine_args: list[_Arg] = Field(max_length=64, description="Arguments that make the engine run this deployment.")
+    provenance: dict[_Name, _Name] = Field(max_length=16, description="Where each group of numbers comes from.")
+    warnings: list[_Text] = Field(default_factory=list, max_length=16)
 
 
 class Infeasible(_Result):
     """A candidate that failed a gate, and why, in words a user can act on."""
 
-    gpu_type: str
+    gpu_type: str = Field(max_length=64)
     gpus_per_replica: int
-    precision: str
-    kv_cache_dtype: str
+    precision: str = Field(max_length=32)
+    kv_cache_dtype: str = Field(max_length=32)
     max_batch: int | None = None
-    gate: str = Field(description="The first gate it failed, in the order the search applies them.")
-    reason: str
+    gate: str = Field(max_length=64, description="The first gate it failed, in the order the search applies them.")
+    reason: str = Field(max_length=1024)
 
 
 class PlanResult(_Result):

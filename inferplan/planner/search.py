@@ -376,8 +376,8 @@ def _limit_problem(req: PlanRequest, shape: _Shape, replicas: int, gpus: int, co
     key = shape.gpu.key
     if req.max_replicas is not None and replicas > req.max_replicas:
         return "maxReplicas", f"needs {replicas} replicas of {shape.tp} x {key}; maxReplicas is {req.max_replicas}"
-    if req.available_gpus is not None and gpus > req.available_gpus.get(key, 0):
-        return "inventory", f"needs {gpus} {key} but only {req.available_gpus.get(key, 0)} available"
+    if req.available_gpus is not None and key in req.available_gpus and gpus > req.available_gpus[key]:
+        return "inventory", f"needs {gpus} {key} but only {req.available_gpus[key]} available"
     if key in req.max_gpus_per_type and gpus > req.max_gpus_per_type[key]:
         return "maxGpus", f"needs {gpus} {key}; maxGpusPerType allows {req.max_gpus_per_type[key]}"
     if req.max_gpus is not None and gpus > req.max_gpus:

@@ -1,0 +1,160 @@
+"""kopf handlers: thin. Nodes feed a small index of GPUs; plans are planned off the event loop by
+`reconcile.reconcile_plan`, and their status is built by the pure `status.next_status` and written only
+when its content changed (no timestamp churn, clean GitOps diffs).
+
+When a plan is re-planned: on create, resume and every spec change; when the GPU inventory of the types it
+can use changes (checked every INFERPLAN_CHECK_SECONDS); and at least every INFERPLAN_RESYNC_SECONDS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import kopf
+import kubernetes
+
+from inferplan import __version__
+from inferplan.operator import GROUP, PLURAL, VERSION, metrics
+from inferplan.operator.inventory import Inventory, build_inventory, node_gpus
+from inferplan.operator.reconcile import ConfigMapReader, Outcome, reconcile_plan
+from inferplan.operator.settings import load_settings
+from inferplan.operator.status import next_status, status_patch
+from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.names import CatalogLookupError
+
+SETTINGS = load_settings()
+EXECUTOR = ThreadPoolExecutor(max_workers=SETTINGS.planner_threads, thread_name_prefix="planner")
+_last_planned: dict[str, float] = {}  # plan uid -> monotonic time of its last plan (resync bookkeeping)
+_conditions: dict[str, dict[str, str]] = {}  # plan uid -> {condition type: status}, for inferplan_plans
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
+    # Silent watch stalls are kopf's best-known failure: let the server end watches, the client notice.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.posting.level = logging.WARNING  # events only for problems
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="inferplan.io")
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="inferplan.io")
+    logging.getLogger().setLevel(SETTINGS.log_level)
+    if SETTINGS.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(SETTINGS.metrics_port, registry=metrics.REGISTRY)
+    logger.info("inferplan operator %s: namespaces=%s resync=%ss check=%ss metrics=:%s", __version__,
+                ",".join(SETTINGS.namespaces) or "all", SETTINGS.resync_seconds, SETTINGS.check_seconds,
+                SETTINGS.metrics_port or "off")
+
+
+@kopf.index("", "v1", "nodes")
+def gpu_nodes(name: str, labels: dict, spec: dict, status: dict, **_: Any) -> dict | None:
+    """One small value per GPU node (never the whole object)."""
+    info = node_gpus(name, labels, status.get("allocatable") or {}, bool(spec.get("unschedulable")),
+                     status.get("conditions") or [])
+    return {name: info} if info is not None else None
+
+
+def _inventory(index: kopf.Index) -> Inventory:
+    return build_inventory(value for store in index.values() for value in store)
+
+
+def _relevant_inventory(spec: dict, inventory: Inventory) -> list[dict]:
+    """The inventory entries of the GPU types a plan can use, as its status records them."""
+    wanted = (spec.get("constraints") or {}).get("gpuTypes")
+    entries = [e.model_dump(by_alias=True) for e in inventory.entries]
+    if not wanted:
+        return entries
+    keys = set()
+    for name in wanted:
+        try:
+            keys.add(resolve_gpu(name).key)
+        except CatalogLookupError:
+            continue
+    return [e for e in entries if e["gpuType"] in keys]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _config_map_reader(namespace: str) -> ConfigMapReader:
+    def read(name: str, key: str) -> str:
+        api = kubernetes.client.CoreV1Api()
+        try:
+            data = api.read_namespaced_config_map(name, namespace).data or {}
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                raise KeyError(f"ConfigMap {namespace}/{name} not found") from None
+            raise kopf.TemporaryError(f"reading ConfigMap {namespace}/{name}: {exc.reason}", delay=30) from exc
+        return data[key]
+
+    return read
+
+
+async def _reconcile(body: kopf.Body, spec: dict, status: dict, meta: dict, namespace: str, name: str,
+                     patch: kopf.Patch, index: kopf.Index, logger: logging.Logger) -> None:
+    started = time.perf_counter()
+    inventory = _inventory(index)
+    metrics.record_inventory(inventory.available())
+    loop = asyncio.get_running_loop()
+    try:
+        outcome: Outcome = await loop.run_in_executor(
+            EXECUTOR, reconcile_plan, dict(spec), inventory, _config_map_reader(namespace))
+    except kopf.TemporaryError:
+        raise
+    except Exception as exc:  # never let one plan take the operator down
+        metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
+        logger.exception("planning failed")
+        outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
+    old = dict(status) if status else None
+    new = next_status(old, generation=int(meta.get("generation") or 0), now=_now(), planner_version=__version__,
+                      inventory=inventory, result=outcome.result, error=outcome.error)
+    if outcome.warnings:
+        new["warnings"] = list(dict.fromkeys([*outcome.warnings, *new.get("warnings", [])]))
+    new["inventory"] = _relevant_inventory(spec, inventory)
+    _last_planned[meta["uid"]] = time.monotonic()
+    if outcome.error:
+        metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
+        previous = {c["type"]: c for c in (old or {}).get("conditions", [])}.get("Ready", {})
+        if previous.get("reason") != outcome.error[0]:  # one event per new problem, not per reconcile
+            kopf.warn(body, reason=outcome.error[0], message=outcome.error[1][:1024])
+    for key, value in status_patch(old, new).items():  # nothing when nothing changed: no GitOps churn
+        patch.status[key] = value
+    metrics.record_plan(namespace, name, new)
+    _conditions[meta["uid"]] = {c["type"]: c["status"] for c in new.get("conditions", [])}
+    metrics.record_conditions(Counter((t, s) for conds in _conditions.values() for t, s in conds.items()))
+    metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def plan_changed(body: kopf.Body, spec: dict, status: dict, meta: dict, namespace: str, name: str,
+                       patch: kopf.Patch, gpu_nodes: kopf.Index, logger: logging.Logger, **_: Any) -> None:
+    await _reconcile(body, spec, status, meta, namespace, name, patch, gpu_nodes, logger)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.check_seconds, initial_delay=SETTINGS.check_seconds)
+async def plan_check(body: kopf.Body, spec: dict, status: dict, meta: dict, namespace: str, name: str,
+                     patch: kopf.Patch, gpu_nodes: kopf.Index, logger: logging.Logger, **_: Any) -> None:
+    """Re-plan when the spec is newer than the status, the usable inventory changed, or resync is due."""
+    stale = (status or {}).get("observedGeneration") != meta.get("generation")
+    moved = (status or {}).get("inventory", []) != _relevant_inventory(spec, _inventory(gpu_nodes))
+    due = time.monotonic() - _last_planned.get(meta["uid"], 0.0) >= SETTINGS.resync_seconds
+    if stale or moved or due:
+        await _reconcile(body, spec, status, meta, namespace, name, patch, gpu_nodes, logger)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def plan_deleted(meta: dict, namespace: str, name: str, **_: Any) -> None:
+    """Drop the plan's metric series (optional: no finalizer blocks deletion)."""
+    metrics.forget_plan(namespace, name)
+    _last_planned.pop(meta["uid"], None)
+    _conditions.pop(meta["uid"], None)

@@ -1,0 +1,170 @@
+"""The cluster's GPU inventory: which whole GPUs of which catalog types the plan could use.
+
+The operator keeps one small `NodeGpus` per node (built by `node_gpus` from the node's labels, allocatable
+resources, `spec.unschedulable` and conditions) and folds them into an `Inventory` with `build_inventory`.
+Both are pure: plain data in, plain data out.
+
+What counts: allocatable GPUs on schedulable, ready nodes whose product label the GPU catalog knows.
+MIG slices and shared (time-sliced / MPS) GPUs are not whole GPUs for serving a model, so they are reported
+in the warnings but never counted; products the catalog does not know are reported the same way, never raised.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from inferplan.operator.status import InventoryEntry
+from inferplan.planner.gpus import parse_gpu_product, resolve_gpu
+from inferplan.planner.names import CatalogLookupError
+
+__all__ = ["AMD", "NVIDIA", "GpuVendor", "Inventory", "NodeGpus", "build_inventory", "node_gpus"]
+
+
+@dataclass(frozen=True)
+class GpuVendor:
+    """The labels and resource one GPU vendor's node tooling publishes."""
+
+    product_label: str  # GPU product name (NVIDIA GPU feature discovery, AMD node labeller)
+    count_label: str  # GPUs on the node, used where the device plugin reports no allocatable resource
+    resource: str  # extended resource in status.allocatable
+
+
+NVIDIA = GpuVendor("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu")
+AMD = GpuVendor("amd.com/gpu.product-name", "amd.com/gpu.count", "amd.com/gpu")
+_VENDORS = (NVIDIA, AMD)  # a node labelled by both is read as NVIDIA
+
+_WHOLE_NUMBER = re.compile(r"^\s*\+?(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """The small value the operator keeps per node in a kopf index (never the whole Node object)."""
+
+    node: str
+    product: str  # raw label value, e.g. "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb" or "AMD_Instinct_MI300X_OAM"
+    gpus: int  # allocatable GPUs (or MIG slices / shared replicas, as the device plugin advertises them)
+    schedulable: bool  # not spec.unschedulable
+    ready: bool  # condition Ready == "True"
+
+
+def _count(value: object) -> int:
+    """A non-negative whole quantity ("8", 8) as an int; anything else (missing, "1.5", "-1", "abc") is 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    match = _WHOLE_NUMBER.match(value) if isinstance(value, str) else None
+    return int(match.group(1)) if match else 0
+
+
+def node_gpus(
+    name: str,
+    labels: Mapping[str, str],
+    allocatable: Mapping[str, str],
+    unschedulable: bool,
+    conditions: Sequence[Mapping[str, str]],
+) -> NodeGpus | None:
+    """The GPU facts of one node, or None when it has no GPU product label.
+
+    `labels` and `allocatable` are the node's `metadata.labels` and `status.allocatable` (quantities are
+    strings such as "8"); `conditions` is `status.conditions`. The GPU count is the vendor's allocatable
+    resource (`nvidia.com/gpu`, `amd.com/gpu`) and, only where the node does not advertise it, the vendor's
+    `gpu.count` label; a quantity that is not a non-negative whole number counts as 0.
+    """
+    for vendor in _VENDORS:
+        product = (labels.get(vendor.product_label) or "").strip()
+        if product:
+            break
+    else:
+        return None
+    if vendor.resource in allocatable:
+        gpus = _count(allocatable[vendor.resource])
+    else:
+        gpus = _count(labels.get(vendor.count_label))
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return NodeGpus(node=name, product=product, gpus=gpus, schedulable=not unschedulable, ready=ready)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Whole GPUs per catalog type on schedulable, ready nodes, and the labels that were not counted."""
+
+    entries: tuple[InventoryEntry, ...]  # per canonical GPU type, sorted by key
+    unknown_products: tuple[str, ...]  # product labels the catalog does not know (sorted, unique)
+    shared_or_mig: tuple[str, ...]  # product labels with -MIG-<profile> / -SHARED suffixes (sorted, unique)
+
+    def available(self) -> dict[str, int]:
+        """Canonical GPU key -> allocatable GPUs (types with none are left out); PlanRequest.available_gpus."""
+        return {entry.gpu_type: entry.gpus for entry in self.entries if entry.gpus > 0}
+
+    def per_node(self) -> dict[str, int]:
+        """Canonical GPU key -> most GPUs of that type on one node; PlanRequest.gpus_per_node."""
+        return {entry.gpu_type: entry.gpus_per_node for entry in self.entries if entry.gpus > 0}
+
+    @property
+    def total_gpus(self) -> int:
+        """Whole GPUs of every known type."""
+        return sum(entry.gpus for entry in self.entries)
+
+    def warnings(self) -> list[str]:
+        """One sentence per kind of GPU that nodes carry but the inventory does not count."""
+        warnings: list[str] = []
+        if self.unknown_products:
+            warnings.append(
+                "GPU products the catalog does not know are not counted: " + ", ".join(self.unknown_products)
+            )
+        if self.shared_or_mig:
+            warnings.append(
+                "MIG slices and shared GPUs are not whole GPUs for serving a model and are not counted: "
+                + ", ".join(self.shared_or_mig)
+            )
+        return warnings
+
+
+def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
+    """Fold per-node GPU facts into the inventory.
+
+    Unschedulable or not-ready nodes do not count (nor do their labels appear in the warnings: they are not
+    part of what the plan could use). A node with 0 allocatable GPUs contributes nothing. Each type's
+    `product_label` is the label value its nodes carry (the one with the most GPUs where nodes disagree on
+    the spelling), so it is the value that selects them in this cluster.
+    """
+    gpus: dict[str, int] = {}
+    node_count: dict[str, int] = {}
+    most_on_node: dict[str, int] = {}
+    label_gpus: dict[str, dict[str, int]] = {}
+    unknown: set[str] = set()
+    shared_or_mig: set[str] = set()
+    for node in nodes:
+        if not (node.schedulable and node.ready):
+            continue
+        label = parse_gpu_product(node.product)
+        if label.mig_profile or label.shared:
+            shared_or_mig.add(node.product)
+            continue
+        try:
+            key = resolve_gpu(node.product).key
+        except CatalogLookupError:
+            unknown.add(node.product)
+            continue
+        if node.gpus <= 0:
+            continue
+        gpus[key] = gpus.get(key, 0) + node.gpus
+        node_count[key] = node_count.get(key, 0) + 1
+        most_on_node[key] = max(most_on_node.get(key, 0), node.gpus)
+        by_label = label_gpus.setdefault(key, {})
+        by_label[node.product] = by_label.get(node.product, 0) + node.gpus
+    entries = tuple(
+        InventoryEntry(
+            gpu_type=key,
+            product_label=min(label_gpus[key], key=lambda value: (-label_gpus[key][value], value)),
+            gpus=gpus[key],
+            nodes=node_count[key],
+            gpus_per_node=most_on_node[key],
+        )
+        for key in sorted(gpus)
+    )
+    return Inventory(entries=entries, unknown_products=tuple(sorted(unknown)),
+                     shared_or_mig=tuple(sorted(shared_or_mig)))

@@ -1,0 +1,97 @@
+"""One reconcile without Kubernetes: a plan's spec and the cluster's GPU inventory in, a plan result (or the
+reason it could not be planned) out. The kopf handlers call this off the event loop.
+
+Which GPU types a plan considers:
+- no `constraints.gpuTypes`: the types the cluster has, limited to their counts and GPUs per node;
+- `gpuTypes` given: those types; the ones the cluster has are limited to their counts, the ones it lacks
+  are planned without an inventory limit ("plan for these even if absent"), with a warning;
+- `availableGpus` given in the spec: it replaces the inventory (the user knows better, e.g. a quota).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from inferplan.operator.inventory import Inventory
+from inferplan.planner.results import PlanResult
+from inferplan.planner.search import plan
+from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_plan
+
+ConfigMapReader = Callable[[str, str], str]  # (name, key) -> the value in the plan's namespace; raises KeyError
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one reconcile produced: a result, or an error (CamelCase reason, message) for a spec the planner
+    cannot use; warnings about the inventory either way."""
+
+    result: PlanResult | None
+    error: tuple[str, str] | None
+    warnings: tuple[str, ...] = ()
+
+
+def _error_reason(problems: list[tuple[str, str]]) -> str:
+    paths = [path for path, _ in problems]
+    if any(p.startswith("model") for p in paths):
+        return "InvalidModel"
+    if any(p.startswith("constraints.gpuTypes") for p in paths):
+        return "UnknownGpuType"
+    return "InvalidSpec"
+
+
+def _with_config_map(spec: Mapping, read_config_map: ConfigMapReader | None) -> Mapping:
+    """The spec with `model.configMapRef` replaced by the config.json it points to (inline architecture)."""
+    model = spec.get("model") or {}
+    ref = model.get("configMapRef")
+    if not ref:
+        return spec
+    name, key = ref.get("name", ""), ref.get("key", "config.json")
+    if read_config_map is None:
+        raise PlanError([("model.configMapRef", "reading ConfigMaps is not available here")])
+    try:
+        text = read_config_map(name, key)
+    except KeyError as exc:
+        raise PlanError([("model.configMapRef", f"ConfigMap {name!r} has no key {key!r} ({exc})")]) from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError([("model.configMapRef", f"key {key!r} of ConfigMap {name!r} is not JSON: {exc.msg} "
+                                                f"(line {exc.lineno})")]) from None
+    inline = {k: v for k, v in model.items() if k != "configMapRef"} | {"architecture": config}
+    return {**spec, "model": inline}
+
+
+def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_available: bool) -> tuple[PlanRequest,
+                                                                                                       list[str]]:
+    """The request with the cluster's GPU types, counts and node sizes filled in (see the module doc)."""
+    if spec_has_available:
+        return request, []
+    available = inventory.available()
+    per_node = request.gpus_per_node | inventory.per_node()
+    warnings = []
+    if request.gpu_types is None:
+        gpu_types: tuple[str, ...] | None = tuple(sorted(available))
+    else:
+        gpu_types = request.gpu_types
+        absent = [key for key in gpu_types if key not in available]
+        if absent:
+            warnings.append(f"planned for {', '.join(absent)} although the cluster has no schedulable GPUs of "
+                            f"{'that type' if len(absent) == 1 else 'those types'}")
+    return dataclasses.replace(request, gpu_types=gpu_types, available_gpus=available, gpus_per_node=per_node), warnings
+
+
+def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigMapReader | None = None) -> Outcome:
+    """Plan `spec` against `inventory`; never raises for a bad spec (it becomes the outcome's error)."""
+    try:
+        request = resolve_plan(parse_plan(_with_config_map(spec, read_config_map)))
+    except PlanError as exc:
+        return Outcome(None, (_error_reason(exc.problems), str(exc)))
+    spec_has_available = bool((spec.get("constraints") or {}).get("availableGpus"))
+    request, warnings = request_for_cluster(request, inventory, spec_has_available)
+    if request.gpu_types == ():
+        return Outcome(None, ("NoGpuTypes", "the cluster has no schedulable node with a known GPU and the plan "
+                                            "names no constraints.gpuTypes to plan for"), tuple(warnings))
+    return Outcome(plan(request), None, tuple(warnings))

@@ -1,0 +1,76 @@
+"""The operator's settings: one typed object read from INFERPLAN_* environment variables.
+
+| variable | meaning | default |
+|---|---|---|
+| INFERPLAN_NAMESPACES | comma-separated namespaces to watch; empty: all namespaces | all |
+| INFERPLAN_RESYNC_SECONDS | re-plan every plan at least this often, even when nothing changed | 600 |
+| INFERPLAN_CHECK_SECONDS | how often each plan checks whether its spec or GPU inventory changed | 5 |
+| INFERPLAN_LOG_LEVEL | DEBUG, INFO, WARNING or ERROR | INFO |
+| INFERPLAN_METRICS_PORT | port of the Prometheus /metrics endpoint (0: off) | 8080 |
+| INFERPLAN_HEALTH_PORT | port of kopf's liveness endpoint /healthz (0: off) | 8081 |
+| INFERPLAN_PLANNER_THREADS | planning runs in this many worker threads, off the event loop | 2 |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class SettingsError(ValueError):
+    """An INFERPLAN_* variable has a value the operator cannot use."""
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    namespaces: tuple[str, ...] = ()
+    resync_seconds: float = 600.0
+    check_seconds: float = 5.0
+    log_level: str = "INFO"
+    metrics_port: int = 8080
+    health_port: int = 8081
+    planner_threads: int = 2
+
+    @property
+    def all_namespaces(self) -> bool:
+        return not self.namespaces
+
+
+def _number(env: Mapping[str, str], name: str, default: float, minimum: float, integer: bool) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise SettingsError(f"{name} must be {kind}, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be >= {minimum:g}, got {raw!r}")
+    return value
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
+    """Settings from `env` (default: the process environment); a bad value raises SettingsError naming it."""
+    env = os.environ if env is None else env
+    namespaces = tuple(ns.strip() for ns in env.get("INFERPLAN_NAMESPACES", "").split(",") if ns.strip())
+    level = env.get("INFERPLAN_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+    if level not in LOG_LEVELS:
+        raise SettingsError(f"INFERPLAN_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    ports = {name: int(_number(env, name, default, 0, True)) for name, default in
+             (("INFERPLAN_METRICS_PORT", 8080), ("INFERPLAN_HEALTH_PORT", 8081))}
+    for name, port in ports.items():
+        if port > 65535:
+            raise SettingsError(f"{name} must be a port number (0-65535), got {port}")
+    return OperatorSettings(
+        namespaces=namespaces,
+        resync_seconds=_number(env, "INFERPLAN_RESYNC_SECONDS", 600.0, 1.0, False),
+        check_seconds=_number(env, "INFERPLAN_CHECK_SECONDS", 5.0, 0.1, False),
+        log_level=level,
+        metrics_port=ports["INFERPLAN_METRICS_PORT"],
+        health_port=ports["INFERPLAN_HEALTH_PORT"],
+        planner_threads=int(_number(env, "INFERPLAN_PLANNER_THREADS", 2, 1, True)),
+    )

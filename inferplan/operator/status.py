@@ -1,0 +1,232 @@
+"""The status of an InferenceCapacityPlan: pydantic models (the CRD's status schema is generated from
+them) and the pure function that builds a plan's next status from its previous one.
+
+Conditions follow metav1.Condition: a list keyed by `type`, `status` True/False/Unknown, a CamelCase
+`reason`, a human `message`, and a `lastTransitionTime` that changes only when `status` flips, so that a
+re-plan with the same outcome writes nothing new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from inferplan.planner.results import Candidate, Infeasible, PlanResult
+
+if TYPE_CHECKING:
+    from inferplan.operator.inventory import Inventory  # inventory imports InventoryEntry from here
+
+CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Condition(_Status):
+    """One aspect of the plan's state (metav1.Condition)."""
+
+    type: str = Field(max_length=316, description="Ready, Feasible, InventoryAvailable, ...")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                        description="CamelCase reason for the status.")
+    message: str = Field(max_length=32768, description="Human-readable details.")
+    last_transition_time: str = Field(max_length=64, json_schema_extra={"format": "date-time"},
+                                      description="RFC 3339 time the status last changed.")
+    observed_generation: int | None = Field(default=None, ge=0,
+                                            description="The generation of the spec the condition is about.")
+
+
+class InventoryEntry(_Status):
+    """GPUs of one type the plan could use: allocatable on schedulable, ready nodes."""
+
+    gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog.")
+    product_label: str = Field(max_length=63, description="The node label value that selects these GPUs.")
+    gpus: int = Field(ge=0, description="Allocatable GPUs of this type on schedulable, ready nodes.")
+    nodes: int = Field(ge=0, description="Nodes that contribute them.")
+    gpus_per_node: int = Field(ge=0, description="Most GPUs of this type on one node (bounds tensor parallelism).")
+
+
+class PlanStatus(_Status):
+    """What the operator writes into `.status`."""
+
+    observed_generation: int | None = Field(default=None, ge=0,
+                                            description="The spec generation this status answers.")
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    recommendation: Candidate | None = Field(default=None, description="The cheapest feasible deployment.")
+    alternatives: list[Candidate] = Field(default_factory=list, max_length=20,
+                                          description="The Pareto frontier beside the recommendation.")
+    infeasible: list[Infeasible] = Field(default_factory=list, max_length=20,
+                                         description="The nearest infeasible candidates and why.")
+    inventory: list[InventoryEntry] = Field(default_factory=list, max_length=64,
+                                            description="The GPU types and counts the plan was made with.")
+    planner_version: str | None = Field(default=None, max_length=64)
+    warnings: list[Annotated[str, Field(max_length=1024)]] = Field(default_factory=list, max_length=32)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The next status: a pure function of the previous one, the plan's outcome and the inventory
+
+_MAX_MESSAGE = 32768
+_MAX_WARNINGS = 32
+_MAX_CANDIDATES = 20
+_MAX_CONDITIONS = 16
+
+
+def condition(
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+    previous: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """One condition as a camelCase dict (metav1.Condition).
+
+    `lastTransitionTime` is that of the condition of the same type in `previous` (the old `conditions` list)
+    when its status is unchanged, else `now` (an RFC 3339 time); `observedGeneration` is always `generation`.
+    """
+    last_transition = now
+    for old in previous or ():
+        if isinstance(old, Mapping) and old.get("type") == type_:
+            if old.get("status") == status and old.get("lastTransitionTime"):
+                last_transition = str(old["lastTransitionTime"])
+            break
+    if len(message) > _MAX_MESSAGE:
+        message = message[: _MAX_MESSAGE - 3] + "..."
+    return Condition(
+        type=type_,
+        status=status,  # type: ignore[arg-type]  # validated by the model
+        reason=reason,
+        message=message,
+        last_transition_time=last_transition,
+        observed_generation=generation,
+    ).model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _recommendation_text(candidate: Candidate) -> str:
+    """`2 x 1 H100-SXM5-80GB, $5.90/h`: replicas x GPUs per replica, GPU type, cost."""
+    return (
+        f"{candidate.replicas} x {candidate.gpus_per_replica} {candidate.gpu_type}, "
+        f"${candidate.cost.dollars_per_hour:.2f}/h"
+    )
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _other_conditions(old: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Valid conditions of types this module does not own, in their old order, first of each type."""
+    kept: list[dict[str, Any]] = []
+    seen = set(CONDITION_TYPES)
+    for item in (old or {}).get("conditions") or ():
+        if not isinstance(item, Mapping) or item.get("type") in seen:
+            continue
+        try:
+            Condition.model_validate(item)
+        except ValidationError:
+            continue  # a hand-edited condition the schema would reject must not make every reconcile fail
+        seen.add(item["type"])
+        kept.append(dict(item))
+    return kept
+
+
+def next_status(
+    old: Mapping[str, Any] | None,
+    *,
+    generation: int,
+    now: str,
+    planner_version: str,
+    inventory: Inventory,
+    result: PlanResult | None,
+    error: tuple[str, str] | None,
+) -> dict[str, Any]:
+    """The complete new `.status` as a camelCase dict, built from the old one (pure).
+
+    - `result`: the plan was made. Ready=True (Planned); Feasible=True (Feasible, the message names the
+      recommendation) or False (NoFeasibleCandidate, the nearest infeasible reasons); the recommendation,
+      alternatives and infeasible candidates are the result's.
+    - `error` = (reason, message): the spec could not be planned (e.g. ("UnknownModel", "...")). Ready=False
+      with that reason, Feasible=Unknown (NotPlanned). The old recommendation is cleared: it answers another
+      spec, and keeping it would show an answer to a question no longer asked.
+    - neither: not planned yet (the first reconcile). Ready=Unknown (Planning), Feasible=Unknown (NotPlanned).
+
+    InventoryAvailable only reports (GpusFound or NoGpus): a plan that may widen its GPU types can be feasible
+    without inventory. Warnings are the result's, then the inventory's, deduplicated in that order.
+    Conditions come in CONDITION_TYPES order, followed by conditions of other types found in `old`, unchanged.
+    With the same inputs and `old` = the previous output, the output is equal whatever `now` is: nothing
+    changes unless the outcome does, so the operator writes nothing and GitOps diffs stay clean.
+    """
+    if result is not None and error is not None:
+        raise ValueError("next_status takes a result or an error, not both")
+    previous = (old or {}).get("conditions") or ()
+
+    def make(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        return condition(type_, status, reason, message, generation, now, previous)
+
+    if error is not None:
+        reason, message = error
+        ready = make("Ready", "False", reason, message)
+        feasible = make("Feasible", "Unknown", "NotPlanned", "the spec could not be planned; see the Ready condition")
+    elif result is None:
+        ready = make("Ready", "Unknown", "Planning", "the plan has not been made yet")
+        feasible = make("Feasible", "Unknown", "NotPlanned", "the plan has not been made yet")
+    else:
+        ready = make("Ready", "True", "Planned", f"planned for generation {generation}")
+        if result.recommendation is not None:
+            feasible = make("Feasible", "True", "Feasible", _recommendation_text(result.recommendation))
+        else:
+            reasons = list(dict.fromkeys(item.reason for item in result.infeasible))
+            feasible = make("Feasible", "False", "NoFeasibleCandidate",
+                            "; ".join(reasons) or "no candidate deployment to evaluate")
+    total = inventory.total_gpus
+    if total > 0:
+        available = make("InventoryAvailable", "True", "GpusFound",
+                         f"{_plural(total, 'GPU')} of {_plural(len(inventory.available()), 'type')}")
+    else:
+        available = make("InventoryAvailable", "False", "NoGpus", "no schedulable node has a known GPU")
+    conditions = [ready, feasible, available, *_other_conditions(old)][:_MAX_CONDITIONS]
+
+    warnings = list(dict.fromkeys([*(result.warnings if result else ()), *inventory.warnings()]))
+    status = PlanStatus(
+        observed_generation=generation,
+        conditions=[Condition.model_validate(item) for item in conditions],
+        recommendation=result.recommendation if result else None,
+        alternatives=list(result.alternatives[:_MAX_CANDIDATES]) if result else [],
+        infeasible=list(result.infeasible[:_MAX_CANDIDATES]) if result else [],
+        inventory=list(inventory.entries),
+        planner_version=planner_version,
+        warnings=warnings[:_MAX_WARNINGS],
+    )
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+_OWNED_KEYS = tuple(field.alias or name for name, field in PlanStatus.model_fields.items())
+
+
+def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that turns `old` into `new` for the fields `next_status` owns (empty: write nothing).
+
+    A merge patch keeps keys it does not mention, so a field `new` leaves out (a cleared recommendation) is
+    patched to None; lists are replaced whole. Keys of `old` that PlanStatus does not know (other writers')
+    are left alone.
+    """
+    old = old or {}
+    patch: dict[str, Any] = {}
+    for key in dict.fromkeys([*_OWNED_KEYS, *new]):
+        if key in new:
+            if key not in old or old[key] != new[key]:
+                patch[key] = new[key]
+        elif old.get(key) is not None:
+            patch[key] = None
+    return patch
+
+
+def status_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """True when `.status` needs a patch to become `new` (see status_patch)."""
+    return bool(status_patch(old, new))

@@ -1,0 +1,157 @@
+"""Session fixtures for tests against a real Kubernetes API server.
+
+By default `k8s` starts ../shared/k8s-testenv (a real apiextensions-apiserver on etcd, see its README) in a
+temporary run folder, applies the InferenceCapacityPlan CRD and waits until it is Established; the server
+is stopped when the session ends. `K8S_TESTENV` points to another copy of the testenv folder.
+
+`INFERPLAN_E2E_KUBECONFIG=PATH` uses an existing cluster instead; its current context's name must contain
+"test", so that a production kubeconfig is never written to by accident.
+
+Without etcd or the testenv folder the tests are skipped, except in CI (`CI=true`), where they must run.
+
+KUBECONFIG is set at import of this conftest, before anything imports `kubernetes` or `kopf`: the client
+reads it once, at import, and kopf logs in through it (operator tests run under kopf.testing.KopfRunner).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TESTENV = Path(os.environ.get("K8S_TESTENV") or Path(__file__).resolve().parents[3] / "shared" / "k8s-testenv")
+EXTERNAL_KUBECONFIG = os.environ.get("INFERPLAN_E2E_KUBECONFIG")
+# Not created here: start.sh creates (and marks) it, so an unused session leaves nothing behind.
+RUN = Path(tempfile.gettempdir()) / f"inferplan-e2e-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+KUBECONFIG = Path(EXTERNAL_KUBECONFIG).expanduser() if EXTERNAL_KUBECONFIG else RUN / "admin.kubeconfig"
+os.environ["KUBECONFIG"] = str(KUBECONFIG)  # before `import kubernetes` / `import kopf`
+
+import kubernetes  # noqa: E402  (deliberately after KUBECONFIG is set)
+import yaml  # noqa: E402
+
+from inferplan.operator import GROUP, PLURAL  # noqa: E402
+from inferplan.operator.crd import CRD_FILE  # noqa: E402
+
+# In case a test module imported kubernetes before this conftest ran: its default is read at import.
+kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(KUBECONFIG)
+
+CRD_NAME = f"{PLURAL}.{GROUP}"
+TESTENV_ENV = {"TESTENV_PORTS": "auto", "RBAC": "1", "AUDIT": "1"}
+"""How the testenv is started: free ports, RBAC enforced (the admin kubeconfig is in system:masters), an
+audit log in RUN/audit.log. Operator tests may add `TESTENV_USERS` here for the operator's ServiceAccount."""
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout_s: float = 20.0, interval_s: float = 0.1) -> T:
+    """Poll `predicate` until it returns something truthy, and return that; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if value := predicate():
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(interval_s)
+
+
+def _skip_or_fail(reason: str) -> None:
+    """Skip locally; in CI (CI=true) a missing prerequisite fails the run: e2e tests must run there."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: e2e tests must run, not skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _missing_prerequisite() -> str | None:
+    if not (TESTENV / "start.sh").is_file():
+        return f"k8s-testenv not found at {TESTENV} (set K8S_TESTENV)"
+    for tool in (os.environ.get("TESTENV_ETCD_BIN", "etcd"), "openssl", "curl"):
+        if shutil.which(tool) is None:
+            return (f"{tool} not installed; apt-get install -y --no-install-recommends etcd-server openssl curl "
+                    f"xz-utils")
+    return None
+
+
+def _check_test_context(kubeconfig: Path) -> None:
+    _, current = kubernetes.config.list_kube_config_contexts(config_file=str(kubeconfig))
+    name = (current or {}).get("name", "")
+    if "test" not in name:
+        pytest.fail(f"INFERPLAN_E2E_KUBECONFIG={kubeconfig}: current context {name!r} does not contain 'test'; "
+                    f"refusing to create objects in a cluster that may not be a test cluster", pytrace=False)
+
+
+def _apply_crd(admin: kubernetes.client.ApiClient) -> None:
+    """Create the CRD, or replace it where it exists (an external cluster), and wait until it is Established."""
+    body = yaml.safe_load((REPO / CRD_FILE).read_text())
+    crds = kubernetes.client.ApiextensionsV1Api(admin)
+    try:
+        crds.create_custom_resource_definition(body)
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 409:
+            raise
+        body["metadata"]["resourceVersion"] = crds.read_custom_resource_definition(CRD_NAME).metadata.resource_version
+        crds.replace_custom_resource_definition(CRD_NAME, body)
+
+    def established() -> bool:
+        conditions = crds.read_custom_resource_definition(CRD_NAME).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    wait_for(established)
+
+
+def _start_testenv() -> None:
+    env = {**os.environ, **TESTENV_ENV}
+    env.setdefault("TESTENV_CACHE_DIR", str(Path.home() / ".cache" / "k8s-testenv"))  # unpack the binary once
+    started = subprocess.run([str(TESTENV / "start.sh"), str(RUN)], env=env, capture_output=True, text=True)
+    if started.returncode != 0:
+        pytest.fail(f"k8s-testenv did not start:\n{started.stdout[-4000:]}\n{started.stderr[-4000:]}", pytrace=False)
+
+
+def _stop_testenv() -> None:
+    subprocess.run([str(TESTENV / "stop.sh"), str(RUN), "--rm"], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def k8s() -> Iterator[dict[str, Any]]:
+    """A Kubernetes API server with the InferenceCapacityPlan CRD Established.
+
+    Yields `admin` (a kubernetes ApiClient that may do anything), `kubeconfig` (its path), `run_dir` (the
+    testenv's run folder: logs, audit.log, user kubeconfigs; None for an external cluster) and `wait_for`.
+    """
+    if EXTERNAL_KUBECONFIG:
+        _check_test_context(KUBECONFIG)
+    elif reason := _missing_prerequisite():
+        _skip_or_fail(reason)
+    else:
+        _start_testenv()
+    try:
+        admin = kubernetes.config.new_client_from_config(str(KUBECONFIG))
+        _apply_crd(admin)
+        yield {"admin": admin, "kubeconfig": KUBECONFIG, "run_dir": None if EXTERNAL_KUBECONFIG else RUN,
+               "wait_for": wait_for}
+    finally:
+        if not EXTERNAL_KUBECONFIG:
+            _stop_testenv()
+
+
+@pytest.fixture(scope="session")
+def namespace(k8s: dict[str, Any]) -> Iterator[str]:
+    """A fresh namespace for the session's objects, deleted afterwards (on a real cluster with its contents)."""
+    core = kubernetes.client.CoreV1Api(k8s["admin"])
+    name = f"inferplan-e2e-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name)
+        except kubernetes.client.ApiException:
+            pass  # the session ends; a stopped testenv takes everything with it

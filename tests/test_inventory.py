@@ -1,0 +1,184 @@
+"""The GPU inventory: node parsing (GFD and AMD labeller labels), what counts, sums and warnings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory, node_gpus
+
+READY = [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}]
+NOT_READY = [{"type": "Ready", "status": "False"}]
+H100 = "NVIDIA-H100-80GB-HBM3"
+MI300X = "AMD_Instinct_MI300X_OAM"
+
+
+def parse(labels: dict[str, str], allocatable: dict[str, Any] | None = None, *, unschedulable: bool = False,
+          conditions: list[dict[str, str]] | None = None, name: str = "n1") -> NodeGpus | None:
+    return node_gpus(name, labels, allocatable or {}, unschedulable, READY if conditions is None else conditions)
+
+
+def parsed(labels: dict[str, str], allocatable: dict[str, Any] | None = None, **kwargs: Any) -> NodeGpus:
+    result = parse(labels, allocatable, **kwargs)
+    assert result is not None
+    return result
+
+
+def node(name: str, product: str = H100, gpus: int = 8, *, schedulable: bool = True, ready: bool = True) -> NodeGpus:
+    return NodeGpus(node=name, product=product, gpus=gpus, schedulable=schedulable, ready=ready)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# node_gpus
+
+
+def test_nvidia_gfd_labels_and_allocatable() -> None:
+    labels = {"nvidia.com/gpu.product": H100, "nvidia.com/gpu.count": "8", "kubernetes.io/os": "linux"}
+    assert parse(labels, {"cpu": "190", "nvidia.com/gpu": "8"}) == NodeGpus("n1", H100, 8, True, True)
+
+
+def test_amd_labeller_labels_and_allocatable() -> None:
+    labels = {"amd.com/gpu.product-name": MI300X, "amd.com/gpu.family": "AI"}
+    assert parse(labels, {"amd.com/gpu": "8", "nvidia.com/gpu": "2"}) == NodeGpus("n1", MI300X, 8, True, True)
+
+
+def test_mig_and_shared_labels_are_kept_raw() -> None:
+    mig = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+    assert parse({"nvidia.com/gpu.product": mig}, {"nvidia.com/gpu": "56"}) == NodeGpus("n1", mig, 56, True, True)
+    shared = f"{H100}-SHARED"
+    assert parsed({"nvidia.com/gpu.product": shared}, {"nvidia.com/gpu": "32"}).product == shared
+
+
+def test_node_without_a_gpu_product_label_is_none() -> None:
+    assert parse({"kubernetes.io/os": "linux"}, {"cpu": "8"}) is None
+    assert parse({"nvidia.com/gpu.count": "8"}, {"nvidia.com/gpu": "8"}) is None
+    assert parse({"nvidia.com/gpu.product": "  "}, {"nvidia.com/gpu": "8"}) is None
+
+
+def test_missing_allocatable_falls_back_to_the_count_label() -> None:
+    assert parsed({"nvidia.com/gpu.product": H100, "nvidia.com/gpu.count": "4"}).gpus == 4
+    assert parsed({"amd.com/gpu.product-name": MI300X, "amd.com/gpu.count": "2"}).gpus == 2
+    assert parsed({"nvidia.com/gpu.product": H100}).gpus == 0
+
+
+def test_allocatable_wins_over_the_count_label() -> None:
+    # The device plugin advertises 0 (e.g. it is down): the label's 8 GPUs cannot be scheduled.
+    labels = {"nvidia.com/gpu.product": H100, "nvidia.com/gpu.count": "8"}
+    assert parsed(labels, {"nvidia.com/gpu": "0"}).gpus == 0
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", "", "8Gi", None, True, -3])
+def test_bad_quantities_count_as_zero(value: Any) -> None:
+    assert parsed({"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": value}).gpus == 0
+    assert parsed({"nvidia.com/gpu.product": H100, "nvidia.com/gpu.count": value}).gpus == 0
+
+
+@pytest.mark.parametrize("value", ["8", " 8 ", "+8", 8])
+def test_whole_quantities_parse(value: Any) -> None:
+    assert parsed({"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": value}).gpus == 8
+
+
+def test_unschedulable_and_not_ready() -> None:
+    labels = {"nvidia.com/gpu.product": H100}
+    assert parsed(labels, {"nvidia.com/gpu": "8"}, unschedulable=True).schedulable is False
+    assert parsed(labels, {"nvidia.com/gpu": "8"}, conditions=NOT_READY).ready is False
+    assert parsed(labels, {"nvidia.com/gpu": "8"}, conditions=[]).ready is False
+    unknown = [{"type": "Ready", "status": "Unknown"}]
+    assert parsed(labels, {"nvidia.com/gpu": "8"}, conditions=unknown).ready is False
+
+
+def test_unknown_product_is_parsed_not_judged() -> None:
+    result = parse({"nvidia.com/gpu.product": "NVIDIA-Quantum-Widget"}, {"nvidia.com/gpu": "4"})
+    assert result == NodeGpus("n1", "NVIDIA-Quantum-Widget", 4, True, True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# build_inventory
+
+
+def test_sums_per_type_and_max_per_node() -> None:
+    inventory = build_inventory([
+        node("a", H100, 8), node("b", H100, 4), node("c", "NVIDIA-L4", 1), node("d", MI300X, 8),
+        node("e", "NVIDIA-L4", 2),
+    ])
+    assert inventory.available() == {"H100-SXM5-80GB": 12, "L4": 3, "MI300X": 8}
+    assert inventory.per_node() == {"H100-SXM5-80GB": 8, "L4": 2, "MI300X": 8}
+    assert [e.gpu_type for e in inventory.entries] == ["H100-SXM5-80GB", "L4", "MI300X"]
+    h100 = inventory.entries[0]
+    assert (h100.gpus, h100.nodes, h100.gpus_per_node, h100.product_label) == (12, 2, 8, H100)
+    assert inventory.total_gpus == 23
+    assert inventory.warnings() == []
+
+
+def test_unschedulable_and_not_ready_nodes_do_not_count() -> None:
+    inventory = build_inventory([
+        node("a", H100, 8), node("b", H100, 8, schedulable=False), node("c", H100, 8, ready=False),
+        node("d", "NVIDIA-Quantum-Widget", 8, ready=False), node("e", f"{H100}-SHARED", 8, schedulable=False),
+    ])
+    assert inventory.available() == {"H100-SXM5-80GB": 8}
+    assert inventory.entries[0].nodes == 1
+    assert inventory.unknown_products == () and inventory.shared_or_mig == ()
+
+
+def test_unknown_products_are_reported_not_raised() -> None:
+    inventory = build_inventory([node("a", "NVIDIA-Quantum-Widget"), node("b", "Zeta-9"), node("c", "Zeta-9"),
+                                 node("d", "NVIDIA-L4", 1)])
+    assert inventory.available() == {"L4": 1}
+    assert inventory.unknown_products == ("NVIDIA-Quantum-Widget", "Zeta-9")
+    assert inventory.warnings() == [
+        "GPU products the catalog does not know are not counted: NVIDIA-Quantum-Widget, Zeta-9"
+    ]
+
+
+def test_mig_and_shared_gpus_are_reported_not_counted() -> None:
+    mig = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+    inventory = build_inventory([node("a", mig, 56), node("b", f"{H100}-SHARED", 32), node("c", mig, 7)])
+    assert inventory.available() == {} and inventory.per_node() == {} and inventory.entries == ()
+    assert inventory.shared_or_mig == (mig, f"{H100}-SHARED")
+    assert inventory.warnings() == [
+        "MIG slices and shared GPUs are not whole GPUs for serving a model and are not counted: "
+        f"{mig}, {H100}-SHARED"
+    ]
+
+
+def test_both_warnings_in_a_stable_order() -> None:
+    inventory = build_inventory([node("a", "Zeta-9"), node("b", f"{H100}-SHARED")])
+    assert [w.split(" ")[0] for w in inventory.warnings()] == ["GPU", "MIG"]
+
+
+def test_nodes_with_no_allocatable_gpus_contribute_nothing() -> None:
+    inventory = build_inventory([node("a", H100, 0), node("b", H100, 4)])
+    assert inventory.available() == {"H100-SXM5-80GB": 4}
+    assert inventory.entries[0].nodes == 1
+    assert build_inventory([node("a", H100, 0)]) == Inventory((), (), ())
+
+
+def test_product_label_is_the_spelling_the_nodes_carry() -> None:
+    # Two spellings of one GPU: both count; the label with the most GPUs is reported.
+    inventory = build_inventory([node("a", "NVIDIA-L4", 1), node("b", "NVIDIA_L4", 4)])
+    assert inventory.available() == {"L4": 5}
+    assert inventory.entries[0].product_label == "NVIDIA_L4"
+
+
+def test_empty_cluster() -> None:
+    inventory = build_inventory([])
+    assert inventory == Inventory((), (), ())
+    assert inventory.available() == {} and inventory.warnings() == [] and inventory.total_gpus == 0
+
+
+_PRODUCTS = [H100, "NVIDIA-L4", MI300X, "Zeta-9", f"{H100}-SHARED", "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"]
+
+
+@given(st.lists(st.builds(NodeGpus, node=st.text(max_size=3), product=st.sampled_from(_PRODUCTS),
+                          gpus=st.integers(0, 16), schedulable=st.booleans(), ready=st.booleans()), max_size=12))
+def test_inventory_counts_exactly_the_whole_known_gpus_on_usable_nodes(nodes: list[NodeGpus]) -> None:
+    inventory = build_inventory(nodes)
+    counted = [n for n in nodes if n.schedulable and n.ready and n.product in (H100, "NVIDIA-L4", MI300X)]
+    assert inventory.total_gpus == sum(n.gpus for n in counted)
+    for entry in inventory.entries:
+        assert 0 < entry.gpus_per_node <= entry.gpus and entry.nodes >= 1
+    assert list(inventory.available()) == sorted(inventory.available())
+    assert build_inventory(reversed(nodes)) == inventory  # order of the index does not matter

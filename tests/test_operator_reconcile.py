@@ -1,0 +1,95 @@
+"""One reconcile without a cluster: which GPU types a plan considers, ConfigMap models, error reasons."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from inferplan.operator.inventory import NodeGpus, build_inventory
+from inferplan.operator.reconcile import reconcile_plan
+
+SPEC: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+    "engine": {"name": "vllm"},
+    "workload": {"requestsPerSecond": "10", "promptTokens": {"mean": 500, "p95": 1500},
+                 "outputTokens": {"mean": 250, "p95": 700}},
+    "slo": {"ttft": {"maxMs": 1000, "percentile": "p95"}, "tpot": {"maxMs": 100, "percentile": "p95"}},
+}
+CLUSTER = build_inventory([
+    NodeGpus("a", "NVIDIA-H100-80GB-HBM3", 8, True, True),
+    NodeGpus("b", "NVIDIA-L4", 4, True, True),
+    NodeGpus("c", "NVIDIA-L4", 4, False, True),  # cordoned: does not count
+])
+
+
+def spec(**constraints: Any) -> dict[str, Any]:
+    data = copy.deepcopy(SPEC)
+    if constraints:
+        data["constraints"] = constraints
+    return data
+
+
+def shown_types(outcome) -> set[str]:
+    result = outcome.result
+    return {c.gpu_type for c in [result.recommendation, *result.alternatives] if c is not None}
+
+
+def test_without_gpu_types_the_plan_uses_the_cluster_types_and_counts() -> None:
+    outcome = reconcile_plan(spec(), CLUSTER)
+    assert outcome.error is None and outcome.result.recommendation is not None
+    assert shown_types(outcome) <= {"H100-SXM5-80GB", "L4"}
+    big = reconcile_plan({**spec(), "workload": {**SPEC["workload"], "requestsPerSecond": "400"}}, CLUSTER)
+    assert any(i.gate == "inventory" for i in big.result.infeasible)
+
+
+def test_gpu_types_narrow_and_absent_types_are_planned_with_a_warning() -> None:
+    narrow = reconcile_plan(spec(gpuTypes=["NVIDIA-L4"]), CLUSTER)
+    assert shown_types(narrow) <= {"L4"} and not narrow.warnings
+    wide = reconcile_plan(spec(gpuTypes=["NVIDIA-A100-SXM4-80GB"]), CLUSTER)
+    assert shown_types(wide) == {"A100-SXM4-80GB"}
+    assert any("although the cluster has no schedulable GPUs" in w for w in wide.warnings)
+
+
+def test_spec_available_gpus_replace_the_inventory() -> None:
+    outcome = reconcile_plan(spec(availableGpus={"NVIDIA-A100-SXM4-80GB": 2}), CLUSTER)
+    assert shown_types(outcome) == {"A100-SXM4-80GB"}
+
+
+def test_an_empty_cluster_without_gpu_types_is_a_clear_error() -> None:
+    outcome = reconcile_plan(spec(), build_inventory([]))
+    assert outcome.result is None and outcome.error[0] == "NoGpuTypes"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"model": {"name": "acme/unknown-model"}}, "InvalidModel"),
+    ({"constraints": {"gpuTypes": ["H1000"]}}, "UnknownGpuType"),
+    ({"slo": {}}, "InvalidSpec"),
+])
+def test_a_spec_the_planner_cannot_use_gives_a_reason(change: dict[str, Any], reason: str) -> None:
+    outcome = reconcile_plan({**spec(), **change}, CLUSTER)
+    assert outcome.result is None and outcome.error[0] == reason and outcome.error[1]
+
+
+def test_config_map_models_are_read_through_the_reader() -> None:
+    config = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "vocab_size": 128256, "max_position_embeddings": 8192, "tie_word_embeddings": False}
+    data = {**spec(), "model": {"configMapRef": {"name": "llama", "key": "config.json"}, "precisions": ["bf16"]}}
+    seen = []
+
+    def reader(name: str, key: str) -> str:
+        seen.append((name, key))
+        return json.dumps(config)
+
+    outcome = reconcile_plan(data, CLUSTER, reader)
+    assert seen == [("llama", "config.json")] and outcome.error is None
+    assert outcome.result.recommendation is not None
+
+    def missing(name: str, key: str) -> str:
+        raise KeyError(key)
+
+    assert reconcile_plan(data, CLUSTER, missing).error[0] == "InvalidModel"
+    assert reconcile_plan(data, CLUSTER, lambda n, k: "{not json").error[0] == "InvalidModel"

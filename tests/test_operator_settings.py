@@ -1,0 +1,35 @@
+"""The operator's settings from INFERPLAN_* variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferplan.operator.settings import OperatorSettings, SettingsError, load_settings
+
+
+def test_no_variables_watch_all_namespaces_with_defaults() -> None:
+    settings = load_settings({})
+    assert settings == OperatorSettings()
+    assert settings.all_namespaces and settings.metrics_port == 8080 and settings.health_port == 8081
+
+
+def test_variables_are_read_and_trimmed() -> None:
+    settings = load_settings({"INFERPLAN_NAMESPACES": " llm, team-a ,,", "INFERPLAN_RESYNC_SECONDS": "120",
+                              "INFERPLAN_LOG_LEVEL": "debug", "INFERPLAN_METRICS_PORT": "0",
+                              "INFERPLAN_CHECK_SECONDS": "0.5", "INFERPLAN_PLANNER_THREADS": "4"})
+    assert settings.namespaces == ("llm", "team-a") and not settings.all_namespaces
+    assert (settings.resync_seconds, settings.check_seconds, settings.log_level) == (120.0, 0.5, "DEBUG")
+    assert (settings.metrics_port, settings.planner_threads) == (0, 4)
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"INFERPLAN_RESYNC_SECONDS": "soon"}, "INFERPLAN_RESYNC_SECONDS must be a number"),
+    ({"INFERPLAN_RESYNC_SECONDS": "0"}, "INFERPLAN_RESYNC_SECONDS must be >= 1"),
+    ({"INFERPLAN_METRICS_PORT": "70000"}, "INFERPLAN_METRICS_PORT must be a port number"),
+    ({"INFERPLAN_HEALTH_PORT": "8081.5"}, "INFERPLAN_HEALTH_PORT must be an integer"),
+    ({"INFERPLAN_LOG_LEVEL": "chatty"}, "INFERPLAN_LOG_LEVEL must be one of"),
+    ({"INFERPLAN_PLANNER_THREADS": "0"}, "INFERPLAN_PLANNER_THREADS must be >= 1"),
+])
+def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings(env)

@@ -1,0 +1,302 @@
+"""The plan status: condition transitions, next_status for each outcome, idempotence, and the patch."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory
+from inferplan.operator.status import (
+    CONDITION_TYPES,
+    PlanStatus,
+    condition,
+    next_status,
+    status_changed,
+    status_patch,
+)
+from inferplan.planner.results import PlanResult
+from inferplan.planner.search import plan
+from inferplan.planner.spec import parse_plan, resolve_plan
+
+BASE: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+    "engine": {"name": "vllm"},
+    "workload": {
+        "requestsPerSecond": "10",
+        "promptTokens": {"mean": 500, "p95": 1500},
+        "outputTokens": {"mean": 250, "p95": 700},
+    },
+    "slo": {"ttft": {"maxMs": 1000, "percentile": "p95"}, "tpot": {"maxMs": 100, "percentile": "p95"}},
+    "constraints": {"gpuTypes": ["H100"], "tensorParallelSizes": [1]},
+}
+
+T0, T1, T2 = "2025-01-01T00:00:00Z", "2025-01-01T00:05:00Z", "2025-01-01T00:10:00Z"
+ERROR = ("UnknownModel", "unknown model 'acme/nope'; closest: meta-llama/Llama-3.1-8B-Instruct")
+
+
+@functools.cache
+def feasible_result() -> PlanResult:
+    return plan(resolve_plan(parse_plan(BASE)))
+
+
+@functools.cache
+def infeasible_result() -> PlanResult:
+    data = copy.deepcopy(BASE)
+    data["slo"]["tpot"]["maxMs"] = 3  # below one weight read of an 8B model on an H100
+    return plan(resolve_plan(parse_plan(data)))
+
+
+def cluster() -> Inventory:
+    return build_inventory([
+        NodeGpus("a", "NVIDIA-H100-80GB-HBM3", 8, True, True),
+        NodeGpus("b", "NVIDIA-H100-80GB-HBM3", 4, True, True),
+        NodeGpus("c", "NVIDIA-L4", 1, True, True),
+        NodeGpus("d", "Zeta-9", 2, True, True),
+    ])
+
+
+def status(old: dict[str, Any] | None = None, *, now: str = T0, generation: int = 1,
+           result: PlanResult | None = None, error: tuple[str, str] | None = None,
+           inventory: Inventory | None = None) -> dict[str, Any]:
+    return next_status(old, generation=generation, now=now, planner_version="0.1.0",
+                       inventory=cluster() if inventory is None else inventory, result=result, error=error)
+
+
+def by_type(new: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in new["conditions"]}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# condition
+
+
+def test_condition_is_a_camel_case_metav1_condition() -> None:
+    assert condition("Ready", "True", "Planned", "ok", 3, T0, None) == {
+        "type": "Ready", "status": "True", "reason": "Planned", "message": "ok",
+        "lastTransitionTime": T0, "observedGeneration": 3,
+    }
+
+
+def test_condition_keeps_the_time_while_the_status_holds() -> None:
+    first = condition("Feasible", "True", "Feasible", "1 x 1 H100", 1, T0, None)
+    again = condition("Feasible", "True", "Feasible", "2 x 1 H100", 2, T1, [first])
+    assert again["lastTransitionTime"] == T0  # reason, message and generation change without a transition
+    assert again["message"] == "2 x 1 H100" and again["observedGeneration"] == 2
+
+
+def test_condition_takes_the_new_time_when_the_status_flips() -> None:
+    first = condition("Feasible", "True", "Feasible", "1 x 1 H100", 1, T0, None)
+    flipped = condition("Feasible", "False", "NoFeasibleCandidate", "too slow", 1, T1, [first])
+    assert flipped["lastTransitionTime"] == T1
+    back = condition("Feasible", "True", "Feasible", "1 x 1 H100", 1, T2, [flipped])
+    assert back["lastTransitionTime"] == T2
+
+
+def test_condition_looks_only_at_its_own_type() -> None:
+    other = condition("Ready", "True", "Planned", "", 1, T0, None)
+    assert condition("Feasible", "True", "Feasible", "", 1, T1, [other])["lastTransitionTime"] == T1
+
+
+def test_condition_rejects_bad_status_and_reason() -> None:
+    with pytest.raises(ValueError):
+        condition("Ready", "Maybe", "Planned", "", 1, T0, None)
+    with pytest.raises(ValueError):
+        condition("Ready", "True", "not camel case!", "", 1, T0, None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# next_status
+
+
+def test_feasible_result() -> None:
+    result = feasible_result()
+    new = status(result=result)
+    c = result.recommendation
+    assert c is not None and c.gpu_type == "H100-SXM5-80GB"
+    assert [x["type"] for x in new["conditions"]] == list(CONDITION_TYPES)
+    conditions = by_type(new)
+    assert conditions["Ready"] | {"lastTransitionTime": None} == {
+        "type": "Ready", "status": "True", "reason": "Planned", "message": "planned for generation 1",
+        "lastTransitionTime": None, "observedGeneration": 1,
+    }
+    feasible = conditions["Feasible"]
+    assert (feasible["status"], feasible["reason"]) == ("True", "Feasible")
+    assert feasible["message"] == (
+        f"{c.replicas} x {c.gpus_per_replica} H100-SXM5-80GB, ${c.cost.dollars_per_hour:.2f}/h"
+    )
+    assert feasible["message"].endswith("/h") and "$" in feasible["message"]
+    inventory = conditions["InventoryAvailable"]
+    assert (inventory["status"], inventory["reason"]) == ("True", "GpusFound")
+    assert inventory["message"] == "13 GPUs of 2 types"
+    assert new["observedGeneration"] == 1 and new["plannerVersion"] == "0.1.0"
+    assert new["recommendation"] == c.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert len(new["alternatives"]) == len(result.alternatives)
+    assert [e["gpuType"] for e in new["inventory"]] == ["H100-SXM5-80GB", "L4"]
+    assert new["inventory"][0] == {"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3",
+                                   "gpus": 12, "nodes": 2, "gpusPerNode": 8}
+    assert new["warnings"] == [*result.warnings, *cluster().warnings()]
+    assert PlanStatus.model_validate(new).model_dump(by_alias=True, exclude_none=True, mode="json") == new
+
+
+def test_infeasible_result() -> None:
+    result = infeasible_result()
+    assert result.recommendation is None and result.infeasible
+    new = status(result=result)
+    conditions = by_type(new)
+    assert conditions["Ready"]["status"] == "True"
+    feasible = conditions["Feasible"]
+    assert (feasible["status"], feasible["reason"]) == ("False", "NoFeasibleCandidate")
+    assert feasible["message"] == "; ".join(dict.fromkeys(i.reason for i in result.infeasible))
+    assert "> 3 ms target" in feasible["message"]
+    assert "recommendation" not in new and new["alternatives"] == []
+    assert len(new["infeasible"]) == len(result.infeasible)
+    assert any("no candidate meets every gate" in w for w in new["warnings"])
+
+
+def test_error_clears_the_old_answer() -> None:
+    planned = status(result=feasible_result())
+    new = status(planned, now=T1, generation=2, error=ERROR)
+    conditions = by_type(new)
+    assert conditions["Ready"] == {"type": "Ready", "status": "False", "reason": "UnknownModel",
+                                   "message": ERROR[1], "lastTransitionTime": T1, "observedGeneration": 2}
+    assert (conditions["Feasible"]["status"], conditions["Feasible"]["reason"]) == ("Unknown", "NotPlanned")
+    assert conditions["Feasible"]["lastTransitionTime"] == T1
+    assert conditions["InventoryAvailable"]["lastTransitionTime"] == T0  # still True: no transition
+    assert conditions["InventoryAvailable"]["observedGeneration"] == 2
+    assert "recommendation" not in new and new["alternatives"] == [] and new["infeasible"] == []
+    assert new["inventory"] == planned["inventory"] and new["observedGeneration"] == 2
+    assert new["warnings"] == cluster().warnings()
+
+
+def test_no_inventory_only_reports() -> None:
+    new = status(result=feasible_result(), inventory=build_inventory([]))
+    conditions = by_type(new)
+    assert conditions["InventoryAvailable"] | {"lastTransitionTime": None} == {
+        "type": "InventoryAvailable", "status": "False", "reason": "NoGpus",
+        "message": "no schedulable node has a known GPU", "lastTransitionTime": None, "observedGeneration": 1,
+    }
+    assert conditions["Ready"]["status"] == "True" and conditions["Feasible"]["status"] == "True"
+    assert new["inventory"] == []
+
+
+def test_singular_inventory_message() -> None:
+    one = build_inventory([NodeGpus("a", "NVIDIA-L4", 1, True, True)])
+    assert by_type(status(inventory=one))["InventoryAvailable"]["message"] == "1 GPU of 1 type"
+
+
+def test_first_reconcile_sets_every_condition_unknown_but_inventory() -> None:
+    new = status()
+    assert [(c["type"], c["status"]) for c in new["conditions"]] == [
+        ("Ready", "Unknown"), ("Feasible", "Unknown"), ("InventoryAvailable", "True")
+    ]
+    assert all(c["lastTransitionTime"] == T0 for c in new["conditions"])
+
+
+def test_result_and_error_together_is_a_bug() -> None:
+    with pytest.raises(ValueError):
+        status(result=feasible_result(), error=ERROR)
+
+
+@pytest.mark.parametrize("outcome", ["feasible", "infeasible", "error", "none"])
+def test_same_inputs_later_give_an_equal_status(outcome: str) -> None:
+    kwargs: dict[str, Any] = {
+        "feasible": {"result": feasible_result()}, "infeasible": {"result": infeasible_result()},
+        "error": {"error": ERROR}, "none": {},
+    }[outcome]
+    first = status(**kwargs)
+    second = status(first, now=T1, **kwargs)
+    assert second == first
+    assert not status_changed(first, second) and status_patch(first, second) == {}
+
+
+def test_other_condition_types_are_kept_after_ours() -> None:
+    metrics = {"type": "MetricsAvailable", "status": "True", "reason": "Scraped", "message": "ok",
+               "lastTransitionTime": "2024-12-31T00:00:00Z", "observedGeneration": 1}
+    accurate = {"type": "PredictionAccurate", "status": "False", "reason": "Drift", "message": "ttft +40%",
+                "lastTransitionTime": "2024-12-30T00:00:00Z"}
+    old = status(result=feasible_result())
+    old["conditions"] = [accurate, *old["conditions"], metrics]
+    new = status(old, now=T1, generation=2, result=feasible_result())
+    assert [c["type"] for c in new["conditions"]] == [*CONDITION_TYPES, "PredictionAccurate", "MetricsAvailable"]
+    assert new["conditions"][3:] == [accurate, metrics]  # unchanged, generation included
+
+
+def test_malformed_foreign_conditions_are_dropped() -> None:
+    old = {"conditions": [{"type": "MetricsAvailable", "status": "Perhaps"}, "junk",
+                          {"type": "Ready", "status": "True", "reason": "Planned", "message": "",
+                           "lastTransitionTime": T0}]}
+    new = status(old, now=T1, result=feasible_result())
+    assert [c["type"] for c in new["conditions"]] == list(CONDITION_TYPES)
+    assert by_type(new)["Ready"]["lastTransitionTime"] == T0
+
+
+def test_warnings_are_deduplicated_in_order() -> None:
+    result = feasible_result().model_copy(update={"warnings": ["b", "a", "b"]})
+    inventory = build_inventory([NodeGpus("a", "Zeta-9", 1, True, True)])
+    assert status(result=result, inventory=inventory)["warnings"] == ["b", "a", *inventory.warnings()]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# status_patch / status_changed
+
+
+def test_status_patch() -> None:
+    planned = status(result=feasible_result())
+    assert status_changed(None, planned) and status_patch(None, planned) == planned
+    failed = status(planned, now=T1, generation=2, error=ERROR)
+    patch = status_patch(planned, failed)
+    assert patch["recommendation"] is None  # a merge patch must name what it clears
+    assert "inventory" not in patch and "plannerVersion" not in patch
+    assert patch["observedGeneration"] == 2 and patch["conditions"] == failed["conditions"]
+    assert "recommendation" not in status_patch({**failed, "recommendation": None}, failed)
+
+
+def test_status_patch_leaves_other_writers_keys_alone() -> None:
+    planned = status(result=feasible_result())
+    assert not status_changed({**planned, "metrics": {"ttftP95Ms": 120}}, planned)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Properties
+
+_OUTCOMES = st.sampled_from(["feasible", "infeasible", "error", "none", "other-error"])
+_INVENTORIES = st.sampled_from(["cluster", "empty"])
+
+
+def _inputs(outcome: str) -> dict[str, Any]:
+    return {
+        "feasible": {"result": feasible_result()},
+        "infeasible": {"result": infeasible_result()},
+        "error": {"error": ERROR},
+        "other-error": {"error": ("InvalidSpec", "workload.requestsPerSecond: must be > 0")},
+        "none": {},
+    }[outcome]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(_OUTCOMES, _INVENTORIES, st.integers(1, 3)), min_size=1, max_size=8))
+def test_any_sequence_keeps_one_condition_per_type_and_moves_time_only_on_flips(
+    steps: list[tuple[str, str, int]],
+) -> None:
+    old: dict[str, Any] | None = None
+    for minute, (outcome, inventory_name, generation) in enumerate(steps):
+        now = f"2025-01-01T00:{minute:02d}:00Z"
+        inventory = cluster() if inventory_name == "cluster" else build_inventory([])
+        new = status(old, now=now, generation=generation, inventory=inventory, **_inputs(outcome))
+        types = [c["type"] for c in new["conditions"]]
+        assert types == list(CONDITION_TYPES)
+        assert all(c["observedGeneration"] == generation for c in new["conditions"])
+        if old is not None:
+            before = by_type(old)
+            for c in new["conditions"]:
+                flipped = before[c["type"]]["status"] != c["status"]
+                assert (c["lastTransitionTime"] == now) == flipped
+                if not flipped:
+                    assert c["lastTransitionTime"] == before[c["type"]]["lastTransitionTime"]
+        assert status_changed(old, new) == (old != new)
+        old = new
