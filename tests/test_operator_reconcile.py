@@ -45,10 +45,15 @@ def test_without_gpu_types_the_plan_uses_the_cluster_types_and_counts() -> None:
     assert any(i.gate == "inventory" for i in big.result.infeasible)
 
 
-def test_gpu_types_narrow_and_absent_types_are_planned_with_a_warning() -> None:
+def test_gpu_types_narrow_and_absent_types_are_planned_only_when_asked() -> None:
     narrow = reconcile_plan(spec(gpuTypes=["NVIDIA-L4"]), CLUSTER)
     assert shown_types(narrow) <= {"L4"} and not narrow.warnings
-    wide = reconcile_plan(spec(gpuTypes=["NVIDIA-A100-SXM4-80GB"]), CLUSTER)
+    mixed = reconcile_plan(spec(gpuTypes=["NVIDIA-L4", "NVIDIA-A100-SXM4-80GB"]), CLUSTER)
+    assert shown_types(mixed) <= {"L4"}
+    assert any("left out A100-SXM4-80GB" in w for w in mixed.warnings)
+    absent_only = reconcile_plan(spec(gpuTypes=["NVIDIA-A100-SXM4-80GB"]), CLUSTER)
+    assert absent_only.error[0] == "NoGpuTypes"
+    wide = reconcile_plan(spec(gpuTypes=["NVIDIA-A100-SXM4-80GB"], planAbsentGpuTypes=True), CLUSTER)
     assert shown_types(wide) == {"A100-SXM4-80GB"}
     assert any("although the cluster has no schedulable GPUs" in w for w in wide.warnings)
 

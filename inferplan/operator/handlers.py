@@ -9,6 +9,7 @@ can use changes (checked every INFERPLAN_CHECK_SECONDS); and at least every INFE
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
 import logging
 import time
@@ -32,6 +33,7 @@ SETTINGS = load_settings()
 EXECUTOR = ThreadPoolExecutor(max_workers=SETTINGS.planner_threads, thread_name_prefix="planner")
 _last_planned: dict[str, float] = {}  # plan uid -> monotonic time of its last plan (resync bookkeeping)
 _conditions: dict[str, dict[str, str]] = {}  # plan uid -> {condition type: status}, for inferplan_plans
+_locks: dict[str, asyncio.Lock] = {}  # plan uid -> one reconcile at a time
 
 
 @kopf.on.startup()
@@ -100,37 +102,44 @@ def _config_map_reader(namespace: str) -> ConfigMapReader:
 
 async def _reconcile(body: kopf.Body, spec: dict, status: dict, meta: dict, namespace: str, name: str,
                      patch: kopf.Patch, index: kopf.Index, logger: logging.Logger) -> None:
-    started = time.perf_counter()
-    inventory = _inventory(index)
-    metrics.record_inventory(inventory.available())
-    loop = asyncio.get_running_loop()
-    try:
-        outcome: Outcome = await loop.run_in_executor(
-            EXECUTOR, reconcile_plan, dict(spec), inventory, _config_map_reader(namespace))
-    except kopf.TemporaryError:
-        raise
-    except Exception as exc:  # never let one plan take the operator down
-        metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
-        logger.exception("planning failed")
-        outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
-    old = dict(status) if status else None
-    new = next_status(old, generation=int(meta.get("generation") or 0), now=_now(), planner_version=__version__,
-                      inventory=inventory, result=outcome.result, error=outcome.error)
-    if outcome.warnings:
-        new["warnings"] = list(dict.fromkeys([*outcome.warnings, *new.get("warnings", [])]))
-    new["inventory"] = _relevant_inventory(spec, inventory)
-    _last_planned[meta["uid"]] = time.monotonic()
-    if outcome.error:
-        metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
-        previous = {c["type"]: c for c in (old or {}).get("conditions", [])}.get("Ready", {})
-        if previous.get("reason") != outcome.error[0]:  # one event per new problem, not per reconcile
-            kopf.warn(body, reason=outcome.error[0], message=outcome.error[1][:1024])
-    for key, value in status_patch(old, new).items():  # nothing when nothing changed: no GitOps churn
-        patch.status[key] = value
-    metrics.record_plan(namespace, name, new)
-    _conditions[meta["uid"]] = {c["type"]: c["status"] for c in new.get("conditions", [])}
-    metrics.record_conditions(Counter((t, s) for conds in _conditions.values() for t, s in conds.items()))
-    metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
+    # Timers get live views of the object that change while we await: take what this reconcile is about
+    # now, and serialise reconciles of one plan so that a slow old one cannot overwrite a newer answer.
+    generation = int(meta.get("generation") or 0)
+    spec_now, old = copy.deepcopy(dict(spec)), copy.deepcopy(dict(status)) if status else None
+    uid = meta["uid"]
+    async with _locks.setdefault(uid, asyncio.Lock()):
+        started = time.perf_counter()
+        inventory = _inventory(index)
+        metrics.record_inventory(inventory.available())
+        loop = asyncio.get_running_loop()
+        try:
+            outcome: Outcome = await loop.run_in_executor(
+                EXECUTOR, reconcile_plan, spec_now, inventory, _config_map_reader(namespace))
+        except kopf.TemporaryError:
+            raise
+        except Exception as exc:  # never let one plan take the operator down
+            metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
+            logger.exception("planning failed")
+            outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
+        if int(meta.get("generation") or 0) != generation:
+            return  # the spec changed while planning: the reconcile of the new generation writes
+        new = next_status(old, generation=generation, now=_now(), planner_version=__version__,
+                          inventory=inventory, result=outcome.result, error=outcome.error)
+        if outcome.warnings:
+            new["warnings"] = list(dict.fromkeys([*outcome.warnings, *new.get("warnings", [])]))
+        new["inventory"] = _relevant_inventory(spec_now, inventory)
+        _last_planned[uid] = time.monotonic()
+        if outcome.error:
+            metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
+            previous = {c["type"]: c for c in (old or {}).get("conditions", [])}.get("Ready", {})
+            if previous.get("reason") != outcome.error[0]:  # one event per new problem, not per reconcile
+                kopf.warn(body, reason=outcome.error[0], message=outcome.error[1][:1024])
+        for key, value in status_patch(old, new).items():  # nothing when nothing changed: no GitOps churn
+            patch.status[key] = value
+        metrics.record_plan(namespace, name, new)
+        _conditions[uid] = {c["type"]: c["status"] for c in new.get("conditions", [])}
+        metrics.record_conditions(Counter((t, s) for conds in _conditions.values() for t, s in conds.items()))
+        metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -156,5 +165,5 @@ async def plan_check(body: kopf.Body, spec: dict, status: dict, meta: dict, name
 def plan_deleted(meta: dict, namespace: str, name: str, **_: Any) -> None:
     """Drop the plan's metric series (optional: no finalizer blocks deletion)."""
     metrics.forget_plan(namespace, name)
-    _last_planned.pop(meta["uid"], None)
-    _conditions.pop(meta["uid"], None)
+    for registry in (_last_planned, _conditions, _locks):
+        registry.pop(meta["uid"], None)

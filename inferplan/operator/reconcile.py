@@ -3,8 +3,9 @@ reason it could not be planned) out. The kopf handlers call this off the event l
 
 Which GPU types a plan considers:
 - no `constraints.gpuTypes`: the types the cluster has, limited to their counts and GPUs per node;
-- `gpuTypes` given: those types; the ones the cluster has are limited to their counts, the ones it lacks
-  are planned without an inventory limit ("plan for these even if absent"), with a warning;
+- `gpuTypes` given: those the cluster has, limited to their counts (narrowing); with
+  `planAbsentGpuTypes: true` also the ones it lacks, without an inventory limit and with a warning
+  (widening: "plan for these even if absent");
 - `availableGpus` given in the spec: it replaces the inventory (the user knows better, e.g. a quota).
 """
 
@@ -75,11 +76,18 @@ def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_ava
     if request.gpu_types is None:
         gpu_types: tuple[str, ...] | None = tuple(sorted(available))
     else:
-        gpu_types = request.gpu_types
-        absent = [key for key in gpu_types if key not in available]
-        if absent:
-            warnings.append(f"planned for {', '.join(absent)} although the cluster has no schedulable GPUs of "
-                            f"{'that type' if len(absent) == 1 else 'those types'}")
+        absent = [key for key in request.gpu_types if key not in available]
+        if request.plan_absent_gpu_types:
+            gpu_types = request.gpu_types
+            if absent:
+                warnings.append(f"planned for {', '.join(absent)} although the cluster has no schedulable GPUs of "
+                                f"{'that type' if len(absent) == 1 else 'those types'}")
+        else:
+            gpu_types = tuple(key for key in request.gpu_types if key in available)
+            if absent:
+                warnings.append(f"left out {', '.join(absent)}: the cluster has no schedulable GPUs of "
+                                f"{'that type' if len(absent) == 1 else 'those types'} "
+                                "(constraints.planAbsentGpuTypes plans them anyway)")
     return dataclasses.replace(request, gpu_types=gpu_types, available_gpus=available, gpus_per_node=per_node), warnings
 
 
@@ -92,6 +100,6 @@ def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigM
     spec_has_available = bool((spec.get("constraints") or {}).get("availableGpus"))
     request, warnings = request_for_cluster(request, inventory, spec_has_available)
     if request.gpu_types == ():
-        return Outcome(None, ("NoGpuTypes", "the cluster has no schedulable node with a known GPU and the plan "
-                                            "names no constraints.gpuTypes to plan for"), tuple(warnings))
+        return Outcome(None, ("NoGpuTypes", "no GPU type to plan for: the cluster has no schedulable node with a "
+                                            "known GPU of the types the plan allows"), tuple(warnings))
     return Outcome(plan(request), None, tuple(warnings))

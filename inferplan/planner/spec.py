@@ -487,7 +487,13 @@ class Constraints(_SpecModel):
 
     gpu_types: list[GpuName] | None = Field(
         default=None, min_length=1, max_length=32,
-        description="GPU types allowed. Default: every catalog GPU (operator: every type found in the cluster).",
+        description="GPU types allowed. Default: every catalog GPU (operator: every type found in the cluster). "
+        "In the cluster, listed types the cluster lacks are left out unless planAbsentGpuTypes is true.",
+    )
+    plan_absent_gpu_types: bool = Field(
+        default=False,
+        description="Operator: also plan for the gpuTypes the cluster has no schedulable GPUs of (without an "
+        "inventory limit), e.g. to see what buying them would give. Default false.",
     )
     tensor_parallel_sizes: list[Annotated[int, Field(ge=1, le=64), AfterValidator(_check_tp)]] = Field(
         default_factory=lambda: [1, 2, 4, 8], min_length=1, max_length=7,
@@ -764,6 +770,7 @@ class PlanRequest:
     prefix_hit_rate: float
     slos: tuple[SloTarget, ...]
     gpu_types: tuple[str, ...] | None
+    plan_absent_gpu_types: bool       # operator: plan the listed types the cluster lacks (else leave them out)
     tp_sizes: tuple[int, ...]
     max_gpus: int | None
     max_gpus_per_type: dict[str, int]
@@ -919,6 +926,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         prefix_hit_rate=float(workload.prefix_cache_hit_rate),
         slos=slos,
         gpu_types=None if limits.gpu_types is None else tuple(_gpu_key(name) for name in limits.gpu_types),
+        plan_absent_gpu_types=limits.plan_absent_gpu_types,
         tp_sizes=tuple(limits.tensor_parallel_sizes),
         max_gpus=limits.max_gpus,
         max_gpus_per_type=_by_key(limits.max_gpus_per_type, int),

@@ -1,0 +1,173 @@
+"""The operator against a real API server: what a user sees after `kubectl apply`.
+
+The operator runs in-process under kopf's KopfRunner with the real handlers (`inferplan.operator.handlers`),
+logged in through $KUBECONFIG (set by conftest.py). Nodes are created with GPU Feature Discovery labels.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Before the handlers module is imported (it reads its settings once): fast checks, no ports to bind.
+os.environ.update(INFERPLAN_CHECK_SECONDS="0.5", INFERPLAN_METRICS_PORT="0", INFERPLAN_HEALTH_PORT="0")
+
+import kubernetes
+import yaml
+from kopf.testing import KopfRunner
+
+from inferplan.operator import GROUP, PLURAL, VERSION
+from inferplan.planner.gpus import resolve_gpu
+
+from .conftest import REPO, wait_for
+
+CHAT = yaml.safe_load((REPO / "examples" / "plans" / "chat-assistant-8b.yaml").read_text())
+NODES = {
+    "h100-a": ("NVIDIA-H100-80GB-HBM3", 8),
+    "h100-b": ("NVIDIA-H100-80GB-HBM3", 8),
+    "l40s-a": ("NVIDIA-L40S", 4),
+    "a100-a": ("NVIDIA-A100-SXM4-80GB", 8),
+}
+
+
+def node(name: str, product: str, gpus: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {"nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceCapacityPlan", "metadata": {"name": name},
+            "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def cluster(k8s: dict[str, Any], namespace: str) -> Iterator[dict[str, Any]]:
+    core = kubernetes.client.CoreV1Api(k8s["admin"])
+    objects = kubernetes.client.CustomObjectsApi(k8s["admin"])
+    for name, (product, gpus) in NODES.items():
+        created = core.create_node(node(name, product, gpus))
+        core.patch_node_status(name, {"status": node(name, product, gpus)["status"]})
+        assert created.metadata.name == name
+    yield {"core": core, "objects": objects, "namespace": namespace, **k8s}
+    for name in NODES:
+        try:
+            core.delete_node(name)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def get(cluster: dict[str, Any], name: str) -> dict[str, Any]:
+    return cluster["objects"].get_namespaced_custom_object(GROUP, VERSION, cluster["namespace"], PLURAL, name)
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def planned(cluster: dict[str, Any], name: str, generation: int | None = None) -> dict[str, Any] | None:
+    obj = get(cluster, name)
+    status = obj.get("status", {})
+    wanted = obj["metadata"]["generation"] if generation is None else generation
+    if status.get("observedGeneration") == wanted and condition(obj, "Ready").get("status") in ("True", "False"):
+        return obj
+    return None
+
+
+def runner() -> KopfRunner:
+    return KopfRunner(["run", "--standalone", "--all-namespaces", "-m", "inferplan.operator.handlers"])
+
+
+def test_plans_get_answers_and_follow_spec_and_inventory(cluster: dict[str, Any]) -> None:
+    objects, ns = cluster["objects"], cluster["namespace"]
+    objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("chat", CHAT))
+    bad = copy.deepcopy(CHAT)
+    bad["model"] = {"name": "acme/not-a-real-model"}
+    objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("bad-model", bad))
+    with runner() as kopf_run:
+        chat = wait_for(lambda: planned(cluster, "chat"), timeout_s=30)
+        status = chat["status"]
+        assert condition(chat, "Ready")["status"] == "True"
+        assert condition(chat, "Feasible")["status"] == "True"
+        assert condition(chat, "InventoryAvailable")["status"] == "True"
+        rec = status["recommendation"]
+        assert rec["gpuType"] in {"L40S", "H100-SXM5-80GB", "A100-SXM4-80GB"}
+        label = rec["nodeSelector"]["nvidia.com/gpu.product"]
+        assert label in {product for product, _ in NODES.values()}  # selects nodes that exist
+        assert resolve_gpu(label).key == rec["gpuType"]
+        assert {e["gpuType"] for e in status["inventory"]} >= {"L40S", "A100-SXM4-80GB", "H100-SXM5-80GB"}
+        assert status["observedGeneration"] == 1 and status["plannerVersion"]
+
+        # A semantically bad plan: Ready=False with a reason, and the good plan is unaffected.
+        broken = wait_for(lambda: planned(cluster, "bad-model"), timeout_s=20)
+        ready = condition(broken, "Ready")
+        assert ready["status"] == "False" and ready["reason"] == "InvalidModel"
+        assert "acme/not-a-real-model" in ready["message"]
+
+        # A spec change: more traffic -> generation 2 and a bigger (or dearer) deployment.
+        objects.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "chat",
+                                               {"spec": {"workload": {"requestsPerSecond": "120"}}})
+        busier = wait_for(lambda: planned(cluster, "chat", 2), timeout_s=30)
+        assert busier["status"]["recommendation"]["cost"]["dollarsPerHour"] > rec["cost"]["dollarsPerHour"]
+
+        # Remove every node of the recommended type: the recommendation moves to another type.
+        gone = busier["status"]["recommendation"]["gpuType"]
+        for name, (product, _) in NODES.items():
+            if busier["status"]["recommendation"]["nodeSelector"]["nvidia.com/gpu.product"] == product:
+                cluster["core"].delete_node(name)
+
+        def moved() -> dict[str, Any] | None:
+            obj = get(cluster, "chat")
+            rec_now = obj["status"].get("recommendation")
+            feasible = condition(obj, "Feasible").get("status")
+            return obj if (rec_now and rec_now["gpuType"] != gone) or feasible == "False" else None
+
+        after = wait_for(moved, timeout_s=30)
+        assert all(e["gpuType"] != gone for e in after["status"]["inventory"])
+    assert kopf_run.exception is None, kopf_run.output
+
+
+def settled(cluster: dict[str, Any], name: str, quiet_s: float = 2.0) -> dict[str, Any]:
+    """The object once its resourceVersion has not moved for `quiet_s` (kopf's own bookkeeping included)."""
+    last = get(cluster, name)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = get(cluster, name)
+        if now["metadata"]["resourceVersion"] == last["metadata"]["resourceVersion"]:
+            return now
+        last = now
+    raise AssertionError(f"{name} kept changing for 30 s")
+
+
+def test_restart_does_not_rewrite_unchanged_status(cluster: dict[str, Any]) -> None:
+    objects, ns = cluster["objects"], cluster["namespace"]
+    objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("steady", CHAT))
+    with runner():
+        wait_for(lambda: planned(cluster, "steady"), timeout_s=30)
+        first = settled(cluster, "steady")
+    with runner():
+        time.sleep(3.0)  # the restarted operator resumes the plan and checks it several times (every 0.5 s)
+    again = get(cluster, "steady")
+    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert again["status"] == first["status"]
+
+
+def test_kubectl_get_shows_the_printer_columns(cluster: dict[str, Any]) -> None:
+    kubectl = Path(sys.executable).with_name("kubectl")
+    out = subprocess.run([str(kubectl), "--kubeconfig", str(cluster["kubeconfig"]), "get", "icp", "-n",
+                          cluster["namespace"], "steady"], capture_output=True, text=True, check=True).stdout
+    header, row = out.splitlines()[:2]
+    for column in ("GPU", "GPUS", "REPLICAS", "BATCH", "TTFT-P95-MS", "USD/H", "READY", "AGE"):
+        assert column in header
+    assert "True" in row
