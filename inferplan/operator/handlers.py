@@ -142,15 +142,21 @@ async def _reconcile(body: kopf.Body, spec: dict, status: dict, meta: dict, name
         metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+# An unexpected exception is retried with backoff a bounded number of times, never every 60 s forever;
+# bad specs do not raise at all (they become Ready=False), and API errors on patching are retried by kopf.
+_RETRY = {"timeout": 300, "retries": 10, "backoff": 15}
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL, **_RETRY)
+@kopf.on.create(GROUP, VERSION, PLURAL, **_RETRY)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", **_RETRY)
 async def plan_changed(body: kopf.Body, spec: dict, status: dict, meta: dict, namespace: str, name: str,
                        patch: kopf.Patch, gpu_nodes: kopf.Index, logger: logging.Logger, **_: Any) -> None:
     await _reconcile(body, spec, status, meta, namespace, name, patch, gpu_nodes, logger)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.check_seconds, initial_delay=SETTINGS.check_seconds)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.check_seconds, initial_delay=SETTINGS.check_seconds,
+            backoff=15)
 async def plan_check(body: kopf.Body, spec: dict, status: dict, meta: dict, namespace: str, name: str,
                      patch: kopf.Patch, gpu_nodes: kopf.Index, logger: logging.Logger, **_: Any) -> None:
     """Re-plan when the spec is newer than the status, the usable inventory changed, or resync is due."""

@@ -171,3 +171,38 @@ def test_kubectl_get_shows_the_printer_columns(cluster: dict[str, Any]) -> None:
     for column in ("GPU", "GPUS", "REPLICAS", "BATCH", "TTFT-P95-MS", "USD/H", "READY", "AGE"):
         assert column in header
     assert "True" in row
+
+
+EXAMPLES = sorted((REPO / "examples" / "plans").glob("*.yaml"))
+
+
+def as_manifest(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    body = data if data.get("kind") == "InferenceCapacityPlan" else manifest(path.stem, data)
+    body["metadata"] = {"name": f"example-{path.stem}"}
+    return body
+
+
+def test_every_example_plan_gets_an_answer_and_metrics(cluster: dict[str, Any]) -> None:
+    from inferplan.operator import metrics
+
+    objects, ns = cluster["objects"], cluster["namespace"]
+    for path in EXAMPLES:
+        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, as_manifest(path))
+    with runner() as kopf_run:
+        for path in EXAMPLES:
+            obj = wait_for(lambda p=path: planned(cluster, f"example-{p.stem}"), timeout_s=30)
+            assert condition(obj, "Ready")["status"] == "True", (path.name, obj["status"])
+            feasible = condition(obj, "Feasible")
+            assert feasible["status"] in ("True", "False") and feasible["message"]
+            assert (obj["status"].get("recommendation") is not None) == (feasible["status"] == "True")
+        name = f"example-{EXAMPLES[0].stem}"
+        rec = get(cluster, name)["status"].get("recommendation")
+        feasible_value = metrics.REGISTRY.get_sample_value("inferplan_plan_feasible", {"namespace": ns, "plan": name})
+        assert feasible_value == (1.0 if rec else 0.0)
+        if rec:
+            labels = {"namespace": ns, "plan": name, "gpu_type": rec["gpuType"]}
+            assert metrics.REGISTRY.get_sample_value("inferplan_recommended_gpus", labels) == rec["gpus"]
+        assert metrics.REGISTRY.get_sample_value("inferplan_reconcile_duration_seconds_count") >= len(EXAMPLES)
+        assert metrics.REGISTRY.get_sample_value("inferplan_cluster_gpus", {"gpu_type": "L40S"}) == 4
+    assert kopf_run.exception is None, kopf_run.output
