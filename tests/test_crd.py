@@ -63,9 +63,8 @@ def test_names_scope_version(built: dict[str, Any]) -> None:
 
 def test_printer_columns(built: dict[str, Any]) -> None:
     columns = {c["name"]: c for c in built["spec"]["versions"][0]["additionalPrinterColumns"]}
-    assert list(columns) == ["GPU", "GPUs", "Replicas", "Batch", "TTFT-p95-ms", "USD/h", "Ready", "Age"]
-    assert columns["TTFT-p95-ms"] == {**columns["TTFT-p95-ms"], "type": "number",
-                                      "jsonPath": ".status.recommendation.predicted.ttftMs.p95"}
+    assert list(columns) == ["GPU", "GPUs", "Replicas", "Batch", "TTFT-ms", "USD/h", "Ready", "Age"]
+    assert columns["TTFT-ms"] == {**columns["TTFT-ms"], "type": "number", "jsonPath": ".status.ttftAtSloMs"}
     assert columns["USD/h"]["jsonPath"] == ".status.recommendation.cost.dollarsPerHour"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Age"] == {**columns["Age"], "type": "date", "jsonPath": ".metadata.creationTimestamp"}

@@ -123,8 +123,9 @@ async def _reconcile(body: kopf.Body, spec: dict, status: dict, meta: dict, name
             outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
         if int(meta.get("generation") or 0) != generation:
             return  # the spec changed while planning: the reconcile of the new generation writes
+        ttft_slo = ((spec_now.get("slo") or {}).get("ttft") or {}).get("percentile", "p95")
         new = next_status(old, generation=generation, now=_now(), planner_version=__version__,
-                          inventory=inventory, result=outcome.result, error=outcome.error)
+                          inventory=inventory, result=outcome.result, error=outcome.error, ttft_percentile=ttft_slo)
         if outcome.warnings:
             new["warnings"] = list(dict.fromkeys([*outcome.warnings, *new.get("warnings", [])]))
         new["inventory"] = _relevant_inventory(spec_now, inventory)

@@ -57,6 +57,11 @@ class PlanStatus(_Status):
                                             description="The spec generation this status answers.")
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
     recommendation: Candidate | None = Field(default=None, description="The cheapest feasible deployment.")
+    ttft_at_slo_ms: float | None = Field(
+        default=None, alias="ttftAtSloMs",
+        description="The recommendation's predicted TTFT at the plan's TTFT SLO percentile (p95 without a "
+        "TTFT SLO) [ms]: the printer column.",
+    )
     alternatives: list[Candidate] = Field(default_factory=list, max_length=20,
                                           description="The Pareto frontier beside the recommendation.")
     infeasible: list[Infeasible] = Field(default_factory=list, max_length=20,
@@ -145,6 +150,7 @@ def next_status(
     inventory: Inventory,
     result: PlanResult | None,
     error: tuple[str, str] | None,
+    ttft_percentile: str = "p95",
 ) -> dict[str, Any]:
     """The complete new `.status` as a camelCase dict, built from the old one (pure).
 
@@ -156,6 +162,7 @@ def next_status(
       spec, and keeping it would show an answer to a question no longer asked.
     - neither: not planned yet (the first reconcile). Ready=Unknown (Planning), Feasible=Unknown (NotPlanned).
 
+    `ttftAtSloMs` is the recommendation's TTFT at `ttft_percentile` (p50/p90/p95/p99), the plan's SLO one.
     InventoryAvailable only reports (GpusFound or NoGpus): a plan that may widen its GPU types can be feasible
     without inventory. Warnings are the result's, then the inventory's, deduplicated in that order.
     Conditions come in CONDITION_TYPES order, followed by conditions of other types found in `old`, unchanged.
@@ -197,6 +204,8 @@ def next_status(
         observed_generation=generation,
         conditions=[Condition.model_validate(item) for item in conditions],
         recommendation=result.recommendation if result else None,
+        ttft_at_slo_ms=getattr(result.recommendation.predicted.ttft_ms, ttft_percentile)
+        if result and result.recommendation else None,
         alternatives=list(result.alternatives[:_MAX_CANDIDATES]) if result else [],
         infeasible=list(result.infeasible[:_MAX_CANDIDATES]) if result else [],
         inventory=list(inventory.entries),

@@ -169,7 +169,7 @@ def test_planner_status_fits_and_printer_columns_read_it(k8s: dict[str, Any], na
         conditions=[Condition(type="Ready", status="True", reason="Planned", message="ok",
                               last_transition_time="2025-01-01T00:00:00Z", observed_generation=1)],
         recommendation=result.recommendation, alternatives=result.alternatives, infeasible=result.infeasible,
-        warnings=result.warnings,
+        warnings=result.warnings, ttft_at_slo_ms=result.recommendation.predicted.ttft_ms.p95,
     )
     body = status.model_dump(by_alias=True, exclude_none=True, mode="json")
     api = kubernetes.client.CustomObjectsApi(k8s["admin"])
@@ -185,6 +185,6 @@ def test_planner_status_fits_and_printer_columns_read_it(k8s: dict[str, Any], na
     assert cells["GPU"] == recommendation.gpu_type
     assert cells["GPUs"] == recommendation.gpus and cells["Replicas"] == recommendation.replicas
     assert cells["Batch"] == recommendation.max_batch
-    assert cells["TTFT-p95-ms"] == recommendation.predicted.ttft_ms.p95
+    assert cells["TTFT-ms"] == recommendation.predicted.ttft_ms.p95
     assert cells["USD/h"] == recommendation.cost.dollars_per_hour
     assert cells["Ready"] == "True"

@@ -107,12 +107,20 @@ def test_plans_get_answers_and_follow_spec_and_inventory(cluster: dict[str, Any]
         assert resolve_gpu(label).key == rec["gpuType"]
         assert {e["gpuType"] for e in status["inventory"]} >= {"L40S", "A100-SXM4-80GB", "H100-SXM5-80GB"}
         assert status["observedGeneration"] == 1 and status["plannerVersion"]
+        assert status["ttftAtSloMs"] == rec["predicted"]["ttftMs"][CHAT["slo"]["ttft"]["percentile"]]
 
         # A semantically bad plan: Ready=False with a reason, and the good plan is unaffected.
         broken = wait_for(lambda: planned(cluster, "bad-model"), timeout_s=20)
         ready = condition(broken, "Ready")
         assert ready["status"] == "False" and ready["reason"] == "InvalidModel"
         assert "acme/not-a-real-model" in ready["message"]
+
+        def warning_event() -> list[Any]:
+            events = cluster["core"].list_namespaced_event(ns).items
+            return [e for e in events if e.involved_object.name == "bad-model" and e.type == "Warning"]
+
+        event = wait_for(warning_event, timeout_s=10)[0]
+        assert event.reason == "InvalidModel" and "acme/not-a-real-model" in event.message
 
         # A spec change: more traffic -> generation 2 and a bigger (or dearer) deployment.
         objects.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "chat",
@@ -168,7 +176,7 @@ def test_kubectl_get_shows_the_printer_columns(cluster: dict[str, Any]) -> None:
     out = subprocess.run([str(kubectl), "--kubeconfig", str(cluster["kubeconfig"]), "get", "icp", "-n",
                           cluster["namespace"], "steady"], capture_output=True, text=True, check=True).stdout
     header, row = out.splitlines()[:2]
-    for column in ("GPU", "GPUS", "REPLICAS", "BATCH", "TTFT-P95-MS", "USD/H", "READY", "AGE"):
+    for column in ("GPU", "GPUS", "REPLICAS", "BATCH", "TTFT-MS", "USD/H", "READY", "AGE"):
         assert column in header
     assert "True" in row
 
