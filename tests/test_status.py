@@ -22,18 +22,9 @@ from inferplan.operator.status import (
 from inferplan.planner.results import PlanResult
 from inferplan.planner.search import plan
 from inferplan.planner.spec import parse_plan, resolve_plan
+from tests.test_search import BASE as SEARCH_BASE
 
-BASE: dict[str, Any] = {
-    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
-    "engine": {"name": "vllm"},
-    "workload": {
-        "requestsPerSecond": "10",
-        "promptTokens": {"mean": 500, "p95": 1500},
-        "outputTokens": {"mean": 250, "p95": 700},
-    },
-    "slo": {"ttft": {"maxMs": 1000, "percentile": "p95"}, "tpot": {"maxMs": 100, "percentile": "p95"}},
-    "constraints": {"gpuTypes": ["H100"], "tensorParallelSizes": [1]},
-}
+BASE = copy.deepcopy(SEARCH_BASE) | {"constraints": {"gpuTypes": ["H100"], "tensorParallelSizes": [1]}}
 
 T0, T1, T2 = "2025-01-01T00:00:00Z", "2025-01-01T00:05:00Z", "2025-01-01T00:10:00Z"
 ERROR = ("UnknownModel", "unknown model 'acme/nope'; closest: meta-llama/Llama-3.1-8B-Instruct")
