@@ -16,8 +16,6 @@ import copy
 from typing import Any
 
 import yaml
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import core_schema
 
 from inferplan.operator import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from inferplan.operator.status import PlanStatus
@@ -33,7 +31,6 @@ HEADER = (
 )
 
 _RULES = "x-kubernetes-validations"
-_TP_SIZES = [1, 2, 4, 8, 16, 32, 64]
 
 # Keywords a structural schema may carry (besides the x-kubernetes-* extensions); anything else pydantic
 # emits is either translated below or fails the generation, so that nothing is silently lost.
@@ -47,25 +44,6 @@ _DROPPED = {"title", "$schema"}
 
 # ----------------------------------------------------------------------------------------------------------
 # Validators whose meaning the JSON schema loses
-
-
-class _CrdJsonSchema(GenerateJsonSchema):
-    """JSON schema generation that keeps what two of the spec's field validators check.
-
-    A decimal string's numeric bounds (`decimal_type(gt=..., le=...)`) become a CEL rule on the string, a
-    tensor-parallel size's power-of-two check an `enum`.
-    """
-
-    def function_after_schema(self, schema: core_schema.AfterValidatorFunctionSchema) -> JsonSchemaValue:
-        json_schema = dict(super().function_after_schema(schema))
-        function = schema["function"]["function"]
-        if function is plan_spec._check_tp:
-            json_schema["enum"] = list(_TP_SIZES)
-        elif function.__qualname__ == f"{plan_spec._bounds.__qualname__}.<locals>.check":
-            bounds = dict(zip(function.__code__.co_freevars, (c.cell_contents for c in function.__closure__),
-                              strict=True))
-            json_schema[_RULES] = [*json_schema.get(_RULES, []), _decimal_rule(bounds)]
-        return json_schema
 
 
 def _decimal_rule(bounds: dict[str, str | None]) -> dict[str, str]:
@@ -189,6 +167,9 @@ def _structural(node: dict[str, Any], defs: dict[str, Any], *, in_spec: bool, pa
             # False: a model's extra="forbid"; structural schemas prune unknown fields instead
         elif key == _RULES:
             out[key] = [*out.get(_RULES, []), *value]
+        elif key == plan_spec.DECIMAL_BOUNDS_KEY:
+            if value:  # a decimal string's numeric bounds, declared by spec.decimal_type
+                out[_RULES] = [*out.get(_RULES, []), _decimal_rule(value)]
         elif key in _KEPT or key.startswith("x-kubernetes-"):
             out[key] = value
         else:
@@ -224,7 +205,7 @@ def unbounded(schema: dict[str, Any], path: str = "") -> list[str]:
 
 
 def _model_schema(model: Any, *, in_spec: bool, path: str) -> dict[str, Any]:
-    raw = copy.deepcopy(model.model_json_schema(by_alias=True, schema_generator=_CrdJsonSchema))
+    raw = copy.deepcopy(model.model_json_schema(by_alias=True))
     defs = raw.pop("$defs", {})
     if in_spec:
         _add_spec_extras(defs)
@@ -306,10 +287,19 @@ def build_crd() -> dict[str, Any]:
     }
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes a shared object out in full each time instead of as a YAML anchor and alias (&id001/*id001):
+    plain YAML that reads the same everywhere and diffs cleanly."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def crd_yaml() -> str:
     """The CRD as YAML with a header saying it is generated: sorted keys, so the same models give the same
     bytes."""
-    body = yaml.safe_dump(build_crd(), sort_keys=True, width=120, allow_unicode=False, default_flow_style=False)
+    body = yaml.dump(build_crd(), Dumper=_NoAliasDumper, sort_keys=True, width=120, allow_unicode=False,
+                     default_flow_style=False)
     return HEADER + "---\n" + body
 
 

@@ -129,6 +129,11 @@ def _is_decimal_text(text: str) -> bool:
     return re.fullmatch(_DECIMAL_PATTERN, text) is not None
 
 
+DECIMAL_BOUNDS_KEY = "x-inferplan-decimal-bounds"
+"""JSON-schema key under which a decimal string's numeric bounds are declared ({"gt": "0", "le": "1"})."""
+TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
 def _bounds(gt: str | None, ge: str | None, lt: str | None, le: str | None) -> AfterValidator:
     def check(value: str) -> str:
         number = Decimal(value)
@@ -148,9 +153,12 @@ def _bounds(gt: str | None, ge: str | None, lt: str | None, le: str | None) -> A
 
 def decimal_type(*, gt: str | None = None, ge: str | None = None, lt: str | None = None, le: str | None = None) -> Any:
     """A decimal quantity written as a string (`"12.5"`): pattern `^[0-9]+(\\.[0-9]+)?$`, numeric bounds."""
+    bounds = {name: bound for name, bound in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le)) if bound is not None}
     return Annotated[
         str,
-        Field(pattern=_DECIMAL_PATTERN, max_length=24),  # before the validators, or the schema loses the pattern
+        # Before the validators, or the schema loses the pattern. The bounds are declared in the schema too
+        # (DECIMAL_BOUNDS_KEY) so that the CRD generator can turn them into a CEL rule.
+        Field(pattern=_DECIMAL_PATTERN, max_length=24, json_schema_extra={DECIMAL_BOUNDS_KEY: bounds}),
         BeforeValidator(_require_string),
         _bounds(gt, ge, lt, le),
     ]
@@ -495,7 +503,8 @@ class Constraints(_SpecModel):
         description="Operator: also plan for the gpuTypes the cluster has no schedulable GPUs of (without an "
         "inventory limit), e.g. to see what buying them would give. Default false.",
     )
-    tensor_parallel_sizes: list[Annotated[int, Field(ge=1, le=64), AfterValidator(_check_tp)]] = Field(
+    tensor_parallel_sizes: list[Annotated[int, Field(ge=1, le=64, json_schema_extra={"enum": list(TP_SIZES)}),
+                                          AfterValidator(_check_tp)]] = Field(
         default_factory=lambda: [1, 2, 4, 8], min_length=1, max_length=7,
         description="Tensor-parallel sizes to consider, powers of two up to 64. Default [1, 2, 4, 8].",
     )
