@@ -154,6 +154,48 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from inferplan.planner.search import plan
+    from inferplan.planner.simulate import read_trace
+    from inferplan.planner.spec import PlanError, load_plan_file, resolve_plan
+    from inferplan.planner.verification import compare, simulate_candidate
+
+    path = Path(args.file) if args.file else _example_plan()
+    try:
+        request = resolve_plan(load_plan_file(path), path.parent)
+    except PlanError as exc:
+        for field, message in exc.problems:
+            print(f"{path}: {field}: {message}" if field else f"{path}: {message}", file=sys.stderr)
+        return 2
+    try:
+        trace = read_trace(args.trace) if args.trace else None
+    except (OSError, ValueError) as exc:
+        print(f"inferplan: error: {exc}", file=sys.stderr)
+        return 2
+    candidate = plan(request, _factors(args.factors)).recommendation
+    if candidate is None:
+        print("inferplan: the plan has no feasible deployment to simulate (see inferplan plan)", file=sys.stderr)
+        return 1
+    result = simulate_candidate(request, candidate, requests=args.requests, seed=args.seed, router=args.router,
+                                workload=trace, factors=_factors(args.factors))
+    rows = compare(candidate, result)
+    summary = {"deployment": f"{candidate.replicas} x {candidate.gpus_per_replica} {candidate.gpu_type}, "
+                             f"max batch {candidate.max_batch}, {candidate.precision}",
+               "requests": len(result.ttft_s), "outputTokensPerSecond": round(result.output_tokens_per_s, 1),
+               "preemptions": result.preemptions, "source": "trace" if trace else f"generated (seed {args.seed})"}
+    if args.output == "json":
+        print(json.dumps({**summary, "percentiles": [
+            {"metric": r.metric, "quantile": r.quantile, "analyticMs": round(r.analytic_ms, 3),
+             "simulatedMs": round(r.simulated_ms, 3)} for r in rows]}, indent=2))
+        return 0
+    print(f"{summary['deployment']}: {summary['requests']} requests ({summary['source']}), "
+          f"{summary['outputTokensPerSecond']:g} output tokens/s, {summary['preemptions']} preemptions")
+    print(f"{'metric':8s} {'quantile':>8s} {'analytic':>11s} {'simulated':>11s} {'sim/ana':>8s}")
+    for r in rows:
+        print(f"{r.metric:8s} {r.quantile:>8s} {r.analytic_ms:9.1f}ms {r.simulated_ms:9.1f}ms {r.ratio:8.2f}")
+    return 0
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from inferplan.operator.main import run
 
@@ -181,6 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format")
     pl.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     pl.set_defaults(func=_cmd_plan)
+
+    sim = sub.add_parser("simulate", help="simulate a plan's recommended deployment; simulated vs analytic latency")
+    sim.add_argument("file", nargs="?", metavar="FILE", help="plan file (default: the bundled example plan)")
+    sim.add_argument("--requests", type=int, default=20_000, help="requests to simulate (default 20000)")
+    sim.add_argument("--seed", type=int, default=0, help="random seed of the generated workload (default 0)")
+    sim.add_argument("--trace", metavar="TRACE.jsonl",
+                     help='replay a trace instead: JSON lines {"t": seconds, "prompt": tokens, "output": tokens}')
+    sim.add_argument("--router", choices=("round_robin", "least_outstanding"), default="round_robin",
+                     help="how requests are spread over replicas (default round_robin)")
+    sim.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    sim.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    sim.set_defaults(func=_cmd_simulate)
 
     op = sub.add_parser("operator", help="run the Kubernetes operator (settings: INFERPLAN_* variables, see docs)")
     op.set_defaults(func=_cmd_operator)
@@ -224,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    for option, what in (("scenarios", "scenario file"), ("factors", "factors file"), ("file", "plan file")):
+    for option, what in (("scenarios", "scenario file"), ("factors", "factors file"), ("file", "plan file"),
+                         ("trace", "trace file")):
         path = getattr(args, option, None)
         if path and not Path(path).is_file():
             print(f"inferplan: error: {what} not found: {path}", file=sys.stderr)

@@ -560,3 +560,29 @@ def _finish(req: PlanRequest, candidates: list[Candidate], rejected: list[_Rejec
         warnings = [*warnings, "no candidate meets every gate; see infeasible for the nearest ones and why"]
     return PlanResult(recommendation=recommendation, alternatives=alternatives, infeasible=nearest,
                       warnings=warnings)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the search evaluated for one candidate: the hardware, the engine settings and the memory plan
+    (KV capacity) of one replica. Rebuilt from a candidate by `deployment_of`, e.g. to simulate it."""
+
+    hardware: Hardware
+    settings: EngineSettings
+    memory: MemoryPlan
+
+
+def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | None = None) -> Deployment:
+    """The deployment behind `candidate` of `req`, built as the search built it."""
+    factors = factors or load_factors()
+    engine = ENGINES[req.engine]
+    gpu = load_gpu_catalog().get(candidate.gpu_type)
+    precision = weight_precision(candidate.precision)
+    kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision)
+    settings = _settings(req, engine, candidate.max_batch)
+    engine_factors = factors.engine(engine.name)
+    memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
+                                      candidate.gpus_per_replica)[0]
+    hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine, engine_factors,
+                              factors.family(gpu.family), candidate.gpus_per_replica)
+    return Deployment(hardware, settings, memory)
