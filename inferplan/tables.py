@@ -45,8 +45,10 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
         lines.append("No deployment meets every gate.")
     else:
         label = ", ".join(f"{k}={v}" for k, v in c.node_selector.items())
+        simulated = c.provenance.get("predicted") == "simulated"
         lines += [
-            "Recommendation (cheapest feasible; ties broken by headroom):",
+            "Recommendation (cheapest feasible; ties broken by headroom)"
+            + (", latencies from the simulator:" if simulated else ":"),
             f"  {c.replicas} replica(s) x {c.gpus_per_replica} {c.gpu_type} = {c.gpus} GPU(s), max batch "
             f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}",
             f"  TTFT p50/p95/p99 {_ms(c.predicted.ttft_ms.p50)} / {_ms(c.predicted.ttft_ms.p95)} / "

@@ -33,3 +33,10 @@ def test_variables_are_read_and_trimmed() -> None:
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings(env)
+
+
+def test_verify_setting() -> None:
+    assert load_settings({"INFERPLAN_VERIFY": "true"}).verify
+    assert not load_settings({}).verify
+    with pytest.raises(SettingsError, match="INFERPLAN_VERIFY must be true or false"):
+        load_settings({"INFERPLAN_VERIFY": "maybe"})

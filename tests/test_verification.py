@@ -63,3 +63,45 @@ def test_simulate_replays_a_trace_and_reports_bad_lines(tmp_path: Path, capsys: 
     bad.write_text('{"t": 0.0, "prompt": 10, "output": 5}\n{"t": 1.0, "prompt": -1, "output": 5}\n')
     assert main(["simulate", str(CHAT), "--trace", str(bad)]) == 2
     assert ":2:" in capsys.readouterr().err
+
+
+def test_verified_candidates_carry_simulated_percentiles_and_tags(planned) -> None:
+    from inferplan.planner.verification import verify_plan
+
+    request, _ = planned
+    result = plan(request)
+    verified = verify_plan(request, result, requests=3000)
+    shown = [c for c in [verified.recommendation, *verified.alternatives] if c is not None]
+    assert shown and all(c.provenance["predicted"] == "simulated" for c in shown)
+    assert "cheapest" in shown[0].tags
+    assert verify_plan(request, result, requests=3000) == verified  # deterministic for a seed
+
+
+def test_a_candidate_the_simulation_fails_moves_to_infeasible(planned) -> None:
+    import dataclasses
+
+    from inferplan.planner.verification import verify_plan
+
+    request, _ = planned
+    result = plan(request)
+    # A TPOT target between the analytic p95 and what the simulator sees at p99 fails some candidates.
+    rec = result.recommendation
+    tight = dataclasses.replace(request, slos=tuple(
+        dataclasses.replace(s, quantile=0.99, max_s=rec.predicted.tpot_ms.p50 / 1e3)
+        if s.metric == "tpot" else s for s in request.slos))
+    verified = verify_plan(tight, result, requests=3000)
+    failed = [i for i in verified.infeasible if i.gate == "verify"]
+    assert failed and "simulated TPOT p99" in failed[0].reason and "> " in failed[0].reason
+    kept = [c for c in [verified.recommendation, *verified.alternatives] if c is not None]
+    assert all(c.predicted.tpot_ms.p99 <= rec.predicted.tpot_ms.p50 for c in kept)
+
+
+def test_plan_verify_flag_and_spec_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(CHAT), "--verify", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "simulated"
+    assert main(["plan", str(CHAT), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "calibrated"
+    spec = tmp_path / "verified.yaml"
+    spec.write_text(CHAT.read_text() + "verify: true\n")
+    assert main(["plan", str(spec), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "simulated"

@@ -114,7 +114,7 @@ async def _reconcile(body: kopf.Body, spec: dict, status: dict, meta: dict, name
         loop = asyncio.get_running_loop()
         try:
             outcome: Outcome = await loop.run_in_executor(
-                EXECUTOR, reconcile_plan, spec_now, inventory, _config_map_reader(namespace))
+                EXECUTOR, reconcile_plan, spec_now, inventory, _config_map_reader(namespace), SETTINGS.verify)
         except kopf.TemporaryError:
             raise
         except Exception as exc:  # never let one plan take the operator down

@@ -9,6 +9,7 @@
 | INFERPLAN_METRICS_PORT | port of the Prometheus /metrics endpoint (0: off) | 8080 |
 | INFERPLAN_HEALTH_PORT | port of kopf's liveness endpoint /healthz (0: off) | 8081 |
 | INFERPLAN_PLANNER_THREADS | planning runs in this many worker threads, off the event loop | 2 |
+| INFERPLAN_VERIFY | simulate the candidates of plans that do not set spec.verify (true/false) | false |
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class OperatorSettings:
     metrics_port: int = 8080
     health_port: int = 8081
     planner_threads: int = 2
+    verify: bool = False
 
     @property
     def all_namespaces(self) -> bool:
@@ -65,6 +67,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
     for name, port in ports.items():
         if port > 65535:
             raise SettingsError(f"{name} must be a port number (0-65535), got {port}")
+    verify_raw = env.get("INFERPLAN_VERIFY", "").strip().lower()
+    if verify_raw not in ("", "true", "false", "1", "0", "yes", "no"):
+        raise SettingsError(f"INFERPLAN_VERIFY must be true or false, got {verify_raw!r}")
     return OperatorSettings(
         namespaces=namespaces,
         resync_seconds=_number(env, "INFERPLAN_RESYNC_SECONDS", 600.0, 1.0, False),
@@ -73,4 +78,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
         metrics_port=ports["INFERPLAN_METRICS_PORT"],
         health_port=ports["INFERPLAN_HEALTH_PORT"],
         planner_threads=int(_number(env, "INFERPLAN_PLANNER_THREADS", 2, 1, True)),
+        verify=verify_raw in ("true", "1", "yes"),
     )

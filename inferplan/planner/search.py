@@ -36,7 +36,8 @@ from inferplan.planner.serving import LoadResult, normal_ppf, poisson, poisson_c
 from inferplan.planner.spec import PlanRequest, SloTarget
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-GATES = ("placement", "memory", "precision", "slo", "utilization", "maxReplicas", "inventory", "maxGpus", "budget")
+GATES = ("placement", "memory", "precision", "slo", "utilization", "maxReplicas", "inventory", "maxGpus", "budget",
+         "verify")  # verify: only when the plan asks for simulation (inferplan.planner.verification)
 QUANTILE_NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 SEARCH_SAMPLES = 64      # stratified sample size while bisecting (coarse, fast)
 REPORT_SAMPLES = 512     # ... and for the numbers reported
@@ -517,7 +518,8 @@ def _objectives(req: PlanRequest, c: Candidate) -> NDArray[np.float64]:
     return np.array(values)
 
 
-def _tagged(req: PlanRequest, front: list[Candidate]) -> list[Candidate]:
+def tag_candidates(req: PlanRequest, front: list[Candidate]) -> list[Candidate]:
+    """The candidates with tags saying which objective each is best at (cheapest, lowestTtft, ...)."""
     objectives = np.array([_objectives(req, c) for c in front])
     tags: list[list[str]] = [[] for _ in front]
     for name, column in (("cheapest", 0), ("lowestTtft", 1), ("lowestTpot", 2), ("lowestLatency", 3)):
@@ -539,7 +541,7 @@ def _finish(req: PlanRequest, candidates: list[Candidate], rejected: list[_Rejec
     if candidates:
         keep = non_dominated(np.array([_objectives(req, c) for c in candidates]))
         candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
-    shown = sorted(_tagged(req, candidates) if candidates else [],
+    shown = sorted(tag_candidates(req, candidates) if candidates else [],
                    key=lambda c: (c.cost.dollars_per_hour, -c.headroom, c.gpus))
     recommendation = shown[0] if shown else None
     alternatives = shown[1:]

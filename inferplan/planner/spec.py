@@ -562,6 +562,12 @@ class PlanSpec(_SpecModel):
     alternatives: int = Field(
         default=5, ge=1, le=20, description="How many alternatives to list beside the recommendation (1-20)."
     )
+    verify: bool | None = Field(
+        default=None,
+        description="Simulate the recommendation and alternatives and drop those whose simulated percentiles "
+        "miss an SLO (their numbers are then marked simulated). Default: off on the command line "
+        "(inferplan plan --verify turns it on), INFERPLAN_VERIFY in the operator.",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -790,6 +796,7 @@ class PlanRequest:
     available_gpus: dict[str, int] | None
     gpus_per_node: dict[str, int]
     alternatives: int
+    verify: bool | None               # None: the caller's default (CLI off, operator INFERPLAN_VERIFY)
     notes: tuple[str, ...] = ()
 
 
@@ -946,6 +953,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         available_gpus=None if limits.available_gpus is None else _by_key(limits.available_gpus, int),
         gpus_per_node=gpus_per_node,
         alternatives=spec.alternatives,
+        verify=spec.verify,
         notes=tuple(notes),
     )
 

@@ -4,12 +4,13 @@ candidate's replicas and compare the simulated latency percentiles with the anal
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from inferplan.planner.factors import FactorSet
-from inferplan.planner.results import Candidate, Percentiles
-from inferplan.planner.search import deployment_of
+from inferplan.planner.results import Candidate, Infeasible, Percentiles, PlanResult, rounded
+from inferplan.planner.search import deployment_of, tag_candidates
 from inferplan.planner.simulate import SimulationResult, Workload, generate_workload, simulate, trace_workload
 from inferplan.planner.spec import PlanRequest
 
@@ -67,4 +68,47 @@ def compare(candidate: Candidate, result: SimulationResult) -> list[Comparison]:
     return rows
 
 
-__all__ = ["Comparison", "Percentiles", "compare", "fit_to_context", "plan_workload", "simulate_candidate"]
+VERIFY_REQUESTS = 5_000  # per candidate: enough for a stable p99 at a few hundred ms per candidate
+
+
+def _simulated(latency: Any) -> Percentiles:
+    return Percentiles(**{name: rounded(getattr(latency, field) * 1e3) for name, field in QUANTILE_FIELDS})
+
+
+def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_REQUESTS, seed: int = 0,
+                factors: FactorSet | None = None) -> PlanResult:
+    """Simulate the recommendation and the alternatives; drop those whose simulated percentiles miss an SLO
+    (they move to `infeasible`, gate "verify"), give the rest their simulated percentiles (provenance
+    "simulated"), and recommend the cheapest one left (ties by headroom), as the search does."""
+    kept: list[Candidate] = []
+    dropped: list[Infeasible] = []
+    for candidate in [c for c in [result.recommendation, *result.alternatives] if c is not None]:
+        sim = simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors)
+        stats = {"ttft": sim.ttft, "tpot": sim.tpot, "e2e": sim.e2e}
+        misses = [(slo, getattr(stats[slo.metric], f"p{round(slo.quantile * 100)}_s")) for slo in req.slos]
+        misses = [(slo, value) for slo, value in misses if not value <= slo.max_s]  # NaN counts as a miss
+        if misses:
+            slo, value = misses[0]
+            dropped.append(Infeasible(
+                gpu_type=candidate.gpu_type, gpus_per_replica=candidate.gpus_per_replica,
+                precision=candidate.precision, kv_cache_dtype=candidate.kv_cache_dtype, max_batch=candidate.max_batch,
+                gate="verify",
+                reason=f"simulated {slo.metric.upper()} p{round(slo.quantile * 100)} of {candidate.replicas} x "
+                       f"{candidate.gpus_per_replica} {candidate.gpu_type} is {value * 1e3:.0f} ms > "
+                       f"{slo.max_s * 1e3:.0f} ms target ({requests} simulated requests)"))
+            continue
+        predicted = candidate.predicted.model_copy(update={
+            "ttft_ms": _simulated(sim.ttft), "tpot_ms": _simulated(sim.tpot), "e2e_ms": _simulated(sim.e2e)})
+        kept.append(candidate.model_copy(update={
+            "predicted": predicted, "provenance": candidate.provenance | {"predicted": "simulated"}}))
+    kept = sorted(tag_candidates(req, kept) if kept else [], key=lambda c: (c.cost.dollars_per_hour, -c.headroom,
+                                                                          c.gpus))
+    warnings = list(result.warnings)
+    if not kept:
+        warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")
+    return PlanResult(recommendation=kept[0] if kept else None, alternatives=kept[1:],
+                      infeasible=[*dropped, *result.infeasible][:20], warnings=warnings)
+
+
+__all__ = ["Comparison", "Percentiles", "compare", "fit_to_context", "plan_workload", "simulate_candidate",
+           "verify_plan"]
