@@ -108,9 +108,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print(f"{path}: {field}: {message}" if field else f"{path}: {message}", file=sys.stderr)
         return 2
     result = plan(request, _factors(args.factors))
-    if request.verify or (request.verify is None and args.verify):
-        from inferplan.planner.verification import verify_plan
+    from inferplan.planner.verification import should_verify, verify_plan
 
+    if should_verify(request, args.verify):
         result = verify_plan(request, result, factors=_factors(args.factors))
     if args.output == "table":
         from inferplan.tables import format_plan
@@ -227,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format")
     pl.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     pl.add_argument("--verify", action="store_true",
-                    help="simulate the candidates shown and drop those missing an SLO (a plan's verify field wins)")
+                    help="simulate the candidates shown and drop those missing an SLO (default for arrival CV^2 >= 4; "
+                    "a plan's verify field wins)")
     pl.set_defaults(func=_cmd_plan)
 
     sim = sub.add_parser("simulate", help="simulate a plan's recommended deployment; simulated vs analytic latency")

@@ -105,3 +105,16 @@ def test_plan_verify_flag_and_spec_field(tmp_path: Path, capsys: pytest.CaptureF
     spec.write_text(CHAT.read_text() + "verify: true\n")
     assert main(["plan", str(spec), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "simulated"
+
+
+def test_variable_traffic_is_verified_unless_the_plan_says_otherwise(planned) -> None:
+    import dataclasses
+
+    from inferplan.planner.verification import should_verify
+
+    request, _ = planned
+    assert not should_verify(request) and should_verify(request, default=True)
+    agent = dataclasses.replace(request, arrival_cv2=8.0)
+    assert should_verify(agent)
+    assert not should_verify(dataclasses.replace(agent, verify=False), default=True)
+    assert should_verify(dataclasses.replace(request, verify=True))

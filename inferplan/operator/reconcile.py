@@ -20,7 +20,7 @@ from inferplan.operator.inventory import Inventory
 from inferplan.planner.results import PlanResult
 from inferplan.planner.search import plan
 from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_plan
-from inferplan.planner.verification import verify_plan
+from inferplan.planner.verification import should_verify, verify_plan
 
 ConfigMapReader = Callable[[str, str], str]  # (name, key) -> the value in the plan's namespace; raises KeyError
 
@@ -95,7 +95,7 @@ def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_ava
 def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigMapReader | None = None,
                    verify_default: bool = False) -> Outcome:
     """Plan `spec` against `inventory`; never raises for a bad spec (it becomes the outcome's error).
-    The candidates are verified in the simulator when the spec asks (`verify`), or by `verify_default`."""
+    The candidates are verified in the simulator as `verification.should_verify` decides."""
     try:
         request = resolve_plan(parse_plan(_with_config_map(spec, read_config_map)))
     except PlanError as exc:
@@ -106,6 +106,6 @@ def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigM
         return Outcome(None, ("NoGpuTypes", "no GPU type to plan for: the cluster has no schedulable node with a "
                                             "known GPU of the types the plan allows"), tuple(warnings))
     result = plan(request)
-    if request.verify or (request.verify is None and verify_default):
+    if should_verify(request, verify_default):
         result = verify_plan(request, result)
     return Outcome(result, None, tuple(warnings))

@@ -370,7 +370,8 @@ def _tail_warning(req: PlanRequest) -> str:
         return ""
     service = "from the lengths" if req.service_cv2 is None else f"{req.service_cv2:g}"
     return (f"arrival CV^2 {req.arrival_cv2:g}, service CV^2 {service}: the analytic latency tail is optimistic "
-            "for traffic this variable; verify the percentiles under load before relying on them")
+            "for traffic this variable (TTFT p99 up to several times at high utilisation); unless the plan sets "
+            "verify: false, the candidates shown are checked in the simulator")
 
 
 def _limit_problem(req: PlanRequest, shape: _Shape, replicas: int, gpus: int, cost: float) -> tuple[str, str]:

@@ -1,0 +1,71 @@
+"""Analytic versus simulated latency tails across burstiness presets and utilisations (prints a table).
+
+Usage (from the repository root):
+
+    python bench/report_tails.py [--requests N] [--replicas R]
+
+One deployment (Llama-3.1-8B, bf16, one H100 per replica, vLLM factors, max batch 256), chat-like lengths
+(prompt mean 500 / CV 1, output mean 250 / CV 1). For each preset's arrival CV^2 and each utilisation
+(0.5-0.9 of the analytic capacity), the table gives p95 and p99 of TTFT and end-to-end latency from the
+analytic model (`serving.poisson`) and from the simulator (`simulate.simulate`, seed 0), and their ratio
+(simulated / analytic: above 1, the analytic model was optimistic). The output is what docs/model.md shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from inferplan.planner.architectures import resolve_model
+from inferplan.planner.engines import engine_profile
+from inferplan.planner.factors import load_factors
+from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.performance import build_hardware
+from inferplan.planner.precisions import weight_precision
+from inferplan.planner.serving import poisson, poisson_capacity
+from inferplan.planner.simulate import generate_workload, simulate
+from inferplan.planner.spec import BURSTINESS_ARRIVAL_CV2
+
+PROMPT, OUTPUT, CV = 500.0, 250.0, 1.0
+MAX_BATCH, KV_TOKENS, CHUNK = 256, 400_000, 2048.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--replicas", type=int, default=1)
+    args = parser.parse_args()
+    factors = load_factors()
+    gpu = resolve_gpu("H100")
+    hw = build_hardware(resolve_model("meta-llama/Llama-3.1-8B"), gpu, weight_precision("bf16"), 2.0,
+                        engine_profile("vllm"), factors.engine("vllm"), factors.family(gpu.family), 1)
+    capacity = float(poisson_capacity(hw, PROMPT, OUTPUT, MAX_BATCH, CHUNK))
+    print(f"capacity per replica {capacity:.2f} requests/s; {args.requests} simulated requests per row, "
+          f"{args.replicas} replica(s)")
+    header = (f"{'preset':8s} {'CV^2':>5s} {'util':>5s} | {'TTFT p95 ana':>12s} {'sim':>8s} {'x':>5s} | "
+              f"{'TTFT p99 ana':>12s} {'sim':>8s} {'x':>5s} | {'e2e p95 ana':>11s} {'sim':>8s} {'x':>5s} | "
+              f"{'e2e p99 ana':>11s} {'sim':>8s} {'x':>5s}")
+    print(header)
+    print("-" * len(header))
+    started = time.perf_counter()
+    for preset, cv2 in BURSTINESS_ARRIVAL_CV2.items():
+        for util in (0.5, 0.6, 0.7, 0.8, 0.9):
+            rate = util * capacity
+            analytic = poisson(hw, rate, PROMPT, OUTPUT, MAX_BATCH, CHUNK, CV, CV, cv2, num_prompts=args.requests)
+            workload = generate_workload(rate * args.replicas, args.requests, PROMPT, OUTPUT, CV, CV, cv2, seed=0)
+            sim = simulate(hw, workload, replicas=args.replicas, max_batch=MAX_BATCH, kv_tokens=KV_TOKENS,
+                           chunk_tokens=CHUNK)
+            cells = []
+            for a, s in ((analytic.ttft_q[0.95], sim.ttft.p95_s), (analytic.ttft_q[0.99], sim.ttft.p99_s),
+                         (analytic.e2e_q[0.95], sim.e2e.p95_s), (analytic.e2e_q[0.99], sim.e2e.p99_s)):
+                a_ms, s_ms = float(np.squeeze(a)) * 1e3, s * 1e3
+                cells.append(f"{a_ms:10.0f}ms {s_ms:6.0f}ms {s_ms / a_ms:5.2f}")
+            print(f"{preset:8s} {cv2:5.2f} {util:5.1f} | " + " | ".join(cells))
+    print(f"({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
