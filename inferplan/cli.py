@@ -96,20 +96,27 @@ def _example_plan() -> Path:
     return Path(str(resources.files("inferplan.planner").joinpath("data/example-plan.yaml")))
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from inferplan.planner.search import plan
+def _load_plan(file: str | None):  # -> PlanRequest | None
+    """The plan in `file` (default: the bundled example) resolved; None after printing every problem."""
     from inferplan.planner.spec import PlanError, load_plan_file, resolve_plan
 
-    path = Path(args.file) if args.file else _example_plan()
+    path = Path(file) if file else _example_plan()
     try:
-        request = resolve_plan(load_plan_file(path), path.parent)
+        return resolve_plan(load_plan_file(path), path.parent)
     except PlanError as exc:
         for field, message in exc.problems:
             print(f"{path}: {field}: {message}" if field else f"{path}: {message}", file=sys.stderr)
-        return 2
-    result = plan(request, _factors(args.factors))
+        return None
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from inferplan.planner.search import plan
     from inferplan.planner.verification import should_verify, verify_plan
 
+    request = _load_plan(args.file)
+    if request is None:
+        return 2
+    result = plan(request, _factors(args.factors))
     if should_verify(request, args.verify):
         result = verify_plan(request, result, factors=_factors(args.factors))
     if args.output == "table":
@@ -161,15 +168,10 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from inferplan.planner.search import plan
     from inferplan.planner.simulate import read_trace
-    from inferplan.planner.spec import PlanError, load_plan_file, resolve_plan
     from inferplan.planner.verification import compare, simulate_candidate
 
-    path = Path(args.file) if args.file else _example_plan()
-    try:
-        request = resolve_plan(load_plan_file(path), path.parent)
-    except PlanError as exc:
-        for field, message in exc.problems:
-            print(f"{path}: {field}: {message}" if field else f"{path}: {message}", file=sys.stderr)
+    request = _load_plan(args.file)
+    if request is None:
         return 2
     try:
         trace = read_trace(args.trace) if args.trace else None
