@@ -8,7 +8,7 @@ chosen per measurement row.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -59,9 +59,16 @@ class FactorSet:
     families: dict[str, FamilyFactors]
     default_engine: EngineFactors
     meta: dict[str, Any]
+    # (engine, GPU key) -> that engine's factors on that GPU type, fitted online from a deployment's
+    # observed latencies (inferplan.planner.online); they replace the engine's factors for that GPU only.
+    overrides: dict[tuple[str, str], EngineFactors] = field(default_factory=dict)
 
     def engine(self, name: str) -> EngineFactors:
         return self.engines.get(name, self.default_engine)
+
+    def engine_on(self, name: str, gpu_key: str) -> EngineFactors:
+        """The engine's factors on one GPU type: an online override where there is one."""
+        return self.overrides.get((name, gpu_key)) or self.engine(name)
 
     def family(self, name: str) -> FamilyFactors:
         return self.families.get(name, FamilyFactors())

@@ -188,7 +188,8 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
                         rejected.append(_Rejected(shape, None, "precision", problem, tp * price))
                         continue
                     rows.extend(fitting)
-                    shapes_hw[shape] = build_hardware(req.arch, gpu, prec, kv_bytes, engine, engine_factors,
+                    shapes_hw[shape] = build_hardware(req.arch, gpu, prec, kv_bytes, engine,
+                                                      factors.engine_on(engine.name, gpu.key),
                                                       factors.family(gpu.family), tp)
     if not rows:
         return _finish(req, [], rejected, warnings)
@@ -586,6 +587,6 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     engine_factors = factors.engine(engine.name)
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
                                       candidate.gpus_per_replica)[0]
-    hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine, engine_factors,
+    hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine, factors.engine_on(engine.name, gpu.key),
                               factors.family(gpu.family), candidate.gpus_per_replica)
     return Deployment(hardware, settings, memory)
