@@ -13,6 +13,7 @@ file is current. No kopf or kubernetes import here: this is plain data.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import yaml
@@ -152,6 +153,13 @@ def _structural(node: dict[str, Any], defs: dict[str, Any], *, in_spec: bool, pa
             low, high = value.get("minLength", 0), value["maxLength"]
             out[_RULES] = [*out.get(_RULES, []), {"rule": f"self.all(k, size(k) >= {low} && size(k) <= {high})",
                                                   "message": f"keys must be {low}-{high} characters"}]
+        elif key == "patternProperties":  # a map whose keys match a pattern: values' schema + a CEL rule
+            if len(value) != 1:
+                raise ValueError(f"{path}: patternProperties with more than one pattern")
+            (pattern, sub), = value.items()
+            out["additionalProperties"] = _structural(sub, defs, in_spec=in_spec, path=f"{path}{{}}")
+            out[_RULES] = [*out.get(_RULES, []), {"rule": f"self.all(k, k.matches({json.dumps(pattern)}))",
+                                                  "message": f"keys must match {pattern}"}]
         elif key == "description":
             out[key] = " ".join(value.split())
         elif key == "properties":

@@ -12,6 +12,7 @@ import asyncio
 import copy
 import datetime
 import logging
+import math
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +22,10 @@ import kopf
 import kubernetes
 
 from inferplan import __version__
+from inferplan.observe.prometheus import EndpointsFile
 from inferplan.operator import GROUP, PLURAL, VERSION, metrics
 from inferplan.operator.inventory import Inventory, build_inventory, node_gpus
+from inferplan.operator.observing import CurrentError, DeploymentReader, observe_plan, observe_status
 from inferplan.operator.reconcile import ConfigMapReader, Outcome, reconcile_plan
 from inferplan.operator.settings import load_settings
 from inferplan.operator.status import next_status, status_patch
@@ -31,7 +34,12 @@ from inferplan.planner.names import CatalogLookupError
 
 SETTINGS = load_settings()
 EXECUTOR = ThreadPoolExecutor(max_workers=SETTINGS.planner_threads, thread_name_prefix="planner")
+# Prometheus queries wait on the network: their own pool, so a slow Prometheus never holds up planning.
+OBSERVE_EXECUTOR = ThreadPoolExecutor(max_workers=SETTINGS.observe_threads, thread_name_prefix="observe")
+ENDPOINTS = EndpointsFile(SETTINGS.prometheus_config)
 _last_planned: dict[str, float] = {}  # plan uid -> monotonic time of its last plan (resync bookkeeping)
+_last_observed: dict[str, float] = {}  # plan uid -> monotonic time of its last observation
+_planned_inputs: dict[str, tuple[float, ...]] = {}  # plan uid -> what observation fed its last plan
 _conditions: dict[str, dict[str, str]] = {}  # plan uid -> {condition type: status}, for inferplan_plans
 _locks: dict[str, asyncio.Lock] = {}  # plan uid -> one reconcile at a time
 
@@ -100,8 +108,64 @@ def _config_map_reader(namespace: str) -> ConfigMapReader:
     return read
 
 
+def _deployment_reader(namespace: str) -> DeploymentReader:
+    def read(name: str) -> dict | None:
+        api = kubernetes.client.AppsV1Api()
+        try:
+            deployment = api.read_namespaced_deployment(name, namespace)
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise CurrentError(f"cannot read Deployment {namespace}/{name}: {exc.reason}") from None
+        return kubernetes.client.ApiClient().sanitize_for_serialization(deployment)
+
+    return read
+
+
+def _planning_inputs(spec: dict, status: dict | None) -> tuple[float, ...]:
+    """What an observation contributes to planning: the observed workload (workload.source: observed) and
+    the calibration (observe.calibrate). A re-plan follows when one of them moves by more than 5%."""
+    observed = (status or {}).get("observed") or {}
+    calibration = (status or {}).get("calibration") or {}
+    inputs: list[float] = []
+    if (spec.get("workload") or {}).get("source") == "observed":
+        inputs += [float(observed.get(k) or 0.0) for k in ("requestsPerSecond", "promptTokensMean",
+                                                            "outputTokensMean")]
+    if (spec.get("observe") or {}).get("calibrate"):
+        inputs += [float(calibration.get(k) or 1.0) for k in ("decode", "prefill")]
+    return tuple(inputs)
+
+
+def _moved(old: tuple[float, ...] | None, new: tuple[float, ...]) -> bool:
+    if old is None or len(old) != len(new):
+        return True
+    return any(abs(a - b) > 0.05 * max(abs(a), abs(b), 1e-9) for a, b in zip(old, new, strict=True))
+
+
+async def _observe(spec_now: dict, old: dict | None, namespace: str, generation: int,
+                   logger: logging.Logger) -> dict:
+    """The status after querying Prometheus for the plan (off the loop, in the observe pool)."""
+    loop = asyncio.get_running_loop()
+    observe = spec_now.get("observe") or {}
+    try:
+        outcome = await loop.run_in_executor(OBSERVE_EXECUTOR, observe_plan, spec_now, ENDPOINTS.get(),
+                                             _deployment_reader(namespace), old, _config_map_reader(namespace))
+    except Exception:  # never let one plan take the operator down; the status keeps what it had
+        metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
+        logger.exception("observing failed")
+        return dict(old or {})
+    try:
+        max_error = float(observe.get("maxErrorRatio", "0.25"))
+    except ValueError:
+        max_error = 0.25
+    return observe_status(old, outcome, now=_now(), generation=generation, max_error_ratio=max_error,
+                          drift_seconds=float(observe.get("driftSeconds", 900)),
+                          calibrate=bool(observe.get("calibrate")))
+
+
 async def _reconcile(body: kopf.Body, spec: dict, status: dict, meta: dict, namespace: str, name: str,
-                     patch: kopf.Patch, index: kopf.Index, logger: logging.Logger) -> None:
+                     patch: kopf.Patch, index: kopf.Index, logger: logging.Logger, *, replan: bool = True,
+                     observe: bool = False) -> None:
     # Timers get live views of the object that change while we await: take what this reconcile is about
     # now, and serialise reconciles of one plan so that a slow old one cannot overwrite a newer answer.
     generation = int(meta.get("generation") or 0)
@@ -109,38 +173,56 @@ async def _reconcile(body: kopf.Body, spec: dict, status: dict, meta: dict, name
     uid = meta["uid"]
     async with _locks.setdefault(uid, asyncio.Lock()):
         started = time.perf_counter()
-        inventory = _inventory(index)
-        metrics.record_inventory(inventory.available())
-        loop = asyncio.get_running_loop()
-        try:
-            outcome: Outcome = await loop.run_in_executor(
-                EXECUTOR, reconcile_plan, spec_now, inventory, _config_map_reader(namespace), SETTINGS.verify)
-        except kopf.TemporaryError:
-            raise
-        except Exception as exc:  # never let one plan take the operator down
-            metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
-            logger.exception("planning failed")
-            outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
+        current = old
+        if observe and spec_now.get("observe"):
+            current = await _observe(spec_now, old, namespace, generation, logger)
+            _last_observed[uid] = time.monotonic()
+        inputs = _planning_inputs(spec_now, current)
+        replan = replan or (bool(inputs) and _moved(_planned_inputs.get(uid), inputs))
+        if replan:
+            new = await _plan(body, spec_now, current, generation, index, logger)
+            _planned_inputs[uid] = inputs
+            _last_planned[uid] = time.monotonic()
+        else:
+            new = dict(current or {})
         if int(meta.get("generation") or 0) != generation:
-            return  # the spec changed while planning: the reconcile of the new generation writes
-        ttft_slo = ((spec_now.get("slo") or {}).get("ttft") or {}).get("percentile", "p95")
-        new = next_status(old, generation=generation, now=_now(), planner_version=__version__,
-                          inventory=inventory, result=outcome.result, error=outcome.error, ttft_percentile=ttft_slo)
-        if outcome.warnings:
-            new["warnings"] = list(dict.fromkeys([*outcome.warnings, *new.get("warnings", [])]))
-        new["inventory"] = _relevant_inventory(spec_now, inventory)
-        _last_planned[uid] = time.monotonic()
-        if outcome.error:
-            metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
-            previous = {c["type"]: c for c in (old or {}).get("conditions", [])}.get("Ready", {})
-            if previous.get("reason") != outcome.error[0]:  # one event per new problem, not per reconcile
-                kopf.warn(body, reason=outcome.error[0], message=outcome.error[1][:1024])
+            return  # the spec changed meanwhile: the reconcile of the new generation writes
         for key, value in status_patch(old, new).items():  # nothing when nothing changed: no GitOps churn
             patch.status[key] = value
         metrics.record_plan(namespace, name, new)
         _conditions[uid] = {c["type"]: c["status"] for c in new.get("conditions", [])}
         metrics.record_conditions(Counter((t, s) for conds in _conditions.values() for t, s in conds.items()))
         metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
+
+
+async def _plan(body: kopf.Body, spec_now: dict, old: dict | None, generation: int, index: kopf.Index,
+                logger: logging.Logger) -> dict:
+    """The status after planning `spec_now` against the cluster's inventory (off the loop)."""
+    inventory = _inventory(index)
+    metrics.record_inventory(inventory.available())
+    loop = asyncio.get_running_loop()
+    namespace = body.get("metadata", {}).get("namespace", "")
+    try:
+        outcome: Outcome = await loop.run_in_executor(
+            EXECUTOR, reconcile_plan, spec_now, inventory, _config_map_reader(namespace), SETTINGS.verify, old)
+    except kopf.TemporaryError:
+        raise
+    except Exception as exc:  # never let one plan take the operator down
+        metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
+        logger.exception("planning failed")
+        outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
+    ttft_slo = ((spec_now.get("slo") or {}).get("ttft") or {}).get("percentile", "p95")
+    new = next_status(old, generation=generation, now=_now(), planner_version=__version__,
+                      inventory=inventory, result=outcome.result, error=outcome.error, ttft_percentile=ttft_slo)
+    if outcome.warnings:
+        new["warnings"] = list(dict.fromkeys([*outcome.warnings, *new.get("warnings", [])]))
+    new["inventory"] = _relevant_inventory(spec_now, inventory)
+    if outcome.error:
+        metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
+        previous = {c["type"]: c for c in (old or {}).get("conditions", [])}.get("Ready", {})
+        if previous.get("reason") != outcome.error[0]:  # one event per new problem, not per reconcile
+            kopf.warn(body, reason=outcome.error[0], message=outcome.error[1][:1024])
+    return new
 
 
 # An unexpected exception is retried with backoff a bounded number of times, never every 60 s forever;
@@ -160,17 +242,21 @@ async def plan_changed(body: kopf.Body, spec: dict, status: dict, meta: dict, na
             backoff=15)
 async def plan_check(body: kopf.Body, spec: dict, status: dict, meta: dict, namespace: str, name: str,
                      patch: kopf.Patch, gpu_nodes: kopf.Index, logger: logging.Logger, **_: Any) -> None:
-    """Re-plan when the spec is newer than the status, the usable inventory changed, or resync is due."""
+    """Re-plan when the spec is newer than the status, the usable inventory changed, or resync is due; observe
+    (spec.observe) every INFERPLAN_OBSERVE_SECONDS, re-planning when what the observation feeds planning moved."""
     stale = (status or {}).get("observedGeneration") != meta.get("generation")
     moved = (status or {}).get("inventory", []) != _relevant_inventory(spec, _inventory(gpu_nodes))
     due = time.monotonic() - _last_planned.get(meta["uid"], 0.0) >= SETTINGS.resync_seconds
-    if stale or moved or due:
-        await _reconcile(body, spec, status, meta, namespace, name, patch, gpu_nodes, logger)
+    observe = bool(spec.get("observe")) and (
+        time.monotonic() - _last_observed.get(meta["uid"], -math.inf) >= SETTINGS.observe_seconds)
+    if stale or moved or due or observe:
+        await _reconcile(body, spec, status, meta, namespace, name, patch, gpu_nodes, logger,
+                         replan=stale or moved or due, observe=observe)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def plan_deleted(meta: dict, namespace: str, name: str, **_: Any) -> None:
     """Drop the plan's metric series (optional: no finalizer blocks deletion)."""
     metrics.forget_plan(namespace, name)
-    for registry in (_last_planned, _conditions, _locks):
+    for registry in (_last_planned, _last_observed, _planned_inputs, _conditions, _locks):
         registry.pop(meta["uid"], None)

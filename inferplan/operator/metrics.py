@@ -25,12 +25,40 @@ PLAN_FEASIBLE = Gauge("inferplan_plan_feasible", "1 when the plan has a feasible
                       ["namespace", "plan"], registry=REGISTRY)
 CLUSTER_GPUS = Gauge("inferplan_cluster_gpus", "Allocatable GPUs on schedulable, ready nodes, by type.",
                      ["gpu_type"], registry=REGISTRY)
+_LATENCY_LABELS = ["namespace", "plan", "metric", "quantile"]
+PREDICTED_LATENCY = Gauge("inferplan_predicted_latency_seconds",
+                          "Latency predicted for the observed workload on the current deployment.",
+                          _LATENCY_LABELS, registry=REGISTRY)
+OBSERVED_LATENCY = Gauge("inferplan_observed_latency_seconds",
+                         "Latency observed (engine histograms through Prometheus) over the plan's window.",
+                         _LATENCY_LABELS, registry=REGISTRY)
+PREDICTION_ERROR = Gauge("inferplan_prediction_error_ratio", "(predicted - observed) / observed latency.",
+                         _LATENCY_LABELS, registry=REGISTRY)
+OBSERVED_RATE = Gauge("inferplan_observed_requests_per_second", "Request rate observed over the plan's window.",
+                      ["namespace", "plan"], registry=REGISTRY)
+CURRENT_REPLICAS = Gauge("inferplan_current_replicas", "Replicas of the deployment being observed.",
+                         ["namespace", "plan", "gpu_type"], registry=REGISTRY)
+CALIBRATION_FACTOR = Gauge("inferplan_calibration_factor",
+                           "Online calibration multiplier on the catalog's efficiency (1 = uncalibrated).",
+                           ["namespace", "plan", "factor"], registry=REGISTRY)
+PLAN_CONDITION = Gauge("inferplan_plan_condition", "1 for each condition's current status of a plan.",
+                       ["namespace", "plan", "condition", "status"], registry=REGISTRY)
 
-_PER_PLAN = (RECOMMENDED_REPLICAS, RECOMMENDED_GPUS)
+_PER_PLAN = (RECOMMENDED_REPLICAS, RECOMMENDED_GPUS, RECOMMENDED_COST, PLAN_FEASIBLE, PREDICTED_LATENCY,
+             OBSERVED_LATENCY, PREDICTION_ERROR, OBSERVED_RATE, CURRENT_REPLICAS, CALIBRATION_FACTOR, PLAN_CONDITION)
+_QUANTILES = {"p50": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99"}
+
+
+def _latencies(gauge: Gauge, namespace: str, name: str, table: dict, scale: float) -> None:
+    for metric, quantiles in (table or {}).items():
+        for percentile, value in (quantiles or {}).items():
+            if percentile in _QUANTILES and isinstance(value, int | float):
+                gauge.labels(namespace, name, metric, _QUANTILES[percentile]).set(value * scale)
 
 
 def record_plan(namespace: str, name: str, status: dict) -> None:
-    """Export one plan's recommendation; the previous series of the plan are replaced."""
+    """Export one plan's status: recommendation, conditions, and what spec.observe found. The previous series
+    of the plan are replaced (a series the status no longer backs disappears)."""
     forget_plan(namespace, name)
     rec = status.get("recommendation")
     PLAN_FEASIBLE.labels(namespace, name).set(1 if rec else 0)
@@ -38,16 +66,30 @@ def record_plan(namespace: str, name: str, status: dict) -> None:
         RECOMMENDED_REPLICAS.labels(namespace, name, rec["gpuType"]).set(rec["replicas"])
         RECOMMENDED_GPUS.labels(namespace, name, rec["gpuType"]).set(rec["gpus"])
         RECOMMENDED_COST.labels(namespace, name).set(rec["cost"]["dollarsPerHour"])
+    for item in status.get("conditions") or []:
+        PLAN_CONDITION.labels(namespace, name, item["type"], item["status"]).set(1)
+    observed = status.get("observed") or {}
+    if observed:
+        OBSERVED_RATE.labels(namespace, name).set(observed.get("requestsPerSecond", 0.0))
+        _latencies(OBSERVED_LATENCY, namespace, name, observed.get("latencyMs") or {}, 1e-3)
+        current = observed.get("current") or {}
+        if current:
+            CURRENT_REPLICAS.labels(namespace, name, current["gpuType"]).set(current["replicas"])
+    prediction = status.get("prediction") or {}
+    if prediction:
+        _latencies(PREDICTED_LATENCY, namespace, name, prediction.get("latencyMs") or {}, 1e-3)
+        _latencies(PREDICTION_ERROR, namespace, name, prediction.get("errorRatio") or {}, 1.0)
+    calibration = status.get("calibration") or {}
+    for factor in ("decode", "prefill"):
+        if isinstance(calibration.get(factor), int | float):
+            CALIBRATION_FACTOR.labels(namespace, name, factor).set(calibration[factor])
 
 
 def forget_plan(namespace: str, name: str) -> None:
-    """Remove every series of a plan (it was deleted, or its GPU type changed)."""
+    """Remove every series of a plan (it was deleted, or its status changed)."""
     for gauge in _PER_PLAN:
         for labels in [key for key in list(gauge._metrics) if key[:2] == (namespace, name)]:
             gauge.remove(*labels)
-    for gauge in (RECOMMENDED_COST, PLAN_FEASIBLE):
-        if (namespace, name) in gauge._metrics:
-            gauge.remove(namespace, name)
 
 
 def record_conditions(counts: dict[tuple[str, str], int]) -> None:

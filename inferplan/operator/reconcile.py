@@ -17,6 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from inferplan.operator.inventory import Inventory
+from inferplan.planner.factors import FactorSet, load_factors
+from inferplan.planner.observed import ObservedWorkload, planning_request
+from inferplan.planner.online import Calibration, calibrated_factors
 from inferplan.planner.results import PlanResult
 from inferplan.planner.search import plan
 from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_plan
@@ -44,7 +47,7 @@ def _error_reason(problems: list[tuple[str, str]]) -> str:
     return "InvalidSpec"
 
 
-def _with_config_map(spec: Mapping, read_config_map: ConfigMapReader | None) -> Mapping:
+def with_config_map(spec: Mapping, read_config_map: ConfigMapReader | None) -> Mapping:
     """The spec with `model.configMapRef` replaced by the config.json it points to (inline architecture)."""
     model = spec.get("model") or {}
     ref = model.get("configMapRef")
@@ -92,20 +95,45 @@ def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_ava
     return dataclasses.replace(request, gpu_types=gpu_types, available_gpus=available, gpus_per_node=per_node), warnings
 
 
-def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigMapReader | None = None,
-                   verify_default: bool = False) -> Outcome:
-    """Plan `spec` against `inventory`; never raises for a bad spec (it becomes the outcome's error).
-    The candidates are verified in the simulator as `verification.should_verify` decides."""
+def observed_workload(status: Mapping | None) -> ObservedWorkload | None:
+    """The workload recorded in `status.observed` (spec.observe), if any."""
+    observed = (status or {}).get("observed") or {}
+    rate = observed.get("requestsPerSecond")
+    if not isinstance(rate, int | float):
+        return None
+    return ObservedWorkload(float(rate), observed.get("promptTokensMean"), observed.get("outputTokensMean"))
+
+
+def plan_factors(spec: Mapping, status: Mapping | None, engine: str) -> FactorSet:
+    """The shipped factors, with the calibration recorded in `status` when spec.observe.calibrate is on."""
+    factors = load_factors()
+    recorded = (status or {}).get("calibration") or {}
+    if not ((spec.get("observe") or {}).get("calibrate") and recorded.get("gpuType")):
+        return factors
     try:
-        request = resolve_plan(parse_plan(_with_config_map(spec, read_config_map)))
+        calibration = Calibration(decode=float(recorded["decode"]), prefill=float(recorded["prefill"]))
+    except (KeyError, TypeError, ValueError):
+        return factors
+    return calibrated_factors(factors, engine, str(recorded["gpuType"]), calibration)
+
+
+def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigMapReader | None = None,
+                   verify_default: bool = False, status: Mapping | None = None) -> Outcome:
+    """Plan `spec` against `inventory`; never raises for a bad spec (it becomes the outcome's error).
+    The candidates are verified in the simulator as `verification.should_verify` decides. `status` (the
+    plan's current status) supplies what spec.observe found: the observed workload for `workload.source:
+    observed`, and the calibration for `observe.calibrate`."""
+    try:
+        request = resolve_plan(parse_plan(with_config_map(spec, read_config_map)))
     except PlanError as exc:
         return Outcome(None, (_error_reason(exc.problems), str(exc)))
+    request, note = planning_request(request, observed_workload(status))
     spec_has_available = bool((spec.get("constraints") or {}).get("availableGpus"))
     request, warnings = request_for_cluster(request, inventory, spec_has_available)
     if request.gpu_types == ():
         return Outcome(None, ("NoGpuTypes", "no GPU type to plan for: the cluster has no schedulable node with a "
                                             "known GPU of the types the plan allows"), tuple(warnings))
-    result = plan(request)
+    result = plan(request, plan_factors(spec, status, request.engine))
     if should_verify(request, verify_default):
         result = verify_plan(request, result)
-    return Outcome(result, None, tuple(warnings))
+    return Outcome(result, None, tuple([*warnings, *([note] if note else [])]))

@@ -10,6 +10,12 @@
 | INFERPLAN_HEALTH_PORT | port of kopf's liveness endpoint /healthz (0: off) | 8081 |
 | INFERPLAN_PLANNER_THREADS | planning runs in this many worker threads, off the event loop | 2 |
 | INFERPLAN_VERIFY | simulate the candidates of plans that do not set spec.verify (true/false) | false |
+| INFERPLAN_PROMETHEUS_CONFIG | YAML file listing the Prometheus endpoints spec.observe may name | none |
+| INFERPLAN_OBSERVE_SECONDS | how often plans with spec.observe query Prometheus | 60 |
+| INFERPLAN_OBSERVE_THREADS | Prometheus queries run in this many worker threads (apart from planning) | 4 |
+
+The Prometheus file is read at start (a bad file stops the operator with its problem named) and again
+whenever it changes (a mounted ConfigMap is updated in place).
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class OperatorSettings:
     health_port: int = 8081
     planner_threads: int = 2
     verify: bool = False
+    prometheus_config: str | None = None
+    observe_seconds: float = 60.0
+    observe_threads: int = 4
 
     @property
     def all_namespaces(self) -> bool:
@@ -79,4 +88,20 @@ def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
         health_port=ports["INFERPLAN_HEALTH_PORT"],
         planner_threads=int(_number(env, "INFERPLAN_PLANNER_THREADS", 2, 1, True)),
         verify=verify_raw in ("true", "1", "yes"),
+        prometheus_config=_prometheus_config(env),
+        observe_seconds=_number(env, "INFERPLAN_OBSERVE_SECONDS", 60.0, 1.0, False),
+        observe_threads=int(_number(env, "INFERPLAN_OBSERVE_THREADS", 4, 1, True)),
     )
+
+
+def _prometheus_config(env: Mapping[str, str]) -> str | None:
+    path = env.get("INFERPLAN_PROMETHEUS_CONFIG", "").strip()
+    if not path:
+        return None
+    from inferplan.observe.prometheus import PrometheusConfigError, load_endpoints
+
+    try:
+        load_endpoints(path)
+    except PrometheusConfigError as exc:
+        raise SettingsError(str(exc)) from None
+    return path

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from inferplan.operator.inventory import Inventory  # inventory imports InventoryEntry from here
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
+OBSERVE_CONDITION_TYPES = ("MetricsAvailable", "PredictionAccurate")  # written by operator/observing.py
 
 
 class _Status(BaseModel):
@@ -50,6 +51,90 @@ class InventoryEntry(_Status):
     gpus_per_node: int = Field(ge=0, description="Most GPUs of this type on one node (bounds tensor parallelism).")
 
 
+class LatencyQuantiles(_Status):
+    """Latency at each percentile [ms]; a percentile without data is absent."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
+class LatencyByMetric(_Status):
+    ttft: LatencyQuantiles | None = Field(default=None, description="Time to first token [ms].")
+    tpot: LatencyQuantiles | None = Field(default=None, description="Time per output token [ms].")
+    e2e: LatencyQuantiles | None = Field(default=None, alias="e2e", description="End-to-end latency [ms].")
+
+
+class MeanLatency(_Status):
+    ttft: float | None = Field(default=None, description="Mean time to first token [ms].")
+    tpot: float | None = Field(default=None, description="Mean time per output token [ms].")
+    e2e: float | None = Field(default=None, alias="e2e", description="Mean end-to-end latency [ms].")
+
+
+class CurrentStatus(_Status):
+    """The deployment serving now, as compared with the predictions."""
+
+    deployment: str | None = Field(default=None, max_length=253, description="The Deployment read, if any.")
+    gpu_type: str = Field(max_length=64)
+    replicas: int = Field(ge=0)
+    gpus_per_replica: int = Field(ge=1)
+    max_batch: int = Field(ge=1)
+    precision: str = Field(max_length=32)
+    kv_cache_dtype: str = Field(max_length=32)
+    sources: dict[Annotated[str, Field(max_length=32)], Literal["Deployment", "spec", "default"]] = Field(
+        default_factory=dict, max_length=8, description="Where each field came from: Deployment, spec or default.")
+
+
+class ObservedStatus(_Status):
+    """What the deployment did over the window, read from Prometheus (kept when a later query fails)."""
+
+    prometheus: str = Field(max_length=63, description="The endpoint's name (never its URL).")
+    window: str = Field(max_length=8)
+    sample_time: str = Field(max_length=64, json_schema_extra={"format": "date-time"})
+    requests_per_second: float = Field(ge=0)
+    requests_in_window: float = Field(ge=0)
+    prompt_tokens_mean: float | None = None
+    output_tokens_mean: float | None = None
+    latency_ms: LatencyByMetric = Field(default_factory=LatencyByMetric,
+                                        description="Percentiles from the engine's histograms.")
+    mean_latency_ms: MeanLatency = Field(default_factory=MeanLatency, description="Means from _sum / _count.")
+    running_requests: float | None = Field(default=None, description="Mean running requests, all replicas.")
+    waiting_requests: float | None = Field(default=None, description="Mean waiting requests, all replicas.")
+    kv_cache_usage: float | None = Field(default=None, description="Mean KV cache use, 0-1.")
+    kv_cache_blocks: int | None = Field(default=None, description="KV blocks (vllm:cache_config_info).")
+    block_size: int | None = None
+    current: CurrentStatus | None = Field(default=None, description="The deployment the figures are for.")
+
+
+class PredictionStatus(_Status):
+    """The planner's prediction for the observed workload on the current deployment, and its error."""
+
+    latency_ms: LatencyByMetric
+    mean_latency_ms: MeanLatency = Field(default_factory=MeanLatency)
+    error_ratio: LatencyByMetric = Field(
+        default_factory=LatencyByMetric,
+        description="(predicted - observed) / observed per metric and percentile (a ratio, not ms).")
+    worst: str | None = Field(default=None, max_length=1024, description="The largest error, in words.")
+    utilization: float | None = Field(default=None, description="Predicted utilisation of the current replicas.")
+    drift_since: str | None = Field(
+        default=None, max_length=64, json_schema_extra={"format": "date-time"},
+        description="Since when the error has exceeded observe.maxErrorRatio beyond the bucket resolution.")
+
+
+class CalibrationStatus(_Status):
+    """The efficiency multipliers the plan is made with (observe.calibrate)."""
+
+    gpu_type: str = Field(max_length=64, description="The GPU type they were fitted on.")
+    decode: float = Field(description="Multiplier on the engine's decode (bandwidth) efficiency.")
+    prefill: float = Field(description="Multiplier on the engine's prefill compute efficiency.")
+    provenance: Literal["catalog", "observed"]
+    samples: int = Field(ge=0, description="Requests behind the accepted updates.")
+    updates: int = Field(ge=0)
+    note: str = Field(max_length=1024, description="The last update's outcome.")
+    last_update_time: str | None = Field(default=None, max_length=64, json_schema_extra={"format": "date-time"})
+
+
 class PlanStatus(_Status):
     """What the operator writes into `.status`."""
 
@@ -70,6 +155,11 @@ class PlanStatus(_Status):
                                             description="The GPU types and counts the plan was made with.")
     planner_version: str | None = Field(default=None, max_length=64)
     warnings: list[Annotated[str, Field(max_length=1024)]] = Field(default_factory=list, max_length=32)
+    observed: ObservedStatus | None = Field(default=None, description="spec.observe: what the deployment did.")
+    prediction: PredictionStatus | None = Field(
+        default=None, description="spec.observe: the prediction for the observed workload, and its error.")
+    calibration: CalibrationStatus | None = Field(default=None,
+                                                  description="spec.observe.calibrate: the factors in use.")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -211,8 +301,26 @@ def next_status(
         inventory=list(inventory.entries),
         planner_version=planner_version,
         warnings=warnings[:_MAX_WARNINGS],
+        **_observation_fields(old),
     )
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+_OBSERVATION_FIELDS = {"observed": ObservedStatus, "prediction": PredictionStatus, "calibration": CalibrationStatus}
+
+
+def _observation_fields(old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The fields the observing step owns, carried over from `old` (dropped if the schema rejects them)."""
+    kept: dict[str, Any] = {}
+    for key, model in _OBSERVATION_FIELDS.items():
+        value = (old or {}).get(key)
+        if value is None:
+            continue
+        try:
+            kept[key] = model.model_validate(value)
+        except ValidationError:
+            continue
+    return kept
 
 
 _OWNED_KEYS = tuple(field.alias or name for name, field in PlanStatus.model_fields.items())

@@ -210,6 +210,7 @@ UnitFraction = decimal_type(gt="0", le="1")
 HitRate = decimal_type(ge="0", lt="1")
 Cv = decimal_type(ge="0", le=str(_MAX_CV))
 Cv2 = decimal_type(ge="0", le=str(_MAX_CV2))
+ErrorRatio = decimal_type(gt="0", le="10")
 GpuName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_check_gpu_name)]
 PrecisionName = Annotated[str, Field(min_length=1, max_length=32), AfterValidator(_check_precision)]
 Percentile = Literal["p50", "p90", "p95", "p99"]
@@ -454,6 +455,17 @@ class Workload(_SpecModel):
         default="0",
         description="Fraction of prompt tokens served from the prefix cache, decimal string in [0, 1). Default 0.",
     )
+    source: Literal["declared", "observed"] = Field(
+        default="declared",
+        description="declared: plan for this workload. observed: plan for the workload spec.observe measures "
+        "(rate and mean lengths; the declared distributions' shapes and burstiness are kept), never below "
+        "observedFloor x the declared rate; until a measurement exists, the declared workload. Default declared.",
+    )
+    observed_floor: UnitFraction = Field(
+        default="0.5",
+        description="With source observed: the rate planned for is at least this fraction of requestsPerSecond, "
+        "so that a quiet night does not shrink the fleet to nothing. Decimal string in (0, 1]. Default 0.5.",
+    )
 
 
 class SloBound(_SpecModel):
@@ -549,6 +561,90 @@ class Constraints(_SpecModel):
         return value
 
 
+_PROMETHEUS_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+_WINDOW = r"^[1-9][0-9]{0,4}(s|m|h)$"
+_WINDOW_SECONDS = {"s": 1, "m": 60, "h": 3600}
+MIN_WINDOW_S, MAX_WINDOW_S = 30, 86_400
+
+
+def window_seconds(window: str) -> int:
+    """Seconds in a PromQL duration of the form `5m` (validated by the spec's pattern)."""
+    return int(window[:-1]) * _WINDOW_SECONDS[window[-1]]
+
+
+def _check_window(window: str) -> str:
+    if not MIN_WINDOW_S <= window_seconds(window) <= MAX_WINDOW_S:
+        raise _rule("", f"must be between 30s and 24h, got {window}")
+    return window
+
+
+class CurrentDeployment(_SpecModel):
+    """The deployment serving the traffic now, which the predictions are compared with. Fields read from the
+    Deployment are overridden by the ones given here."""
+
+    deployment: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN,
+        description="Name of the Deployment (same namespace) running the engine: replicas from it (ready "
+        "replicas when it has a status), GPU type from its node selector, tensor-parallel size, max batch, "
+        "precision and KV dtype from the engine's arguments.",
+    )
+    gpu_type: GpuName | None = Field(default=None, description="GPU type of the replicas.")
+    replicas: int | None = Field(default=None, ge=1, le=10_000, description="Replicas serving now.")
+    gpus_per_replica: int | None = Field(default=None, ge=1, le=64, description="Tensor-parallel size.")
+    max_batch: int | None = Field(default=None, ge=1, le=65_536,
+                                  description="Engine cap on running sequences (vLLM --max-num-seqs).")
+    precision: PrecisionName | None = Field(default=None, description="Weight precision served.")
+    kv_cache_dtype: Literal["fp16", "bf16", "fp8", "auto"] | None = Field(default=None, description="KV dtype.")
+
+    @model_validator(mode="after")
+    def _something_to_compare(self) -> CurrentDeployment:
+        if self.deployment is None and (self.gpu_type is None or self.replicas is None):
+            raise _rule("", "give deployment, or gpuType and replicas")
+        return self
+
+
+class Observe(_SpecModel):
+    """Where the deployment's engine metrics are, and how predictions are checked against them."""
+
+    prometheus: str = Field(
+        min_length=1, max_length=63, pattern=_PROMETHEUS_NAME,
+        description="Name of a Prometheus endpoint in the operator's INFERPLAN_PROMETHEUS_CONFIG (a plan never "
+        "gives a URL).",
+    )
+    selector: dict[Annotated[str, Field(min_length=1, max_length=128, pattern=_LABEL_NAME)],
+                   Annotated[str, Field(max_length=256)]] = Field(
+        min_length=1, max_length=16,
+        description="Label matchers (label -> exact value) that select the deployment's engine series, e.g. "
+        "{namespace: serving, model_name: llama-3-8b}. Values are escaped in PromQL.",
+    )
+    window: Annotated[str, Field(min_length=2, max_length=6, pattern=_WINDOW), AfterValidator(_check_window)] = (
+        Field(default="5m", description="Range of the rate() and histogram queries, 30s to 24h, e.g. 5m.")
+    )
+    current: CurrentDeployment = Field(description="The deployment whose predictions are compared with what "
+                                                   "it does.")
+    max_error_ratio: ErrorRatio = Field(
+        default="0.25",
+        description="PredictionAccurate turns False when |predicted - observed| / observed of some latency "
+        "percentile exceeds this (beyond the histogram's bucket resolution) for driftSeconds. Default 0.25.",
+    )
+    drift_seconds: int = Field(
+        default=900, ge=0, le=604_800,
+        description="How long the error must exceed maxErrorRatio before PredictionAccurate is False [s]. "
+        "Default 900.",
+    )
+    min_requests: int = Field(
+        default=50, ge=1, le=1_000_000,
+        description="Fewest completed requests in the window for the figures to be used (else "
+        "InsufficientTraffic). Default 50.",
+    )
+    calibrate: bool = Field(
+        default=False,
+        description="Fit this engine's decode and prefill efficiency on this GPU type from the observed "
+        "latencies (bounded, smoothed) and plan with them. Default false.",
+    )
+
+
 class PlanSpec(_SpecModel):
     """The spec of an InferenceCapacityPlan: the model, engine, traffic and targets to plan capacity for."""
 
@@ -568,6 +664,17 @@ class PlanSpec(_SpecModel):
         "miss an SLO (their numbers are then marked simulated). Default: off on the command line "
         "(inferplan plan --verify turns it on), INFERPLAN_VERIFY in the operator.",
     )
+    observe: Observe | None = Field(
+        default=None,
+        description="Operator: read the deployment's engine metrics from Prometheus, compare them with the "
+        "predictions for the observed workload, and optionally calibrate. Ignored by the command line.",
+    )
+
+    @model_validator(mode="after")
+    def _observed_needs_observe(self) -> PlanSpec:
+        if self.workload.source == "observed" and self.observe is None:
+            raise _rule("workload.source", "observed needs spec.observe (where to observe)")
+        return self
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -575,7 +682,7 @@ class PlanSpec(_SpecModel):
 
 _SPEC_MODELS: tuple[type[BaseModel], ...] = (
     PlanSpec, ModelSource, ConfigMapRef, EngineSpec, Workload, TokenDistribution, PercentileLengths,
-    Burstiness, Slo, SloBound, Constraints,
+    Burstiness, Slo, SloBound, Constraints, Observe, CurrentDeployment,
 )
 _ALIAS_OF: dict[str, str] = {}
 for _model in _SPEC_MODELS:
@@ -798,6 +905,8 @@ class PlanRequest:
     alternatives: int
     verify: bool | None               # None: the caller's default (CLI off, operator INFERPLAN_VERIFY)
     notes: tuple[str, ...] = ()
+    workload_source: str = "declared"   # "observed": the operator replaces rate and mean lengths (observed.py)
+    observed_floor: float = 0.5         # ... never planning below this share of the declared rate
 
 
 def cv_from_sigma(sigma: float) -> float:
@@ -955,6 +1064,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         alternatives=spec.alternatives,
         verify=spec.verify,
         notes=tuple(notes),
+        workload_source=workload.source,
+        observed_floor=float(workload.observed_floor),
     )
 
 

@@ -1,0 +1,130 @@
+"""What a deployment did over a window, read through Prometheus: request rate, mean lengths, latency
+quantiles (with their bucket brackets), running and waiting requests, KV cache use."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from inferplan.observe import promql
+from inferplan.observe.engine_metrics import EngineMetrics
+from inferplan.observe.prometheus import PrometheusClient, PrometheusError, Sample
+
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+LATENCY_METRICS = ("ttft", "tpot", "e2e")
+
+
+class ObserveError(Exception):
+    """No usable observation; `reason` is the MetricsAvailable condition's reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Observation:
+    window: str
+    requests_per_second: float
+    requests_in_window: float
+    prompt_mean: float | None
+    output_mean: float | None
+    prompt_cv: float | None
+    output_cv: float | None
+    latency: dict[str, dict[float, promql.Quantile]] = field(default_factory=dict)  # metric -> q -> seconds
+    latency_mean: dict[str, float] = field(default_factory=dict)  # metric -> exact mean [s] (_sum / _count)
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
+    kv_blocks: int | None = None
+    block_size: int | None = None
+
+
+def _scalar(samples: list[Sample]) -> float | None:
+    values = [v for _, v in samples if math.isfinite(v)]
+    return values[0] if values else None
+
+
+def _buckets(samples: list[Sample]) -> list[tuple[float, float]]:
+    buckets = []
+    for labels, value in samples:
+        try:
+            le = float(labels.get("le", ""))
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            buckets.append((le, value))
+    return buckets
+
+
+def read_observation(client: PrometheusClient, names: EngineMetrics, selector: Mapping[str, str], window: str,
+                     min_requests: int) -> Observation:
+    """Query everything for one deployment. Raises ObserveError: PrometheusUnreachable / PrometheusBadResponse
+    (the query failed), NoMatchingSeries (nothing matches the selector), InsufficientTraffic (fewer than
+    `min_requests` requests completed in the window)."""
+    def query(expr: str) -> list[Sample]:
+        try:
+            return client.query(expr)
+        except PrometheusError as exc:
+            raise ObserveError(exc.reason, str(exc)) from None
+
+    completed = query(promql.total_increase(names.e2e, selector, window, "_count"))
+    if not completed:
+        labels = ", ".join(f"{k}={v!r}" for k, v in sorted(selector.items()))
+        raise ObserveError("NoMatchingSeries", f"no {names.e2e[0]} series match {labels} in Prometheus "
+                                               f"{client.endpoint.name!r}")
+    count = _scalar(completed) or 0.0
+    if count < min_requests:
+        raise ObserveError("InsufficientTraffic", f"{count:.0f} requests completed in the last {window}, fewer "
+                                                  f"than the {min_requests} needed (observe.minRequests)")
+    rate = _scalar(query(promql.total_rate(names.e2e, selector, window, "_count"))) or 0.0
+
+    def mean_tokens(counter: tuple[str, ...]) -> float | None:
+        tokens = _scalar(query(promql.total_rate(counter, selector, window)))
+        return tokens / rate if tokens is not None and rate > 0 else None
+
+    def token_cv(histogram: tuple[str, ...]) -> float | None:
+        if not histogram:
+            return None
+        stats = promql.histogram_mean_and_cv(_buckets(query(promql.bucket_rates(histogram, selector, window))))
+        return None if stats is None else stats[1]
+
+    latency: dict[str, dict[float, promql.Quantile]] = {}
+    latency_mean: dict[str, float] = {}
+    for metric in LATENCY_METRICS:
+        histogram = getattr(names, metric)
+        buckets = _buckets(query(promql.bucket_rates(histogram, selector, window)))
+        quantiles = {q: promql.histogram_quantile(q, buckets) for q in QUANTILES}
+        found = {q: value for q, value in quantiles.items() if value is not None}
+        if found:
+            latency[metric] = found
+        total = _scalar(query(promql.total_rate(histogram, selector, window, "_sum")))
+        events = _scalar(query(promql.total_rate(histogram, selector, window, "_count")))
+        if total is not None and events and events > 0 and total >= 0:
+            latency_mean[metric] = total / events
+
+    blocks = block_size = None
+    if names.cache_config:
+        info = query(promql.info_labels(names.cache_config, selector, ("num_gpu_blocks", "block_size")))
+        try:
+            blocks = sum(int(labels["num_gpu_blocks"]) for labels, _ in info) or None
+            block_size = int(info[0][0]["block_size"]) if info else None
+        except (KeyError, ValueError):
+            blocks = block_size = None
+    return Observation(
+        window=window,
+        requests_per_second=rate,
+        requests_in_window=count,
+        prompt_mean=mean_tokens(names.prompt_tokens_total),
+        output_mean=mean_tokens(names.output_tokens_total),
+        prompt_cv=token_cv(names.prompt_tokens),
+        output_cv=token_cv(names.output_tokens),
+        latency=latency,
+        latency_mean=latency_mean,
+        running=_scalar(query(promql.gauge_sum(names.running, selector, window))),
+        waiting=_scalar(query(promql.gauge_sum(names.waiting, selector, window))),
+        kv_usage=_scalar(query(promql.gauge_mean(names.kv_usage, selector, window))),
+        kv_blocks=blocks,
+        block_size=block_size,
+    )

@@ -1,0 +1,171 @@
+"""PromQL built from a plan's spec, and Prometheus' histogram maths done on the client.
+
+Everything a plan contributes to a query is a label matcher's name (validated by the spec's pattern, and
+checked again here) or value (escaped here), so no spec value can change the shape of a query. Histograms are
+fetched as their per-bucket rates (`sum by (le) (rate(..._bucket[w]))`) and the quantiles computed here,
+exactly as `histogram_quantile` does, so that the bucket around each quantile (the resolution of the figure)
+is known too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_DURATION = re.compile(r"^[1-9][0-9]{0,4}(s|m|h)$")
+
+
+def escape_label_value(value: str) -> str:
+    """A PromQL double-quoted string literal for `value` (backslash, quote and newline escaped)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
+def matchers(selector: Mapping[str, str]) -> str:
+    """`a="x",b="y"`: exact-match label matchers, sorted by name; a bad label name raises ValueError."""
+    parts = []
+    for name in sorted(selector):
+        if not _LABEL_NAME.match(name) or name == "__name__":
+            raise ValueError(f"not a label name: {name!r}")
+        parts.append(f"{name}={escape_label_value(selector[name])}")
+    return ",".join(parts)
+
+
+def _check(names: Sequence[str], window: str) -> None:
+    if not names:
+        raise ValueError("no metric name")
+    for name in names:
+        if not _METRIC_NAME.match(name):
+            raise ValueError(f"not a metric name: {name!r}")
+    if not _DURATION.match(window):
+        raise ValueError(f"not a duration: {window!r}")
+
+
+def _first_of(expressions: list[str]) -> str:
+    """The first expression with data: `(a) or (b)`. With `by` clauses equal, `or` keeps a's series and adds
+    only b's with label sets a lacks, so a deployment exporting both old and new names is not counted twice."""
+    return " or ".join(f"({e})" for e in expressions) if len(expressions) > 1 else expressions[0]
+
+
+def bucket_rates(names: Sequence[str], selector: Mapping[str, str], window: str) -> str:
+    """Per-bucket rates of a histogram, summed over the selected series: one series per `le`."""
+    _check(names, window)
+    sel = matchers(selector)
+    return _first_of([f"sum by (le) (rate({name}_bucket{{{sel}}}[{window}]))" for name in names])
+
+
+def total_rate(names: Sequence[str], selector: Mapping[str, str], window: str, suffix: str = "") -> str:
+    """`sum(rate(NAME{suffix}[w]))` over the selected series (counters; `_count` / `_sum` of histograms)."""
+    _check(names, window)
+    sel = matchers(selector)
+    return _first_of([f"sum(rate({name}{suffix}{{{sel}}}[{window}]))" for name in names])
+
+
+def total_increase(names: Sequence[str], selector: Mapping[str, str], window: str, suffix: str = "") -> str:
+    """`sum(increase(NAME{suffix}[w]))`: how many events the window holds."""
+    _check(names, window)
+    sel = matchers(selector)
+    return _first_of([f"sum(increase({name}{suffix}{{{sel}}}[{window}]))" for name in names])
+
+
+def gauge_sum(names: Sequence[str], selector: Mapping[str, str], window: str) -> str:
+    """Sum over the selected series (replicas) of each one's average over the window."""
+    _check(names, window)
+    sel = matchers(selector)
+    return _first_of([f"sum(avg_over_time({name}{{{sel}}}[{window}]))" for name in names])
+
+
+def gauge_mean(names: Sequence[str], selector: Mapping[str, str], window: str) -> str:
+    """Mean over the selected series of each one's average over the window."""
+    _check(names, window)
+    sel = matchers(selector)
+    return _first_of([f"avg(avg_over_time({name}{{{sel}}}[{window}]))" for name in names])
+
+
+def info_labels(names: Sequence[str], selector: Mapping[str, str], labels: Sequence[str]) -> str:
+    """The distinct values of `labels` on an info metric, e.g. vLLM's cache_config_info."""
+    _check(names, "1m")
+    for label in labels:
+        if not _LABEL_NAME.match(label):
+            raise ValueError(f"not a label name: {label!r}")
+    sel = matchers(selector)
+    by = ", ".join(labels)
+    return _first_of([f"max by ({by}) ({name}{{{sel}}})" for name in names])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Histogram quantiles on the client
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """A quantile of a histogram: the value Prometheus' histogram_quantile gives, and the bucket it lies in
+    (`low` < true quantile <= `high`; the interpolated `value` is only as good as that bracket)."""
+
+    value: float
+    low: float
+    high: float
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> Quantile | None:
+    """Prometheus' histogram_quantile for one histogram given as (upper bound `le`, cumulative count or rate)
+    pairs, in any order; None when it has no observations or no +Inf bucket. The first bucket's lower bound
+    is 0 (for a positive upper bound), and a quantile in the +Inf bucket is the highest finite bound."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {q}")
+    ordered = sorted((float(le), float(count)) for le, count in buckets)
+    if not ordered or not math.isinf(ordered[-1][0]):
+        return None
+    # Cumulative counts of a rate() can be slightly non-monotonic (scrapes of different buckets at different
+    # times); Prometheus fixes that the same way.
+    fixed: list[tuple[float, float]] = []
+    running = 0.0
+    for le, count in ordered:
+        running = max(running, count)
+        fixed.append((le, running))
+    total = fixed[-1][1]
+    if total <= 0 or len(fixed) < 2:
+        return None
+    rank = q * total
+    index = next(i for i, (_, count) in enumerate(fixed) if count >= rank)
+    if index == len(fixed) - 1:  # in the +Inf bucket
+        top = fixed[-2][0]
+        return Quantile(top, top, math.inf)
+    high, count_high = fixed[index]
+    if index == 0:
+        low, count_low = (0.0, 0.0) if high > 0 else (high, 0.0)
+    else:
+        low, count_low = fixed[index - 1]
+    if high == low or count_high == count_low:
+        return Quantile(high, low, high)
+    value = low + (high - low) * (rank - count_low) / (count_high - count_low)
+    return Quantile(value, low, high)
+
+
+def histogram_mean_and_cv(buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """Mean and coefficient of variation of a histogram from its buckets' midpoints (approximate: used only
+    for token lengths, whose means come from `_sum` / `_count` exactly)."""
+    ordered = sorted((float(le), float(count)) for le, count in buckets)
+    previous_le, previous_count = 0.0, 0.0
+    weights: list[tuple[float, float]] = []
+    for le, count in ordered:
+        mass = max(count - previous_count, 0.0)
+        if math.isinf(le):
+            middle = previous_le  # the +Inf bucket: at its lower bound (an underestimate)
+        else:
+            middle = (previous_le + le) / 2.0
+        if mass > 0:
+            weights.append((middle, mass))
+        previous_le, previous_count = (le if not math.isinf(le) else previous_le), max(count, previous_count)
+    total = sum(m for _, m in weights)
+    if total <= 0:
+        return None
+    mean = sum(x * m for x, m in weights) / total
+    if mean <= 0:
+        return None
+    variance = sum(m * (x - mean) ** 2 for x, m in weights) / total
+    return mean, math.sqrt(variance) / mean

@@ -1,0 +1,406 @@
+"""spec.observe without Kubernetes: which deployment serves now, what Prometheus says it did, what the planner
+predicts for it, how far apart they are, the calibration that follows, and the status that says so.
+
+`observe_plan` is blocking (HTTP to Prometheus, a Deployment read through a callback) and runs off the event
+loop; `observe_status` is pure. A failed query never clears what an earlier one found: `status.observed` and
+`status.prediction` keep their last good values and only `MetricsAvailable` turns False, with the reason.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferplan.observe.engine_metrics import FAMILIES
+from inferplan.observe.observation import Observation, ObserveError, read_observation
+from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
+from inferplan.operator.status import condition
+from inferplan.planner.engines import ENGINES
+from inferplan.planner.factors import load_factors
+from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.observed import (
+    QUANTILE_NAMES,
+    CurrentPrediction,
+    CurrentShape,
+    Discrepancy,
+    ObservedWorkload,
+    compare,
+    predict_current,
+    with_workload,
+    worst,
+)
+from inferplan.planner.online import Calibration, calibrated_factors, update_calibration
+from inferplan.planner.precisions import weight_precision
+from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_plan
+
+DeploymentReader = Callable[[str], Mapping[str, Any] | None]  # name -> the Deployment (dict) or None if absent
+
+GPU_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name")
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+GPU_TYPE_ANNOTATION = "inferplan.io/gpu-type"
+_FLAGS = {  # engine argument -> field, per engine (both --flag value and --flag=value are read)
+    "tp": ("--tensor-parallel-size", "-tp", "--tp-size", "--tp", "--num-shard", "--tp_size"),
+    "batch": ("--max-num-seqs", "--max-running-requests", "--max-concurrent-requests", "--max_batch_size",
+              "--max-batch-size"),
+    "quantization": ("--quantization", "-q", "--quantize"),
+    "dtype": ("--dtype",),
+    "kv": ("--kv-cache-dtype",),
+}
+_QUANTIZATION = {"fp8": "fp8", "awq": "int4-awq", "awq_marlin": "int4-awq", "gptq": "int4-gptq",
+                 "gptq_marlin": "int4-gptq", "mxfp4": "mxfp4", "compressed-tensors": "int8-w8a8"}
+
+
+class CurrentError(Exception):
+    """The current deployment cannot be told (no Deployment, no GPU type...); the message says what to set."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The current deployment
+
+
+def _arguments(container: Mapping[str, Any]) -> list[str]:
+    tokens: list[str] = []
+    for part in [*(container.get("command") or []), *(container.get("args") or [])]:
+        if not isinstance(part, str):
+            continue
+        try:  # `sh -c "vllm serve ... --max-num-seqs 64"` carries the arguments in one string
+            tokens.extend(shlex.split(part) if " " in part.strip() else [part])
+        except ValueError:
+            tokens.append(part)
+    return tokens
+
+
+def _flag(tokens: Sequence[str], names: Sequence[str]) -> str | None:
+    for i, token in enumerate(tokens):
+        for name in names:
+            if token == name and i + 1 < len(tokens):
+                return tokens[i + 1]
+            if token.startswith(name + "="):
+                return token.split("=", 1)[1]
+    return None
+
+
+def _positive_int(text: Any) -> int | None:
+    try:
+        value = int(str(text))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def read_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a Deployment says about the serving fleet: replicas (ready replicas when it has a status), GPU type
+    (node selector, required node affinity, or the inferplan.io/gpu-type annotation), and the engine's tensor-
+    parallel size, max batch, precision and KV dtype from the container's arguments (GPU limit for the TP
+    size). Only fields it finds are returned."""
+    found: dict[str, Any] = {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    if isinstance(status.get("readyReplicas"), int):
+        found["replicas"] = status["readyReplicas"]
+    elif isinstance(spec.get("replicas"), int):
+        found["replicas"] = spec["replicas"]
+    pod = (spec.get("template") or {}).get("spec") or {}
+    labels: list[str] = []
+    selector = pod.get("nodeSelector") or {}
+    labels += [selector[key] for key in GPU_LABELS if isinstance(selector.get(key), str)]
+    affinity = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in affinity.get("nodeSelectorTerms") or []:
+        for expression in (term or {}).get("matchExpressions") or []:
+            if expression.get("key") in GPU_LABELS and expression.get("operator") == "In":
+                labels += [v for v in expression.get("values") or [] if isinstance(v, str)][:1]
+    annotation = ((body.get("metadata") or {}).get("annotations") or {}).get(GPU_TYPE_ANNOTATION)
+    for label in ([annotation] if isinstance(annotation, str) else []) + labels:
+        try:
+            found["gpu_type"] = resolve_gpu(label).key
+            break
+        except CatalogLookupError:
+            continue
+    containers = [c for c in pod.get("containers") or [] if isinstance(c, Mapping)]
+    gpu_containers = [c for c in containers
+                      if any(key in ((c.get("resources") or {}).get("limits") or {}) for key in GPU_RESOURCES)]
+    container = (gpu_containers or containers or [{}])[0]
+    tokens = _arguments(container)
+    limits = (container.get("resources") or {}).get("limits") or {}
+    tp = _positive_int(_flag(tokens, _FLAGS["tp"])) or next(
+        (_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)
+    if tp:
+        found["gpus_per_replica"] = tp
+    if batch := _positive_int(_flag(tokens, _FLAGS["batch"])):
+        found["max_batch"] = batch
+    quantization = _flag(tokens, _FLAGS["quantization"])
+    dtype = _flag(tokens, _FLAGS["dtype"])
+    precision = _QUANTIZATION.get((quantization or "").lower()) or (
+        {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}.get(
+            (dtype or "").lower()) if not quantization else None)
+    if precision:
+        found["precision"] = precision
+    kv = (_flag(tokens, _FLAGS["kv"]) or "").lower()
+    if kv.startswith("fp8"):
+        found["kv_cache_dtype"] = "fp8"
+    elif kv in ("auto", "fp16", "bf16"):
+        found["kv_cache_dtype"] = kv
+    return found
+
+
+@dataclass(frozen=True)
+class Current:
+    shape: CurrentShape
+    deployment: str | None
+    sources: dict[str, str]
+
+
+def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | None, req: PlanRequest) -> Current:
+    """The current deployment: spec.observe.current's fields over the Deployment's, then defaults (the engine's
+    max batch, the plan's first precision, KV auto). Raises CurrentError when the GPU type or replicas are
+    unknown."""
+    name = given.get("deployment")
+    from_deployment = read_deployment(deployment) if deployment is not None else {}
+    keys = {"gpu_type": "gpuType", "replicas": "replicas", "gpus_per_replica": "gpusPerReplica",
+            "max_batch": "maxBatch", "precision": "precision", "kv_cache_dtype": "kvCacheDtype"}
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for field_name, spec_key in keys.items():
+        if given.get(spec_key) is not None:
+            value = given[spec_key]
+            values[field_name], sources[spec_key] = value, "spec"
+        elif field_name in from_deployment:
+            values[field_name], sources[spec_key] = from_deployment[field_name], "Deployment"
+    if "gpu_type" in values:
+        try:
+            values["gpu_type"] = resolve_gpu(values["gpu_type"]).key
+        except CatalogLookupError as exc:
+            raise CurrentError(f"observe.current.gpuType: {exc}") from None
+    where = f"Deployment {name!r}" if name else "spec.observe.current"
+    if "gpu_type" not in values:
+        raise CurrentError(f"the GPU type of {where} is unknown: give a node selector on {GPU_LABELS[0]}, the "
+                           f"{GPU_TYPE_ANNOTATION} annotation, or observe.current.gpuType")
+    if not values.get("replicas"):
+        raise CurrentError(f"{where} has no ready replicas")
+    defaults = {"gpus_per_replica": 1, "max_batch": ENGINES[req.engine].default_max_num_seqs,
+                "precision": req.precisions[0], "kv_cache_dtype": "auto"}
+    for field_name, default in defaults.items():
+        if field_name not in values:
+            values[field_name], sources[keys[field_name]] = default, "default"
+    try:
+        values["precision"] = weight_precision(values["precision"]).name
+    except CatalogLookupError as exc:
+        raise CurrentError(f"observe.current.precision: {exc}") from None
+    return Current(CurrentShape(**values), name, sources)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One observation
+
+
+@dataclass(frozen=True)
+class ObserveOutcome:
+    prometheus: str
+    window: str
+    observation: Observation | None = None
+    error: tuple[str, str] | None = None          # MetricsAvailable=False (reason, message)
+    current: Current | None = None
+    current_error: str | None = None              # PredictionAccurate=Unknown (NoCurrentDeployment)
+    prediction: CurrentPrediction | None = None
+    discrepancies: list[Discrepancy] = field(default_factory=list)
+    calibration: Calibration | None = None        # the calibration to plan with (observe.calibrate)
+    calibration_gpu: str | None = None
+
+
+def previous_calibration(status: Mapping[str, Any] | None, gpu_type: str | None) -> Calibration:
+    """The calibration recorded in status for `gpu_type` (a new GPU type starts from the catalog)."""
+    recorded = (status or {}).get("calibration") or {}
+    if not recorded or recorded.get("gpuType") != gpu_type:
+        return Calibration()
+    try:
+        return Calibration(decode=float(recorded["decode"]), prefill=float(recorded["prefill"]),
+                           samples=int(recorded.get("samples", 0)), updates=int(recorded.get("updates", 0)),
+                           note=str(recorded.get("note", "")))
+    except (KeyError, TypeError, ValueError):
+        return Calibration()
+
+
+def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint],
+                 read_deployment_body: DeploymentReader, old_status: Mapping[str, Any] | None,
+                 read_config_map: Callable[[str, str], str] | None = None) -> ObserveOutcome:
+    """Observe one plan (blocking). Never raises for a bad spec or a failing Prometheus: the outcome says."""
+    from inferplan.operator.reconcile import with_config_map  # reconcile imports this module's users
+
+    observe = spec.get("observe") or {}
+    name, window = str(observe.get("prometheus", "")), str(observe.get("window", "5m"))
+    try:
+        parsed = parse_plan(with_config_map(spec, read_config_map))
+        req = resolve_plan(parsed)
+    except PlanError as exc:
+        return ObserveOutcome(name, window, error=("InvalidSpec", f"the spec cannot be planned: {exc}"))
+    assert parsed.observe is not None
+    window = parsed.observe.window
+    endpoint = endpoints.get(name)
+    if endpoint is None:
+        known = ", ".join(sorted(endpoints)) or "none configured"
+        return ObserveOutcome(name, window, error=("UnknownPrometheus", f"no Prometheus endpoint named {name!r} in "
+                                                                        f"INFERPLAN_PROMETHEUS_CONFIG ({known})"))
+    family = FAMILIES.get(req.engine)
+    if family is None:
+        return ObserveOutcome(name, window, error=("UnsupportedEngine", f"reading {req.engine} metrics is not "
+                                                                        f"supported (vllm, sglang)"))
+    try:
+        observation = read_observation(PrometheusClient(endpoint), family, parsed.observe.selector, window,
+                                       parsed.observe.min_requests)
+    except ObserveError as exc:
+        return ObserveOutcome(name, window, error=(exc.reason, str(exc)))
+
+    given = parsed.observe.current.model_dump(by_alias=True, exclude_none=True)
+    try:
+        body = read_deployment_body(given["deployment"]) if given.get("deployment") else None
+        if given.get("deployment") and body is None:
+            raise CurrentError(f"Deployment {given['deployment']!r} not found in the plan's namespace")
+        current = resolve_current(given, body, req)
+    except CurrentError as exc:
+        return ObserveOutcome(name, window, observation, current_error=str(exc))
+
+    workload = ObservedWorkload(observation.requests_per_second, observation.prompt_mean, observation.output_mean,
+                                observation.prompt_cv, observation.output_cv)
+    observed_req = with_workload(req, workload)
+    factors = load_factors()
+    calibration = None
+    if parsed.observe.calibrate:
+        previous = previous_calibration(old_status, current.shape.gpu_type)
+        calibration = update_calibration(observed_req, current.shape, observation.latency_mean,
+                                         observation.requests_in_window, observation.waiting, previous, factors)
+        factors = calibrated_factors(factors, req.engine, current.shape.gpu_type, calibration)
+    prediction = predict_current(observed_req, current.shape, factors)
+    observed = {metric: {q: (v.value, v.low, v.high) for q, v in quantiles.items()}
+                for metric, quantiles in observation.latency.items()}
+    return ObserveOutcome(name, window, observation, current=current, prediction=prediction,
+                          discrepancies=compare(prediction.latency, observed), calibration=calibration,
+                          calibration_gpu=current.shape.gpu_type)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The status it leads to
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value * 1e3, 4)
+
+
+def _latency(table: Mapping[str, Mapping[float, float]]) -> dict[str, Any]:
+    return {metric: {QUANTILE_NAMES[q]: _ms(v) for q, v in quantiles.items()} for metric, quantiles in table.items()}
+
+
+def _parse_time(text: str | None) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.strptime(text or "", "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+
+
+def _replace_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`old` with the conditions of `new`'s types replaced in place (or appended)."""
+    by_type = {c["type"]: c for c in new}
+    out = [by_type.pop(c.get("type"), None) or dict(c) for c in old if isinstance(c, Mapping)]
+    return out + list(by_type.values())
+
+
+def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, now: str, generation: int,
+                   max_error_ratio: float, drift_seconds: float, calibrate: bool) -> dict[str, Any]:
+    """The whole new status after one observation (pure; `old` is not modified)."""
+    status = dict(old or {})
+    previous = status.get("conditions") or []
+    made: list[dict[str, Any]] = []
+
+    def make(type_: str, state: str, reason: str, message: str) -> None:
+        made.append(condition(type_, state, reason, message, generation, now, previous))
+
+    if outcome.error is not None:
+        reason, message = outcome.error
+        make("MetricsAvailable", "False", reason, message)
+        if not any(c.get("type") == "PredictionAccurate" for c in previous if isinstance(c, Mapping)):
+            make("PredictionAccurate", "Unknown", "NoObservation", "nothing observed yet")
+        status["conditions"] = _replace_conditions(previous, made)
+        return status  # the last good observed / prediction / calibration stay
+
+    obs = outcome.observation
+    assert obs is not None
+    make("MetricsAvailable", "True", "SeriesFound",
+         f"{obs.requests_in_window:.0f} requests in the last {obs.window} ({obs.requests_per_second:.3g} req/s) "
+         f"from Prometheus {outcome.prometheus!r}")
+    current = outcome.current
+    status["observed"] = {
+        "prometheus": outcome.prometheus, "window": obs.window, "sampleTime": now,
+        "requestsPerSecond": round(obs.requests_per_second, 6), "requestsInWindow": round(obs.requests_in_window, 3),
+        "promptTokensMean": None if obs.prompt_mean is None else round(obs.prompt_mean, 3),
+        "outputTokensMean": None if obs.output_mean is None else round(obs.output_mean, 3),
+        "latencyMs": _latency({m: {q: v.value for q, v in qs.items()} for m, qs in obs.latency.items()}),
+        "meanLatencyMs": {m: _ms(v) for m, v in obs.latency_mean.items()},
+        "runningRequests": obs.running, "waitingRequests": obs.waiting, "kvCacheUsage": obs.kv_usage,
+        "kvCacheBlocks": obs.kv_blocks, "blockSize": obs.block_size,
+        "current": None if current is None else {
+            "deployment": current.deployment, "gpuType": current.shape.gpu_type,
+            "replicas": current.shape.replicas, "gpusPerReplica": current.shape.gpus_per_replica,
+            "maxBatch": current.shape.max_batch, "precision": current.shape.precision,
+            "kvCacheDtype": current.shape.kv_cache_dtype, "sources": current.sources},
+    }
+    status["observed"] = _without_none(status["observed"])
+
+    if outcome.current_error is not None or outcome.prediction is None:
+        make("PredictionAccurate", "Unknown", "NoCurrentDeployment",
+             outcome.current_error or "the current deployment is unknown")
+        status.pop("prediction", None)
+    else:
+        old_prediction = (old or {}).get("prediction") or {}
+        largest = worst(outcome.discrepancies)
+        errors: dict[str, dict[str, float]] = {}
+        for d in outcome.discrepancies:
+            errors.setdefault(d.metric, {})[QUANTILE_NAMES[d.quantile]] = round(d.error_ratio, 4)
+        drift_since = None
+        if largest is None:
+            make("PredictionAccurate", "Unknown", "NoLatencyData", "the engine exports no latency histograms here")
+        elif abs(largest.resolved_error_ratio) <= max_error_ratio:
+            make("PredictionAccurate", "True", "Accurate",
+                 f"every latency percentile within {max_error_ratio:.0%} of the prediction beyond the histogram's "
+                 f"bucket resolution; largest: {largest.describe()}")
+        else:
+            drift_since = old_prediction.get("driftSince") or now
+            since = _parse_time(drift_since)
+            elapsed = (_parse_time(now) - since).total_seconds() if since and _parse_time(now) else 0.0
+            text = (f"{largest.describe()}, {abs(largest.resolved_error_ratio):.0%} beyond the bucket > "
+                    f"{max_error_ratio:.0%} since {drift_since}")
+            if elapsed >= drift_seconds:
+                make("PredictionAccurate", "False", "PredictionDrift", text)
+            else:
+                make("PredictionAccurate", "True", "DriftPending",
+                     f"{text}; False after {drift_seconds:g} s (observe.driftSeconds)")
+        status["prediction"] = _without_none({
+            "latencyMs": _latency(outcome.prediction.latency),
+            "meanLatencyMs": {m: _ms(v) for m, v in outcome.prediction.mean.items()},
+            "errorRatio": errors,
+            "worst": None if largest is None else largest.describe(),
+            "utilization": round(outcome.prediction.utilization, 4),
+            "driftSince": drift_since,
+        })
+    if calibrate and outcome.calibration is not None:
+        cal = outcome.calibration
+        old_cal = (old or {}).get("calibration") or {}
+        updated = cal.updates != old_cal.get("updates") or outcome.calibration_gpu != old_cal.get("gpuType")
+        status["calibration"] = _without_none({
+            "gpuType": outcome.calibration_gpu, "decode": round(cal.decode, 4), "prefill": round(cal.prefill, 4),
+            "provenance": cal.provenance, "samples": cal.samples, "updates": cal.updates, "note": cal.note[:1024],
+            "lastUpdateTime": now if updated and cal.updates else old_cal.get("lastUpdateTime"),
+        })
+    elif not calibrate:
+        status.pop("calibration", None)
+    status["conditions"] = _replace_conditions(previous, made)
+    return status
+
+
+def _without_none(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
