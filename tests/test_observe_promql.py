@@ -64,11 +64,6 @@ def test_histogram_quantile_interpolates_within_the_bucket_like_prometheus() -> 
     assert promql.histogram_quantile(0.5, [(0.1, 5.0)]) is None  # no +Inf bucket
 
 
-def test_histogram_mean_and_cv_of_a_point_mass_is_its_bucket_middle() -> None:
-    mean, cv = promql.histogram_mean_and_cv([(100, 0), (200, 50), (math.inf, 50)])
-    assert mean == pytest.approx(150) and cv == pytest.approx(0)
-
-
 def test_endpoints_file_errors_name_the_entry_and_field() -> None:
     ok = parse_endpoints([{"name": "main", "url": "http://prom:9090/", "timeoutSeconds": 5}])
     assert ok["main"] == PrometheusEndpoint("main", "http://prom:9090", None, None, 5.0)

@@ -99,7 +99,7 @@ def _observation(prediction, scale: float = 1.0, requests: float = 1000.0) -> Ob
     """Observed figures equal to a prediction x scale, each in a bucket of +-10% around it."""
     latency = {m: {q: Quantile(v * scale, v * scale * 0.9, v * scale * 1.1) for q, v in qs.items()}
                for m, qs in prediction.latency.items()}
-    return Observation("5m", 2.0, requests, 1000.0, 250.0, None, None, latency,
+    return Observation("5m", 2.0, requests, 1000.0, 250.0, latency,
                        {m: v * scale for m, v in prediction.mean.items()}, 10.0, 0.0, 0.4, 1000, 16)
 
 

@@ -28,10 +28,8 @@ class Observation:
     window: str
     requests_per_second: float
     requests_in_window: float
-    prompt_mean: float | None
-    output_mean: float | None
-    prompt_cv: float | None
-    output_cv: float | None
+    prompt_mean: float | None   # from the token counters (exact); the declared spread is kept: per-request
+    output_mean: float | None   # token histograms have 1-2-5 buckets, too coarse for a CV
     latency: dict[str, dict[float, promql.Quantile]] = field(default_factory=dict)  # metric -> q -> seconds
     latency_mean: dict[str, float] = field(default_factory=dict)  # metric -> exact mean [s] (_sum / _count)
     running: float | None = None
@@ -84,12 +82,6 @@ def read_observation(client: PrometheusClient, names: EngineMetrics, selector: M
         tokens = _scalar(query(promql.total_rate(counter, selector, window)))
         return tokens / rate if tokens is not None and rate > 0 else None
 
-    def token_cv(histogram: tuple[str, ...]) -> float | None:
-        if not histogram:
-            return None
-        stats = promql.histogram_mean_and_cv(_buckets(query(promql.bucket_rates(histogram, selector, window))))
-        return None if stats is None else stats[1]
-
     latency: dict[str, dict[float, promql.Quantile]] = {}
     latency_mean: dict[str, float] = {}
     for metric in LATENCY_METRICS:
@@ -118,8 +110,6 @@ def read_observation(client: PrometheusClient, names: EngineMetrics, selector: M
         requests_in_window=count,
         prompt_mean=mean_tokens(names.prompt_tokens_total),
         output_mean=mean_tokens(names.output_tokens_total),
-        prompt_cv=token_cv(names.prompt_tokens),
-        output_cv=token_cv(names.output_tokens),
         latency=latency,
         latency_mean=latency_mean,
         running=_scalar(query(promql.gauge_sum(names.running, selector, window))),

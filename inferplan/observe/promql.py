@@ -144,28 +144,3 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> Quan
         return Quantile(high, low, high)
     value = low + (high - low) * (rank - count_low) / (count_high - count_low)
     return Quantile(value, low, high)
-
-
-def histogram_mean_and_cv(buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
-    """Mean and coefficient of variation of a histogram from its buckets' midpoints (approximate: used only
-    for token lengths, whose means come from `_sum` / `_count` exactly)."""
-    ordered = sorted((float(le), float(count)) for le, count in buckets)
-    previous_le, previous_count = 0.0, 0.0
-    weights: list[tuple[float, float]] = []
-    for le, count in ordered:
-        mass = max(count - previous_count, 0.0)
-        if math.isinf(le):
-            middle = previous_le  # the +Inf bucket: at its lower bound (an underestimate)
-        else:
-            middle = (previous_le + le) / 2.0
-        if mass > 0:
-            weights.append((middle, mass))
-        previous_le, previous_count = (le if not math.isinf(le) else previous_le), max(count, previous_count)
-    total = sum(m for _, m in weights)
-    if total <= 0:
-        return None
-    mean = sum(x * m for x, m in weights) / total
-    if mean <= 0:
-        return None
-    variance = sum(m * (x - mean) ** 2 for x, m in weights) / total
-    return mean, math.sqrt(variance) / mean

@@ -218,7 +218,8 @@ async def _plan(body: kopf.Body, spec_now: dict, old: dict | None, generation: i
         new["warnings"] = list(dict.fromkeys([*outcome.warnings, *new.get("warnings", [])]))
     new["inventory"] = _relevant_inventory(spec_now, inventory)
     if outcome.error:
-        metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
+        if outcome.error[0] != "PlanningFailed":  # already counted as Unexpected
+            metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
         previous = {c["type"]: c for c in (old or {}).get("conditions", [])}.get("Ready", {})
         if previous.get("reason") != outcome.error[0]:  # one event per new problem, not per reconcile
             kopf.warn(body, reason=outcome.error[0], message=outcome.error[1][:1024])

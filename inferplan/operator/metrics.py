@@ -25,6 +25,7 @@ PLAN_FEASIBLE = Gauge("inferplan_plan_feasible", "1 when the plan has a feasible
                       ["namespace", "plan"], registry=REGISTRY)
 CLUSTER_GPUS = Gauge("inferplan_cluster_gpus", "Allocatable GPUs on schedulable, ready nodes, by type.",
                      ["gpu_type"], registry=REGISTRY)
+RECONCILE_ERRORS.labels("Unexpected")  # exported at 0 from the start, so that rate() sees the first one
 _LATENCY_LABELS = ["namespace", "plan", "metric", "quantile"]
 PREDICTED_LATENCY = Gauge("inferplan_predicted_latency_seconds",
                           "Latency predicted for the observed workload on the current deployment.",
@@ -41,8 +42,8 @@ CURRENT_REPLICAS = Gauge("inferplan_current_replicas", "Replicas of the deployme
 CALIBRATION_FACTOR = Gauge("inferplan_calibration_factor",
                            "Online calibration multiplier on the catalog's efficiency (1 = uncalibrated).",
                            ["namespace", "plan", "factor"], registry=REGISTRY)
-PLAN_CONDITION = Gauge("inferplan_plan_condition", "1 for each condition's current status of a plan.",
-                       ["namespace", "plan", "condition", "status"], registry=REGISTRY)
+PLAN_CONDITION = Gauge("inferplan_plan_condition", "1 for each condition's current status and reason of a plan.",
+                       ["namespace", "plan", "condition", "status", "reason"], registry=REGISTRY)
 
 _PER_PLAN = (RECOMMENDED_REPLICAS, RECOMMENDED_GPUS, RECOMMENDED_COST, PLAN_FEASIBLE, PREDICTED_LATENCY,
              OBSERVED_LATENCY, PREDICTION_ERROR, OBSERVED_RATE, CURRENT_REPLICAS, CALIBRATION_FACTOR, PLAN_CONDITION)
@@ -67,7 +68,7 @@ def record_plan(namespace: str, name: str, status: dict) -> None:
         RECOMMENDED_GPUS.labels(namespace, name, rec["gpuType"]).set(rec["gpus"])
         RECOMMENDED_COST.labels(namespace, name).set(rec["cost"]["dollarsPerHour"])
     for item in status.get("conditions") or []:
-        PLAN_CONDITION.labels(namespace, name, item["type"], item["status"]).set(1)
+        PLAN_CONDITION.labels(namespace, name, item["type"], item["status"], item.get("reason", "")).set(1)
     observed = status.get("observed") or {}
     if observed:
         OBSERVED_RATE.labels(namespace, name).set(observed.get("requestsPerSecond", 0.0))

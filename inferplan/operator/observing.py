@@ -264,8 +264,7 @@ def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndp
     except CurrentError as exc:
         return ObserveOutcome(name, window, observation, current_error=str(exc))
 
-    workload = ObservedWorkload(observation.requests_per_second, observation.prompt_mean, observation.output_mean,
-                                observation.prompt_cv, observation.output_cv)
+    workload = ObservedWorkload(observation.requests_per_second, observation.prompt_mean, observation.output_mean)
     observed_req = with_workload(req, workload)
     factors = load_factors()
     calibration = None

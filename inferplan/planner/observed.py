@@ -7,8 +7,8 @@ batch cap), not for the plan's declared workload or its recommendation.
 Observed latency quantiles come from engine histograms, so each is only known to lie in a bucket
 (`low`, `high`]; the interpolated value can be off by up to the bucket's width. The error ratio reported is
 (predicted - observed) / observed with the interpolated value, as dashboards show it; whether the prediction
-is accurate is judged on the error beyond the bucket: a prediction inside the observed bucket is as close as
-the histogram can tell.
+is accurate is judged on the smallest error the histogram allows (`resolved_error_ratio`): against the bucket
+edge nearest to the prediction, and zero for a prediction inside the observed bucket.
 """
 
 from __future__ import annotations
@@ -135,11 +135,13 @@ class Discrepancy:
 
     @property
     def resolved_error_ratio(self) -> float:
-        """The error beyond the observed bucket, relative to the observed value: 0 inside the bucket."""
+        """The smallest error consistent with the histogram: the true quantile lies somewhere in the bucket
+        (low, high], so the error is at least that against the bucket edge nearest to the prediction; 0 for a
+        prediction inside the bucket."""
         if self.predicted_s > self.high_s:
-            return (self.predicted_s - self.high_s) / self.observed_s
+            return (self.predicted_s - self.high_s) / self.high_s
         if self.predicted_s < self.low_s:
-            return (self.predicted_s - self.low_s) / self.observed_s
+            return (self.predicted_s - self.low_s) / self.low_s
         return 0.0
 
     def describe(self) -> str:
