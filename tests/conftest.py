@@ -7,6 +7,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"
 
+pytest_plugins = ["tests.support.fixtures"]
+
 
 @pytest.fixture(scope="session")
 def published_scenarios() -> Path:

@@ -1,0 +1,226 @@
+"""The Grafana dashboard and the Prometheus rules: valid (checked by promtool), their alerts unit-tested
+(`promtool test rules`), and built only from series the operator exports.
+
+promtool comes with Prometheus (`apt-get install -y --no-install-recommends prometheus`). Without it the
+promtool tests are skipped, except in CI (`CI=true`), where they must run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inferplan.operator import metrics
+from tests.support.monitoring import (
+    DASHBOARD,
+    RULES,
+    RULES_TESTS,
+    SELECTION_VARIABLE,
+    dashboard_expressions,
+    dashboard_panels,
+    dashboard_variable_selectors,
+    load_dashboard,
+    load_rules,
+    metric_names,
+    rule_expressions,
+    to_promql,
+)
+
+REQUIRED_ALERTS = {"InferplanPredictionDrift", "InferplanPlanInfeasible", "InferplanMetricsMissing",
+                   "InferplanReconcileErrors"}
+RUNBOOK = "docs/operator.md#alerts"
+
+
+def exported_series() -> dict[str, tuple[str, ...]]:
+    """Series name -> label names, for every series the operator exports (histogram and counter series by
+    their suffixed names: `_bucket`, `_count`, `_sum`, `_total`, `_created`)."""
+    # The registry's collector -> series names map is what prometheus_client checks duplicates against.
+    series = {name: tuple(getattr(collector, "_labelnames", ()))
+              for collector, names in metrics.REGISTRY._collector_to_names.items() for name in names}
+    return series
+
+
+def _skip_or_fail(reason: str) -> None:
+    """Skip locally; in CI (CI=true) a missing prerequisite fails the run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the monitoring assets must be checked, not skipped)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        _skip_or_fail("promtool not installed; apt-get install -y --no-install-recommends prometheus")
+    return str(path)
+
+
+def run_promtool(promtool: str, *args: str | Path) -> str:
+    done = subprocess.run([promtool, *map(str, args)], capture_output=True, text=True, timeout=300, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"promtool {' '.join(map(str, args))} failed:\n{output}"
+    return output
+
+
+# --- Prometheus rules -------------------------------------------------------------------------------------
+
+
+def test_rules_pass_promtool_check(promtool: str) -> None:
+    output = run_promtool(promtool, "check", "rules", RULES)
+    assert f"SUCCESS: {len(rule_expressions())} rules found" in output
+
+
+def test_rules_pass_their_unit_tests(promtool: str) -> None:
+    run_promtool(promtool, "test", "rules", RULES_TESTS)
+
+
+def alerts() -> list[dict]:
+    return [rule for group in load_rules()["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def test_every_alert_has_for_severity_annotations_and_the_runbook() -> None:
+    names = [rule["alert"] for rule in alerts()]
+    assert REQUIRED_ALERTS <= set(names)
+    assert len(names) == len(set(names))
+    for rule in alerts():
+        name, expr = rule["alert"], rule["expr"]
+        assert re.fullmatch(r"\d+[smh]", str(rule.get("for", ""))), name
+        assert rule["labels"]["severity"] in {"info", "warning", "critical"}, name
+        annotations = rule["annotations"]
+        assert annotations["summary"].strip() and annotations["description"].strip(), name
+        assert annotations["runbook_url"] == RUNBOOK, name
+        if re.search(r"\bby \(namespace, plan\)", expr):  # a per-plan alert names its plan
+            for key in ("summary", "description"):
+                assert "$labels.namespace" in annotations[key] and "$labels.plan" in annotations[key], (name, key)
+
+
+def test_no_rule_depends_on_the_scrape_job() -> None:
+    for name, expr in rule_expressions():
+        assert not re.search(r"\b(job|instance)\s*(=|!=|=~|!~)", expr), name
+
+
+def test_every_alert_is_tested_firing_and_silent() -> None:
+    """The unit tests show each alert firing somewhere, and silent somewhere."""
+    cases: dict[str, set[bool]] = {}
+    for test in yaml.safe_load(RULES_TESTS.read_text(encoding="ascii"))["tests"]:
+        for case in test.get("alert_rule_test") or []:
+            cases.setdefault(case["alertname"], set()).add(bool(case.get("exp_alerts")))
+    for rule in alerts():
+        assert cases.get(rule["alert"]) == {True, False}, rule["alert"]
+
+
+# --- Grafana dashboard ------------------------------------------------------------------------------------
+
+
+def test_dashboard_identity_and_template_variables() -> None:
+    dashboard = load_dashboard()
+    assert dashboard["uid"] == "inferplan"
+    assert dashboard["title"] == "inferplan: predicted vs observed"
+    assert dashboard["schemaVersion"] >= 36
+    variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for name in ("namespace", "plan"):
+        variable = variables[name]
+        assert variable["type"] == "query"
+        assert variable["multi"] is True and variable["includeAll"] is True
+        assert variable["datasource"]["uid"] == "${datasource}"
+    selectors = dict(dashboard_variable_selectors(dashboard))
+    assert set(selectors) == {"namespace", "plan"}
+    assert all(metric_names(to_promql(selector)) == {"inferplan_plan_feasible"} for selector in selectors.values())
+    assert 'namespace=~"$namespace"' in selectors["plan"]  # plans of the selected namespaces
+
+
+def test_every_panel_has_the_datasource_and_every_target_an_expression() -> None:
+    panels = dashboard_panels()
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    queried = [panel for panel in panels if panel["type"] != "row"]
+    assert queried
+    for panel in queried:
+        title = panel.get("title")
+        assert title and "gridPos" in panel
+        assert panel.get("datasource") == {"type": "prometheus", "uid": "${datasource}"}, title
+        assert panel.get("targets"), title
+        for target in panel["targets"]:
+            assert target.get("datasource") == {"type": "prometheus", "uid": "${datasource}"}, title
+            assert target.get("expr", "").strip(), title
+            assert "datasource" not in target["expr"], title
+
+
+def test_dashboard_has_the_panels_the_issue_asks_for() -> None:
+    used = {name for _, expr in dashboard_expressions() for name in metric_names(expr)}
+    for name in ("inferplan_predicted_latency_seconds", "inferplan_observed_latency_seconds",
+                 "inferplan_prediction_error_ratio", "inferplan_observed_requests_per_second",
+                 "inferplan_recommended_replicas", "inferplan_current_replicas",
+                 "inferplan_recommended_cost_dollars_per_hour", "inferplan_plan_feasible", "inferplan_plan_condition",
+                 "inferplan_calibration_factor", "inferplan_reconcile_duration_seconds_count",
+                 "inferplan_reconcile_duration_seconds_bucket", "inferplan_reconcile_errors_total"):
+        assert name in used, name
+    latency = "\n".join(expr for _, expr in dashboard_expressions() if "_latency_seconds" in expr)
+    for metric in ("ttft", "tpot", "e2e"):
+        assert f'metric="{metric}"' in latency, metric
+
+
+def test_selection_variables_appear_only_in_regex_matchers() -> None:
+    for panel in dashboard_panels():
+        for target in panel.get("targets") or []:
+            expr = target["expr"]
+            references = len(SELECTION_VARIABLE.findall(expr))
+            in_regex = len(re.findall(r'=~"[^"]*(?:' + SELECTION_VARIABLE.pattern + r')[^"]*"', expr))
+            assert references == in_regex, (panel["title"], expr)
+    for title, expr in dashboard_expressions():
+        assert "$" not in expr and "[[" not in expr, (title, expr)
+
+
+def test_per_plan_metrics_are_filtered_on_the_selected_namespace_and_plan() -> None:
+    per_plan = {name for name, labels in exported_series().items() if {"namespace", "plan"} <= set(labels)}
+    for panel in dashboard_panels():
+        for target in panel.get("targets") or []:
+            expr = target["expr"]
+            for name in metric_names(to_promql(expr)) & per_plan:
+                for match in re.finditer(rf"(?<![\w:]){name}(?![\w:])(\s*\{{[^}}]*\}})?", expr):
+                    matchers = match[1] or ""
+                    assert 'namespace=~"$namespace"' in matchers and 'plan=~"$plan"' in matchers, (
+                        panel["title"], expr)
+
+
+def test_dashboard_expressions_are_valid_promql(promtool: str, tmp_path: Path) -> None:
+    expressions = dashboard_expressions()
+    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:expression_{index}", "expr": expr}
+                                                        for index, (_, expr) in enumerate(expressions)]}]}
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="ascii")
+    listing = "\n".join(f"{index}: {title}: {expr}" for index, (title, expr) in enumerate(expressions))
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}\nexpressions:\n{listing}"
+    assert f"SUCCESS: {len(expressions)} rules found" in done.stdout
+
+
+def test_every_metric_used_is_one_the_operator_exports() -> None:
+    exported = set(exported_series())
+    for title, expr in dashboard_expressions() + rule_expressions():
+        names = metric_names(expr)
+        assert names, (title, expr)
+        assert names <= exported, (title, sorted(names - exported))
+    # Also names outside expressions: annotation queries of the rules, anything else in the dashboard.
+    for path in (DASHBOARD, RULES):
+        mentioned = set(re.findall(r"(?<![\w:])inferplan_[a-z0-9_]+", path.read_text(encoding="ascii")))
+        assert mentioned <= exported, (path.name, sorted(mentioned - exported))
+
+
+def test_metric_names_parser() -> None:
+    assert metric_names('sum by (le) (rate(a_bucket{x="y{z}", le!="0.5"}[5m])) / on (b) group_left c') == {
+        "a_bucket", "c"}
+    assert metric_names("histogram_quantile(0.95, x) > 1e3 and y offset 15m unless z[5m:1m] or vector(0)") == {
+        "x", "y", "z"}
+    assert metric_names('count(m == bool 1) without (instance) or absent(n{a=~"$plan"})') == {"m", "n"}
+    assert to_promql('rate(m{plan=~"$plan", namespace=~"${namespace}"}[$__rate_interval])') == (
+        'rate(m{plan=~".+", namespace=~".+"}[5m])')
