@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.architectures import ModelArchitecture
 from inferplan.planner.engines import EngineProfile, EngineSettings
@@ -19,6 +20,7 @@ from inferplan.planner.gpus import GpuSpec
 from inferplan.planner.precisions import WeightPrecision
 
 GIB = float(2**30)
+Number = float | NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,9 @@ def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
     return quantized * precision.bytes_per_param + (split.total - quantized) * 2.0
 
 
-def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, kv_bytes: float, tp: int, pp: int = 1) -> float:
-    """KV bytes one token takes on one GPU of the instance, every layer keeping it.
+def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, kv_bytes: Number, tp: Number, pp: int = 1) -> Number:
+    """KV bytes one token takes on one GPU of the instance, every layer keeping it (`kv_bytes` and `tp` may
+    be arrays).
 
     Tensor parallelism splits KV heads across GPUs; with fewer KV heads than GPUs each GPU keeps a
     replica of one head (vLLM), so the per-GPU share never drops below one head. MLA's latent is
@@ -65,14 +68,14 @@ def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, kv_bytes: float, tp: int
     full = arch.kv_bytes_per_token(kv_bytes)
     if arch.is_mla:
         return full / pp
-    heads_per_gpu = max(1.0, arch.num_kv_heads / tp)
+    heads_per_gpu = np.maximum(1.0, arch.num_kv_heads / np.asarray(tp))
     return full * heads_per_gpu / arch.num_kv_heads / pp
 
 
 def activation_peak_bytes(
-    arch: ModelArchitecture, profile_tokens: int, max_num_seqs: int, tp: int, scale: float = 1.0
-) -> float:
-    """Peak activation memory of the engine's profiling forward pass, per GPU.
+    arch: ModelArchitecture, profile_tokens: Number, max_num_seqs: Number, tp: Number, scale: float = 1.0
+) -> Number:
+    """Peak activation memory of the engine's profiling forward pass, per GPU (arrays broadcast).
 
     One forward pass of `profile_tokens` tokens keeps the MLP's gate/up output and its activation
     (3 x intermediate / tp per token) and a few hidden-size buffers (4 x hidden) in 16 bits; the
@@ -89,13 +92,13 @@ def activation_peak_bytes(
 
 def kv_pool_bytes(
     memory_mode: str,
-    gpu_memory_bytes: float,
-    memory_fraction: float,
-    weights_per_gpu: float,
-    activation_per_gpu: float,
-    non_torch_bytes: float,
-) -> float:
-    """Bytes per GPU the engine gives its KV cache (never negative).
+    gpu_memory_bytes: Number,
+    memory_fraction: Number,
+    weights_per_gpu: Number,
+    activation_per_gpu: Number,
+    non_torch_bytes: Number,
+) -> Number:
+    """Bytes per GPU the engine gives its KV cache (never negative; arrays broadcast).
 
     total_fraction: fraction x total - weights - activation peak - non-torch (vLLM, SGLang, MLC-LLM).
     free_fraction: fraction x (total - weights - activation - non-torch) (TensorRT-LLM, LMDeploy, TGI).
@@ -106,7 +109,7 @@ def kv_pool_bytes(
         pool = memory_fraction * (gpu_memory_bytes - weights_per_gpu - activation_per_gpu - non_torch_bytes)
     else:
         raise ValueError(f"memory mode {memory_mode!r} has no KV pool")
-    return max(0.0, pool)
+    return np.maximum(0.0, pool)
 
 
 def kv_cache_tokens(pool_bytes_per_gpu: float, kv_bytes_per_token_gpu: float, block_tokens: int) -> int:
@@ -168,28 +171,88 @@ def plan_memory_for_settings(
 ) -> list[MemoryPlan]:
     """`plan_memory` for several engine settings of one deployment (the search varies max_num_seqs), with
     what does not depend on the settings computed once."""
-    weights = weight_bytes(arch, precision) / (tp * pp)
+    grid = memory_grid(
+        arch, float(gpu.usable_memory_bytes), weight_bytes(arch, precision), kv_bytes, engine, factors, tp,
+        profile_tokens=np.array([s.profile_tokens for s in settings], dtype=float),
+        max_num_seqs=np.array([s.max_num_seqs for s in settings], dtype=float),
+        memory_fraction=np.array([s.memory_fraction for s in settings], dtype=float),
+        max_model_len=np.array([s.max_model_len for s in settings], dtype=float),
+        pp=pp,
+    )
+    return [grid.plan(k) for k in range(len(settings))]
+
+
+@dataclass(frozen=True)
+class MemoryGrid:
+    """The fields of `MemoryPlan` for many deployments and settings at once, as arrays of one shape."""
+
+    weights_per_gpu: NDArray[np.float64]
+    activation_per_gpu: NDArray[np.float64]
+    non_torch_per_gpu: NDArray[np.float64]
+    kv_pool_per_gpu: NDArray[np.float64]
+    kv_bytes_per_token_gpu: NDArray[np.float64]
+    kv_cache_tokens: NDArray[np.float64]     # whole numbers
+    cuda_graph_per_gpu: NDArray[np.float64]
+    headroom_per_gpu: NDArray[np.float64]
+
+    def plan(self, index: int | tuple[int, ...]) -> MemoryPlan:
+        """The `MemoryPlan` at one position of the grid."""
+        return MemoryPlan(
+            weights_per_gpu=float(self.weights_per_gpu[index]),
+            activation_per_gpu=float(self.activation_per_gpu[index]),
+            non_torch_per_gpu=float(self.non_torch_per_gpu[index]),
+            kv_pool_per_gpu=float(self.kv_pool_per_gpu[index]),
+            kv_bytes_per_token_gpu=float(self.kv_bytes_per_token_gpu[index]),
+            kv_cache_tokens=int(self.kv_cache_tokens[index]),
+            cuda_graph_per_gpu=float(self.cuda_graph_per_gpu[index]),
+            headroom_per_gpu=float(self.headroom_per_gpu[index]),
+        )
+
+
+def memory_grid(
+    arch: ModelArchitecture,
+    gpu_bytes: ArrayLike,
+    weights_bytes: ArrayLike,
+    kv_bytes: ArrayLike,
+    engine: EngineProfile,
+    factors: EngineFactors,
+    tp: ArrayLike,
+    *,
+    profile_tokens: ArrayLike,
+    max_num_seqs: ArrayLike,
+    memory_fraction: ArrayLike,
+    max_model_len: ArrayLike,
+    pp: int = 1,
+) -> MemoryGrid:
+    """What `plan_memory` computes, for arrays that broadcast together: the usable memory of the GPU
+    (`gpu_bytes`), the whole model's weights (`weight_bytes` of its precision), the KV element size, the TP
+    size and the engine settings. The search plans every (GPU, TP, precision, KV dtype, max_num_seqs) in one
+    call; `plan_memory` is the one-element case, so the two always agree."""
+    tp_ = np.asarray(tp, dtype=float)
+    total = np.asarray(gpu_bytes, dtype=float)
+    fraction = np.asarray(memory_fraction, dtype=float)
+    weights = np.asarray(weights_bytes, dtype=float) / (tp_ * pp)
     non_torch = factors.non_torch_gib * GIB
-    per_token = kv_bytes_per_token_per_gpu(arch, kv_bytes, tp, pp)
+    per_token = np.asarray(kv_bytes_per_token_per_gpu(arch, np.asarray(kv_bytes, dtype=float), tp_, pp))
     graphs = engine.cuda_graph_gib * GIB
-    total = float(gpu.usable_memory_bytes)
-    plans = []
-    for s in settings:
-        activation = activation_peak_bytes(arch, s.profile_tokens, s.max_num_seqs, tp, factors.activation_scale)
-        if engine.memory_mode == "context":
-            kv = per_token * s.max_model_len
-            headroom = total - weights - activation - non_torch - graphs - kv
-            plans.append(MemoryPlan(weights, activation, non_torch, 0.0, per_token, s.max_model_len, graphs,
-                                    headroom))
-            continue
-        pool = kv_pool_bytes(engine.memory_mode, total, s.memory_fraction, weights, activation, non_torch)
+    activation = activation_peak_bytes(arch, profile_tokens, max_num_seqs, tp_, factors.activation_scale)
+    if engine.memory_mode == "context":
+        context = np.asarray(max_model_len, dtype=float)
+        kv = per_token * context
+        headroom = total - weights - activation - non_torch - graphs - kv
+        pool, tokens = np.zeros_like(headroom), context
+    else:
+        pool = kv_pool_bytes(engine.memory_mode, total, fraction, weights, activation, non_torch)
         used = weights + activation + non_torch + pool
         if engine.memory_mode == "total_fraction":
-            used = max(used, s.memory_fraction * total)  # the pool is what is left of the fraction
-        plans.append(MemoryPlan(weights, activation, non_torch, pool, per_token,
-                                kv_cache_tokens(pool, per_token, engine.kv_block_tokens), graphs,
-                                total - used - graphs))
-    return plans
+            used = np.maximum(used, fraction * total)  # the pool is what is left of the fraction
+        # kv_cache_tokens over arrays: whole blocks, none where a token takes no KV bytes
+        block = engine.kv_block_tokens
+        safe = np.where(per_token > 0, per_token, 1.0)
+        tokens = np.where(per_token > 0, np.floor(pool / (safe * block)), 0.0) * block
+        headroom = total - used - graphs
+    arrays = np.broadcast_arrays(weights, activation, non_torch, pool, per_token, tokens, graphs, headroom)
+    return MemoryGrid(*arrays)
 
 
 def max_concurrency(

@@ -11,6 +11,7 @@ parallelism and the engine's per-step and per-sequence overheads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
@@ -80,38 +81,83 @@ def build_hardware(
     pp: int = 1,
 ) -> Hardware:
     """Reduce (model, GPU, precision, engine, parallelism) to a `Hardware` of floats."""
+    grid = hardware_grid(arch, [gpu], [precision], [[kv_bytes]], [factors], [family], [tp], pp)
+    return Hardware(**{f.name: float(getattr(grid, f.name)[0, 0, 0, 0]) for f in fields(Hardware)})
+
+
+def hardware_grid(
+    arch: ModelArchitecture,
+    gpus: Sequence[GpuSpec],
+    precisions: Sequence[WeightPrecision],
+    kv_bytes: ArrayLike,
+    factors: Sequence[EngineFactors],
+    families: Sequence[FamilyFactors],
+    tps: Sequence[int],
+    pp: int = 1,
+) -> Hardware:
+    """`build_hardware` for every (GPU, TP size, precision, KV dtype) at once.
+
+    `factors` and `families` are per GPU (the engine's factors on that GPU, its family's), `kv_bytes` is
+    (precision, KV dtype): bytes of one KV element. Every field comes back as an array of shape
+    (len(gpus), len(tps), len(precisions), KV dtypes), so the search builds its hardware without a Python
+    loop over shapes; `build_hardware` is the one-element case, so the two always agree.
+    """
     split = weight_split(arch)
-    total_bytes = weight_bytes(arch, precision)
+    # Per precision (axis 2): bytes of the weights and what a decode step reads of them.
+    total_bytes = np.array([weight_bytes(arch, p) for p in precisions])
     # Every precision quantises the experts (the 16-bit ones at 2 bytes); only "all" touches embeddings.
-    expert_bytes = split.experts * precision.bytes_per_param
-    shards = tp * pp
-    embed_bytes = split.input_embedding * (precision.bytes_per_param if precision.quantizes == "all" else 2.0)
+    expert_bytes = np.array([split.experts * p.bytes_per_param for p in precisions])
+    embed_bytes = np.array([split.input_embedding * (p.bytes_per_param if p.quantizes == "all" else 2.0)
+                            for p in precisions])
     dense_read = total_bytes - expert_bytes - (0.0 if arch.tie_word_embeddings else embed_bytes)
 
     full_layers = arch.full_attention_layers()
     windows = [w for w in arch.layer_windows if w is not None]
-    per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv_bytes, tp, pp) / max(arch.num_layers, 1)
+    tp = np.array(tps)[None, :, None, None]
+    shards = tp * pp
+    kv = np.asarray(kv_bytes, dtype=float)[None, None, :, :]
+    per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv, tp, pp) / max(arch.num_layers, 1)
     # One new token attending to one context token, per layer (QK^T and the weighted sum of V).
     attention_per_layer = arch.attention_flops_per_token(1.0) / arch.num_layers
     matmul_params = arch.active_param_count() - split.input_embedding - (
         0.0 if arch.tie_word_embeddings else split.lm_head
     )
 
-    bandwidth_eff = factors.bandwidth_efficiency * family.bandwidth_scale
-    if precision.compute == "fp16" and precision.bits_per_param < 16 and precision.quantizes != "all":
-        bandwidth_eff *= factors.quantized_bandwidth_scale
-    peak = gpu.fp16_tflops
-    if precision.compute == "fp8" and gpu.fp8_tflops:
-        peak = gpu.fp8_tflops
-    elif precision.compute == "int8" and gpu.int8_tops:
-        peak = gpu.int8_tops
-    peak_flops = peak * 1e12 * family.compute_scale
-    link = gpu.interconnect if tp > 1 else "nvlink"
-    return Hardware(
-        tp=float(tp),
+    # Per (GPU, precision): achieved bandwidth on weight reads and peak compute of the matmuls' dtype.
+    bandwidth = np.empty((len(gpus), len(precisions)))
+    peak_flops = np.empty((len(gpus), len(precisions)))
+    for i, (gpu, factor, family) in enumerate(zip(gpus, factors, families, strict=True)):
+        for j, precision in enumerate(precisions):
+            bandwidth_eff = factor.bandwidth_efficiency * family.bandwidth_scale
+            if precision.compute == "fp16" and precision.bits_per_param < 16 and precision.quantizes != "all":
+                bandwidth_eff *= factor.quantized_bandwidth_scale
+            peak = gpu.fp16_tflops
+            if precision.compute == "fp8" and gpu.fp8_tflops:
+                peak = gpu.fp8_tflops
+            elif precision.compute == "int8" and gpu.int8_tops:
+                peak = gpu.int8_tops
+            bandwidth[i, j] = gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff
+            peak_flops[i, j] = peak * 1e12 * family.compute_scale
+    link_latency = np.array([[ALLREDUCE_LATENCY_S.get(gpu.interconnect if t > 1 else "nvlink", 30e-6) for t in tps]
+                             for gpu in gpus])
+
+    def per_gpu(values: Sequence[float]) -> FloatArray:
+        return np.array(values, dtype=float)[:, None, None, None]
+
+    def per_gpu_precision(values: FloatArray) -> FloatArray:
+        return values[:, None, :, None]
+
+    def per_precision(values: FloatArray) -> FloatArray:
+        return values[None, None, :, None]
+
+    peak = per_gpu_precision(peak_flops)
+    kv_bandwidth = [gpu.memory_bandwidth_gb_s * 1e9 * f.bandwidth_efficiency * fam.bandwidth_scale * fam.attention_scale
+                    for gpu, f, fam in zip(gpus, factors, families, strict=True)]
+    grid = Hardware(
+        tp=tp.astype(float),
         pp=float(pp),
-        decode_dense_bytes_per_gpu=dense_read / shards,
-        expert_bytes_per_gpu=expert_bytes / shards,
+        decode_dense_bytes_per_gpu=per_precision(dense_read) / shards,
+        expert_bytes_per_gpu=per_precision(expert_bytes) / shards,
         num_experts=float(arch.num_experts),
         experts_per_token=float(arch.experts_per_token),
         kv_full_bytes_per_token_per_gpu=per_layer_kv * full_layers,
@@ -122,19 +168,21 @@ def build_hardware(
         attention_full_flops_per_pair_per_gpu=attention_per_layer * full_layers / shards,
         attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
-        allreduces_per_step=float(2 * arch.num_layers / pp if tp > 1 else 0),
-        bandwidth_bytes_s=gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff,
-        kv_bandwidth_bytes_s=gpu.memory_bandwidth_gb_s * 1e9 * factors.bandwidth_efficiency
-        * family.bandwidth_scale * family.attention_scale,
-        decode_flops_s=peak_flops * factors.decode_compute_efficiency,
-        prefill_flops_s=peak_flops * factors.prefill_compute_efficiency,
-        link_bytes_s=gpu.interconnect_gb_s * 1e9,
-        link_latency_s=ALLREDUCE_LATENCY_S.get(link, 30e-6),
-        overlap_penalty=factors.overlap_penalty,
-        step_overhead_s=factors.step_overhead_ms / 1e3,
-        sequence_overhead_s=factors.sequence_overhead_ms / 1e3,
-        request_overhead_s=factors.request_overhead_ms / 1e3,
+        allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
+        bandwidth_bytes_s=per_gpu_precision(bandwidth),
+        kv_bandwidth_bytes_s=per_gpu(kv_bandwidth),
+        decode_flops_s=peak * per_gpu([f.decode_compute_efficiency for f in factors]),
+        prefill_flops_s=peak * per_gpu([f.prefill_compute_efficiency for f in factors]),
+        link_bytes_s=per_gpu([gpu.interconnect_gb_s * 1e9 for gpu in gpus]),
+        link_latency_s=link_latency[:, :, None, None],
+        overlap_penalty=per_gpu([f.overlap_penalty for f in factors]),
+        step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
+        sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 for f in factors]),
+        request_overhead_s=per_gpu([f.request_overhead_ms / 1e3 for f in factors]),
     )
+    shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
+    return Hardware(**{f.name: np.broadcast_to(np.asarray(getattr(grid, f.name), dtype=float), shape)
+                       for f in fields(Hardware)})
 
 
 def stack_hardware(items: list[Hardware]) -> Hardware:
@@ -142,9 +190,12 @@ def stack_hardware(items: list[Hardware]) -> Hardware:
     return Hardware(**{f.name: np.array([getattr(h, f.name) for h in items], dtype=float) for f in fields(Hardware)})
 
 
+_HARDWARE_FIELDS = tuple(f.name for f in fields(Hardware))
+
+
 def take_hardware(hw: Hardware, index: ArrayLike) -> Hardware:
     """Rows `index` of a stacked `Hardware`."""
-    return Hardware(**{f.name: np.asarray(getattr(hw, f.name))[index] for f in fields(Hardware)})
+    return Hardware(**{name: np.asarray(getattr(hw, name))[index] for name in _HARDWARE_FIELDS})
 
 
 def hardware_column(hw: Hardware) -> Hardware:
@@ -173,6 +224,8 @@ def attention_flops(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
 def experts_touched_fraction(hw: Hardware, tokens: ArrayLike) -> FloatArray:
     """Expected share of a layer's experts that `tokens` tokens route to (uniform routing)."""
     t = np.asarray(tokens, dtype=float)
+    if not np.any(np.asarray(hw.num_experts) > 0):  # dense models only: skip the powers
+        return np.zeros(np.broadcast_shapes(t.shape, np.shape(hw.num_experts)))
     experts = np.maximum(hw.num_experts, 1.0)
     miss = np.clip(1.0 - hw.experts_per_token / experts, 0.0, 1.0)
     return np.where(hw.num_experts > 0, 1.0 - miss**t, 0.0)
@@ -205,13 +258,27 @@ class DecodeStep:
     compute_s_per_sequence: FloatArray
     allreduce_s_per_token: FloatArray
     allreduce_latency_s: FloatArray
+    has_experts: bool = True  # any deployment a mixture of experts (else the expert term is skipped)
+
+    def take(self, index: ArrayLike, hw: Hardware | None = None) -> DecodeStep:
+        """Rows `index` of a curve over many deployments (`hw`: those rows of its hardware, if already taken)."""
+        return DecodeStep(
+            hw=take_hardware(self.hw, index) if hw is None else hw,
+            dense_weights_s=self.dense_weights_s[index],
+            expert_weights_s=self.expert_weights_s[index],
+            kv_s_per_sequence=self.kv_s_per_sequence[index],
+            compute_s_per_sequence=self.compute_s_per_sequence[index],
+            allreduce_s_per_token=self.allreduce_s_per_token[index],
+            allreduce_latency_s=self.allreduce_latency_s[index],
+            has_experts=self.has_experts,
+        )
 
     def at(self, batch: ArrayLike) -> FloatArray:
         """Step time with `batch` running sequences [s]."""
         hw = self.hw
         b = np.maximum(np.asarray(batch, dtype=float), 1.0)
         memory_s = self.dense_weights_s + b * self.kv_s_per_sequence
-        if np.any(hw.num_experts > 0):
+        if self.has_experts:
             memory_s = memory_s + self.expert_weights_s * experts_touched_fraction(hw, b)
         compute_s = b * self.compute_s_per_sequence
         per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty)
@@ -232,6 +299,7 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
         / hw.decode_flops_s,
         allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_per_token, dtype=float),
         allreduce_latency_s=np.asarray(hw.allreduces_per_step * hw.link_latency_s, dtype=float),
+        has_experts=bool(np.any(np.asarray(hw.num_experts) > 0)),
     )
 
 

@@ -17,6 +17,8 @@ fixed stratified sample, so results are deterministic.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -31,6 +33,7 @@ from inferplan.planner.performance import (
     hardware_column,
     prefill_compute_s_per_token,
     prefill_s,
+    take_hardware,
 )
 
 FloatArray = NDArray[np.float64]
@@ -72,6 +75,38 @@ def _uniforms(samples: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatAr
     return tuple(_stratified(seed, samples) for seed in (11, 23, 37, 41, 53))  # type: ignore[return-value]
 
 
+@cache
+def _no_wait_floor(samples: int) -> FloatArray:
+    """1 - u (at least 1e-9) of the wait sample's uniforms: what the exponential wait tail divides by."""
+    return np.maximum(1.0 - _uniforms(samples)[2], 1e-9)
+
+
+@cache
+def _wait_order(samples: int) -> tuple[FloatArray, NDArray[np.intp]]:
+    """The wait sample's uniforms in increasing order, and the position each came from."""
+    u = _uniforms(samples)[2]
+    order = np.argsort(u, kind="stable")
+    return u[order], order
+
+
+def _waiting(samples: int, threshold: FloatArray) -> tuple[tuple[NDArray[np.intp], ...], NDArray[np.intp]]:
+    """Where the wait sample's uniform u exceeds threshold[row], as (row index, sample index): what
+    np.nonzero(u > threshold[..., None]) finds, from the sorted sample, without comparing every pair."""
+    ascending, order = _wait_order(samples)
+    flat = np.ravel(threshold)
+    count = samples - np.searchsorted(ascending, flat, side="right")  # per row: how many exceed it
+    row = np.repeat(np.arange(flat.size), count)
+    start = np.repeat(samples - count - (np.cumsum(count) - count), count)  # each row's run in `order`
+    sample = order[start + np.arange(len(row))]
+    return (np.unravel_index(row, np.shape(threshold)) if np.ndim(threshold) else ()), sample
+
+
+@cache
+def _normal_scores(samples: int) -> FloatArray:
+    """Standard normal scores of the stall sample's uniforms (fixed, so computed once per sample size)."""
+    return normal_ppf(_uniforms(samples)[3])
+
+
 def lognormal_sample(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
     """Lognormal values of the given mean and coefficient of variation at uniform points `u`.
 
@@ -105,9 +140,25 @@ class LoadResult:
     capacity: FloatArray | None = None  # requests/s at which every slot is busy (open-loop loads)
 
 
+def sample_quantiles(samples: FloatArray, quantiles: Sequence[float]) -> list[FloatArray]:
+    """`np.quantile(samples, q, axis=-1)` for each q (its default, linear method, the same arithmetic), with one
+    partition for all and without np.quantile's per-call overhead, which the search would pay thousands of
+    times on small arrays."""
+    n = samples.shape[-1]
+    virtual = [(n - 1) * q for q in quantiles]
+    below = [min(math.floor(v), n - 1) for v in virtual]
+    above = [min(k + 1, n - 1) for k in below]
+    ordered = np.partition(samples, sorted({*below, *above}), axis=-1)
+    values = []
+    for v, k, j in zip(virtual, below, above, strict=True):
+        a, b, t = ordered[..., k], ordered[..., j], v - k
+        # numpy's _lerp: from the nearer end, so that t = 0 and t = 1 give the order statistics exactly
+        values.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+    return values
+
+
 def _quantiles(samples: FloatArray) -> dict[float, FloatArray]:
-    values = np.quantile(samples, QUANTILES, axis=-1)  # one partition for all four
-    return {q: values[k] for k, q in enumerate(QUANTILES)}
+    return dict(zip(QUANTILES, sample_quantiles(samples, QUANTILES), strict=True))  # one partition for all four
 
 
 def _const_quantiles(value: FloatArray) -> dict[float, FloatArray]:
@@ -218,35 +269,48 @@ def _slot_wait_factor(utilisation: FloatArray, servers: FloatArray) -> FloatArra
     return rho ** (np.sqrt(2.0 * (servers + 1.0)) - 1.0)
 
 
-def _busy_tpot(step: DecodeStep, n: FloatArray, x: FloatArray, prompt_work_s: FloatArray) -> FloatArray:
-    """Mean TPOT at n running sequences and rate x: the decode step stretched by the prompt work sharing
-    the GPU (busy share x times the compute seconds of one request's prompt)."""
-    busy = np.clip(x * prompt_work_s, 0.0, 0.95)
-    return step.at(n) / (1.0 - busy)
+def _prompt_stretch(x: FloatArray, prompt_work_s: FloatArray) -> FloatArray:
+    """What decode steps are stretched by (divided by) at rate x: the share of the GPU left by the prompt
+    work sharing it (busy share x times the compute seconds of one request's prompt, at most 0.95)."""
+    return 1.0 - np.clip(x * prompt_work_s, 0.0, 0.95)
+
+
+CONCURRENCY_STEPS = 40  # at most; the Newton steps stop once every row has converged (usually in under ten)
 
 
 def _concurrency(curve: DecodeStep, x: FloatArray, own_prefill: FloatArray, o: FloatArray,
-                 prompt_work: FloatArray, slots: FloatArray, steps: int = 12) -> FloatArray:
+                 stretch: FloatArray, slots: FloatArray) -> FloatArray:
     """Running sequences n solving Little's law n = x (TTFT + O TPOT(n)), at most `slots`.
 
     Below one sequence in flight the step runs at batch 1, so n = x L(1) there. Above it, h(n) = n -
     x L(n) rises from h(1) < 0 to h(slots) >= 0 (x never exceeds capacity); the step time is piecewise
     linear in n, so Newton steps kept inside the bracket (bisection when they leave it) converge in a
-    few iterations.
+    few iterations. A row stays put once converged (h = 0, or a step below 1e-12 of n): stepping on from
+    there would only move it off the root to the bracket's midpoint.
     """
     def latency(n: FloatArray) -> FloatArray:
-        return own_prefill + o * _busy_tpot(curve, n, x, prompt_work)
+        return own_prefill + o * (curve.at(n) / stretch)
 
     light = x * latency(np.ones_like(x))
+    if np.all(light <= 1.0):
+        return light  # under one sequence in flight everywhere (light load): no fixed point to solve
     lo, hi = np.ones_like(x), np.maximum(slots, 1.0)
     n = np.clip(light, lo, hi)
-    for _ in range(steps):
-        h = n - x * latency(n)
-        lo, hi = np.where(h < 0, n, lo), np.where(h < 0, hi, n)
+    done = light <= 1.0  # rows settled stay as they are, so a row's answer does not depend on the others'
+    for _ in range(CONCURRENCY_STEPS):
         delta = 1e-3 * n
-        slope = 1.0 - x * (latency(n + delta) - latency(n)) / delta
+        at_n, at_next = latency(np.stack([n, n + delta]))  # one evaluation for the value and the slope
+        h = n - x * at_n
+        lo, hi = np.where(h < 0, n, lo), np.where(h > 0, n, hi)
+        slope = 1.0 - x * (at_next - at_n) / delta
         newton = n - h / np.where(slope > 0, slope, 1.0)
-        n = np.where((slope > 0) & (newton > lo) & (newton < hi), newton, 0.5 * (lo + hi))
+        step = np.where((slope > 0) & (newton >= lo) & (newton <= hi), newton, 0.5 * (lo + hi))
+        step = np.where(h == 0, n, step)
+        converged = np.abs(step - n) <= 1e-12 * n
+        n = np.where(done, n, step)
+        done = done | converged
+        if np.all(done):
+            break
     return np.where(light <= 1.0, light, np.minimum(n, slots))
 
 
@@ -261,6 +325,10 @@ def poisson_capacity(
     """Requests/s one instance sustains with every slot busy: X solving X (TTFT + O TPOT(slots, X)) = slots.
 
     `prefill_fraction` is the share of each prompt that must be computed (1 - prefix-cache hit rate).
+    With a the request's own prefill, b its O decode steps at full batch and w its prompt's compute seconds,
+    TPOT is stretched by the prompt work sharing the GPU (`_prompt_stretch`), so X (a + b / (1 - X w)) = c
+    while X w <= 0.95: the smaller root of a w X^2 - (a + b + c w) X + c = 0 (the other lies beyond 1 / w),
+    taken in the form that does not cancel; beyond, the stretch is capped and X (a + b / 0.05) = c.
     """
     p = np.asarray(prompt_tokens, dtype=float)
     o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
@@ -268,17 +336,247 @@ def poisson_capacity(
     shape = np.broadcast(p, o, c, np.asarray(hw.bandwidth_bytes_s)).shape
     p, o, c = (np.broadcast_to(v, shape).astype(float) for v in (p, o, c))
     computed = p * np.asarray(prefill_fraction, dtype=float)
+    w = computed * prefill_compute_s_per_token(hw, p)
+    a = prefill_s(hw, np.maximum(computed, 1.0), 1.0, chunk_tokens)
+    b = o * decode_step(hw, p + o / 2.0).at(c)
+    linear = a + b + c * w
+    x = 2.0 * c / (linear + np.sqrt(linear * linear - 4.0 * a * w * c))
+    x = np.where(x * w <= 0.95, x, c / (a + b / (1.0 - 0.95)))
+    return x * (1.0 - 1e-12)  # a hair below the root, so that X (a + b / (1 - X w)) <= c holds in floats too
+
+
+@dataclass(frozen=True)
+class _Load:
+    """The rate-dependent state of a `PoissonModel` at one rate, before any sampling."""
+
+    lam: FloatArray
+    x: FloatArray            # throughput: the rate, capped at capacity
+    overloaded: NDArray[np.bool_]
+    n: FloatArray            # mean running sequences
+    tpot_bar: FloatArray     # mean TPOT, prompt work included
+    step: FloatArray         # decode step at n
+
+
+@dataclass(frozen=True)
+class PoissonModel:
+    """`poisson` up to the arrival rate: deployments, workload and everything that does not depend on the
+    rate (capacity, prefill service times and output lengths of the sampled requests).
+
+    Built by `poisson_model`. `at(rate)` is `poisson` at that rate; `quantiles(rate, wanted)` computes only
+    the percentiles asked for. A search evaluates one model at many rates, so the rate-free work is done once;
+    `take(index)` keeps some rows of a one-dimensional model.
+    """
+
+    hw: Hardware
+    curve: DecodeStep
+    shape: tuple[int, ...]
+    p: FloatArray
+    o: FloatArray
+    c: FloatArray
+    o_cv: FloatArray
+    prompt_work: FloatArray  # compute seconds of one request's prompt (the share not served from cache)
+    own_prefill: FloatArray  # prefill time of a mean prompt on its own
+    capacity: FloatArray
+    outputs: FloatArray      # (*shape, samples): output lengths of the sampled requests
+    gaps: FloatArray         # (*shape, samples): the token gaps TPOT averages over, max(outputs - 1, 1)
+    service_pf: FloatArray   # (*shape, samples): their prefill service times
+    es: FloatArray           # mean prefill service time
+    es2: FloatArray          # ... and its second moment
+    arrival_cv2: FloatArray
+    service_cv2: FloatArray | None
+    num_prompts: FloatArray
+    samples: int
+
+    def take(self, index: ArrayLike, slots: ArrayLike | None = None, capacity: ArrayLike | None = None
+             ) -> PoissonModel:
+        """Rows `index` of a one-dimensional model (repeat a row to evaluate it at several rates at once), with
+        other slot counts (max_num_seqs, or what the KV pool holds) and their capacity (`poisson_capacity`) if
+        given: nothing else the model holds depends on the slots."""
+        idx = np.asarray(index)
+        hw = take_hardware(self.hw, idx)
+
+        def rows(a: FloatArray) -> FloatArray:
+            if a.ndim == 2 and a.strides[0] == 0:  # one row shared by all (the lengths): keep it shared
+                return np.broadcast_to(a[0], (*idx.shape, a.shape[1]))
+            return a[idx]
+
+        c = rows(self.c) if slots is None else np.maximum(np.asarray(slots, dtype=float), 1.0)
+        return PoissonModel(
+            hw=hw, curve=self.curve.take(idx, hw), shape=idx.shape, p=rows(self.p), o=rows(self.o), c=c,
+            o_cv=rows(self.o_cv), prompt_work=rows(self.prompt_work), own_prefill=rows(self.own_prefill),
+            capacity=rows(self.capacity) if capacity is None else np.asarray(capacity, dtype=float),
+            outputs=rows(self.outputs), gaps=rows(self.gaps), service_pf=rows(self.service_pf), es=rows(self.es),
+            es2=rows(self.es2), arrival_cv2=rows(self.arrival_cv2),
+            service_cv2=None if self.service_cv2 is None else rows(self.service_cv2),
+            num_prompts=rows(self.num_prompts), samples=self.samples,
+        )
+
+    def at(self, rate: ArrayLike, metrics: tuple[str, ...] = ("ttft", "tpot", "e2e")) -> LoadResult:
+        """The load result at `rate` requests/s (see `poisson`)."""
+        load = self._load(rate)
+        ttft_samples = self._ttft_samples(load)
+        tpot_samples = self._tpot_samples(load)
+        ttft_mean = ttft_samples.mean(axis=-1)
+        tpot_mean = tpot_samples.mean(axis=-1)
+        e2e = ttft_mean + (self.o - 1.0) * load.tpot_bar
+        e2e_q = _quantiles(ttft_samples + (self.outputs - 1.0) * tpot_samples) if "e2e" in metrics else {}
+        return LoadResult(ttft_mean, _quantiles(ttft_samples) if "ttft" in metrics else {}, tpot_mean,
+                          _quantiles(tpot_samples) if "tpot" in metrics else {}, e2e, load.x, load.x * self.o,
+                          load.n, load.overloaded, e2e_q, self.capacity)
+
+    def quantiles(self, rate: ArrayLike, wanted: Sequence[tuple[str, float]]) -> FloatArray:
+        """Only the latencies `wanted` at `rate`, as (metric, quantile) pairs: shape (len(wanted), *shape) [s].
+
+        The same numbers as `at(rate)` gives, without the sample sets and statistics nobody asked for.
+        """
+        load = self._load(rate)
+        metrics = {metric for metric, _ in wanted}
+        samples: dict[str, FloatArray] = {}
+        if metrics & {"ttft", "e2e"}:
+            samples["ttft"] = self._ttft_samples(load)
+        if metrics & {"tpot", "e2e"}:
+            samples["tpot"] = self._tpot_samples(load)
+        if "e2e" in metrics:
+            samples["e2e"] = samples["ttft"] + (self.outputs - 1.0) * samples["tpot"]
+        return np.array([sample_quantiles(samples[metric], [q])[0] for metric, q in wanted]).reshape(
+            (len(wanted), *self.shape))
+
+    def _load(self, rate: ArrayLike) -> _Load:
+        lam = np.broadcast_to(np.asarray(rate, dtype=float), self.shape).astype(float)
+        overloaded = lam >= self.capacity * 0.995
+        x = np.minimum(lam, self.capacity)
+        stretch = _prompt_stretch(x, self.prompt_work)
+        n = _concurrency(self.curve, x, self.own_prefill, self.o, stretch, self.c)
+        n = np.maximum(n, np.minimum(x * self.own_prefill, self.c))
+        step = self.curve.at(np.maximum(n, 1.0))
+        tpot_bar = step / stretch  # the mean TPOT: the step stretched by the prompt work
+        return _Load(lam, x, overloaded, n, tpot_bar, step)
+
+    def _ttft_samples(self, load: _Load) -> FloatArray:
+        u_arrival = _uniforms(self.samples)[4]
+        x, n, c, ca2 = load.x, load.n, self.c, self.arrival_cv2
+        rho_pf = np.clip(x * self.es, 0.0, 0.95)
+        wait_pf = x * self.es2 * (1.0 + ca2) / 2.0 / (1.0 - rho_pf)
+        # A new request also waits for the running step to end: half a step, if the engine is busy
+        # (probability 1 - exp(-n) with n requests in flight on average).
+        residual = load.step / 2.0 * -np.expm1(-n)
+        service_req = self.own_prefill + self.o * load.tpot_bar
+        if self.service_cv2 is None:
+            cs2 = (self.o_cv**2 * (self.o * load.tpot_bar) ** 2) / np.maximum(service_req**2, 1e-12)
+        else:
+            cs2 = self.service_cv2
+        util = n / c
+        slot_queue = service_req / (c * np.maximum(1.0 - util, 1e-3)) * (ca2 + cs2) / 2.0
+        slot_wait = _slot_wait_factor(util, c)
+        wait_mean = wait_pf + slot_wait * slot_queue
+        p_wait = np.clip(np.maximum(rho_pf, slot_wait), 1e-6, 1.0)
+        ttft_samples = self.service_pf + residual[..., None]
+        # A sampled request waits with probability p_wait, exponentially (its uniform above 1 - p_wait gives
+        # the tail); the others, usually most, do not wait at all, so only the waits of these are computed.
+        row, sample = _waiting(self.samples, 1.0 - p_wait)
+        waiting = (*row, sample)
+        tail = np.log(p_wait[row] / _no_wait_floor(self.samples)[sample])
+        waits = tail * (wait_mean / p_wait)[row]
+        # A finite run cannot build the steady-state queue of a nearly saturated server: after the k-th of m
+        # arrivals the queue has grown like a reflected random walk, about sqrt(k (ca2 + cs2)) requests,
+        # which the instance drains at its capacity. A request's wait is capped by that at its arrival.
+        transient = np.sqrt(u_arrival[sample] * self.num_prompts[row] * (ca2 + cs2)[row]) / np.maximum(
+            self.capacity, 1e-9)[row]
+        ttft_samples[waiting] += np.minimum(waits, transient)
+        ttft_samples += np.asarray(self.hw.request_overhead_s)[..., None]
+        if not np.any(load.overloaded):
+            return ttft_samples
+        # Overload: a finite run's queue grows linearly with the request's place in it.
+        m_runs = self.num_prompts[..., None] if np.ndim(self.num_prompts) else self.num_prompts
+        backlog = np.maximum(1.0 / np.maximum(self.capacity, 1e-9) - 1.0 / np.maximum(load.lam, 1e-9), 0.0)
+        rank = (np.arange(self.samples) + 0.5) / self.samples
+        queue = m_runs * rank * backlog[..., None]
+        return np.where(load.overloaded[..., None], ttft_samples + queue, ttft_samples)
+
+    def _tpot_samples(self, load: _Load) -> FloatArray:
+        # Decode stalls from other requests' prompt work during this request's decode phase.
+        # stalls = max(mean + sd z, 0): mean = x life E[S], sd = sqrt(x life E[S^2]) (compound Poisson), with life
+        # the decode phase O TPOT; worked in place on one array (the products are the same in either order).
+        busy_life = self.outputs * load.tpot_bar[..., None]
+        busy_life *= load.x[..., None]
+        stall_mean = busy_life * self.es[..., None]
+        stalls = busy_life
+        stalls *= self.es2[..., None]
+        np.sqrt(stalls, out=stalls)
+        stalls *= _normal_scores(self.samples)
+        stalls += stall_mean
+        np.maximum(stalls, 0.0, out=stalls)
+        stalls /= self.gaps
+        stalls += load.step[..., None]
+        return stalls
+
+
+def poisson_model(
+    hw: Hardware,
+    prompt_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    slots: ArrayLike,
+    chunk_tokens: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
+    output_cv: ArrayLike = 0.0,
+    arrival_cv2: ArrayLike = 1.0,
+    num_prompts: ArrayLike = 1000.0,
+    max_prompt_tokens: ArrayLike = np.inf,
+    *,
+    service_cv2: ArrayLike | None = None,
+    prefill_fraction: ArrayLike = 1.0,
+    capacity: ArrayLike | None = None,
+    samples: int = _SAMPLES,
+    rate_shape: tuple[int, ...] = (),
+) -> PoissonModel:
+    """The rate-free part of `poisson`: the same arguments less the rate, whose array shape (when it has more
+    dimensions than the deployments) is `rate_shape`."""
+    u_prompt, u_output, _, _, _ = _uniforms(samples)
+    p = np.asarray(prompt_tokens, dtype=float)
+    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
+    c = np.maximum(np.asarray(slots, dtype=float), 1.0)
+    ca2 = np.asarray(arrival_cv2, dtype=float)
+    m = np.asarray(num_prompts, dtype=float)
+    shape = np.broadcast_shapes(tuple(rate_shape), p.shape, o.shape, c.shape, np.shape(hw.bandwidth_bytes_s),
+                                ca2.shape, m.shape)
+    p, o, c = (np.broadcast_to(x, shape).astype(float) for x in (p, o, c))
+    o_cv = np.broadcast_to(np.asarray(output_cv, dtype=float), shape)
+    fraction = np.broadcast_to(np.asarray(prefill_fraction, dtype=float), shape)
     ctx = p + o / 2.0
-    prompt_work = computed * prefill_compute_s_per_token(hw, p)
-    own_prefill = prefill_s(hw, np.maximum(computed, 1.0), 1.0, chunk_tokens)
-    curve = decode_step(hw, ctx)
-    step_full = curve.at(c)
-    lo, hi = np.zeros(shape), c / np.maximum(o * step_full * 0.5, 1e-9)
-    for _ in range(40):
-        mid = (lo + hi) / 2.0
-        fits = mid * (own_prefill + o * _busy_tpot(curve, c, mid, prompt_work)) <= c
-        lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
-    return lo
+
+    prompt_work = p * fraction * prefill_compute_s_per_token(hw, p)
+    own_prefill = prefill_s(hw, np.maximum(p * fraction, 1.0), 1.0, chunk_tokens)
+    if capacity is None:
+        capacity = poisson_capacity(hw, p, o, c, chunk_tokens, fraction)
+    capacity = np.broadcast_to(np.asarray(capacity, dtype=float), shape)
+
+    # Prompt and output lengths of individual requests: sampled once, and kept as one row seen by every row
+    # (a broadcast view), when every row shares them.
+    def lengths(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
+        if np.ndim(mean) == np.ndim(cv) == np.ndim(cap) == 0:
+            return lognormal_sample(mean, cv, u, cap)
+        return lognormal_sample(np.broadcast_to(mean, shape), np.broadcast_to(cv, shape), u, cap)
+
+    def every_row(values: FloatArray) -> FloatArray:
+        return np.broadcast_to(values, (*shape, samples))
+
+    prompts = lengths(prompt_tokens, prompt_cv, u_prompt, max_prompt_tokens)
+    outputs = np.maximum(lengths(output_tokens, output_cv, u_output), 1.0)
+    gaps = np.maximum(outputs - 1.0, 1.0)
+    chunk_col = np.asarray(chunk_tokens, dtype=float)[..., None] if np.ndim(chunk_tokens) else chunk_tokens
+    # The computed share of each sampled prompt: per sample only when rows share the lengths and the fraction
+    # (then only what depends on the hardware is worked out for every row and sample).
+    share = prefill_fraction if np.ndim(prefill_fraction) == 0 else fraction[..., None]
+    computed = np.maximum(prompts * share if prompts.ndim == 1 else every_row(prompts) * fraction[..., None], 1.0)
+    service_pf = np.broadcast_to(prefill_s(hardware_column(hw), computed, 1.0, chunk_col), (*shape, samples))
+    return PoissonModel(
+        hw=hw, curve=decode_step(hw, ctx), shape=shape, p=p, o=o, c=c, o_cv=o_cv, prompt_work=prompt_work,
+        own_prefill=own_prefill, capacity=capacity, outputs=every_row(outputs), gaps=every_row(gaps),
+        service_pf=service_pf,
+        es=service_pf.mean(axis=-1), es2=(service_pf**2).mean(axis=-1), arrival_cv2=np.broadcast_to(ca2, shape),
+        service_cv2=None if service_cv2 is None else np.broadcast_to(np.asarray(service_cv2, dtype=float), shape),
+        num_prompts=np.broadcast_to(m, shape), samples=samples,
+    )
 
 
 def poisson(
@@ -312,94 +610,13 @@ def poisson(
     `prefill_fraction` is the share of each prompt computed (1 - prefix-cache hit rate); `capacity`
     may be passed when already known (`poisson_capacity`); `samples` sets the size of the stratified
     sample the percentiles come from (fewer is faster and coarser); `metrics` names the percentiles
-    wanted (the others come back empty).
+    wanted (the others come back empty). To evaluate the same deployments at many rates, build their
+    `poisson_model` once.
     """
-    u_prompt, u_output, u_wait, u_stall, u_arrival = _uniforms(samples)
-    lam = np.asarray(rate, dtype=float)
-    p = np.asarray(prompt_tokens, dtype=float)
-    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
-    c = np.maximum(np.asarray(slots, dtype=float), 1.0)
-    shape = np.broadcast(lam, p, o, c, np.asarray(hw.bandwidth_bytes_s)).shape
-    lam, p, o, c = (np.broadcast_to(x, shape).astype(float) for x in (lam, p, o, c))
-    o_cv = np.broadcast_to(np.asarray(output_cv, dtype=float), shape)
-    fraction = np.broadcast_to(np.asarray(prefill_fraction, dtype=float), shape)
-    ctx = p + o / 2.0
-
-    prompt_work = p * fraction * prefill_compute_s_per_token(hw, p)
-    own_prefill = prefill_s(hw, np.maximum(p * fraction, 1.0), 1.0, chunk_tokens)
-    if capacity is None:
-        capacity = poisson_capacity(hw, p, o, c, chunk_tokens, fraction)
-    capacity = np.broadcast_to(np.asarray(capacity, dtype=float), shape)
-    overloaded = lam >= capacity * 0.995
-    x = np.minimum(lam, capacity)
-
-    curve = decode_step(hw, ctx)
-    n = _concurrency(curve, x, own_prefill, o, prompt_work, c)
-    n = np.maximum(n, np.minimum(x * own_prefill, c))
-    tpot_bar = _busy_tpot(curve, np.maximum(n, 1.0), x, prompt_work)
-    step = curve.at(np.maximum(n, 1.0))
-
-    # Prompt and output lengths of individual requests (sampled once when every row shares them).
-    def lengths(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
-        if np.ndim(mean) == np.ndim(cv) == np.ndim(cap) == 0:
-            return np.broadcast_to(lognormal_sample(mean, cv, u, cap), (*shape, samples))
-        return lognormal_sample(np.broadcast_to(mean, shape), np.broadcast_to(cv, shape), u, cap)
-
-    prompts = lengths(prompt_tokens, prompt_cv, u_prompt, max_prompt_tokens)
-    outputs = np.maximum(lengths(output_tokens, output_cv, u_output), 1.0)
-    chunk_col = np.asarray(chunk_tokens, dtype=float)[..., None] if np.ndim(chunk_tokens) else chunk_tokens
-    service_pf = prefill_s(hardware_column(hw), np.maximum(prompts * fraction[..., None], 1.0), 1.0, chunk_col)
-    es = service_pf.mean(axis=-1)
-    es2 = (service_pf**2).mean(axis=-1)
-    rho_pf = np.clip(x * es, 0.0, 0.95)
-    ca2 = np.asarray(arrival_cv2, dtype=float)
-    wait_pf = x * es2 * (1.0 + ca2) / 2.0 / (1.0 - rho_pf)
-    # A new request also waits for the running step to end: half a step, if the engine is busy
-    # (probability 1 - exp(-n) with n requests in flight on average).
-    residual = step / 2.0 * -np.expm1(-n)
-    service_req = own_prefill + o * tpot_bar
-    if service_cv2 is None:
-        cs2 = (o_cv**2 * (o * tpot_bar) ** 2) / np.maximum(service_req**2, 1e-12)
-    else:
-        cs2 = np.broadcast_to(np.asarray(service_cv2, dtype=float), shape)
-    util = n / c
-    slot_queue = service_req / (c * np.maximum(1.0 - util, 1e-3)) * (ca2 + cs2) / 2.0
-    wait_slot = _slot_wait_factor(util, c) * slot_queue
-    wait_mean = wait_pf + wait_slot
-    p_wait = np.clip(np.maximum(rho_pf, _slot_wait_factor(util, c)), 1e-6, 1.0)
-    tail = np.where(u_wait > 1.0 - p_wait[..., None],
-                    np.log(p_wait[..., None] / np.maximum(1.0 - u_wait, 1e-9)), 0.0)
-    waits = tail * (wait_mean / p_wait)[..., None]
-    # A finite run cannot build the steady-state queue of a nearly saturated server: after the k-th of m
-    # arrivals the queue has grown like a reflected random walk, about sqrt(k (ca2 + cs2)) requests,
-    # which the instance drains at its capacity. A request's wait is capped by that at its arrival.
-    m_runs = np.asarray(num_prompts, dtype=float)
-    m_runs = m_runs[..., None] if np.ndim(m_runs) else m_runs
-    transient = np.sqrt(u_arrival * m_runs * (ca2 + cs2)[..., None]) / np.maximum(capacity, 1e-9)[..., None]
-    waits = np.minimum(waits, transient)
-    ttft_samples = service_pf + residual[..., None] + waits + np.asarray(hw.request_overhead_s)[..., None]
-
-    # Decode stalls from other requests' prompt work during this request's decode phase.
-    life = outputs * tpot_bar[..., None]
-    stall_mean = x[..., None] * life * es[..., None]
-    stall_sd = np.sqrt(x[..., None] * life * es2[..., None])
-    stalls = np.maximum(stall_mean + stall_sd * normal_ppf(u_stall), 0.0)
-    tpot_samples = step[..., None] + stalls / np.maximum(outputs - 1.0, 1.0)
-
-    # Overload: a finite run's queue grows linearly with the request's place in it.
-    m = np.asarray(num_prompts, dtype=float)
-    backlog = np.maximum(1.0 / np.maximum(capacity, 1e-9) - 1.0 / np.maximum(lam, 1e-9), 0.0)
-    rank = (np.arange(samples) + 0.5) / samples
-    queue = (m[..., None] if np.ndim(m) else m) * rank * backlog[..., None]
-    ttft_samples = np.where(overloaded[..., None], ttft_samples + queue, ttft_samples)
-
-    ttft_mean = ttft_samples.mean(axis=-1)
-    tpot_mean = tpot_samples.mean(axis=-1)
-    e2e = ttft_mean + (o - 1.0) * tpot_bar
-    e2e_q = _quantiles(ttft_samples + (outputs - 1.0) * tpot_samples) if "e2e" in metrics else {}
-    return LoadResult(ttft_mean, _quantiles(ttft_samples) if "ttft" in metrics else {}, tpot_mean,
-                      _quantiles(tpot_samples) if "tpot" in metrics else {}, e2e, x, x * o, n, overloaded,
-                      e2e_q, capacity)
+    model = poisson_model(hw, prompt_tokens, output_tokens, slots, chunk_tokens, prompt_cv, output_cv, arrival_cv2,
+                          num_prompts, max_prompt_tokens, service_cv2=service_cv2, prefill_fraction=prefill_fraction,
+                          capacity=capacity, samples=samples, rate_shape=np.shape(rate))
+    return model.at(rate, metrics)
 
 
 def closed_loop(
