@@ -3,12 +3,16 @@ agreement with the analytic single-stream model."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
+import tracemalloc
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
+from inferplan.planner import simulate as simulate_module
 from inferplan.planner.performance import decode_step_s, prefill_s
 from inferplan.planner.serving import single_stream
 from inferplan.planner.simulate import (
@@ -78,6 +82,30 @@ def test_kv_cache_is_never_exceeded_and_preemption_only_when_it_runs_out() -> No
     assert tiny.e2e.mean_s > plenty.e2e.mean_s
 
 
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_memory_grows_with_numpy_results_not_python_objects(router: str, monkeypatch) -> None:
+    # Requests are Python objects only while in flight or in the chunk being routed: what grows with the
+    # run is the numpy results (under 100 bytes per request here); Python lists per request cost over 200.
+    # Small chunks keep the runs short (tracemalloc slows the loop a hundredfold).
+    monkeypatch.setattr(simulate_module, "CHUNK", 128)
+    simulate(HW, generate_workload(20.0, 300, 300, 100, 1.0, 1.0, seed=1), replicas=2)  # one-time allocations
+    peaks = []
+    for n in (800, 2400):
+        w = generate_workload(20.0, n, 300, 100, 1.0, 1.0, seed=1)
+        tracemalloc.start()
+        simulate(HW, w, replicas=2, max_batch=64, kv_tokens=200_000, router=router)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert (peaks[1] - peaks[0]) / 1600 < 150
+
+
+def test_queue_length_counts_only_requests_that_arrived() -> None:
+    # At low load nobody waits: requests routed ahead of their arrival are not in the queue.
+    r = simulate(HW, generate_workload(0.5, 300, 500, 50, seed=2), replicas=2)
+    assert all(s.queue_length.max() == 0 for s in r.series)
+    assert all(s.kv_tokens.max() > 0 for s in r.series)
+
+
 def test_a_request_that_can_never_fit_is_rejected() -> None:
     w = trace_workload([0.0], [5000], [10])
     with pytest.raises(ValueError, match="kv_tokens"):
@@ -132,32 +160,47 @@ def test_gamma_arrivals_have_the_requested_rate_and_cv2() -> None:
     assert lengths.std() / lengths.mean() == pytest.approx(1.5, rel=0.1)
 
 
-# Closed forms, from one seeded run each. Over seeds, the mean wait of 400k requests scatters by about
-# 1.5% (M/M/1 at rho 0.7) and 0.5% (M/D/1); M/M/4 at rho 0.8 scatters by 3-5% even at 400k, so it runs
-# 1M requests with a 5% tolerance. Arrivals and service times use different seeds: numpy draws gamma(1)
-# and exponential variates from the same stream, and one seed for both correlates them.
-N = 400_000
+# Closed forms at 100k requests. The plain mean wait of one run of 100k requests scatters too much to
+# test against 3%: over 30 seeds its standard deviation is 2.3% (M/M/1 at rho 0.7), 1.6% (M/D/1 at 0.6)
+# and 4.4% (M/M/4 at 0.8). Each check therefore uses a control variate: a second queue fed the same
+# arrivals (and the same service draws), whose mean wait has a closed form too, computed by the reference
+# recursion below, not by the simulator. Its error from its own closed form has expectation zero, so
+# subtracting beta times it keeps the estimate unbiased, and since it moves with the simulated queue's
+# error (correlation 0.93-0.995) it takes most of the scatter away: the standard deviation over 30 seeds
+# drops to 0.2-0.6%, the largest error to 1.3% (`python bench/bench_simulate.py --spread 30`). beta is the
+# regression slope of the two over 40 batches of the run. The controls' closed forms differ from the
+# checked ones by 8-25%, so a simulator serving the control's queue would fail, and one that got the waits
+# wrong is not corrected, as the control never sees its output: each check also runs with the simulator's
+# service 3% slower than the theory's, and must fail then.
+
+N = 100_000
+SLOWER = 1.03  # a simulator whose service takes 3% too long; every check must notice
 
 
 def poisson_arrivals(rate: float, seed: int = 11, requests: int = N) -> np.ndarray:
     return generate_workload(rate, requests, 1, 1, seed=seed).arrival_s
 
 
-def test_mm1_mean_wait() -> None:
-    mu, rho = 1.0, 0.7
-    lam = rho * mu
-    r = simulate_queue(poisson_arrivals(lam), lambda rng, n: rng.exponential(1 / mu, n))
-    assert r.wait_mean_s == pytest.approx(rho / (mu - lam), rel=0.03)
-    assert r.utilisation == pytest.approx(rho, rel=0.02)
+def reference_waits(arrival: np.ndarray, service: np.ndarray, servers: int = 1) -> np.ndarray:
+    """FIFO waits of a queue of `servers` servers: each request takes the server that frees first
+    (Kiefer-Wolfowitz; Lindley's recursion for one server). Independent of the simulator's code."""
+    free = [0.0] * servers
+    waits = np.empty(len(arrival))
+    for i, (a, s) in enumerate(zip(arrival.tolist(), service.tolist(), strict=True)):
+        f = heapq.heappop(free)
+        start = a if a > f else f
+        waits[i] = start - a
+        heapq.heappush(free, start + s)
+    return waits
 
 
-def test_md1_mean_wait() -> None:
-    mu, rho = 1.0, 0.7
-    r = simulate_queue(poisson_arrivals(rho * mu), lambda rng, n: np.full(n, 1 / mu))
-    assert r.wait_mean_s == pytest.approx(rho / (2 * mu * (1 - rho)), rel=0.03)
+def pollaczek_khinchine(rate: float, service_mean: float, service_second_moment: float) -> float:
+    """Mean wait of M/G/1."""
+    return rate * service_second_moment / (2.0 * (1.0 - rate * service_mean))
 
 
 def erlang_c_wait(lam: float, mu: float, c: int) -> float:
+    """Mean wait of M/M/c."""
     a = lam / mu
     rho = a / c
     top = a**c / math.factorial(c) / (1 - rho)
@@ -165,12 +208,156 @@ def erlang_c_wait(lam: float, mu: float, c: int) -> float:
     return p_wait / (c * mu - lam)
 
 
-def test_mmc_mean_wait_erlang_c() -> None:
+@dataclass(frozen=True)
+class WaitCheck:
+    raw: float         # simulated mean wait / theory - 1
+    controlled: float  # the same corrected by the control variate
+
+
+def wait_check(waits: np.ndarray, theory: float, control_waits: np.ndarray, control_theory: float,
+               batches: int = 40) -> WaitCheck:
+    raw = waits.mean() / theory - 1.0
+    control = control_waits.mean() / control_theory - 1.0
+    x = control_waits.reshape(batches, -1).mean(axis=1) / control_theory
+    y = waits.reshape(batches, -1).mean(axis=1) / theory
+    beta = np.cov(x, y)[0, 1] / np.var(x, ddof=1)
+    return WaitCheck(float(raw), float(raw - beta * control))
+
+
+def exponential_draws(rate: float, seed: int, n: int = N) -> tuple[np.ndarray, np.ndarray]:
+    """Poisson arrivals at `rate` and n uniforms for the service times, from one seed."""
+    rng = np.random.default_rng(seed)
+    return np.cumsum(rng.exponential(1.0 / rate, n)), rng.random(n)
+
+
+def mm1_case(seed: int = 0, slower: float = 1.0) -> WaitCheck:
+    """M/M/1 at rho 0.7; control: M/M/2 with two servers at half speed, same arrivals and draws."""
+    mu, rho = 1.0, 0.7
+    lam = rho * mu
+    arrival, u = exponential_draws(lam, seed)
+    service = -np.log1p(-u) / mu
+    r = simulate_queue(arrival, lambda rng, n: service * slower)
+    return wait_check(r.wait_s, rho / (mu - lam), reference_waits(arrival, 2 * service, 2),
+                      erlang_c_wait(lam, mu / 2, 2))
+
+
+def md1_case(seed: int = 0, slower: float = 1.0) -> WaitCheck:
+    """M/D/1 at rho 0.6; control: M/G/1 with service uniform on [0.5, 1.5] / mu, same arrivals."""
+    mu, rho = 1.0, 0.6
+    lam = rho * mu
+    arrival, u = exponential_draws(lam, seed)
+    r = simulate_queue(arrival, lambda rng, n: np.full(n, slower / mu))
+    return wait_check(r.wait_s, pollaczek_khinchine(lam, 1 / mu, 1 / mu**2),
+                      reference_waits(arrival, (0.5 + u) / mu), pollaczek_khinchine(lam, 1 / mu, (1 + 1 / 12) / mu**2))
+
+
+def mmc_case(seed: int = 0, slower: float = 1.0) -> WaitCheck:
+    """M/M/4 at rho 0.8 (one shared queue); control: M/M/1 with one server 4x as fast, same draws."""
     mu, c, rho = 1.0, 4, 0.8
     lam = rho * c * mu
-    r = simulate_queue(poisson_arrivals(lam, requests=1_000_000), lambda rng, n: rng.exponential(1 / mu, n),
-                       servers=c)
-    assert r.wait_mean_s == pytest.approx(erlang_c_wait(lam, mu, c), rel=0.05)
+    arrival, u = exponential_draws(lam, seed)
+    service = -np.log1p(-u) / mu
+    r = simulate_queue(arrival, lambda rng, n: service * slower, servers=c)
+    return wait_check(r.wait_s, erlang_c_wait(lam, mu, c), reference_waits(arrival, service / c),
+                      rho / (c * mu * (1 - rho)))
+
+
+@pytest.mark.parametrize("slower", [1.0, SLOWER])
+def test_mm1_mean_wait(slower: float) -> None:
+    check = mm1_case(slower=slower)
+    assert (abs(check.controlled) < 0.03) == (slower == 1.0), check
+
+
+@pytest.mark.parametrize("slower", [1.0, SLOWER])
+def test_md1_mean_wait(slower: float) -> None:
+    check = md1_case(slower=slower)
+    assert (abs(check.controlled) < 0.03) == (slower == 1.0), check
+
+
+@pytest.mark.parametrize("slower", [1.0, SLOWER])
+def test_mmc_mean_wait_erlang_c(slower: float) -> None:
+    check = mmc_case(slower=slower)
+    assert (abs(check.controlled) < 0.03) == (slower == 1.0), check
+
+
+def test_queue_utilisation_is_the_offered_load() -> None:
+    arrival, u = exponential_draws(0.7, 1, 50_000)
+    r = simulate_queue(arrival, lambda rng, n: -np.log1p(-u))
+    assert r.utilisation == pytest.approx(0.7, rel=0.03)
+    np.testing.assert_allclose(r.wait_s, reference_waits(arrival, -np.log1p(-u)), atol=1e-9)
+
+
+# The engine simulator itself: with batch 1, whole prompts and room in the KV cache, a replica serves one
+# request at a time for a service time fixed by its lengths (its prefill step, then one jump over its
+# other output tokens), so it is an M/G/1 queue, and M/D/1 for fixed lengths.
+
+PROMPT, OUTPUT = 200, 20
+
+
+def engine_service_s(prompt: int, output: int) -> float:
+    """A lone request's service on HW with batch 1, from the step model (not from the simulator)."""
+    model = _StepModel(HW)
+    s = model.time(0, 0.0, prompt, prompt * model.prefill_token_compute_s(prompt), 1)
+    if output > 1:
+        k = output - 1
+        s += k * model.time(1, prompt + 1 + (k - 1) / 2.0, 0, 0.0, 1)
+    return s
+
+
+def engine_waits(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray, service: np.ndarray) -> np.ndarray:
+    r = simulate(HW, trace_workload(arrival, prompt, output), max_batch=1, chunk_tokens=math.inf)
+    return r.e2e_s - _StepModel(HW).request_overhead_s - service
+
+
+def test_engine_service_time_is_the_step_model() -> None:
+    for prompt, output in ((PROMPT, OUTPUT), (1000, 1), (50, 300)):
+        alone = simulate(HW, trace_workload([0.0], [prompt], [output]), max_batch=1, chunk_tokens=math.inf)
+        service = alone.e2e_s[0] - _StepModel(HW).request_overhead_s
+        assert service == pytest.approx(engine_service_s(prompt, output), rel=1e-12)
+
+
+def engine_md1_case(seed: int = 1, slower: float = 1.0) -> WaitCheck:
+    """simulate() as M/D/1 at rho 0.6 (fixed lengths); control as in md1_case. `slower`: the theory
+    believes the service is that much faster than the simulator's."""
+    service = engine_service_s(PROMPT, OUTPUT)
+    assumed = service / slower
+    rho = 0.6
+    lam = rho / assumed
+    arrival, u = exponential_draws(lam, seed)
+    fixed = np.full(N, 1, dtype=np.int64)
+    waits = engine_waits(arrival, fixed * PROMPT, fixed * OUTPUT, np.full(N, service))
+    return wait_check(waits, pollaczek_khinchine(lam, assumed, assumed**2),
+                      reference_waits(arrival, (0.5 + u) * assumed),
+                      pollaczek_khinchine(lam, assumed, (1 + 1 / 12) * assumed**2))
+
+
+def engine_mg1_case(seed: int = 1, slower: float = 1.0) -> WaitCheck:
+    """simulate() as M/G/1 at rho 0.6, outputs uniform on 1..40 tokens; control as in md1_case, from the
+    uniforms that drew the lengths. Pollaczek-Khinchine with the exact moments of the service over the
+    40 lengths."""
+    lengths = np.arange(1, 41)
+    services = np.array([engine_service_s(PROMPT, int(o)) for o in lengths])
+    assumed = services / slower
+    mean, second = assumed.mean(), (assumed**2).mean()
+    rho = 0.6
+    lam = rho / mean
+    arrival, u = exponential_draws(lam, seed)
+    index = (u * len(lengths)).astype(np.int64)
+    waits = engine_waits(arrival, np.full(N, PROMPT), lengths[index], services[index])
+    return wait_check(waits, pollaczek_khinchine(lam, mean, second), reference_waits(arrival, (0.5 + u) * mean),
+                      pollaczek_khinchine(lam, mean, (1 + 1 / 12) * mean**2))
+
+
+@pytest.mark.parametrize("slower", [1.0, SLOWER])
+def test_engine_md1_mean_wait(slower: float) -> None:
+    check = engine_md1_case(slower=slower)
+    assert (abs(check.controlled) < 0.03) == (slower == 1.0), check
+
+
+@pytest.mark.parametrize("slower", [1.0, SLOWER])
+def test_engine_mg1_mean_wait_pollaczek_khinchine(slower: float) -> None:
+    check = engine_mg1_case(slower=slower)
+    assert (abs(check.controlled) < 0.03) == (slower == 1.0), check
 
 
 def test_separate_queues_wait_longer_than_one_shared_queue() -> None:

@@ -10,12 +10,21 @@ Step time is the step model of `performance`: the roofline of the weight and KV 
 decode and prompt FLOPs of the step, plus all-reduces and overheads. A decode-only step is exactly
 `decode_step_s(hw, batch, mean_context)`; a prefill-only step of one prompt is `prefill_s(hw, prompt)`.
 
-Speed: while no sequence is in prefill the batch is fixed until the next event (a completion, the KV
-cache filling up, an arrival that could be admitted), so the loop jumps over all the steps in between
-at once, with the step time of the mean context over the jump.
+Event loop: one coroutine per replica (`_replica_loop`) keeps that replica's state in local variables
+and plain ints, floats, lists and dicts (numpy scalars would dominate). While no sequence is in prefill
+the batch is fixed until the next event (a completion, the KV cache filling up, an arrival that could be
+admitted), so it jumps over all the steps in between at once, with the step time of the mean context
+over the jump. The commonest event, one request arriving at a replica with nobody waiting, has a
+shortcut with the same arithmetic. Round robin routes in advance, so each replica runs alone over its
+requests; least outstanding requests decides at each arrival and wakes only the replicas whose next
+event is due by then (only a completion changes a replica's count).
+
+Memory: requests become small Python lists a chunk at a time as they are routed and are dropped when they
+complete; what spans the whole run is numpy arrays (the workload, and first-token and completion times
+as outputs), so the Python objects alive at once are those of the requests in flight plus one chunk.
 
 Times are seconds; lengths are tokens. `simulate_queue` is the plain G/G/c queue (batch 1, a given
-service-time distribution) whose mean waits have closed forms.
+service-time distribution) whose mean waits have closed forms; it runs on the same event loop.
 """
 
 from __future__ import annotations
@@ -24,9 +33,10 @@ import heapq
 import json
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -151,34 +161,44 @@ class _StepModel:
 
     `time(batch, context, prefill_tokens, prefill_compute_s, sequences)`: a step that decodes `batch`
     sequences of mean context `context` and prefills `prefill_tokens` prompt tokens costing
-    `prefill_compute_s` of compute per pipeline stage, with `sequences` per-sequence overheads.
+    `prefill_compute_s` of compute per pipeline stage, with `sequences` per-sequence overheads. The event
+    loop inlines this arithmetic; a test pins the two together.
     """
 
-    def __init__(self, hw: Hardware) -> None:
-        f = {name: float(np.asarray(getattr(hw, name))) for name in hw.__dataclass_fields__}
-        self.pp = f["pp"]
-        self.weights_s = f["decode_dense_bytes_per_gpu"] / f["bandwidth_bytes_s"]
-        self.experts_s = f["expert_bytes_per_gpu"] / f["bandwidth_bytes_s"]
-        experts = max(f["num_experts"], 1.0)
-        self.moe = f["num_experts"] > 0
-        self.miss = min(max(1.0 - f["experts_per_token"] / experts, 0.0), 1.0)
-        self.window = f["window_tokens"]
-        self.kv_full_s = f["kv_full_bytes_per_token_per_gpu"] / f["kv_bandwidth_bytes_s"]
-        self.kv_window_s = f["kv_window_bytes_per_token_per_gpu"] / f["kv_bandwidth_bytes_s"]
-        self.decode_s = f["decode_flops_per_token_per_gpu"] / f["decode_flops_s"]
-        self.attn_full_decode_s = f["attention_full_flops_per_pair_per_gpu"] / f["decode_flops_s"]
-        self.attn_window_decode_s = f["attention_window_flops_per_pair_per_gpu"] / f["decode_flops_s"]
-        self.prefill_token_s = f["prefill_flops_per_token_per_gpu"] / f["prefill_flops_s"]
-        self.attn_full_prefill_s = f["attention_full_flops_per_pair_per_gpu"] / f["prefill_flops_s"]
-        self.attn_window_prefill_s = f["attention_window_flops_per_pair_per_gpu"] / f["prefill_flops_s"]
-        tp = f["tp"]
-        ring = 2.0 * (tp - 1.0) / max(tp, 1.0) * f["allreduce_bytes_per_token"] / f["link_bytes_s"]
-        self.allreduce_token_s = f["allreduces_per_step"] * ring
-        self.allreduce_latency_s = f["allreduces_per_step"] * f["link_latency_s"]
-        self.overlap = f["overlap_penalty"]
-        self.step_overhead_s = f["step_overhead_s"]
-        self.sequence_overhead_s = f["sequence_overhead_s"]
-        self.request_overhead_s = f["request_overhead_s"]
+    def __init__(self, hw: Hardware | None) -> None:
+        """The step model of `hw`; None: a bare server whose step takes exactly its prefill compute (for
+        `simulate_queue`, where a request's one-token prompt costs its service time)."""
+        f = {name: float(np.asarray(getattr(hw, name))) for name in hw.__dataclass_fields__} if hw else {}
+
+        def ratio(top: str, bottom: str) -> float:
+            # The bare server has no weights, KV, decode, all-reduce or overhead time, one stage, no window.
+            return f[top] / f[bottom] if hw else 0.0
+
+        self.pp = f.get("pp", 1.0)
+        self.weights_s = ratio("decode_dense_bytes_per_gpu", "bandwidth_bytes_s")
+        self.experts_s = ratio("expert_bytes_per_gpu", "bandwidth_bytes_s")
+        experts = max(f.get("num_experts", 0.0), 1.0)
+        self.moe = f.get("num_experts", 0.0) > 0
+        self.miss = min(max(1.0 - f.get("experts_per_token", 0.0) / experts, 0.0), 1.0)
+        self.window = f.get("window_tokens", 0.0)
+        self.kv_full_s = ratio("kv_full_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s")
+        self.kv_window_s = ratio("kv_window_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s")
+        self.decode_s = ratio("decode_flops_per_token_per_gpu", "decode_flops_s")
+        self.attn_full_decode_s = ratio("attention_full_flops_per_pair_per_gpu", "decode_flops_s")
+        self.attn_window_decode_s = ratio("attention_window_flops_per_pair_per_gpu", "decode_flops_s")
+        self.prefill_token_s = ratio("prefill_flops_per_token_per_gpu", "prefill_flops_s")
+        self.attn_full_prefill_s = ratio("attention_full_flops_per_pair_per_gpu", "prefill_flops_s")
+        self.attn_window_prefill_s = ratio("attention_window_flops_per_pair_per_gpu", "prefill_flops_s")
+        self.allreduce_token_s = self.allreduce_latency_s = 0.0
+        if hw:
+            tp = f["tp"]
+            ring = 2.0 * (tp - 1.0) / max(tp, 1.0) * f["allreduce_bytes_per_token"] / f["link_bytes_s"]
+            self.allreduce_token_s = f["allreduces_per_step"] * ring
+            self.allreduce_latency_s = f["allreduces_per_step"] * f["link_latency_s"]
+        self.overlap = f.get("overlap_penalty", 0.0)
+        self.step_overhead_s = f.get("step_overhead_s", 0.0)
+        self.sequence_overhead_s = f.get("sequence_overhead_s", 0.0)
+        self.request_overhead_s = f.get("request_overhead_s", 0.0)
 
     def _windowed(self, context: float) -> float:
         return min(context, self.window) if self.window > 0 else context
@@ -188,6 +208,12 @@ class _StepModel:
         / pp)."""
         half = prompt_tokens / 2.0
         windowed = self._windowed(half)
+        return self.prefill_token_s + self.attn_full_prefill_s * half + self.attn_window_prefill_s * windowed
+
+    def prefill_token_compute_array(self, prompt_tokens: IntArray) -> FloatArray:
+        """`prefill_token_compute_s` of many prompts at once (the same operations, so the same floats)."""
+        half = prompt_tokens / 2.0
+        windowed = np.minimum(half, self.window) if self.window > 0 else half
         return self.prefill_token_s + self.attn_full_prefill_s * half + self.attn_window_prefill_s * windowed
 
     def time(self, batch: int, context: float, prefill_tokens: float, prefill_compute_s: float,
@@ -210,229 +236,426 @@ class _StepModel:
 
 
 # --------------------------------------------------------------------------------------------------
-# Replica
+# Event loop
+#
+# A request in flight is a plain list (indexing a list is the cheapest per-request state Python has):
+#   [0] workload index   [1] arrival time     [2] prompt tokens   [3] output tokens
+#   [4] prefill compute per prompt token of its next prefill (its service time in simulate_queue)
+#   [5] tokens generated when it last entered decode or was preempted
+#   [6] its replica's decode counter at that moment
+#   [7] first-token time (-1 before)
+#   [8] tokens left to prefill while it prefills
+# The loop uses the literal indices: a named constant costs a global lookup per access.
+
+Request = list[Any]
+ReplicaStats = tuple[float, int, int, int, tuple[list[float], list[int], list[int]]]
+CHUNK = 4096  # requests turned into Python objects at a time
 
 
-class _Replica:
-    """One engine instance. State lives in plain Python containers; `advance` runs its step loop."""
+def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: list[tuple[int, int, Request]],
+                  queue: deque[Request], counter: int, model: _StepModel, preempted: IntArray) -> tuple[int, int]:
+    """Preempt the most recently admitted sequence back to the front of the queue (vLLM's recompute
+    preemption); returns the KV tokens and the decode context it held (0 if it was prefilling). Rare, so
+    a plain function."""
+    i, req = running.popitem()  # dicts pop the last inserted item
+    if prefilling and prefilling[-1] is req:
+        # Its partial prefill is lost; tokens it generated before (kept in [5]) stay in the output.
+        prefilling.pop()
+        kv = req[2] + req[5]
+        context = 0
+    else:
+        generated = req[5] + counter - req[6]
+        req[5] = generated
+        kv = context = req[2] + generated
+        heap[:] = [entry for entry in heap if entry[1] != i]
+        heapq.heapify(heap)
+    # It will prefill its prompt and the tokens it had generated again.
+    req[4] = model.prefill_token_compute_s(req[2] + req[5])
+    queue.appendleft(req)
+    preempted[i] += 1
+    return kv, context
 
-    def __init__(self, model: _StepModel, max_batch: int, kv_tokens: int, chunk_tokens: float,
-                 shared: _Shared, series_points: int) -> None:
-        self.model = model
-        self.max_batch = max_batch
-        self.kv_cap = kv_tokens
-        self.chunk = chunk_tokens
-        self.s = shared
-        self.queue: deque[int] = deque()
-        self.running: dict[int, None] = {}      # admission order; the last is preempted first
-        self.prefilling: list[list[int]] = []   # [request, tokens left to prefill, tokens to prefill]
-        self.heap: list[tuple[int, int]] = []   # (decode counter at which it finishes, request)
-        self.counter = 0                        # decode steps run so far
-        self.kv_used = 0                        # prompt + generated tokens of the running sequences
-        self.dec_ctx = 0                        # the same over the decoding sequences only
-        self.now = 0.0
-        self.busy_s = 0.0
-        self.kv_max = 0
-        self.preemptions = 0
-        self.produced = 0
-        self.series_stride = 1
-        self.series_points = series_points
-        self.series_tick = 0
-        self.series: tuple[list[float], list[int], list[int]] = ([], [], [])
 
-    def outstanding(self) -> int:
-        return len(self.running) + len(self.queue)
+def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, pending: deque[Request],
+                  load: list[int] | None, r: int, first_s: memoryview, done_s: memoryview, preempted: IntArray,
+                  series_points: int) -> Generator[float, float | None, ReplicaStats]:
+    """One replica's engine step loop, as a coroutine holding its state in local variables.
 
-    def _record(self) -> None:
-        self.series_tick += 1
-        if self.series_tick < self.series_stride:
-            return
-        self.series_tick = 0
-        t, q, kv = self.series
-        t.append(self.now)
-        q.append(len(self.queue))
-        kv.append(self.kv_used)
-        if len(t) >= 2 * self.series_points:
-            for column in self.series:
-                del column[1::2]
-            self.series_stride *= 2
+    `pending`: requests routed to this replica that have not yet arrived, in arrival order (the router
+    appends to it). `send(t)` runs every step that ends by `t` and answers the time of the replica's next
+    state change: the end of the step it would run next, the next arrival when it is idle, inf when it has
+    nothing to do. A step that would end after `t` is not committed: it runs when a later `send` reaches its
+    end, or is planned again if an arrival it did not know of could change it (one before the end of a
+    decode jump, which it may cut short; one at the start of a step, which joins it), so results do not
+    depend on how often the router polls. The router only appends, so the first pending request changes
+    only when `pending` was empty.
+    `send(None)` ends the loop and returns (busy seconds, KV peak, preemptions, tokens produced, series).
+    First-token and completion times go straight into `first_s` and `done_s` (views of the result arrays:
+    no Python object per request outlives it), and each completion counts `load[r]` down (the router's
+    count of outstanding requests; None: nobody counts).
+    """
+    inf = math.inf
+    ceil = math.ceil
+    pp, overlap, moe, miss, experts_s = model.pp, model.overlap, model.moe, model.miss, model.experts_s
+    weights_s, kv_full_s, kv_window_s = model.weights_s, model.kv_full_s, model.kv_window_s
+    decode_s, attn_full_s, attn_window_s = model.decode_s, model.attn_full_decode_s, model.attn_window_decode_s
+    allreduce_s, allreduce_token_s = model.allreduce_latency_s, model.allreduce_token_s
+    step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
+    window = model.window if model.window > 0 else inf
+    # Per decode batch size: the memory time that does not depend on the context, and the time outside the
+    # roofline (all-reduces, overheads), so that a decode step costs a dozen float operations. A decoding
+    # sequence holds at least two tokens of KV, which bounds the batch too.
+    sizes = range(min(max_batch, kv_cap // 2) + 1)
+    memory_base = [weights_s + (experts_s * (1.0 - miss**b) if moe else 0.0) for b in sizes]
+    outside = [pp * (allreduce_s + allreduce_token_s * b) + step_overhead_s + sequence_overhead_s * b for b in sizes]
+    heappush, heappop = heapq.heappush, heapq.heappop
+    counting = load is not None
+    outstanding = load if load is not None else []
 
-    def _generated(self, i: int) -> int:
-        s = self.s
-        return s.base_gen[i] + self.counter - s.base_counter[i]
+    queue: deque[Request] = deque()              # arrived and waiting; preempted ones go back to the front
+    running: dict[int, Request] = {}             # admission order; the last is preempted first
+    prefilling: list[Request] = []               # admission order
+    heap: list[tuple[int, int, Request]] = []    # decoding: (decode counter at which it finishes, index, request)
+    n_running = n_decoding = 0                   # len(running), len(heap), kept as ints
+    next_finish = inf                            # heap[0][0]: the decode counter of the next completion
+    now = 0.0
+    counter = 0                                  # decode steps run so far
+    kv_used = 0                                  # prompt + generated tokens of the running sequences
+    context_sum = 0                              # the same over the decoding sequences only
+    idle = 0.0                                   # time with nothing to run (the rest is busy)
+    kv_max = preemptions = produced = 0
+    # Queue length and KV use, sampled at step boundaries at least `sample_s` apart; when the series is
+    # full every other row goes and the spacing doubles.
+    series_t: list[float] = []
+    series_q: list[int] = []
+    series_kv: list[int] = []
+    sample_s = sample_at = 0.0
 
-    def _preempt_last(self) -> None:
-        s = self.s
-        victim = next(reversed(self.running))
-        del self.running[victim]
-        if self.prefilling and self.prefilling[-1][0] == victim:
-            # Partial prefill is lost; generated tokens (kept in base_gen) stay in the output.
-            self.kv_used -= self.prefilling.pop()[2]
-        else:
-            g = self._generated(victim)
-            s.base_gen[victim] = g
-            tokens = s.prompt[victim] + g
-            self.kv_used -= tokens
-            self.dec_ctx -= tokens
-            self._drop_from_heap(victim)
-        self.queue.appendleft(victim)
-        self.preemptions += 1
-        s.preempted[victim] += 1
-
-    def _drop_from_heap(self, victim: int) -> None:
-        self.heap = [entry for entry in self.heap if entry[1] != victim]
-        heapq.heapify(self.heap)
-
-    def _admit(self) -> None:
-        s = self.s
-        queue, running = self.queue, self.running
-        arrival, prompt, base_gen = s.arrival, s.prompt, s.base_gen
-        while queue and len(running) < self.max_batch:
-            i = queue[0]
-            if arrival[i] > self.now:
-                return
-            need = prompt[i] + base_gen[i]
-            # Room for the prompt, its first token and this step's decode tokens.
-            if self.kv_used + need + 1 + len(self.heap) > self.kv_cap:
-                return
-            queue.popleft()
-            running[i] = None
-            self.prefilling.append([i, need, need])
-            self.kv_used += need
-
-    def _complete(self, now: float) -> None:
-        s = self.s
-        heap, counter = self.heap, self.counter
-        while heap and heap[0][0] <= counter:
-            _, i = heapq.heappop(heap)
-            del self.running[i]
-            tokens = s.prompt[i] + s.output[i]
-            self.kv_used -= tokens
-            self.dec_ctx -= tokens
-            s.done[i] = now
-
-    def _prefill_step(self, t_limit: float) -> bool:
-        """One step with prompt work in it; False if it would end after `t_limit`."""
-        s, model = self.s, self.model
-        while True:
-            b = len(self.heap)
-            budget = self.chunk - b
-            tokens = 0
-            compute = 0.0
-            finishing = 0
-            plan: list[tuple[list[int], int]] = []
-            for entry in self.prefilling:
-                if budget <= 0:
-                    break
-                take = entry[1] if entry[1] <= budget else int(budget)
-                budget -= take
-                tokens += take
-                compute += take * model.prefill_token_compute_s(entry[2])
-                plan.append((entry, take))
-                if take == entry[1]:
-                    finishing += 1
-            if self.kv_used + b + finishing <= self.kv_cap:
-                break
-            self._preempt_last()
-        step = model.time(b, self.dec_ctx / b if b else 0.0, tokens, compute, b + finishing)
-        end = self.now + step
-        if end > t_limit:
-            return False
-        self.now = end
-        self.busy_s += step
-        self.counter += 1
-        self.kv_used += b
-        self.dec_ctx += b
-        self.produced += b + finishing
-        for entry, take in plan:
-            entry[1] -= take
-        if finishing:
-            keep = []
-            for entry in self.prefilling:
-                if entry[1] > 0:
-                    keep.append(entry)
+    t_limit = yield inf
+    next_arrival = pending[0][1] if pending else inf
+    while t_limit is not None:
+        if next_arrival <= now and not queue and not prefilling and n_running < max_batch \
+                and kv_used + (need := pending[0][2]) + 1 + n_decoding <= kv_cap and need + n_decoding <= chunk \
+                and (len(pending) == 1 or pending[1][1] > now):
+            # The common case, taken out of the general path below for speed (the same arithmetic): one
+            # request arrives, nothing waits, and its whole prompt fits this step's budget and the KV
+            # cache: admit it and run its prefill step with the decode of the others.
+            req = pending.popleft()
+            next_arrival = pending[0][1] if pending else inf
+            running[req[0]] = req
+            n_running += 1
+            kv_used += need
+            if now >= sample_at:
+                series_t.append(now)
+                series_q.append(0)
+                series_kv.append(kv_used)
+                if len(series_t) >= 2 * series_points:
+                    del series_t[1::2], series_q[1::2], series_kv[1::2]
+                    sample_s = max(2.0 * sample_s, (series_t[-1] - series_t[0]) / series_points)
+                sample_at = now + sample_s
+            b = n_decoding
+            tokens = b + need
+            if b:
+                c = context_sum / b
+                w = c if c < window else window
+                memory = weights_s + b * (kv_full_s * c + kv_window_s * w)
+                compute = need * req[4] + b * (decode_s + attn_full_s * c + attn_window_s * w)
+            else:
+                memory = weights_s
+                compute = need * req[4]
+            if moe:
+                memory += experts_s * (1.0 - miss**tokens)
+            step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
+                         + allreduce_s + allreduce_token_s * tokens) + step_overhead_s + sequence_overhead_s * (b + 1)
+            end = now + step
+            if end > t_limit:
+                # Only an arrival at this very moment could change a prefill step; later ones wait for it.
+                t_limit = yield end
+                while t_limit is not None and t_limit < end:
+                    t_limit = yield end
+                next_arrival = pending[0][1] if pending else inf
+                if t_limit is None or next_arrival <= now:
+                    # Admitted; the general path plans its step again.
+                    req[8] = need
+                    prefilling.append(req)
                     continue
-                i = entry[0]
-                g = s.base_gen[i] + 1
-                if s.first[i] < 0:
-                    s.first[i] = end
-                self.kv_used += 1
-                self.dec_ctx += entry[2] + 1
-                s.base_gen[i] = g
-                s.base_counter[i] = self.counter
-                heapq.heappush(self.heap, (self.counter + s.output[i] - g, i))
-            self.prefilling = keep
-        self._complete(end)
-        if self.kv_used > self.kv_max:
-            self.kv_max = self.kv_used
-        return True
+            now = end
+            counter += 1
+            kv_used += b + 1
+            context_sum += b + need + 1
+            produced += b + 1
+            req[5] = 1
+            req[6] = counter
+            req[7] = now
+            first_s[req[0]] = now
+            finish = counter + req[3] - 1
+            heappush(heap, (finish, req[0], req))
+            if finish < next_finish:
+                next_finish = finish
+            n_decoding += 1
+        else:
+            if next_arrival <= now or queue:
+                while pending and pending[0][1] <= now:
+                    queue.append(pending.popleft())
+                next_arrival = pending[0][1] if pending else inf
+                while queue and n_running < max_batch:
+                    req = queue[0]
+                    need = req[2] + req[5]
+                    # Room for the prompt, its first token and this step's decode tokens.
+                    if kv_used + need + 1 + n_decoding > kv_cap:
+                        break
+                    queue.popleft()
+                    running[req[0]] = req
+                    req[8] = need
+                    prefilling.append(req)
+                    kv_used += need
+                    n_running += 1
+            if now >= sample_at:
+                series_t.append(now)
+                series_q.append(len(queue))
+                series_kv.append(kv_used)
+                if len(series_t) >= 2 * series_points:
+                    del series_t[1::2], series_q[1::2], series_kv[1::2]
+                    sample_s = max(2.0 * sample_s, (series_t[-1] - series_t[0]) / series_points)
+                sample_at = now + sample_s
 
-    def advance(self, t_limit: float) -> None:
-        """Run every step that ends by `t_limit` (all of them when it is infinite)."""
-        s, model = self.s, self.model
-        arrival, prompt, base_gen = s.arrival, s.prompt, s.base_gen
-        while True:
-            self._admit()
-            self._record()
-            if self.prefilling:
-                if not self._prefill_step(t_limit):
-                    return
+            if prefilling:
+                # One step: the decode of every decoding sequence plus prompt chunks, first come first
+                # served, within the token budget. Preempt while the step's new tokens do not fit in the KV
+                # cache.
+                while True:
+                    budget = chunk - n_decoding
+                    prompt_tokens = finishing = touched = take = 0
+                    prompt_s = 0.0
+                    for req in prefilling:
+                        if budget <= 0:
+                            break
+                        left = req[8]
+                        take = left if left <= budget else budget
+                        budget -= take
+                        prompt_tokens += take
+                        prompt_s += take * req[4]
+                        touched += 1
+                        if take == left:
+                            finishing += 1
+                    if kv_used + n_decoding + finishing <= kv_cap:
+                        break
+                    kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
+                    kv_used -= kv
+                    context_sum -= context
+                    preemptions += 1
+                    n_running -= 1
+                    if context:
+                        n_decoding -= 1
+                        next_finish = heap[0][0] if heap else inf
+                b = n_decoding
+                tokens = b + prompt_tokens
+                memory = weights_s
+                compute = prompt_s
+                if b:
+                    c = context_sum / b
+                    w = c if c < window else window
+                    memory += b * (kv_full_s * c + kv_window_s * w)
+                    compute += b * (decode_s + attn_full_s * c + attn_window_s * w)
+                elif tokens < 1:
+                    tokens = 1
+                if moe:
+                    memory += experts_s * (1.0 - miss**tokens)
+                stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
+                step = pp * (stage + allreduce_s + allreduce_token_s * tokens) + step_overhead_s \
+                    + sequence_overhead_s * (b + finishing)
+                end = now + step
+                if end > t_limit:
+                    t_limit = yield end
+                    while t_limit is not None and t_limit < end:
+                        t_limit = yield end
+                    next_arrival = pending[0][1] if pending else inf
+                    if t_limit is None or next_arrival <= now:
+                        continue
+                now = end
+                counter += 1
+                kv_used += b
+                context_sum += b
+                produced += b + finishing
+                if touched:
+                    # Greedy chunking: every prompt touched but the last is finished.
+                    last = prefilling[touched - 1]
+                    last[8] -= take
+                    if finishing:
+                        done = touched if last[8] == 0 else touched - 1
+                        for req in prefilling[:done]:
+                            generated = req[5] + 1
+                            req[5] = generated
+                            req[6] = counter
+                            if req[7] < 0.0:
+                                req[7] = now
+                                first_s[req[0]] = now
+                            kv_used += 1
+                            context_sum += req[2] + generated
+                            finish = counter + req[3] - generated
+                            heappush(heap, (finish, req[0], req))
+                            if finish < next_finish:
+                                next_finish = finish
+                        n_decoding += done
+                        del prefilling[:done]
+            elif n_decoding:
+                # Decode only: the batch is fixed until a sequence finishes, the KV cache fills up or an
+                # admissible request arrives, so run all the steps up to that at once.
+                b = n_decoding
+                k = next_finish - counter
+                if k * b > kv_cap - kv_used:
+                    k = (kv_cap - kv_used) // b
+                    if k == 0:
+                        kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
+                        kv_used -= kv
+                        context_sum -= context
+                        preemptions += 1
+                        n_running -= 1
+                        n_decoding -= 1
+                        next_finish = heap[0][0] if heap else inf
+                        continue
+                c = context_sum / b
+                # The step time of the mean context over the jump (exact where the step is linear in it).
+                m = c + (k - 1) / 2.0
+                w = m if m < window else window
+                memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
+                compute = b * (decode_s + attn_full_s * m + attn_window_s * w)
+                step = pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) \
+                    + outside[b]
+                if next_arrival < inf and not queue and n_running < max_batch \
+                        and kv_used + pending[0][2] + 1 + b <= kv_cap:
+                    # The next arrival could join: stop at the first step boundary after it.
+                    k_arrival = ceil((next_arrival - now) / step)
+                    if k_arrival < k:
+                        k = k_arrival if k_arrival > 0 else 1
+                        m = c + (k - 1) / 2.0
+                        w = m if m < window else window
+                        memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
+                        compute = b * (decode_s + attn_full_s * m + attn_window_s * w)
+                        step = pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) \
+                            + outside[b]
+                duration = k * step
+                end = now + duration
+                if end > t_limit:
+                    # A new first arrival before the end may cut the jump short: plan it again then.
+                    t_limit = yield end
+                    while t_limit is not None and t_limit < end \
+                            and (next_arrival < inf or not pending or pending[0][1] >= end):
+                        t_limit = yield end
+                    if t_limit is None or (next_arrival == inf and pending and pending[0][1] < end):
+                        next_arrival = pending[0][1] if pending else inf
+                        continue
+                    next_arrival = pending[0][1] if pending else inf
+                now = end
+                counter += k
+                grown = k * b
+                kv_used += grown
+                context_sum += grown
+                produced += grown
+            else:
+                # Nothing running, so nothing waits either (an empty replica admits any request): idle until
+                # the next arrival.
+                if next_arrival == inf or next_arrival > t_limit:
+                    t_limit = yield next_arrival
+                    next_arrival = pending[0][1] if pending else inf
+                    continue
+                idle += next_arrival - now
+                now = next_arrival
                 continue
-            heap = self.heap
-            if not heap:
-                if not self.queue:
-                    return
-                head_arrival = arrival[self.queue[0]]
-                if head_arrival > t_limit:
-                    return
-                self.now = max(self.now, head_arrival)
-                continue
-            b = len(heap)
-            room = self.kv_cap - self.kv_used
-            k_kv = room // b
-            if k_kv == 0:
-                self._preempt_last()
-                continue
-            k = min(heap[0][0] - self.counter, k_kv)
-            context = self.dec_ctx / b
-            step = model.time(b, context + (k - 1) / 2.0, 0, 0.0, b)
-            k_time = k
-            if self.queue and len(self.running) < self.max_batch:
-                i = self.queue[0]
-                if self.kv_used + prompt[i] + base_gen[i] + 1 + b <= self.kv_cap and arrival[i] > self.now:
-                    k_time = max(math.ceil((arrival[i] - self.now) / step), 1)
-            if t_limit != math.inf:
-                k_time = min(k_time, int((t_limit - self.now) / step))
-            if k_time < k:
-                if k_time <= 0:
-                    return
-                k = k_time
-                step = model.time(b, context + (k - 1) / 2.0, 0, 0.0, b)
-            duration = k * step
-            self.now += duration
-            self.busy_s += duration
-            self.counter += k
-            self.kv_used += k * b
-            self.dec_ctx += k * b
-            self.produced += k * b
-            if self.kv_used > self.kv_max:
-                self.kv_max = self.kv_used
-            self._complete(self.now)
+
+        if kv_used > kv_max:
+            kv_max = kv_used
+        while next_finish <= counter:
+            _, i, req = heappop(heap)
+            del running[i]
+            tokens = req[2] + req[3]
+            kv_used -= tokens
+            context_sum -= tokens
+            done_s[i] = now
+            if counting:
+                outstanding[r] -= 1
+            n_running -= 1
+            n_decoding -= 1
+            next_finish = heap[0][0] if heap else inf
+    return now - idle, kv_max, preemptions, produced, (series_t, series_q, series_kv)
 
 
-class _Shared:
-    """Per-request state as Python lists (indexing lists is several times faster than numpy scalars)."""
+def _stop(loop: Generator[float, float | None, ReplicaStats]) -> ReplicaStats:
+    try:
+        loop.send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise RuntimeError("a replica loop did not stop")
 
-    def __init__(self, workload: Workload) -> None:
-        n = len(workload)
-        self.arrival: list[float] = workload.arrival_s.tolist()
-        self.prompt: list[int] = workload.prompt_tokens.tolist()
-        self.output: list[int] = workload.output_tokens.tolist()
-        self.base_gen = [0] * n       # tokens generated when it was last (re)admitted to decode or preempted
-        self.base_counter = [0] * n   # its replica's decode counter at that moment
-        self.first = [-1.0] * n
-        self.done = [-1.0] * n
-        self.preempted = [0] * n
+
+@dataclass(frozen=True)
+class _Served:
+    first_s: FloatArray        # first-token time per request (without the request overhead)
+    done_s: FloatArray         # completion time per request
+    replica: IntArray
+    preempted: IntArray
+    stats: list[ReplicaStats]
+
+
+def _serve(model: _StepModel, arrival: FloatArray, prompt: IntArray, output: IntArray,
+           prefill_s_per_token: FloatArray | None, replicas: int, max_batch: int, kv_cap: int, chunk: float,
+           assigned: IntArray | None, series_points: int) -> _Served:
+    """Run `replicas` replica loops over the requests. `assigned`: a replica per request fixed in advance
+    (round robin, or the central queue of `simulate_queue`), each replica then runs alone over its own
+    requests; None: least outstanding requests, decided at each arrival with the replicas whose next event
+    is due brought up to that time. `prefill_s_per_token`: per request, instead of the step model's cost
+    of its prompt."""
+    n = len(arrival)
+    first = np.full(n, math.nan)
+    done = np.full(n, math.nan)
+    preempted = np.zeros(n, dtype=np.int64)
+
+    def requests(indices: IntArray) -> list[Request]:
+        # A chunk of requests as Python objects, when routed (not before: memory follows the flight).
+        compute = (model.prefill_token_compute_array(prompt[indices]) if prefill_s_per_token is None
+                   else prefill_s_per_token[indices])
+        return [[i, a, p, o, s, 0, 0, -1.0, 0] for i, a, p, o, s in zip(
+            indices.tolist(), arrival[indices].tolist(), prompt[indices].tolist(), output[indices].tolist(),
+            compute.tolist(), strict=True)]
+
+    load = [0] * replicas  # outstanding requests per replica, for least outstanding
+    pending: list[deque[Request]] = [deque() for _ in range(replicas)]
+    first_s, done_s = memoryview(first), memoryview(done)
+    counted = load if assigned is None else None
+    loops = [_replica_loop(model, max_batch, kv_cap, chunk, pending[r], counted, r, first_s, done_s, preempted,
+                           series_points) for r in range(replicas)]
+    for loop in loops:
+        next(loop)
+    if assigned is not None:
+        for r, loop in enumerate(loops):
+            mine = np.flatnonzero(assigned == r)
+            for start in range(0, len(mine), CHUNK):
+                indices = mine[start:start + CHUNK]
+                pending[r].extend(requests(indices))
+                # Every arrival up to the last one of the chunk is known: run the replica up to it.
+                loop.send(float(arrival[indices[-1]]))
+            loop.send(math.inf)
+    else:
+        assigned = np.empty(n, dtype=np.int64)
+        next_change = [math.inf] * replicas
+        for start in range(0, n, CHUNK):
+            chosen = []
+            for req in requests(np.arange(start, min(start + CHUNK, n))):
+                t = req[1]
+                # Only a replica whose next state change is due can have finished a request by now.
+                for r in range(replicas):
+                    if next_change[r] <= t:
+                        next_change[r] = loops[r].send(t)
+                best = load.index(min(load))
+                pending[best].append(req)
+                load[best] += 1
+                # Its planned step may now stop at this arrival: let it plan again.
+                next_change[best] = loops[best].send(t)
+                chosen.append(best)
+            assigned[start:start + len(chosen)] = chosen
+        for loop in loops:
+            loop.send(math.inf)
+    return _Served(first, done, assigned, preempted, [_stop(loop) for loop in loops])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -441,7 +664,8 @@ class _Shared:
 
 @dataclass(frozen=True)
 class TimeSeries:
-    """One replica's queue length and KV usage sampled at events (at most 2 x series_points rows)."""
+    """One replica's queue length (requests arrived and waiting) and KV usage, sampled at step boundaries
+    at least an interval apart that doubles whenever the series fills (at most 2 x series_points rows)."""
 
     t_s: FloatArray
     queue_length: IntArray
@@ -515,6 +739,13 @@ def simulate(
     `chunk_tokens`: token budget per step, decode tokens included (math.inf: whole prompts in one step);
     `router`: "round_robin" or "least_outstanding" (fewest queued plus running, lowest index on ties).
     TTFT and end-to-end latency include the engine's per-request overhead.
+
+    Closed forms: with `max_batch=1`, `chunk_tokens=math.inf` and room in the KV cache, a replica serves
+    one request at a time, FIFO, for its prefill step plus one jump over its remaining output tokens, a
+    service time fixed by its lengths; so one replica under Poisson arrivals is an M/G/1 queue
+    (Pollaczek-Khinchine) and with fixed lengths exactly M/D/1. M/M/1 has no exact counterpart (service
+    is a whole number of steps, so never exponential) and neither has M/M/c (replicas keep their own
+    queues; a central queue exists only in `simulate_queue`).
     """
     if router not in ROUTERS:
         raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {router!r}")
@@ -526,33 +757,15 @@ def simulate(
     if n and int((workload.prompt_tokens + workload.output_tokens).max()) + 1 > kv_tokens:
         raise ValueError("a request's prompt plus output does not fit in kv_tokens; it could never finish")
     model = _StepModel(hw)
-    shared = _Shared(workload)
-    pool = [_Replica(model, max_batch, kv_tokens, chunk_tokens, shared, series_points) for _ in range(replicas)]
-    assigned = np.empty(n, dtype=np.int64)
-    if router == "round_robin":
-        assigned[:] = np.arange(n) % replicas
-        for r, replica in enumerate(pool):
-            replica.queue.extend(range(r, n, replicas))
-            replica.advance(math.inf)
-    else:
-        arrival = shared.arrival
-        for i in range(n):
-            t = arrival[i]
-            best, best_load = 0, -1
-            for r, replica in enumerate(pool):
-                replica.advance(t)
-                load = len(replica.running) + len(replica.queue)
-                if best_load < 0 or load < best_load:
-                    best, best_load = r, load
-            pool[best].queue.append(i)
-            assigned[i] = best
-        for replica in pool:
-            replica.advance(math.inf)
+    # A step takes whole tokens: a fractional budget would leave a fraction nobody can use.
+    chunk = chunk_tokens if math.isinf(chunk_tokens) else int(chunk_tokens)
+    assigned = np.arange(n, dtype=np.int64) % replicas if router == "round_robin" else None
+    served = _serve(model, workload.arrival_s, workload.prompt_tokens, workload.output_tokens, None, replicas,
+                    max_batch, kv_tokens, chunk, assigned, series_points)
 
     arrival_s = workload.arrival_s
     overhead = model.request_overhead_s
-    first = np.asarray(shared.first)
-    done = np.asarray(shared.done)
+    first, done = served.first_s, served.done_s
     ttft = first - arrival_s + overhead
     e2e = done - arrival_s + overhead
     outputs = workload.output_tokens
@@ -560,21 +773,21 @@ def simulate(
         tpot = np.where(outputs > 1, (done - first) / (outputs - 1), np.nan)
     start = float(arrival_s[0]) if n else 0.0
     duration = float(done.max()) - start if n else 0.0
-    busy = np.array([r.busy_s for r in pool])
-    series = tuple(TimeSeries(np.asarray(r.series[0]), np.asarray(r.series[1], dtype=np.int64),
-                              np.asarray(r.series[2], dtype=np.int64)) for r in pool)
+    busy = np.array([s[0] for s in served.stats])
+    series = tuple(TimeSeries(np.asarray(t, dtype=float), np.asarray(q, dtype=np.int64),
+                              np.asarray(kv, dtype=np.int64)) for t, q, kv in (s[4] for s in served.stats))
     rate = 1.0 / duration if duration > 0 else math.nan
     return SimulationResult(
-        ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, replica=assigned, preempted=np.asarray(shared.preempted),
+        ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, replica=served.replica, preempted=served.preempted,
         ttft=_latency(ttft), tpot=_latency(tpot), e2e=_latency(e2e),
         duration_s=duration,
         output_tokens_per_s=float(outputs.sum()) * rate,
         requests_per_s=n * rate,
         utilisation=float(busy.mean()) / duration if duration > 0 else 0.0,
         busy_s=busy,
-        preemptions=sum(r.preemptions for r in pool),
-        generated_tokens=sum(r.produced for r in pool),
-        kv_tokens_max=np.array([r.kv_max for r in pool], dtype=np.int64),
+        preemptions=sum(s[2] for s in served.stats),
+        generated_tokens=sum(s[3] for s in served.stats),
+        kv_tokens_max=np.array([s[1] for s in served.stats], dtype=np.int64),
         series=series,
     )
 
@@ -605,44 +818,49 @@ def simulate_queue(
 
     `router`: "central" (one shared queue, the first free server takes the head: G/G/c),
     "round_robin" or "least_outstanding" (each server its own FIFO queue, chosen at arrival).
+
+    It runs on `simulate`'s event loop and routers (`_serve`, `_replica_loop`): each server is a replica
+    of batch 1 whose step model is bare (a step takes exactly its prefill compute), and each request a
+    one-token prompt whose prefill compute is its service time and whose one output token is that step's.
+    Only the central queue is routed differently: for servers of batch 1 a shared FIFO queue is the same
+    as sending each arrival to the server that frees first, computed here ahead of the loop.
     """
     t = np.asarray(arrival_s, dtype=float)
     n = len(t)
     service = np.asarray(service_s(np.random.default_rng(seed), n), dtype=float)
     if service.shape != (n,) or np.any(service < 0):
         raise ValueError("service_s must return n non-negative times")
-    arrivals, services = t.tolist(), service.tolist()
-    start = [0.0] * n
-    server = [0] * n
+    if t.ndim != 1 or (n and (not np.all(np.isfinite(t)) or np.any(np.diff(t) < 0))):
+        raise ValueError("arrival times must be finite and non-decreasing")
+    if servers < 1:
+        raise ValueError("servers must be at least 1")
     if router == "central":
-        free = [(0.0, r) for r in range(servers)]
-        for i in range(n):
-            f, r = heapq.heappop(free)
-            begin = arrivals[i] if arrivals[i] > f else f
-            start[i] = begin
-            server[i] = r
-            heapq.heappush(free, (begin + services[i], r))
-    elif router in ROUTERS:
-        free_at = [0.0] * servers
-        pending: list[deque[float]] = [deque() for _ in range(servers)]
-        for i in range(n):
-            a = arrivals[i]
-            if router == "round_robin":
-                r = i % servers
-            else:
-                for ends in pending:
-                    while ends and ends[0] <= a:
-                        ends.popleft()
-                r = min(range(servers), key=lambda k: len(pending[k]))
-            begin = a if a > free_at[r] else free_at[r]
-            start[i] = begin
-            server[i] = r
-            free_at[r] = begin + services[i]
-            pending[r].append(free_at[r])
+        assigned: IntArray | None = _first_free_server(t, service, servers)
+    elif router == "round_robin":
+        assigned = np.arange(n, dtype=np.int64) % servers
+    elif router == "least_outstanding":
+        assigned = None
     else:
         raise ValueError(f"router must be central, round_robin or least_outstanding, got {router!r}")
-    wait = np.asarray(start) - t
-    end = np.asarray(start) + service
-    duration = float(end.max() - t[0]) if n else 0.0
-    return QueueResult(wait, wait + service, np.asarray(server, dtype=np.int64), float(wait.mean()) if n else 0.0,
+    one = np.ones(n, dtype=np.int64)
+    served = _serve(_StepModel(None), t, one, one, service, servers, 1, 2**62, math.inf, assigned, 1)
+    # The first (and only) token comes at the end of the request's service.
+    wait = np.maximum(served.first_s - service - t, 0.0)
+    duration = float(served.done_s.max() - t[0]) if n else 0.0
+    return QueueResult(wait, wait + service, served.replica, float(wait.mean()) if n else 0.0,
                        float(service.sum()) / (servers * duration) if duration > 0 else 0.0)
+
+
+def _first_free_server(arrival_s: FloatArray, service_s: FloatArray, servers: int) -> IntArray:
+    """The server each request of a central FIFO queue gets: the one that frees first (lowest index on
+    ties), as Kiefer and Wolfowitz's recursion over the servers' free times."""
+    n = len(arrival_s)
+    if servers == 1:
+        return np.zeros(n, dtype=np.int64)
+    free = [(0.0, r) for r in range(servers)]
+    chosen = [0] * n
+    for i, (a, s) in enumerate(zip(arrival_s.tolist(), service_s.tolist(), strict=True)):
+        f, r = heapq.heappop(free)
+        chosen[i] = r
+        heapq.heappush(free, ((a if a > f else f) + s, r))
+    return np.asarray(chosen, dtype=np.int64)

@@ -3,7 +3,7 @@ candidate's replicas and compare the simulated latency percentiles with the anal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,14 +31,26 @@ def fit_to_context(workload: Workload, max_model_len: int) -> Workload:
     return trace_workload(workload.arrival_s, prompts, outputs)
 
 
+MAX_SIMULATED_REPLICAS = 16
+"""A plan's workload spread over more replicas is simulated on this many at the same rate per replica: the
+cost of a verification must not grow with the traffic (a huge rate would otherwise mean thousands of replica
+objects). Round robin then thins the arrival stream over fewer replicas, so each sees burstier traffic than
+it would among all of them: the check errs on the safe side."""
+
+
 def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int = 20_000, seed: int = 0,
                        router: str = "round_robin", workload: Workload | None = None,
                        factors: FactorSet | None = None) -> SimulationResult:
-    """Simulate `candidate`'s replicas serving the plan's workload (or `workload`, e.g. a replayed trace)."""
+    """Simulate `candidate`'s replicas serving the plan's workload (or `workload`, e.g. a replayed trace).
+    Beyond MAX_SIMULATED_REPLICAS replicas, that many serve the plan's rate scaled to them (not for a trace)."""
     deployment = deployment_of(req, candidate, factors)
     max_len = deployment.settings.max_model_len
+    replicas = candidate.replicas
+    if workload is None and replicas > MAX_SIMULATED_REPLICAS:
+        req = replace(req, rate_rps=req.rate_rps * MAX_SIMULATED_REPLICAS / replicas)
+        replicas = MAX_SIMULATED_REPLICAS
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
-    return simulate(deployment.hardware, served, replicas=candidate.replicas, max_batch=candidate.max_batch,
+    return simulate(deployment.hardware, served, replicas=replicas, max_batch=candidate.max_batch,
                     kv_tokens=deployment.memory.kv_cache_tokens, chunk_tokens=deployment.settings.chunk_tokens,
                     router=router)
 
