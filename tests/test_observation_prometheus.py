@@ -28,11 +28,10 @@ def test_every_name_generation_is_read_and_bad_selectors_are_told(engine_standin
         "idle": engine_standin(standin_config(labels={"model_name": "idle"}, requests_per_second=0)),
     }
     server = prometheus(list(standins.values()))
-    for name in standins:
-        server.wait_for_series(f'{{model_name="{name}", __name__=~".+e2e_request_latency_seconds_count"}}',
-                               timeout_s=30)
-    server.wait_for_series('increase(vllm:e2e_request_latency_seconds_count{model_name="legacy"}[30s]) > 20',
-                           timeout_s=30)
+    server.wait_for_series('{model_name="idle", __name__="vllm:e2e_request_latency_seconds_count"}', timeout_s=60)
+    for name in ("current", "legacy", "sglang"):  # two scrapes at least 20 requests apart: rate() has data
+        server.wait_for_series(f'increase({{model_name="{name}", __name__=~".+e2e_request_latency_seconds_count"}}'
+                               f'[30s]) > 20', timeout_s=60)
     client = PrometheusClient(PrometheusEndpoint("main", server.url))
     for name, names in (("current", VLLM), ("legacy", VLLM), ("sglang", SGLANG)):
         found = read_observation(client, names, {"model_name": name}, "30s", min_requests=10)

@@ -14,6 +14,7 @@ administrator configured. Errors name the endpoint, never its URL or token (they
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import re
@@ -119,49 +120,72 @@ class PrometheusClient:
         if endpoint.url.startswith("https"):
             self._context = ssl.create_default_context(cafile=endpoint.ca_file)
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self) -> tuple[dict[str, str], str | None]:
+        """The request headers, and the bearer token in them (None without one)."""
         headers = {"Accept": "application/json", "User-Agent": "inferplan"}
-        if self.endpoint.bearer_token_file:
-            try:
-                token = Path(self.endpoint.bearer_token_file).read_text(encoding="utf-8").strip()
-            except OSError as exc:  # re-read each time: mounted tokens rotate
-                raise PrometheusError("PrometheusUnreachable", f"Prometheus {self.endpoint.name!r}: cannot read "
-                                      f"its bearer token file ({exc.strerror})") from None
-            headers["Authorization"] = f"Bearer {token}"
-        return headers
+        if not self.endpoint.bearer_token_file:
+            return headers, None
+        try:
+            token = Path(self.endpoint.bearer_token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:  # re-read each time: mounted tokens rotate
+            raise PrometheusError("PrometheusUnreachable", f"Prometheus {self.endpoint.name!r}: cannot read "
+                                  f"its bearer token file ({exc.strerror})") from None
+        headers["Authorization"] = f"Bearer {token}"
+        return headers, token
+
+    def _scrub(self, text: str, token: str | None) -> str:
+        """`text` without the endpoint's URL, host and token: what Prometheus (or a proxy in front of it) says
+        ends up in plan status, and an answer may echo the request."""
+        secrets = [self.endpoint.url, urllib.parse.urlparse(self.endpoint.url).netloc, token]
+        for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
+            text = text.replace(secret, "<redacted>")
+        return text
 
     def query(self, expr: str, time_s: float | None = None) -> list[Sample]:
         """The instant vector `expr` evaluates to (at `time_s`, default now); a scalar comes back as one
-        sample without labels. Raises PrometheusError."""
+        sample without labels. Raises PrometheusError, whose message never holds the URL or the token."""
+        headers, token = self._headers()
+        try:
+            return self._query(expr, time_s, headers, token)
+        except PrometheusError as exc:
+            raise PrometheusError(exc.reason, self._scrub(str(exc), token)) from None
+
+    def _query(self, expr: str, time_s: float | None, headers: dict[str, str], token: str | None) -> list[Sample]:
         name = self.endpoint.name
         params = {"query": expr}
         if time_s is not None:
             params["time"] = f"{time_s:.3f}"
         request = urllib.request.Request(f"{self.endpoint.url}/api/v1/query",
-                                         data=urllib.parse.urlencode(params).encode(), headers=self._headers())
+                                         data=urllib.parse.urlencode(params).encode(), headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.endpoint.timeout_seconds,
                                         context=self._context) as response:
                 body = response.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             if exc.code in (400, 422):  # the query was rejected: an answer, not an outage
+                text = self._scrub(_error_text(exc), token)[:300]  # scrubbed whole: no token half cut off
                 raise PrometheusError("PrometheusBadResponse", f"Prometheus {name!r} rejected a query "
-                                      f"(HTTP {exc.code}): {_error_text(exc)}") from None
+                                      f"(HTTP {exc.code}): {text}") from None
             raise PrometheusError("PrometheusUnreachable", f"Prometheus {name!r} answered HTTP {exc.code}") from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             text = "timed out" if isinstance(reason, TimeoutError) or "timed out" in str(reason) else "unreachable"
             raise PrometheusError("PrometheusUnreachable",
                                   f"Prometheus {name!r} {text} ({type(reason).__name__})") from None
+        except http.client.HTTPException as exc:  # not HTTP at all (a bad status line, a truncated answer)
+            raise PrometheusError("PrometheusBadResponse", f"Prometheus {name!r} did not answer in HTTP "
+                                  f"({type(exc).__name__})") from None
         if len(body) > MAX_RESPONSE_BYTES:
             raise PrometheusError("PrometheusBadResponse", f"Prometheus {name!r}: answer larger than "
                                   f"{MAX_RESPONSE_BYTES} bytes")
+        if token and token.encode() in body:  # an answer echoing the token: gone before any of it is quoted
+            body = body.replace(token.encode(), b"<redacted>")
         return parse_query_response(body, name)
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:
     try:
-        return str(json.loads(exc.read(4096)).get("error", ""))[:300]
+        return str(json.loads(exc.read(4096)).get("error", ""))
     except (ValueError, AttributeError, OSError):
         return ""
 

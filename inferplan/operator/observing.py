@@ -35,7 +35,7 @@ from inferplan.planner.observed import (
 )
 from inferplan.planner.online import Calibration, calibrated_factors, update_calibration
 from inferplan.planner.precisions import weight_precision
-from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_plan
+from inferplan.planner.spec import PlanError, PlanRequest
 
 DeploymentReader = Callable[[str], Mapping[str, Any] | None]  # name -> the Deployment (dict) or None if absent
 
@@ -229,13 +229,12 @@ def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndp
                  read_deployment_body: DeploymentReader, old_status: Mapping[str, Any] | None,
                  read_config_map: Callable[[str, str], str] | None = None) -> ObserveOutcome:
     """Observe one plan (blocking). Never raises for a bad spec or a failing Prometheus: the outcome says."""
-    from inferplan.operator.reconcile import with_config_map  # reconcile imports this module's users
+    from inferplan.operator.reconcile import parse_and_resolve  # reconcile imports this module's users
 
     observe = spec.get("observe") or {}
     name, window = str(observe.get("prometheus", "")), str(observe.get("window", "5m"))
     try:
-        parsed = parse_plan(with_config_map(spec, read_config_map))
-        req = resolve_plan(parsed)
+        parsed, req = parse_and_resolve(spec, read_config_map)
     except PlanError as exc:
         return ObserveOutcome(name, window, error=("InvalidSpec", f"the spec cannot be planned: {exc}"))
     assert parsed.observe is not None
@@ -254,6 +253,8 @@ def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndp
                                        parsed.observe.min_requests)
     except ObserveError as exc:
         return ObserveOutcome(name, window, error=(exc.reason, str(exc)))
+    except ValueError as exc:  # a selector or window the PromQL builder refuses (the spec lets none through)
+        return ObserveOutcome(name, window, error=("InvalidSpec", f"observe.selector: {exc}"))
 
     given = parsed.observe.current.model_dump(by_alias=True, exclude_none=True)
     try:

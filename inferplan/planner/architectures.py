@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,11 @@ from inferplan.planner.names import CatalogLookupError, closest_names, normalize
 
 MAX_PARAMETERS = 1e13
 """Parameter counts above this are treated as a broken config, not a model."""
+MAX_LAYERS = 10_000
+"""More layers than any model has (the deepest have about 130): per-layer bookkeeping (the attention window of
+each layer) would run away with the memory and CPU of whoever resolves the config."""
+MAX_CONFIG_BYTES = 4 * 2**20
+"""The largest config.json file read (real ones are a few KiB)."""
 
 # Family traits that config.json does not spell out: the modelling code of each
 # architecture hard-codes them. Keyed by HF `architectures[0]`.
@@ -109,6 +115,8 @@ class ModelArchitecture:
         for name in ("layer_windows", "aliases", "unverified_fields", "sources"):
             value = getattr(self, name)
             if not isinstance(value, tuple):
+                if not isinstance(value, list | tuple):  # a number or a string is not a list (tuple("ab") would be)
+                    raise ValueError(f"{_field_label(name)} must be a list, got {value!r}")
                 object.__setattr__(self, name, tuple(value))
         _validate(self)
 
@@ -303,6 +311,8 @@ def _validate(arch: ModelArchitecture) -> None:
     ):
         if getattr(arch, name) <= 0:
             raise ValueError(f"{_field_label(name)} must be > 0, got {getattr(arch, name)}")
+    if arch.num_layers > MAX_LAYERS:
+        raise ValueError(f"{_field_label('num_layers')} must be <= {MAX_LAYERS}, got {arch.num_layers}")
     for name in (
         "intermediate_size",
         "num_experts",
@@ -358,8 +368,9 @@ def _validate(arch: ModelArchitecture) -> None:
         raise ValueError(f"repo_id must be a non-empty string, got {arch.repo_id!r}")
     total = arch.param_count()
     if total > MAX_PARAMETERS:
+        size = f"{total:.3g}" if total < 1e300 else f"about 10^{len(str(total)) - 1}"  # ints beyond a float
         raise ValueError(
-            f"parameter count {total:.3g} exceeds {MAX_PARAMETERS:.0e}: check num_layers, hidden_size, "
+            f"parameter count {size} exceeds {MAX_PARAMETERS:.0e}: check num_layers, hidden_size, "
             "intermediate_size, vocab_size and num_experts"
         )
 
@@ -383,7 +394,10 @@ def _require_int(config: Mapping[str, Any], *keys: str) -> int:
 
 
 def _as_int(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    # json.loads reads 1e400 as inf and NaN as nan: neither is an integer (int() of them would raise a bare
+    # OverflowError / a ValueError without the field's name).
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
         raise ValueError(f"config.json field {key!r} must be an integer, got {value!r}")
     return int(value)
 
@@ -457,6 +471,9 @@ def _moe_fields(config: Mapping[str, Any], intermediate_size: int, num_layers: i
         shared_width = expert_width  # DeepSeek: shared experts are expert-sized
     first_dense = _optional_int(config, "first_k_dense_replace")
     dense_only = config.get("mlp_only_layers") or []
+    if not isinstance(dense_only, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                   for i in dense_only):
+        raise ValueError("config.json field 'mlp_only_layers' must be a list of layer indices")
     if dense_only:  # Qwen MoE: only a leading run of dense layers is supported
         if sorted(dense_only) != list(range(len(dense_only))):
             raise ValueError("config.json field 'mlp_only_layers' other than a leading run is not supported")
@@ -502,6 +519,8 @@ def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> Mod
         raise ValueError("config.json is missing required field 'architectures'")
 
     num_layers = _require_int(config, "num_hidden_layers", "n_layer", "num_layers")
+    if num_layers > MAX_LAYERS:  # before a per-layer window tuple is built
+        raise ValueError(f"config.json field 'num_hidden_layers' must be <= {MAX_LAYERS}, got {num_layers}")
     hidden_size = _require_int(config, "hidden_size", "n_embd", "d_model")
     heads = _require_int(config, "num_attention_heads", "n_head")
     if heads <= 0:
@@ -526,7 +545,10 @@ def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> Mod
             )
         head_dim = hidden_size // heads
     if "tie_word_embeddings" in config:
-        tied = bool(config["tie_word_embeddings"])
+        tied = config["tie_word_embeddings"]
+        tied = False if tied is None else tied
+        if not isinstance(tied, bool):  # bool("false") is True: a string must not flip the lm_head count
+            raise ValueError(f"config.json field 'tie_word_embeddings' must be true or false, got {tied!r}")
     else:
         tied = architecture.startswith(_TIED_BY_DEFAULT_PREFIXES)
     max_positions = _require_int(config, "max_position_embeddings", "n_positions", "max_sequence_length")
@@ -556,7 +578,14 @@ def load_config_json(path: str | Path) -> ModelArchitecture:
     """Read a Hugging Face `config.json` file; malformed JSON raises ValueError with path and line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if not path.is_file():  # a FIFO would block and /dev/zero never end
+            why = "not a regular file" if path.exists() else "no such file"
+            raise ValueError(f"{path}: cannot read the file: {why}")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; not a config.json")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot read the file: {exc}") from exc
     try:
@@ -565,6 +594,8 @@ def load_config_json(path: str | Path) -> ModelArchitecture:
         raise ValueError(
             f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from exc
+    except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits; nesting deeper than Python's stack
+        raise ValueError(f"{path}: unusable JSON: {str(exc)[:200]}") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: expected a JSON object at the top level")
     try:
@@ -615,9 +646,11 @@ def architecture_from_inline(data: Mapping[str, Any]) -> ModelArchitecture:
     fields.setdefault("num_kv_heads", fields["num_attention_heads"])
     fields.setdefault("tie_word_embeddings", False)
     if "head_dim" not in fields:
+        for name in ("num_attention_heads", "hidden_size"):  # head_dim is derived from them: check them first
+            value = fields[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         heads = fields["num_attention_heads"]
-        if not isinstance(heads, int) or heads <= 0:
-            raise ValueError(f"num_attention_heads must be a positive integer, got {heads!r}")
         if fields["hidden_size"] % heads:
             raise ValueError("head_dim is absent and hidden_size is not divisible by num_attention_heads")
         fields["head_dim"] = fields["hidden_size"] // heads

@@ -82,6 +82,9 @@ _CONFIG_MAP_KEY = r"^[-._a-zA-Z0-9]+$"
 _MAX_TOKENS = 10_485_760  # 10 Mi tokens: beyond any model's context
 _MAX_CV = 10
 _MAX_CV2 = 100
+MAX_ARCHITECTURE_KEYS = 64  # model.architecture (and so a ConfigMap's config.json) holds at most this many keys
+_MAX_RATE = "1000000"  # requests/s: far beyond any one deployment, and replica counts stay exact integers
+_MIN_UTILIZATION = "0.01"  # below 1% a utilisation cap is a typo, and it multiplies the replicas by 100+
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -195,8 +198,19 @@ def _check_model_name(name: str) -> str:
 
 
 def _check_architecture(data: dict[str, Any]) -> dict[str, Any]:
-    architecture_from_inline(data)  # raises ValueError naming the field
+    inline_architecture(data)
     return data
+
+
+def inline_architecture(data: Mapping[str, Any]) -> ModelArchitecture:
+    """`architecture_from_inline`, with any failure a ValueError: a TypeError or an arithmetic error on a value
+    of an odd type is a problem of the spec, not a crash (pydantic would let it through, uncaught)."""
+    try:
+        return architecture_from_inline(data)  # raises ValueError naming the field
+    except ValueError:
+        raise
+    except (TypeError, ArithmeticError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"unusable architecture ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def _check_tp(size: int) -> int:
@@ -207,6 +221,25 @@ def _check_tp(size: int) -> int:
 
 PositiveDecimal = decimal_type(gt="0")
 UnitFraction = decimal_type(gt="0", le="1")
+
+
+# Planner-side limits beyond the schema's bounds (the CRD keeps "> 0" and "> 0 and <= 1", so the API server
+# accepts these values and the operator answers Ready=False naming the field): replica counts must stay exact
+# integers, and a cap below 1% utilisation is a typo.
+def _check_rate_ceiling(value: str) -> str:
+    if Decimal(value) > Decimal(_MAX_RATE):
+        raise ValueError(f"must be <= {_MAX_RATE} requests/s, got \"{value}\"")
+    return value
+
+
+def _check_utilization_floor(value: str) -> str:
+    if Decimal(value) < Decimal(_MIN_UTILIZATION):
+        raise ValueError(f"must be >= {_MIN_UTILIZATION} (\"0.8\" is 80%), got \"{value}\"")
+    return value
+
+
+RequestRate = Annotated[PositiveDecimal, AfterValidator(_check_rate_ceiling)]
+UtilizationCap = Annotated[UnitFraction, AfterValidator(_check_utilization_floor)]
 HitRate = decimal_type(ge="0", lt="1")
 Cv = decimal_type(ge="0", le=str(_MAX_CV))
 Cv2 = decimal_type(ge="0", le=str(_MAX_CV2))
@@ -281,7 +314,8 @@ class ModelSource(_SpecModel):
         description="Catalog repo id or alias, e.g. meta-llama/Llama-3.1-8B-Instruct or llama-3.1-8b "
         "(case and separators ignored).",
     )
-    architecture: Annotated[dict[str, Any], Field(max_length=64), AfterValidator(_check_architecture)] | None = (
+    architecture: Annotated[dict[str, Any], Field(max_length=MAX_ARCHITECTURE_KEYS),
+                            AfterValidator(_check_architecture)] | None = (
         Field(
             default=None,
             description="Inline architecture: ModelArchitecture fields (numLayers, hiddenSize, "
@@ -406,6 +440,11 @@ class TokenDistribution(_SpecModel):
             raise _rule("", f"give at most one of p95, cv, percentiles (got {', '.join(given)})")
         if self.p95 is not None and self.p95 < self.mean:
             raise _rule("p95", f"must be >= mean ({self.mean})")
+        if self.percentiles is not None:  # as p95 itself: no lognormal with CV <= 10 has p95 or p99 below its mean
+            for name in ("p95", "p99"):
+                value = getattr(self.percentiles, name)
+                if value is not None and value < self.mean:
+                    raise _rule(f"percentiles.{name}", f"must be >= mean ({self.mean})")
         return self
 
 
@@ -441,8 +480,9 @@ class Burstiness(_SpecModel):
 class Workload(_SpecModel):
     """The traffic to serve."""
 
-    requests_per_second: PositiveDecimal = Field(
-        description="Mean request rate the whole deployment must sustain, decimal string > 0, e.g. \"12.5\"."
+    requests_per_second: RequestRate = Field(
+        description="Mean request rate the whole deployment must sustain, decimal string > 0, at most "
+        "1000000, e.g. \"12.5\"."
     )
     prompt_tokens: TokenDistribution = Field(description="Prompt (input) length distribution.")
     output_tokens: TokenDistribution = Field(description="Output (generated) length distribution.")
@@ -528,10 +568,10 @@ class Constraints(_SpecModel):
     budget_dollars_per_hour: PositiveDecimal | None = Field(
         default=None, description="Most the whole deployment may cost, USD per hour, decimal string > 0."
     )
-    max_utilization: UnitFraction = Field(
+    max_utilization: UtilizationCap = Field(
         default="0.8",
-        description="Highest utilisation a replica may run at (headroom for bursts), decimal string in (0, 1]. "
-        "Default 0.8.",
+        description="Highest utilisation a replica may run at (headroom for bursts), decimal string in (0, 1], "
+        "at least 0.01. Default 0.8.",
     )
     prices: dict[GpuName, PositiveDecimal] = Field(
         default_factory=dict, max_length=64,
@@ -573,6 +613,13 @@ def window_seconds(window: str) -> int:
     return int(window[:-1]) * _WINDOW_SECONDS[window[-1]]
 
 
+def _check_label_name(name: str) -> str:
+    # Prometheus reserves names starting with "__" (__name__ would match the metric's name, not a label).
+    if name.startswith("__"):
+        raise ValueError(f"label names starting with __ are reserved by Prometheus, got {name!r}")
+    return name
+
+
 def _check_window(window: str) -> str:
     if not MIN_WINDOW_S <= window_seconds(window) <= MAX_WINDOW_S:
         raise _rule("", f"must be between 30s and 24h, got {window}")
@@ -612,7 +659,8 @@ class Observe(_SpecModel):
         description="Name of a Prometheus endpoint in the operator's INFERPLAN_PROMETHEUS_CONFIG (a plan never "
         "gives a URL).",
     )
-    selector: dict[Annotated[str, Field(min_length=1, max_length=128, pattern=_LABEL_NAME)],
+    selector: dict[Annotated[str, Field(min_length=1, max_length=128, pattern=_LABEL_NAME),
+                             AfterValidator(_check_label_name)],
                    Annotated[str, Field(max_length=256)]] = Field(
         min_length=1, max_length=16,
         description="Label matchers (label -> exact value) that select the deployment's engine series, e.g. "
@@ -965,7 +1013,7 @@ def _architecture(source: ModelSource, base_dir: Path | None) -> ModelArchitectu
     if source.name is not None:
         return resolve_model(source.name)
     if source.architecture is not None:
-        return architecture_from_inline(source.architecture)
+        return inline_architecture(source.architecture)
     if source.config_file is not None:
         path = Path(source.config_file).expanduser()
         if not path.is_absolute() and base_dir is not None:
@@ -1006,6 +1054,16 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     if engine.max_model_len is not None and engine.max_model_len > arch.max_position_embeddings:
         problems.append(("engine.maxModelLen", f"must be <= the model's context length "
                                                f"({arch.max_position_embeddings} tokens), got {engine.max_model_len}"))
+    context, context_name = ((engine.max_model_len, "engine.maxModelLen") if engine.max_model_len is not None
+                             else (arch.max_position_embeddings, "the model's context length"))
+    prompt, output = spec.workload.prompt_tokens.mean, spec.workload.output_tokens.mean
+    if prompt + output > context:  # the mean request would not fit: a plan for it would be a plan for errors
+        problems.append(("workload.promptTokens.mean", f"the mean request ({prompt} prompt + {output} output "
+                                                       f"tokens) does not fit in {context_name} ({context} tokens)"))
+    limits = spec.constraints
+    if limits.available_gpus and limits.gpu_types is None and not any(limits.available_gpus.values()):
+        problems.append(("constraints.availableGpus", "no GPU type has a count > 0 and constraints.gpuTypes is not "
+                                                      "given: there is no GPU to plan for"))
     if problems:
         raise PlanError(problems)
 
@@ -1027,7 +1085,6 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         for metric, bound in (("ttft", spec.slo.ttft), ("tpot", spec.slo.tpot), ("e2e", spec.slo.e2e))
         if bound is not None
     )
-    limits = spec.constraints
     gpus_per_node = {gpu.key: DEFAULT_GPUS_PER_NODE for gpu in load_gpu_catalog()}
     gpus_per_node.update(_by_key(limits.gpus_per_node, int))
     return PlanRequest(
@@ -1059,7 +1116,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         budget_usd_per_hour=None if limits.budget_dollars_per_hour is None else float(limits.budget_dollars_per_hour),
         max_utilization=float(limits.max_utilization),
         prices=_by_key(limits.prices, float),
-        available_gpus=None if limits.available_gpus is None else _by_key(limits.available_gpus, int),
+        # {} limits nothing, as the operator reads it (it plans against the cluster's inventory then).
+        available_gpus=_by_key(limits.available_gpus, int) if limits.available_gpus else None,
         gpus_per_node=gpus_per_node,
         alternatives=spec.alternatives,
         verify=spec.verify,
