@@ -40,3 +40,31 @@ def test_verify_setting() -> None:
     assert not load_settings({}).verify
     with pytest.raises(SettingsError, match="INFERPLAN_VERIFY must be true or false"):
         load_settings({"INFERPLAN_VERIFY": "maybe"})
+
+
+def test_planner_processes_default_to_two_and_zero_means_threads() -> None:
+    assert load_settings({}).planner_processes == 2
+    assert load_settings({"INFERPLAN_PLANNER_PROCESSES": "0"}).planner_processes == 0
+    with pytest.raises(SettingsError, match="INFERPLAN_PLANNER_PROCESSES must be >= 0"):
+        load_settings({"INFERPLAN_PLANNER_PROCESSES": "-1"})
+
+
+def test_peering_is_off_by_default_and_named_by_its_object() -> None:
+    default = load_settings({})
+    assert default.peering is None and default.peering_priority is None and default.peering_lifetime == 30
+    settings = load_settings({"INFERPLAN_PEERING": " inferplan-peering ", "INFERPLAN_PEERING_PRIORITY": "100",
+                              "INFERPLAN_PEERING_LIFETIME": "15"})
+    assert (settings.peering, settings.peering_priority, settings.peering_lifetime) == ("inferplan-peering", 100, 15)
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"INFERPLAN_PEERING": "Not_A_Name"}, "INFERPLAN_PEERING must be a Kubernetes object name"),
+    ({"INFERPLAN_PEERING": "x" * 254}, "INFERPLAN_PEERING must be a Kubernetes object name"),
+    ({"INFERPLAN_PEERING_PRIORITY": "high"}, "INFERPLAN_PEERING_PRIORITY must be an integer"),
+    ({"INFERPLAN_PEERING_PRIORITY": "-1"}, "INFERPLAN_PEERING_PRIORITY must be >= 0"),
+    ({"INFERPLAN_PEERING_PRIORITY": str(2**31)}, "INFERPLAN_PEERING_PRIORITY must be <= 2147483647"),
+    ({"INFERPLAN_PEERING_LIFETIME": "2"}, "INFERPLAN_PEERING_LIFETIME must be >= 5"),
+])
+def test_bad_peering_values_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings(env)

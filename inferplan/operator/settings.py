@@ -4,27 +4,39 @@
 |---|---|---|
 | INFERPLAN_NAMESPACES | comma-separated namespaces to watch; empty: all namespaces | all |
 | INFERPLAN_RESYNC_SECONDS | re-plan every plan at least this often, even when nothing changed | 600 |
-| INFERPLAN_CHECK_SECONDS | how often each plan checks whether its spec or GPU inventory changed | 5 |
+| INFERPLAN_CHECK_SECONDS | how often every plan is checked (GPU inventory, resync, observation) | 5 |
 | INFERPLAN_LOG_LEVEL | DEBUG, INFO, WARNING or ERROR | INFO |
 | INFERPLAN_METRICS_PORT | port of the Prometheus /metrics endpoint (0: off) | 8080 |
 | INFERPLAN_HEALTH_PORT | port of kopf's liveness endpoint /healthz (0: off) | 8081 |
-| INFERPLAN_PLANNER_THREADS | planning runs in this many worker threads, off the event loop | 2 |
+| INFERPLAN_PLANNER_PROCESSES | planning runs in this many worker processes, off the event loop (0: in threads) | 2 |
+| INFERPLAN_PLANNER_THREADS | with INFERPLAN_PLANNER_PROCESSES=0: planning runs in this many threads instead | 2 |
 | INFERPLAN_VERIFY | simulate the candidates of plans that do not set spec.verify (true/false) | false |
 | INFERPLAN_PROMETHEUS_CONFIG | YAML file listing the Prometheus endpoints spec.observe may name | none |
 | INFERPLAN_OBSERVE_SECONDS | how often plans with spec.observe query Prometheus | 60 |
 | INFERPLAN_OBSERVE_THREADS | Prometheus queries run in this many worker threads (apart from planning) | 4 |
+| INFERPLAN_PEERING | name of the (Cluster)KopfPeering object replicas share; empty: standalone, no peering | none |
+| INFERPLAN_PEERING_PRIORITY | this replica's peering priority (the highest one works, the others wait) | random |
+| INFERPLAN_PEERING_LIFETIME | seconds a replica's keep-alive counts; a crashed replica is replaced this late | 30 |
 
 The Prometheus file is read at start (a bad file stops the operator with its problem named) and again
 whenever it changes (a mounted ConfigMap is updated in place).
+
+Planning is CPU-bound Python, so it runs in worker processes by default: threads would share one core through
+the GIL and slow kopf's event loop down with it. Peering (kopf's, see docs/operator.md "High availability")
+lets several replicas run with exactly one working; replicas of one Deployment share their environment, so the
+priority is drawn at random per process unless set (equal priorities would pause them all, by kopf's rule).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")  # DNS-1123 subdomain
+PEERING_PRIORITY_MAX = 2**31 - 1
 
 
 class SettingsError(ValueError):
@@ -39,11 +51,15 @@ class OperatorSettings:
     log_level: str = "INFO"
     metrics_port: int = 8080
     health_port: int = 8081
+    planner_processes: int = 2
     planner_threads: int = 2
     verify: bool = False
     prometheus_config: str | None = None
     observe_seconds: float = 60.0
     observe_threads: int = 4
+    peering: str | None = None  # None: standalone
+    peering_priority: int | None = None  # None: drawn at random when the operator starts
+    peering_lifetime: int = 30
 
     @property
     def all_namespaces(self) -> bool:
@@ -86,12 +102,30 @@ def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
         log_level=level,
         metrics_port=ports["INFERPLAN_METRICS_PORT"],
         health_port=ports["INFERPLAN_HEALTH_PORT"],
+        planner_processes=int(_number(env, "INFERPLAN_PLANNER_PROCESSES", 2, 0, True)),
         planner_threads=int(_number(env, "INFERPLAN_PLANNER_THREADS", 2, 1, True)),
         verify=verify_raw in ("true", "1", "yes"),
         prometheus_config=_prometheus_config(env),
         observe_seconds=_number(env, "INFERPLAN_OBSERVE_SECONDS", 60.0, 1.0, False),
         observe_threads=int(_number(env, "INFERPLAN_OBSERVE_THREADS", 4, 1, True)),
+        **_peering(env),
     )
+
+
+def _peering(env: Mapping[str, str]) -> dict[str, object]:
+    name = env.get("INFERPLAN_PEERING", "").strip()
+    if name and (len(name) > 253 or not _OBJECT_NAME.match(name)):
+        raise SettingsError(f"INFERPLAN_PEERING must be a Kubernetes object name (lower case a-z, 0-9, '-', '.'), "
+                            f"got {name!r}")
+    priority = None
+    if env.get("INFERPLAN_PEERING_PRIORITY", "").strip():
+        priority = int(_number(env, "INFERPLAN_PEERING_PRIORITY", 0, 0, True))
+        if priority > PEERING_PRIORITY_MAX:
+            raise SettingsError(f"INFERPLAN_PEERING_PRIORITY must be <= {PEERING_PRIORITY_MAX}, got {priority}")
+    # A keep-alive is sent 5-10 s before the lifetime ends (at least every second): shorter lifetimes would let a
+    # replica that is merely slow be taken for dead, and two replicas would work at once.
+    lifetime = int(_number(env, "INFERPLAN_PEERING_LIFETIME", 30, 5, True))
+    return {"peering": name or None, "peering_priority": priority, "peering_lifetime": lifetime}
 
 
 def _prometheus_config(env: Mapping[str, str]) -> str | None:

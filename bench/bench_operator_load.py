@@ -1,0 +1,507 @@
+"""The operator under load on a real API server (prints figures; asserts nothing).
+
+Usage (from the repository root; needs etcd, as the e2e tests do):
+
+    python bench/bench_operator_load.py [--plans 1000] [--namespaces 20] [--seed 8] [--profile FILE] [--log FILE]
+
+What it does:
+  1. starts ../shared/k8s-testenv in its own run folder, applies the CRD, creates GPU nodes (six types);
+  2. starts `inferplan operator` as a process, as deployed: all namespaces, /metrics on, default settings;
+  3. applies N plans (default 1,000) across the namespaces at once: the example plans of examples/plans/
+     varied (rates, prompt lengths, gpuTypes restricted to a subset as users do, a few whole-cluster plans),
+     plus 2% with an unknown model (must be Ready=False InvalidModel) and 2% that allow only a GPU type the
+     cluster lacks (must be Ready=False NoGpuTypes);
+  4. reports the time until every plan has a status for its generation with the expected Ready, the p50/p99
+     time from apply to status, the operator's CPU seconds (/proc/PID/stat, its process tree: the operator,
+     its planner workers) and memory: the operator process's peak RSS (VmHWM of /proc/PID/status) and the
+     process tree's peak PSS (sampled every 0.5 s; summed RSS would count shared libraries once per process);
+  5. adds one node of one GPU type (L40S) and reports the time until every plan that can use that type has
+     been re-planned with the new count, and whether any plan that cannot use it was written to
+     (resourceVersion) meanwhile or in the following quiet period; then the CPU used at rest.
+
+Targets (issue 8): all 1,000 within 60 s on a 2-core machine, operator memory under 300 MiB, the inventory
+change within 30 s. Other load on the machine inflates the figures: check `uptime` first.
+
+`--profile FILE` runs the operator under cProfile (its main thread: the event loop) and writes the stats to
+FILE (read them with `python -m pstats FILE`). `--log FILE` keeps the operator's log. The operator's settings
+are read from the environment as usual (e.g. INFERPLAN_PLANNER_PROCESSES=0 to compare with threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TESTENV = Path(os.environ.get("K8S_TESTENV") or REPO.parent / "shared" / "k8s-testenv")
+GROUP, VERSION, PLURAL = "inferplan.io", "v1alpha1", "inferencecapacityplans"
+
+# GPU product label -> (nodes, GPUs per node). L40S is the type whose node count changes in step 5.
+NODES = {
+    "NVIDIA-H100-80GB-HBM3": (3, 8),
+    "NVIDIA-A100-SXM4-80GB": (3, 8),
+    "NVIDIA-L40S": (4, 4),
+    "NVIDIA-L4": (4, 8),
+    "NVIDIA-H200": (2, 8),
+    "AMD_Instinct_MI300X_OAM": (2, 8),
+}
+CHANGED_PRODUCT, CHANGED_KEY = "NVIDIA-L40S", "L40S"
+ABSENT_PRODUCT = "NVIDIA-B200"  # in the catalog, not in the cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_body(name: str, product: str, gpus: int) -> dict[str, Any]:
+    resource = "amd.com/gpu" if product.startswith("AMD") else "nvidia.com/gpu"
+    label = "amd.com/gpu.product-name" if product.startswith("AMD") else "nvidia.com/gpu.product"
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {label: product}},
+            "status": {"allocatable": {resource: str(gpus)}, "capacity": {resource: str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The plans
+
+
+def example_specs() -> list[dict[str, Any]]:
+    specs = []
+    for path in sorted((REPO / "examples" / "plans").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        specs.append(data["spec"] if data.get("kind") == "InferenceCapacityPlan" else data)
+    return specs
+
+
+def _scaled(dist: dict[str, Any], factor: float) -> dict[str, Any]:
+    """A token-length distribution scaled by `factor` (mean and p95 together, so p95 >= mean holds)."""
+    return {k: (max(1, round(v * factor)) if k in ("mean", "p95") else v) for k, v in dist.items()}
+
+
+def make_plans(count: int, namespaces: list[str], seed: int) -> list[dict[str, Any]]:
+    """`count` plans with `expected` (None: Ready=True; else the Ready=False reason) and `l40s` (can use L40S)."""
+    from inferplan.planner.gpus import resolve_gpu
+
+    rng = random.Random(seed)
+    bases = example_specs()
+    plans = []
+    for i in range(count):
+        spec = copy.deepcopy(bases[i % len(bases)])
+        workload = spec["workload"]
+        workload["requestsPerSecond"] = f"{float(workload['requestsPerSecond']) * rng.uniform(0.25, 3.0):.2f}"
+        workload["promptTokens"] = _scaled(workload["promptTokens"], rng.choice([0.5, 0.75, 1.0, 1.5, 2.0]))
+        constraints = spec.setdefault("constraints", {})
+        listed = constraints.get("gpuTypes")
+        roll = rng.random()
+        if listed and roll < 0.6:  # most users narrow the types down to a couple they are allowed to use
+            constraints["gpuTypes"] = rng.sample(listed, rng.randint(1, min(2, len(listed))))
+        elif listed and roll < 0.75:  # some plan for the whole cluster
+            del constraints["gpuTypes"]
+        expected = None
+        if i % 50 == 7:
+            spec["model"] = {"name": f"acme/not-a-model-{i}"}
+            expected = "InvalidModel"
+        elif i % 50 == 33:
+            constraints.pop("availableGpus", None)
+            constraints.pop("gpusPerNode", None)
+            constraints.pop("prices", None)
+            constraints["gpuTypes"] = [ABSENT_PRODUCT]
+            expected = "NoGpuTypes"
+        if not constraints:
+            del spec["constraints"]
+        types = (spec.get("constraints") or {}).get("gpuTypes")
+        can_use = not types or CHANGED_KEY in {resolve_gpu(t).key for t in types}
+        plans.append({"namespace": namespaces[i % len(namespaces)], "name": f"plan-{i:04d}", "spec": spec,
+                      "expected": expected, "l40s": can_use})
+    return plans
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Watching the plans
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions", []) if c.get("type") == kind), {})
+
+
+class PlanWatch:
+    """Watches every plan (one watch stream, reconnected on errors) and calls `on_event(obj, t)` per event."""
+
+    def __init__(self, objects: Any, on_event: Callable[[dict[str, Any], float], None]) -> None:
+        self.objects, self.on_event = objects, on_event
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> PlanWatch:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        import kubernetes
+
+        version = None
+        while not self.stopped.is_set():
+            try:
+                if version is None:
+                    listed = self.objects.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+                    now = time.monotonic()
+                    for obj in listed["items"]:
+                        self.on_event(obj, now)
+                    version = listed["metadata"]["resourceVersion"]
+                watch = kubernetes.watch.Watch()
+                for event in watch.stream(self.objects.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                                          resource_version=version, timeout_seconds=60):
+                    obj = event["object"]
+                    version = obj["metadata"]["resourceVersion"]
+                    self.on_event(obj, time.monotonic())
+                    if self.stopped.is_set():
+                        watch.stop()
+                        break
+            except Exception:  # an expired version or a dropped stream: list again
+                version = None
+                time.sleep(0.2)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The operator's process tree
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (a process pool's workers count as the operator)."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of the process tree (its live processes; ended children add theirs to cutime)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / ticks
+    return total
+
+
+def _status_kib(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class MemorySampler:
+    """The operator's memory, sampled every 0.5 s: the main process's peak RSS (VmHWM, as the kernel keeps it)
+    and the process tree's (operator, planner workers, multiprocessing's resource tracker) summed PSS, whose
+    peak is what a container memory limit sees (summed RSS would count shared library pages once per process)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak_pss_kib = 0
+        self.stopped = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(0.5):
+            self.peak_pss_kib = max(self.peak_pss_kib, sum(_pss_kib(p) for p in _tree(self.pid)))
+
+    def report(self) -> str:
+        tree = _tree(self.pid)
+        hwm = [_status_kib(p, "VmHWM") / 1024 for p in tree]
+        pss_now = sum(_pss_kib(p) for p in tree) / 1024
+        return (f"operator process peak RSS {hwm[0]:.0f} MiB; process tree ({len(tree)} processes): peak PSS "
+                f"{self.peak_pss_kib / 1024:.0f} MiB, PSS now {pss_now:.0f} MiB, summed peak RSS {sum(hwm):.0f} MiB "
+                f"({' + '.join(f'{m:.0f}' for m in hwm)})")
+
+
+def reconciles(metrics_url: str) -> tuple[float, float]:
+    """(count, sum of seconds) of inferplan_reconcile_duration_seconds from /metrics."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return math.nan, math.nan
+    values = {}
+    for line in text.splitlines():
+        for key in ("inferplan_reconcile_duration_seconds_count", "inferplan_reconcile_duration_seconds_sum"):
+            if line.startswith(key + " "):
+                values[key] = float(line.split()[1])
+    return (values.get("inferplan_reconcile_duration_seconds_count", math.nan),
+            values.get("inferplan_reconcile_duration_seconds_sum", math.nan))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The run
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else math.nan
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plans", type=int, default=1000)
+    parser.add_argument("--namespaces", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=600.0, help="give up waiting after this many seconds")
+    parser.add_argument("--profile", help="run the operator under cProfile, stats to this file")
+    parser.add_argument("--log", help="keep the operator's log in this file")
+    args = parser.parse_args()
+
+    run = Path(tempfile.mkdtemp(prefix="inferplan-bench-"))
+    env = dict(os.environ, TESTENV_PORTS="auto")
+    env.setdefault("TESTENV_CACHE_DIR", str(Path.home() / ".cache" / "k8s-testenv"))
+    started = subprocess.run([str(TESTENV / "start.sh"), str(run)], env=env, capture_output=True, text=True)
+    if started.returncode != 0:
+        print(started.stdout, started.stderr, file=sys.stderr)
+        return 1
+    kubeconfig = run / "admin.kubeconfig"
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    import kubernetes
+
+    admin = kubernetes.config.new_client_from_config(str(kubeconfig))
+    operator: subprocess.Popen[bytes] | None = None
+    watch: PlanWatch | None = None
+    try:
+        core = kubernetes.client.CoreV1Api(admin)
+        objects = kubernetes.client.CustomObjectsApi(admin)
+        crds = kubernetes.client.ApiextensionsV1Api(admin)
+        crds.create_custom_resource_definition(
+            yaml.safe_load((REPO / "crds" / "inferplan.io_inferencecapacityplans.yaml").read_text()))
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in crds.read_custom_resource_definition(f"{PLURAL}.{GROUP}").status.conditions or []):
+            time.sleep(0.1)
+        for product, (count, gpus) in NODES.items():
+            for n in range(count):
+                core.create_node(node_body(f"{product.lower().replace('_', '-')}-{n}", product, gpus))
+        namespaces = [f"bench-{i:02d}" for i in range(args.namespaces)]
+        for ns in [*namespaces, "bench-canary"]:
+            core.create_namespace({"metadata": {"name": ns}})
+
+        metrics_port = free_port()
+        op_env = dict(os.environ, KUBECONFIG=str(kubeconfig), INFERPLAN_METRICS_PORT=str(metrics_port),
+                      INFERPLAN_HEALTH_PORT=str(free_port()))
+        op_env.pop("INFERPLAN_NAMESPACES", None)
+        command = [sys.executable, "-c", "import sys; from inferplan.cli import main; sys.exit(main())", "operator"]
+        if args.profile:
+            command = [sys.executable, "-m", "cProfile", "-o", args.profile, "-m", "inferplan.cli", "operator"]
+        log = open(run / "operator.log", "wb")
+        operator = subprocess.Popen(command, env=op_env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+
+        # Ready when a canary plan has its status: watches running, planner imported.
+        canary = example_specs()[1]
+        objects.create_namespaced_custom_object(GROUP, VERSION, "bench-canary", PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceCapacityPlan", "metadata": {"name": "canary"},
+            "spec": canary})
+        deadline = time.monotonic() + 120
+        while not (objects.get_namespaced_custom_object(GROUP, VERSION, "bench-canary", PLURAL, "canary")
+                   .get("status") or {}).get("observedGeneration"):
+            if time.monotonic() > deadline or operator.poll() is not None:
+                print("the operator did not answer the canary plan; log:", (run / "operator.log").read_text()[-3000:])
+                return 1
+            time.sleep(0.2)
+        cpu_idle_start = cpu_seconds(operator.pid)
+        time.sleep(5)
+        idle_cpu = cpu_seconds(operator.pid) - cpu_idle_start
+        sampler = MemorySampler(operator.pid)
+        time.sleep(1.0)
+        idle_memory = sampler.report()
+
+        plans = make_plans(args.plans, namespaces, args.seed)
+        by_key = {(p["namespace"], p["name"]): p for p in plans}
+        applied: dict[tuple[str, str], float] = {}
+        answered: dict[tuple[str, str], float] = {}
+        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        inventory_seen: dict[tuple[str, str], float] = {}
+        target_gpus: list[int] = [0]  # the L40S count step 5 waits for (0: not yet)
+        lock = threading.Lock()
+
+        def on_event(obj: dict[str, Any], t: float) -> None:
+            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if key not in by_key:
+                return
+            status = obj.get("status") or {}
+            with lock:
+                latest[key] = obj
+                ready = _condition(obj, "Ready").get("status")
+                if (key not in answered and status.get("observedGeneration") == obj["metadata"]["generation"]
+                        and ready in ("True", "False")):
+                    answered[key] = t
+                if target_gpus[0] and key not in inventory_seen:
+                    entry = next((e for e in status.get("inventory", []) if e.get("gpuType") == CHANGED_KEY), {})
+                    if entry.get("gpus") == target_gpus[0]:
+                        inventory_seen[key] = t
+
+        watch = PlanWatch(objects, on_event).start()
+        time.sleep(1.0)
+        cpu0 = cpu_seconds(operator.pid)
+        count0, sum0 = reconciles(metrics_url)
+        uptime0 = Path("/proc/loadavg").read_text().split()[:3]
+
+        def apply(plan: dict[str, Any]) -> None:
+            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceCapacityPlan",
+                    "metadata": {"name": plan["name"]}, "spec": plan["spec"]}
+            client = kubernetes.client.CustomObjectsApi(admin)
+            for attempt in range(5):
+                try:
+                    client.create_namespaced_custom_object(GROUP, VERSION, plan["namespace"], PLURAL, body)
+                    break
+                except kubernetes.client.ApiException as exc:
+                    if exc.status == 409 or attempt == 4:
+                        raise
+                    time.sleep(0.5)
+            with lock:
+                applied[(plan["namespace"], plan["name"])] = time.monotonic()
+
+        t_start = time.monotonic()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(apply, plans))
+        t_applied = time.monotonic()
+        deadline = t_start + args.timeout
+        while time.monotonic() < deadline:
+            with lock:
+                if len(answered) >= len(plans):
+                    break
+            time.sleep(0.2)
+        t_all = max(answered.values()) if len(answered) == len(plans) else math.nan
+        cpu1 = cpu_seconds(operator.pid)
+        memory1 = sampler.report()
+        count1, sum1 = reconciles(metrics_url)
+        with lock:
+            latencies = [answered[k] - applied[k] for k in answered if k in applied]
+            wrong = []
+            for key, plan in by_key.items():
+                obj = latest.get(key) or {}
+                ready = _condition(obj, "Ready")
+                want = ("True", None) if plan["expected"] is None else ("False", plan["expected"])
+                got = (ready.get("status"), ready.get("reason") if plan["expected"] else None)
+                if got != want:
+                    wrong.append((key, got, want))
+            feasible = sum(1 for obj in latest.values() if _condition(obj, "Feasible").get("status") == "True")
+
+        print(f"machine: {os.cpu_count()} CPUs, load average before {' '.join(uptime0)}, "
+              f"after {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+        print(f"plans: {len(plans)} in {len(namespaces)} namespaces; expected Ready=False: "
+              f"{sum(1 for p in plans if p['expected'])}; can use {CHANGED_KEY}: {sum(p['l40s'] for p in plans)}")
+        print(f"operator idle (canary only, 5 s): {idle_cpu:.2f} CPU s; memory: {idle_memory}")
+        print(f"applied all in {t_applied - t_start:.1f} s")
+        print(f"answered: {len(answered)}/{len(plans)}; all answered {t_all - t_start:.1f} s after the first apply")
+        print(f"apply -> status: p50 {percentile(latencies, 0.5):.1f} s, p99 {percentile(latencies, 0.99):.1f} s, "
+              f"max {max(latencies, default=math.nan):.1f} s")
+        print(f"Ready as expected: {len(plans) - len(wrong)}/{len(plans)}; Feasible=True: {feasible}")
+        for key, got, want in wrong[:10]:
+            print(f"  unexpected: {key[0]}/{key[1]} Ready={got} expected {want}")
+        print(f"operator CPU during the load: {cpu1 - cpu0:.1f} s; reconciles {count1 - count0:.0f} "
+              f"(their durations, queueing for a planner included, sum to {sum1 - sum0:.0f} s)")
+        print(f"operator memory: {memory1}")
+
+        # Step 5: one more L40S node. Who is re-planned, and who is left alone?
+        time.sleep(3.0)
+        with lock:
+            before = {k: (o["metadata"]["resourceVersion"], json.dumps(o.get("status"), sort_keys=True))
+                      for k, o in latest.items()}
+        gpus_now = NODES[CHANGED_PRODUCT][1] * NODES[CHANGED_PRODUCT][0]
+        cpu2 = cpu_seconds(operator.pid)
+        count2, _ = reconciles(metrics_url)
+        with lock:
+            target_gpus[0] = gpus_now + NODES[CHANGED_PRODUCT][1]
+        t_change = time.monotonic()
+        core.create_node(node_body("nvidia-l40s-extra", CHANGED_PRODUCT, NODES[CHANGED_PRODUCT][1]))
+        capable = {k for k, p in by_key.items() if p["l40s"]}
+        deadline = t_change + args.timeout
+        while time.monotonic() < deadline:
+            with lock:
+                if capable <= set(inventory_seen):
+                    break
+            time.sleep(0.2)
+        with lock:
+            done = capable & set(inventory_seen)
+            t_replanned = max((inventory_seen[k] for k in done), default=math.nan)
+        time.sleep(15.0)  # a quiet period: three inventory checks (INFERPLAN_CHECK_SECONDS=5) more
+        with lock:
+            after = {k: (o["metadata"]["resourceVersion"], json.dumps(o.get("status"), sort_keys=True))
+                     for k, o in latest.items()}
+        cpu3 = cpu_seconds(operator.pid)
+        count3, _ = reconciles(metrics_url)
+        memory3 = sampler.report()
+        others = set(by_key) - capable
+        touched = [k for k in others if after.get(k) != before.get(k)]
+        changed_capable = sum(1 for k in capable if after.get(k, ("",))[0] != before.get(k, ("",))[0])
+        print(f"inventory change (+1 {CHANGED_KEY} node): {len(done)}/{len(capable)} plans that can use it "
+              f"re-planned, the last {t_replanned - t_change:.1f} s after the change")
+        print(f"plans that cannot use {CHANGED_KEY}: {len(others)}, written to: {len(touched)} "
+              f"(resourceVersion or status changed); capable plans written: {changed_capable}")
+        print(f"operator CPU for the change and 15 s quiet: {cpu3 - cpu2:.1f} s; reconciles {count3 - count2:.0f}")
+        cpu4 = cpu_seconds(operator.pid)
+        time.sleep(10.0)
+        rest = cpu_seconds(operator.pid) - cpu4
+        print(f"operator CPU at rest with {len(plans)} plans (10 s, nothing changing): {rest:.2f} s")
+        print(f"operator memory at the end: {memory3}")
+        return 0
+    finally:
+        if watch is not None:
+            watch.stop()
+        if operator is not None:
+            os.killpg(operator.pid, signal.SIGTERM)  # its own session: the operator and any workers
+            try:
+                operator.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(operator.pid, signal.SIGKILL)
+                operator.wait()
+        if args.log and (run / "operator.log").is_file():
+            shutil.copyfile(run / "operator.log", args.log)
+        subprocess.run([str(TESTENV / "stop.sh"), str(run), "--rm"], capture_output=True, check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
