@@ -45,7 +45,8 @@ from inferplan.operator.crd import CRD_FILE  # noqa: E402
 kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(KUBECONFIG)
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
-TESTENV_ENV = {"TESTENV_PORTS": "auto", "RBAC": "1", "AUDIT": "1"}
+TESTENV_ENV = {"TESTENV_PORTS": "auto", "RBAC": "1", "AUDIT": "1",
+               "TESTENV_USERS": "system:serviceaccount:inferplan-system:inferplan"}  # the chart's SA (test_rbac.py)
 """How the testenv is started: free ports, RBAC enforced (the admin kubeconfig is in system:masters), an
 audit log in RUN/audit.log. Operator tests may add `TESTENV_USERS` here for the operator's ServiceAccount."""
 

@@ -1,0 +1,120 @@
+{{/* Names, labels and shared fragments. */}}
+
+{{- define "inferplan.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "inferplan.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "inferplan.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "inferplan.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "inferplan.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "inferplan.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: inferplan
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "inferplan.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "inferplan.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "inferplan.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The file INFERPLAN_PROMETHEUS_CONFIG names: a YAML list of {name, url, timeoutSeconds, bearerTokenFile,
+caFile}; Secrets and ConfigMaps named by an endpoint are mounted under /etc/inferplan/prometheus/INDEX/. */}}
+{{- define "inferplan.prometheusConfig" -}}
+{{- $endpoints := list }}
+{{- $names := dict }}
+{{- range $i, $ep := .Values.prometheus.endpoints }}
+{{- if hasKey $names $ep.name }}
+{{- fail (printf "prometheus.endpoints: the name %q is used twice" $ep.name) }}
+{{- end }}
+{{- $_ := set $names $ep.name true }}
+{{- if and $ep.bearerTokenSecret $ep.bearerTokenFile }}
+{{- fail (printf "prometheus.endpoints[%d]: give bearerTokenSecret or bearerTokenFile, not both" $i) }}
+{{- end }}
+{{- if gt (len (compact (list $ep.caSecret $ep.caConfigMap $ep.caFile))) 1 }}
+{{- fail (printf "prometheus.endpoints[%d]: give at most one of caSecret, caConfigMap, caFile" $i) }}
+{{- end }}
+{{- $out := dict "name" $ep.name "url" $ep.url }}
+{{- if $ep.timeoutSeconds }}
+{{- $_ := set $out "timeoutSeconds" $ep.timeoutSeconds }}
+{{- end }}
+{{- if $ep.bearerTokenSecret }}
+{{- $_ := set $out "bearerTokenFile" (printf "/etc/inferplan/prometheus/%d/token/token" $i) }}
+{{- else if $ep.bearerTokenFile }}
+{{- $_ := set $out "bearerTokenFile" $ep.bearerTokenFile }}
+{{- end }}
+{{- if or $ep.caSecret $ep.caConfigMap }}
+{{- $_ := set $out "caFile" (printf "/etc/inferplan/prometheus/%d/ca/ca.crt" $i) }}
+{{- else if $ep.caFile }}
+{{- $_ := set $out "caFile" $ep.caFile }}
+{{- end }}
+{{- $endpoints = append $endpoints $out }}
+{{- end }}
+{{- toYaml $endpoints }}
+{{- end }}
+
+{{/* Rules that the operator needs wherever its plans are (cluster-wide, or in each watched namespace). Each
+rule says which feature needs it; tests/e2e/test_rbac.py shows that removing any one makes that feature fail. */}}
+{{- define "inferplan.planRules" -}}
+# Plans: kopf lists and watches them, and patches their metadata (finalizer, progress annotations).
+- apiGroups: [inferplan.io]
+  resources: [inferencecapacityplans]
+  verbs: [list, watch, patch]
+# Plan status: the answer.
+- apiGroups: [inferplan.io]
+  resources: [inferencecapacityplans/status]
+  verbs: [patch]
+# Warning events on plans the planner cannot use (e.g. an unknown model).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+# spec.model.configMapRef: the model's config.json from a ConfigMap in the plan's namespace.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get]
+# spec.observe.current.deployment: the serving Deployment's replicas, GPUs and batch.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get]
+{{- end }}
+
+{{/* Cluster-scoped reads, needed in both modes. */}}
+{{- define "inferplan.clusterRules" -}}
+# The GPU inventory: a kopf index over the nodes' GPU labels and allocatable GPUs.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [list, watch]
+# kopf's resource discovery: notices the plan CRD being created or upgraded while the operator runs.
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end }}
