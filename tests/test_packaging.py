@@ -416,7 +416,7 @@ def test_every_value_is_documented_in_values_yaml_the_schema_and_the_readme() ->
 EXPECTED_RULES = [
     ({""}, {"nodes"}, {"list", "watch"}),
     ({"apiextensions.k8s.io"}, {"customresourcedefinitions"}, {"list", "watch"}),
-    ({"inferplan.io"}, {"inferencecapacityplans"}, {"list", "watch", "patch"}),
+    ({"inferplan.io"}, {"inferencecapacityplans"}, {"list", "watch"}),
     ({"inferplan.io"}, {"inferencecapacityplans/status"}, {"patch"}),
     ({""}, {"events"}, {"create"}),
     ({""}, {"configmaps"}, {"get"}),

@@ -85,10 +85,10 @@ caFile}; Secrets and ConfigMaps named by an endpoint are mounted under /etc/infe
 {{/* Rules that the operator needs wherever its plans are (cluster-wide, or in each watched namespace). Each
 rule says which feature needs it; tests/e2e/test_rbac.py shows that removing any one makes that feature fail. */}}
 {{- define "inferplan.planRules" -}}
-# Plans: kopf lists and watches them, and patches their metadata (finalizer, progress annotations).
+# Plans: kopf lists and watches them (the operator writes nothing but their status: no finalizer, no annotations).
 - apiGroups: [inferplan.io]
   resources: [inferencecapacityplans]
-  verbs: [list, watch, patch]
+  verbs: [list, watch]
 # Plan status: the answer.
 - apiGroups: [inferplan.io]
   resources: [inferencecapacityplans/status]
