@@ -57,7 +57,7 @@ from inferplan.operator import GROUP, PLURAL, VERSION, metrics
 from inferplan.operator.inventory import Inventory, build_inventory, node_gpus
 from inferplan.operator.main import planner_worker_init
 from inferplan.operator.observing import CurrentError, DeploymentReader, observe_plan, observe_status
-from inferplan.operator.reconcile import ConfigMapReader, Outcome, _error_reason, reconcile_plan, with_config_map
+from inferplan.operator.reconcile import ConfigMapReader, Outcome, error_reason, reconcile_plan, with_config_map
 from inferplan.operator.settings import load_settings
 from inferplan.operator.status import next_status, status_patch
 from inferplan.planner.gpus import resolve_gpu
@@ -665,7 +665,7 @@ async def _outcome(plan: _Plan, old: dict | None, inventory: Inventory) -> Outco
             spec = await asyncio.get_running_loop().run_in_executor(
                 API_EXECUTOR, with_config_map, spec, _config_map_reader(plan.namespace))
         except PlanError as exc:  # no such ConfigMap or key, or not JSON: a problem of the spec
-            return Outcome(None, (_error_reason(exc.problems), str(exc)))
+            return Outcome(None, (error_reason(exc.problems), str(exc)))
     return await PLANNER.plan(spec, inventory, SETTINGS.verify, old)
 
 

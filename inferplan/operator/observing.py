@@ -212,17 +212,24 @@ class ObserveOutcome:
     calibration_gpu: str | None = None
 
 
+def recorded_calibration(status: Mapping[str, Any] | None) -> tuple[str, Calibration] | None:
+    """(GPU type, calibration) as `status.calibration` records it; None when absent or unreadable."""
+    recorded = (status or {}).get("calibration") or {}
+    if not recorded.get("gpuType"):
+        return None
+    try:
+        return str(recorded["gpuType"]), Calibration(
+            decode=float(recorded["decode"]), prefill=float(recorded["prefill"]),
+            samples=int(recorded.get("samples", 0)), updates=int(recorded.get("updates", 0)),
+            note=str(recorded.get("note", "")))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def previous_calibration(status: Mapping[str, Any] | None, gpu_type: str | None) -> Calibration:
     """The calibration recorded in status for `gpu_type` (a new GPU type starts from the catalog)."""
-    recorded = (status or {}).get("calibration") or {}
-    if not recorded or recorded.get("gpuType") != gpu_type:
-        return Calibration()
-    try:
-        return Calibration(decode=float(recorded["decode"]), prefill=float(recorded["prefill"]),
-                           samples=int(recorded.get("samples", 0)), updates=int(recorded.get("updates", 0)),
-                           note=str(recorded.get("note", "")))
-    except (KeyError, TypeError, ValueError):
-        return Calibration()
+    recorded = recorded_calibration(status)
+    return recorded[1] if recorded is not None and recorded[0] == gpu_type else Calibration()
 
 
 def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint],

@@ -17,9 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from inferplan.operator.inventory import Inventory
+from inferplan.operator.observing import recorded_calibration
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.observed import ObservedWorkload, planning_request
-from inferplan.planner.online import Calibration, calibrated_factors
+from inferplan.planner.online import calibrated_factors
 from inferplan.planner.results import PlanResult
 from inferplan.planner.search import plan
 from inferplan.planner.spec import (
@@ -46,7 +47,7 @@ class Outcome:
     warnings: tuple[str, ...] = ()
 
 
-def _error_reason(problems: list[tuple[str, str]]) -> str:
+def error_reason(problems: list[tuple[str, str]]) -> str:
     paths = [path for path, _ in problems]
     if any(p.startswith("model") for p in paths):
         return "InvalidModel"
@@ -170,14 +171,11 @@ def observed_workload(status: Mapping | None) -> ObservedWorkload | None:
 def plan_factors(spec: Mapping, status: Mapping | None, engine: str) -> FactorSet:
     """The shipped factors, with the calibration recorded in `status` when spec.observe.calibrate is on."""
     factors = load_factors()
-    recorded = (status or {}).get("calibration") or {}
-    if not ((spec.get("observe") or {}).get("calibrate") and recorded.get("gpuType")):
+    recorded = recorded_calibration(status)
+    if not (spec.get("observe") or {}).get("calibrate") or recorded is None:
         return factors
-    try:
-        calibration = Calibration(decode=float(recorded["decode"]), prefill=float(recorded["prefill"]))
-    except (KeyError, TypeError, ValueError):
-        return factors
-    return calibrated_factors(factors, engine, str(recorded["gpuType"]), calibration)
+    gpu_type, calibration = recorded
+    return calibrated_factors(factors, engine, gpu_type, calibration)
 
 
 def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigMapReader | None = None,
@@ -189,7 +187,7 @@ def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigM
     try:
         _, request = parse_and_resolve(spec, read_config_map)
     except PlanError as exc:
-        return Outcome(None, (_error_reason(exc.problems), str(exc)))
+        return Outcome(None, (error_reason(exc.problems), str(exc)))
     request, note = planning_request(request, observed_workload(status))
     spec_has_available = bool((spec.get("constraints") or {}).get("availableGpus"))
     request, warnings = request_for_cluster(request, inventory, spec_has_available)
