@@ -3,18 +3,20 @@ they predict a source the fit never saw?
 
 Usage (from the repository root):
 
-    python bench/leave_one_source_out.py
+    python bench/leave_one_source_out.py [--scenarios FILE ...] [--sweeps N] [--jobs J]
 
-It runs `calibrate(...)` (the shipped procedure, 6 sweeps) once on all rows of the published file
-(../shared/accuracy/scenarios.jsonl relative to the repository root) and once per source without
-that source's rows (sources = `Scenario.source_name`), so it takes a few minutes (about 30 s per
-fit on a 2-core machine; 7 fits in all). It prints:
+It runs `calibrate(...)` (the shipped procedure) once on all rows of the scenario files (by default both
+published files, ../shared/accuracy/scenarios.jsonl and latency-under-load.jsonl, pooled) and once per
+source without that source's rows (sources = `Scenario.source_name`), `--jobs` fits at a time (default:
+one per core). Under-load rows are predicted in the simulator, so a fit takes minutes. It prints:
 
-  (i)  per engine factor, the largest relative change of a fold's fit versus the all-rows fit,
-       over the folds where that engine still has enough training rows to be fitted (folds where
-       it has too few keep the starting value and are listed separately);
-  (ii) per held-out source and metric, the median APE of its rows predicted with the fold's factors
-       (held out), with the all-rows fit (in sample) and with the shipped factors.
+  (i)   per engine factor, the largest relative change of a fold's fit versus the all-rows fit,
+        over the folds where that engine still has enough training rows to be fitted (folds where
+        it has too few keep the starting value and are listed separately);
+  (ii)  per held-out source and metric, the median APE of its rows predicted with the fold's factors
+        (held out), with the all-rows fit (in sample) and with the shipped factors;
+  (iii) per source, over all its metrics: held-out median APE and share within 25%, and in-sample
+        median APE. The held-out column is the honest figure for data the planner has not seen.
 
 Every fit starts from, and is pulled towards, the neutral prior (`default_engine` for engines, 1.0 for
 GPU families), exactly as `inferplan calibrate` does, so the held-out source is unseen by its fold.
@@ -23,14 +25,17 @@ GPU families), exactly as `inferplan calibrate` does, so the held-out source is 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from inferplan.planner.accuracy import score
 from inferplan.planner.calibrate import MIN_ROWS_FOR_ENGINE, calibrate
+from inferplan.planner.engines import factor_key
 from inferplan.planner.factors import (
     ENGINE_FACTOR_NAMES,
     FAMILY_FACTOR_NAMES,
@@ -43,15 +48,23 @@ from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import Scenario, read_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
-PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"
+PUBLISHED = (REPO.parent / "shared" / "accuracy" / "scenarios.jsonl",
+             REPO.parent / "shared" / "accuracy" / "latency-under-load.jsonl")
 
 
-def _fit(rows: Sequence[Scenario], start: FactorSet) -> FactorSet:
-    return calibrate(rows, start).factors
+def _fit(rows: Sequence[Scenario], start: FactorSet, sweeps: int = 6) -> FactorSet:
+    return calibrate(rows, start, sweeps=sweeps).factors
+
+
+def _fit_fold(job: tuple[str, list[Scenario], FactorSet, int]) -> tuple[str, FactorSet, float]:
+    source, train, start, sweeps = job
+    t0 = time.perf_counter()
+    return source, _fit(train, start, sweeps), time.perf_counter() - t0
 
 
 def _training_engines(rows: Sequence[Scenario]) -> Counter[str]:
-    return Counter(r.engine for r in rows if not r.suspect and r.engine and r.gpu and r.value > 0)
+    return Counter(factor_key(r.engine, r.engine_version) for r in rows
+                   if not r.suspect and r.engine and r.gpu and r.value > 0)
 
 
 def _training_families(rows: Sequence[Scenario]) -> set[str]:
@@ -72,11 +85,16 @@ def _pct(x: float | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Leave-one-source-out check of the factor fit.")
-    parser.parse_args(argv)
-    if not PUBLISHED.is_file():
-        print(f"published scenario file not found: {PUBLISHED}", file=sys.stderr)
+    parser.add_argument("--scenarios", nargs="+", type=Path, default=list(PUBLISHED),
+                        help="scenario files to pool (default: both published files)")
+    parser.add_argument("--sweeps", type=int, default=6, help="coordinate-descent sweeps per fit (default 6)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="folds fitted in parallel")
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.scenarios if not p.is_file()]
+    if missing:
+        print(f"scenario file not found: {', '.join(missing)}", file=sys.stderr)
         return 2
-    rows = list(read_scenarios(PUBLISHED).scenarios)
+    rows = [row for path in args.scenarios for row in read_scenarios(path).scenarios]
     by_source: dict[str, list[Scenario]] = defaultdict(list)
     for row in rows:
         by_source[row.source_name].append(row)
@@ -85,19 +103,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     shipped = load_factors()
     initial = shipped
-    full = _fit(rows, initial)
-    print(f"all-rows fit: {len(rows)} rows, {time.perf_counter() - start:.1f} s")
+    jobs = [("(all rows)", rows, initial, args.sweeps)]
+    jobs += [(source, [r for r in rows if r.source_name != source], initial, args.sweeps) for source in sources]
     folds: dict[str, FactorSet] = {}
+    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        for source, fitted, seconds in pool.map(_fit_fold, jobs):
+            folds[source] = fitted
+            held = len(by_source[source]) if source in by_source else 0
+            print(f"fit without {source:14s} ({held:3d} rows held out): {seconds:.1f} s", flush=True)
+    full = folds.pop("(all rows)")
     fitted_engines: dict[str, set[str]] = {}
     fitted_families: dict[str, set[str]] = {}
     for source in sources:
-        t0 = time.perf_counter()
         train = [r for r in rows if r.source_name != source]
-        folds[source] = _fit(train, initial)
         fitted_engines[source] = {e for e, n in _training_engines(train).items() if n >= MIN_ROWS_FOR_ENGINE}
         fitted_families[source] = _training_families(train)
-        print(f"fold without {source:14s} ({len(by_source[source]):3d} rows held out): "
-              f"{time.perf_counter() - t0:.1f} s")
     full_engines = {e for e, n in _training_engines(rows).items() if n >= MIN_ROWS_FOR_ENGINE}
 
     # (i) factor stability
@@ -141,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("(ii) held-out source: median APE per metric (non-suspect rows)")
     print(f"{'source':14s} {'metric':20s} {'n':>4s} {'held-out':>9s} {'in-sample':>9s} {'shipped':>9s}")
+    summary: list[tuple[str, int, float | None, float | None, float | None]] = []
     for source in sources:
         held = by_source[source]
         reports = [score(held, predict_scenarios(held, f)) for f in (folds[source], full, shipped)]
@@ -149,8 +170,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{source:14s} {metric:20s} {m[0].scored:4d} {_pct(m[0].median_ape):>9s} "
                   f"{_pct(m[1].median_ape):>9s} {_pct(m[2].median_ape):>9s}")
         o = [r.overall for r in reports]
+        summary.append((source, o[0].scored, o[0].median_ape, o[0].within25, o[1].median_ape))
         print(f"{source:14s} {'(all metrics)':20s} {o[0].scored:4d} {_pct(o[0].median_ape):>9s} "
               f"{_pct(o[1].median_ape):>9s} {_pct(o[2].median_ape):>9s}")
+    print()
+    print("(iii) per source, all metrics: held-out median APE and share within 25%, in-sample median APE")
+    print(f"{'source':14s} {'n':>4s} {'held-out':>9s} {'<=25%':>7s} {'in-sample':>9s}")
+    for source, n, held_out, within, in_sample in summary:
+        print(f"{source:14s} {n:4d} {_pct(held_out):>9s} {_pct(within):>7s} {_pct(in_sample):>9s}")
     print(f"\ntotal {time.perf_counter() - start:.1f} s")
     return 0
 

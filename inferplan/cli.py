@@ -81,7 +81,7 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from inferplan.planner.calibrate import calibrate, format_calibration
 
-    scenarios, _ = _read(args.scenarios)
+    scenarios = [row for path in args.scenarios for row in _read(path)[0]]
     result = calibrate(scenarios, _factors(args.factors))
     print(format_calibration(result))
     if args.write:
@@ -268,8 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     a.set_defaults(func=_cmd_accuracy)
 
-    c = sub.add_parser("calibrate", help="fit the efficiency factors on a scenario file (docs/calibration.md)")
-    c.add_argument("--scenarios", metavar="FILE.jsonl", required=True, help="scenario file to fit on")
+    c = sub.add_parser("calibrate", help="fit the efficiency factors on scenario files (docs/calibration.md)")
+    c.add_argument("--scenarios", metavar="FILE.jsonl", required=True, nargs="+",
+                   help="scenario files to fit on (their rows pooled)")
     c.add_argument("--write", metavar="FACTORS.json", help="write the fitted factors to this file")
     c.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     c.set_defaults(func=_cmd_calibrate)

@@ -587,3 +587,11 @@ def test_param_count_increases_with_layers(model: ModelArchitecture, extra: int)
     deeper = dataclasses.replace(model, num_layers=model.num_layers + extra, layer_windows=windows)
     assert deeper.param_count() > model.param_count()
     assert deeper.active_param_count() > model.active_param_count()
+
+
+def test_qwen3_14b_matches_its_published_parameter_count() -> None:
+    from inferplan.planner.architectures import resolve_model
+
+    arch = resolve_model("Qwen/Qwen3-14B")
+    assert arch.param_count() == pytest.approx(14.8e9, rel=0.01)  # model card: 14.8B, 13.2B non-embedding
+    assert arch.param_count() - 2 * arch.vocab_size * arch.hidden_size == pytest.approx(13.2e9, rel=0.01)

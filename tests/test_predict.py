@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.architectures import resolve_model
-from inferplan.planner.engines import engine_profile
-from inferplan.planner.predict import engine_settings, predict_scenarios
+from inferplan.planner.engines import EngineSettings, Scheduling, engine_profile, factor_key
+from inferplan.planner.gpus import GpuSpec, resolve_gpu
+from inferplan.planner.precisions import resolve_kv_dtype
+from inferplan.planner.predict import checkpoint_named, engine_settings, predict_scenarios
 from inferplan.planner.scenarios import Scenario, parse_scenario_line
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "inferplan" / "planner" / "data" / "example-scenarios.jsonl"
@@ -57,21 +59,119 @@ def test_unpredictable_rows_say_why(changes: dict[str, object], reason: str) -> 
 
 
 def test_missing_output_tokens_only_skip_metrics_that_need_them() -> None:
-    poisson = example("tpot_ms_p50", metric="ttft_ms_p99", unit="ms", output_tokens=None)
+    poisson = example("tpot_ms_p50", metric="ttft_ms_p99", unit="ms", output_tokens=None, dataset=None)
     assert predict_scenarios([poisson])[0].skipped == "output token count not stated"
+    preset = example("tpot_ms_p50", metric="ttft_ms_p99", unit="ms", output_tokens=None, dataset="sharegpt")
+    assert predict_scenarios([preset])[0].predicted is not None  # the dataset's preset gives the mean
     static = example("e2e_ms_mean", id="static-ttft", metric="ttft_ms_mean", unit="ms", output_tokens=None)
     assert predict_scenarios([static])[0].predicted is not None
 
 
-def test_vllm_defaults_depend_on_version() -> None:
+def test_vllm_defaults_depend_on_version_and_gpu() -> None:
     arch = resolve_model("meta-llama/Meta-Llama-3-8B")
     vllm = engine_profile("vllm")
-    old = engine_settings(example("tpot_ms_p50", engine_version="0.4.1", max_num_batched_tokens=None), vllm, arch)
-    new = engine_settings(example("tpot_ms_p50", engine_version="0.10.1", max_num_batched_tokens=None), vllm, arch)
-    assert old.chunk_tokens == float("inf")  # V0: whole-prompt prefill steps
+    a100, h100 = resolve_gpu("NVIDIA-A100-SXM4-80GB"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
+
+    def settings(version: str, gpu: GpuSpec) -> EngineSettings:
+        return engine_settings(example("tpot_ms_p50", engine_version=version, max_num_batched_tokens=None,
+                                       max_num_seqs=None), vllm, arch, gpu)
+
+    old = settings("0.4.1", a100)
+    assert old.chunk_tokens == float("inf")  # V0: whole-prompt prefill steps, prefill first
     assert old.profile_tokens == 8192        # max(max_model_len, 2048)
-    assert new.chunk_tokens == 2048.0
-    assert new.memory_fraction == 0.9 or new.memory_fraction == example("tpot_ms_p50").gpu_memory_utilization
+    assert not old.scheduling.mixed and not old.scheduling.chunked
+    on_a100, on_h100 = settings("0.11.0", a100), settings("0.11.0", h100)
+    assert (on_a100.chunk_tokens, on_a100.max_num_seqs) == (2048.0, 256)  # V1 server defaults on A100
+    assert (on_h100.chunk_tokens, on_h100.max_num_seqs) == (8192.0, 1024)  # ... on 70 GiB and more, not A100
+    assert on_h100.scheduling == Scheduling(mixed=True, chunked=True, reserve_output=False)
+
+
+def test_engines_schedule_as_their_defaults_say() -> None:
+    arch = resolve_model("Qwen/Qwen3-8B")
+    h100 = resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    row = example("tpot_ms_p50", max_num_batched_tokens=None, max_num_seqs=None, gpu_memory_utilization=None)
+    sglang = engine_settings(row.model_copy(update={"engine": "sglang", "engine_version": "0.5.3"}),
+                             engine_profile("sglang"), arch, h100)
+    assert not sglang.scheduling.mixed and sglang.step_tokens == 8192  # prefill first, chunks of 8192
+    gib = h100.usable_memory_bytes / 2**30
+    assert sglang.memory_fraction == pytest.approx((gib - 10.0) / gib, abs=1e-3)  # reserved 9.5 + tp / 2 GiB
+    trt = engine_settings(row.model_copy(update={"engine": "tensorrt-llm", "engine_version": "1.2.0rc1"}),
+                          engine_profile("tensorrt-llm"), arch, h100)
+    assert trt.scheduling.reserve_output and not trt.scheduling.chunked  # GUARANTEED_NO_EVICT, no chunking
+    assert (trt.max_num_seqs, trt.step_tokens) == (2048, 8192)
+
+
+def test_factor_lines_separate_engine_generations() -> None:
+    assert factor_key("vllm", "0.6.3") == "vllm-v0"
+    assert factor_key("vllm", "0.11.0") == factor_key("vllm", None) == "vllm"
+    assert factor_key("tensorrt-llm", "0.18.2") == "tensorrt-llm-v0"
+    assert factor_key("tensorrt-llm", "1.2.0rc1") == "tensorrt-llm"
+    assert factor_key("sglang", "0.4.6") == "sglang"
+
+
+@pytest.mark.parametrize(
+    ("engine", "weights", "checkpoint", "expected"),
+    [
+        ("tensorrt-llm", "fp8", "nvidia/Llama-3.1-8B-Instruct-FP8", "fp8"),  # ModelOpt declares FP8 KV
+        ("tensorrt-llm", "fp8", None, "fp8"),                                  # TensorRT-LLM's own quantisation
+        ("tensorrt-llm", "fp8", "Qwen/Qwen3-32B-FP8", "bf16"),                 # a vendor FP8 repo declares none
+        ("tensorrt-llm", "bf16", None, "bf16"),
+        ("vllm", "fp8", "nvidia/Llama-3.1-8B-Instruct-FP8", "bf16"),           # vLLM keeps 16 bits on auto
+        ("sglang", "fp8", None, "bf16"),
+    ],
+)
+def test_auto_kv_cache_resolves_as_the_engine_does(engine: str, weights: str, checkpoint: str | None,
+                                                   expected: str) -> None:
+    assert resolve_kv_dtype("auto", weights, engine, checkpoint) == expected
+    assert resolve_kv_dtype("fp8", "bf16", engine, checkpoint) == "fp8"  # a stated dtype is kept
+
+
+def test_checkpoint_is_read_from_the_notes() -> None:
+    assert checkpoint_named("... FP8 checkpoint Qwen/Qwen3-8B-FP8 (W8A8 FP8) mapped to ...") == "Qwen/Qwen3-8B-FP8"
+    assert checkpoint_named("served from a NIM container") == "nim"
+    assert checkpoint_named("no checkpoint named here") is None
+
+
+def _online(kind: str, **changes: object) -> Scenario:
+    load = {"burst": {"kind": "burst", "value": 200}, "concurrency": {"kind": "concurrency", "value": 16},
+            "poisson": {"kind": "poisson", "rate": 1.0, "num_prompts": 400}}[kind]
+    base = {"engine_version": "0.11.0", "load": load, "dataset": "sharegpt", "input_tokens": 220,
+            "output_tokens": 200, "max_num_batched_tokens": None, "max_num_seqs": None, "max_model_len": None}
+    return example("tpot_ms_p50", **(base | changes))
+
+
+@pytest.mark.parametrize("kind", ["burst", "concurrency", "poisson"])
+def test_online_loads_are_simulated_with_consistent_metrics(kind: str) -> None:
+    metrics = {"ttft_ms_mean": "ms", "ttft_ms_p50": "ms", "ttft_ms_p99": "ms", "tpot_ms_mean": "ms",
+               "tpot_ms_p50": "ms", "tpot_ms_p99": "ms", "itl_ms_mean": "ms", "output_tps_total": "output tokens/s",
+               "requests_per_s": "requests/s"}
+    rows = [_online(kind, id=f"run-{m}", metric=m, unit=u) for m, u in metrics.items()]
+    got = {p.metric: p.predicted for p in predict_scenarios(rows)}
+    assert all(v is not None and v > 0 for v in got.values()), got
+    assert got["ttft_ms_p50"] <= got["ttft_ms_p99"] and got["tpot_ms_p50"] <= got["tpot_ms_p99"]
+    # Throughput is requests times their mean output (the lengths were sampled at the stated means).
+    assert got["output_tps_total"] == pytest.approx(got["requests_per_s"] * 200, rel=0.02)
+    if kind == "poisson":  # below capacity, an open loop completes what it is sent (less the last ones' drain)
+        assert 0.8 <= got["requests_per_s"] <= 1.0
+
+
+def test_more_clients_raise_throughput_and_waiting() -> None:
+    def at(clients: int) -> dict[str, float]:
+        load = {"kind": "concurrency", "value": clients}
+        rows = [_online("concurrency", id=f"c{clients}-{m}", metric=m, unit=u, load=load)
+                for m, u in (("output_tps_total", "output tokens/s"), ("ttft_ms_mean", "ms"),
+                             ("tpot_ms_mean", "ms"))]
+        return {p.metric: p.predicted for p in predict_scenarios(rows)}
+
+    few, many = at(4), at(64)
+    assert many["output_tps_total"] > 4 * few["output_tps_total"]
+    assert many["tpot_ms_mean"] > few["tpot_ms_mean"]  # bigger batches take longer steps
+
+
+def test_a_row_naming_a_dataset_without_lengths_uses_the_preset() -> None:
+    row = _online("burst", input_tokens=None, output_tokens=None, metric="output_tps_total", unit="output tokens/s")
+    prediction = predict_scenarios([row])[0]
+    assert prediction.skipped is None and prediction.predicted and prediction.predicted > 0
 
 
 def test_startup_metrics_agree_with_each_other() -> None:

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from inferplan.planner import simulate as simulate_module
+from inferplan.planner.engines import Scheduling
 from inferplan.planner.performance import decode_step_s, prefill_s
 from inferplan.planner.serving import single_stream
 from inferplan.planner.simulate import (
+    SimulationResult,
     _StepModel,
     generate_workload,
     read_trace,
@@ -120,6 +122,79 @@ def test_chunked_prefill_splits_a_prompt_over_steps() -> None:
     assert whole.ttft_s[0] == pytest.approx(float(prefill_s(HW, 400)))
     assert chunked.ttft_s[0] == pytest.approx(float(prefill_s(HW, 400, 1, 100)))
     assert chunked.ttft_s[0] > 2 * whole.ttft_s[0]
+
+
+def test_burst_beyond_the_kv_cache_queues_first_tokens_and_levels_throughput() -> None:
+    def burst(n: int, kv_tokens: int) -> SimulationResult:
+        return simulate(HW, trace_workload(np.zeros(n), np.full(n, 1024), np.full(n, 1024)), max_batch=256,
+                        kv_tokens=kv_tokens, chunk_tokens=2048)
+
+    fits = burst(50, 1_000_000)
+    queued = burst(500, 50 * 2100)  # about 50 sequences of 2048 tokens at once
+    assert queued.ttft.mean_s > 5 * fits.ttft.mean_s
+    assert queued.ttft.p99_s > queued.ttft.p50_s
+    more = burst(1000, 50 * 2100)
+    assert more.output_tokens_per_s == pytest.approx(queued.output_tokens_per_s, rel=0.1)
+
+
+def test_closed_loop_sends_each_request_when_the_clients_last_one_completes() -> None:
+    n, clients = 60, 3
+    w = trace_workload(np.zeros(n), np.full(n, 300), np.full(n, 50))
+    result = simulate(HW, w, max_batch=64, clients=clients)
+    sent = result.e2e_s  # measured from each request's send time
+    done = np.zeros(n)
+    # Request i + clients is sent when request i completes: its completion is the sum of the latencies before it.
+    for i in range(n):
+        done[i] = (done[i - clients] if i >= clients else 0.0) + sent[i]
+    assert result.duration_s == pytest.approx(done.max(), rel=1e-9)
+    assert np.all(w.arrival_s == 0.0)  # the caller's workload is not modified
+    # At most `clients` in flight: with identical requests the clients stay in step, as a repeated batch of 3.
+    batch = simulate(HW, trace_workload(np.zeros(clients), np.full(clients, 300), np.full(clients, 50)), max_batch=64)
+    assert result.e2e.mean_s == pytest.approx(batch.e2e.mean_s, rel=1e-6)
+    assert result.output_tokens_per_s == pytest.approx(clients * 50 / batch.e2e_s.max(), rel=0.01)
+
+
+def test_one_client_is_served_alone() -> None:
+    w = trace_workload(np.zeros(5), [100, 2000, 50, 800, 300], [20, 5, 60, 10, 30])
+    result = simulate(HW, w, clients=1, chunk_tokens=math.inf)
+    for i in range(5):
+        alone = simulate(HW, trace_workload([0.0], [w.prompt_tokens[i]], [w.output_tokens[i]]), chunk_tokens=math.inf)
+        assert result.e2e_s[i] == pytest.approx(alone.e2e_s[0], rel=1e-9)
+
+
+def test_prefill_first_pauses_decode_and_mixed_steps_do_not() -> None:
+    # One request decoding when a long prompt arrives: prefill first serves the newcomer sooner and stalls the
+    # running one for the whole prefill; a mixed step decodes it alongside (vLLM V1).
+    w = trace_workload([0.0, 0.05], [100, 4000], [200, 10])
+    mixed = simulate(HW, w, chunk_tokens=8192, policy=Scheduling(mixed=True))
+    first = simulate(HW, w, chunk_tokens=8192, policy=Scheduling(mixed=False))
+    assert first.ttft_s[1] < mixed.ttft_s[1]
+    assert first.tpot_s[0] > mixed.tpot_s[0]
+    assert first.generated_tokens == mixed.generated_tokens == 210
+
+
+def test_reserving_the_output_never_preempts_and_admits_fewer() -> None:
+    n = 12
+    w = trace_workload(np.zeros(n), np.full(n, 500), np.full(n, 500))
+    kv = 3 * 1000 + 500  # three whole sequences fit
+    on_prompt = simulate(HW, w, kv_tokens=kv, max_batch=64, chunk_tokens=8192)
+    reserved = simulate(HW, w, kv_tokens=kv, max_batch=64, chunk_tokens=8192,
+                        policy=Scheduling(chunked=False, reserve_output=True))
+    assert on_prompt.preemptions > 0
+    assert reserved.preemptions == 0
+    assert reserved.kv_tokens_max.max() <= 3 * 1000
+    assert np.all(np.isfinite(reserved.e2e_s))
+
+
+def test_unchunked_prompts_go_whole_into_a_later_step() -> None:
+    # A budget of 1000 tokens and two 600-token prompts: chunked, the second starts in the first step; whole,
+    # it waits for the next step.
+    w = trace_workload([0.0, 0.0], [600, 600], [5, 5])
+    chunked = simulate(HW, w, chunk_tokens=1000, policy=Scheduling(chunked=True))
+    whole = simulate(HW, w, chunk_tokens=1000, policy=Scheduling(chunked=False))
+    assert whole.ttft_s[0] < chunked.ttft_s[1]
+    assert whole.ttft_s[1] > whole.ttft_s[0]
+    assert whole.ttft_s[0] == pytest.approx(float(prefill_s(HW, 600)), rel=1e-9)
 
 
 def test_trace_replay_reproduces_arrival_times(tmp_path) -> None:

@@ -465,3 +465,20 @@ def test_file_validation_problems_are_collected(tmp_path: Path) -> None:
     with pytest.raises(PlanError) as info:
         load_plan_file(path)
     assert [p for p, _ in info.value.problems] == ["workload.requestsPerSecond", "workload.outputTokens.mean", "slo"]
+
+
+def test_a_dataset_preset_stands_in_for_the_lengths() -> None:
+    data = copy.deepcopy(MINIMAL)
+    del data["workload"]["promptTokens"], data["workload"]["outputTokens"]
+    assert "workload.promptTokens" in problems_of(data)  # without a dataset the lengths are required
+    data["workload"]["dataset"] = "sharegpt"
+    req = resolve_plan(parse_plan(data))
+    assert (req.prompt_mean, req.output_mean) == (220.0, 200.0)
+    assert (req.prompt_cv, req.output_cv) == (1.1, 1.0)
+    assert any("sharegpt preset" in note for note in req.notes)
+    # A stated mean is kept and only the spread comes from the preset; a stated spread wins too.
+    data["workload"]["promptTokens"] = {"mean": 900}
+    data["workload"]["outputTokens"] = {"mean": 50, "cv": "0.3"}
+    req = resolve_plan(parse_plan(data))
+    assert (req.prompt_mean, req.prompt_cv, req.output_mean, req.output_cv) == (900.0, 1.1, 50.0, 0.3)
+    assert "workload.dataset" in problems_of(with_(data, "workload.dataset", "alpaca"))

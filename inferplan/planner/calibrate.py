@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from inferplan.planner.engines import factor_key
 from inferplan.planner.factors import (
     ENGINE_FACTOR_NAMES,
     FAMILY_FACTOR_NAMES,
@@ -48,9 +49,12 @@ BOUNDS = {
     "quantized_bandwidth_scale": (0.3, 1.0),
     "non_torch_gib": (0.05, 6.0),
     "activation_scale": (0.2, 5.0),
-    "bandwidth_scale": (0.4, 1.25),
-    "compute_scale": (0.3, 1.5),
-    "attention_scale": (0.05, 1.5),
+    # GPU-family corrections on top of the catalog's peaks and the engine's efficiencies: bounded to what
+    # the physics leaves room for (a family whose fit lands on a bound is a defect to look into).
+    "bandwidth_scale": (0.6, 1.25),
+    "compute_scale": (0.5, 1.5),
+    "attention_scale": (0.5, 1.5),
+    "overhead_scale": (0.5, 6.0),
 }
 # Factors whose prior is zero or whose scale is additive: searched and penalised on a linear scale.
 LINEAR_FACTORS = ("overlap_penalty", "sequence_overhead_ms", "request_overhead_ms")
@@ -97,9 +101,9 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     """
     start = start or load_factors()
     rows = [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0]
-    engines = Counter(r.engine for r in rows)
+    engines = Counter(factor_key(r.engine, r.engine_version) for r in rows if r.engine)
     families = Counter(_family(r) for r in rows)
-    engine_rows = {e: [r for r in rows if r.engine == e] for e in engines}
+    engine_rows = {e: [r for r in rows if r.engine and factor_key(r.engine, r.engine_version) == e] for e in engines}
     family_rows = {f: [r for r in rows if _family(r) == f] for f in families if f}
 
     current = FactorSet(

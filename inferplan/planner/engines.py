@@ -7,6 +7,8 @@ that turn hardware peaks into achieved speed are fitted on measurements and live
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
@@ -23,7 +25,9 @@ class EngineProfile:
 
     memory_mode:
       "total_fraction": the engine may use `gpu_memory_utilization` x total memory; the KV pool is what
-        is left after weights, the profiled activation peak and non-torch memory (vLLM, SGLang, MLC-LLM).
+        is left after weights, the profiled activation peak and non-torch memory (vLLM, MLC-LLM).
+      "static_fraction": `mem_fraction_static` x total memory holds the weights and the KV pool; the
+        activations use the rest (SGLang).
       "free_fraction": the KV pool is a fraction of the memory still free after loading the weights
         (TensorRT-LLM `kv_cache_free_gpu_mem_fraction`, LMDeploy `cache_max_entry_count`, TGI).
       "context": the engine allocates KV for the configured context only (llama.cpp, ExLlama).
@@ -61,7 +65,7 @@ ENGINES: dict[str, EngineProfile] = {
         EngineProfile(
             name="sglang",
             continuous_batching=True,
-            memory_mode="total_fraction",
+            memory_mode="static_fraction",
             default_memory_fraction=0.88,
             kv_block_tokens=1,
             chunked_prefill=True,
@@ -170,6 +174,26 @@ DEFAULT_PLAN_PRECISIONS = 4  # a plan without `precisions` tries the first four 
 
 
 @dataclass(frozen=True)
+class Scheduling:
+    """How an engine fills a step, as the simulator runs it (sources in docs/engines.md).
+
+    mixed: prompt tokens share a step with the decode of the running sequences (vLLM V1's decode-first
+      step, TensorRT-LLM's in-flight batching); False: a step with prompt work runs no decode (prefill
+      first: SGLang without `--enable-mixed-chunk`, vLLM V0 without chunked prefill, TGI).
+    chunked: a prompt may be split over steps within the token budget; False: it goes whole, in a later
+      step if the budget is spent.
+    reserve_output: a request is admitted only when the KV cache holds its prompt and all the output it
+      may generate, next to what the running requests were promised, so nothing is ever preempted
+      (TensorRT-LLM's GUARANTEED_NO_EVICT); False: admitted when its prompt fits, preempted (recomputed)
+      when the cache runs out during decode (vLLM, SGLang).
+    """
+
+    mixed: bool = True
+    chunked: bool = True
+    reserve_output: bool = False
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """The settings one engine instance runs with (stated values, else the engine's defaults)."""
 
@@ -178,6 +202,9 @@ class EngineSettings:
     max_num_seqs: int
     chunk_tokens: float  # per-step prefill token budget; inf when prefill is not chunked
     profile_tokens: int  # tokens of the memory-profiling forward pass
+    step_tokens: float = math.inf  # token budget of one step, chunked or not (the simulator's)
+    scheduling: Scheduling = Scheduling()
+    activation_scale: float | None = None  # replaces the engine's fitted activation factor (None: keep it)
 
 
 def engine_profile(name: str) -> EngineProfile:
@@ -187,3 +214,113 @@ def engine_profile(name: str) -> EngineProfile:
         if normalize_name(engine.name) == key:
             return engine
     raise CatalogLookupError("engine", name, closest_names(name, ENGINES))
+
+
+@dataclass(frozen=True)
+class VersionDefaults:
+    """What one engine at one version does when a setting is left unset, on one GPU (docs/engines.md)."""
+
+    max_num_seqs: int
+    step_tokens: float        # token budget of one step (max_num_batched_tokens, chunked_prefill_size, ...)
+    chunked: bool             # prompts split over steps within the budget
+    memory_fraction: float
+    scheduling: Scheduling
+    activation_scale: float | None = None  # replaces the engine's fitted activation factor (None: keep it)
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """(major, minor, patch) of the first dotted version in `text` (`~0.6.3`, `NIM 1.8.0`), None if none."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return tuple(int(g or 0) for g in match.groups()) if match else None
+
+
+GIB = float(2**30)
+
+# Release lines whose engines differ enough to need factors of their own: vLLM's V0 engine (before 0.8, when
+# V1 became the default) and TensorRT-LLM's built-engine path (before 1.0, when the PyTorch backend became the
+# default of trtllm-serve). The newest line keeps the engine's own name, so a plan (always the current
+# release) uses it.
+FACTOR_LINES: dict[str, tuple[tuple[int, ...], str]] = {
+    "vllm": ((0, 8), "vllm-v0"),
+    "tensorrt-llm": ((1, 0), "tensorrt-llm-v0"),
+}
+
+
+def factor_key(engine: str, version: str | None) -> str:
+    """The name the fitted factors of `engine` at `version` are kept under (`FACTOR_LINES`)."""
+    line = FACTOR_LINES.get(engine)
+    v = parse_version(version)
+    if line is not None and v is not None and v < line[0]:
+        return line[1]
+    return engine
+
+
+def scheduling_of(engine: str, version: str | None, max_model_len: int) -> Scheduling:
+    """How `engine` at `version` (None: its current release) fills a step at its defaults (docs/engines.md)."""
+    v = parse_version(version)
+    if engine == "vllm":
+        if v is not None and v < (0, 8) and max_model_len <= 32768:
+            return Scheduling(mixed=False, chunked=False)  # V0 without chunked prefill: prefill first, whole
+        return Scheduling(mixed=True, chunked=True)
+    if engine in ("sglang", "tgi"):
+        return Scheduling(mixed=False, chunked=True)
+    if engine == "tensorrt-llm":
+        return Scheduling(mixed=True, chunked=False, reserve_output=True)
+    if engine == "lmdeploy":
+        return Scheduling(mixed=True, chunked=False)
+    return Scheduling(mixed=True, chunked=engine in ENGINES and ENGINES[engine].chunked_prefill)
+
+
+def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_bytes: float, gpu_key: str,
+                     gpus_per_instance: int, max_model_len: int) -> VersionDefaults:
+    """The defaults of `engine` at `version` (None: its current release line) for one model instance on
+    `gpus_per_instance` GPUs of `gpu_memory_bytes` each. Sources, quoted, in docs/engines.md."""
+    v = parse_version(version)
+    gib = gpu_memory_bytes / GIB
+    name = engine.name
+    if name == "vllm":
+        if v is not None and v < (0, 8):
+            # V0: chunked prefill only for contexts over 32k (budget 512, decode first); otherwise whole prompts,
+            # prefill first, with a budget of max(max_model_len, 2048).
+            if max_model_len > 32768:
+                return VersionDefaults(256, 512.0, True, 0.9, scheduling_of(name, version, max_model_len))
+            return VersionDefaults(256, float(max(max_model_len, 2048)), False, 0.9,
+                                   scheduling_of(name, version, max_model_len))
+        big = gib >= 70 and "a100" not in gpu_key.lower() and (v is None or v >= (0, 9))
+        seqs, budget = (1024, 8192) if big else (256, 2048)
+        return VersionDefaults(seqs, float(budget), True, 0.9, scheduling_of(name, version, max_model_len))
+    if name == "sglang":
+        if v is not None and v < (0, 5):
+            limit = 25000 / 1024
+            fraction = 0.88
+            if gib <= 80:
+                fraction = {16: 0.79, 8: 0.81, 4: 0.85, 2: 0.87}.get(
+                    next((k for k in (16, 8, 4, 2) if gpus_per_instance >= k), 1), 0.88)
+        else:
+            limit = 35.0
+            reserved = 32.0
+            if gib < 35:
+                reserved = 2.8 + gpus_per_instance / 10
+            elif gib < 90:
+                reserved = 9.5 + gpus_per_instance / 2
+            elif gib < 160:
+                reserved = 12.0 + gpus_per_instance / 2
+            fraction = round((gib - reserved) / gib, 3)
+        budget = 2048 if gib < limit else (8192 if gib < 160 else 16384)
+        return VersionDefaults(4096, float(budget), True, fraction, scheduling_of(name, version, max_model_len))
+    if name == "tensorrt-llm":
+        no_evict = scheduling_of(name, version, max_model_len)
+        if v is not None and v < (1, 0):
+            return VersionDefaults(256, 8192.0, False, 0.9, no_evict)
+        # 1.x serves from the PyTorch backend: its warm-up forward is an ordinary one, not the activation
+        # buffers a built TensorRT engine reserves (what the fitted factor describes).
+        return VersionDefaults(2048, 8192.0, False, 0.9, no_evict, activation_scale=1.0)
+    if name == "tgi":
+        return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens), True,
+                               engine.default_memory_fraction, scheduling_of(name, version, max_model_len))
+    if name == "lmdeploy":
+        return VersionDefaults(engine.default_max_num_seqs, math.inf, False, engine.default_memory_fraction,
+                               scheduling_of(name, version, max_model_len))
+    return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens),
+                           engine.chunked_prefill, engine.default_memory_fraction,
+                           scheduling_of(name, version, max_model_len))

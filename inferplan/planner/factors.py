@@ -29,6 +29,8 @@ FAMILY_FACTOR_NAMES = (
     "bandwidth_scale",   # multiplies the engine's bandwidth efficiency on this GPU family [-]
     "compute_scale",     # multiplies the engine's compute efficiencies on this GPU family [-]
     "attention_scale",   # efficiency of the paged-attention KV reads relative to weight reads [-]
+    "overhead_scale",    # multiplies the engine's per-step and per-sequence overheads on this family's
+                         # software stack (kernel launches, graph capture: ROCm stacks without HIP graphs) [-]
 )
 
 
@@ -51,6 +53,7 @@ class FamilyFactors:
     bandwidth_scale: float = 1.0
     compute_scale: float = 1.0
     attention_scale: float = 1.0
+    overhead_scale: float = 1.0
 
 
 @dataclass(frozen=True)

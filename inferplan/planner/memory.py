@@ -86,7 +86,8 @@ def activation_peak_bytes(
     if arch.is_moe:
         width = max(width if arch.first_dense_layers else 0, arch.experts_per_token * arch.expert_intermediate_size)
     forward = profile_tokens * (3.0 * width / tp + 4.0 * arch.hidden_size) * 2.0
-    sampler = max_num_seqs * arch.vocab_size / tp * 8.0
+    # A step samples one token per sequence in it, and holds no more sequences than tokens.
+    sampler = np.minimum(max_num_seqs, profile_tokens) * arch.vocab_size / tp * 8.0
     return scale * (forward + sampler)
 
 
@@ -100,11 +101,15 @@ def kv_pool_bytes(
 ) -> Number:
     """Bytes per GPU the engine gives its KV cache (never negative; arrays broadcast).
 
-    total_fraction: fraction x total - weights - activation peak - non-torch (vLLM, SGLang, MLC-LLM).
+    total_fraction: fraction x total - weights - activation peak - non-torch (vLLM, MLC-LLM).
+    static_fraction: fraction x total - weights - non-torch; activations live in the rest (SGLang's
+      `mem_fraction_static` covers the weights and the KV pool only).
     free_fraction: fraction x (total - weights - activation - non-torch) (TensorRT-LLM, LMDeploy, TGI).
     """
     if memory_mode == "total_fraction":
         pool = memory_fraction * gpu_memory_bytes - weights_per_gpu - activation_per_gpu - non_torch_bytes
+    elif memory_mode == "static_fraction":
+        pool = memory_fraction * gpu_memory_bytes - weights_per_gpu - non_torch_bytes
     elif memory_mode == "free_fraction":
         pool = memory_fraction * (gpu_memory_bytes - weights_per_gpu - activation_per_gpu - non_torch_bytes)
     else:
@@ -246,6 +251,8 @@ def memory_grid(
         used = weights + activation + non_torch + pool
         if engine.memory_mode == "total_fraction":
             used = np.maximum(used, fraction * total)  # the pool is what is left of the fraction
+        elif engine.memory_mode == "static_fraction":
+            used = np.maximum(weights + non_torch + pool, fraction * total) + activation
         # kv_cache_tokens over arrays: whole blocks, none where a token takes no KV bytes
         block = engine.kv_block_tokens
         safe = np.where(per_token > 0, per_token, 1.0)

@@ -32,6 +32,12 @@ Number = float | FloatArray
 # microseconds for decode-sized messages; over PCIe the NCCL ring is several times slower.
 ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "xgmi": 12e-6, "pcie": 30e-6}
 
+# FP8 GEMMs reach a smaller share of their (doubled) peak than 16-bit ones: the median over large GEMMs
+# (m, n, k >= 4096) in AIConfigurator's measured tables is 0.62 (H100) and 0.63 (H200) of the FP8 peak
+# against 0.80 and 0.78 of the BF16 peak (`python bench/aic_tables.py`, docs/aic-tables.md). The engine's
+# compute efficiency is fitted on 16-bit rows; FP8 compute is that times this ratio.
+FP8_GEMM_RELATIVE_EFFICIENCY = 0.79
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -133,7 +139,7 @@ def hardware_grid(
                 bandwidth_eff *= factor.quantized_bandwidth_scale
             peak = gpu.fp16_tflops
             if precision.compute == "fp8" and gpu.fp8_tflops:
-                peak = gpu.fp8_tflops
+                peak = gpu.fp8_tflops * FP8_GEMM_RELATIVE_EFFICIENCY
             elif precision.compute == "int8" and gpu.int8_tops:
                 peak = gpu.int8_tops
             bandwidth[i, j] = gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff
@@ -176,8 +182,10 @@ def hardware_grid(
         link_bytes_s=per_gpu([gpu.interconnect_gb_s * 1e9 for gpu in gpus]),
         link_latency_s=link_latency[:, :, None, None],
         overlap_penalty=per_gpu([f.overlap_penalty for f in factors]),
-        step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
-        sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 for f in factors]),
+        step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 * fam.overhead_scale
+                                 for f, fam in zip(factors, families, strict=True)]),
+        sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 * fam.overhead_scale
+                                     for f, fam in zip(factors, families, strict=True)]),
         request_overhead_s=per_gpu([f.request_overhead_ms / 1e3 for f in factors]),
     )
     shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])

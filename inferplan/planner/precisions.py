@@ -79,15 +79,31 @@ def weight_precision(name: str) -> WeightPrecision:
     raise CatalogLookupError("weight precision", name, closest_names(name, WEIGHT_PRECISIONS))
 
 
-def kv_dtype_bytes(kv_dtype: str, weights: str) -> float:
-    """Bytes of one KV element; `auto` means the engine default, the 16-bit activation dtype.
+def resolve_kv_dtype(kv_dtype: str, weights: str, engine: str | None = None, checkpoint: str | None = None) -> str:
+    """The KV dtype an engine runs with: `kv_dtype` itself unless it is `auto` (the engine's default for
+    the checkpoint; docs/engines.md quotes the sources).
 
-    FP8 checkpoints may ship an FP8 KV scheme, but `auto` on them is still served at 16 bits by vLLM
-    unless `--kv-cache-dtype fp8` is given, so 16 bits is the default here too.
+    - TensorRT-LLM (`KvCacheConfig.dtype = 'auto'`) follows the checkpoint's `kv_cache_quant_algo`: NVIDIA
+      ModelOpt FP8 checkpoints (the nvidia/*-FP8 repositories, NIM, TensorRT-LLM's own quantize step)
+      declare an FP8 KV cache. A model vendor's own FP8 repository (Qwen/*-FP8, fine-grained block
+      scales) declares none. `checkpoint`: the repository or format when known; None on FP8 weights
+      means ModelOpt, TensorRT-LLM's quantisation toolkit.
+    - vLLM, SGLang and the rest use the model's activation dtype: vLLM reads checkpoint KV scales but
+      keeps a 16-bit cache unless `--kv-cache-dtype fp8` is given.
     """
-    if kv_dtype == "auto":
-        return 2.0
+    if kv_dtype != "auto":
+        return kv_dtype
+    if engine == "tensorrt-llm" and weights == "fp8":
+        name = (checkpoint or "").lower()
+        if not name or "modelopt" in name or name.startswith("nvidia/") or "nim" in name.split():
+            return "fp8"
+    return "bf16"
+
+
+def kv_dtype_bytes(kv_dtype: str, weights: str, engine: str | None = None, checkpoint: str | None = None) -> float:
+    """Bytes of one KV element; `auto` resolves as the engine does for the checkpoint (`resolve_kv_dtype`)."""
+    resolved = resolve_kv_dtype(kv_dtype, weights, engine, checkpoint)
     try:
-        return KV_DTYPE_BYTES[kv_dtype]
+        return KV_DTYPE_BYTES[resolved]
     except KeyError:
         raise CatalogLookupError("KV cache dtype", kv_dtype, list(KV_DTYPE_BYTES)) from None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from inferplan.planner.engines import ENGINES, SERVED_PRECISIONS, EngineProfile, EngineSettings
+from inferplan.planner.engines import ENGINES, SERVED_PRECISIONS, EngineProfile, EngineSettings, scheduling_of
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, load_gpu_catalog
 from inferplan.planner.memory import GIB, MemoryPlan, memory_grid, plan_memory_for_settings, weight_bytes
@@ -118,12 +118,16 @@ def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> Engine
     max_len = req.max_model_len or min(req.arch.max_position_embeddings, needed)
     chunked = engine.chunked_prefill if req.chunked_prefill is None else req.chunked_prefill
     budget = req.max_num_batched_tokens or max(engine.default_max_batched_tokens, 0 if chunked else max_len)
+    # The current release's way of filling a step (docs/engines.md); chunking as the plan says.
+    scheduling = replace(scheduling_of(engine.name, None, max_len), chunked=chunked)
     return EngineSettings(
         memory_fraction=req.memory_fraction or engine.default_memory_fraction,
         max_model_len=max_len,
         max_num_seqs=max_batch,
         chunk_tokens=float(budget) if chunked else math.inf,
         profile_tokens=budget,
+        step_tokens=float(budget),
+        scheduling=scheduling,
     )
 
 
@@ -184,7 +188,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     tp = np.array(req.tp_sizes)[ti]
     price = np.array([req.prices.get(g.key, g.usd_per_hour) for g in gpus])[gpu]
     per_node = np.array([req.gpus_per_node.get(g.key, 8) for g in gpus])[gpu]
-    kv_bytes = np.array([[kv_dtype_bytes(kv, name) for kv in req.kv_dtypes] for name in req.precisions])
+    kv_bytes = np.array([[kv_dtype_bytes(kv, name, req.engine) for kv in req.kv_dtypes] for name in req.precisions])
     rejected: list[_Rejections] = []
 
     def shape(s: int) -> _Shape:
@@ -807,7 +811,7 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     engine = ENGINES[req.engine]
     gpu = load_gpu_catalog().get(candidate.gpu_type)
     precision = weight_precision(candidate.precision)
-    kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision)
+    kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine)
     settings = _settings(req, engine, candidate.max_batch)
     engine_factors = factors.engine(engine.name)
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,

@@ -1,11 +1,13 @@
-"""Latency and throughput of one model instance under a load: single stream, static batch, burst,
-closed loop, Poisson arrivals and offline maximum load. Vectorised: every argument broadcasts.
+"""Latency and throughput of one model instance under a load, in closed form: single stream, static batch
+and Poisson arrivals (the capacity search's model). Vectorised: every argument broadcasts. Bursts, closed
+loops and the scored Poisson runs of scenario files are served in the simulator (`simulate`), step by step
+as the engine schedules them.
 
 Times are seconds; token counts are per request. `slots` is how many sequences the engine runs at
 once (min of its max_num_seqs and what the KV pool holds at the workload's lengths); `chunk_tokens`
 is the per-step token budget of chunked prefill (np.inf where prefill runs as whole steps).
 
-Online loads (burst, closed loop, Poisson) add the engine's per-request overhead (HTTP, tokenising, the
+Online loads (Poisson) add the engine's per-request overhead (HTTP, tokenising, the
 first stream chunk) to TTFT; single-stream and static-batch runs are offline harnesses and do not.
 
 Percentiles are computed from the distributions, not as multiples of the mean: prompt and output
@@ -187,80 +189,6 @@ def static_batch(hw: Hardware, batch: ArrayLike, prompt_tokens: ArrayLike, outpu
     e2e = ttft + (o - 1.0) * tpot
     return LoadResult(ttft, _const_quantiles(ttft), tpot, _const_quantiles(tpot), e2e, n / e2e, n * o / e2e,
                       n, np.zeros_like(e2e, dtype=bool), _const_quantiles(e2e))
-
-
-def burst(
-    hw: Hardware,
-    requests: ArrayLike,
-    prompt_tokens: ArrayLike,
-    output_tokens: ArrayLike,
-    admit_slots: ArrayLike,
-    run_slots: ArrayLike,
-    chunk_tokens: ArrayLike,
-) -> LoadResult:
-    """N identical requests sent at t=0 and drained by a continuous-batching engine.
-
-    The first `admit_slots` requests (what max_num_seqs and the KV pool admit by their prompts) are
-    prefilled at once and get their first tokens over that prefill; the engine then decodes at
-    `run_slots` sequences (what the KV pool holds at the requests' mean length; the excess is
-    preempted and recomputed, as vLLM does). Later requests enter as earlier ones finish, spread
-    evenly over the rest of the run. Prefill shares steps with decode, so the run's time is all
-    prompt compute plus all decode steps.
-    """
-    shape = np.broadcast(np.asarray(requests), np.asarray(prompt_tokens), np.asarray(output_tokens),
-                         np.asarray(admit_slots), np.asarray(run_slots), np.asarray(hw.bandwidth_bytes_s)).shape
-    n, p, o, admit, run = (
-        np.broadcast_to(np.asarray(x, dtype=float), shape)
-        for x in (requests, prompt_tokens, output_tokens, admit_slots, run_slots)
-    )
-    n, o = np.maximum(n, 1.0), np.maximum(o, 1.0)
-    slots = np.clip(np.minimum(run, n), 1.0, None)
-    first = np.maximum(np.minimum(admit, n), slots)
-
-    first_prefill = prefill_s(hw, p, first, chunk_tokens)
-    rest = n - first
-    # Requests preempted because the first wave outgrew the KV pool are prefilled again.
-    redo = rest + np.maximum(first - slots, 0.0) * np.where(rest > 0, 1.0, 0.5)
-    rest_prefill = np.where(redo > 0, prefill_s(hw, p, np.maximum(redo, 1e-9), chunk_tokens), 0.0)
-    step = decode_step_s(hw, slots, p + o / 2.0)
-    total = first_prefill + rest_prefill + np.ceil(n / slots) * o * step
-
-    # First tokens: the first wave's are spread over its prefill; the rest enter evenly between the
-    # first completions and the last admission (which must still decode its whole output).
-    start_rest = first_prefill + o * step
-    end_rest = np.maximum(total - o * step, start_rest)
-    order = np.linspace(0.0, 1.0, _SAMPLES)[None, :] * n[..., None]  # each sampled request's place
-    ttft_samples = np.where(
-        order < first[..., None],
-        first_prefill[..., None] * np.minimum((order + 0.5) / first[..., None], 1.0),
-        start_rest[..., None]
-        + (end_rest - start_rest)[..., None]
-        * np.clip((order - first[..., None]) / np.maximum(rest, 1.0)[..., None], 0.0, 1.0),
-    )
-    ttft_samples = ttft_samples + np.asarray(hw.request_overhead_s)[..., None]
-    ttft_mean = ttft_samples.mean(axis=-1)
-    # Each request's decode phase. The first wave's: the rest of its wave's prefill plus `o` steps; those
-    # of it the KV pool cannot keep (first - slots) are preempted and wait about one generation for a
-    # slot before they resume; later requests decode in steps stretched by the prompt work around them.
-    prefill_share = rest_prefill / np.maximum(total - first_prefill, 1e-9)
-    gaps = np.maximum(o - 1.0, 1.0)
-    tpot_first = (first_prefill / 2.0 + o * step) / gaps
-    tpot_preempted = tpot_first + o * step / gaps
-    tpot_rest = step / np.maximum(1.0 - prefill_share, 0.05)
-    kept_share = (slots / n)[..., None]
-    preempted_share = (np.maximum(first - slots, 0.0) / n)[..., None]
-    place = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
-    tpot_samples = np.where(
-        place < kept_share, tpot_first[..., None],
-        np.where(place < kept_share + preempted_share, tpot_preempted[..., None], tpot_rest[..., None]),
-    )
-    tpot_mean = tpot_samples.mean(axis=-1)
-    e2e = ttft_mean + (o - 1.0) * tpot_mean
-    e2e_samples = ttft_samples + (o - 1.0)[..., None] * tpot_samples
-    return LoadResult(
-        ttft_mean, _quantiles(ttft_samples), tpot_mean, _quantiles(tpot_samples),
-        e2e, n / total, n * o / total, slots, np.zeros_like(total, dtype=bool), _quantiles(e2e_samples),
-    )
 
 
 def _slot_wait_factor(utilisation: FloatArray, servers: FloatArray) -> FloatArray:
@@ -617,36 +545,3 @@ def poisson(
                           num_prompts, max_prompt_tokens, service_cv2=service_cv2, prefill_fraction=prefill_fraction,
                           capacity=capacity, samples=samples, rate_shape=np.shape(rate))
     return model.at(rate, metrics)
-
-
-def closed_loop(
-    hw: Hardware,
-    clients: ArrayLike,
-    prompt_tokens: ArrayLike,
-    output_tokens: ArrayLike,
-    slots: ArrayLike,
-    chunk_tokens: ArrayLike,
-) -> LoadResult:
-    """N clients each sending the next request when the last one finishes (steady state).
-
-    At most `slots` run; the rest wait. Throughput X = running / (TTFT + O x TPOT) with TPOT stretched
-    by the prompt work that shares the GPU; waiting clients add (N - running) / X to TTFT.
-    """
-    clients_ = np.maximum(np.asarray(clients, dtype=float), 1.0)
-    p = np.asarray(prompt_tokens, dtype=float)
-    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
-    running = np.minimum(clients_, np.maximum(np.asarray(slots, dtype=float), 1.0))
-    per_token = prefill_compute_s_per_token(hw, p)
-    own_prefill = prefill_s(hw, p, 1.0, chunk_tokens)
-    step = decode_step_s(hw, running, p + o / 2.0)
-    x = running / (own_prefill + o * step)
-    for _ in range(30):
-        busy = np.clip(x * p * per_token, 0.0, 0.95)
-        tpot = step / (1.0 - busy)
-        ttft_service = own_prefill + step / 2.0 + hw.request_overhead_s
-        x = running / (ttft_service + (o - 1.0) * tpot)
-    wait = (clients_ - running) / x
-    ttft = ttft_service + wait
-    e2e = ttft + (o - 1.0) * tpot
-    return LoadResult(ttft, _const_quantiles(ttft), tpot, _const_quantiles(tpot), e2e, x, x * o, running,
-                      np.zeros_like(e2e, dtype=bool), _const_quantiles(e2e))

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from inferplan.planner.engines import Scheduling
 from inferplan.planner.performance import Hardware
 
 FloatArray = NDArray[np.float64]
@@ -278,7 +279,9 @@ def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: 
 
 def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, pending: deque[Request],
                   load: list[int] | None, r: int, first_s: memoryview, done_s: memoryview, preempted: IntArray,
-                  series_points: int) -> Generator[float, float | None, ReplicaStats]:
+                  series_points: int, policy: Scheduling | None = None,
+                  follow: Callable[[int, float], Request | None] | None = None,
+                  ) -> Generator[float, float | None, ReplicaStats]:
     """One replica's engine step loop, as a coroutine holding its state in local variables.
 
     `pending`: requests routed to this replica that have not yet arrived, in arrival order (the router
@@ -293,6 +296,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     First-token and completion times go straight into `first_s` and `done_s` (views of the result arrays:
     no Python object per request outlives it), and each completion counts `load[r]` down (the router's
     count of outstanding requests; None: nobody counts).
+    `policy`: how the engine schedules (see `Scheduling`; None: vLLM V1's mixed, chunked, prompt-admitted
+    steps). `follow(i, now)`: a closed loop's next request of the client whose request `i` completed at
+    `now` (arriving then), or None when that client is done; None: an open loop.
     """
     inf = math.inf
     ceil = math.ceil
@@ -309,6 +315,10 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     memory_base = [weights_s + (experts_s * (1.0 - miss**b) if moe else 0.0) for b in sizes]
     outside = [pp * (allreduce_s + allreduce_token_s * b) + step_overhead_s + sequence_overhead_s * b for b in sizes]
     heappush, heappop = heapq.heappush, heapq.heappop
+    policy = policy or Scheduling()
+    mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
+    fast = mixed and not whole and not reserve  # the shortcut below is vLLM V1's step
+    reserved = 0                                 # KV tokens promised to running sequences (reserve only)
     counting = load is not None
     outstanding = load if load is not None else []
 
@@ -334,7 +344,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     t_limit = yield inf
     next_arrival = pending[0][1] if pending else inf
     while t_limit is not None:
-        if next_arrival <= now and not queue and not prefilling and n_running < max_batch \
+        if fast and next_arrival <= now and not queue and not prefilling and n_running < max_batch \
                 and kv_used + (need := pending[0][2]) + 1 + n_decoding <= kv_cap and need + n_decoding <= chunk \
                 and (len(pending) == 1 or pending[1][1] > now):
             # The common case, taken out of the general path below for speed (the same arithmetic): one
@@ -401,8 +411,13 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 while queue and n_running < max_batch:
                     req = queue[0]
                     need = req[2] + req[5]
-                    # Room for the prompt, its first token and this step's decode tokens.
-                    if kv_used + need + 1 + n_decoding > kv_cap:
+                    # Room for the prompt, its first token and this step's decode tokens; with reservation,
+                    # for the whole sequence next to what the running ones were promised.
+                    if reserve:
+                        if reserved + req[2] + req[3] > kv_cap:
+                            break
+                        reserved += req[2] + req[3]
+                    elif kv_used + need + 1 + n_decoding > kv_cap:
                         break
                     queue.popleft()
                     running[req[0]] = req
@@ -424,21 +439,26 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 # served, within the token budget. Preempt while the step's new tokens do not fit in the KV
                 # cache.
                 while True:
-                    budget = chunk - n_decoding
+                    budget = chunk - n_decoding if mixed else chunk
                     prompt_tokens = finishing = touched = take = 0
                     prompt_s = 0.0
                     for req in prefilling:
                         if budget <= 0:
                             break
                         left = req[8]
-                        take = left if left <= budget else budget
+                        if whole and left > budget:
+                            if touched:
+                                break  # unchunked: a prompt goes whole, in a later step if need be
+                            take = left  # a prompt longer than the budget alone still runs whole
+                        else:
+                            take = left if left <= budget else budget
                         budget -= take
                         prompt_tokens += take
                         prompt_s += take * req[4]
                         touched += 1
                         if take == left:
                             finishing += 1
-                    if kv_used + n_decoding + finishing <= kv_cap:
+                    if kv_used + (n_decoding if mixed else 0) + finishing <= kv_cap:
                         break
                     kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
                     kv_used -= kv
@@ -448,7 +468,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     if context:
                         n_decoding -= 1
                         next_finish = heap[0][0] if heap else inf
-                b = n_decoding
+                b = n_decoding if mixed else 0  # prefill first: the decoding sequences wait this step
                 tokens = b + prompt_tokens
                 memory = weights_s
                 compute = prompt_s
@@ -473,7 +493,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     if t_limit is None or next_arrival <= now:
                         continue
                 now = end
-                counter += 1
+                if b:
+                    counter += 1
                 kv_used += b
                 context_sum += b
                 produced += b + finishing
@@ -572,8 +593,13 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
             kv_used -= tokens
             context_sum -= tokens
             done_s[i] = now
+            if reserve:
+                reserved -= tokens
             if counting:
                 outstanding[r] -= 1
+            if follow is not None and (nxt := follow(i, now)) is not None:
+                pending.append(nxt)
+                next_arrival = pending[0][1]
             n_running -= 1
             n_decoding -= 1
             next_finish = heap[0][0] if heap else inf
@@ -599,12 +625,15 @@ class _Served:
 
 def _serve(model: _StepModel, arrival: FloatArray, prompt: IntArray, output: IntArray,
            prefill_s_per_token: FloatArray | None, replicas: int, max_batch: int, kv_cap: int, chunk: float,
-           assigned: IntArray | None, series_points: int) -> _Served:
+           assigned: IntArray | None, series_points: int, policy: Scheduling | None = None,
+           clients: int = 0) -> _Served:
     """Run `replicas` replica loops over the requests. `assigned`: a replica per request fixed in advance
     (round robin, or the central queue of `simulate_queue`), each replica then runs alone over its own
     requests; None: least outstanding requests, decided at each arrival with the replicas whose next event
     is due brought up to that time. `prefill_s_per_token`: per request, instead of the step model's cost
-    of its prompt."""
+    of its prompt. `clients` > 0: a closed loop of that many clients on one replica; the first `clients`
+    requests arrive at their `arrival` times and each later one when its client's previous one completes
+    (request i + clients follows request i); `arrival` is overwritten with those times."""
     n = len(arrival)
     first = np.full(n, math.nan)
     done = np.full(n, math.nan)
@@ -622,11 +651,28 @@ def _serve(model: _StepModel, arrival: FloatArray, prompt: IntArray, output: Int
     pending: list[deque[Request]] = [deque() for _ in range(replicas)]
     first_s, done_s = memoryview(first), memoryview(done)
     counted = load if assigned is None else None
+    follow = None
+    if clients > 0:
+        if replicas != 1:
+            raise ValueError("a closed loop runs on one replica")
+        arrivals = memoryview(arrival)
+        successors = list(range(clients, n)) + [-1] * min(clients, n)
+
+        def follow(i: int, now: float) -> Request | None:
+            j = successors[i]
+            if j < 0:
+                return None
+            arrivals[j] = now
+            return requests(np.array([j]))[0]
+
     loops = [_replica_loop(model, max_batch, kv_cap, chunk, pending[r], counted, r, first_s, done_s, preempted,
-                           series_points) for r in range(replicas)]
+                           series_points, policy, follow) for r in range(replicas)]
     for loop in loops:
         next(loop)
-    if assigned is not None:
+    if clients > 0:
+        pending[0].extend(requests(np.arange(min(clients, n))))
+        loops[0].send(math.inf)
+    elif assigned is not None:
         for r, loop in enumerate(loops):
             mine = np.flatnonzero(assigned == r)
             for start in range(0, len(mine), CHUNK):
@@ -732,12 +778,18 @@ def simulate(
     chunk_tokens: float = 8192,
     router: str = "round_robin",
     series_points: int = 256,
+    policy: Scheduling | None = None,
+    clients: int = 0,
 ) -> SimulationResult:
     """Serve `workload` on `replicas` copies of the engine on `hw` (one deployment, scalar fields).
 
     `max_batch`: running sequences per replica (max_num_seqs); `kv_tokens`: KV cache per replica;
     `chunk_tokens`: token budget per step, decode tokens included (math.inf: whole prompts in one step);
     `router`: "round_robin" or "least_outstanding" (fewest queued plus running, lowest index on ties).
+    `policy`: how the engine fills a step (`Scheduling`; default vLLM V1's). `clients` > 0: a closed loop
+    of that many clients on one replica (each sends its next request, the next one of the workload, when
+    its last one completes; the workload's arrival times count only for the first `clients` requests, and
+    the result's latencies are measured from the times the loop sent them).
     TTFT and end-to-end latency include the engine's per-request overhead.
 
     Closed forms: with `max_batch=1`, `chunk_tokens=math.inf` and room in the KV cache, a replica serves
@@ -760,10 +812,12 @@ def simulate(
     # A step takes whole tokens: a fractional budget would leave a fraction nobody can use.
     chunk = chunk_tokens if math.isinf(chunk_tokens) else int(chunk_tokens)
     assigned = np.arange(n, dtype=np.int64) % replicas if router == "round_robin" else None
-    served = _serve(model, workload.arrival_s, workload.prompt_tokens, workload.output_tokens, None, replicas,
-                    max_batch, kv_tokens, chunk, assigned, series_points)
+    if clients < 0:
+        raise ValueError("clients must be at least 0")
+    arrival_s = workload.arrival_s.copy() if clients else workload.arrival_s
+    served = _serve(model, arrival_s, workload.prompt_tokens, workload.output_tokens, None, replicas,
+                    max_batch, kv_tokens, chunk, assigned, series_points, policy, clients)
 
-    arrival_s = workload.arrival_s
     overhead = model.request_overhead_s
     first, done = served.first_s, served.done_s
     ttft = first - arrival_s + overhead

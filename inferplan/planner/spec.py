@@ -44,6 +44,7 @@ from inferplan.planner.architectures import (
     load_config_json,
     resolve_model,
 )
+from inferplan.planner.datasets import DatasetLengths, dataset_lengths
 from inferplan.planner.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS
 from inferplan.planner.gpus import load_gpu_catalog, parse_gpu_product, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
@@ -484,8 +485,18 @@ class Workload(_SpecModel):
         description="Mean request rate the whole deployment must sustain, decimal string > 0, at most "
         "1000000, e.g. \"12.5\"."
     )
-    prompt_tokens: TokenDistribution = Field(description="Prompt (input) length distribution.")
-    output_tokens: TokenDistribution = Field(description="Output (generated) length distribution.")
+    dataset: Literal["sharegpt", "openorca", "sonnet", "random"] | None = Field(
+        default=None,
+        description="Named length distribution of a benchmark dataset (docs/model.md#datasets): its means and "
+        "spread stand in for promptTokens and outputTokens where they are not given, and its spread where they "
+        "give a mean only. sharegpt as vLLM's benchmark samples it, openorca as MLPerf uses it, sonnet, random.",
+    )
+    prompt_tokens: TokenDistribution | None = Field(
+        default=None, description="Prompt (input) length distribution. Required unless dataset is given."
+    )
+    output_tokens: TokenDistribution | None = Field(
+        default=None, description="Output (generated) length distribution. Required unless dataset is given."
+    )
     burstiness: Burstiness = Field(
         default_factory=Burstiness,
         description="Arrival variability: {preset: steady|chatbot|bursty|agent} or {arrivalCV2, serviceCV2}. "
@@ -506,6 +517,14 @@ class Workload(_SpecModel):
         description="With source observed: the rate planned for is at least this fraction of requestsPerSecond, "
         "so that a quiet night does not shrink the fleet to nothing. Decimal string in (0, 1]. Default 0.5.",
     )
+
+    @model_validator(mode="after")
+    def _lengths_or_dataset(self) -> Workload:
+        if self.dataset is None:
+            for name, value in (("promptTokens", self.prompt_tokens), ("outputTokens", self.output_tokens)):
+                if value is None:
+                    raise _rule(name, "required unless workload.dataset names a dataset preset")
+        return self
 
 
 class SloBound(_SpecModel):
@@ -989,9 +1008,18 @@ def sigma_from_percentiles(percentiles: Mapping[float, float]) -> float:
     return max(0.0, covariance / variance)
 
 
-def _length(dist: TokenDistribution, path: str, notes: list[str]) -> tuple[float, float]:
-    """(mean, cv) of a token distribution."""
+def _length(dist: TokenDistribution | None, path: str, notes: list[str], preset: DatasetLengths | None = None,
+            which: str = "prompt") -> tuple[float, float]:
+    """(mean, cv) of a token distribution; a dataset preset gives what it leaves out (all of it when None)."""
+    preset_mean, preset_cv = ((preset.prompt_mean, preset.prompt_cv) if which == "prompt"
+                              else (preset.output_mean, preset.output_cv)) if preset else (0.0, 0.0)
+    if dist is None:
+        assert preset is not None  # the spec's validator requires one of the two
+        notes.append(f"{path}: from the {preset.name} preset (mean {preset_mean:g}, CV {preset_cv:g})")
+        return preset_mean, preset_cv
     mean = float(dist.mean)
+    if dist.cv is None and dist.p95 is None and dist.percentiles is None and preset is not None:
+        return mean, preset_cv
     if dist.cv is not None:
         return mean, float(dist.cv)
     if dist.p95 is not None:
@@ -1056,7 +1084,10 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
                                                f"({arch.max_position_embeddings} tokens), got {engine.max_model_len}"))
     context, context_name = ((engine.max_model_len, "engine.maxModelLen") if engine.max_model_len is not None
                              else (arch.max_position_embeddings, "the model's context length"))
-    prompt, output = spec.workload.prompt_tokens.mean, spec.workload.output_tokens.mean
+    preset = dataset_lengths(spec.workload.dataset) if spec.workload.dataset else None
+    prompt_mean, prompt_cv = _length(spec.workload.prompt_tokens, "workload.promptTokens", notes, preset, "prompt")
+    output_mean, output_cv = _length(spec.workload.output_tokens, "workload.outputTokens", notes, preset, "output")
+    prompt, output = round(prompt_mean), round(output_mean)
     if prompt + output > context:  # the mean request would not fit: a plan for it would be a plan for errors
         problems.append(("workload.promptTokens.mean", f"the mean request ({prompt} prompt + {output} output "
                                                        f"tokens) does not fit in {context_name} ({context} tokens)"))
@@ -1072,8 +1103,6 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     else:
         precisions = tuple(weight_precision(name).name for name in spec.model.precisions)
     workload = spec.workload
-    prompt_mean, prompt_cv = _length(workload.prompt_tokens, "workload.promptTokens", notes)
-    output_mean, output_cv = _length(workload.output_tokens, "workload.outputTokens", notes)
     burst = workload.burstiness
     if burst.arrival_cv2 is not None:
         arrival_cv2 = float(burst.arrival_cv2)

@@ -51,8 +51,8 @@ def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int 
         replicas = MAX_SIMULATED_REPLICAS
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
     return simulate(deployment.hardware, served, replicas=replicas, max_batch=candidate.max_batch,
-                    kv_tokens=deployment.memory.kv_cache_tokens, chunk_tokens=deployment.settings.chunk_tokens,
-                    router=router)
+                    kv_tokens=deployment.memory.kv_cache_tokens, chunk_tokens=deployment.settings.step_tokens,
+                    router=router, policy=deployment.settings.scheduling)
 
 
 @dataclass(frozen=True)
