@@ -290,10 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for option, what in (("scenarios", "scenario file"), ("factors", "factors file"), ("file", "plan file"),
                          ("trace", "trace file")):
-        path = getattr(args, option, None)
-        if path and not Path(path).is_file():
-            print(f"inferplan: error: {what} not found: {path}", file=sys.stderr)
-            return 2
+        given = getattr(args, option, None)
+        for path in given if isinstance(given, list) else [given]:
+            if path and not Path(path).is_file():
+                print(f"inferplan: error: {what} not found: {path}", file=sys.stderr)
+                return 2
     try:
         return int(args.func(args))
     except BrokenPipeError:  # e.g. piped into head

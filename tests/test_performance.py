@@ -22,6 +22,7 @@ from inferplan.planner.memory import (
     weight_bytes,
 )
 from inferplan.planner.performance import (
+    FP8_GEMM_RELATIVE_EFFICIENCY,
     Hardware,
     allreduce_s,
     attention_flops,
@@ -110,7 +111,9 @@ def test_large_batch_decode_is_compute_bound() -> None:
 def test_fp8_uses_fp8_tensor_cores_where_the_gpu_has_them() -> None:
     h100 = hardware(weights="fp8")
     a100 = hardware(gpu="NVIDIA-A100-SXM4-80GB", weights="fp8")
-    assert h100.prefill_flops_s == pytest.approx(1979e12 * 0.6)
+    # FP8 GEMMs reach a smaller share of their peak than 16-bit ones (AIConfigurator's tables).
+    assert h100.prefill_flops_s == pytest.approx(1979e12 * FP8_GEMM_RELATIVE_EFFICIENCY * 0.6)
+    assert h100.prefill_flops_s > 1.5 * hardware().prefill_flops_s
     assert a100.prefill_flops_s == pytest.approx(312e12 * 0.6)
 
 

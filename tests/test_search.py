@@ -355,3 +355,29 @@ def test_concurrency_is_little_fixed_point() -> None:
         latency = model.own_prefill + model.o * model.curve.at(n) / stretch
         busy = n > 1.0
         assert np.allclose(n[busy], (x * latency)[busy], rtol=1e-9)
+
+
+def test_provenance_counts_the_measured_lines_behind_each_candidate() -> None:
+    from dataclasses import replace as _replace
+
+    from inferplan.planner.factors import load_factors
+    from inferplan.planner.search import plan as _plan
+    from inferplan.planner.spec import parse_plan as _parse
+    from inferplan.planner.spec import resolve_plan as _resolve
+
+    spec = {"model": {"name": "llama-3.1-8b"}, "engine": {"name": "vllm"},
+            "workload": {"requestsPerSecond": "5", "promptTokens": {"mean": 512}, "outputTokens": {"mean": 256}},
+            "slo": {"ttft": {"maxMs": 2000}}, "constraints": {"gpuTypes": ["H100-SXM5-80GB"]}}
+    factors = load_factors()
+    lines = factors.measured_lines("vllm", "hopper")
+    assert lines > 0  # the shipped fit has vLLM on Hopper lines
+    fitted = _plan(_resolve(_parse(spec)), factors).recommendation
+    assert fitted is not None
+    assert fitted.provenance["predicted"] == "calibrated" and fitted.provenance["measuredLines"] == str(lines)
+    assert not any("extrapolated" in w for w in fitted.warnings)
+    # The same plan with factors fitted on no line of vLLM on Hopper: extrapolated, with a warning.
+    unseen = _replace(factors, meta={**factors.meta, "rows_by_engine_family": {"vllm": {"ampere": 3}}})
+    extrapolated = _plan(_resolve(_parse(spec)), unseen).recommendation
+    assert extrapolated is not None
+    assert extrapolated.provenance["predicted"] == "extrapolated" and extrapolated.provenance["measuredLines"] == "0"
+    assert any("extrapolated" in w and "hopper" in w for w in extrapolated.warnings)

@@ -51,10 +51,10 @@ BOUNDS = {
     "activation_scale": (0.2, 5.0),
     # GPU-family corrections on top of the catalog's peaks and the engine's efficiencies: bounded to what
     # the physics leaves room for (a family whose fit lands on a bound is a defect to look into).
-    "bandwidth_scale": (0.6, 1.25),
+    "bandwidth_scale": (0.6, 1.4),
     "compute_scale": (0.5, 1.5),
     "attention_scale": (0.5, 1.5),
-    "overhead_scale": (0.5, 6.0),
+    "overhead_scale": (0.5, 10.0),
 }
 # Factors whose prior is zero or whose scale is additive: searched and penalised on a linear scale.
 LINEAR_FACTORS = ("overlap_penalty", "sequence_overhead_ms", "request_overhead_ms")
@@ -76,12 +76,20 @@ def _cauchy(x: np.ndarray) -> np.ndarray:
     return np.log1p((x / CAUCHY_SCALE) ** 2)
 
 
+# What a row the factors make unpredictable costs (a memory factor can leave a run no KV cache): as much as
+# a 10x error, so that a fit can never improve its loss by making hard rows disappear. Rows no factor can
+# make predictable (an unknown model) pay it whatever the factors, which moves no optimum.
+UNPREDICTABLE_LOSS = float(np.log1p((math.log(10.0) / CAUCHY_SCALE) ** 2))
+
+
 def _row_loss(rows: Sequence[Scenario], factors: FactorSet) -> np.ndarray:
     preds = predict_scenarios(rows, factors)
     out = np.zeros(len(rows))
     for i, (row, pred) in enumerate(zip(rows, preds, strict=True)):
         if pred.predicted is not None and pred.predicted > 0 and row.value > 0:
             out[i] = _cauchy(np.array(math.log(pred.predicted / row.value)))
+        elif row.value > 0:
+            out[i] = UNPREDICTABLE_LOSS
     return out
 
 
@@ -92,7 +100,17 @@ def _family(row: Scenario) -> str | None:
         return None
 
 
-def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 6) -> Calibration:
+def _rows_by_engine_family(rows: Sequence[Scenario]) -> dict[str, dict[str, int]]:
+    """Measured lines per engine line and GPU family: what a plan's provenance cites."""
+    counts: dict[str, Counter[str]] = {}
+    for row in rows:
+        family = _family(row)
+        if row.engine and family:
+            counts.setdefault(factor_key(row.engine, row.engine_version), Counter())[family] += 1
+    return {engine: dict(sorted(c.items())) for engine, c in sorted(counts.items())}
+
+
+def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 4) -> Calibration:
     """Fit engine and GPU-family factors on the non-suspect rows of `scenarios`.
 
     Every engine with data starts from, and is pulled towards, `start.default_engine` (the shipped
@@ -150,7 +168,7 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
             if name in LINEAR_FACTORS:
                 grid = value + np.linspace(-spread, spread, 9) * (hi - lo)
             else:
-                grid = value * np.exp(np.linspace(-spread, spread, 9) * 2.0)
+                grid = value * np.exp(np.linspace(-spread, spread, 9))  # first sweep: within e (2.7x) either way
             for candidate in np.clip(grid, lo, hi):
                 trial = setter(current, key, name, float(candidate))
                 loss = float(_row_loss(subset, trial).sum()) + penalty(float(candidate), prior_value, name)
@@ -161,6 +179,7 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
         "about": "efficiency factors fitted by inferplan calibrate; default_engine is the neutral prior",
         "fitted_on_rows": len(rows),
         "rows_by_engine": dict(sorted(engines.items())),
+        "rows_by_engine_family": _rows_by_engine_family(rows),
         "procedure": "docs/calibration.md",
         "prior_weight": PRIOR_WEIGHT,
         "cauchy_scale": CAUCHY_SCALE,

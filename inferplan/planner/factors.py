@@ -73,6 +73,11 @@ class FactorSet:
         """The engine's factors on one GPU type: an online override where there is one."""
         return self.overrides.get((name, gpu_key)) or self.engine(name)
 
+    def measured_lines(self, engine: str, family: str) -> int:
+        """Measured lines the factors of `engine` (a factor line, `factor_key`) on GPU `family` were fitted on."""
+        by_family = self.meta.get("rows_by_engine_family", {}).get(engine, {})
+        return int(by_family.get(family, 0))
+
     def family(self, name: str) -> FamilyFactors:
         return self.families.get(name, FamilyFactors())
 

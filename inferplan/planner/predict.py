@@ -225,15 +225,17 @@ def _run_key(row: Scenario) -> tuple:
 
 
 def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> SimulationResult | str:
-    """Serve one row's load (a burst or a closed loop) on one instance of its deployment in the simulator,
-    scheduled as its engine schedules (`EngineSettings.scheduling`), with its dataset's length spread."""
+    """Serve one row's online load (a burst, an offline run, a closed loop or Poisson arrivals) on one instance of
+    its deployment in the simulator, scheduled as its engine schedules (`EngineSettings.scheduling`), with its
+    dataset's length spread; a reason instead when the deployment has no room for a KV cache."""
     memory = _memory(row, r, settings, factors)
     kv_tokens = int(memory.kv_cache_tokens)
     if not memory.fits or kv_tokens < 2:
         return "the weights and activations leave no KV cache at the row's settings"
-    if r.engine.name == "vllm":
+    if r.engine.name == "vllm" and row.max_model_len is not None:
         # vLLM refuses to start when its pool cannot hold one request of max_model_len tokens, so a run that was
-        # measured had at least that much (a model that says less is short by a fraction of a GiB).
+        # measured at a stated max_model_len had at least that much (a model that says less is short by a
+        # fraction of a GiB). Not for the model's default context: a catalog entry may be the base model's.
         block = r.engine.kv_block_tokens
         kv_tokens = max(kv_tokens, -(-settings.max_model_len // block) * block)
     prompt_mean, output_mean, dataset = _lengths(row)
@@ -245,8 +247,11 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
         requests, clients = max(count // replicas, 1), 0
     elif row.load.kind == "poisson":
         requests, clients = max(int(row.load.num_prompts or DEFAULT_NUM_PROMPTS) // replicas, 1), 0
-        arrivals = arrival_times(np.random.default_rng(0), float(row.load.rate) / replicas, requests)
+        rate = float(row.load.rate) / replicas
+        arrivals = arrival_times(np.random.default_rng(0), rate, requests)
         arrivals -= arrivals[0]
+        if requests > 1:  # the run's own rate is the stated one: a draw of 100 gaps is off by 10% on its own
+            arrivals *= (requests - 1) / rate / arrivals[-1]
     else:
         clients = max(load // replicas, 1)
         low, floor, cap = CLOSED_LOOP_REQUESTS

@@ -532,7 +532,8 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
                      prefill_fraction=rows.fraction, capacity=rows.capacity[shown], samples=REPORT_SAMPLES)
     candidates = [
         _candidate(req, engine, row_shape(i), int(batch[i]), grid.settings[grid.row_batch[i]], int(replicas[k]),
-                   report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i]))
+                   report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i]),
+                   factors.measured_lines(engine.name, row_shape(i).gpu.family))
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
     ]
     return _finish(req, grid, candidates, rejected, warnings)
@@ -620,6 +621,7 @@ def _candidate(
     best_rate: float,
     capacity: float,
     slots: float,
+    measured_lines: int,
 ) -> Candidate:
     gpu = shape.gpu
     price = req.prices.get(gpu.key, gpu.usd_per_hour)
@@ -632,6 +634,9 @@ def _candidate(
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
     if _tail_warning(req):
         warnings.append(_tail_warning(req))
+    if not measured_lines:
+        warnings.append(f"{engine.name} on {gpu.family} GPUs ({gpu.key}): no measured line behind the efficiency "
+                        "factors; latency and throughput are extrapolated from other GPU families and engines")
     return Candidate(
         gpu_type=gpu.key,
         node_selector={label_key: label},
@@ -657,7 +662,8 @@ def _candidate(
         engine_args=engine_args(engine.name, req.served_model, shape.tp, batch, shape.precision, shape.kv_dtype,
                                 settings),
         provenance={
-            "predicted": "calibrated",
+            "predicted": "calibrated" if measured_lines else "extrapolated",
+            "measuredLines": str(measured_lines),
             "cost": "spec" if gpu.key in req.prices else "catalog",
             "memory": "calibrated",
             "engineDefaults": "assumed",
