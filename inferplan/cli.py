@@ -168,7 +168,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from inferplan.planner.search import plan
     from inferplan.planner.simulate import read_trace
-    from inferplan.planner.verification import compare, simulate_candidate
+    from inferplan.planner.verification import compare, should_verify, simulate_candidate, verify_plan
 
     request = _load_plan(args.file)
     if request is None:
@@ -178,15 +178,21 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"inferplan: error: {exc}", file=sys.stderr)
         return 2
-    candidate = plan(request, _factors(args.factors)).recommendation
+    planned = plan(request, _factors(args.factors))
+    if should_verify(request):  # the recommendation `inferplan plan` prints: the verified one where it verifies
+        planned = verify_plan(request, planned, factors=_factors(args.factors))
+    candidate = planned.recommendation
     if candidate is None:
         print("inferplan: the plan has no feasible deployment to simulate (see inferplan plan)", file=sys.stderr)
         return 1
     result = simulate_candidate(request, candidate, requests=args.requests, seed=args.seed, router=args.router,
                                 workload=trace, factors=_factors(args.factors))
     rows = compare(candidate, result)
+    # What the plan predicted: the analytic model, or its own shorter simulation for a verified plan.
+    planned_by = candidate.provenance.get("predicted", "analytic")
     summary = {"deployment": f"{candidate.replicas} x {candidate.gpus_per_replica} {candidate.gpu_type}, "
                              f"max batch {candidate.max_batch}, {candidate.precision}",
+               "plannedBy": "simulated" if planned_by == "simulated" else "analytic",
                "requests": len(result.ttft_s), "outputTokensPerSecond": round(result.output_tokens_per_s, 1),
                "preemptions": result.preemptions, "source": "trace" if trace else f"generated (seed {args.seed})"}
     if args.output == "json":
@@ -196,9 +202,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return 0
     print(f"{summary['deployment']}: {summary['requests']} requests ({summary['source']}), "
           f"{summary['outputTokensPerSecond']:g} output tokens/s, {summary['preemptions']} preemptions")
-    print(f"{'metric':8s} {'quantile':>8s} {'analytic':>11s} {'simulated':>11s} {'sim/ana':>8s}")
+    planned_label = "planned (sim)" if summary["plannedBy"] == "simulated" else "analytic"
+    print(f"{'metric':8s} {'quantile':>8s} {planned_label:>13s} {'simulated':>11s} {'ratio':>8s}")
     for r in rows:
-        print(f"{r.metric:8s} {r.quantile:>8s} {r.analytic_ms:9.1f}ms {r.simulated_ms:9.1f}ms {r.ratio:8.2f}")
+        print(f"{r.metric:8s} {r.quantile:>8s} {r.analytic_ms:11.1f}ms {r.simulated_ms:9.1f}ms {r.ratio:8.2f}")
     return 0
 
 

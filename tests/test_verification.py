@@ -119,3 +119,16 @@ def test_variable_traffic_is_verified_unless_the_plan_says_otherwise(planned) ->
     assert should_verify(agent)
     assert not should_verify(dataclasses.replace(agent, verify=False), default=True)
     assert should_verify(dataclasses.replace(request, verify=True))
+
+
+def test_simulate_serves_the_recommendation_plan_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "verified.yaml"
+    spec.write_text(CHAT.read_text() + "verify: true\n")
+    assert main(["plan", str(spec), "-o", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)["recommendation"]
+    assert main(["simulate", str(spec), "--requests", "2000", "-o", "json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)
+    assert simulated["plannedBy"] == "simulated"
+    assert simulated["deployment"].startswith(f"{rec['replicas']} x {rec['gpusPerReplica']} {rec['gpuType']},")
+    assert main(["simulate", str(CHAT), "--requests", "2000", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plannedBy"] == "analytic"
