@@ -222,7 +222,6 @@ class VersionDefaults:
 
     max_num_seqs: int
     step_tokens: float        # token budget of one step (max_num_batched_tokens, chunked_prefill_size, ...)
-    chunked: bool             # prompts split over steps within the budget
     memory_fraction: float
     scheduling: Scheduling
     activation_scale: float | None = None  # replaces the engine's fitted activation factor (None: keep it)
@@ -283,12 +282,12 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
             # V0: chunked prefill only for contexts over 32k (budget 512, decode first); otherwise whole prompts,
             # prefill first, with a budget of max(max_model_len, 2048).
             if max_model_len > 32768:
-                return VersionDefaults(256, 512.0, True, 0.9, scheduling_of(name, version, max_model_len))
-            return VersionDefaults(256, float(max(max_model_len, 2048)), False, 0.9,
+                return VersionDefaults(256, 512.0, 0.9, scheduling_of(name, version, max_model_len))
+            return VersionDefaults(256, float(max(max_model_len, 2048)), 0.9,
                                    scheduling_of(name, version, max_model_len))
         big = gib >= 70 and "a100" not in gpu_key.lower() and (v is None or v >= (0, 9))
         seqs, budget = (1024, 8192) if big else (256, 2048)
-        return VersionDefaults(seqs, float(budget), True, 0.9, scheduling_of(name, version, max_model_len))
+        return VersionDefaults(seqs, float(budget), 0.9, scheduling_of(name, version, max_model_len))
     if name == "sglang":
         if v is not None and v < (0, 5):
             limit = 25000 / 1024
@@ -307,20 +306,19 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
                 reserved = 12.0 + gpus_per_instance / 2
             fraction = round((gib - reserved) / gib, 3)
         budget = 2048 if gib < limit else (8192 if gib < 160 else 16384)
-        return VersionDefaults(4096, float(budget), True, fraction, scheduling_of(name, version, max_model_len))
+        return VersionDefaults(4096, float(budget), fraction, scheduling_of(name, version, max_model_len))
     if name == "tensorrt-llm":
         no_evict = scheduling_of(name, version, max_model_len)
         if v is not None and v < (1, 0):
-            return VersionDefaults(256, 8192.0, False, 0.9, no_evict)
+            return VersionDefaults(256, 8192.0, 0.9, no_evict)
         # 1.x serves from the PyTorch backend: its warm-up forward is an ordinary one, not the activation
         # buffers a built TensorRT engine reserves (what the fitted factor describes).
-        return VersionDefaults(2048, 8192.0, False, 0.9, no_evict, activation_scale=1.0)
+        return VersionDefaults(2048, 8192.0, 0.9, no_evict, activation_scale=1.0)
     if name == "tgi":
-        return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens), True,
+        return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens),
                                engine.default_memory_fraction, scheduling_of(name, version, max_model_len))
     if name == "lmdeploy":
-        return VersionDefaults(engine.default_max_num_seqs, math.inf, False, engine.default_memory_fraction,
+        return VersionDefaults(engine.default_max_num_seqs, math.inf, engine.default_memory_fraction,
                                scheduling_of(name, version, max_model_len))
     return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens),
-                           engine.chunked_prefill, engine.default_memory_fraction,
-                           scheduling_of(name, version, max_model_len))
+                           engine.default_memory_fraction, scheduling_of(name, version, max_model_len))

@@ -54,7 +54,7 @@ def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitectur
                                 gpus_per_instance, max_len)
     seqs = row.max_num_seqs or defaults.max_num_seqs
     budget = float(row.max_num_batched_tokens or defaults.step_tokens)
-    chunked = defaults.chunked
+    chunked = defaults.scheduling.chunked
     scheduling = defaults.scheduling
     if not chunked and row.max_num_batched_tokens is not None and row.max_num_batched_tokens < max_len \
             and engine.name == "vllm":
