@@ -179,7 +179,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         print(f"inferplan: error: {exc}", file=sys.stderr)
         return 2
     planned = plan(request, _factors(args.factors))
-    if should_verify(request):  # the recommendation `inferplan plan` prints: the verified one where it verifies
+    if should_verify(request, args.verify):  # the recommendation `inferplan plan` prints with the same option
         planned = verify_plan(request, planned, factors=_factors(args.factors))
     candidate = planned.recommendation
     if candidate is None:
@@ -235,9 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("file", nargs="?", metavar="FILE", help="plan file (default: the bundled example plan)")
     pl.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format")
     pl.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
-    pl.add_argument("--verify", action="store_true",
-                    help="simulate the candidates shown and drop those missing an SLO (default for arrival CV^2 >= 4; "
-                    "a plan's verify field wins)")
+    pl.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                    help="simulate the leading candidates and recommend the cheapest that meets every SLO there "
+                    "(default on; --no-verify prints the analytic answer, except for arrival CV^2 >= 4; a plan's "
+                    "verify field wins)")
     pl.set_defaults(func=_cmd_plan)
 
     sim = sub.add_parser("simulate", help="simulate a plan's recommended deployment; simulated vs analytic latency")
@@ -250,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how requests are spread over replicas (default round_robin)")
     sim.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     sim.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    sim.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                     help="simulate the recommendation inferplan plan prints with the same option (default on)")
     sim.set_defaults(func=_cmd_simulate)
 
     op = sub.add_parser("operator", help="run the Kubernetes operator (settings: INFERPLAN_* variables, see docs)")

@@ -58,7 +58,12 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             f"{c.predicted.output_tokens_per_second:g} output tokens/s",
             f"  ${c.cost.dollars_per_hour:.2f}/h, ${c.cost.dollars_per_million_tokens:.3f} per million output tokens",
             f"  node selector: {label}",
-            f"  {req.engine} args: {' '.join(c.engine_args)}",
+            f"  checkpoint: {c.checkpoint}",
+            f"  command: {c.engine_command or req.engine} {' '.join(c.engine_args)}",
+            *(f"  file {name}:\n" + "\n".join(f"    {line}" for line in text.splitlines())
+              for name, text in c.engine_files.items()),
+            *(f"  because: {note}" for note in c.engine_notes),
+            "  provenance: " + ", ".join(f"{k} {v}" for k, v in c.provenance.items()),
         ]
         lines += [f"  warning: {w}" for w in c.warnings]
     if result.alternatives:
@@ -66,17 +71,27 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
         rows = [
             (a.gpu_type, str(a.gpus_per_replica), str(a.replicas), str(a.max_batch), a.precision,
              _ms(_percentile(a, "ttft", req)), _ms(_percentile(a, "tpot", req)), _ms(_percentile(a, "e2e", req)),
-             f"{a.headroom:.0%}", f"{a.cost.dollars_per_hour:.2f}", ",".join(a.tags))
+             f"{a.headroom:.0%}", f"{a.cost.dollars_per_hour:.2f}", a.provenance.get("predicted", ""),
+             ",".join(a.tags))
             for a in result.alternatives
         ]
-        header = ("GPU", "TP", "replicas", "batch", "precision", "TTFT", "TPOT", "e2e", "headroom", "$/h", "tags")
-        lines += ["  " + row for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False])]
+        header = ("GPU", "TP", "replicas", "batch", "precision", "TTFT", "TPOT", "e2e", "headroom", "$/h",
+                  "predicted", "tags")
+        lines += ["  " + row for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False, False])]
         lines.append("  (latencies at each SLO's percentile, p95 where the metric has no SLO)")
+        lines += [f"  why {a.gpu_type} x{a.gpus_per_replica} ({','.join(a.tags) or 'frontier'}): {a.why}"
+                  for a in result.alternatives]
     if result.infeasible:
         lines += ["", "Nearest infeasible candidates:"]
-        lines += [f"  [{i.gate}] {i.reason}" for i in result.infeasible]
+        for i in result.infeasible:
+            lines.append(f"  [{i.gate}] {i.reason}")
+            lines += [f"      also {also}" for also in i.also]
+    if result.suggestions:
+        lines += ["", "What would make it feasible:", *(f"  {s}" for s in result.suggestions)]
     if result.warnings:
         lines += ["", *(f"warning: {w}" for w in result.warnings)]
+    if result.assumptions:
+        lines += ["", "Assumed:", *(f"  {a}" for a in result.assumptions)]
     return "\n".join(lines)
 
 

@@ -36,8 +36,8 @@ def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None
 
 
 def test_verify_setting() -> None:
-    assert load_settings({"INFERPLAN_VERIFY": "true"}).verify
-    assert not load_settings({}).verify
+    assert load_settings({}).verify  # on by default: the recommendation passes its own simulator
+    assert not load_settings({"INFERPLAN_VERIFY": "false"}).verify
     with pytest.raises(SettingsError, match="INFERPLAN_VERIFY must be true or false"):
         load_settings({"INFERPLAN_VERIFY": "maybe"})
 

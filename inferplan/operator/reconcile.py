@@ -179,7 +179,7 @@ def plan_factors(spec: Mapping, status: Mapping | None, engine: str) -> FactorSe
 
 
 def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigMapReader | None = None,
-                   verify_default: bool = False, status: Mapping | None = None) -> Outcome:
+                   verify_default: bool = True, status: Mapping | None = None) -> Outcome:
     """Plan `spec` against `inventory`; never raises for a bad spec (it becomes the outcome's error).
     The candidates are verified in the simulator as `verification.should_verify` decides. `status` (the
     plan's current status) supplies what spec.observe found: the observed workload for `workload.source:

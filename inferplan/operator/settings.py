@@ -10,7 +10,7 @@
 | INFERPLAN_HEALTH_PORT | port of kopf's liveness endpoint /healthz (0: off) | 8081 |
 | INFERPLAN_PLANNER_PROCESSES | planning runs in this many worker processes, off the event loop (0: in threads) | 2 |
 | INFERPLAN_PLANNER_THREADS | with INFERPLAN_PLANNER_PROCESSES=0: planning runs in this many threads instead | 2 |
-| INFERPLAN_VERIFY | simulate the candidates of plans that do not set spec.verify (true/false) | false |
+| INFERPLAN_VERIFY | simulate the leading candidates of plans that do not set spec.verify (true/false) | true |
 | INFERPLAN_PROMETHEUS_CONFIG | YAML file listing the Prometheus endpoints spec.observe may name | none |
 | INFERPLAN_OBSERVE_SECONDS | how often plans with spec.observe query Prometheus | 60 |
 | INFERPLAN_OBSERVE_THREADS | Prometheus queries run in this many worker threads (apart from planning) | 4 |
@@ -53,7 +53,7 @@ class OperatorSettings:
     health_port: int = 8081
     planner_processes: int = 2
     planner_threads: int = 2
-    verify: bool = False
+    verify: bool = True
     prometheus_config: str | None = None
     observe_seconds: float = 60.0
     observe_threads: int = 4
@@ -104,7 +104,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
         health_port=ports["INFERPLAN_HEALTH_PORT"],
         planner_processes=int(_number(env, "INFERPLAN_PLANNER_PROCESSES", 2, 0, True)),
         planner_threads=int(_number(env, "INFERPLAN_PLANNER_THREADS", 2, 1, True)),
-        verify=verify_raw in ("true", "1", "yes"),
+        verify=verify_raw in ("", "true", "1", "yes"),
         prometheus_config=_prometheus_config(env),
         observe_seconds=_number(env, "INFERPLAN_OBSERVE_SECONDS", 60.0, 1.0, False),
         observe_threads=int(_number(env, "INFERPLAN_OBSERVE_THREADS", 4, 1, True)),

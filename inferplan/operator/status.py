@@ -155,6 +155,11 @@ class PlanStatus(_Status):
                                             description="The GPU types and counts the plan was made with.")
     planner_version: str | None = Field(default=None, max_length=64)
     warnings: list[Annotated[str, Field(max_length=1024)]] = Field(default_factory=list, max_length=32)
+    assumptions: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list, max_length=16, description="What the plan left open and the planner assumed.")
+    suggestions: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list, max_length=8,
+        description="Without a feasible candidate: the smallest changes that make the plan feasible.")
     observed: ObservedStatus | None = Field(default=None, description="spec.observe: what the deployment did.")
     prediction: PredictionStatus | None = Field(
         default=None, description="spec.observe: the prediction for the observed workload, and its error.")
@@ -301,6 +306,8 @@ def next_status(
         inventory=list(inventory.entries),
         planner_version=planner_version,
         warnings=warnings[:_MAX_WARNINGS],
+        assumptions=list(result.assumptions[:16]) if result else [],
+        suggestions=list(result.suggestions[:8]) if result else [],
         **_observation_fields(old),
     )
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -126,6 +126,8 @@ class GpuSpec:
     pcie_gb_s: float | None = None  # host link, per direction
     cuda_total_bytes: int | None = None  # total the CUDA/ROCm runtime reports; engines size pools from it
     product_label: str = ""  # the node label value: nvidia.com/gpu.product (GFD) or amd.com/gpu.product-name
+    gpus_per_node: int = 8  # in the common chassis `chassis` names (a plan or the cluster's nodes override it)
+    chassis: str = ""
 
     @property
     def product_label_key(self) -> str:
@@ -220,6 +222,8 @@ class _GpuModel(BaseModel):
     segment: Literal["datacenter", "workstation", "consumer"]
     interconnect: Literal["nvlink", "xgmi", "pcie"]
     product_label: str = Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+    gpus_per_node: int = Field(ge=1, le=64)
+    chassis: str = Field(min_length=1)
     names: list[str]
     device_ids: list[str] = []
     figures: dict[str, _FigureModel]
@@ -461,6 +465,8 @@ def _build_spec(entry: _GpuModel, figures: Mapping[str, FigureProvenance]) -> Gp
         pcie_gb_s=required["pcie_gb_s"],
         cuda_total_bytes=int(required["cuda_total_mib"] * 2**20),
         product_label=entry.product_label,
+        gpus_per_node=entry.gpus_per_node,
+        chassis=entry.chassis,
     )
 
 

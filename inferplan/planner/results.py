@@ -83,8 +83,18 @@ class Candidate(_Result):
     headroom: float = Field(description="Share of the SLO-compliant capacity the planned rate leaves unused.")
     tags: list[_Name] = Field(default_factory=list, max_length=8, description="cheapest, lowestTtft, lowestTpot, ...")
     engine_args: list[_Arg] = Field(max_length=64, description="Arguments that make the engine run this deployment.")
+    engine_command: str = Field(default="", max_length=64,
+                                description="The engine's entry point the arguments follow, e.g. vllm serve.")
+    engine_files: dict[_Name, Annotated[str, Field(max_length=2048)]] = Field(
+        default_factory=dict, max_length=2, description="Files the arguments name (file name -> content), e.g. "
+                                                        "TensorRT-LLM's extra LLM API options.")
+    engine_notes: list[_Text] = Field(default_factory=list, max_length=8,
+                                      description="Why the arguments are what they are (step token budget, caps).")
+    checkpoint: str = Field(default="", max_length=128, description="The repository the engine loads.")
     provenance: dict[_Name, _Name] = Field(max_length=16, description="Where each group of numbers comes from.")
     warnings: list[_Text] = Field(default_factory=list, max_length=16)
+    why: str = Field(default="", max_length=256, description="One line: why this one is shown (what it is best at "
+                                                             "and what it costs over the recommendation).")
 
 
 class Infeasible(_Result):
@@ -97,6 +107,8 @@ class Infeasible(_Result):
     max_batch: int | None = None
     gate: str = Field(max_length=64, description="The first gate it failed, in the order the search applies them.")
     reason: str = Field(max_length=1024)
+    also: list[_Text] = Field(default_factory=list, max_length=8,
+                              description="The other gates it fails, each as 'gate: reason'.")
 
 
 class PlanResult(_Result):
@@ -104,3 +116,7 @@ class PlanResult(_Result):
     alternatives: list[Candidate]
     infeasible: list[Infeasible]
     warnings: list[str]
+    assumptions: list[str] = Field(default_factory=list, description="What the plan left open and was assumed.")
+    suggestions: list[str] = Field(default_factory=list,
+                                   description="Without a recommendation: the smallest changes that make it "
+                                               "feasible (SLO, budget, GPU count, GPU type).")

@@ -22,12 +22,20 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
+from inferplan.planner.checkpoints import Checkpoint, checkpoint_for
+from inferplan.planner.engine_args import engine_launch
 from inferplan.planner.engines import ENGINES, SERVED_PRECISIONS, EngineProfile, EngineSettings, scheduling_of
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, load_gpu_catalog
 from inferplan.planner.memory import GIB, MemoryPlan, memory_grid, plan_memory_for_settings, weight_bytes
 from inferplan.planner.performance import Hardware, build_hardware, hardware_grid, take_hardware
-from inferplan.planner.precisions import WEIGHT_PRECISIONS, WeightPrecision, kv_dtype_bytes, weight_precision
+from inferplan.planner.precisions import (
+    WEIGHT_PRECISIONS,
+    WeightPrecision,
+    kv_dtype_bytes,
+    resolve_kv_dtype,
+    weight_precision,
+)
 from inferplan.planner.results import (
     Candidate,
     Cost,
@@ -39,22 +47,27 @@ from inferplan.planner.results import (
 )
 from inferplan.planner.serving import LoadResult, PoissonModel, normal_ppf, poisson, poisson_capacity, poisson_model
 from inferplan.planner.spec import PlanRequest, SloTarget
+from inferplan.planner.validity import tp_mask, tp_problem
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-GATES = ("placement", "memory", "precision", "slo", "utilization", "maxReplicas", "inventory", "maxGpus", "budget",
-         "verify")  # verify: only when the plan asks for simulation (inferplan.planner.verification)
+GATES = ("parallelism", "placement", "memory", "precision", "slo", "utilization", "maxReplicas", "inventory",
+         "maxGpus", "budget", "verify")  # verify: the simulator's check (inferplan.planner.verification)
+SHAPE_GATES = frozenset(GATES[:4])  # gates of a whole shape (every batch cap); the later ones are per row
 QUANTILE_NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 SEARCH_SAMPLES = 64      # stratified sample size while searching (coarse, fast)
 REPORT_SAMPLES = 512     # ... and for the numbers reported
 BISECTION_STEPS = 10       # geometric, over three decades of rate: 0.7% precision
 BRACKET_FLOOR = 1e-3       # the search's lower end, as a share of capacity
 HIGH_VARIANCE_CV2 = 4.0  # at or above this arrival/service CV^2 the analytic tail is optimistic
-LENGTH_QUANTILE = 0.99   # the sequence length max_model_len must hold
 PRACTICAL_COST_FACTOR = 3.0  # candidates costing more than this x the cheapest feasible one are not searched
 FIRST_PASS_ROWS = 64         # rows searched first (cheapest cost floors) to find the cheapest feasible cost
 GRID_CELLS = 2**BISECTION_STEPS  # cells of the geometric grid the search's answers lie on
 # The limits checked after the SLOs, in order: the gate each reports.
 LIMIT_CHECKS = ("maxReplicas", "inventory", "maxGpus", "maxGpus", "budget")
+CONTEXT_WARN_SHARE = 0.001   # a max model length below the tail of this share of requests is a warning ...
+CONTEXT_LIMIT_SHARE = 0.05   # ... and above this share the plan is infeasible: a plan for errors
+NEAR_DUPLICATE = 0.1         # alternatives within this relative distance on every latency objective, at one cost,
+                             # are one choice: only the first (cheapest, most headroom) is shown
 _NONE = np.zeros(0, dtype=np.intp)
 _EMPTY = np.zeros(0)
 
@@ -99,23 +112,15 @@ class _Grid:
     row_batch: NDArray[np.int_]
     row_kv_tokens: NDArray[np.float64]
     rejected: list[_Rejections]
+    checkpoints: list[Checkpoint | str]  # per precision of the request: what the engine loads, or why nothing
 
     def shape(self, req: PlanRequest, s: int) -> _Shape:
         return _Shape(self.gpus[self.gpu[s]], int(self.tp[s]), req.precisions[self.precision[s]],
                       req.kv_dtypes[self.kv[s]])
 
 
-def lognormal_quantile(mean: float, cv: float, q: float) -> float:
-    """The q-quantile of a lognormal with this mean and coefficient of variation."""
-    s2 = math.log1p(cv * cv)
-    return mean * math.exp(math.sqrt(s2) * float(normal_ppf(q)) - s2 / 2.0)
-
-
 def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> EngineSettings:
-    long_prompt = lognormal_quantile(req.prompt_mean, req.prompt_cv, LENGTH_QUANTILE)
-    long_output = lognormal_quantile(req.output_mean, req.output_cv, LENGTH_QUANTILE)
-    needed = 2 ** math.ceil(math.log2(max(long_prompt + long_output, 256.0)))
-    max_len = req.max_model_len or min(req.arch.max_position_embeddings, needed)
+    max_len = req.max_model_len or min(req.arch.max_position_embeddings, _auto_max_len(req))
     chunked = engine.chunked_prefill if req.chunked_prefill is None else req.chunked_prefill
     budget = req.max_num_batched_tokens or max(engine.default_max_batched_tokens, 0 if chunked else max_len)
     # The current release's way of filling a step (docs/engines.md); chunking as the plan says.
@@ -131,18 +136,59 @@ def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> Engine
     )
 
 
+def _auto_max_len(req: PlanRequest) -> int:
+    """The shortest power of two (from 256) that all but CONTEXT_WARN_SHARE of the requests fit in."""
+    length = 256
+    while context_overflow(req, length) > CONTEXT_WARN_SHARE and length < 1 << 24:
+        length *= 2
+    return length
+
+
+def context_overflow(req: PlanRequest, max_len: int) -> float:
+    """Share of requests whose prompt plus output exceed `max_len` tokens (independent lognormal lengths):
+    the engine rejects them, or cuts their output short where the client sets no max_tokens."""
+    q = (np.arange(512) + 0.5) / 512
+    s2p, s2o = math.log1p(req.prompt_cv ** 2), math.log1p(req.output_cv ** 2)
+    prompts = req.prompt_mean * np.exp(math.sqrt(s2p) * normal_ppf(q) - s2p / 2.0)
+    left = max_len - prompts
+    if s2o == 0.0:
+        return float(np.mean(left < req.output_mean))
+    mu, sigma = math.log(req.output_mean) - s2o / 2.0, math.sqrt(s2o)
+    z = (np.log(np.maximum(left, 1e-9)) - mu) / sigma
+    above = 0.5 * np.array([math.erfc(v / math.sqrt(2.0)) for v in z])
+    return float(np.mean(np.where(left > 0, above, 1.0)))
+
+
 def _candidate_gpus(req: PlanRequest) -> list[GpuSpec]:
+    """The GPU types a plan considers: those it names, else the cluster's, else the catalog's datacenter and
+    workstation cards (GeForce cards are not for datacenters: their driver licence forbids it)."""
     catalog = load_gpu_catalog()
     if req.gpu_types:
         return [catalog.get(key) for key in req.gpu_types]
     if req.available_gpus is not None:
         return [catalog.get(key) for key, count in sorted(req.available_gpus.items()) if count > 0]
-    return list(catalog)
+    return [gpu for gpu in catalog if gpu.segment != "consumer"]
 
 
-def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision: WeightPrecision) -> str | None:
+def checkpoints_of(req: PlanRequest) -> list[Checkpoint | str]:
+    """Per precision of `req`: the checkpoint its engine loads (`checkpoints.checkpoint_for`), or why none."""
+    return [checkpoint_for(req.served_model, name, req.engine, declared=req.precisions_listed)
+            for name in req.precisions]
+
+
+def kv_hint(checkpoint: Checkpoint | str) -> str | None:
+    """What `precisions.resolve_kv_dtype` needs to know of a checkpoint: whether it declares an FP8 KV cache."""
+    if not isinstance(checkpoint, Checkpoint):
+        return None
+    return "modelopt" if checkpoint.format == "modelopt-fp8" or checkpoint.kv_cache == "fp8" else checkpoint.repo
+
+
+def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision: WeightPrecision,
+                       checkpoint: Checkpoint | str) -> str | None:
     if name not in SERVED_PRECISIONS.get(engine.name, ()):
         return f"{engine.name} does not serve {name} weights"
+    if isinstance(checkpoint, str):
+        return checkpoint
     if precision.compute == "fp8" and not gpu.fp8_tflops:
         return f"{name} needs FP8 tensor cores; {gpu.key} has none"
     if precision.compute == "int8" and not gpu.int8_tops:
@@ -188,13 +234,20 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     tp = np.array(req.tp_sizes)[ti]
     price = np.array([req.prices.get(g.key, g.usd_per_hour) for g in gpus])[gpu]
     per_node = np.array([req.gpus_per_node.get(g.key, 8) for g in gpus])[gpu]
-    kv_bytes = np.array([[kv_dtype_bytes(kv, name, req.engine) for kv in req.kv_dtypes] for name in req.precisions])
+    checkpoints = checkpoints_of(req)
+    kv_bytes = np.array([[kv_dtype_bytes(kv, name, req.engine, kv_hint(c)) for kv in req.kv_dtypes]
+                         for name, c in zip(req.precisions, checkpoints, strict=True)])
     rejected: list[_Rejections] = []
 
     def shape(s: int) -> _Shape:
         return _Shape(gpus[gpu[s]], int(tp[s]), req.precisions[pi[s]], req.kv_dtypes[ki[s]])
 
-    placed = tp <= per_node
+    accepted = tp_mask(req.engine, req.arch, req.tp_sizes)[ti]
+    refused = np.flatnonzero(~accepted)
+    rejected.append(_Rejections(
+        "parallelism", refused, refused, None, (tp * price)[refused],
+        lambda s: tp_problem(req.engine, req.arch, int(tp[s])) or ""))
+    placed = (tp <= per_node) & accepted
     misplaced = np.flatnonzero(~placed)
     rejected.append(_Rejections(
         "placement", misplaced, misplaced, None, (tp * price)[misplaced],
@@ -216,15 +269,15 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     bound_before = np.zeros_like(kv_bound)
     bound_before[:, 1:] = np.logical_or.accumulate(kv_bound, axis=1)[:, :-1]
     fitting = np.logical_and.accumulate(~problem, axis=1) & ~bound_before & placed[:, None]
-    too_big = np.flatnonzero(placed & problem[:, 0])
+    too_big = np.flatnonzero(problem[:, 0])  # misplaced shapes too: their reasons list every gate they fail
     rejected.append(_Rejections(
         "memory", too_big, too_big, np.full(len(too_big), batch_sizes[0]), (tp * price)[too_big],
         lambda s: _memory_problem(req, shape(s), memory.plan((s, 0)), settings) or ""))
 
-    problems = [[_precision_problem(engine, g, name, p) for name, p in zip(req.precisions, precisions, strict=True)]
-                for g in gpus]
+    problems = [[_precision_problem(engine, g, name, p, c)
+                 for name, p, c in zip(req.precisions, precisions, checkpoints, strict=True)] for g in gpus]
     unsupported = np.array([[problem is not None for problem in row] for row in problems], dtype=bool)[gpu, pi]
-    unserved = np.flatnonzero(fitting.any(axis=1) & unsupported)
+    unserved = np.flatnonzero(unsupported)
     rejected.append(_Rejections(
         "precision", unserved, unserved, None, (tp * price)[unserved],
         lambda s: problems[gpu[s]][pi[s]] or ""))
@@ -237,7 +290,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
                              [factors.family(g.family) for g in gpus], req.tp_sizes)
     flat = Hardware(**{name: np.ravel(value) for name, value in vars(hardware).items()})
     return _Grid(gpus, gpu, tp, pi, ki, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
-                 memory.kv_cache_tokens[row_shape, row_batch], rejected)
+                 memory.kv_cache_tokens[row_shape, row_batch], rejected, checkpoints)
 
 
 def _grid_rate(low: NDArray[np.float64], high: NDArray[np.float64], k: NDArray[np.int_]) -> NDArray[np.float64]:
@@ -362,6 +415,13 @@ def _limit_reason(req: PlanRequest, check: int, shape: _Shape, replicas: int, gp
     )[check]
 
 
+def _replicas(req: PlanRequest, rate: NDArray[np.float64]) -> NDArray[np.int_]:
+    """Replicas of `rate` (> 0) requests/s each that serve the plan's rate with its minimum headroom left and
+    no fewer than its minimum replicas."""
+    usable = np.maximum(rate * (1.0 - req.min_headroom), 1e-12)
+    return np.maximum(req.min_replicas, np.ceil(req.rate_rps / usable - 1e-9)).astype(int)
+
+
 class _Rows:
     """The (shape, max batch) rows through the grid's gates, as arrays, and what the search learns of each.
 
@@ -393,7 +453,7 @@ class _Rows:
         self.slo_ok = np.all(self.light <= self.targets, axis=0)
         # No candidate can cost less than the replicas its utilisation cap alone requires.
         high = np.maximum(self.capacity * req.max_utilization, 1e-12)
-        self.cost_floor = np.ceil(req.rate_rps / high - 1e-9) * self.tp * self.price
+        self.cost_floor = _replicas(req, high) * self.tp * self.price
         self.best_rate = np.zeros(len(rows))
 
     def hardware(self, index: NDArray[np.intp]) -> Hardware:
@@ -405,7 +465,7 @@ class _Rows:
     def limits(self, index: NDArray[np.intp]) -> tuple[NDArray[np.int_], NDArray[np.int_], NDArray[np.float64],
                                                        NDArray[np.intp]]:
         """(replicas, GPUs, cost, broken limit check or -1) of rows `index` at their best rates (> 0)."""
-        replicas = np.maximum(1, np.ceil(self.req.rate_rps / self.best_rate[index] - 1e-9)).astype(int)
+        replicas = _replicas(self.req, self.best_rate[index])
         gpus = replicas * self.tp[index]
         cost = gpus * self.price[index]
         gpu_type = self.grid.gpu[self.shape[index]]
@@ -463,17 +523,135 @@ def _search_rates(rows: _Rows) -> NDArray[np.bool_]:
     return searched
 
 
-def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
-    """Search every candidate deployment of `req` and return the recommendation and its alternatives."""
+def plan(req: PlanRequest, factors: FactorSet | None = None, *, suggest: bool = True) -> PlanResult:
+    """Search every candidate deployment of `req` and return the recommendation and its alternatives, the
+    assumptions made, and, when nothing is feasible, the smallest changes that would make it (`suggest`)."""
     factors = factors or load_factors()
     engine = ENGINES[req.engine]
+    settings = _settings(req, engine, 1)
     warnings: list[str] = []
     tail_warning = _tail_warning(req)
     if tail_warning:
         warnings.append(tail_warning)
-    if not _candidate_gpus(req):  # e.g. available_gpus with every count 0 and no gpu_types
-        return PlanResult(recommendation=None, alternatives=[], infeasible=[],
-                          warnings=[*warnings, "no GPU type to consider: every available count is 0"])
+    if req.min_replicas == 1:
+        warnings.append("minReplicas 1: a single replica has no redundancy; a node or pod failure, or a rollout, "
+                        "stops the service")
+    overflow = context_overflow(req, settings.max_model_len)
+    if overflow >= CONTEXT_WARN_SHARE:
+        warnings.append(_context_warning(req, settings.max_model_len, overflow))
+    if overflow > CONTEXT_LIMIT_SHARE:
+        result = PlanResult(recommendation=None, alternatives=[], infeasible=[], warnings=[
+            *warnings, f"no candidate: more than {CONTEXT_LIMIT_SHARE:.0%} of requests would be rejected"])
+    elif not _candidate_gpus(req):  # e.g. available_gpus with every count 0 and no gpu_types
+        result = PlanResult(recommendation=None, alternatives=[], infeasible=[],
+                            warnings=[*warnings, "no GPU type to consider: every available count is 0"])
+    else:
+        result = _search(req, engine, factors, warnings)
+    suggestions = _suggestions(req, factors, settings.max_model_len) if suggest and not result.recommendation else []
+    return result.model_copy(update={"assumptions": _assumptions(req, settings), "suggestions": suggestions})
+
+
+def _context_warning(req: PlanRequest, max_len: int, overflow: float) -> str:
+    source = ("engine.maxModelLen" if req.max_model_len else "the model's context"
+              if max_len == req.arch.max_position_embeddings else "chosen for the workload")
+    return (f"max model length {max_len} ({source}) is below the workload's tail: {overflow:.1%} of requests "
+            "(prompt + output) exceed it; the engine rejects them, or cuts their output short where clients set "
+            "no max_tokens, and the predictions are for the rest")
+
+
+def _tokens_for(req: PlanRequest, share: float) -> int:
+    """The fewest tokens (a multiple of 256) that all but `share` of requests fit in (prompt + output)."""
+    low, high = 256, 256
+    while context_overflow(req, high) > share and high < 1 << 24:
+        low, high = high, high * 2
+    while high - low > 256:
+        mid = (low + high) // 512 * 256
+        low, high = (mid, high) if context_overflow(req, mid) > share else (low, mid)
+    return high
+
+
+def _assumptions(req: PlanRequest, settings: EngineSettings) -> list[str]:
+    """What the plan left open and the planner assumed, in words (the plan's own notes first)."""
+    notes = list(req.notes)
+    if not req.gpu_types and req.available_gpus is None:
+        notes.append("GPU types: the catalog's datacenter and workstation GPUs; consumer (GeForce) cards are left "
+                     "out, their driver licence forbids datacenter use: name them in constraints.gpuTypes to plan "
+                     "them")
+    notes.append("GPUs per node: the catalog's common chassis (HGX and OAM boards 8, GH200 1, PCIe servers 8, "
+                 "workstations 4) unless constraints.gpusPerNode or the cluster's nodes say otherwise")
+    if req.max_model_len is None:
+        covers = 1.0 - context_overflow(req, settings.max_model_len)
+        notes.append(f"max model length {settings.max_model_len}: "
+                     + (f"the model's context, which holds {covers:.2%} of requests"
+                        if settings.max_model_len == req.arch.max_position_embeddings
+                        else "the shortest power of two that holds 99.9% of requests (engine.maxModelLen sets it)"))
+    notes.append(f"at least {req.min_replicas} replica{'s' if req.min_replicas > 1 else ''} and "
+                 f"{req.min_headroom:.0%} headroom (constraints.minReplicas, minHeadroom)")
+    return notes
+
+
+SLO_STEPS = (1.25, 1.6, 2.5, 4.0, 10.0)  # how far a suggestion relaxes one target, tried in turn
+
+
+def _describe(c: Candidate) -> str:
+    return f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}) at ${c.cost.dollars_per_hour:g}/h"
+
+
+def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int) -> list[str]:
+    """For a plan with no feasible candidate: the smallest changes that make one feasible, one line each (the
+    context, the limits (budget, GPU counts, replicas), the GPU types, each SLO), with the deployment it gives."""
+    overflow = context_overflow(req, max_len)
+    if overflow > CONTEXT_LIMIT_SHARE:
+        need = _tokens_for(req, CONTEXT_WARN_SHARE)
+        return [f"context: {max_len} tokens hold {1.0 - overflow:.1%} of requests; serve a model with a context "
+                f"(and maxModelLen) of at least {need} tokens, or cut prompts so that 99.9% fit"]
+    out: list[str] = []
+    types = req.gpu_types or tuple(g.key for g in _candidate_gpus(req))
+
+    def best(changed: PlanRequest) -> Candidate | None:
+        return plan(changed, factors, suggest=False).recommendation
+
+    if types:
+        free = best(replace(req, gpu_types=types, available_gpus=None, max_gpus=None, max_gpus_per_type={},
+                            max_replicas=None, budget_usd_per_hour=None))
+        if free is not None:
+            changes = []
+            if req.budget_usd_per_hour is not None and free.cost.dollars_per_hour > req.budget_usd_per_hour:
+                changes.append(f"budgetDollarsPerHour {math.ceil(free.cost.dollars_per_hour)} "
+                               f"(now {req.budget_usd_per_hour:g})")
+            if req.max_gpus is not None and free.gpus > req.max_gpus:
+                changes.append(f"maxGpus {free.gpus} (now {req.max_gpus})")
+            limit = req.max_gpus_per_type.get(free.gpu_type)
+            if limit is not None and free.gpus > limit:
+                changes.append(f"maxGpusPerType {free.gpu_type}: {free.gpus} (now {limit})")
+            have = (req.available_gpus or {}).get(free.gpu_type, math.inf)
+            if free.gpus > have:
+                changes.append(f"{free.gpus} {free.gpu_type} GPUs in the cluster (now {have})")
+            if req.max_replicas is not None and free.replicas > req.max_replicas:
+                changes.append(f"maxReplicas {free.replicas} (now {req.max_replicas})")
+            if changes:
+                out.append(f"limits: {'; '.join(changes)} gives {_describe(free)}")
+    if req.gpu_types or req.available_gpus is not None:
+        other = best(replace(req, gpu_types=None, available_gpus=None))
+        if other is not None and other.gpu_type not in types:
+            out.append(f"GPU type: {_describe(other)} meets every target (a type this plan does not consider)")
+    for k, slo in enumerate(req.slos):
+        for step in SLO_STEPS:
+            looser = replace(slo, max_s=slo.max_s * step)
+            found = best(replace(req, slos=(*req.slos[:k], looser, *req.slos[k + 1:])))
+            if found is not None:
+                name = QUANTILE_NAMES[slo.quantile]
+                value = float(getattr(getattr(found.predicted, f"{slo.metric}_ms"), name))
+                out.append(f"SLO: {_describe_slo(slo)} <= {math.ceil(max(value, slo.max_s * 1e3))} ms (now "
+                           f"{slo.max_s * 1e3:g}) gives {_describe(found)}")
+                break
+    if not out:
+        out.append("no single change among the limits, the GPU types and one SLO at up to 10x makes this plan "
+                   "feasible: see infeasible for what each candidate fails")
+    return out
+
+
+def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warnings: list[str]) -> PlanResult:
     grid = _grid(req, engine, factors)
     rejected = list(grid.rejected)
     if not len(grid.row_shape):
@@ -533,7 +711,8 @@ def plan(req: PlanRequest, factors: FactorSet | None = None) -> PlanResult:
     candidates = [
         _candidate(req, engine, row_shape(i), int(batch[i]), grid.settings[grid.row_batch[i]], int(replicas[k]),
                    report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i]),
-                   factors.measured_lines(engine.name, row_shape(i).gpu.family))
+                   factors.measured_lines(engine.name, row_shape(i).gpu.family),
+                   grid.checkpoints[grid.precision[rows.shape[i]]], float(grid.row_kv_tokens[i]))
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
     ]
     return _finish(req, grid, candidates, rejected, warnings)
@@ -578,16 +757,16 @@ def _select(objectives: NDArray[np.float64], headroom: NDArray[np.float64], gpus
             alternatives: int) -> NDArray[np.intp]:
     """Indices to show: the cheapest (ties: most headroom); then, among frontier points costing at most
     `PRACTICAL_COST_FACTOR` times the cheapest, each latency objective's best, the most headroom and the
-    fewest GPUs; then the cheapest other frontier points, up to 1 + alternatives."""
+    fewest GPUs; then the cheapest others within that bound, up to 1 + alternatives."""
     front = np.flatnonzero(non_dominated(objectives))
     by_cost = front[np.lexsort((-headroom[front], objectives[front, 0]))]
     picks = [int(by_cost[0])]
-    practical = front[objectives[front, 0] <= PRACTICAL_COST_FACTOR * objectives[by_cost[0], 0]]
+    practical = by_cost[objectives[by_cost, 0] <= PRACTICAL_COST_FACTOR * objectives[by_cost[0], 0]]
     if not len(practical):  # costs that are not finite (absurd rates): no latency extremes to pick
         practical = by_cost[:1]
     extremes = [practical[np.argmin(objectives[practical, col])] for col in range(1, 4)]
     extremes += [practical[np.argmax(headroom[practical])], practical[np.argmin(gpus[practical])]]
-    for i in [*extremes, *by_cost]:
+    for i in [*extremes, *practical]:
         if len(picks) > alternatives:
             break
         if int(i) not in picks:
@@ -622,7 +801,10 @@ def _candidate(
     capacity: float,
     slots: float,
     measured_lines: int,
+    checkpoint: Checkpoint | str,
+    kv_tokens: float,
 ) -> Candidate:
+    assert isinstance(checkpoint, Checkpoint)  # the precision gate let no row without one through
     gpu = shape.gpu
     price = req.prices.get(gpu.key, gpu.usd_per_hour)
     gpus = replicas * shape.tp
@@ -637,6 +819,11 @@ def _candidate(
     if not measured_lines:
         warnings.append(f"{engine.name} on {gpu.family} GPUs ({gpu.key}): no measured line behind the efficiency "
                         "factors; latency and throughput are extrapolated from other GPU families and engines")
+    if checkpoint.note and checkpoint.source == "plan":
+        warnings.append(checkpoint.note)
+    kv = resolve_kv_dtype(shape.kv_dtype, shape.precision, engine.name, kv_hint(checkpoint))
+    launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
+                           shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens))
     return Candidate(
         gpu_type=gpu.key,
         node_selector={label_key: label},
@@ -659,14 +846,19 @@ def _candidate(
         cost=Cost(dollars_per_hour=rounded(dollars_per_hour),
                   dollars_per_million_tokens=rounded(dollars_per_hour / tokens_per_hour * 1e6)),
         headroom=rounded(max(0.0, 1.0 - req.rate_rps / (replicas * best_rate))),
-        engine_args=engine_args(engine.name, req.served_model, shape.tp, batch, shape.precision, shape.kv_dtype,
-                                settings),
+        engine_args=launch.args,
+        engine_command=launch.entry_point,
+        engine_files=launch.files,
+        engine_notes=launch.notes[:8],
+        checkpoint=checkpoint.repo,
         provenance={
             "predicted": "calibrated" if measured_lines else "extrapolated",
             "measuredLines": str(measured_lines),
             "cost": "spec" if gpu.key in req.prices else "catalog",
             "memory": "calibrated",
             "engineDefaults": "assumed",
+            "engineVersion": launch.version_line or "unversioned",
+            "checkpoint": ("online" if checkpoint.online else "plan" if checkpoint.source == "plan" else "catalog"),
         },
         warnings=warnings,
     )
@@ -675,59 +867,6 @@ def _candidate(
 def node_selector(gpu: GpuSpec) -> tuple[str, str]:
     """The node label and value that select `gpu` (GPU Feature Discovery or the AMD labeller)."""
     return gpu.product_label_key, gpu.product_label
-
-
-_QUANTIZATION_FLAG = {"fp8": "fp8", "int4-awq": "awq", "int4-gptq": "gptq", "int8-gptq": "gptq",
-                      "int8-w8a8": "compressed-tensors", "mxfp4": "mxfp4"}
-
-
-def engine_args(engine: str, model: str, tp: int, batch: int, precision: str, kv_dtype: str,
-                settings: EngineSettings) -> list[str]:
-    """Command-line arguments that make `engine` serve `model` (a Hugging Face id or path) this way."""
-    quant = _QUANTIZATION_FLAG.get(precision)
-    fp8_kv = kv_dtype == "fp8"
-    chunked = math.isfinite(settings.chunk_tokens)
-    if engine == "vllm":
-        args = ["--model", model, "--tensor-parallel-size", str(tp), "--max-num-seqs", str(batch),
-                "--gpu-memory-utilization", f"{settings.memory_fraction:g}", "--max-model-len",
-                str(settings.max_model_len)]
-        args += ["--quantization", quant] if quant else []
-        args += ["--kv-cache-dtype", "fp8"] if fp8_kv else []
-        args += ["--max-num-batched-tokens", str(int(settings.chunk_tokens))] if chunked else []
-        return args
-    if engine == "sglang":
-        args = ["--model-path", model, "--tp-size", str(tp), "--max-running-requests", str(batch),
-                "--mem-fraction-static", f"{settings.memory_fraction:g}", "--context-length",
-                str(settings.max_model_len)]
-        args += ["--quantization", quant] if quant else []
-        args += ["--kv-cache-dtype", "fp8_e5m2"] if fp8_kv else []
-        return args
-    if engine == "tgi":
-        args = ["--model-id", model, "--num-shard", str(tp), "--max-concurrent-requests", str(batch),
-                "--cuda-memory-fraction", f"{settings.memory_fraction:g}", "--max-total-tokens",
-                str(settings.max_model_len)]
-        tgi_quant = {"fp8": "fp8", "int4-awq": "awq", "int4-gptq": "gptq"}.get(precision)
-        args += ["--quantize", tgi_quant] if tgi_quant else []
-        args += ["--kv-cache-dtype", "fp8_e5m2"] if fp8_kv else []
-        return args
-    if engine == "tensorrt-llm":
-        args = [model, "--tp_size", str(tp), "--max_batch_size", str(batch),
-                "--kv_cache_free_gpu_memory_fraction", f"{settings.memory_fraction:g}", "--max_seq_len",
-                str(settings.max_model_len)]
-        return args
-    if engine == "lmdeploy":
-        return ["serve", "api_server", model, "--tp", str(tp), "--max-batch-size", str(batch),
-                "--cache-max-entry-count", f"{settings.memory_fraction:g}",
-                "--session-len", str(settings.max_model_len)]
-    if engine == "mlc-llm":
-        return ["serve", model, "--mode", "server", "--overrides",
-                f"tensor_parallel_shards={tp};max_num_sequence={batch};gpu_memory_utilization="
-                f"{settings.memory_fraction:g};context_window_size={settings.max_model_len}"]
-    if engine == "llama.cpp":  # one sequence per replica; layers fully offloaded to the GPU
-        return ["-m", model, "--parallel", "1", "--ctx-size", str(settings.max_model_len), "--n-gpu-layers", "999"]
-    if engine == "exllama":
-        return ["--model", model, "--length", str(settings.max_model_len)]
-    raise ValueError(f"no argument mapping for engine {engine!r}")
 
 
 def _objectives(req: PlanRequest, c: Candidate) -> NDArray[np.float64]:
@@ -741,20 +880,62 @@ def _objectives(req: PlanRequest, c: Candidate) -> NDArray[np.float64]:
     return np.array(values)
 
 
+TAG_COLUMNS = (("cheapest", 0), ("lowestTtft", 1), ("lowestTpot", 2), ("lowestLatency", 3), ("mostHeadroom", 4))
+
+
 def tag_candidates(req: PlanRequest, front: list[Candidate]) -> list[Candidate]:
-    """The candidates with tags saying which objective each is best at (cheapest, lowestTtft, ...)."""
+    """The candidates (in the order shown: the recommendation first) with tags saying which objective each is
+    best at (cheapest, lowestTtft, lowestTpot, lowestLatency, mostHeadroom, fewestGpus; each tag on one row,
+    the first of those tied) and a line saying why each is worth reading (`why`)."""
+    if not front:
+        return []
     objectives = np.array([_objectives(req, c) for c in front])
     tags: list[list[str]] = [[] for _ in front]
-    for name, column in (("cheapest", 0), ("lowestTtft", 1), ("lowestTpot", 2), ("lowestLatency", 3)):
-        for i in np.flatnonzero(objectives[:, column] == objectives[:, column].min()):
-            tags[i].append(name)
-    most, fewest = max(c.headroom for c in front), min(c.gpus for c in front)
-    for t, c in zip(tags, front, strict=True):
-        if c.headroom == most:
-            t.append("mostHeadroom")
-        if c.gpus == fewest:
-            t.append("fewestGpus")
-    return [c.model_copy(update={"tags": t}) for c, t in zip(front, tags, strict=True)]
+    for name, column in TAG_COLUMNS:
+        tags[int(np.argmin(objectives[:, column]))].append(name)
+    tags[int(np.argmin([c.gpus for c in front]))].append("fewestGpus")
+    first = front[0]
+    return [c.model_copy(update={"tags": t, "why": _why(req, c, t, first, k == 0)})
+            for k, (c, t) in enumerate(zip(front, tags, strict=True))]
+
+
+def _why(req: PlanRequest, c: Candidate, tags: list[str], first: Candidate, is_first: bool) -> str:
+    """One line: what `c` is best at, against the recommendation `first`, and what that costs."""
+    quantile = {s.metric: s.quantile for s in req.slos}
+
+    def latency(x: Candidate, metric: str) -> tuple[str, float]:
+        name = QUANTILE_NAMES[quantile.get(metric, 0.95)]
+        return name, float(getattr(getattr(x.predicted, f"{metric}_ms"), name))
+
+    shape = f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, batch {c.max_batch})"
+    if is_first:
+        return f"cheapest that meets every target: {shape}, ${c.cost.dollars_per_hour:g}/h, {c.headroom:.0%} headroom"
+    extra = c.cost.dollars_per_hour - first.cost.dollars_per_hour
+    cost = (f"+${extra:.2f}/h (+{extra / first.cost.dollars_per_hour:.0%})" if extra > 0.005
+            else "at the same cost")
+    for tag, metric, label in (("lowestTtft", "ttft", "TTFT"), ("lowestTpot", "tpot", "TPOT"),
+                               ("lowestLatency", "e2e", "end-to-end latency")):
+        if tag in tags:
+            name, value = latency(c, metric)
+            return f"lowest {label} {name}: {value:g} ms vs {latency(first, metric)[1]:g} ms, {cost}: {shape}"
+    if "mostHeadroom" in tags:
+        return f"most headroom: {c.headroom:.0%} vs {first.headroom:.0%}, {cost}: {shape}"
+    if "fewestGpus" in tags:
+        return f"fewest GPUs: {c.gpus} vs {first.gpus}, {cost}: {shape}"
+    return f"a further choice on the frontier, {cost}: {shape}"
+
+
+def distinct(req: PlanRequest, ordered: list[Candidate]) -> list[Candidate]:
+    """`ordered` without near-duplicates: a candidate at the cost of one kept before it whose latency
+    objectives are all within NEAR_DUPLICATE of that one's and whose headroom is within 5 points."""
+    kept: list[tuple[Candidate, NDArray[np.float64]]] = []
+    for c in ordered:
+        mine = _objectives(req, c)
+        if not any(abs(mine[0] - theirs[0]) <= 1e-9 * max(1.0, theirs[0])
+                   and np.all(np.abs(mine[1:4] - theirs[1:4]) <= NEAR_DUPLICATE * np.maximum(theirs[1:4], 1e-9))
+                   and abs(mine[4] - theirs[4]) <= 0.05 for _, theirs in kept):
+            kept.append((c, mine))
+    return [c for c, _ in kept]
 
 
 def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected: list[_Rejections],
@@ -764,13 +945,20 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
     if candidates:
         keep = non_dominated(np.array([_objectives(req, c) for c in candidates]))
         candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
-    shown = sorted(tag_candidates(req, candidates) if candidates else [],
-                   key=lambda c: (c.cost.dollars_per_hour, -c.headroom, c.gpus))
+    shown = tag_candidates(req, distinct(req, sorted(candidates, key=lambda c: (c.cost.dollars_per_hour,
+                                                                                -c.headroom, c.gpus))))
     recommendation = shown[0] if shown else None
     alternatives = shown[1:]
     # Nearest infeasible: those that got furthest through the gates, cheapest first, one per reason.
     order = {gate: i for i, gate in enumerate(GATES)}
     blocks = [r for r in rejected if len(r.index)]
+    # A shape that fails several of the shape gates is listed under the first it fails, the rest in `also`.
+    first_gate = np.full(len(grid.gpu), len(GATES))
+    for r in blocks:
+        if r.gate in SHAPE_GATES:
+            np.minimum.at(first_gate, r.shape, order[r.gate])
+    blocks = [r if r.gate not in SHAPE_GATES else _only(r, first_gate[r.shape] == order[r.gate]) for r in blocks]
+    blocks = [r for r in blocks if len(r.index)]
     nearest: list[Infeasible] = []
     if blocks:
         gate = np.concatenate([np.full(len(r.index), order[r.gate]) for r in blocks])
@@ -789,16 +977,47 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
             if reason in seen:
                 continue
             seen.update({(shape, r.gate), reason})
+            also = [f"{other.gate}: {other.reason(int(other.index[hit[0]]))}" for other in rejected
+                    if other.gate in SHAPE_GATES and other.gate != r.gate
+                    and len(hit := np.flatnonzero(other.shape == r.shape[j]))]
             nearest.append(Infeasible(gpu_type=shape.gpu.key, gpus_per_replica=shape.tp, precision=shape.precision,
                                       kv_cache_dtype=shape.kv_dtype,
                                       max_batch=None if r.batch is None else int(r.batch[j]),
-                                      gate=r.gate, reason=reason))
+                                      gate=r.gate, reason=reason, also=also))
             if len(nearest) >= req.alternatives:
                 break
     if recommendation is None:
-        warnings = [*warnings, "no candidate meets every gate; see infeasible for the nearest ones and why"]
+        warnings = [*warnings, "no candidate meets every gate; see infeasible for the nearest ones and why, and "
+                               "suggestions for what would make it feasible"]
     return PlanResult(recommendation=recommendation, alternatives=alternatives, infeasible=nearest,
                       warnings=warnings)
+
+
+def with_replicas(req: PlanRequest, c: Candidate, replicas: int) -> Candidate | None:
+    """`c` scaled to `replicas` replicas at the plan's rate (its latencies kept: the caller re-evaluates them),
+    None where that breaks a limit of the plan."""
+    gpus = replicas * c.gpus_per_replica
+    price = c.cost.dollars_per_hour / c.gpus
+    cost = gpus * price
+    gpu = load_gpu_catalog().get(c.gpu_type)
+    if _limit_checks(req, [gpu], np.zeros(1, dtype=np.intp), np.array([replicas]), np.array([gpus]),
+                     np.array([cost]))[0] >= 0:
+        return None
+    capacity = c.predicted.requests_per_second_per_replica / c.predicted.utilization
+    per_replica = req.rate_rps / replicas
+    predicted = c.predicted.model_copy(update={"utilization": rounded(per_replica / capacity),
+                                               "requests_per_second_per_replica": rounded(per_replica)})
+    tokens_per_hour = req.rate_rps * req.output_mean * 3600.0
+    best = c.predicted.max_requests_per_second_per_replica
+    return c.model_copy(update={
+        "replicas": replicas, "gpus": gpus, "predicted": predicted,
+        "cost": Cost(dollars_per_hour=rounded(cost), dollars_per_million_tokens=rounded(cost / tokens_per_hour * 1e6)),
+        "headroom": rounded(max(0.0, 1.0 - req.rate_rps / (replicas * best)))})
+
+
+def _only(r: _Rejections, mask: NDArray[np.bool_]) -> _Rejections:
+    return replace(r, index=r.index[mask], shape=r.shape[mask], batch=None if r.batch is None else r.batch[mask],
+                   cost=r.cost[mask])
 
 
 @dataclass(frozen=True)
@@ -817,7 +1036,8 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     engine = ENGINES[req.engine]
     gpu = load_gpu_catalog().get(candidate.gpu_type)
     precision = weight_precision(candidate.precision)
-    kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine)
+    checkpoint = checkpoint_for(req.served_model, candidate.precision, req.engine, declared=req.precisions_listed)
+    kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine, kv_hint(checkpoint))
     settings = _settings(req, engine, candidate.max_batch)
     engine_factors = factors.engine(engine.name)
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,

@@ -69,7 +69,6 @@ BURSTINESS_ARRIVAL_CV2: dict[str, float] = {"steady": 0.25, "chatbot": 1.0, "bur
 DEFAULT_LENGTH_CV = 1.0
 """CV of a token length given only as a mean (assumed: chat-like traffic, ShareGPT outputs have about 1.0)."""
 
-DEFAULT_GPUS_PER_NODE = 8
 
 QUANTILES: dict[str, float] = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
@@ -379,6 +378,11 @@ class EngineSpec(_SpecModel):
     name: Literal["vllm", "sglang", "tgi", "tensorrt-llm"] = Field(
         description="Serving engine: vllm, sglang, tgi or tensorrt-llm."
     )
+    version: str | None = Field(
+        default=None, min_length=1, max_length=32, pattern=r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.]+)?$",
+        description="Engine release the deployment runs, e.g. 0.11.0: its defaults and its flags are used. "
+        "Default: the engine's current pinned release (docs/engines.md).",
+    )
     gpu_memory_utilization: UnitFraction | None = Field(
         default=None,
         description="Fraction of GPU memory the engine may use (vLLM --gpu-memory-utilization or the engine's "
@@ -584,6 +588,16 @@ class Constraints(_SpecModel):
         default_factory=dict, max_length=64, description="Most GPUs of one type, all replicas (GPU name -> count)."
     )
     max_replicas: int | None = Field(default=None, ge=1, le=10_000, description="Most replicas.")
+    min_replicas: int = Field(
+        default=2, ge=1, le=10_000,
+        description="Fewest replicas, for availability through a node or pod failure. Default 2; 1 is allowed "
+        "and warned about.",
+    )
+    min_headroom: HitRate = Field(
+        default="0.05",
+        description="Least share of a deployment's SLO-compliant capacity the planned rate must leave unused, "
+        "decimal string in [0, 1). Default 0.05.",
+    )
     budget_dollars_per_hour: PositiveDecimal | None = Field(
         default=None, description="Most the whole deployment may cost, USD per hour, decimal string > 0."
     )
@@ -603,8 +617,15 @@ class Constraints(_SpecModel):
     )
     gpus_per_node: dict[GpuName, Annotated[int, Field(ge=1, le=128)]] = Field(
         default_factory=dict, max_length=64,
-        description="GPUs per node, GPU name -> count; tensor parallelism stays within a node. Default 8.",
+        description="GPUs per node, GPU name -> count; tensor parallelism stays within a node. Default: the "
+        "catalog's common chassis (HGX and OAM boards 8, GH200 1, consumer cards 4); the operator reads nodes.",
     )
+
+    @model_validator(mode="after")
+    def _replica_bounds(self) -> Constraints:
+        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+            raise _rule("minReplicas", f"must be <= maxReplicas ({self.max_replicas}), got {self.min_replicas}")
+        return self
 
     @field_validator("tensor_parallel_sizes")
     @classmethod
@@ -727,9 +748,9 @@ class PlanSpec(_SpecModel):
     )
     verify: bool | None = Field(
         default=None,
-        description="Simulate the recommendation and alternatives and drop those whose simulated percentiles "
-        "miss an SLO (their numbers are then marked simulated). Default: off on the command line "
-        "(inferplan plan --verify turns it on), INFERPLAN_VERIFY in the operator.",
+        description="Simulate the leading candidates and recommend the cheapest whose simulated percentiles "
+        "meet every SLO (their numbers are then marked simulated). Default: on (inferplan plan --no-verify "
+        "and INFERPLAN_VERIFY=false in the operator turn the default off).",
     )
     observe: Observe | None = Field(
         default=None,
@@ -942,8 +963,10 @@ class PlanRequest:
     arch: ModelArchitecture
     served_model: str                 # what the engine loads: model.name as written, else the architecture's id
     engine: str
+    engine_version: str | None
     precisions: tuple[str, ...]
     kv_dtypes: tuple[str, ...]
+    precisions_listed: bool           # the plan lists them (model.precisions): its repository holds them
     memory_fraction: float | None
     max_model_len: int | None
     chunked_prefill: bool | None
@@ -964,13 +987,15 @@ class PlanRequest:
     max_gpus: int | None
     max_gpus_per_type: dict[str, int]
     max_replicas: int | None
+    min_replicas: int
+    min_headroom: float
     budget_usd_per_hour: float | None
     max_utilization: float
     prices: dict[str, float]
     available_gpus: dict[str, int] | None
     gpus_per_node: dict[str, int]
     alternatives: int
-    verify: bool | None               # None: the caller's default (CLI off, operator INFERPLAN_VERIFY)
+    verify: bool | None               # None: the caller's default (CLI: on; operator: INFERPLAN_VERIFY)
     notes: tuple[str, ...] = ()
     workload_source: str = "declared"   # "observed": the operator replaces rate and mean lengths (observed.py)
     observed_floor: float = 0.5         # ... never planning below this share of the declared rate
@@ -1114,13 +1139,15 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         for metric, bound in (("ttft", spec.slo.ttft), ("tpot", spec.slo.tpot), ("e2e", spec.slo.e2e))
         if bound is not None
     )
-    gpus_per_node = {gpu.key: DEFAULT_GPUS_PER_NODE for gpu in load_gpu_catalog()}
+    gpus_per_node = {gpu.key: gpu.gpus_per_node for gpu in load_gpu_catalog()}
     gpus_per_node.update(_by_key(limits.gpus_per_node, int))
     return PlanRequest(
         arch=arch,
         served_model=spec.model.name or arch.repo_id,
         engine=engine.name,
+        engine_version=engine.version,
         precisions=tuple(precisions),
+        precisions_listed=spec.model.precisions is not None,
         kv_dtypes=tuple(spec.model.kv_cache_dtypes),
         memory_fraction=None if engine.gpu_memory_utilization is None else float(engine.gpu_memory_utilization),
         max_model_len=engine.max_model_len,
@@ -1142,6 +1169,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         max_gpus=limits.max_gpus,
         max_gpus_per_type=_by_key(limits.max_gpus_per_type, int),
         max_replicas=limits.max_replicas,
+        min_replicas=limits.min_replicas,
+        min_headroom=float(limits.min_headroom),
         budget_usd_per_hour=None if limits.budget_dollars_per_hour is None else float(limits.budget_dollars_per_hour),
         max_utilization=float(limits.max_utilization),
         prices=_by_key(limits.prices, float),

@@ -3,6 +3,7 @@ candidate's replicas and compare the simulated latency percentiles with the anal
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -10,9 +11,9 @@ import numpy as np
 
 from inferplan.planner.factors import FactorSet
 from inferplan.planner.results import Candidate, Infeasible, Percentiles, PlanResult, rounded
-from inferplan.planner.search import HIGH_VARIANCE_CV2, deployment_of, tag_candidates
+from inferplan.planner.search import HIGH_VARIANCE_CV2, deployment_of, distinct, tag_candidates, with_replicas
 from inferplan.planner.simulate import SimulationResult, Workload, generate_workload, simulate, trace_workload
-from inferplan.planner.spec import PlanRequest
+from inferplan.planner.spec import PlanRequest, SloTarget
 
 QUANTILE_FIELDS = (("p50", "p50_s"), ("p90", "p90_s"), ("p95", "p95_s"), ("p99", "p99_s"))
 
@@ -81,17 +82,25 @@ def compare(candidate: Candidate, result: SimulationResult) -> list[Comparison]:
 
 
 VERIFY_REQUESTS = 5_000  # per candidate: enough for a stable p99 at a few hundred ms per candidate
+MAX_REPLICA_STEPS = 3    # a candidate missing an SLO in simulation is tried with up to this many more replica steps
 
 
-def should_verify(req: PlanRequest, default: bool = False) -> bool:
+def should_verify(req: PlanRequest, default: bool = True) -> bool:
     """Whether to verify `req`'s candidates in the simulator: the plan's `verify` when set; otherwise yes
     for traffic whose arrival (or service) CV^2 is at least HIGH_VARIANCE_CV2, where the analytic TTFT tail
     is known to be optimistic (bench/report_tails.py: up to 3x at p99 for CV^2 4 at 0.9 utilisation, 5-8x
-    for CV^2 8 from 0.8), and `default` (the caller's setting) otherwise."""
+    for CV^2 8 from 0.8), and `default` (the caller's setting: on unless turned off) otherwise."""
     if req.verify is not None:
         return req.verify
     variable = req.arrival_cv2 >= HIGH_VARIANCE_CV2 or (req.service_cv2 or 0.0) >= HIGH_VARIANCE_CV2
     return default or variable
+
+
+def _misses(req: PlanRequest, sim: SimulationResult) -> list[tuple[SloTarget, float]]:
+    """The SLOs `sim` misses, with the simulated value [s] (NaN counts as a miss)."""
+    stats = {"ttft": sim.ttft, "tpot": sim.tpot, "e2e": sim.e2e}
+    values = [(slo, float(getattr(stats[slo.metric], f"p{round(slo.quantile * 100)}_s"))) for slo in req.slos]
+    return [(slo, value) for slo, value in values if not value <= slo.max_s]
 
 
 def _simulated(latency: Any) -> Percentiles:
@@ -100,16 +109,27 @@ def _simulated(latency: Any) -> Percentiles:
 
 def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_REQUESTS, seed: int = 0,
                 factors: FactorSet | None = None) -> PlanResult:
-    """Simulate the recommendation and the alternatives; drop those whose simulated percentiles miss an SLO
-    (they move to `infeasible`, gate "verify"), give the rest their simulated percentiles (provenance
-    "simulated"), and recommend the cheapest one left (ties by headroom), as the search does."""
+    """Simulate the recommendation and the alternatives. One that misses an SLO is tried again with more
+    replicas (up to MAX_REPLICA_STEPS steps of about 10%, within the plan's limits); one that still misses
+    moves to `infeasible` (gate "verify"). The rest get their simulated percentiles (provenance "simulated"),
+    and the cheapest one left (ties by headroom) is recommended, as the search does."""
     kept: list[Candidate] = []
     dropped: list[Infeasible] = []
-    for candidate in [c for c in [result.recommendation, *result.alternatives] if c is not None]:
-        sim = simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors)
-        stats = {"ttft": sim.ttft, "tpot": sim.tpot, "e2e": sim.e2e}
-        misses = [(slo, getattr(stats[slo.metric], f"p{round(slo.quantile * 100)}_s")) for slo in req.slos]
-        misses = [(slo, value) for slo, value in misses if not value <= slo.max_s]  # NaN counts as a miss
+    for first in [c for c in [result.recommendation, *result.alternatives] if c is not None]:
+        candidate: Candidate | None = first
+        first_misses: list[tuple[SloTarget, float]] | None = None
+        for _ in range(MAX_REPLICA_STEPS + 1):
+            assert candidate is not None
+            sim = simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors)
+            misses = _misses(req, sim)
+            first_misses = misses if first_misses is None else first_misses
+            if not misses:
+                break
+            more = with_replicas(req, candidate, candidate.replicas + max(1, math.ceil(candidate.replicas / 10)))
+            if more is None:
+                break
+            candidate = more
+        assert candidate is not None
         if misses:
             slo, value = misses[0]
             dropped.append(Infeasible(
@@ -122,15 +142,22 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
             continue
         predicted = candidate.predicted.model_copy(update={
             "ttft_ms": _simulated(sim.ttft), "tpot_ms": _simulated(sim.tpot), "e2e_ms": _simulated(sim.e2e)})
+        warnings = list(candidate.warnings)
+        if first_misses:
+            slo, value = first_misses[0]
+            warnings.append(f"{candidate.replicas} replicas, not the {first.replicas} the analytic model gives: at "
+                            f"{first.replicas} the simulated {slo.metric.upper()} p{round(slo.quantile * 100)} is "
+                            f"{value * 1e3:.0f} ms > {slo.max_s * 1e3:.0f} ms")
         kept.append(candidate.model_copy(update={
-            "predicted": predicted, "provenance": candidate.provenance | {"predicted": "simulated"}}))
-    kept = sorted(tag_candidates(req, kept) if kept else [], key=lambda c: (c.cost.dollars_per_hour, -c.headroom,
-                                                                          c.gpus))
+            "predicted": predicted, "provenance": candidate.provenance | {"predicted": "simulated"},
+            "warnings": warnings[:16]}))
+    kept = tag_candidates(req, distinct(req, sorted(kept, key=lambda c: (c.cost.dollars_per_hour, -c.headroom,
+                                                                       c.gpus))))
     warnings = list(result.warnings)
     if not kept:
         warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")
-    return PlanResult(recommendation=kept[0] if kept else None, alternatives=kept[1:],
-                      infeasible=[*dropped, *result.infeasible][:20], warnings=warnings)
+    return result.model_copy(update={"recommendation": kept[0] if kept else None, "alternatives": kept[1:],
+                                     "infeasible": [*dropped, *result.infeasible][:20], "warnings": warnings})
 
 
 __all__ = [

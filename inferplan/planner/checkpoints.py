@@ -1,0 +1,233 @@
+"""Which public repository an engine loads to serve a model at a weight precision (`data/checkpoints.json`).
+
+Rules of `checkpoint_for`, in order:
+1. A repository the catalog lists for the precision, when the engine loads its format (`FORMAT_LOADERS`) or the
+   entry's source names the engine. The `engines` lists name the engines a model card or tag mentions; they
+   are not complete (the nvidia/*-FP8 ModelOpt repositories are TensorRT-LLM's own format even where the card
+   names only vLLM), so they only rank: repositories whose source names the engine come first, then data order.
+   A pre-quantised repository is preferred over quantising at load (static scales, no start-up cost).
+2. Quantising at load (`ONLINE`): FP8 from a 16-bit repository, by vLLM and SGLang (`--quantization fp8`) and
+   TGI (`--quantize fp8`). TensorRT-LLM's trtllm-serve and LMDeploy's TurboMind load pre-quantised weights only.
+3. bf16 and fp16 are served from the native repository when it is 16-bit (the engine casts with `--dtype`).
+   DeepSeek-V3 (FP8 block-scaled) and gpt-oss (MXFP4 experts) publish no 16-bit repository in the catalog.
+4. `declared=True` (the plan says its repository holds the precision): when rules 1-3 find nothing, the model
+   name is taken as that repository (source "plan"), for a model outside the catalog at a quantised precision
+   and for GGUF and MLC precisions, which the catalog does not list. A catalogued model's name is its public
+   repository: a precision none of its repositories hold is refused, declared or not.
+A model outside the catalog is served at bf16/fp16 from the name as given, and at FP8 by engines that quantise
+at load (its repository is assumed 16-bit).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from inferplan.planner.architectures import resolve_model
+from inferplan.planner.engines import engine_profile
+from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.precisions import weight_precision
+
+SIXTEEN_BIT = ("bf16", "fp16")
+
+# Engines that load each pre-quantised format. Read in this pass: vLLM 0.33.0
+# `vllm/model_executor/layers/quantization/__init__.py` (awq, fp8, modelopt, gptq, compressed-tensors, mxfp4,
+# gpt_oss_mxfp4), SGLang 0.5.2 `sglang/srt/layers/quantization/__init__.py` (fp8, modelopt, w8a8_int8, awq, gptq,
+# compressed-tensors, mxfp4), LMDeploy 0.18.0 `lmdeploy/turbomind/converter.py` 191-213 (awq gemm, gptq,
+# blocked fp8, mxfp4, compressed-tensors pack-quantized int4 only; anything else fails an assert).
+# Not read: TensorRT-LLM (ModelOpt is its own format; FP8 block scales for DeepSeek-V3 and Qwen FP8, and
+# gpt-oss MXFP4, per its model docs), TGI (awq and gptq from its launcher's --quantize list), ExLlama (GPTQ).
+FORMAT_LOADERS: dict[str, frozenset[str]] = {
+    "native-16bit": frozenset({"vllm", "sglang", "tgi", "tensorrt-llm", "lmdeploy", "mlc-llm"}),
+    "native-fp8": frozenset({"vllm", "sglang", "tensorrt-llm", "lmdeploy"}),
+    "native-mxfp4": frozenset({"vllm", "sglang", "tensorrt-llm", "lmdeploy"}),
+    "fp8-block": frozenset({"vllm", "sglang", "tensorrt-llm", "lmdeploy"}),
+    "modelopt-fp8": frozenset({"vllm", "sglang", "tensorrt-llm"}),
+    "compressed-tensors-fp8": frozenset({"vllm", "sglang"}),
+    "compressed-tensors-int8": frozenset({"vllm", "sglang"}),
+    "autofp8": frozenset({"vllm", "sglang"}),
+    "awq": frozenset({"vllm", "sglang", "tgi", "lmdeploy"}),
+    "gptq": frozenset({"vllm", "sglang", "tgi", "lmdeploy", "exllama"}),
+}
+
+# Engines that quantise a 16-bit repository at load: precision -> engine -> (how, source).
+ONLINE: dict[str, dict[str, tuple[str, str]]] = {
+    "fp8": {
+        "vllm": ("--quantization fp8 (dynamic FP8)",
+                 "vllm 0.33.0 vllm/model_executor/layers/quantization/fp8.py line 388: "
+                 "'If checkpoint not serialized fp8, quantize the weights.'"),
+        "sglang": ("--quantization fp8",
+                   "sglang 0.5.2 sglang/srt/layers/quantization/fp8.py line 817: "
+                   "'If checkpoint is fp16 or bfloat16, quantize in place.'"),
+        "tgi": ("--quantize fp8",
+                "https://huggingface.co/docs/text-generation-inference/reference/launcher (--quantize fp8); "
+                "not read from source"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A repository an engine loads, and how it holds the precision."""
+
+    repo: str                 # what the engine loads (Hugging Face id)
+    precision: str            # planner precision name
+    format: str               # native, modelopt-fp8, ..., or "online" when the engine quantises a 16-bit repo
+    kv_cache: str | None      # "fp8" when the checkpoint declares an FP8 KV cache, else None
+    online: bool              # True: quantised by the engine at load time (e.g. vLLM --quantization fp8)
+    source: str
+    note: str = ""
+
+    @property
+    def launch_format(self) -> str:
+        """The format as `engine_args.engine_launch` takes it: a model published in FP8 (DeepSeek-V3's own
+        repository) is "fp8-native" there, where "native" means 16-bit weights."""
+        return "fp8-native" if self.format == "native" and self.precision == "fp8" else self.format
+
+
+@dataclass(frozen=True)
+class _Entry:
+    checkpoint: Checkpoint
+    engines: tuple[str, ...]
+
+
+@cache
+def _catalog() -> dict[str, dict[str, tuple[_Entry, ...]]]:
+    text = resources.files("inferplan.planner").joinpath("data/checkpoints.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    catalog: dict[str, dict[str, tuple[_Entry, ...]]] = {}
+    for repo_id, by_precision in data["models"].items():
+        catalog[repo_id] = {
+            precision: tuple(
+                _Entry(Checkpoint(repo=row["repo"], precision=precision, format=row["format"],
+                                  kv_cache=row["kvCache"], online=False, source=row["source"],
+                                  note=row.get("note", "")),
+                       tuple(row["engines"]))
+                for row in rows)
+            for precision, rows in by_precision.items()
+        }
+    return catalog
+
+
+def _model_key(model: str) -> str | None:
+    """The catalog repo id `model` names (repo id or alias, as `resolve_model` matches), None if none."""
+    try:
+        repo_id = resolve_model(model).repo_id
+    except CatalogLookupError:
+        return None
+    return repo_id if repo_id in _catalog() else None
+
+
+def _loader_key(entry: Checkpoint) -> str:
+    if entry.format != "native":
+        return entry.format
+    return "native-16bit" if entry.precision in SIXTEEN_BIT else f"native-{entry.precision}"
+
+
+def known_precisions(model: str) -> dict[str, list[Checkpoint]]:
+    """Every repository the catalog lists for `model`, by precision ({} for a model outside the catalog)."""
+    key = _model_key(model)
+    if key is None:
+        return {}
+    return {p: [e.checkpoint for e in entries] for p, entries in _catalog()[key].items()}
+
+
+def _native(entries: dict[str, tuple[_Entry, ...]]) -> Checkpoint | None:
+    for rows in entries.values():
+        for entry in rows:
+            if entry.checkpoint.format == "native":
+                return entry.checkpoint
+    return None
+
+
+def _plan_checkpoint(model: str, precision: str, why: str) -> Checkpoint:
+    return Checkpoint(repo=model, precision=precision, format="native" if precision in SIXTEEN_BIT else "declared",
+                      kv_cache=None, online=False, source="plan", note=f"assumed: {model} holds {precision} weights"
+                      f" ({why})")
+
+
+def _online(repo: str, precision: str, engine: str, source_note: str) -> Checkpoint | None:
+    how = ONLINE.get(precision, {}).get(engine)
+    if how is None:
+        return None
+    return Checkpoint(repo=repo, precision=precision, format="online", kv_cache=None, online=True, source=how[1],
+                      note=f"{engine} quantises the 16-bit weights of {repo} at load ({how[0]}){source_note}")
+
+
+UNCATALOGUED = ("gguf-", "mlc-")  # precision families the catalog does not list
+
+
+def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = False) -> Checkpoint | str:
+    """The checkpoint `engine` loads to serve `model` at `precision`, or the reason there is none (a string)."""
+    precision = weight_precision(precision).name
+    engine = engine_profile(engine).name
+    key = _model_key(model)
+    if key is None:
+        if precision in SIXTEEN_BIT:
+            return _plan_checkpoint(model, precision, "not in the checkpoint catalog; the model name is the repository")
+        online = _online(model, precision, engine, "; the repository is assumed 16-bit")
+        if declared:
+            return _plan_checkpoint(model, precision, "the plan lists this precision")
+        if online is not None:
+            return online
+        return (f"{model} is not in the checkpoint catalog and {engine} does not quantise to {precision} at load: "
+                f"list {precision} in model.precisions if your repository holds {precision} weights")
+    entries = _catalog()[key]
+    native = _native(entries)
+    lookup = "bf16" if precision in SIXTEEN_BIT else precision  # the catalog keeps 16-bit repos under bf16
+    candidates = [e for e in entries.get(lookup, ())
+                  if engine in FORMAT_LOADERS.get(_loader_key(e.checkpoint), frozenset()) or engine in e.engines]
+    candidates.sort(key=lambda e: engine not in e.engines)  # stable: data order within each group
+    # A repository id as the plan gives it (an -Instruct variant the catalog keys under its base model, a
+    # fine-tune) is what the engine loads at 16 bits, and what it quantises at load.
+    own = model if "/" in model else None
+    if candidates:
+        chosen = candidates[0].checkpoint
+        if own and chosen.format == "native" and precision in SIXTEEN_BIT:
+            chosen = replace(chosen, repo=own, note=f"{own} as the plan names it; the catalog's 16-bit repository "
+                                                    f"of this architecture is {chosen.repo}")
+        if chosen.precision != precision:  # fp16 served from the 16-bit repository
+            return Checkpoint(repo=chosen.repo, precision=precision, format=chosen.format, kv_cache=chosen.kv_cache,
+                              online=False, source=chosen.source,
+                              note=(chosen.note.rstrip(".") + ". " if chosen.note else "")
+                              + f"Served as {precision} (--dtype).")
+        return chosen
+    if native is not None and native.precision in SIXTEEN_BIT:
+        online = _online(own or native.repo, precision, engine, "")
+        if online is not None:
+            return online
+    # GGUF and MLC files are not catalogued: they are served only from a repository the plan declares. Other
+    # precisions of a catalogued model are not taken on the plan's word: the model name is the public repository.
+    if declared and precision.startswith(UNCATALOGUED):
+        return _plan_checkpoint(model, precision, "the plan lists this precision; no such repository is catalogued")
+    return _reason(key, precision, engine, entries, native)
+
+
+def _reason(key: str, precision: str, engine: str, entries: dict[str, tuple[_Entry, ...]],
+            native: Checkpoint | None) -> str:
+    lookup = "bf16" if precision in SIXTEEN_BIT else precision
+    listed = entries.get(lookup, ())
+    if listed:
+        head = (f"no {precision} checkpoint of {key} that {engine} loads is known "
+                f"(listed: {', '.join(f'{e.checkpoint.repo} [{e.checkpoint.format}]' for e in listed)})")
+    else:
+        head = f"no public {precision} checkpoint of {key} is known"
+        if native is not None and native.precision not in SIXTEEN_BIT:
+            head += f" (its weights ship as {native.precision.upper()})"
+    online_engines = sorted(ONLINE.get(precision, {}))
+    if precision.startswith(("gguf-", "mlc-")):
+        tail = "GGUF and MLC builds are not in the checkpoint catalog"
+    elif precision in SIXTEEN_BIT:
+        tail = "no engine turns it into 16-bit weights at load"
+    elif native is not None and native.precision in SIXTEEN_BIT and online_engines:
+        tail = f"{engine} does not quantise to {precision} at load ({', '.join(online_engines)} do)"
+    else:
+        tail = f"{engine} does not quantise at load"
+    known = "; ".join(f"{p} ({', '.join(e.checkpoint.repo for e in rows)})" for p, rows in entries.items())
+    own = (f"list {precision} in model.precisions" if precision.startswith(UNCATALOGUED)
+           else "plan it from its config.json (model.configFile) and list "
+                f"{precision} in model.precisions")
+    return f"{head}; {tail}. Known: {known}. If your own repository holds {precision} weights, {own}"
