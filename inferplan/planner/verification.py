@@ -154,7 +154,7 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
     kept = tag_candidates(req, distinct(req, sorted(kept, key=lambda c: (c.cost.dollars_per_hour, -c.headroom,
                                                                        c.gpus))))
     warnings = list(result.warnings)
-    if not kept:
+    if not kept and dropped:
         warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")
     return result.model_copy(update={"recommendation": kept[0] if kept else None, "alternatives": kept[1:],
                                      "infeasible": [*dropped, *result.infeasible][:20], "warnings": warnings})

@@ -1,0 +1,194 @@
+"""Answers a platform team can deploy as printed: the example plans, fleet defaults, replicas and headroom,
+context limits, distinct alternatives, infeasibility that helps, arguments the engines accept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from inferplan.cli import main
+from inferplan.planner.engine_args import flag_problems
+from inferplan.planner.gpus import load_gpu_catalog
+from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.search import CONTEXT_LIMIT_SHARE, PRACTICAL_COST_FACTOR, context_overflow, plan
+from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
+from inferplan.planner.verification import verify_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = [*sorted((ROOT / "examples" / "plans").glob("*.yaml")),
+            *sorted((ROOT / "examples" / "platform").glob("*.yaml"))]
+INFEASIBLE = ROOT / "examples" / "platform" / "infeasible-ask.yaml"
+CONSUMER = {g.key for g in load_gpu_catalog() if g.segment == "consumer"}
+
+
+def spec_of(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    return data.get("spec", data)  # a manifest or a bare spec
+
+
+def shown(result: PlanResult) -> list[Candidate]:
+    return [c for c in [result.recommendation, *result.alternatives] if c is not None]
+
+
+def planned(path: Path) -> tuple[Any, PlanResult]:
+    req = resolve_plan(load_plan_file(path), path.parent)
+    return req, verify_plan(req, plan(req))
+
+
+def test_the_platform_example_set_covers_what_teams_ask() -> None:
+    platform = [p for p in EXAMPLES if p.parent.name == "platform"]
+    specs = [spec_of(p) for p in platform]
+    assert len(platform) >= 8
+    assert any("gpuTypes" not in s.get("constraints", {}) and "availableGpus" not in s.get("constraints", {})
+               for s in specs)                                        # GPU types open
+    assert {s["engine"]["name"] for s in specs} >= {"vllm", "sglang", "tgi", "tensorrt-llm"}
+    assert any(s.get("constraints", {}).get("availableGpus", {}).keys() == {"MI300X"} for s in specs)  # AMD only
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p != INFEASIBLE], ids=lambda p: p.stem)
+def test_every_example_recommendation_passes_the_simulator_at_its_slo_percentiles(
+        path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `inferplan simulate` serves 20,000 requests of the plan on the recommendation `inferplan plan` prints
+    # (verified on 5,000): every SLO holds at its own percentile.
+    assert main(["simulate", str(path), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    simulated = {(r["metric"], r["quantile"]): r["simulatedMs"] for r in out["percentiles"]}
+    slo = spec_of(path)["slo"]
+    for metric, bound in slo.items():
+        assert simulated[(metric, bound["percentile"])] <= bound["maxMs"], (metric, bound)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_shown_argument_list_passes_the_engine_pinned_parser(path: Path) -> None:
+    req, result = planned(path)
+    for c in shown(result):
+        assert flag_problems(req.engine, req.engine_version, c.engine_args) == [], c.engine_args
+        assert c.checkpoint and c.engine_command
+
+
+def test_open_gpu_types_leave_out_consumer_cards_unless_named() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "chat-8b-open-gpus.yaml")
+    assert shown(result) and not {c.gpu_type for c in shown(result)} & CONSUMER
+    assert any("consumer (GeForce) cards are left out" in a for a in result.assumptions)
+    named = resolve_plan(parse_plan({**spec_of(ROOT / "examples/platform/chat-8b-open-gpus.yaml"),
+                                     "constraints": {"gpuTypes": ["RTX-4090"]}}))
+    assert plan(named).recommendation.gpu_type == "RTX-4090"
+
+
+def test_gpus_per_node_come_from_the_catalog_chassis() -> None:
+    req = resolve_plan(load_plan_file(ROOT / "examples" / "platform" / "batch-70b-open-gpus.yaml"))
+    assert req.gpus_per_node["GH200-96GB-HBM3"] == 1 and req.gpus_per_node["H100-SXM5-80GB"] == 8
+    gh200 = resolve_plan(parse_plan({**spec_of(ROOT / "examples/platform/batch-70b-open-gpus.yaml"),
+                                     "constraints": {"gpuTypes": ["GH200-96GB-HBM3"], "tensorParallelSizes": [4]}}))
+    result = plan(gh200)
+    assert result.recommendation is None and result.infeasible[0].gate == "placement"
+    assert "nodes have 1" in result.infeasible[0].reason
+
+
+def test_at_least_two_replicas_and_the_minimum_headroom_by_default() -> None:
+    req, result = planned(ROOT / "examples" / "plans" / "chat-assistant-8b.yaml")
+    assert req.min_replicas == 2 and req.min_headroom == 0.05
+    assert all(c.replicas >= 2 and c.headroom >= 0.05 - 1e-3 for c in shown(result))
+    single = resolve_plan(parse_plan({**spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml"),
+                                      "constraints": {"minReplicas": 1, "minHeadroom": "0"}}))
+    one = plan(single)
+    assert any("minReplicas 1" in w for w in one.warnings)
+
+
+def test_a_context_below_the_prompt_tail_is_a_warning_with_the_share_rejected() -> None:
+    req, result = planned(ROOT / "examples" / "platform" / "long-context-gemma.yaml")
+    share = context_overflow(req, 8192)
+    assert 0.001 < share < CONTEXT_LIMIT_SHARE
+    assert result.recommendation is not None
+    assert any(f"{share:.1%} of requests" in w and "8192" in w for w in result.warnings)
+
+
+def test_a_context_far_below_the_tail_is_infeasible_and_says_what_would_fit() -> None:
+    spec = spec_of(ROOT / "examples/platform/long-context-gemma.yaml")
+    spec["workload"]["promptTokens"] = {"mean": 6000, "p95": 12000}  # the report: about a fifth rejected
+    req = resolve_plan(parse_plan(spec))
+    assert context_overflow(req, 8192) > 0.15
+    result = plan(req)
+    assert result.recommendation is None
+    assert any("8192" in w and "exceed it" in w for w in result.warnings)
+    assert result.suggestions and result.suggestions[0].startswith("context:")
+
+
+def test_alternatives_are_distinct_bounded_and_each_says_why() -> None:
+    for path in EXAMPLES:
+        if path == INFEASIBLE:
+            continue
+        _, result = planned(path)
+        rec, rows = result.recommendation, shown(result)
+        tags = [t for c in rows for t in c.tags]
+        assert len(tags) == len(set(tags)), path.name                      # each tag on one row
+        assert all(c.why for c in rows), path.name
+        assert all(c.cost.dollars_per_hour <= PRACTICAL_COST_FACTOR * rec.cost.dollars_per_hour * 1.2 for c in rows)
+        keys = [(c.gpu_type, c.gpus_per_replica, c.precision, c.kv_cache_dtype, c.max_batch, c.replicas) for c in rows]
+        assert len(keys) == len(set(keys)), path.name
+
+
+def test_an_infeasible_plan_names_every_gate_and_what_would_make_it_feasible() -> None:
+    _, result = planned(INFEASIBLE)
+    assert result.recommendation is None and result.infeasible
+    assert result.suggestions
+    kinds = {s.split(":")[0] for s in result.suggestions}
+    assert kinds & {"limits", "SLO", "GPU type"}
+    # Each suggestion names a deployment that meets every target once changed: check one by applying it.
+    slo = next(s for s in result.suggestions if s.startswith("SLO:"))
+    looser = int(slo.split("<= ")[1].split(" ms")[0])
+    spec = spec_of(INFEASIBLE)
+    spec["slo"]["tpot"]["maxMs"] = looser
+    assert plan(resolve_plan(parse_plan(spec))).recommendation is not None
+
+
+def test_a_shape_that_fails_several_gates_lists_them_all() -> None:
+    spec = spec_of(ROOT / "examples/platform/phi-4-tensor-parallel.yaml")
+    spec["constraints"] = {"gpuTypes": ["L4"], "tensorParallelSizes": [8], "gpusPerNode": {"L4": 4}}
+    result = plan(resolve_plan(parse_plan(spec)))
+    first = result.infeasible[0]
+    assert first.gate == "parallelism" and "10 KV heads" in first.reason
+    assert any(a.startswith("placement:") for a in first.also)
+
+
+def test_tgi_caps_the_batch_and_queues_above_it() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "tgi-mistral-7b.yaml")
+    for c in shown(result):
+        args = c.engine_args
+        assert int(args[args.index("--max-batch-size") + 1]) == c.max_batch
+        assert int(args[args.index("--max-concurrent-requests") + 1]) > c.max_batch
+
+
+def test_tensorrt_llm_serves_fp8_from_a_modelopt_checkpoint() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "trtllm-70b-fp8.yaml")
+    fp8 = [c for c in shown(result) if c.precision == "fp8"]
+    assert fp8 and all(c.checkpoint.startswith("nvidia/") and "FP8" in c.checkpoint for c in fp8)
+    assert all("--quantization" not in c.engine_args for c in shown(result))
+    assert all(c.provenance["engineVersion"] == "1.x" or c.provenance["engineVersion"].startswith("1")
+               for c in shown(result))
+
+
+def test_an_amd_only_cluster_gets_amd_answers() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "amd-only-cluster.yaml")
+    assert shown(result) and {c.gpu_type for c in shown(result)} == {"MI300X"}
+    assert all("amd.com/gpu.product-name" in c.node_selector for c in shown(result))
+
+
+def test_quantised_weights_come_from_a_repository_that_holds_them() -> None:
+    spec = spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml")
+    spec["model"] = {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["int4-awq", "bf16"]}
+    result = plan(resolve_plan(parse_plan(spec)))
+    for c in shown(result):
+        if c.precision == "int4-awq":
+            assert "awq" in c.checkpoint.lower() and "--quantization" not in c.engine_args
+        else:
+            assert c.checkpoint == "meta-llama/Llama-3.1-8B-Instruct"
+    spec["model"] = {"name": "deepseek-ai/DeepSeek-V3", "precisions": ["int4-awq"]}
+    spec["constraints"] = {"gpuTypes": ["H200-SXM-141GB"], "tensorParallelSizes": [8]}
+    refused = plan(resolve_plan(parse_plan(spec)))
+    assert refused.recommendation is None
+    assert any(i.gate == "precision" and "no public int4-awq checkpoint" in i.reason for i in refused.infeasible)
