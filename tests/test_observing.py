@@ -62,6 +62,18 @@ def test_a_vllm_deployment_tells_replicas_gpu_tp_batch_precision_and_kv() -> Non
                                      "max_batch": 64, "precision": "fp8", "kv_cache_dtype": "fp8"}
 
 
+def test_the_batch_of_a_tgi_deployment_the_planner_wrote_is_its_batch_cap() -> None:
+    # The planner's TGI arguments carry --max-batch-size (the cap) and a larger --max-concurrent-requests
+    # (admission): the batch read back is the cap, wherever each stands.
+    from inferplan.planner.search import plan
+
+    tgi = resolve_plan(load_plan_file(EXAMPLE.parents[1] / "platform" / "tgi-mistral-7b.yaml"))
+    c = plan(tgi).recommendation
+    assert "--max-concurrent-requests" in c.engine_args
+    for args in (c.engine_args, ["--max-concurrent-requests", "999", *c.engine_args]):
+        assert read_deployment(vllm_deployment(args))["max_batch"] == c.max_batch
+
+
 def test_shell_wrapped_arguments_and_gpu_limits_are_read() -> None:
     body = vllm_deployment(["-c", "exec vllm serve m --max-num-seqs 32 --dtype bfloat16"], ready=None, gpus="4")
     assert read_deployment(body) == {"replicas": 4, "gpu_type": "H100-SXM5-80GB", "gpus_per_replica": 4,

@@ -44,8 +44,9 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 GPU_TYPE_ANNOTATION = "inferplan.io/gpu-type"
 _FLAGS = {  # engine argument -> field, per engine (both --flag value and --flag=value are read)
     "tp": ("--tensor-parallel-size", "-tp", "--tp-size", "--tp", "--num-shard", "--tp_size"),
-    "batch": ("--max-num-seqs", "--max-running-requests", "--max-concurrent-requests", "--max_batch_size",
-              "--max-batch-size"),
+    # TGI: --max-batch-size caps the batch; --max-concurrent-requests only bounds admission (a fallback).
+    "batch": ("--max-num-seqs", "--max-running-requests", "--max_batch_size", "--max-batch-size",
+              "--max-concurrent-requests"),
     "quantization": ("--quantization", "-q", "--quantize"),
     "dtype": ("--dtype",),
     "kv": ("--kv-cache-dtype",),
@@ -75,8 +76,9 @@ def _arguments(container: Mapping[str, Any]) -> list[str]:
 
 
 def _flag(tokens: Sequence[str], names: Sequence[str]) -> str | None:
-    for i, token in enumerate(tokens):
-        for name in names:
+    """The value of the first of `names` (in their order of precedence) that `tokens` carry."""
+    for name in names:
+        for i, token in enumerate(tokens):
             if token == name and i + 1 < len(tokens):
                 return tokens[i + 1]
             if token.startswith(name + "="):

@@ -271,16 +271,20 @@ def _precision_note(c: _Ctx) -> str:
             "its quantisation config, so no quantisation flag is given")
 
 
+def _dtype_and_online(c: _Ctx) -> list[str]:
+    """vLLM's and SGLang's flags for 16-bit weights (`--dtype`) and for FP8 quantised at load."""
+    if c.sixteen_bit:
+        return ["--dtype", "bfloat16" if c.precision == "bf16" else "float16"]
+    return ["--quantization", "fp8"] if c.fmt == "online" else []
+
+
 def _vllm(c: _Ctx) -> EngineLaunch:
     s = c.settings
     notes = [_precision_note(c)]
     args = ["--model", c.checkpoint, "--tensor-parallel-size", str(c.tp), "--max-num-seqs", str(c.batch),
             "--gpu-memory-utilization", c.fraction, "--max-model-len", str(s.max_model_len)]
-    if c.sixteen_bit:
-        args += ["--dtype", "bfloat16" if c.precision == "bf16" else "float16"]
-    if c.fmt == "online":
-        args += ["--quantization", "fp8"]
-    elif c.fmt == "modelopt-fp8" and c.line == "0.6":
+    args += _dtype_and_online(c)
+    if c.fmt == "modelopt-fp8" and c.line == "0.6":
         args += ["--quantization", "modelopt"]
         notes.append("vLLM 0.6 does not read ModelOpt's hf_quant_config.json (it looks at config.json only), so "
                      "the ModelOpt method is named with --quantization modelopt")
@@ -324,10 +328,7 @@ def _sglang(c: _Ctx) -> EngineLaunch:
     notes = [_precision_note(c)]
     args = ["--model-path", c.checkpoint, "--tp-size", str(c.tp), "--max-running-requests", str(c.batch),
             "--mem-fraction-static", c.fraction, "--context-length", str(s.max_model_len)]
-    if c.sixteen_bit:
-        args += ["--dtype", "bfloat16" if c.precision == "bf16" else "float16"]
-    if c.fmt == "online":
-        args += ["--quantization", "fp8"]
+    args += _dtype_and_online(c)
     if c.fp8_kv:
         args += ["--kv-cache-dtype", "fp8_e4m3"]
         notes.append("FP8 KV cache: --kv-cache-dtype fp8_e4m3, the format FP8 checkpoints calibrate their k/v "
