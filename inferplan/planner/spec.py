@@ -66,6 +66,10 @@ skips those a GPU cannot run)."""
 BURSTINESS_ARRIVAL_CV2: dict[str, float] = {"steady": 0.25, "chatbot": 1.0, "bursty": 4.0, "agent": 8.0}
 """Squared coefficient of variation of request inter-arrival times per preset (assumed: 1.0 is Poisson)."""
 
+DEFAULT_MIN_REPLICAS = 2
+"""Replicas a plan asks for at least when it says nothing: one node or pod failure, or a rollout, must not stop
+the service (docs/planning.md)."""
+
 DEFAULT_LENGTH_CV = 1.0
 """CV of a token length given only as a mean (assumed: chat-like traffic, ShareGPT outputs have about 1.0)."""
 
@@ -588,10 +592,10 @@ class Constraints(_SpecModel):
         default_factory=dict, max_length=64, description="Most GPUs of one type, all replicas (GPU name -> count)."
     )
     max_replicas: int | None = Field(default=None, ge=1, le=10_000, description="Most replicas.")
-    min_replicas: int = Field(
-        default=2, ge=1, le=10_000,
-        description="Fewest replicas, for availability through a node or pod failure. Default 2; 1 is allowed "
-        "and warned about.",
+    min_replicas: int | None = Field(
+        default=None, ge=1, le=10_000,
+        description="Fewest replicas, for availability through a node or pod failure; 1 is allowed and warned "
+        "about. Default 2 (1 when maxReplicas is 1).",
     )
     min_headroom: HitRate = Field(
         default="0.05",
@@ -623,7 +627,7 @@ class Constraints(_SpecModel):
 
     @model_validator(mode="after")
     def _replica_bounds(self) -> Constraints:
-        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+        if self.max_replicas is not None and self.min_replicas is not None and self.max_replicas < self.min_replicas:
             raise _rule("minReplicas", f"must be <= maxReplicas ({self.max_replicas}), got {self.min_replicas}")
         return self
 
@@ -1169,7 +1173,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         max_gpus=limits.max_gpus,
         max_gpus_per_type=_by_key(limits.max_gpus_per_type, int),
         max_replicas=limits.max_replicas,
-        min_replicas=limits.min_replicas,
+        min_replicas=(limits.min_replicas if limits.min_replicas is not None
+                      else min(DEFAULT_MIN_REPLICAS, limits.max_replicas or DEFAULT_MIN_REPLICAS)),
         min_headroom=float(limits.min_headroom),
         budget_usd_per_hour=None if limits.budget_dollars_per_hour is None else float(limits.budget_dollars_per_hour),
         max_utilization=float(limits.max_utilization),
