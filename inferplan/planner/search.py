@@ -590,7 +590,7 @@ def _assumptions(req: PlanRequest, settings: EngineSettings) -> list[str]:
     return notes
 
 
-SLO_STEPS = (1.25, 1.6, 2.5, 4.0, 10.0)  # how far a suggestion relaxes one target, tried in turn
+SLO_RELAXED = 100.0  # a suggestion looks for the target one SLO would need within this factor of the plan's
 
 
 def _describe(c: Candidate) -> str:
@@ -636,18 +636,39 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int) -> list[str
         if other is not None and other.gpu_type not in types:
             out.append(f"GPU type: {_describe(other)} meets every target (a type this plan does not consider)")
     for k, slo in enumerate(req.slos):
-        for step in SLO_STEPS:
-            looser = replace(slo, max_s=slo.max_s * step)
-            found = best(replace(req, slos=(*req.slos[:k], looser, *req.slos[k + 1:])))
-            if found is not None:
-                name = QUANTILE_NAMES[slo.quantile]
-                value = float(getattr(getattr(found.predicted, f"{slo.metric}_ms"), name))
-                out.append(f"SLO: {_describe_slo(slo)} <= {math.ceil(max(value, slo.max_s * 1e3))} ms (now "
-                           f"{slo.max_s * 1e3:g}) gives {_describe(found)}")
-                break
+        name = QUANTILE_NAMES[slo.quantile]
+
+        def value(c: Candidate, metric: str = slo.metric, name: str = name) -> float:
+            return float(getattr(getattr(c.predicted, f"{metric}_ms"), name)) / 1e3
+
+        def at(target_s: float, k: int = k, slo: SloTarget = slo) -> list[Candidate]:
+            changed = replace(req, slos=(*req.slos[:k], replace(slo, max_s=target_s), *req.slos[k + 1:]))
+            result = plan(changed, factors, suggest=False)
+            return [c for c in [result.recommendation, *result.alternatives] if c is not None]
+
+        # Nearly without this target, the candidates shown include the lowest on its metric (within
+        # PRACTICAL_COST_FACTOR of the cheapest): a target it reaches is feasible. Two geometric bisection steps
+        # between the plan's target and that one then bring the suggestion within (reached / target)^(1/4).
+        reached = at(slo.max_s * SLO_RELAXED)
+        if not reached:
+            continue
+        low, high = slo.max_s, max(min(value(c) for c in reached), slo.max_s)
+        found = None
+        for _ in range(2):
+            middle = math.sqrt(low * high)
+            shown = at(middle)
+            if shown:
+                found, high = shown[0], max(value(shown[0]), low)
+            else:
+                low = middle
+        if found is None:  # the deployment the reached target gives, planned at that target
+            found = next(iter(at(high)), None)
+        if found is not None:
+            out.append(f"SLO: {_describe_slo(slo)} <= {math.ceil(high * 1e3)} ms (now {slo.max_s * 1e3:g}) gives "
+                       f"{_describe(found)}")
     if not out:
-        out.append("no single change among the limits, the GPU types and one SLO at up to 10x makes this plan "
-                   "feasible: see infeasible for what each candidate fails")
+        out.append(f"no single change among the limits, the GPU types and one SLO (up to {SLO_RELAXED:g}x) makes "
+                   "this plan feasible: see infeasible for what each candidate fails")
     return out
 
 

@@ -96,6 +96,11 @@ def should_verify(req: PlanRequest, default: bool = True) -> bool:
     return default or variable
 
 
+def _by_cost(c: Candidate) -> tuple[float, float, int]:
+    """The search's order: cost, then most headroom, then fewest GPUs."""
+    return c.cost.dollars_per_hour, -c.headroom, c.gpus
+
+
 def _misses(req: PlanRequest, sim: SimulationResult) -> list[tuple[SloTarget, float]]:
     """The SLOs `sim` misses, with the simulated value [s] (NaN counts as a miss)."""
     stats = {"ttft": sim.ttft, "tpot": sim.tpot, "e2e": sim.e2e}
@@ -109,13 +114,22 @@ def _simulated(latency: Any) -> Percentiles:
 
 def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_REQUESTS, seed: int = 0,
                 factors: FactorSet | None = None) -> PlanResult:
-    """Simulate the recommendation and the alternatives. One that misses an SLO is tried again with more
-    replicas (up to MAX_REPLICA_STEPS steps of about 10%, within the plan's limits); one that still misses
-    moves to `infeasible` (gate "verify"). The rest get their simulated percentiles (provenance "simulated"),
-    and the cheapest one left (ties by headroom) is recommended, as the search does."""
+    """Find the cheapest shown candidate that meets every SLO in the simulator and recommend it.
+
+    The candidates are simulated cheapest first. One that misses an SLO is tried again with more replicas (up
+    to MAX_REPLICA_STEPS steps of about 10%, within the plan's limits); one that still misses moves to
+    `infeasible` (gate "verify"); one that passes gets its simulated percentiles (provenance "simulated").
+    Simulation stops once no candidate left costs less than one that passed (the budget: usually one or two
+    simulations), so the alternatives after that keep their analytic figures and provenance. The cheapest
+    that passed (ties by headroom) is the recommendation."""
     kept: list[Candidate] = []
+    analytic: list[Candidate] = []
     dropped: list[Infeasible] = []
-    for first in [c for c in [result.recommendation, *result.alternatives] if c is not None]:
+    shown = [c for c in [result.recommendation, *result.alternatives] if c is not None]
+    for first in sorted(shown, key=_by_cost):
+        if kept and first.cost.dollars_per_hour >= min(c.cost.dollars_per_hour for c in kept):
+            analytic.append(first)
+            continue
         candidate: Candidate | None = first
         first_misses: list[tuple[SloTarget, float]] | None = None
         for _ in range(MAX_REPLICA_STEPS + 1):
@@ -151,8 +165,8 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
         kept.append(candidate.model_copy(update={
             "predicted": predicted, "provenance": candidate.provenance | {"predicted": "simulated"},
             "warnings": warnings[:16]}))
-    kept = tag_candidates(req, distinct(req, sorted(kept, key=lambda c: (c.cost.dollars_per_hour, -c.headroom,
-                                                                       c.gpus))))
+    kept = sorted(kept, key=_by_cost)  # the recommendation is the cheapest verified one
+    kept = tag_candidates(req, distinct(req, kept[:1] + sorted(kept[1:] + analytic, key=_by_cost)))
     warnings = list(result.warnings)
     if not kept and dropped:
         warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")
