@@ -26,6 +26,7 @@ from pathlib import Path
 
 from inferplan.planner.architectures import load_model_catalog
 from inferplan.planner.engines import SERVED_PRECISIONS
+from inferplan.planner.gpus import load_gpu_catalog
 from inferplan.planner.search import BATCH_SIZES, plan
 from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_plan
 
@@ -40,7 +41,8 @@ def whole_catalog_plan() -> dict:
         "workload": {"requestsPerSecond": "20", "promptTokens": {"mean": 500, "p95": 1500},
                      "outputTokens": {"mean": 250, "p95": 700}},
         "slo": {"ttft": {"maxMs": 500, "percentile": "p95"}, "tpot": {"maxMs": 50, "percentile": "p95"}},
-        "constraints": {"tensorParallelSizes": [1, 2, 4, 8]},
+        # Every GPU of the catalog, GeForce cards included (a plan's default leaves them out).
+        "constraints": {"tensorParallelSizes": [1, 2, 4, 8], "gpuTypes": [g.key for g in load_gpu_catalog()]},
     }
 
 
@@ -74,7 +76,7 @@ def main() -> int:
         result = plan(req)
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
-    shapes = len(req.tp_sizes) * len(req.precisions) * len(req.kv_dtypes) * 29
+    shapes = len(req.tp_sizes) * len(req.precisions) * len(req.kv_dtypes) * len(req.gpu_types or ())
     # CPU time as well: on a shared machine the wall clock also counts the time other processes ran.
     chosen = result.recommendation.gpu_type if result.recommendation else None
     print(f"(a) whole-catalog plan: {shapes} shapes x up to {len(BATCH_SIZES)} batch sizes; "
