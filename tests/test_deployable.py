@@ -152,7 +152,12 @@ def test_a_shape_that_fails_several_gates_lists_them_all() -> None:
     result = plan(resolve_plan(parse_plan(spec)))
     first = result.infeasible[0]
     assert first.gate == "parallelism" and "10 KV heads" in first.reason
-    assert any(a.startswith("placement:") for a in first.also)
+    assert any(a.startswith("placement:") and "nodes have 4" in a for a in first.also)
+    # A gate the shape passes is never listed: TP 4 fits a node of 8 L4s.
+    spec["constraints"]["tensorParallelSizes"] = [4]
+    spec["constraints"]["gpusPerNode"] = {"L4": 8}
+    refused = plan(resolve_plan(parse_plan(spec))).infeasible
+    assert refused and all(not a.startswith("placement:") for i in refused for a in i.also)
 
 
 def test_tgi_caps_the_batch_and_queues_above_it() -> None:

@@ -247,8 +247,8 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     rejected.append(_Rejections(
         "parallelism", refused, refused, None, (tp * price)[refused],
         lambda s: tp_problem(req.engine, req.arch, int(tp[s])) or ""))
-    placed = (tp <= per_node) & accepted
-    misplaced = np.flatnonzero(~placed)
+    misplaced = np.flatnonzero(tp > per_node)
+    placed = (tp <= per_node) & accepted  # what goes on through the gates
     rejected.append(_Rejections(
         "placement", misplaced, misplaced, None, (tp * price)[misplaced],
         lambda s: f"TP {tp[s]} needs {tp[s]} {gpus[gpu[s]].key} in one node; nodes have {per_node[s]}"))
