@@ -127,7 +127,7 @@ def test_alternatives_are_distinct_bounded_and_each_says_why() -> None:
         tags = [t for c in rows for t in c.tags]
         assert len(tags) == len(set(tags)), path.name                      # each tag on one row
         assert all(c.why for c in rows), path.name
-        assert all(c.cost.dollars_per_hour <= PRACTICAL_COST_FACTOR * rec.cost.dollars_per_hour * 1.2 for c in rows)
+        assert all(c.cost.dollars_per_hour <= PRACTICAL_COST_FACTOR * rec.cost.dollars_per_hour for c in rows)
         keys = [(c.gpu_type, c.gpus_per_replica, c.precision, c.kv_cache_dtype, c.max_batch, c.replicas) for c in rows]
         assert len(keys) == len(set(keys)), path.name
 
