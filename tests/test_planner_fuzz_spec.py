@@ -486,5 +486,7 @@ def test_any_spec_plans_to_sane_numbers_or_a_typed_explained_error(config_dir: P
         outcomes["recommended" if result.recommendation else "infeasible"] += 1
 
     planned_or_explained()
-    # Not all noise: the fuzz reaches the search (and finds answers) as well as rejecting specs.
-    assert outcomes["recommended"] >= 15 and outcomes["rejected"] >= 50, outcomes
+    # Not all noise: the fuzz reaches the search (and finds answers) as well as rejecting specs. The examples
+    # drawn depend on what the process imported before (the same seed gives 8 to 22 answers among 316 plans,
+    # alone or after the end-to-end tests), so the floor is low; a planner that answers nothing still fails it.
+    assert outcomes["recommended"] >= 5 and outcomes["rejected"] >= 50, outcomes
