@@ -802,7 +802,7 @@ def _tail_warning(req: PlanRequest) -> str:
     service = "from the lengths" if req.service_cv2 is None else f"{req.service_cv2:g}"
     return (f"arrival CV^2 {req.arrival_cv2:g}, service CV^2 {service}: the analytic latency tail is optimistic "
             "for traffic this variable (TTFT p99 up to several times at high utilisation); unless the plan sets "
-            "verify: false, the candidates shown are checked in the simulator")
+            "verify: false, the recommendation is checked in the simulator")
 
 
 def _percentiles(samples: dict[float, NDArray[np.float64]], i: int) -> Percentiles:
