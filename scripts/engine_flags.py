@@ -126,6 +126,8 @@ _TGI_COMMON: dict[str, dict[str, Any]] = {
 }
 _TGI_DTYPE = ["float16", "bfloat16"]
 _TGI_KV = ["fp8_e4m3fn", "fp8_e5m2"]
+_TGI_QUANTIZE = ["awq", "compressed-tensors", "eetq", "exl2", "gptq", "marlin", "bitsandbytes", "bitsandbytes-nf4",
+                 "bitsandbytes-fp4", "fp8"]
 TGI_FLAGS: dict[str, dict[str, Any]] = {
     "2": {
         "version": "2.4.1", "entry_point": "text-generation-launcher",
@@ -133,9 +135,7 @@ TGI_FLAGS: dict[str, dict[str, Any]] = {
                   "launcher/src/main.rs quotes in shared/catalog-facts/engine-defaults.md; the launcher is Rust and "
                   "not on PyPI, main.rs not read in this pass",
         "flags": {**_TGI_COMMON,
-                  "--quantize": {"value": "required", "choices": ["awq", "compressed-tensors", "eetq", "exl2", "gptq",
-                                                                  "marlin", "bitsandbytes", "bitsandbytes-nf4",
-                                                                  "bitsandbytes-fp4", "fp8"]},
+                  "--quantize": {"value": "required", "choices": _TGI_QUANTIZE},
                   "--dtype": {"value": "required", "choices": _TGI_DTYPE},
                   "--kv-cache-dtype": {"value": "required", "choices": _TGI_KV}},
     },
@@ -145,9 +145,7 @@ TGI_FLAGS: dict[str, dict[str, Any]] = {
                   "launcher/src/main.rs quotes (v3.3.7) in shared/catalog-facts/engine-defaults.md; the launcher is "
                   "Rust and not on PyPI, main.rs not read in this pass",
         "flags": {**_TGI_COMMON,
-                  "--quantize": {"value": "required", "choices": ["awq", "compressed-tensors", "eetq", "exl2", "gptq",
-                                                                  "marlin", "bitsandbytes", "bitsandbytes-nf4",
-                                                                  "bitsandbytes-fp4", "fp8"]},
+                  "--quantize": {"value": "required", "choices": _TGI_QUANTIZE},
                   "--dtype": {"value": "required", "choices": _TGI_DTYPE},
                   "--kv-cache-dtype": {"value": "required", "choices": _TGI_KV},
                   "--prometheus-port": {"value": "required"},
