@@ -16,23 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferplan.operator.status import InventoryEntry
-from inferplan.planner.gpus import parse_gpu_product, resolve_gpu
+from inferplan.planner.gpus import AMD, NVIDIA, GpuVendor, parse_gpu_product, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 
 __all__ = ["AMD", "NVIDIA", "GpuVendor", "Inventory", "NodeGpus", "build_inventory", "node_gpus"]
 
 
-@dataclass(frozen=True)
-class GpuVendor:
-    """The labels and resource one GPU vendor's node tooling publishes."""
-
-    product_label: str  # GPU product name (NVIDIA GPU feature discovery, AMD node labeller)
-    count_label: str  # GPUs on the node, used where the device plugin reports no allocatable resource
-    resource: str  # extended resource in status.allocatable
-
-
-NVIDIA = GpuVendor("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu")
-AMD = GpuVendor("amd.com/gpu.product-name", "amd.com/gpu.count", "amd.com/gpu")
 _VENDORS = (NVIDIA, AMD)  # a node labelled by both is read as NVIDIA
 
 _WHOLE_NUMBER = re.compile(r"^\s*\+?(\d+)\s*$")

@@ -9,18 +9,18 @@ loop; `observe_status` is pure. A failed query never clears what an earlier one 
 from __future__ import annotations
 
 import datetime
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.observe.observation import Observation, ObserveError, read_observation
 from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
 from inferplan.operator.status import condition
 from inferplan.planner.engines import ENGINES
 from inferplan.planner.factors import load_factors
-from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.gpus import GPU_VENDORS, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.observed import (
     QUANTILE_NAMES,
@@ -39,8 +39,7 @@ from inferplan.planner.spec import PlanError, PlanRequest
 
 DeploymentReader = Callable[[str], Mapping[str, Any] | None]  # name -> the Deployment (dict) or None if absent
 
-GPU_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name")
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+GPU_LABELS = tuple(vendor.product_label for vendor in GPU_VENDORS.values())
 GPU_TYPE_ANNOTATION = "inferplan.io/gpu-type"
 _FLAGS = {  # engine argument -> field, per engine (both --flag value and --flag=value are read)
     "tp": ("--tensor-parallel-size", "-tp", "--tp-size", "--tp", "--num-shard", "--tp_size"),
@@ -61,18 +60,6 @@ class CurrentError(Exception):
 
 # ----------------------------------------------------------------------------------------------------------
 # The current deployment
-
-
-def _arguments(container: Mapping[str, Any]) -> list[str]:
-    tokens: list[str] = []
-    for part in [*(container.get("command") or []), *(container.get("args") or [])]:
-        if not isinstance(part, str):
-            continue
-        try:  # `sh -c "vllm serve ... --max-num-seqs 64"` carries the arguments in one string
-            tokens.extend(shlex.split(part) if " " in part.strip() else [part])
-        except ValueError:
-            tokens.append(part)
-    return tokens
 
 
 def _flag(tokens: Sequence[str], names: Sequence[str]) -> str | None:
@@ -123,11 +110,8 @@ def read_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
             break
         except CatalogLookupError:
             continue
-    containers = [c for c in pod.get("containers") or [] if isinstance(c, Mapping)]
-    gpu_containers = [c for c in containers
-                      if any(key in ((c.get("resources") or {}).get("limits") or {}) for key in GPU_RESOURCES)]
-    container = (gpu_containers or containers or [{}])[0]
-    tokens = _arguments(container)
+    container = engine_container(pod) or {}
+    tokens = launch_tokens(container)
     limits = (container.get("resources") or {}).get("limits") or {}
     tp = _positive_int(_flag(tokens, _FLAGS["tp"])) or next(
         (_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)

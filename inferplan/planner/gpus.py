@@ -27,11 +27,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
 
 __all__ = [
+    "AMD",
+    "GPU_VENDORS",
+    "NVIDIA",
     "FigureProvenance",
     "GpuCatalog",
     "GpuCatalogError",
     "GpuProductLabel",
     "GpuSpec",
+    "GpuVendor",
     "SourceRef",
     "load_gpu_catalog",
     "parse_gpu_catalog",
@@ -58,6 +62,21 @@ FP8_FAMILIES = frozenset({"ada", "hopper", "blackwell", "cdna3"})
 
 # Leading words a name may carry or drop ("NVIDIA-GeForce-RTX-4090" == "RTX 4090", "Tesla-T4" == "T4").
 _VENDOR_WORDS = re.compile(r"^(?:nvidia|geforce|tesla|amd|instinct)+")
+
+@dataclass(frozen=True)
+class GpuVendor:
+    """The node labels and the extended resource one GPU vendor's Kubernetes tooling publishes."""
+
+    product_label: str  # GPU product name (NVIDIA GPU feature discovery, AMD node labeller)
+    count_label: str  # GPUs on the node, used where the device plugin reports no allocatable resource
+    resource: str  # extended resource in status.allocatable, and what a pod asks for in its limits
+
+
+NVIDIA = GpuVendor("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu")
+AMD = GpuVendor("amd.com/gpu.product-name", "amd.com/gpu.count", "amd.com/gpu")
+GPU_VENDORS = {"nvidia": NVIDIA, "amd": AMD}
+"""Catalog vendor -> its labels and resource: the one home of these names."""
+
 
 # GFD appends "-MIG-<profile>" (mixed strategy) and "-SHARED" (time-slicing / MPS) to gpu.product.
 _SHARED_SUFFIX = re.compile(r"[^a-z0-9]*shared$", re.IGNORECASE)
@@ -132,7 +151,7 @@ class GpuSpec:
     @property
     def product_label_key(self) -> str:
         """The node label that carries `product_label`."""
-        return "amd.com/gpu.product-name" if self.vendor == "amd" else "nvidia.com/gpu.product"
+        return (AMD if self.vendor == "amd" else NVIDIA).product_label
 
     @property
     def usable_memory_bytes(self) -> int:

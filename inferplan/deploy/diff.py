@@ -1,0 +1,206 @@
+"""What changes when a running Deployment becomes the recommended one, as a patch a GitOps review can read.
+
+`deployment_change(current, desired)` compares the Deployment that runs (read from the cluster or a file)
+with the one `inferplan render` makes of the recommendation, on what the recommendation decides: replicas,
+the engine container's image, launch (entry point, model and flags) and GPU/CPU/memory resources, and the
+GPU node selector. It returns one line per difference and a strategic merge patch that makes `current`
+say what `desired` says on those fields and leaves everything else (other containers, volumes, env, labels
+of the user's own) as it is: `kubectl patch deployment NAME --type strategic --patch-file patch.json`.
+
+Arguments are compared by meaning, not by spelling: `--flag=value` and `--flag value` are the same, flag
+order does not matter, and `sh -c "vllm serve ..."` is read as the command it runs. When they differ, the
+patch replaces the container's command and arguments with the rendered ones as a whole (a partial list edit
+of argv would be unreadable and fragile).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from inferplan.planner.gpus import GPU_VENDORS
+
+GPU_RESOURCES = tuple(vendor.resource for vendor in GPU_VENDORS.values())
+"""Extended resources a GPU container asks for; the engine's container is the one that asks for one."""
+GPU_SELECTOR_LABELS = tuple(vendor.product_label for vendor in GPU_VENDORS.values())
+"""Node labels that select a GPU type: a recommendation for another GPU type removes the ones it does not set."""
+
+
+@dataclass(frozen=True)
+class DeploymentChange:
+    """The difference between the running Deployment and the recommended one."""
+
+    summary: tuple[str, ...]
+    """One line per difference, e.g. 'replicas: 2 -> 3', 'args: --max-num-seqs 128 -> 256'."""
+    patch: dict[str, Any]
+    """Strategic merge patch for the Deployment ({} when in sync)."""
+
+    @property
+    def in_sync(self) -> bool:
+        return not self.summary
+
+    def patch_json(self) -> str:
+        """The patch as compact JSON with sorted keys (the same change always prints the same text)."""
+        return json.dumps(self.patch, sort_keys=True, separators=(",", ":"))
+
+
+def engine_container(pod_spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The container that runs the engine: the first one with a GPU limit, else the first one."""
+    containers = [c for c in pod_spec.get("containers") or [] if isinstance(c, Mapping)]
+    with_gpu = [c for c in containers if any(key in _limits(c) for key in GPU_RESOURCES)]
+    return (with_gpu or containers or [None])[0]
+
+
+def launch_tokens(container: Mapping[str, Any]) -> list[str]:
+    """The container's command and arguments as one argv; `sh -c "..."` strings are split as a shell would."""
+    tokens: list[str] = []
+    for part in [*(container.get("command") or []), *(container.get("args") or [])]:
+        if not isinstance(part, str):
+            continue
+        try:  # `sh -c "vllm serve ... --max-num-seqs 64"` carries the arguments in one string
+            tokens.extend(shlex.split(part) if " " in part.strip() else [part])
+        except ValueError:
+            tokens.append(part)
+    if len(tokens) >= 2 and tokens[0].rsplit("/", 1)[-1] in ("sh", "bash") and tokens[1] == "-c":
+        tokens = tokens[2:]
+    return tokens
+
+
+def split_launch(tokens: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str | None]]:
+    """(positional tokens before the first flag, {flag: value or None}) with `--a=b` read as `--a b`.
+
+    A flag takes the next token as its value unless that token is a flag itself; a later repeat of a flag
+    wins, as it does in the engines' argparse parsers."""
+    positional: list[str] = []
+    flags: dict[str, str | None] = {}
+    i = 0
+    while i < len(tokens) and not tokens[i].startswith("-"):
+        positional.append(tokens[i])
+        i += 1
+    while i < len(tokens):
+        token = tokens[i]
+        if token.startswith("--") and "=" in token:
+            name, value = token.split("=", 1)
+            flags[name] = value
+            i += 1
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            flags[token] = tokens[i + 1]
+            i += 2
+        else:
+            flags[token] = None
+            i += 1
+    return tuple(positional), flags
+
+
+def deployment_change(current: Mapping[str, Any], desired: Mapping[str, Any]) -> DeploymentChange:
+    """What to change in `current` (a Deployment as it runs) so that it runs `desired` (a rendered one).
+
+    Raises ValueError when `current` is not a Deployment with a container."""
+    if current.get("kind") not in (None, "Deployment"):
+        raise ValueError(f"expected a Deployment, got a {current.get('kind')}")
+    cur_pod = _pod(current)
+    want_pod = _pod(desired)
+    cur_container = engine_container(cur_pod)
+    want_container = engine_container(want_pod)
+    if cur_container is None:
+        raise ValueError("the Deployment has no container")
+    if want_container is None:
+        raise ValueError("the rendered Deployment has no container")
+    summary: list[str] = []
+    patch: dict[str, Any] = {}
+
+    replicas = (desired.get("spec") or {}).get("replicas")
+    current_replicas = (current.get("spec") or {}).get("replicas", 1)  # the API server's default
+    if replicas is not None and replicas != current_replicas:
+        summary.append(f"replicas: {current_replicas} -> {replicas}")
+        patch.setdefault("spec", {})["replicas"] = replicas
+
+    container_patch = _container_change(cur_container, want_container, summary)
+    selector_patch = _selector_change(cur_pod.get("nodeSelector") or {}, want_pod.get("nodeSelector") or {}, summary)
+    pod_patch: dict[str, Any] = {}
+    if container_patch:
+        pod_patch["containers"] = [{"name": cur_container.get("name"), **container_patch}]
+    if selector_patch:
+        pod_patch["nodeSelector"] = selector_patch
+    if pod_patch:
+        patch.setdefault("spec", {})["template"] = {"spec": pod_patch}
+    return DeploymentChange(tuple(summary), patch)
+
+
+def _pod(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
+    return ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+def _limits(container: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (container.get("resources") or {}).get("limits") or {}
+
+
+def _show(value: Any) -> str:
+    return "(none)" if value is None else str(value)
+
+
+def _container_change(current: Mapping[str, Any], desired: Mapping[str, Any], summary: list[str]) -> dict[str, Any]:
+    """The patch of the engine container (image, command and args, resources); appends to `summary`."""
+    patch: dict[str, Any] = {}
+    if desired.get("image") and desired.get("image") != current.get("image"):
+        summary.append(f"image: {_show(current.get('image'))} -> {desired['image']}")
+        patch["image"] = desired["image"]
+    if _launch_lines(launch_tokens(current), launch_tokens(desired), summary):
+        # The whole launch is replaced: an explicit empty list clears what the rendered container leaves out.
+        patch["command"] = list(desired.get("command") or [])
+        patch["args"] = list(desired.get("args") or [])
+    resources: dict[str, Any] = {}
+    for kind in ("limits", "requests"):
+        have = (current.get("resources") or {}).get(kind) or {}
+        want = (desired.get("resources") or {}).get(kind) or {}
+        changed: dict[str, Any] = {}
+        for key in sorted(set(want) | {k for k in have if k in GPU_RESOURCES}):
+            old, new = have.get(key), want.get(key)
+            if _quantity(old) != _quantity(new):
+                summary.append(f"resources.{kind}.{key}: {_show(old)} -> {_show(new)}")
+                changed[key] = new  # None removes another vendor's GPU resource
+        if changed:
+            resources[kind] = changed
+    if resources:
+        patch["resources"] = resources
+    return patch
+
+
+def _quantity(value: Any) -> str | None:
+    """A resource quantity as text, so that 1 and "1" compare equal."""
+    return None if value is None else str(value)
+
+
+def _launch_lines(current: Sequence[str], desired: Sequence[str], summary: list[str]) -> bool:
+    """Append the differences between two launches to `summary`; True when they differ."""
+    cur_positional, cur_flags = split_launch(current)
+    want_positional, want_flags = split_launch(desired)
+    before = len(summary)
+    if cur_positional != want_positional:
+        summary.append(f"command: {shlex.join(cur_positional) or '(none)'} -> {shlex.join(want_positional)}")
+    for flag in sorted(set(cur_flags) | set(want_flags)):
+        if flag not in want_flags:
+            summary.append(f"args: - {_flag_text(flag, cur_flags[flag])}")
+        elif flag not in cur_flags:
+            summary.append(f"args: + {_flag_text(flag, want_flags[flag])}")
+        elif cur_flags[flag] != want_flags[flag]:
+            summary.append(f"args: {flag} {_show(cur_flags[flag])} -> {_show(want_flags[flag])}")
+    return len(summary) > before
+
+
+def _flag_text(flag: str, value: str | None) -> str:
+    return flag if value is None else f"{flag} {value}"
+
+
+def _selector_change(current: Mapping[str, Any], desired: Mapping[str, Any], summary: list[str]) -> dict[str, Any]:
+    """The node selector patch: the desired labels set, GPU labels the desired one lacks removed."""
+    patch: dict[str, Any] = {}
+    for key in sorted(set(desired) | {k for k in current if k in GPU_SELECTOR_LABELS}):
+        old, new = current.get(key), desired.get(key)
+        if old != new:
+            summary.append(f"nodeSelector.{key}: {_show(old)} -> {_show(new)}")
+            patch[key] = new
+    return patch

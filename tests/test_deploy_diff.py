@@ -1,0 +1,116 @@
+"""deployment_change: what a GitOps review sees when the running Deployment is compared with the rendered one."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from inferplan.deploy.diff import deployment_change, launch_tokens, split_launch
+
+
+def _deployment(replicas: int = 2, args: list[str] | None = None, gpus: int = 1,
+                product: str = "NVIDIA-A100-SXM4-80GB", image: str = "vllm/vllm-openai:v0.11.2",
+                command: list[str] | None = None, extra_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    container = {
+        "name": "vllm",
+        "image": image,
+        "command": ["vllm", "serve"] if command is None else command,
+        "args": ["meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "128", "--tensor-parallel-size", str(gpus)]
+        if args is None else args,
+        "resources": {"limits": {"nvidia.com/gpu": gpus, "cpu": "8"}, "requests": {"cpu": "4"}},
+        "env": [{"name": "HF_HOME", "value": "/cache"}],
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "chat"},
+        "spec": {"replicas": replicas, "template": {"spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": product, **(extra_selector or {})},
+            "containers": [{"name": "sidecar", "image": "busybox"}, container],
+        }}},
+    }
+
+
+def test_the_same_deployment_is_in_sync() -> None:
+    change = deployment_change(_deployment(), _deployment())
+    assert change.in_sync
+    assert change.patch == {}
+    assert change.summary == ()
+
+
+def test_spelling_and_order_of_flags_do_not_count() -> None:
+    current = _deployment(args=["meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size=1", "--max-num-seqs=128"])
+    assert deployment_change(current, _deployment()).in_sync
+
+
+def test_a_shell_wrapped_launch_is_read_as_the_command_it_runs() -> None:
+    current = _deployment(command=["sh", "-c"], args=[
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 128 --tensor-parallel-size 1"])
+    assert deployment_change(current, _deployment()).in_sync
+
+
+def test_each_difference_is_a_line_and_the_patch_sets_it() -> None:
+    current = _deployment(replicas=2, gpus=1, product="NVIDIA-A100-SXM4-80GB",
+                          args=["meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "128", "--enforce-eager"])
+    desired = _deployment(replicas=3, gpus=2, product="NVIDIA-H100-80GB-HBM3", image="vllm/vllm-openai:v0.12.0",
+                          args=["meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "256",
+                                "--tensor-parallel-size", "2"])
+    change = deployment_change(current, desired)
+    assert set(change.summary) == {
+        "replicas: 2 -> 3",
+        "image: vllm/vllm-openai:v0.11.2 -> vllm/vllm-openai:v0.12.0",
+        "args: - --enforce-eager",
+        "args: --max-num-seqs 128 -> 256",
+        "args: + --tensor-parallel-size 2",
+        "resources.limits.nvidia.com/gpu: 1 -> 2",
+        "nodeSelector.nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB -> NVIDIA-H100-80GB-HBM3",
+    }
+    assert change.patch["spec"]["replicas"] == 3
+    pod = change.patch["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    [container] = pod["containers"]
+    assert container["name"] == "vllm"  # the running container's name: strategic merge matches on it
+    assert container["args"] == desired["spec"]["template"]["spec"]["containers"][1]["args"]
+    assert container["command"] == ["vllm", "serve"]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 2}}  # the CPU the user set stays
+
+
+def test_what_the_recommendation_does_not_decide_is_left_alone() -> None:
+    current = _deployment(extra_selector={"pool": "serving"})
+    desired = copy.deepcopy(_deployment())
+    desired["spec"]["template"]["spec"]["containers"][1]["env"] = []
+    change = deployment_change(current, desired)
+    assert change.in_sync, change.summary
+
+
+def test_another_vendor_removes_the_old_gpu_resource_and_label() -> None:
+    current = _deployment()
+    desired = _deployment()
+    pod = desired["spec"]["template"]["spec"]
+    pod["nodeSelector"] = {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}
+    pod["containers"][1]["resources"] = {"limits": {"amd.com/gpu": 1}}
+    change = deployment_change(current, desired)
+    patch_pod = change.patch["spec"]["template"]["spec"]
+    assert patch_pod["nodeSelector"] == {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM",
+                                         "nvidia.com/gpu.product": None}
+    assert patch_pod["containers"][0]["resources"] == {"limits": {"amd.com/gpu": 1, "nvidia.com/gpu": None}}
+
+
+def test_a_deployment_without_replicas_runs_one() -> None:
+    current = _deployment()
+    del current["spec"]["replicas"]
+    assert deployment_change(current, _deployment(replicas=1)).in_sync
+    assert deployment_change(current, _deployment(replicas=2)).summary == ("replicas: 1 -> 2",)
+
+
+def test_not_a_deployment_is_refused() -> None:
+    with pytest.raises(ValueError, match="expected a Deployment, got a StatefulSet"):
+        deployment_change({"kind": "StatefulSet"}, _deployment())
+    with pytest.raises(ValueError, match="no container"):
+        deployment_change({"kind": "Deployment", "spec": {}}, _deployment())
+
+
+def test_launch_parsing() -> None:
+    assert launch_tokens({"command": ["/bin/sh", "-c", "vllm serve m --x 1"]}) == ["vllm", "serve", "m", "--x", "1"]
+    assert split_launch(["vllm", "serve", "m", "--a=1", "--flag", "--b", "2", "--a", "3"]) == (
+        ("vllm", "serve", "m"), {"--a": "3", "--flag": None, "--b": "2"})
