@@ -3,14 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 FACTORS_HELP = "efficiency factors to use (default: the fitted ones shipped)"
 EXAMPLE_PLAN = "inferplan/planner/data/example-plan.yaml, the same as examples/plans/chat-assistant-8b.yaml"
 EXAMPLE = "bundled example (inferplan/planner/data/example-scenarios.jsonl)"
+
+
+@contextmanager
+def _importing() -> Iterator[None]:
+    """Around a command's imports of numpy, pydantic and the planner, half of what `inferplan plan` takes.
+
+    They leave some 30,000 objects for the cyclic garbage collector and next to no garbage, so it would only
+    walk them (about 90 collections, 15-40 ms of a 0.25 s `plan`): it is paused, and what the imports made is
+    then left out of later collections (gc.freeze) for the rest of the process. numpy starts OpenBLAS with a
+    thread per core when it is first imported, and the others cost CPU time (0.1 s of a `plan` here); the planner
+    makes no BLAS call (no matrix products), so one thread is enough unless OPENBLAS_NUM_THREADS says
+    otherwise. pydantic looks for plugins (a scan of every installed package's entry points, about 13 ms) when
+    the first model is built; the command line uses none, so they are off unless PYDANTIC_DISABLE_PLUGINS says
+    otherwise. Nothing changes for a process that has imported the planner already (a second command)."""
+    if "inferplan.planner.search" in sys.modules:
+        yield
+        return
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _example_path() -> Path:
@@ -110,8 +140,9 @@ def _load_plan(file: str | None):  # -> PlanRequest | None
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from inferplan.planner.search import plan
-    from inferplan.planner.verification import should_verify, verify_plan
+    with _importing():
+        from inferplan.planner.search import plan
+        from inferplan.planner.verification import should_verify, verify_plan
 
     request = _load_plan(args.file)
     if request is None:
@@ -209,6 +240,249 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    """Plan (as `inferplan plan`), simulate the recommendation (as `inferplan simulate`) and write the HTML report."""
+    from inferplan.planner.search import plan
+    from inferplan.planner.verification import should_verify, simulate_candidate, verify_plan
+    from inferplan.report import render_report
+
+    read = _read_manifest(args.file)
+    if read is None:
+        return 2
+    raw, request = read
+    try:
+        result = _status_result(raw)
+    except ValueError as exc:
+        print(f"inferplan: error: {exc}", file=sys.stderr)
+        return 2
+    if result is not None:
+        print("inferplan: reporting the answer in the manifest's status (not planning again)", file=sys.stderr)
+    else:
+        result = plan(request, _factors(args.factors))
+        if should_verify(request, args.verify):
+            result = verify_plan(request, result, factors=_factors(args.factors))
+    simulation = None
+    if result.recommendation is not None:
+        simulation = simulate_candidate(request, result.recommendation, requests=args.requests, seed=args.seed,
+                                        factors=_factors(args.factors))
+    source = "standard input" if args.file == "-" else Path(args.file).name if args.file else "bundled example plan"
+    title = args.title or f"inferplan report: {source}"
+    page = render_report(request, result, simulation, title=title)
+    if not args.output:
+        sys.stdout.write(page)
+        return 0
+    try:
+        Path(args.output).write_text(page, encoding="ascii")
+    except OSError as exc:
+        print(f"inferplan: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _read_manifest(file: str | None):  # -> (raw mapping, PlanRequest) | None
+    """The plan file (`-`: standard input) as read, and its spec resolved; None after printing every problem."""
+    import yaml
+
+    from inferplan.planner.spec import PlanError, parse_plan, resolve_plan
+
+    if file != "-":
+        request = _load_plan(file)
+        if request is None:
+            return None
+        path = Path(file) if file else _example_plan()
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) if path.suffix.lower() != ".json" else json.loads(
+            path.read_text(encoding="utf-8"))
+        return raw, request
+    try:
+        raw = yaml.safe_load(sys.stdin.read())
+        return raw, resolve_plan(parse_plan(raw), Path.cwd())
+    except yaml.YAMLError as exc:
+        print(f"<stdin>: malformed YAML: {exc}", file=sys.stderr)
+    except PlanError as exc:
+        for field, message in exc.problems:
+            print(f"<stdin>: {field}: {message}" if field else f"<stdin>: {message}", file=sys.stderr)
+    return None
+
+
+def _status_recommendation(raw: dict):  # -> Candidate | None
+    """status.recommendation of a manifest read back from the cluster, as the Candidate it holds (the status's
+    extra keys, such as its manifests reference, left out); None when there is none. Raises ValueError."""
+    from pydantic import ValidationError
+
+    from inferplan.planner.results import Candidate
+
+    status = raw.get("status") if isinstance(raw, dict) else None
+    recommendation = status.get("recommendation") if isinstance(status, dict) else None
+    if not isinstance(recommendation, dict):
+        return None
+    fields = {field.alias or name for name, field in Candidate.model_fields.items()}
+    try:
+        return Candidate.model_validate({k: v for k, v in recommendation.items() if k in fields})
+    except ValidationError as exc:
+        raise ValueError(f"status.recommendation is not a recommendation: {exc.errors()[0]['msg']} at "
+                         f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}") from None
+
+
+def _status_result(raw: dict):  # -> PlanResult | None
+    """The answer in the status of a manifest read back from the cluster (recommendation, alternatives, infeasible
+    candidates, warnings, assumptions, suggestions) as a PlanResult; None when the status holds no answer.
+    Raises ValueError."""
+    from pydantic import ValidationError
+
+    from inferplan.planner.results import PlanResult
+
+    status = raw.get("status") if isinstance(raw, dict) else None
+    if not isinstance(status, dict) or not ("recommendation" in status or status.get("infeasible")):
+        return None
+    try:
+        return PlanResult.model_validate({
+            "recommendation": _status_recommendation(raw),
+            **{key: status.get(key) or [] for key in ("alternatives", "infeasible", "warnings", "assumptions",
+                                                      "suggestions")}})
+    except ValidationError as exc:
+        raise ValueError(f"the status holds no plan answer: {exc.errors()[0]['msg']} at "
+                         f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}") from None
+
+
+def _render_candidate(args: argparse.Namespace, raw, request):  # -> Candidate | None
+    """The recommendation to render: the manifest's status.recommendation when it has one (said on stderr), else
+    a new plan, as `inferplan plan` makes it. None (reasons printed) when the plan has no feasible deployment."""
+    from inferplan.planner.search import plan
+    from inferplan.planner.verification import should_verify, verify_plan
+
+    candidate = _status_recommendation(raw)
+    if candidate is not None:
+        meta, status = raw.get("metadata") or {}, raw.get("status") or {}
+        print("inferplan: rendering the recommendation in the manifest's status (not planning again)",
+              file=sys.stderr)
+        seen, generation = status.get("observedGeneration"), meta.get("generation")
+        if seen is not None and generation is not None and seen != generation:
+            print(f"inferplan: warning: the status answers generation {seen} of the spec, which is at generation "
+                  f"{generation} now", file=sys.stderr)
+        return candidate
+    result = plan(request, _factors(args.factors))
+    if should_verify(request, args.verify):
+        result = verify_plan(request, result, factors=_factors(args.factors))
+    if result.recommendation is None:
+        print("inferplan: the plan has no feasible deployment to render", file=sys.stderr)
+        for item in result.infeasible[:5]:
+            print(f"  {item.gpu_type} x{item.gpus_per_replica} {item.precision}: {item.gate}: {item.reason}",
+                  file=sys.stderr)
+        for line in result.suggestions:
+            print(f"  suggestion: {line}", file=sys.stderr)
+    return result.recommendation
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    """Render the recommendation as Kubernetes objects (and an autoscaler), as multi-document YAML or a v1 List."""
+    from inferplan.deploy.autoscaling import PROMETHEUS_URL, autoscaling, hand_replicas_to_autoscaler, replica_bounds
+    from inferplan.deploy.manifests import dns_label, manifests_digest, render, to_yaml
+
+    read = _read_manifest(args.file)
+    if read is None:
+        return 2
+    raw, request = read
+    try:
+        candidate = _render_candidate(args, raw, request)
+    except ValueError as exc:
+        print(f"inferplan: error: {exc}", file=sys.stderr)
+        return 2
+    if candidate is None:
+        return 1
+    meta = (raw.get("metadata") if isinstance(raw, dict) else None) or {}
+    name = args.name or meta.get("name") or dns_label(request.served_model)
+    namespace = args.namespace or meta.get("namespace")
+    try:
+        objects = render(request, candidate, name=name, namespace=namespace, target=args.target, image=args.image)
+        if args.autoscaling:
+            objects = hand_replicas_to_autoscaler(objects, replica_bounds(request, candidate))
+            objects += autoscaling(request, candidate, name=name, namespace=namespace, kind=args.autoscaling,
+                                   target=args.target, metric=args.scale_on,
+                                   prometheus_url=args.prometheus_url or PROMETHEUS_URL)
+    except ValueError as exc:
+        print(f"inferplan: error: {exc}", file=sys.stderr)
+        return 2
+    if args.autoscaling == "keda" and not args.prometheus_url:
+        print(f"inferplan: the ScaledObject's serverAddress is a placeholder ({PROMETHEUS_URL}): set it with "
+              "--prometheus-url", file=sys.stderr)
+    if args.output == "json":
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
+    else:
+        print(to_yaml(objects), end="")
+    print(f"inferplan: {len(objects)} objects, {manifests_digest(objects)}", file=sys.stderr)
+    return 0
+
+
+def _read_deployment(file: str):  # -> dict | None
+    """The one Deployment in `file` (`-`: standard input): a manifest, a multi-document file or a v1 List, as
+    `kubectl get deployment NAME -o yaml` prints it; None after saying what is wrong."""
+    import yaml
+
+    where = "<stdin>" if file == "-" else file
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+        documents = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"inferplan: error: cannot read {where}: {exc}", file=sys.stderr)
+        return None
+    except yaml.YAMLError as exc:
+        print(f"{where}: malformed YAML: {exc}", file=sys.stderr)
+        return None
+    items = [i for d in documents for i in (d.get("items") or [] if d.get("kind") == "List" else [d])]
+    found = [i for i in items if isinstance(i, dict) and i.get("kind") == "Deployment"]
+    if len(found) != 1:
+        names = ", ".join(str((d.get("metadata") or {}).get("name")) for d in found) or "none"
+        print(f"inferplan: error: {where} must hold exactly one Deployment (found: {names})", file=sys.stderr)
+        return None
+    return found[0]
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    """What applying the recommendation changes in a running Deployment: one line per difference and a strategic
+    merge patch. Exit 0 when in sync, 1 when it differs, 2 on trouble (as diff does)."""
+    from inferplan.deploy.diff import deployment_change
+    from inferplan.deploy.manifests import deployment, dns_label
+
+    if args.file == "-" and args.deployment == "-":
+        print("inferplan: error: the plan and the Deployment cannot both come from standard input", file=sys.stderr)
+        return 2
+    current = _read_deployment(args.deployment)
+    if current is None:
+        return 2
+    read = _read_manifest(args.file)
+    if read is None:
+        return 2
+    raw, request = read
+    try:
+        candidate = _render_candidate(args, raw, request)
+        if candidate is None:
+            print("inferplan: error: the plan has no feasible deployment to compare with", file=sys.stderr)
+            return 2
+        meta = (raw.get("metadata") if isinstance(raw, dict) else None) or {}
+        desired = deployment(request, candidate, name=meta.get("name") or dns_label(request.served_model),
+                             image=args.image)
+        change = deployment_change(current, desired)
+    except ValueError as exc:
+        print(f"inferplan: error: {exc}", file=sys.stderr)
+        return 2
+    name = (current.get("metadata") or {}).get("name", "DEPLOYMENT")
+    if args.output == "json":
+        print(json.dumps({"deployment": name, "inSync": change.in_sync, "summary": list(change.summary),
+                          "patch": change.patch}, indent=2, sort_keys=True))
+    elif args.output == "patch":
+        print(change.patch_json())
+    elif change.in_sync:
+        print(f"Deployment {name} already runs the recommendation")
+    else:
+        print(f"Deployment {name} -> {candidate.replicas} x {candidate.gpus_per_replica} {candidate.gpu_type} "
+              f"({candidate.precision}, max batch {candidate.max_batch}):")
+        print("\n".join(f"  {line}" for line in change.summary))
+        print(f"patch (kubectl patch deployment {name} --type strategic --patch-file PATCH.json):")
+        print(change.patch_json())
+    return 0 if change.in_sync else 1
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from inferplan.operator.main import run
 
@@ -254,6 +528,63 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                      help="simulate the recommendation inferplan plan prints with the same option (default on)")
     sim.set_defaults(func=_cmd_simulate)
+
+    rep = sub.add_parser("report", help="plan, simulate the recommendation and write a self-contained HTML report")
+    rep.add_argument("file", nargs="?", metavar="PLAN",
+                     help="plan file, or - for standard input; a manifest read back with kubectl get -o yaml reports "
+                     "the answer in its status (default: the bundled example plan)")
+    rep.add_argument("-o", "--output", metavar="REPORT.html", help="file to write (default: standard output)")
+    rep.add_argument("--title", help="the page's title (default: from the plan file's name)")
+    rep.add_argument("--requests", type=int, default=20_000,
+                     help="requests to simulate for the latency distributions (default 20000)")
+    rep.add_argument("--seed", type=int, default=0, help="random seed of the simulated workload (default 0)")
+    rep.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    rep.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                     help="report the recommendation inferplan plan prints with the same option (default on)")
+    rep.set_defaults(func=_cmd_report)
+
+    ren = sub.add_parser("render", help="the recommendation as Kubernetes manifests (and autoscaling), multi-document "
+                         "YAML for kubectl apply (docs/deploy.md)")
+    ren.add_argument("file", nargs="?", metavar="PLAN",
+                     help="plan file, or - for standard input; a manifest read back with kubectl get -o yaml renders "
+                     "its status.recommendation as it is (default: the bundled example plan)")
+    ren.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
+                     help="yaml (documents separated by ---) or json (a v1 List)")
+    ren.add_argument("--target", choices=("deployment", "kserve"), default="deployment",
+                     help="deployment: Deployment (LeaderWorkerSet when a replica spans nodes) + Service; kserve: a "
+                     "KServe InferenceService (default deployment)")
+    ren.add_argument("--autoscaling", choices=("hpa", "keda"),
+                     help="add an autoscaler between the plan's replica bounds at the per-replica target: an HPA on a "
+                     "Prometheus-adapter metric, or a KEDA ScaledObject")
+    ren.add_argument("--scale-on", choices=("requests", "concurrency"), default="requests",
+                     help="the autoscaler's per-replica target: requests/s at the SLO, or running sequences "
+                     "(default requests)")
+    ren.add_argument("--prometheus-url", metavar="URL", help="Prometheus the KEDA trigger queries")
+    ren.add_argument("--name", help="name of the objects (default: the manifest's metadata.name, else the model's)")
+    ren.add_argument("--namespace", help="namespace of the objects (default: the manifest's, else none)")
+    ren.add_argument("--image", help="the engine's container image (default: spec.engine.image, else the engine's "
+                     "published image)")
+    ren.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    ren.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                     help="render the recommendation inferplan plan prints with the same option (default on)")
+    ren.set_defaults(func=_cmd_render)
+
+    dif = sub.add_parser("diff", help="what applying the recommendation changes in a running Deployment: lines and a "
+                         "strategic merge patch; exit 0 in sync, 1 different, 2 trouble (docs/deploy.md)")
+    dif.add_argument("file", nargs="?", metavar="PLAN",
+                     help="plan file, or - for standard input; a manifest read back with kubectl get -o yaml compares "
+                     "its status.recommendation (default: the bundled example plan)")
+    dif.add_argument("--deployment", required=True, metavar="FILE",
+                     help="the running Deployment, e.g. from kubectl get deployment NAME -o yaml (- for standard "
+                     "input)")
+    dif.add_argument("-o", "--output", choices=("text", "json", "patch"), default="text",
+                     help="text (lines and the patch), json, or patch (the patch alone, for kubectl patch)")
+    dif.add_argument("--image", help="the engine's container image (default: spec.engine.image, else the engine's "
+                     "published image)")
+    dif.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
+    dif.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                     help="compare with the recommendation inferplan plan prints with the same option (default on)")
+    dif.set_defaults(func=_cmd_diff)
 
     op = sub.add_parser("operator", help="run the Kubernetes operator (settings: INFERPLAN_* variables, see docs)")
     op.set_defaults(func=_cmd_operator)
@@ -302,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          ("trace", "trace file")):
         given = getattr(args, option, None)
         for path in given if isinstance(given, list) else [given]:
-            if path and not Path(path).is_file():
+            if path and path != "-" and not Path(path).is_file():  # "-": standard input (render)
                 print(f"inferplan: error: {what} not found: {path}", file=sys.stderr)
                 return 2
     try:

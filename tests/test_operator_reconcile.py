@@ -98,3 +98,58 @@ def test_config_map_models_are_read_through_the_reader() -> None:
 
     assert reconcile_plan(data, CLUSTER, missing).error[0] == "InvalidModel"
     assert reconcile_plan(data, CLUSTER, lambda n, k: "{not json").error[0] == "InvalidModel"
+
+
+def _observing(deployment: str = "chat") -> dict[str, Any]:
+    data = spec()
+    data["observe"] = {"prometheus": "main", "selector": {"model_name": "llama"}, "current": {"deployment": deployment}}
+    return data
+
+
+def test_the_outcome_carries_the_manifests_reference_and_the_change_against_the_running_deployment() -> None:
+    from inferplan.deploy.manifests import deployment, manifests_digest, render
+    from inferplan.operator.reconcile import parse_and_resolve
+
+    plain = reconcile_plan(spec(), CLUSTER, verify_default=False, name="chat", namespace="llm")
+    assert plain.change is None  # no current Deployment named
+    assert plain.manifests is not None and plain.result is not None and plain.result.recommendation is not None
+    _, request = parse_and_resolve(spec(), None)
+    recommendation = plain.result.recommendation
+    objects = render(request, recommendation, name="chat", namespace="llm")
+    assert plain.manifests.digest == manifests_digest(objects)
+    assert plain.manifests.objects == [f"{o['kind']}/chat" for o in objects]
+    assert "inferplan render -" in plain.manifests.render
+
+    running = deployment(request, recommendation, name="chat", namespace="llm")
+    same = reconcile_plan(_observing(), CLUSTER, verify_default=False, name="chat", namespace="llm",
+                          current_deployment=running)
+    assert same.change is not None and same.change.in_sync and same.change.patch == ""
+    running["spec"]["replicas"] = recommendation.replicas + 1
+    more = reconcile_plan(_observing(), CLUSTER, verify_default=False, name="chat", namespace="llm",
+                          current_deployment=running)
+    assert more.change is not None and not more.change.in_sync
+    assert more.change.summary == [f"replicas: {recommendation.replicas + 1} -> {recommendation.replicas}"]
+    assert json.loads(more.change.patch) == {"spec": {"replicas": recommendation.replicas}}
+    missing = reconcile_plan(_observing("gone"), CLUSTER, verify_default=False, name="chat", namespace="llm")
+    assert missing.change is not None and missing.change.deployment == "gone"
+    assert "not found" in missing.change.problem and not missing.change.in_sync
+
+
+def test_an_observation_recomputes_the_change_of_the_recommendation_in_the_status() -> None:
+    from inferplan.deploy.manifests import deployment
+    from inferplan.operator.reconcile import parse_and_resolve, with_current_change
+    from inferplan.operator.status import next_status
+
+    outcome = reconcile_plan(_observing(), CLUSTER, verify_default=False, name="chat", namespace="llm")
+    status = next_status(None, generation=1, now="2026-01-01T00:00:00Z", planner_version="t", inventory=CLUSTER,
+                         result=outcome.result, error=None, manifests=outcome.manifests, change=outcome.change)
+    assert status["recommendation"]["change"]["inSync"] is False  # "chat" did not exist when planned
+    _, request = parse_and_resolve(_observing(), None)
+    assert outcome.result is not None and outcome.result.recommendation is not None
+    applied = deployment(request, outcome.result.recommendation, name="chat", namespace="llm")
+    after = with_current_change(_observing(), status, name="chat", namespace="llm", body=applied)
+    assert after["recommendation"]["change"] == {"deployment": "chat", "inSync": True, "summary": [], "patch": "",
+                                                 "problem": ""}
+    assert {k: v for k, v in after.items() if k != "recommendation"} == {
+        k: v for k, v in status.items() if k != "recommendation"}
+    assert with_current_change(spec(), status, name="chat", namespace="llm", body=applied) == status

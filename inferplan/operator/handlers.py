@@ -57,7 +57,15 @@ from inferplan.operator import GROUP, PLURAL, VERSION, metrics
 from inferplan.operator.inventory import Inventory, build_inventory, node_gpus
 from inferplan.operator.main import planner_worker_init
 from inferplan.operator.observing import CurrentError, DeploymentReader, observe_plan, observe_status
-from inferplan.operator.reconcile import ConfigMapReader, Outcome, error_reason, reconcile_plan, with_config_map
+from inferplan.operator.reconcile import (
+    ConfigMapReader,
+    Outcome,
+    current_deployment_name,
+    error_reason,
+    reconcile_plan,
+    with_config_map,
+    with_current_change,
+)
 from inferplan.operator.settings import load_settings
 from inferplan.operator.status import next_status, status_patch
 from inferplan.planner.gpus import resolve_gpu
@@ -95,13 +103,15 @@ class PlannerPool:
         return self._executor
 
     async def plan(self, spec: Mapping[str, Any], inventory: Inventory, verify: bool,
-                   status: Mapping[str, Any] | None) -> Outcome:
-        """`reconcile_plan(spec, inventory, None, verify, status)` in a worker (the spec's ConfigMap, if any,
-        already inlined: a worker process has no API client)."""
+                   status: Mapping[str, Any] | None, name: str, namespace: str,
+                   current_deployment: Mapping[str, Any] | None) -> Outcome:
+        """`reconcile_plan(spec, inventory, None, verify, status, ...)` in a worker (the spec's ConfigMap and
+        the current Deployment, if any, already read: a worker process has no API client)."""
         executor = self._current()
+        call = functools.partial(reconcile_plan, spec, inventory, None, verify, status, name=name,
+                                 namespace=namespace, current_deployment=current_deployment)
         try:
-            return await asyncio.get_running_loop().run_in_executor(executor, reconcile_plan, spec, inventory, None,
-                                                                    verify, status)
+            return await asyncio.get_running_loop().run_in_executor(executor, call)
         except BrokenProcessPool:
             # A worker died (killed, out of memory) and took every queued plan with it: start a new pool, and try
             # those plans again shortly.
@@ -547,7 +557,7 @@ def _already_answered(uid: str, generation: int, relevant: list[dict[str, Any]])
 
 def _record(plan: _Plan, status: Mapping[str, Any]) -> None:
     """Export the plan's status as metrics, and count its conditions into inferplan_plans."""
-    metrics.record_plan(plan.namespace, plan.name, dict(status))
+    metrics.record_plan(plan.namespace, plan.name, dict(status), plan.spec)
     _state.recorded.add(plan.uid)
     _set_conditions(plan.uid, {c["type"]: c["status"] for c in status.get("conditions", [])})
 
@@ -592,7 +602,15 @@ async def _reconcile(plan: _Plan, replan: bool, observe: bool, logger: logging.L
         _state.last_observed[uid] = time.monotonic()
     inputs = _planning_inputs(plan.spec, current)
     replan = replan or (bool(inputs) and _moved(_state.planned_inputs.get(uid), inputs))
-    new = await _plan(plan, current, logger) if replan else dict(current or {})
+    if replan:
+        new = await _plan(plan, current, logger)
+    else:
+        new = dict(current or {})
+        if observe and new.get("recommendation") and current_deployment_name(plan.spec):
+            body = await _current_deployment(plan)
+            new = await asyncio.get_running_loop().run_in_executor(API_EXECUTOR, functools.partial(
+                with_current_change, plan.spec, new, name=plan.name, namespace=plan.namespace, body=body,
+                read_config_map=_config_map_reader(plan.namespace)))
 
     def still_wanted() -> bool:  # not when the plan was deleted or its spec changed meanwhile
         latest = _state.plans.get(uid)
@@ -644,7 +662,8 @@ async def _plan(plan: _Plan, old: dict | None, logger: logging.Logger) -> dict:
         outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
     ttft_slo = ((plan.spec.get("slo") or {}).get("ttft") or {}).get("percentile", "p95")
     new = next_status(old, generation=plan.generation, now=_now(), planner_version=__version__,
-                      inventory=inventory, result=outcome.result, error=outcome.error, ttft_percentile=ttft_slo)
+                      inventory=inventory, result=outcome.result, error=outcome.error, ttft_percentile=ttft_slo,
+                      manifests=outcome.manifests, change=outcome.change)
     if outcome.warnings:
         new["warnings"] = list(dict.fromkeys([*outcome.warnings, *new.get("warnings", [])]))
     new["inventory"] = [dict(entry) for entry in _relevant_inventory(plan.spec, inventory)]
@@ -658,15 +677,30 @@ async def _plan(plan: _Plan, old: dict | None, logger: logging.Logger) -> dict:
 
 
 async def _outcome(plan: _Plan, old: dict | None, inventory: Inventory) -> Outcome:
-    """Plan in the planner pool, with a ConfigMap model's config.json read (here, in a thread) beforehand."""
+    """Plan in the planner pool, with a ConfigMap model's config.json and the current Deployment read (here, in
+    a thread) beforehand."""
     spec: Mapping[str, Any] = plan.spec
+    loop = asyncio.get_running_loop()
     if (spec.get("model") or {}).get("configMapRef"):
         try:
-            spec = await asyncio.get_running_loop().run_in_executor(
-                API_EXECUTOR, with_config_map, spec, _config_map_reader(plan.namespace))
+            spec = await loop.run_in_executor(API_EXECUTOR, with_config_map, spec, _config_map_reader(plan.namespace))
         except PlanError as exc:  # no such ConfigMap or key, or not JSON: a problem of the spec
             return Outcome(None, (error_reason(exc.problems), str(exc)))
-    return await PLANNER.plan(spec, inventory, SETTINGS.verify, old)
+    body = await _current_deployment(plan)
+    return await PLANNER.plan(spec, inventory, SETTINGS.verify, old, plan.name, plan.namespace, body)
+
+
+async def _current_deployment(plan: _Plan) -> dict | None:
+    """The body of spec.observe.current.deployment (None when the spec names none, it does not exist or it
+    cannot be read now: the change then says so)."""
+    name = current_deployment_name(plan.spec)
+    if name is None:
+        return None
+    try:
+        return await asyncio.get_running_loop().run_in_executor(API_EXECUTOR, _deployment_reader(plan.namespace),
+                                                                name)
+    except CurrentError:
+        return None
 
 
 async def _warn_once(plan: _Plan, reason: str, message: str, logger: logging.Logger) -> None:

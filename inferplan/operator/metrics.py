@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from inferplan.deploy.autoscaling import per_replica_target
+from inferplan.planner.spec import Constraints
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -21,6 +26,10 @@ RECOMMENDED_GPUS = Gauge("inferplan_recommended_gpus", "GPUs of the recommendati
                          ["namespace", "plan", "gpu_type"], registry=REGISTRY)
 RECOMMENDED_COST = Gauge("inferplan_recommended_cost_dollars_per_hour", "Cost of the recommendation [USD/h].",
                          ["namespace", "plan"], registry=REGISTRY)
+RECOMMENDED_TARGET_RPS = Gauge(
+    "inferplan_recommended_requests_per_second_per_replica",
+    "Request rate one replica of the recommendation should carry: its SLO capacity less the plan's minHeadroom, "
+    "the target inferplan render gives an HPA or KEDA [requests/s].", ["namespace", "plan"], registry=REGISTRY)
 PLAN_FEASIBLE = Gauge("inferplan_plan_feasible", "1 when the plan has a feasible recommendation, else 0.",
                       ["namespace", "plan"], registry=REGISTRY)
 CLUSTER_GPUS = Gauge("inferplan_cluster_gpus", "Allocatable GPUs on schedulable, ready nodes, by type.",
@@ -45,8 +54,9 @@ CALIBRATION_FACTOR = Gauge("inferplan_calibration_factor",
 PLAN_CONDITION = Gauge("inferplan_plan_condition", "1 for each condition's current status and reason of a plan.",
                        ["namespace", "plan", "condition", "status", "reason"], registry=REGISTRY)
 
-_PER_PLAN = (RECOMMENDED_REPLICAS, RECOMMENDED_GPUS, RECOMMENDED_COST, PLAN_FEASIBLE, PREDICTED_LATENCY,
-             OBSERVED_LATENCY, PREDICTION_ERROR, OBSERVED_RATE, CURRENT_REPLICAS, CALIBRATION_FACTOR, PLAN_CONDITION)
+_PER_PLAN = (RECOMMENDED_REPLICAS, RECOMMENDED_GPUS, RECOMMENDED_COST, RECOMMENDED_TARGET_RPS, PLAN_FEASIBLE,
+             PREDICTED_LATENCY, OBSERVED_LATENCY, PREDICTION_ERROR, OBSERVED_RATE, CURRENT_REPLICAS, CALIBRATION_FACTOR,
+             PLAN_CONDITION)
 _QUANTILES = {"p50": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99"}
 
 
@@ -57,9 +67,19 @@ def _latencies(gauge: Gauge, namespace: str, name: str, table: dict, scale: floa
                 gauge.labels(namespace, name, metric, _QUANTILES[percentile]).set(value * scale)
 
 
-def record_plan(namespace: str, name: str, status: dict) -> None:
+def _min_headroom(spec: Mapping | None) -> float:
+    """constraints.minHeadroom of a spec (a decimal string), else its default."""
+    value = ((spec or {}).get("constraints") or {}).get("minHeadroom", Constraints.model_fields["min_headroom"].default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float(Constraints.model_fields["min_headroom"].default)
+
+
+def record_plan(namespace: str, name: str, status: dict, spec: Mapping | None = None) -> None:
     """Export one plan's status: recommendation, conditions, and what spec.observe found. The previous series
-    of the plan are replaced (a series the status no longer backs disappears)."""
+    of the plan are replaced (a series the status no longer backs disappears). `spec` gives the minHeadroom of
+    the per-replica target (its default without one)."""
     forget_plan(namespace, name)
     rec = status.get("recommendation")
     PLAN_FEASIBLE.labels(namespace, name).set(1 if rec else 0)
@@ -67,6 +87,9 @@ def record_plan(namespace: str, name: str, status: dict) -> None:
         RECOMMENDED_REPLICAS.labels(namespace, name, rec["gpuType"]).set(rec["replicas"])
         RECOMMENDED_GPUS.labels(namespace, name, rec["gpuType"]).set(rec["gpus"])
         RECOMMENDED_COST.labels(namespace, name).set(rec["cost"]["dollarsPerHour"])
+        capacity = (rec.get("predicted") or {}).get("maxRequestsPerSecondPerReplica")
+        if isinstance(capacity, int | float):
+            RECOMMENDED_TARGET_RPS.labels(namespace, name).set(per_replica_target(capacity, _min_headroom(spec)))
     for item in status.get("conditions") or []:
         PLAN_CONDITION.labels(namespace, name, item["type"], item["status"], item.get("reason", "")).set(1)
     observed = status.get("observed") or {}

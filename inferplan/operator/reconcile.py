@@ -16,12 +16,15 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from inferplan.deploy.diff import deployment_change
+from inferplan.deploy.manifests import deployment, manifests_digest, render
 from inferplan.operator.inventory import Inventory
 from inferplan.operator.observing import recorded_calibration
+from inferplan.operator.status import DeploymentChange, ManifestsRef
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.observed import ObservedWorkload, planning_request
 from inferplan.planner.online import calibrated_factors
-from inferplan.planner.results import PlanResult
+from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search import plan
 from inferplan.planner.spec import (
     MAX_ARCHITECTURE_KEYS,
@@ -34,6 +37,7 @@ from inferplan.planner.spec import (
 )
 from inferplan.planner.verification import should_verify, verify_plan
 
+MAX_PATCH_CHARS = 16384  # DeploymentChange.patch's bound in the status schema
 ConfigMapReader = Callable[[str, str], str]  # (name, key) -> the value in the plan's namespace; raises KeyError
 
 
@@ -45,6 +49,8 @@ class Outcome:
     result: PlanResult | None
     error: tuple[str, str] | None
     warnings: tuple[str, ...] = ()
+    manifests: ManifestsRef | None = None
+    change: DeploymentChange | None = None
 
 
 def error_reason(problems: list[tuple[str, str]]) -> str:
@@ -179,11 +185,14 @@ def plan_factors(spec: Mapping, status: Mapping | None, engine: str) -> FactorSe
 
 
 def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigMapReader | None = None,
-                   verify_default: bool = True, status: Mapping | None = None) -> Outcome:
+                   verify_default: bool = True, status: Mapping | None = None, *, name: str = "plan",
+                   namespace: str = "default", current_deployment: Mapping | None = None) -> Outcome:
     """Plan `spec` against `inventory`; never raises for a bad spec (it becomes the outcome's error).
     The candidates are verified in the simulator as `verification.should_verify` decides. `status` (the
     plan's current status) supplies what spec.observe found: the observed workload for `workload.source:
-    observed`, and the calibration for `observe.calibrate`."""
+    observed`, and the calibration for `observe.calibrate`. `name` and `namespace` are the plan's (the rendered
+    objects are named after it); `current_deployment` is the body of spec.observe.current.deployment, read by
+    the caller (None when the spec names none or it does not exist)."""
     try:
         _, request = parse_and_resolve(spec, read_config_map)
     except PlanError as exc:
@@ -197,4 +206,82 @@ def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigM
     result = plan(request, plan_factors(spec, status, request.engine))
     if should_verify(request, verify_default):
         result = verify_plan(request, result)
-    return Outcome(result, None, tuple([*warnings, *([note] if note else [])]))
+    manifests = change = None
+    if result.recommendation is not None:
+        manifests = manifests_ref(request, result.recommendation, name=name, namespace=namespace)
+        if deployment_name := current_deployment_name(spec):
+            change = change_status(request, result.recommendation, name=name, namespace=namespace,
+                                   deployment_name=deployment_name, body=current_deployment)
+    return Outcome(result, None, tuple([*warnings, *([note] if note else [])]), manifests, change)
+
+
+def current_deployment_name(spec: Mapping) -> str | None:
+    """spec.observe.current.deployment, the Deployment the recommendation is compared with, if any."""
+    name = (((spec.get("observe") or {}).get("current") or {}).get("deployment"))
+    return name if isinstance(name, str) and name else None
+
+
+def manifests_ref(request: PlanRequest, recommendation: Candidate, *, name: str,
+                  namespace: str) -> ManifestsRef | None:
+    """The status's short reference to what `inferplan render` makes of the recommendation; None for an engine
+    that has no server image to render."""
+    try:
+        objects = render(request, recommendation, name=name, namespace=namespace)
+    except ValueError:
+        return None
+    workload = next(o for o in objects if o["kind"] in ("Deployment", "LeaderWorkerSet"))
+    image = _first_image(workload)
+    return ManifestsRef(
+        target=workload["kind"], image=image,
+        objects=[f"{o['kind']}/{o['metadata']['name']}" for o in objects],
+        digest=manifests_digest(objects),
+        render=f"kubectl get inferencecapacityplan {name} -n {namespace} -o yaml | inferplan render -",
+    )
+
+
+def _first_image(workload: Mapping) -> str:
+    spec = workload.get("spec") or {}
+    template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {}
+    containers = (template.get("spec") or {}).get("containers") or [{}]
+    return str(containers[0].get("image", ""))
+
+
+def change_status(request: PlanRequest, recommendation: Candidate, *, name: str, namespace: str,
+                  deployment_name: str, body: Mapping | None) -> DeploymentChange:
+    """What applying the recommendation changes in the Deployment `body` (None: it does not exist)."""
+    if body is None:
+        return DeploymentChange(deployment=deployment_name, in_sync=False,
+                                problem=f"Deployment {deployment_name!r} not found in the plan's namespace")
+    try:
+        desired = deployment(request, recommendation, name=name, namespace=namespace)
+        change = deployment_change(body, desired)
+    except ValueError as exc:  # an engine without an image, a Deployment without a container
+        return DeploymentChange(deployment=deployment_name, in_sync=False, problem=str(exc))
+    patch = change.patch_json() if not change.in_sync else ""
+    if len(patch) > MAX_PATCH_CHARS:
+        return DeploymentChange(deployment=deployment_name, in_sync=False, summary=list(change.summary[:32]),
+                                problem=f"the patch is longer than the status holds ({len(patch)} characters): "
+                                        "print it with `inferplan diff`")
+    return DeploymentChange(deployment=deployment_name, in_sync=change.in_sync, summary=list(change.summary[:32]),
+                            patch=patch)
+
+
+def with_current_change(spec: Mapping, status: Mapping, *, name: str, namespace: str, body: Mapping | None,
+                        read_config_map: ConfigMapReader | None = None) -> dict:
+    """`status` with its recommendation's change recomputed against `body` (the Deployment as it is now), so
+    that the status shows an applied recommendation as in sync without planning again. Unchanged when the
+    status has no recommendation or the spec names no current Deployment."""
+    recommendation = status.get("recommendation")
+    deployment_name = current_deployment_name(spec)
+    if not recommendation or deployment_name is None:
+        return dict(status)
+    try:
+        _, request = parse_and_resolve(spec, read_config_map)
+    except PlanError:
+        return dict(status)  # planning says what is wrong with the spec
+    fields = {k: v for k, v in recommendation.items() if k not in ("manifests", "change")}
+    candidate = Candidate.model_validate(fields)
+    change = change_status(request, candidate, name=name, namespace=namespace, deployment_name=deployment_name,
+                           body=body)
+    return {**status, "recommendation": {**recommendation,
+                                         "change": change.model_dump(by_alias=True, exclude_none=True, mode="json")}}

@@ -135,13 +135,45 @@ class CalibrationStatus(_Status):
     last_update_time: str | None = Field(default=None, max_length=64, json_schema_extra={"format": "date-time"})
 
 
+class ManifestsRef(_Status):
+    """The objects `inferplan render` makes of the recommendation, in short: enough to review and to check
+    that a rendered file is this recommendation's (same digest)."""
+
+    target: str = Field(max_length=64, description="What runs the replicas: Deployment or LeaderWorkerSet.")
+    image: str = Field(max_length=256, description="The engine's container image.")
+    objects: list[Annotated[str, Field(max_length=320)]] = Field(
+        max_length=8, description="The rendered objects, as Kind/name.")
+    digest: str = Field(max_length=80, description="sha256 of the rendered YAML, as `inferplan render` prints it.")
+    render: str = Field(max_length=512, description="The command that renders them from this plan.")
+
+
+class DeploymentChange(_Status):
+    """What applying the recommendation changes in the Deployment that runs now (spec.observe.current)."""
+
+    deployment: str = Field(max_length=253, description="The Deployment compared (same namespace).")
+    in_sync: bool = Field(description="True when the Deployment already runs the recommendation.")
+    summary: list[Annotated[str, Field(max_length=512)]] = Field(
+        default_factory=list, max_length=32, description="One line per difference, e.g. 'replicas: 2 -> 3'.")
+    patch: str = Field(default="", max_length=16384,
+                       description="Strategic merge patch (JSON) for `kubectl patch deployment --type strategic`.")
+    problem: str = Field(default="", max_length=1024, description="Why no comparison could be made, if so.")
+
+
+class Recommendation(Candidate):
+    """The recommended deployment, with its rendered manifests and the change against what runs."""
+
+    manifests: ManifestsRef | None = Field(default=None, description="What `inferplan render` makes of it.")
+    change: DeploymentChange | None = Field(
+        default=None, description="spec.observe.current.deployment: the change that applying it makes.")
+
+
 class PlanStatus(_Status):
     """What the operator writes into `.status`."""
 
     observed_generation: int | None = Field(default=None, ge=0,
                                             description="The spec generation this status answers.")
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
-    recommendation: Candidate | None = Field(default=None, description="The cheapest feasible deployment.")
+    recommendation: Recommendation | None = Field(default=None, description="The cheapest feasible deployment.")
     ttft_at_slo_ms: float | None = Field(
         default=None, alias="ttftAtSloMs",
         description="The recommendation's predicted TTFT at the plan's TTFT SLO percentile (p95 without a "
@@ -246,6 +278,8 @@ def next_status(
     result: PlanResult | None,
     error: tuple[str, str] | None,
     ttft_percentile: str = "p95",
+    manifests: ManifestsRef | None = None,
+    change: DeploymentChange | None = None,
 ) -> dict[str, Any]:
     """The complete new `.status` as a camelCase dict, built from the old one (pure).
 
@@ -258,6 +292,7 @@ def next_status(
     - neither: not planned yet (the first reconcile). Ready=Unknown (Planning), Feasible=Unknown (NotPlanned).
 
     `ttftAtSloMs` is the recommendation's TTFT at `ttft_percentile` (p50/p90/p95/p99), the plan's SLO one.
+    `manifests` and `change` (reconcile.deployment_fields) go into the recommendation, when there is one.
     InventoryAvailable only reports (GpusFound or NoGpus): a plan that may widen its GPU types can be feasible
     without inventory. Warnings are the result's, then the inventory's, deduplicated in that order.
     Conditions come in CONDITION_TYPES order, followed by conditions of other types found in `old`, unchanged.
@@ -298,7 +333,8 @@ def next_status(
     status = PlanStatus(
         observed_generation=generation,
         conditions=[Condition.model_validate(item) for item in conditions],
-        recommendation=result.recommendation if result else None,
+        recommendation=Recommendation(**dict(result.recommendation), manifests=manifests, change=change)
+        if result and result.recommendation else None,
         ttft_at_slo_ms=getattr(result.recommendation.predicted.ttft_ms, ttft_percentile)
         if result and result.recommendation else None,
         alternatives=list(result.alternatives[:_MAX_CANDIDATES]) if result else [],

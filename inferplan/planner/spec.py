@@ -89,6 +89,15 @@ _MAX_CV2 = 100
 MAX_ARCHITECTURE_KEYS = 64  # model.architecture (and so a ConfigMap's config.json) holds at most this many keys
 _MAX_RATE = "1000000"  # requests/s: far beyond any one deployment, and replica counts stay exact integers
 _MIN_UTILIZATION = "0.01"  # below 1% a utilisation cap is a typo, and it multiplies the replicas by 100+
+IMAGE_REFERENCE = (
+    r"^(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
+"""A container image reference as the distribution grammar defines it (`[registry[:port]/]path[:tag][@digest]`,
+path components lowercase; a first component is a registry when it has a dot or a port, or is localhost), the
+form Kubernetes passes to the container runtime."""
+_MAX_IMAGE_CHARS = 256  # the distribution limit on a name is 255; status.recommendation.manifests.image holds 256
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -401,6 +410,12 @@ class EngineSpec(_SpecModel):
     max_num_batched_tokens: int | None = Field(
         default=None, ge=1, le=_MAX_TOKENS,
         description="Token budget of one scheduler step (the prefill chunk). Default: the engine's.",
+    )
+    image: str | None = Field(
+        default=None, min_length=1, max_length=_MAX_IMAGE_CHARS, pattern=IMAGE_REFERENCE,
+        description="Container image `inferplan render` and the status's manifests use for the engine, e.g. "
+        "registry.example.com/vllm/vllm-openai:v0.11.2 (a mirror, or a build with your patches). Default: the "
+        "engine's published image for its version and the GPU's vendor (docs/deploy.md).",
     )
 
 
@@ -809,6 +824,9 @@ def _message(error: Mapping[str, Any]) -> str:
         return "required"
     if kind == "string_pattern_mismatch" and ctx.get("pattern") == _DECIMAL_PATTERN:
         return f"must be a decimal number in a string, such as \"12.5\" (digits, optional fraction), got {value!r}"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") == IMAGE_REFERENCE:
+        return ("must be a container image reference such as vllm/vllm-openai:v0.11.2 ([registry[:port]/]path[:tag]"
+                f"[@sha256:digest], path in lowercase), got {value!r}")
     got = f", got {value!r}" if isinstance(value, str | int | float | bool) else ""
     if kind in _BOUND_WORDS:
         op, key = _BOUND_WORDS[kind]
@@ -1003,6 +1021,7 @@ class PlanRequest:
     notes: tuple[str, ...] = ()
     workload_source: str = "declared"   # "observed": the operator replaces rate and mean lengths (observed.py)
     observed_floor: float = 0.5         # ... never planning below this share of the declared rate
+    engine_image: str | None = None     # engine.image: the container image to render (None: the published one)
 
 
 def cv_from_sigma(sigma: float) -> float:
@@ -1187,6 +1206,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         notes=tuple(notes),
         workload_source=workload.source,
         observed_floor=float(workload.observed_floor),
+        engine_image=engine.image,
     )
 
 

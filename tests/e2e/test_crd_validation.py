@@ -14,8 +14,10 @@ import kubernetes
 import pytest
 import yaml
 
+from inferplan.deploy.manifests import deployment
 from inferplan.operator import GROUP, KIND, PLURAL, VERSION
-from inferplan.operator.status import Condition, PlanStatus
+from inferplan.operator.reconcile import change_status, manifests_ref
+from inferplan.operator.status import Condition, PlanStatus, Recommendation
 from inferplan.planner.search import plan
 from inferplan.planner.spec import load_plan_file, resolve_plan
 
@@ -162,13 +164,25 @@ def test_unknown_field_is_pruned_or_refused(k8s: dict[str, Any], namespace: str)
 
 def test_planner_status_fits_and_printer_columns_read_it(k8s: dict[str, Any], namespace: str) -> None:
     path = REPO / "examples" / "plans" / "chat-assistant-8b.yaml"
-    result = plan(resolve_plan(load_plan_file(path), path.parent))
+    request = resolve_plan(load_plan_file(path), path.parent)
+    result = plan(request)
     assert result.recommendation is not None
+    # The recommendation as the operator writes it: with its manifests and the change against a Deployment that
+    # runs one replica more of a smaller batch.
+    running = deployment(request, result.recommendation, name="chat")
+    running["spec"]["replicas"] += 1
+    running["spec"]["template"]["spec"]["containers"][0]["args"] += ["--enforce-eager"]
+    change = change_status(request, result.recommendation, name="with-status", namespace=namespace,
+                           deployment_name="chat", body=running)
+    assert not change.in_sync and change.patch
+    recommendation = Recommendation(**dict(result.recommendation), change=change,
+                                    manifests=manifests_ref(request, result.recommendation, name="with-status",
+                                                            namespace=namespace))
     status = PlanStatus(
         observed_generation=1,
         conditions=[Condition(type="Ready", status="True", reason="Planned", message="ok",
                               last_transition_time="2025-01-01T00:00:00Z", observed_generation=1)],
-        recommendation=result.recommendation, alternatives=result.alternatives, infeasible=result.infeasible,
+        recommendation=recommendation, alternatives=result.alternatives, infeasible=result.infeasible,
         warnings=result.warnings, ttft_at_slo_ms=result.recommendation.predicted.ttft_ms.p95,
     )
     body = status.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -291,10 +291,12 @@ def all_answered(cluster: Cluster, namespace: str, count: int) -> dict[str, dict
 def expected_recommendation(obj: dict[str, Any]) -> dict[str, Any] | None:
     """What the planner recommends for the plan's spec against the inventory its status says it planned with."""
     entries = tuple(InventoryEntry.model_validate(e) for e in obj["status"]["inventory"])
-    outcome = reconcile_plan(obj["spec"], Inventory(entries, (), ()))
+    meta = obj["metadata"]
+    outcome = reconcile_plan(obj["spec"], Inventory(entries, (), ()), name=meta["name"], namespace=meta["namespace"])
     status = next_status(None, generation=1, now="", planner_version="", inventory=Inventory(entries, (), ()),
                          result=outcome.result, error=outcome.error,
-                         ttft_percentile=obj["spec"]["slo"]["ttft"]["percentile"])
+                         ttft_percentile=obj["spec"]["slo"]["ttft"]["percentile"], manifests=outcome.manifests,
+                         change=outcome.change)
     return status.get("recommendation")
 
 

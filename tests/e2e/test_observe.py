@@ -293,3 +293,59 @@ def test_a_deleted_plan_s_series_disappear(loop: dict[str, Any]) -> None:
     loop["objects"].delete_namespaced_custom_object(GROUP, VERSION, loop["namespace"], PLURAL, "drifting")
     wait_for(lambda: 'plan="drifting"' not in (_fetch(loop["metrics"]) or 'plan="drifting"'), timeout_s=30)
     assert 'plan="accurate"' in (_fetch(loop["metrics"]) or "")
+
+
+def test_the_status_carries_the_change_that_applies_and_then_reads_in_sync(loop: dict[str, Any],
+                                                                            k8s: dict[str, Any]) -> None:
+    """GitOps review: with spec.observe.current.deployment, status.recommendation.change says what applying the
+    recommendation changes in the running Deployment, as lines and a strategic merge patch; `inferplan render -` of
+    the plan read back renders the objects status.recommendation.manifests names, with the same digest; the API
+    server applies the patch, and at the next observation the status says the Deployment is in sync."""
+    apps = kubernetes.client.AppsV1Api(k8s["admin"])
+    namespace = loop["namespace"]
+    running = copy.deepcopy(DEPLOYMENT)
+    running["metadata"]["name"] = "gitops"
+    del running["status"]
+    apps.create_namespaced_deployment(namespace, running)
+    body = _plan("gitops", {"model_name": "llama-match", "quirk": QUIRK})
+    body["spec"]["observe"]["current"]["deployment"] = "gitops"
+    loop["objects"].create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    status = wait_for(lambda: (s := _status(loop, "gitops")).get("recommendation", {}).get("change") and s,
+                      timeout_s=60, interval_s=0.5)
+    recommendation = status["recommendation"]
+    change = recommendation["change"]
+    assert change["deployment"] == "gitops" and change["inSync"] is False, change
+    # The running Deployment starts the engine through the image's entry point with --model; the rendered one runs
+    # `vllm serve` with the recommendation's batch.
+    assert any(line.startswith("command: (none) -> vllm serve") for line in change["summary"]), change
+    if recommendation["maxBatch"] != 256:
+        assert f"args: --max-num-seqs 256 -> {recommendation['maxBatch']}" in change["summary"], change
+    if recommendation["replicas"] != 2:
+        assert f"replicas: 2 -> {recommendation['replicas']}" in change["summary"]
+
+    manifests = recommendation["manifests"]
+    assert manifests["target"] == "Deployment" and manifests["objects"][-2:] == ["Deployment/gitops",
+                                                                                 "Service/gitops"]
+    read_back = loop["objects"].get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gitops")
+    rendered = subprocess.run([str(Path(sys.executable).with_name("inferplan")), "render", "-"],
+                              input=yaml.safe_dump(read_back), capture_output=True, text=True, check=True)
+    assert "rendering the recommendation in the manifest's status" in rendered.stderr
+    assert manifests["digest"] in rendered.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(rendered.stdout)]
+    assert [f"{k}/gitops" for k in kinds] == manifests["objects"]
+
+    apps.patch_namespaced_deployment("gitops", namespace, json.loads(change["patch"]),
+                                     _content_type="application/strategic-merge-patch+json")
+    patched = apps.read_namespaced_deployment("gitops", namespace).to_dict()
+    assert patched["spec"]["replicas"] == recommendation["replicas"]
+    [engine] = patched["spec"]["template"]["spec"]["containers"]
+    assert engine["name"] == "vllm" and engine["command"] == ["vllm", "serve"]  # the running container, patched
+    assert str(recommendation["maxBatch"]) in engine["args"]
+
+    def in_sync() -> dict[str, Any] | None:
+        found = _status(loop, "gitops")["recommendation"].get("change", {})
+        return found if found.get("inSync") else None
+
+    settled = wait_for(in_sync, timeout_s=30, interval_s=0.5)
+    assert settled.get("summary", []) == [] and settled.get("patch", "") == ""

@@ -1,0 +1,498 @@
+"""Kubernetes objects that run a planned deployment: the engine's container, a Deployment (or a LeaderWorkerSet
+when one replica spans nodes), its Service and the ConfigMap of the engine's files, or a KServe
+InferenceService. Plain dicts, no Kubernetes client: the same inputs always give the same objects, key order
+included, so the YAML they print is stable for GitOps review (docs/deploy.md says how every field is derived).
+
+The engine runs exactly the arguments the plan chose (`Candidate.engine_args`); rendering adds only what a
+pod needs to be reachable and observable: the listen address and port (`SERVING_FLAGS`), metrics where the
+engine has them off by default, and, for a replica over several nodes, the engine's multi-node launch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from inferplan.planner.engine_args import DEFAULT_VERSIONS, version_line
+from inferplan.planner.gpus import GPU_VENDORS, GpuSpec, load_gpu_catalog
+from inferplan.planner.memory import weight_bytes
+from inferplan.planner.precisions import weight_precision
+from inferplan.planner.results import Candidate
+from inferplan.planner.spec import PlanRequest
+
+TARGETS = ("deployment", "kserve")
+PORT = 8000
+"""The port every engine is told to listen on, so the Service, the probes and the scrape port never vary."""
+FILES_DIR = "/etc/inferplan/engine"
+"""Where the ConfigMap of `Candidate.engine_files` is mounted; arguments naming a file get this path."""
+CACHE_DIR = "/hf-cache"
+"""The Hugging Face cache (HF_HOME): the checkpoint is downloaded here on the pod's first start."""
+HF_TOKEN_SECRET = "hf-token"
+"""Secret (key `token`) whose value becomes HF_TOKEN, for gated repositories; optional: pods start without it."""
+MANAGED_BY = "inferplan"
+GIB = 2**30
+
+# The engines' published server images, by (engine, GPU vendor); `{v}` is the version without a leading "v".
+# Where the names come from (each engine's own install / deployment docs):
+# - vLLM: docs.vllm.ai "Using Docker" (deployment/docker.md): Docker Hub vllm/vllm-openai, tagged v<version>.
+#   For AMD, vLLM's ROCm docs point to AMD's rocm/vllm images, tagged by ROCm version and build date (e.g.
+#   rocm6.4.1_vllm_0.10.1_20250909), not by the vLLM version alone: no entry, pass an image.
+# - SGLang: docs "Install SGLang", method "Using docker": Docker Hub lmsysorg/sglang, tagged v<version>; the AMD
+#   page (platforms/amd_gpu.md) names the ROCm builds v<version>-rocm630 (0.4 line) and
+#   v<version>-rocm630-mi30x (0.5 line, for MI300X/MI325X).
+# - TGI: docs "Quick Tour" and "Using TGI with AMD GPUs": ghcr.io/huggingface/text-generation-inference:<version>
+#   and :<version>-rocm.
+# - TensorRT-LLM: docs "Pre-built release container images on NGC": nvcr.io/nvidia/tensorrt-llm/release:<version>
+#   (NVIDIA only).
+# - LMDeploy: docs "Installation", Docker: Docker Hub openmmlab/lmdeploy, tagged v<version>-cu12.
+# llama.cpp, MLC-LLM and ExLlama publish no server image that takes the planned arguments: not rendered.
+_IMAGES: dict[tuple[str, str], str | dict[str, str]] = {
+    ("vllm", "nvidia"): "vllm/vllm-openai:v{v}",
+    ("sglang", "nvidia"): "lmsysorg/sglang:v{v}",
+    ("sglang", "amd"): {"0.4": "lmsysorg/sglang:v{v}-rocm630", "0.5": "lmsysorg/sglang:v{v}-rocm630-mi30x"},
+    ("tgi", "nvidia"): "ghcr.io/huggingface/text-generation-inference:{v}",
+    ("tgi", "amd"): "ghcr.io/huggingface/text-generation-inference:{v}-rocm",
+    ("tensorrt-llm", "nvidia"): "nvcr.io/nvidia/tensorrt-llm/release:{v}",
+    ("lmdeploy", "nvidia"): "openmmlab/lmdeploy:v{v}-cu12",
+}
+RENDERABLE_ENGINES = tuple(sorted({engine for engine, _ in _IMAGES}))
+
+# Flags that make the engine listen on every address at PORT and export Prometheus metrics (checked against
+# the pinned parsers in the tests). vLLM, TGI and TensorRT-LLM serve /metrics on their own; SGLang and LMDeploy
+# only with --enable-metrics.
+SERVING_FLAGS: dict[str, tuple[str, ...]] = {
+    "vllm": ("--host", "0.0.0.0", "--port", str(PORT)),
+    "sglang": ("--host", "0.0.0.0", "--port", str(PORT), "--enable-metrics"),
+    "tgi": ("--hostname", "0.0.0.0", "--port", str(PORT)),
+    "tensorrt-llm": ("--host", "0.0.0.0", "--port", str(PORT)),
+    "lmdeploy": ("--server-name", "0.0.0.0", "--server-port", str(PORT), "--enable-metrics"),
+}
+HEALTH_PATH = "/health"
+"""Every renderable engine answers GET /health with 200 once the model is loaded (vLLM, SGLang, TGI,
+trtllm-serve, LMDeploy's api_server)."""
+TGI_METRICS_PORT = 9000
+"""TGI 3 serves /metrics on its own port (--prometheus-port, default 9000); TGI 2 on the main port."""
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Images and sizes
+
+
+def _bare_version(engine: str, version: str | None) -> str:
+    return (version or DEFAULT_VERSIONS[engine]).removeprefix("v")
+
+
+def engine_image(engine: str, version: str | None, vendor: str) -> str:
+    """The engine's published server image for `version` (None: the pinned release, `DEFAULT_VERSIONS`) on
+    GPUs of `vendor` ("nvidia" | "amd"). Raises ValueError for an engine or vendor without one, naming what
+    can be rendered and that an image can be given instead."""
+    if engine not in RENDERABLE_ENGINES:
+        raise ValueError(f"no server image known for engine {engine!r}: manifests can be rendered for "
+                         f"{', '.join(RENDERABLE_ENGINES)}")
+    template = _IMAGES.get((engine, vendor))
+    if template is None:
+        hint = (" (AMD publishes rocm/vllm images tagged by ROCm version and build date, not by the vLLM version)"
+                if engine == "vllm" and vendor == "amd" else "")
+        raise ValueError(f"{engine} publishes no {vendor.upper()} image that inferplan can name{hint}; give one "
+                         "with --image or spec.engine.image")
+    if isinstance(template, dict):
+        template = template[version_line(engine, version)]
+    return template.format(v=_bare_version(engine, version))
+
+
+def _gpu(candidate: Candidate) -> GpuSpec:
+    return load_gpu_catalog().get(candidate.gpu_type)
+
+
+def _gib(value_bytes: float) -> int:
+    return max(1, math.ceil(value_bytes / GIB))
+
+
+def checkpoint_gib(request: PlanRequest, candidate: Candidate) -> int:
+    """Size of the checkpoint on disk [GiB]: the weights at the planned precision, or at 16 bits when the engine
+    quantises the model's own (16-bit) repository while loading."""
+    precision = candidate.precision
+    if precision not in ("bf16", "fp16") and candidate.checkpoint in (request.served_model, request.arch.repo_id):
+        precision = "bf16"  # "online" quantisation: the repository holds 16-bit weights
+    try:
+        return _gib(weight_bytes(request.arch, weight_precision(precision)))
+    except Exception:  # a precision the catalog does not size (GGUF, MLC): the 16-bit size bounds it
+        return _gib(weight_bytes(request.arch, weight_precision("bf16")))
+
+
+@dataclass(frozen=True)
+class PodSizing:
+    """What one pod of a replica asks for (docs/deploy.md, "Resources"): `gpus` of the node's GPUs, CPU
+    cores and memory [GiB] requested, a memory limit [GiB], shared memory [GiB], the cache volume [GiB] and
+    the start-up budget [s] the startup probe allows for downloading and loading the weights."""
+
+    gpus: int
+    cpu: int
+    memory_gib: int
+    memory_limit_gib: int
+    shm_gib: int
+    cache_gib: int
+    startup_s: int
+
+
+def pod_sizing(request: PlanRequest, candidate: Candidate, gpus: int, nodes: int = 1) -> PodSizing:
+    """Resources of one pod holding `gpus` GPUs of a replica spread over `nodes` pods.
+
+    CPU: 2 cores for the API server and tokenizer plus 2 per GPU worker (each drives its GPU from one busy
+    thread). Memory: 4 GiB plus 4 GiB per GPU process (CUDA context, pinned buffers) plus the shared memory,
+    which counts against the pod; the limit adds this pod's share of the checkpoint, which passes through host
+    memory while it loads. Shared memory: 1 GiB per GPU, at least 2 (NCCL's buffers between the GPUs of a
+    replica). Cache: the checkpoint plus 10% and 2 GiB. Start-up: 10 minutes plus 30 s per GiB of checkpoint
+    (a download at about 35 MB/s, then loading and CUDA-graph capture)."""
+    ckpt = checkpoint_gib(request, candidate)
+    shm = max(2, gpus)
+    memory = 4 + 4 * gpus + shm
+    share = math.ceil(ckpt / nodes)
+    return PodSizing(gpus=gpus, cpu=2 + 2 * gpus, memory_gib=memory, memory_limit_gib=memory + share, shm_gib=shm,
+                     cache_gib=math.ceil(ckpt * 1.1) + 2, startup_s=60 * math.ceil((600 + 30 * ckpt) / 60))
+
+
+def nodes_per_replica(request: PlanRequest, candidate: Candidate) -> int:
+    """Pods (nodes) one replica needs: 1 when its GPUs fit one node of its GPU type (the plan's gpusPerNode,
+    else the catalog's chassis), else the replica's GPUs over a node's. Raises ValueError when they do not
+    divide evenly (the engines split a model over nodes of equal GPU counts)."""
+    per_node = request.gpus_per_node.get(candidate.gpu_type) or _gpu(candidate).gpus_per_node
+    if candidate.gpus_per_replica <= per_node:
+        return 1
+    if candidate.gpus_per_replica % per_node:
+        raise ValueError(f"a replica of {candidate.gpus_per_replica} GPUs does not split evenly over nodes of "
+                         f"{per_node} {candidate.gpu_type}")
+    return candidate.gpus_per_replica // per_node
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Names and labels
+
+
+def dns_label(text: str) -> str:
+    """`text` as a DNS-1035 label (what Service names must be): lowercase letters, digits and '-', starting with
+    a letter, at most 63 characters; e.g. 'meta-llama/Llama-3.1-8B-Instruct' -> 'llama-3-1-8b-instruct' (the
+    last path component)."""
+    name = re.sub(r"[^a-z0-9]+", "-", text.rsplit("/", 1)[-1].lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = f"llm-{name}".rstrip("-")
+    return name[:63].rstrip("-")
+
+
+def check_name(name: str) -> str:
+    """`name` itself when it can name every rendered object (a DNS-1035 label, as a Service name must be);
+    else ValueError."""
+    if not _DNS_LABEL.match(name):
+        raise ValueError(f"name {name!r} is not a DNS-1035 label (lowercase letters, digits and '-', starting with "
+                         "a letter, at most 63 characters)")
+    return name
+
+
+def labels(name: str) -> dict[str, str]:
+    """The labels of every rendered object and pod."""
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": MANAGED_BY, "inferplan.io/plan": name}
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    """The labels the Deployment and the Service select pods by (immutable once applied: no version in them)."""
+    return {"app.kubernetes.io/name": name, "inferplan.io/plan": name}
+
+
+def metadata(name: str, namespace: str | None, *, plan: str | None = None,
+             annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """An object's metadata: its name, namespace (left out when None), the labels of `plan` (default: `name`)."""
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = labels(plan or name)
+    if annotations:
+        meta["annotations"] = dict(sorted(annotations.items()))
+    return meta
+
+
+def files_config_map_name(name: str) -> str:
+    return f"{name}-engine-files"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The container
+
+
+def _image(request: PlanRequest, candidate: Candidate, image: str | None) -> str:
+    return image or request.engine_image or engine_image(request.engine, request.engine_version,
+                                                         _gpu(candidate).vendor)
+
+
+def _quantity_gib(gib: int) -> str:
+    return f"{gib}Gi"
+
+
+def _probe(period_s: int, failures: int, timeout_s: int) -> dict[str, Any]:
+    return {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "periodSeconds": period_s,
+            "timeoutSeconds": timeout_s, "failureThreshold": failures}
+
+
+def _engine_args(candidate: Candidate) -> list[str]:
+    """The planned arguments, with every argument that names one of the engine's files given its mounted path."""
+    return [f"{FILES_DIR}/{arg}" if arg in candidate.engine_files else arg for arg in candidate.engine_args]
+
+
+def _ports(request: PlanRequest) -> list[dict[str, Any]]:
+    ports = [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]
+    if request.engine == "tgi" and version_line("tgi", request.engine_version) == "3":
+        ports.append({"name": "metrics", "containerPort": TGI_METRICS_PORT, "protocol": "TCP"})
+    return ports
+
+
+def engine_container(request: PlanRequest, candidate: Candidate, *, image: str | None = None,
+                     sizing: PodSizing | None = None, launch: tuple[list[str], list[str]] | None = None,
+                     probes: bool = True) -> dict[str, Any]:
+    """The container named `engine` that runs the candidate: image (`image`, else the plan's engine.image,
+    else the engine's published one), command and arguments, GPUs, CPU and memory, probes on the health
+    endpoint, shared memory, the engine's files, the model cache and HF_TOKEN from an optional Secret.
+
+    `sizing` and `launch` (command, args) are for a pod of a multi-node replica; by default one pod holds the
+    whole replica and runs the planned command. TGI gets no `command`: its image's entry point (a wrapper
+    that prepares the environment, then runs text-generation-launcher) is the engine's entry point."""
+    sizing = sizing or pod_sizing(request, candidate, candidate.gpus_per_replica)
+    if launch is None:
+        command = [] if request.engine == "tgi" else shlex.split(candidate.engine_command)
+        launch = (command, [*_engine_args(candidate), *SERVING_FLAGS.get(request.engine, ())])
+    command, args = launch
+    resource = GPU_VENDORS[_gpu(candidate).vendor].resource
+    container: dict[str, Any] = {"name": "engine", "image": _image(request, candidate, image)}
+    if command:
+        container["command"] = command
+    container["args"] = args
+    container["env"] = [
+        {"name": "HF_HOME", "value": CACHE_DIR},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "token",
+                                                            "optional": True}}},
+    ]
+    container["ports"] = _ports(request)
+    container["resources"] = {
+        "requests": {"cpu": str(sizing.cpu), "memory": _quantity_gib(sizing.memory_gib),
+                     "ephemeral-storage": _quantity_gib(sizing.cache_gib)},
+        "limits": {resource: str(sizing.gpus), "memory": _quantity_gib(sizing.memory_limit_gib)},
+    }
+    if probes:
+        container["startupProbe"] = _probe(10, sizing.startup_s // 10, 5)
+        container["readinessProbe"] = _probe(10, 3, 5)
+        container["livenessProbe"] = _probe(30, 5, 10)
+    mounts = [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "hf-cache", "mountPath": CACHE_DIR}]
+    if candidate.engine_files:
+        mounts.append({"name": "engine-files", "mountPath": FILES_DIR, "readOnly": True})
+    container["volumeMounts"] = mounts
+    return container
+
+
+def _volumes(name: str, candidate: Candidate, sizing: PodSizing) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity_gib(sizing.shm_gib)}},
+        {"name": "hf-cache", "emptyDir": {"sizeLimit": _quantity_gib(sizing.cache_gib)}},
+    ]
+    if candidate.engine_files:
+        volumes.append({"name": "engine-files", "configMap": {"name": files_config_map_name(name)}})
+    return volumes
+
+
+def _pod_spec(name: str, candidate: Candidate, container: dict[str, Any], sizing: PodSizing) -> dict[str, Any]:
+    return {"nodeSelector": dict(sorted(candidate.node_selector.items())), "containers": [container],
+            "volumes": _volumes(name, candidate, sizing)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Objects
+
+
+def config_map(candidate: Candidate, *, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """The ConfigMap of the engine's files (e.g. TensorRT-LLM's extra options YAML); None when it has none."""
+    if not candidate.engine_files:
+        return None
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": metadata(files_config_map_name(name), namespace, plan=name),
+            "data": dict(sorted(candidate.engine_files.items()))}
+
+
+def deployment(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
+               image: str | None = None) -> dict[str, Any]:
+    """An apps/v1 Deployment of `candidate.replicas` pods, each one replica (all its GPUs on one node).
+
+    Rolling updates add one pod before removing one (maxSurge 1, maxUnavailable 0), so serving capacity never
+    drops below the plan; that needs one replica's GPUs free during a rollout. Raises ValueError when a
+    replica spans nodes (see `leader_worker_set`)."""
+    check_name(name)
+    if nodes_per_replica(request, candidate) > 1:
+        raise ValueError(f"a replica of {candidate.gpus_per_replica} {candidate.gpu_type} spans nodes: it runs as a "
+                         "LeaderWorkerSet, not a Deployment")
+    sizing = pod_sizing(request, candidate, candidate.gpus_per_replica)
+    container = engine_container(request, candidate, image=image, sizing=sizing)
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(name, namespace),
+        "spec": {
+            "replicas": candidate.replicas,
+            "selector": {"matchLabels": selector_labels(name)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": labels(name)},
+                         "spec": _pod_spec(name, candidate, container, sizing)},
+        },
+    }
+
+
+def service(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
+            image: str | None = None) -> dict[str, Any]:
+    """A ClusterIP Service on the engine's HTTP port (and TGI 3's metrics port). For a multi-node replica it
+    selects the leader pods only, the ones that serve HTTP. `image` is accepted for a signature like the others'."""
+    check_name(name)
+    selector = selector_labels(name)
+    if nodes_per_replica(request, candidate) > 1:
+        selector["leaderworkerset.sigs.k8s.io/role"] = "leader"
+    ports = [{"name": port["name"], "port": port["containerPort"], "targetPort": port["name"], "protocol": "TCP"}
+             for port in _ports(request)]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata(name, namespace),
+            "spec": {"type": "ClusterIP", "selector": selector, "ports": ports}}
+
+
+def _multi_node_launch(request: PlanRequest, candidate: Candidate, nodes: int,
+                       role: str) -> tuple[list[str], list[str]]:
+    """(command, args) of the leader or a worker of a replica over `nodes` pods.
+
+    vLLM: a Ray cluster per replica (vLLM's LeaderWorkerSet guide): the leader starts the Ray head, waits for
+    every worker's node, then serves with `--distributed-executor-backend ray`; a worker joins the head at
+    LWS_LEADER_ADDRESS. SGLang: every pod runs the server with --nnodes, --node-rank (LWS_WORKER_INDEX, 0 on
+    the leader) and --dist-init-addr (the leader's address); only rank 0 serves HTTP."""
+    engine = request.engine
+    args = _engine_args(candidate)
+    if engine == "sglang":
+        command = shlex.split(candidate.engine_command)
+        return command, [*args, *SERVING_FLAGS["sglang"], "--nnodes", str(nodes), "--node-rank",
+                         "$(LWS_WORKER_INDEX)", "--dist-init-addr", "$(LWS_LEADER_ADDRESS):20000"]
+    if engine == "vllm":
+        if role == "worker":
+            return ["sh", "-c"], ["exec ray start --address=$(LWS_LEADER_ADDRESS):6379 --block"]
+        serve = shlex.join([*shlex.split(candidate.engine_command), *args, *SERVING_FLAGS["vllm"],
+                            "--distributed-executor-backend", "ray"])
+        wait = ("until [ \"$(python3 -c 'import ray; ray.init(address=\"auto\"); "
+                "print(sum(1 for n in ray.nodes() if n[\"Alive\"]))' 2>/dev/null)\" = \"$(LWS_GROUP_SIZE)\" ]; "
+                "do sleep 5; done")
+        return ["sh", "-c"], [f"ray start --head --port=6379 && {wait} && exec {serve}"]
+    raise ValueError(f"a replica over {nodes} nodes is rendered for vllm (Ray) and sglang only, not {engine}")
+
+
+def leader_worker_set(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
+                      image: str | None = None) -> dict[str, Any]:
+    """A LeaderWorkerSet (leaderworkerset.x-k8s.io/v1): `candidate.replicas` groups of one leader and
+    nodes - 1 workers, one pod per node with a node's GPUs each. A group is recreated whole when one of its
+    pods restarts (the engine cannot lose a rank). Only the leader is probed: it serves HTTP."""
+    check_name(name)
+    nodes = nodes_per_replica(request, candidate)
+    gpus = candidate.gpus_per_replica // nodes
+    sizing = pod_sizing(request, candidate, gpus, nodes)
+    templates = {}
+    for role in ("leader", "worker"):
+        launch = _multi_node_launch(request, candidate, nodes, role)
+        container = engine_container(request, candidate, image=image, sizing=sizing, launch=launch,
+                                     probes=role == "leader")
+        templates[role] = {"metadata": {"labels": labels(name)}, "spec": _pod_spec(name, candidate, container, sizing)}
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": metadata(name, namespace),
+        "spec": {
+            "replicas": candidate.replicas,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": templates["leader"],
+                "workerTemplate": templates["worker"],
+            },
+        },
+    }
+
+
+def inference_service(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
+                      image: str | None = None) -> dict[str, Any]:
+    """A KServe InferenceService (serving.kserve.io/v1beta1) whose predictor runs the same container.
+
+    RawDeployment mode (a plain Deployment and Service, no Knative): the pod keeps its node selector, startup
+    probe and memory volumes, which Knative restricts. `minReplicas` is the recommendation and `maxReplicas`
+    the autoscaling bound (autoscaling.replica_bounds); KServe's own autoscaler is switched off
+    (`autoscalerClass: external`), because it scales on CPU, which does not follow an engine's load: render
+    `--autoscaling hpa|keda` to scale on requests. KServe names the container `kserve-container` itself, so
+    it is rendered so. A replica over several nodes is not rendered for KServe (ValueError)."""
+    from inferplan.deploy.autoscaling import replica_bounds  # it imports this module
+
+    check_name(name)
+    if nodes_per_replica(request, candidate) > 1:
+        raise ValueError("a replica that spans nodes is rendered as a LeaderWorkerSet (--target deployment), "
+                         "not for KServe")
+    sizing = pod_sizing(request, candidate, candidate.gpus_per_replica)
+    container = {**engine_container(request, candidate, image=image, sizing=sizing), "name": "kserve-container"}
+    bounds = replica_bounds(request, candidate)
+    annotations = {"serving.kserve.io/autoscalerClass": "external",
+                   "serving.kserve.io/deploymentMode": "RawDeployment"}
+    predictor = {"minReplicas": candidate.replicas, "maxReplicas": max(bounds.max, candidate.replicas),
+                 **_pod_spec(name, candidate, container, sizing)}
+    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": metadata(name, namespace, annotations=annotations), "spec": {"predictor": predictor}}
+
+
+def render(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
+           target: str = "deployment", image: str | None = None) -> list[dict[str, Any]]:
+    """Every object that runs `candidate`, in apply order.
+
+    target "deployment": [ConfigMap of the engine's files] + Deployment + Service, or a LeaderWorkerSet in place
+    of the Deployment when a replica needs more GPUs than one node of its type has. target "kserve": [ConfigMap]
+    + InferenceService. Raises ValueError for an unknown target, a name that cannot name a Service, or an
+    engine (or GPU vendor) without a published image when none is given."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    check_name(name)
+    _image(request, candidate, image)  # fail early, before anything is built, for an engine without an image
+    objects = [obj for obj in [config_map(candidate, name=name, namespace=namespace)] if obj]
+    if target == "kserve":
+        return [*objects, inference_service(request, candidate, name=name, namespace=namespace, image=image)]
+    multi_node = nodes_per_replica(request, candidate) > 1
+    workload = (leader_worker_set if multi_node else deployment)(request, candidate, name=name, namespace=namespace,
+                                                                 image=image)
+    return [*objects, workload, service(request, candidate, name=name, namespace=namespace)]
+
+
+def to_yaml(objects: list[Mapping[str, Any]]) -> str:
+    """The objects as one multi-document YAML stream (`---` between documents), keys in rendering order."""
+    return "---\n".join(yaml.safe_dump(dict(obj), sort_keys=False, width=2**31) for obj in objects)
+
+
+def manifests_digest(objects: list[Mapping[str, Any]]) -> str:
+    """`sha256:<hex>` of `to_yaml(objects)`: what `inferplan render -o yaml` prints on stderr for the same
+    objects, so a reviewer can check that a rendered file is a status's recommendation."""
+    return "sha256:" + hashlib.sha256(to_yaml(objects).encode("utf-8")).hexdigest()
+
+
+__all__ = [
+    "RENDERABLE_ENGINES",
+    "TARGETS",
+    "PodSizing",
+    "config_map",
+    "deployment",
+    "dns_label",
+    "engine_container",
+    "engine_image",
+    "inference_service",
+    "labels",
+    "leader_worker_set",
+    "manifests_digest",
+    "nodes_per_replica",
+    "pod_sizing",
+    "render",
+    "service",
+    "to_yaml",
+]

@@ -1,0 +1,82 @@
+"""The objects `inferplan render` makes, sent to a real API server with a server-side dry run (`dryRun=All`):
+accepted as they are, returned as sent, and nothing stored.
+
+The test server stores built-in kinds without their schemas (../shared/k8s-testenv, Limits), so the schema
+check is tests/test_render.py's kubernetes-validate --strict; what this adds is the API machinery: names,
+namespaces, labels, the request path of each kind and the dry run itself. No registry package ships the
+CustomResourceDefinitions of LeaderWorkerSet, InferenceService or ScaledObject (see docs/deploy.md), and
+autoscaling/v2 is not served here, so those are not sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from inferplan.deploy.manifests import render
+from inferplan.operator import GROUP, KIND, PLURAL, VERSION
+from tests.test_render import EXAMPLES, planned
+
+TRTLLM = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")  # ConfigMap + Deployment + Service
+SGLANG = next(p for p in EXAMPLES if p.stem == "moe-qwen3-30b-a3b")
+
+
+def _create(admin: kubernetes.client.ApiClient, namespace: str, obj: dict[str, Any]) -> Any:
+    core, apps = kubernetes.client.CoreV1Api(admin), kubernetes.client.AppsV1Api(admin)
+    create = {"ConfigMap": core.create_namespaced_config_map, "Service": core.create_namespaced_service,
+              "Deployment": apps.create_namespaced_deployment}[obj["kind"]]
+    return create(namespace, obj, dry_run="All", _preload_content=False)
+
+
+def _listed(admin: kubernetes.client.ApiClient, namespace: str, kind: str) -> list[Any]:
+    core, apps = kubernetes.client.CoreV1Api(admin), kubernetes.client.AppsV1Api(admin)
+    lister = {"ConfigMap": core.list_namespaced_config_map, "Service": core.list_namespaced_service,
+              "Deployment": apps.list_namespaced_deployment}[kind]
+    return lister(namespace, label_selector="app.kubernetes.io/managed-by=inferplan").items
+
+
+@pytest.mark.parametrize("path", [TRTLLM, SGLANG], ids=lambda p: p.stem)
+def test_rendered_objects_pass_a_server_side_dry_run(k8s: dict[str, Any], namespace: str, path: Path) -> None:
+    request, candidate = planned(path)
+    objects = render(request, candidate, name=path.stem, namespace=namespace)
+    assert {o["kind"] for o in objects} <= {"ConfigMap", "Deployment", "Service"}
+    for obj in objects:
+        response = _create(k8s["admin"], namespace, obj)
+        assert response.status == 201, response.data
+        returned = json.loads(response.data)
+        assert returned["metadata"]["name"] == obj["metadata"]["name"]
+        assert returned["metadata"]["namespace"] == namespace
+        assert returned["metadata"]["labels"] == obj["metadata"]["labels"]
+        assert returned["spec" if "spec" in obj else "data"] == obj["spec" if "spec" in obj else "data"]
+    for kind in {o["kind"] for o in objects}:
+        assert _listed(k8s["admin"], namespace, kind) == []  # a dry run stores nothing
+
+
+def test_a_dry_run_into_a_missing_namespace_is_refused(k8s: dict[str, Any]) -> None:
+    request, candidate = planned(SGLANG)
+    objects = render(request, candidate, name="qwen", namespace="nowhere")
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    with pytest.raises(kubernetes.client.ApiException) as raised:
+        _create(k8s["admin"], "nowhere", deployment)
+    assert raised.value.status == 404
+
+
+@pytest.mark.parametrize(("image", "accepted"), [("registry.example.com:5000/mirror/vllm-openai:v0.11.2", True),
+                                                 ("vllm/vllm-openai:v0.11.2 --trust-remote-code", False)])
+def test_the_crd_checks_spec_engine_image(k8s: dict[str, Any], namespace: str, image: str, accepted: bool) -> None:
+    """The CRD's pattern for engine.image (Go's regexp on the server, pydantic's in the CLI) takes the same images."""
+
+    spec = yaml.safe_load(EXAMPLES[0].read_text())
+    spec["engine"]["image"] = image
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "engine-image-check"}, "spec": spec}
+    api = kubernetes.client.CustomObjectsApi(k8s["admin"])
+    if accepted:
+        api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, dry_run="All")
+        return
+    with pytest.raises(kubernetes.client.ApiException) as raised:
+        api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, dry_run="All")
+    assert raised.value.status == 422 and "spec.engine.image" in raised.value.body

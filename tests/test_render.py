@@ -1,0 +1,389 @@
+"""inferplan.deploy.manifests: the objects rendered for the examples' recommendations run exactly the plan
+(replicas, GPUs, node selector, engine arguments, checkpoint), reach the engine (listen address, port, health
+probes), and are valid Kubernetes objects (`kubernetes-validate --strict` for built-in kinds; the fields
+the custom kinds use checked against their published API types, their pod templates validated as Pods)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferplan.deploy import manifests
+from inferplan.deploy.manifests import (
+    FILES_DIR,
+    PORT,
+    RENDERABLE_ENGINES,
+    dns_label,
+    engine_image,
+    render,
+    to_yaml,
+)
+from inferplan.planner.engine_args import DEFAULT_VERSIONS, flag_problems
+from inferplan.planner.gpus import GPU_VENDORS, load_gpu_catalog
+from inferplan.planner.results import Candidate
+from inferplan.planner.search import plan
+from inferplan.planner.spec import PlanError, PlanRequest, load_plan_file, parse_plan, resolve_plan
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = [REPO / "examples" / "plans" / "chat-assistant-8b.yaml",
+            *sorted(p for p in (REPO / "examples" / "platform").glob("*.yaml") if p.stem != "infeasible-ask")]
+KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")  # the oldest and newest the chart supports (test_packaging.py)
+AMD_IMAGE = "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"  # vLLM names no ROCm image by version: the user gives one
+QUANTITY = re.compile(r"^[0-9]+(m|Gi)?$")
+
+
+@functools.cache
+def planned(path: Path) -> tuple[PlanRequest, Candidate]:
+    """The example's request and its (analytic) recommendation, planned once per session."""
+    request = resolve_plan(load_plan_file(path), path.parent)
+    candidate = plan(request).recommendation
+    assert candidate is not None, f"{path.name} has no recommendation"
+    return request, candidate
+
+
+def image_for(request: PlanRequest, candidate: Candidate) -> str | None:
+    return AMD_IMAGE if load_gpu_catalog().get(candidate.gpu_type).vendor == "amd" else None
+
+
+def rendered(path: Path, target: str = "deployment") -> list[dict[str, Any]]:
+    request, candidate = planned(path)
+    return render(request, candidate, name="llm", namespace="serving", target=target,
+                  image=image_for(request, candidate))
+
+
+def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    kinds = [o["kind"] for o in objects]
+    assert len(kinds) == len(set(kinds)), kinds
+    return {o["kind"]: o for o in objects}
+
+
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    return workload["spec"]["template"]["spec"]
+
+
+@functools.cache
+def _invalid(obj: str, version: str) -> str | None:
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(json.loads(obj), version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return str(exc)[:1500]
+    return None
+
+
+def assert_valid(obj: dict[str, Any]) -> None:
+    """kubernetes-validate --strict for every supported Kubernetes version (skipped without the package)."""
+    pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed (pip install -e '.[dev]')")
+    for version in KUBERNETES_VERSIONS:
+        problem = _invalid(json.dumps(obj, sort_keys=True), version)
+        assert problem is None, f"{obj['kind']} is invalid for Kubernetes {version}: {problem}"
+
+
+def as_pod(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "llm-0"}, "spec": spec}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What runs is the plan
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_deployment_runs_the_recommendation(path: Path) -> None:
+    request, candidate = planned(path)
+    objects = by_kind(rendered(path))
+    deployment = objects["Deployment"]
+    pod = pod_spec(deployment)
+    (container,) = pod["containers"]
+    assert deployment["spec"]["replicas"] == candidate.replicas
+    assert pod["nodeSelector"] == candidate.node_selector
+    vendor = load_gpu_catalog().get(candidate.gpu_type).vendor
+    assert container["resources"]["limits"][GPU_VENDORS[vendor].resource] == str(candidate.gpus_per_replica)
+    files = {name: f"{FILES_DIR}/{name}" for name in candidate.engine_files}
+    planned_args = [files.get(arg, arg) for arg in candidate.engine_args]
+    assert container["args"][:len(planned_args)] == planned_args  # the plan's arguments, in its order
+    assert candidate.checkpoint in container["args"]
+    if request.engine == "tgi":  # the image's entry point is the launcher
+        assert "command" not in container
+    else:
+        assert container["command"] == shlex.split(candidate.engine_command)
+    assert container["name"] == "engine"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_engine_listens_where_the_service_and_probes_look(path: Path) -> None:
+    request, _ = planned(path)
+    objects = by_kind(rendered(path))
+    pod = pod_spec(objects["Deployment"])
+    container = pod["containers"][0]
+    extra = container["args"][len(planned(path)[1].engine_args):]
+    assert flag_problems(request.engine, request.engine_version, extra) == []  # the pinned parser takes them
+    assert str(PORT) in extra and "0.0.0.0" in extra
+    assert {"name": "http", "containerPort": PORT, "protocol": "TCP"} in container["ports"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    service = objects["Service"]
+    pod_labels = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["selector"] == objects["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert {"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"} in service["spec"]["ports"]
+
+
+def test_the_startup_probe_waits_longer_for_a_bigger_checkpoint() -> None:
+    small = pod_spec(by_kind(rendered(EXAMPLES[0]))["Deployment"])["containers"][0]["startupProbe"]
+    big_path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")
+    big = pod_spec(by_kind(rendered(big_path))["Deployment"])["containers"][0]["startupProbe"]
+    seconds = [p["periodSeconds"] * p["failureThreshold"] for p in (small, big)]
+    assert 600 <= seconds[0] < seconds[1]  # 10 minutes at least; a 70B checkpoint gets longer than an 8B one
+
+
+def test_engine_files_come_from_a_config_map_mounted_where_the_arguments_point() -> None:
+    path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")
+    _, candidate = planned(path)
+    assert candidate.engine_files, "the TensorRT-LLM example has an extra options file"
+    objects = by_kind(rendered(path))
+    assert objects["ConfigMap"]["data"] == candidate.engine_files
+    pod = pod_spec(objects["Deployment"])
+    volume = next(v for v in pod["volumes"] if v["name"] == "engine-files")
+    assert volume["configMap"]["name"] == objects["ConfigMap"]["metadata"]["name"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "engine-files")
+    for name in candidate.engine_files:
+        assert f"{mount['mountPath']}/{name}" in pod["containers"][0]["args"]
+    assert "ConfigMap" not in by_kind(rendered(EXAMPLES[0]))  # no files, no ConfigMap
+
+
+def test_shared_memory_cache_and_token() -> None:
+    pod = pod_spec(by_kind(rendered(EXAMPLES[0]))["Deployment"])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    container = pod["containers"][0]
+    assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    token = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"]["optional"] is True  # pods start without the Secret
+    requests = container["resources"]["requests"]
+    assert all(QUANTITY.match(v) for v in [*requests.values(), *container["resources"]["limits"].values()])
+    assert int(requests["cpu"]) >= 2
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Valid objects
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_rendered_objects_are_valid_kubernetes_objects(path: Path) -> None:
+    for obj in rendered(path):
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "inferplan"
+        assert obj["metadata"]["labels"]["inferplan.io/plan"] == "llm"
+        assert_valid(obj)
+
+
+def test_rendering_is_deterministic() -> None:
+    path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")
+    request, candidate = planned(path)
+    first = to_yaml(render(request, candidate, name="llm"))
+    again = to_yaml(render(request, candidate.model_copy(), name="llm"))
+    assert first == again
+    assert manifests.manifests_digest(render(request, candidate, name="llm")).startswith("sha256:")
+
+
+# Fields of the custom kinds, from their published API types: KServe's Python SDK 0.16.0
+# (kserve/models/v1beta1_inference_service*.py and v1beta1_predictor_spec.py, attribute_map: a PodSpec inline
+# plus ComponentExtensionSpec), KEDA's from @kubernetes-models/keda 2.0.0 (keda.sh/v1alpha1/ScaledObjectSpec.d.ts,
+# ScaleTriggers.d.ts, ScaleTarget.d.ts, AdvancedConfig.d.ts), LeaderWorkerSet's from the Go types of
+# sigs.k8s.io/lws api/leaderworkerset/v1 (LeaderWorkerSetSpec, LeaderWorkerTemplate; no registry package ships
+# them, so transcribed).
+POD_SPEC_FIELDS = {"containers", "volumes", "nodeSelector"}
+KSERVE_PREDICTOR_FIELDS = {"minReplicas", "maxReplicas", "containers", "volumes", "nodeSelector", "tolerations",
+                           "annotations", "labels", "scaleMetric", "scaleTarget", "deploymentStrategy", "autoScaling"}
+LWS_SPEC_FIELDS = {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"}
+LWS_TEMPLATE_FIELDS = {"leaderTemplate", "workerTemplate", "size", "restartPolicy", "subGroupPolicy",
+                       "volumeClaimTemplates"}
+LWS_RESTART_POLICIES = {"RecreateGroupOnPodRestart", "None", "Default"}
+
+
+def test_inference_service_runs_the_same_container() -> None:
+    _, candidate = planned(EXAMPLES[0])
+    objects = by_kind(rendered(EXAMPLES[0], target="kserve"))
+    assert set(objects) == {"InferenceService"}
+    isvc = objects["InferenceService"]
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
+    predictor = isvc["spec"]["predictor"]
+    assert set(isvc["spec"]) == {"predictor"} and set(predictor) <= KSERVE_PREDICTOR_FIELDS
+    assert predictor["minReplicas"] == candidate.replicas <= predictor["maxReplicas"]
+    deployment_pod = pod_spec(by_kind(rendered(EXAMPLES[0]))["Deployment"])
+    (container,) = predictor["containers"]
+    assert container == {**deployment_pod["containers"][0], "name": "kserve-container"}
+    for field in ("volumes", "nodeSelector"):
+        assert predictor[field] == deployment_pod[field]
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    assert_valid(as_pod({k: predictor[k] for k in POD_SPEC_FIELDS}))
+
+
+def test_inference_service_keeps_the_config_map_of_engine_files() -> None:
+    path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")
+    assert [o["kind"] for o in rendered(path, target="kserve")] == ["ConfigMap", "InferenceService"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A replica over nodes: LeaderWorkerSet
+
+
+def _over_two_nodes(path: Path) -> tuple[PlanRequest, Candidate]:
+    """The example's recommendation stretched to two nodes' GPUs per replica (today's search keeps a replica in
+    one node), with the tensor-parallel size in its arguments to match."""
+    request, candidate = planned(path)
+    per_node = request.gpus_per_node[candidate.gpu_type]
+    tp = 2 * per_node
+    args = list(candidate.engine_args)
+    for flag in ("--tensor-parallel-size", "--tp-size"):
+        if flag in args:
+            args[args.index(flag) + 1] = str(tp)
+    return request, candidate.model_copy(update={"gpus_per_replica": tp, "gpus": tp * candidate.replicas,
+                                                 "engine_args": args})
+
+
+@pytest.mark.parametrize("stem", ["batch-70b-open-gpus", "moe-qwen3-30b-a3b"])  # vLLM, SGLang
+def test_a_replica_over_nodes_is_a_leader_worker_set(stem: str) -> None:
+    path = next(p for p in EXAMPLES if p.stem == stem)
+    request, candidate = _over_two_nodes(path)
+    per_node = request.gpus_per_node[candidate.gpu_type]
+    objects = by_kind(render(request, candidate, name="llm", namespace="serving"))
+    assert set(objects) == {"LeaderWorkerSet", "Service"}
+    lws = objects["LeaderWorkerSet"]
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert set(lws["spec"]) <= LWS_SPEC_FIELDS and set(lws["spec"]["leaderWorkerTemplate"]) <= LWS_TEMPLATE_FIELDS
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert lws["spec"]["replicas"] == candidate.replicas and template["size"] == 2
+    assert template["restartPolicy"] in LWS_RESTART_POLICIES
+    resource = GPU_VENDORS["nvidia"].resource
+    launch = {}
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = template[role]["spec"]
+        assert pod["nodeSelector"] == candidate.node_selector
+        container = pod["containers"][0]
+        assert container["resources"]["limits"][resource] == str(per_node)  # a node's GPUs per pod
+        launch[role] = " ".join([*container.get("command", []), *container["args"]])
+        assert_valid(as_pod(pod))
+    assert "startupProbe" in template["leaderTemplate"]["spec"]["containers"][0]
+    assert "readinessProbe" not in template["workerTemplate"]["spec"]["containers"][0]  # workers serve no HTTP
+    assert objects["Service"]["spec"]["selector"]["leaderworkerset.sigs.k8s.io/role"] == "leader"
+    leader = launch["leaderTemplate"]
+    assert candidate.checkpoint in leader and str(2 * per_node) in leader
+    if request.engine == "vllm":
+        assert "ray start --head" in leader and "--distributed-executor-backend ray" in leader
+        assert "ray start --address=$(LWS_LEADER_ADDRESS):6379" in launch["workerTemplate"]
+    else:
+        for role in ("leaderTemplate", "workerTemplate"):
+            args = template[role]["spec"]["containers"][0]["args"]
+            assert args[args.index("--nnodes") + 1] == "2"
+            assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+            assert args[args.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):20000"
+            assert flag_problems("sglang", request.engine_version, args) == []
+
+
+def test_a_replica_over_nodes_is_not_rendered_where_the_engine_or_target_cannot_run_it() -> None:
+    request, candidate = _over_two_nodes(next(p for p in EXAMPLES if p.stem == "tgi-mistral-7b"))
+    with pytest.raises(ValueError, match=r"vllm .*sglang"):
+        render(request, candidate, name="llm")
+    request, candidate = _over_two_nodes(EXAMPLES[0])
+    with pytest.raises(ValueError, match="LeaderWorkerSet"):
+        render(request, candidate, name="llm", target="kserve")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Images
+
+
+def test_published_images_for_each_engine_and_vendor() -> None:
+    assert engine_image("vllm", None, "nvidia") == f"vllm/vllm-openai:v{DEFAULT_VERSIONS['vllm']}"
+    assert engine_image("vllm", "v0.6.3.post1", "nvidia") == "vllm/vllm-openai:v0.6.3.post1"
+    assert engine_image("sglang", "0.5.2", "nvidia") == "lmsysorg/sglang:v0.5.2"
+    assert engine_image("sglang", "0.5.2", "amd") == "lmsysorg/sglang:v0.5.2-rocm630-mi30x"
+    assert engine_image("sglang", "0.4.6.post5", "amd") == "lmsysorg/sglang:v0.4.6.post5-rocm630"
+    assert engine_image("tgi", "3.3.7", "nvidia") == "ghcr.io/huggingface/text-generation-inference:3.3.7"
+    assert engine_image("tgi", "3.3.7", "amd") == "ghcr.io/huggingface/text-generation-inference:3.3.7-rocm"
+    assert engine_image("tensorrt-llm", "1.0.0", "nvidia") == "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"
+    assert engine_image("lmdeploy", None, "nvidia").startswith("openmmlab/lmdeploy:v")
+    assert set(RENDERABLE_ENGINES) == {"vllm", "sglang", "tgi", "tensorrt-llm", "lmdeploy"}
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "mlc-llm", "exllama"])
+def test_engines_without_a_server_image_say_which_can_be_rendered(engine: str) -> None:
+    with pytest.raises(ValueError, match="vllm") as raised:
+        engine_image(engine, None, "nvidia")
+    assert engine in str(raised.value) and "tensorrt-llm" in str(raised.value)
+
+
+def test_no_image_for_a_vendor_says_how_to_give_one() -> None:
+    with pytest.raises(ValueError, match=r"--image or spec\.engine\.image"):
+        engine_image("tensorrt-llm", None, "amd")
+    path = next(p for p in EXAMPLES if p.stem == "amd-only-cluster")
+    request, candidate = planned(path)
+    with pytest.raises(ValueError, match="rocm/vllm"):
+        render(request, candidate, name="llm")
+
+
+def test_image_given_to_render_wins_over_the_plan_which_wins_over_the_published_one() -> None:
+    path = EXAMPLES[0]
+    request, candidate = planned(path)
+    spec = load_plan_file(path).model_dump(by_alias=True, exclude_none=True)
+    spec["engine"]["image"] = "registry.example.com/mirror/vllm-openai:v0.11.2"
+    with_image = resolve_plan(parse_plan(spec), path.parent)
+    assert with_image.engine_image == "registry.example.com/mirror/vllm-openai:v0.11.2"
+
+    def image(req: PlanRequest, override: str | None = None) -> str:
+        return pod_spec(by_kind(render(req, candidate, name="llm", image=override))["Deployment"])["containers"][0][
+            "image"]
+
+    assert image(request) == "vllm/vllm-openai:v0.11.2"
+    assert image(with_image) == "registry.example.com/mirror/vllm-openai:v0.11.2"
+    assert image(with_image, "localhost:5000/vllm:dev") == "localhost:5000/vllm:dev"
+
+
+@pytest.mark.parametrize("bad", ["vllm/vllm-openai:v0.11.2 --trust-remote-code", "Vllm/x:1", "a//b", "x:"])
+def test_spec_engine_image_must_be_an_image_reference(bad: str) -> None:
+    spec = load_plan_file(EXAMPLES[0]).model_dump(by_alias=True, exclude_none=True)
+    spec["engine"]["image"] = bad
+    with pytest.raises(PlanError) as raised:
+        parse_plan(spec)
+    ((field, message),) = raised.value.problems
+    assert field == "engine.image" and "image reference" in message
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Names
+
+
+@pytest.mark.parametrize(("text", "name"), [
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3-1-8b-instruct"),
+    ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+    ("acme/3B-chat_v2", "llm-3b-chat-v2"),  # a Service name starts with a letter
+    ("x" * 80, "x" * 63),
+])
+def test_names_derived_from_the_model_are_dns_labels(text: str, name: str) -> None:
+    assert dns_label(text) == name
+    assert manifests.check_name(name) == name
+
+
+def test_a_name_that_cannot_name_a_service_is_refused() -> None:
+    request, candidate = planned(EXAMPLES[0])
+    with pytest.raises(ValueError, match="DNS-1035"):
+        render(request, candidate, name="Chat.v2")
+    with pytest.raises(ValueError, match="unknown target"):
+        render(request, candidate, name="chat", target="helm")
+
+
+@pytest.mark.parametrize("engine", sorted(manifests.SERVING_FLAGS))
+def test_listen_and_metrics_flags_are_accepted_by_every_pinned_engine_line(engine: str) -> None:
+    from inferplan.planner.engine_args import VERSION_LINES, engine_flags
+
+    for line in engine_flags()[engine]:
+        version = engine_flags()[engine][line]["version"]
+        assert flag_problems(engine, version, list(manifests.SERVING_FLAGS[engine])) == [], (engine, line)
+    assert engine in VERSION_LINES
