@@ -1,0 +1,370 @@
+"""`inferplan report`: the HTML page a reviewer opens, read back with html.parser.
+
+What a reader relies on: one chart point per candidate shown, the recommendation marked, the SLO region
+shaded, the simulated distributions with their percentile, every plan string escaped, nothing fetched from
+anywhere, and the same plan giving the same file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from inferplan.cli import main
+from inferplan.planner.results import PlanResult
+from inferplan.planner.search import plan
+from inferplan.planner.simulate import SimulationResult
+from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
+from inferplan.planner.verification import simulate_candidate
+from inferplan.report import frontier_in_plane, nice_ticks, render_report
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "plans" / "chat-assistant-8b.yaml"
+INFEASIBLE = REPO / "examples" / "platform" / "infeasible-ask.yaml"
+HOSTILE = "<script>alert('x')</script> \"mod\u00e8le\" & <img src=x onerror=alert(1)>"
+VOID = {"meta", "br", "link", "img", "input", "hr", "source"}
+
+
+# --------------------------------------------------------------------------------------------------
+# A small DOM from html.parser
+
+
+@dataclass
+class Node:
+    tag: str
+    attrs: dict[str, str]
+    children: list[Node] = field(default_factory=list)
+    text: str = ""
+
+    def classes(self) -> set[str]:
+        return set(self.attrs.get("class", "").split())
+
+    def all(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list[Node]:
+        """Descendants with this tag, class and attribute values, in document order."""
+        found = []
+        for child in self.children:
+            if ((tag is None or child.tag == tag) and (cls is None or cls in child.classes())
+                    and all(child.attrs.get(k.replace("_", "-")) == v for k, v in attrs.items())):
+                found.append(child)
+            found += child.all(tag, cls, **attrs)
+        return found
+
+    def all_text(self) -> str:
+        return self.text + "".join(child.all_text() for child in self.children)
+
+
+class _Builder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#document", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, {k: v or "" for k, v in attrs})
+        self.stack[-1].children.append(node)
+        if tag not in VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack[-1].tag == tag, f"</{tag}> closes <{self.stack[-1].tag}>"
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].text += data
+
+
+def parse(page: str) -> Node:
+    """The page as a tree; fails on an end tag that does not close the open element."""
+    builder = _Builder()
+    builder.feed(page)
+    builder.close()
+    assert builder.stack == [builder.root], "unclosed elements"
+    return builder.root
+
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures
+
+
+def _resolve(path: Path) -> PlanRequest:
+    return resolve_plan(load_plan_file(path), path.parent)
+
+
+def _planned(path: Path) -> tuple[PlanRequest, PlanResult, SimulationResult | None]:
+    request = _resolve(path)
+    result = plan(request)
+    simulation = None
+    if result.recommendation is not None:
+        simulation = simulate_candidate(request, result.recommendation, requests=2000, seed=3)
+    return request, result, simulation
+
+
+@pytest.fixture(scope="module")
+def example() -> tuple[PlanRequest, PlanResult, SimulationResult | None]:
+    return _planned(EXAMPLE)
+
+
+@pytest.fixture(scope="module")
+def example_page(example: tuple[PlanRequest, PlanResult, SimulationResult | None]) -> str:
+    return render_report(*example, title="chat example")
+
+
+def _write_plan(tmp_path: Path, change: dict) -> Path:
+    data = yaml.safe_load(EXAMPLE.read_text()) | change
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# The frontier charts
+
+
+def test_each_frontier_chart_has_one_point_per_candidate_shown(example, example_page: str) -> None:
+    _, result, _ = example
+    assert result.recommendation is not None and len(result.alternatives) >= 2
+    charts = parse(example_page).all("svg", "frontier")
+    assert [c.attrs["data-metric"] for c in charts] == ["ttft", "tpot"]
+    for chart in charts:
+        points = chart.all("circle", "point")
+        assert len(points) == 1 + len(result.alternatives)
+        assert [p.attrs["data-candidate"] for p in points] == ["R", *map(str, range(1, len(result.alternatives) + 1))]
+        assert [p.attrs["data-gpu"] for p in points] == [c.gpu_type for c in
+                                                         [result.recommendation, *result.alternatives]]
+
+
+def test_the_recommendation_is_marked_and_labelled(example, example_page: str) -> None:
+    _, result, _ = example
+    for chart in parse(example_page).all("svg", "frontier"):
+        marked = chart.all("circle", "recommendation")
+        assert len(marked) == 1 and marked[0].attrs["data-candidate"] == "R"
+        assert marked[0].attrs["data-cost-per-hour"] == f"{result.recommendation.cost.dollars_per_hour:g}"
+        assert float(marked[0].attrs["r"]) > max(float(p.attrs["r"]) for p in chart.all("circle", "alternative"))
+        assert [t.text for t in chart.all("text", "point-label") if "recommendation" in t.classes()] == ["recommended"]
+
+
+def test_points_sit_where_their_cost_and_latency_put_them(example, example_page: str) -> None:
+    """Higher cost is higher on the chart (smaller y), higher latency further right (larger x)."""
+    _, result, _ = example
+    shown = [result.recommendation, *result.alternatives]
+    for chart in parse(example_page).all("svg", "frontier"):
+        metric = chart.attrs["data-metric"]
+        points = chart.all("circle", "point")
+        cost = [c.cost.dollars_per_hour for c in shown]
+        latency = [getattr(c.predicted, f"{metric}_ms").p95 for c in shown]
+        y = [float(p.attrs["cy"]) for p in points]
+        x = [float(p.attrs["cx"]) for p in points]
+        for i in range(len(shown)):
+            for j in range(len(shown)):
+                if cost[i] > cost[j] * 1.01:
+                    assert y[i] < y[j]
+                if latency[i] > latency[j] * 1.01:
+                    assert x[i] > x[j]
+
+
+def test_the_region_beyond_each_slo_is_shaded_and_a_budget_too(example, example_page: str, tmp_path: Path) -> None:
+    for chart in parse(example_page).all("svg", "frontier"):
+        assert len(chart.all("rect", "over-slo")) == 1
+        assert not chart.all("rect", "over-budget")  # the example has no budget
+        limit = chart.all("line", "limit")[0]
+        shaded = chart.all("rect", "over-slo")[0]
+        assert float(shaded.attrs["x"]) == pytest.approx(float(limit.attrs["x1"]))
+        points = chart.all("circle", "point")
+        assert all(float(p.attrs["cx"]) < float(shaded.attrs["x"]) for p in points)  # all meet the SLO
+
+    request, result, simulation = _planned(_write_plan(tmp_path, {"constraints": {
+        "gpuTypes": ["NVIDIA-L40S", "NVIDIA-H100-80GB-HBM3"], "budgetDollarsPerHour": "9"}}))
+    page = parse(render_report(request, result, simulation, title="budget"))
+    for chart in page.all("svg", "frontier"):
+        band = chart.all("rect", "over-budget")
+        assert len(band) == 1
+        budget_y = float(band[0].attrs["y"]) + float(band[0].attrs["height"])
+        assert all(float(p.attrs["cy"]) > budget_y for p in chart.all("circle", "point"))  # all under budget
+    assert "over budget" in page.all("section", id="frontier")[0].all_text()
+
+
+def test_axes_have_ticks_and_units(example_page: str) -> None:
+    for chart in parse(example_page).all("svg", "frontier"):
+        titles = [t.text for t in chart.all("text", "axis-title")]
+        assert titles[0].endswith("p95 [ms]") and titles[1] == "cost [$/h]"
+        ticks = [t.text for t in chart.all("text", "tick")]
+        assert "0" in ticks and "$0" in ticks and len(ticks) >= 6
+
+
+# --------------------------------------------------------------------------------------------------
+# Simulated distributions
+
+
+def test_distributions_mark_the_simulated_percentile_and_the_limit(example, example_page: str) -> None:
+    request, _, simulation = example
+    charts = parse(example_page).all("svg", "distribution")
+    assert [c.attrs["data-metric"] for c in charts] == ["ttft", "tpot"]
+    for chart, samples in zip(charts, (simulation.ttft_s, simulation.tpot_s), strict=True):
+        marker = chart.all("circle", "marker")[0]
+        assert marker.attrs["data-quantile"] == "p95"
+        expected_ms = float(np.quantile(samples[np.isfinite(samples)], 0.95)) * 1e3
+        assert float(marker.attrs["data-ms"]) == pytest.approx(expected_ms, abs=5e-4)  # written to 1 us
+        assert len(chart.all("polyline", "cdf")) == 1
+        assert len(chart.all("rect", "over-slo")) == 1
+        limit_ms = next(s.max_s for s in request.slos if s.metric == chart.attrs["data-metric"]) * 1e3
+        assert f"SLO {limit_ms:.0f}" in chart.all("text", "limit-label")[0].text
+
+
+def test_no_simulation_says_so(example) -> None:
+    request, result, _ = example
+    page = parse(render_report(request, result, None, title="t"))
+    assert not page.all("svg", "distribution")
+    assert "Not simulated" in page.all("section", id="simulation")[0].all_text()
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables and lists
+
+
+def test_the_table_lists_the_recommendation_then_each_alternative_with_why(example, example_page: str) -> None:
+    _, result, _ = example
+    table = parse(example_page).all("table", "candidates")[0]
+    rows = [r for r in table.all("tr") if "note-row" not in r.classes() and r.all("td")]
+    assert [r.all("td")[0].text for r in rows] == ["rec.", *map(str, range(1, len(result.alternatives) + 1))]
+    assert [r.all("td")[1].text for r in rows] == [c.gpu_type for c in [result.recommendation, *result.alternatives]]
+    whys = [r.all_text() for r in table.all("tr", "note-row")]
+    assert [w.split(" [")[0] for w in whys] == [c.why for c in [result.recommendation, *result.alternatives]]
+    bold = rows[0].all("b")  # the SLO's percentile of each metric
+    assert [b.text for b in bold][:2] == [f"{result.recommendation.predicted.ttft_ms.p95:.0f}",
+                                           f"{result.recommendation.predicted.tpot_ms.p95:.1f}"]
+
+
+def test_an_infeasible_plan_renders_its_reasons_and_suggestions() -> None:
+    request, result, simulation = _planned(INFEASIBLE)
+    assert result.recommendation is None and simulation is None
+    page = render_report(request, result, simulation, title="too tight")
+    tree = parse(page)
+    assert not tree.all("circle", "point")
+    assert [c.all("text", "empty")[0].text for c in tree.all("svg", "frontier")] == \
+        ["No feasible deployment: nothing to plot"] * 2
+    assert "No deployment meets every gate" in tree.all_text()
+    rows = tree.all("table", "infeasible")[0].all("tr")[1:]
+    assert [(r.all("td")[0].text, r.all("td")[2].all_text()) for r in rows] == \
+        [(i.gate, i.reason) for i in result.infeasible]
+    assert [li.text for li in tree.all("section", id="suggestions")[0].all("li")] == result.suggestions
+    assert "No recommendation to simulate" in tree.all("section", id="simulation")[0].all_text()
+
+
+# --------------------------------------------------------------------------------------------------
+# Safety: self-contained, escaped, ASCII, deterministic
+
+
+def test_the_page_loads_nothing(example_page: str) -> None:
+    tree = parse(example_page)
+    assert not tree.all("link") and not tree.all("script") and not tree.all("img") and not tree.all("iframe")
+    for node in tree.all():
+        for name, value in node.attrs.items():
+            if name in ("src", "href", "xlink:href", "action", "srcset", "poster", "data"):
+                pytest.fail(f"<{node.tag} {name}={value!r}> refers to something")
+            assert not re.search(r"url\(", value), (node.tag, name, value)
+    css = "".join(s.text for s in tree.all("style"))
+    assert "url(" not in css and "@import" not in css and "@font-face" not in css
+    assert not re.search(r"(src|href)\s*=\s*[\"']?\s*https?://", example_page)
+    csp = [m.attrs["content"] for m in tree.all("meta") if m.attrs.get("http-equiv") == "Content-Security-Policy"]
+    assert csp == ["default-src 'none'; style-src 'unsafe-inline'"]
+
+
+def test_plan_strings_are_escaped_and_the_page_is_ascii(tmp_path: Path) -> None:
+    """The served model name (here an inline architecture's repoId) is the user's text: it reaches the
+    summary, the checkpoint and the engine command, and must stay text everywhere."""
+    architecture = {"repoId": HOSTILE, "numLayers": 32, "hiddenSize": 4096, "intermediateSize": 14336,
+                    "numAttentionHeads": 32, "numKvHeads": 8, "vocabSize": 128256, "maxPositionEmbeddings": 8192}
+    request, result, simulation = _planned(_write_plan(tmp_path, {"model": {"architecture": architecture}}))
+    assert request.served_model == HOSTILE and result.recommendation is not None
+    page = render_report(request, result, simulation, title=f"report {HOSTILE}")
+    assert page.isascii()
+    assert "<script" not in page.lower() and "<img" not in page.lower()
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &quot;mod&#232;le&quot; &amp; &lt;img" in page
+    tree = parse(page)
+    assert not tree.all("script") and not tree.all("img")
+    assert tree.all("title")[0].text == f"report {HOSTILE}"
+    assert HOSTILE in tree.all("p", "plan")[0].text
+    assert tree.all("code")[0].text == result.recommendation.checkpoint == HOSTILE
+
+
+def test_the_same_plan_gives_the_same_bytes(example, example_page: str) -> None:
+    request, result, _ = example
+    again = simulate_candidate(request, result.recommendation, requests=2000, seed=3)
+    assert render_report(request, result, again, title="chat example") == example_page
+
+
+# --------------------------------------------------------------------------------------------------
+# The command
+
+
+def test_report_command_writes_the_same_file_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = tmp_path / "a.html", tmp_path / "b.html"
+    for out in (first, second):
+        assert main(["report", str(EXAMPLE), "-o", str(out), "--requests", "1000", "--no-verify"]) == 0
+    assert first.read_bytes() == second.read_bytes()
+    assert f"wrote {second}" in capsys.readouterr().err
+    tree = parse(first.read_text(encoding="ascii"))
+    assert tree.all("title")[0].text == "inferplan report: chat-assistant-8b.yaml"
+    assert len(tree.all("svg", "distribution")) == 2  # the recommendation was simulated
+
+
+def test_report_command_prints_to_stdout_and_reports_bad_plans(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(INFEASIBLE), "--no-verify", "--title", "tight"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("<!DOCTYPE html>") and "<title>tight</title>" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {name: meta-llama/Llama-3.1-8B}\nengine: {name: vllm}\nworkload: {}\nslo: {}\n")
+    assert main(["report", str(bad), "-o", str(tmp_path / "r.html")]) == 2
+    assert not (tmp_path / "r.html").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers
+
+
+@pytest.mark.parametrize(("top", "ticks"), [(1.0, [0, 0.2, 0.4, 0.6, 0.8, 1.0]), (540.0, [0, 200, 400, 600]),
+                                            (13.2, [0, 5.0, 10.0, 15.0]),
+                                            (0.037, [0, 0.01, 0.02, 0.03, 0.04])])
+def test_nice_ticks_cover_the_range_at_round_steps(top: float, ticks: list[float]) -> None:
+    assert nice_ticks(top) == pytest.approx(ticks)
+
+
+def test_frontier_in_plane_keeps_points_no_other_beats_on_both() -> None:
+    points = [(10.0, 5.0), (5.0, 9.0), (12.0, 6.0), (3.0, 9.5), (5.0, 7.0)]
+    assert frontier_in_plane(points) == [3, 4, 0]
+
+
+def test_a_plan_read_back_with_its_status_reports_the_reviewed_answer(
+        example, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kubectl get icp X -o yaml | inferplan report -`: the status's answer (with the operator's extra fields in the
+    recommendation) is reported as it is, not planned again."""
+    import io
+
+    from inferplan.operator.status import Recommendation
+
+    _, result, _ = example
+    assert result.recommendation is not None
+    shown = result.model_copy(update={"alternatives": result.alternatives[:2]})  # differs from a fresh plan
+    status = shown.model_dump(by_alias=True, mode="json")
+    status["recommendation"] = Recommendation(**dict(result.recommendation)).model_dump(by_alias=True, mode="json")
+    status["recommendation"]["manifests"] = {"target": "Deployment", "image": "i", "objects": [], "digest": "d",
+                                             "render": "r"}
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    manifest = {"apiVersion": "inferplan.io/v1alpha1", "kind": "InferenceCapacityPlan", "metadata": {"name": "chat"},
+                "spec": spec.get("spec", spec), "status": status}
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(manifest)))
+    assert main(["report", "-", "--requests", "500"]) == 0
+    out, err = capsys.readouterr()
+    assert "reporting the answer in the manifest's status" in err
+    for chart in parse(out).all("svg", "frontier"):
+        assert len(chart.all("circle", "point")) == 3
