@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -147,13 +148,18 @@ def _auto_max_len(req: PlanRequest) -> int:
 def context_overflow(req: PlanRequest, max_len: int) -> float:
     """Share of requests whose prompt plus output exceed `max_len` tokens (independent lognormal lengths):
     the engine rejects them, or cuts their output short where the client sets no max_tokens."""
+    return _overflow(req.prompt_mean, req.prompt_cv, req.output_mean, req.output_cv, max_len)
+
+
+@lru_cache(maxsize=1024)  # a plan asks the same few lengths a dozen times (engine settings, warnings, assumptions)
+def _overflow(prompt_mean: float, prompt_cv: float, output_mean: float, output_cv: float, max_len: int) -> float:
     q = (np.arange(512) + 0.5) / 512
-    s2p, s2o = math.log1p(req.prompt_cv ** 2), math.log1p(req.output_cv ** 2)
-    prompts = req.prompt_mean * np.exp(math.sqrt(s2p) * normal_ppf(q) - s2p / 2.0)
+    s2p, s2o = math.log1p(prompt_cv ** 2), math.log1p(output_cv ** 2)
+    prompts = prompt_mean * np.exp(math.sqrt(s2p) * normal_ppf(q) - s2p / 2.0)
     left = max_len - prompts
     if s2o == 0.0:
-        return float(np.mean(left < req.output_mean))
-    mu, sigma = math.log(req.output_mean) - s2o / 2.0, math.sqrt(s2o)
+        return float(np.mean(left < output_mean))
+    mu, sigma = math.log(output_mean) - s2o / 2.0, math.sqrt(s2o)
     z = (np.log(np.maximum(left, 1e-9)) - mu) / sigma
     above = 0.5 * np.array([math.erfc(v / math.sqrt(2.0)) for v in z])
     return float(np.mean(np.where(left > 0, above, 1.0)))
