@@ -141,15 +141,12 @@ def _load_plan(file: str | None):  # -> PlanRequest | None
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     with _importing():
-        from inferplan.planner.search import plan
-        from inferplan.planner.verification import should_verify, verify_plan
+        from inferplan.planner.verification import planned
 
     request = _load_plan(args.file)
     if request is None:
         return 2
-    result = plan(request, _factors(args.factors))
-    if should_verify(request, args.verify):
-        result = verify_plan(request, result, factors=_factors(args.factors))
+    result = planned(request, _factors(args.factors), verify_default=args.verify)
     if args.output == "table":
         from inferplan.tables import format_plan
 
@@ -197,9 +194,8 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from inferplan.planner.search import plan
     from inferplan.planner.simulate import read_trace
-    from inferplan.planner.verification import compare, should_verify, simulate_candidate, verify_plan
+    from inferplan.planner.verification import compare, planned, simulate_candidate
 
     request = _load_plan(args.file)
     if request is None:
@@ -209,10 +205,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"inferplan: error: {exc}", file=sys.stderr)
         return 2
-    planned = plan(request, _factors(args.factors))
-    if should_verify(request, args.verify):  # the recommendation `inferplan plan` prints with the same option
-        planned = verify_plan(request, planned, factors=_factors(args.factors))
-    candidate = planned.recommendation
+    # the recommendation `inferplan plan` prints with the same option
+    candidate = planned(request, _factors(args.factors), verify_default=args.verify).recommendation
     if candidate is None:
         print("inferplan: the plan has no feasible deployment to simulate (see inferplan plan)", file=sys.stderr)
         return 1
@@ -242,8 +236,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """Plan (as `inferplan plan`), simulate the recommendation (as `inferplan simulate`) and write the HTML report."""
-    from inferplan.planner.search import plan
-    from inferplan.planner.verification import should_verify, simulate_candidate, verify_plan
+    from inferplan.planner.verification import planned, simulate_candidate
     from inferplan.report import render_report
 
     read = _read_manifest(args.file)
@@ -258,9 +251,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if result is not None:
         print("inferplan: reporting the answer in the manifest's status (not planning again)", file=sys.stderr)
     else:
-        result = plan(request, _factors(args.factors))
-        if should_verify(request, args.verify):
-            result = verify_plan(request, result, factors=_factors(args.factors))
+        result = planned(request, _factors(args.factors), verify_default=args.verify)
     simulation = None
     if result.recommendation is not None:
         simulation = simulate_candidate(request, result.recommendation, requests=args.requests, seed=args.seed,
@@ -348,8 +339,7 @@ def _status_result(raw: dict):  # -> PlanResult | None
 def _render_candidate(args: argparse.Namespace, raw, request):  # -> Candidate | None
     """The recommendation to render: the manifest's status.recommendation when it has one (said on stderr), else
     a new plan, as `inferplan plan` makes it. None (reasons printed) when the plan has no feasible deployment."""
-    from inferplan.planner.search import plan
-    from inferplan.planner.verification import should_verify, verify_plan
+    from inferplan.planner.verification import planned
 
     candidate = _status_recommendation(raw)
     if candidate is not None:
@@ -361,9 +351,7 @@ def _render_candidate(args: argparse.Namespace, raw, request):  # -> Candidate |
             print(f"inferplan: warning: the status answers generation {seen} of the spec, which is at generation "
                   f"{generation} now", file=sys.stderr)
         return candidate
-    result = plan(request, _factors(args.factors))
-    if should_verify(request, args.verify):
-        result = verify_plan(request, result, factors=_factors(args.factors))
+    result = planned(request, _factors(args.factors), verify_default=args.verify)
     if result.recommendation is None:
         print("inferplan: the plan has no feasible deployment to render", file=sys.stderr)
         for item in result.infeasible[:5]:

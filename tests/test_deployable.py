@@ -16,7 +16,7 @@ from inferplan.planner.gpus import load_gpu_catalog
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search import CONTEXT_LIMIT_SHARE, PRACTICAL_COST_FACTOR, context_overflow, plan
 from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
-from inferplan.planner.verification import verify_plan
+from inferplan.planner.verification import planned as plan_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = [*sorted((ROOT / "examples" / "plans").glob("*.yaml")),
@@ -36,7 +36,7 @@ def shown(result: PlanResult) -> list[Candidate]:
 
 def planned(path: Path) -> tuple[Any, PlanResult]:
     req = resolve_plan(load_plan_file(path), path.parent)
-    return req, verify_plan(req, plan(req))
+    return req, plan_answer(req)  # what `inferplan plan` prints
 
 
 def test_the_platform_example_set_covers_what_teams_ask() -> None:

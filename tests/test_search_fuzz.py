@@ -1,6 +1,6 @@
 """Property-based fuzz of the planner over the spec space: every valid spec gives a result (or a PlanError
-for a spec the planner cannot use), never an exception, and every number in the result is finite and
-non-negative."""
+for a spec the planner cannot use), never an exception, every number in the result is finite and
+non-negative, and every candidate shown meets each SLO by the numbers it shows."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from inferplan.planner.architectures import load_model_catalog
 from inferplan.planner.gpus import load_gpu_catalog
 from inferplan.planner.precisions import WEIGHT_PRECISIONS
-from inferplan.planner.search import plan
+from inferplan.planner.search import QUANTILE_NAMES, plan
 from inferplan.planner.spec import PlanError, parse_plan, resolve_plan
 
 MODELS = sorted(m.repo_id for m in load_model_catalog())
@@ -85,7 +85,12 @@ def test_any_valid_spec_plans_to_finite_non_negative_numbers_or_a_plan_error(dat
     except PlanError as exc:
         assert exc.problems and all(message for _, message in exc.problems)
         return
-    result = plan(request).model_dump(by_alias=True, mode="json")
+    planned = plan(request)
+    for candidate in [planned.recommendation, *planned.alternatives]:
+        for slo in request.slos if candidate is not None else ():
+            shown = getattr(getattr(candidate.predicted, f"{slo.metric}_ms"), QUANTILE_NAMES[slo.quantile])
+            assert shown <= slo.max_s * 1e3 * (1 + 1e-3), (candidate.gpu_type, slo, shown)  # 4 digits shown
+    result = planned.model_dump(by_alias=True, mode="json")
     for path, value in numbers(result):
         assert math.isfinite(value) and value >= 0, (path, value)
     if result["recommendation"] is None:

@@ -25,7 +25,6 @@ from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.observed import ObservedWorkload, planning_request
 from inferplan.planner.online import calibrated_factors
 from inferplan.planner.results import Candidate, PlanResult
-from inferplan.planner.search import plan
 from inferplan.planner.spec import (
     MAX_ARCHITECTURE_KEYS,
     PlanError,
@@ -35,7 +34,7 @@ from inferplan.planner.spec import (
     parse_plan,
     resolve_plan,
 )
-from inferplan.planner.verification import should_verify, verify_plan
+from inferplan.planner.verification import planned
 
 MAX_PATCH_CHARS = 16384  # DeploymentChange.patch's bound in the status schema
 ConfigMapReader = Callable[[str, str], str]  # (name, key) -> the value in the plan's namespace; raises KeyError
@@ -203,9 +202,7 @@ def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigM
     if request.gpu_types == ():
         return Outcome(None, ("NoGpuTypes", "no GPU type to plan for: the cluster has no schedulable node with a "
                                             "known GPU of the types the plan allows"), tuple(warnings))
-    result = plan(request, plan_factors(spec, status, request.engine))
-    if should_verify(request, verify_default):
-        result = verify_plan(request, result)
+    result = planned(request, plan_factors(spec, status, request.engine), verify_default=verify_default)
     manifests = change = None
     if result.recommendation is not None:
         manifests = manifests_ref(request, result.recommendation, name=name, namespace=namespace)

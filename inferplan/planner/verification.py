@@ -11,7 +11,14 @@ import numpy as np
 
 from inferplan.planner.factors import FactorSet
 from inferplan.planner.results import Candidate, Infeasible, Percentiles, PlanResult, rounded
-from inferplan.planner.search import HIGH_VARIANCE_CV2, deployment_of, distinct, tag_candidates, with_replicas
+from inferplan.planner.search import (
+    HIGH_VARIANCE_CV2,
+    deployment_of,
+    distinct,
+    plan,
+    tag_candidates,
+    with_replicas,
+)
 from inferplan.planner.simulate import SimulationResult, Workload, generate_workload, simulate, trace_workload
 from inferplan.planner.spec import PlanRequest, SloTarget
 
@@ -174,12 +181,22 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
                                      "infeasible": [*dropped, *result.infeasible][:20], "warnings": warnings})
 
 
+def planned(req: PlanRequest, factors: FactorSet | None = None, *, verify_default: bool = True) -> PlanResult:
+    """The plan's answer as `inferplan plan` and the operator give it: the candidates verified in the simulator
+    when `should_verify(req, verify_default)` says so (the search then leaves the rows it shows to the
+    simulator), else the analytic answer, whose rows shown each meet every SLO by their own numbers."""
+    if should_verify(req, verify_default):
+        return verify_plan(req, plan(req, factors, confirm=False), factors=factors)
+    return plan(req, factors)
+
+
 __all__ = [
     "Comparison",
     "Percentiles",
     "compare",
     "fit_to_context",
     "plan_workload",
+    "planned",
     "should_verify",
     "simulate_candidate",
     "verify_plan",
