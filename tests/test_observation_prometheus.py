@@ -28,7 +28,9 @@ def test_every_name_generation_is_read_and_bad_selectors_are_told(engine_standin
         "idle": engine_standin(standin_config(labels={"model_name": "idle"}, requests_per_second=0)),
     }
     server = prometheus(list(standins.values()))
-    server.wait_for_series('{model_name="idle", __name__="vllm:e2e_request_latency_seconds_count"}', timeout_s=60)
+    # Two scrapes of the idle one too: with one, rate() has no data and the reason is NoMatchingSeries.
+    server.wait_for_series('count_over_time({model_name="idle", __name__="vllm:e2e_request_latency_seconds_count"}'
+                           '[30s]) >= 2', timeout_s=60)
     for name in ("current", "legacy", "sglang"):  # two scrapes at least 20 requests apart: rate() has data
         server.wait_for_series(f'increase({{model_name="{name}", __name__=~".+e2e_request_latency_seconds_count"}}'
                                f'[30s]) > 20', timeout_s=60)

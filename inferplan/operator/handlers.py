@@ -194,6 +194,9 @@ _QUIET = _QuietSuccess()
 # kopf: startup, cleanup, the node index and the plans' events
 
 
+_METRICS_SERVED: list[int] = []
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **kwargs: Any) -> None:
     global _state, _index, CHECKER
@@ -205,10 +208,11 @@ async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **k
     logging.getLogger().setLevel(SETTINGS.log_level)
     if _QUIET not in logging.getLogger("kopf.objects").filters:
         logging.getLogger("kopf.objects").addFilter(_QUIET)
-    if SETTINGS.metrics_port:
+    if SETTINGS.metrics_port and not _METRICS_SERVED:
         from prometheus_client import start_http_server
 
         start_http_server(SETTINGS.metrics_port, registry=metrics.REGISTRY)
+        _METRICS_SERVED.append(SETTINGS.metrics_port)  # once per process: kopf may be run again (main.run)
     # A fresh start (tests run the operator several times in one process): nothing carried over.
     _state, _index = _State(), kwargs.get("gpu_nodes")
     peering = "off"

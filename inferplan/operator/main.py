@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -10,6 +11,25 @@ import threading
 import time
 
 from inferplan.operator.settings import PEERING_PRIORITY_MAX, SettingsError, load_settings
+
+RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+"""Pauses before kopf is run again after a watch was answered 404 (`watch_not_found`), one per try in a row."""
+
+
+def watch_not_found(exc: BaseException) -> bool:
+    """Whether kopf's run ended because a watch request was answered 404 Not Found.
+
+    kopf takes any error answer to a watch request but 410 and 429 as fatal and ends its whole run. An API
+    server that has just restarted accepts connections, and answers 404 for custom resources, for a few
+    seconds before it serves their paths again (the CRDs are re-read from etcd): a watch re-opened in that
+    window ended the operator (tests/e2e/test_faults.py, the API server outage). That is not the end of the
+    operator, so kopf is run again (`run`)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ == "APINotFoundError" or getattr(seen, "status", None) == 404:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def run() -> int:
@@ -32,16 +52,27 @@ def run() -> int:
         priority = settings.peering_priority
         if priority is None:
             priority = random.SystemRandom().randint(1, PEERING_PRIORITY_MAX)
-    kopf.run(
-        identity=handlers.IDENTITY,  # the checker finds this replica in the peering object by it
-        standalone=not settings.peering,
-        peering_name=settings.peering,
-        priority=priority,
-        clusterwide=settings.all_namespaces,
-        namespaces=list(settings.namespaces),
-        liveness_endpoint=liveness,
-    )
-    return 0
+    attempt = 0
+    while True:
+        try:
+            kopf.run(
+                identity=handlers.IDENTITY,  # the checker finds this replica in the peering object by it
+                standalone=not settings.peering,
+                peering_name=settings.peering,
+                priority=priority,
+                clusterwide=settings.all_namespaces,
+                namespaces=list(settings.namespaces),
+                liveness_endpoint=liveness,
+            )
+            return 0
+        except Exception as exc:
+            if not watch_not_found(exc):
+                raise
+            pause = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
+            attempt += 1
+            logging.getLogger("inferplan").warning(
+                "a watch was answered 404 (the API server restarting?): running the operator again in %g s", pause)
+            time.sleep(pause)
 
 
 def planner_worker_init(parent: int) -> None:

@@ -1,0 +1,56 @@
+"""`inferplan operator` (operator/main.py): kopf is run again when its run ends on a watch answered 404, as it
+does when the API server has just restarted and serves custom resources' paths a few seconds late; any other
+ending is the operator's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+from kopf._cogs.clients.errors import APINotFoundError  # what kopf raises; it exports no public name for it
+
+from inferplan.operator import main
+
+
+def _ended_by_a_404_watch() -> BaseException:
+    """The exception kopf.run re-raises, as the operator's log shows it: the watcher's 404 as the cause."""
+    try:
+        try:
+            raise APINotFoundError({"message": "the server could not find the requested resource", "code": 404},
+                                   status=404, headers={})
+        except APINotFoundError as exc:
+            raise RuntimeError("a task of the operator failed") from exc
+    except RuntimeError as outer:
+        return outer
+
+
+def test_a_watch_answered_404_is_recognised_through_the_causes() -> None:
+    assert main.watch_not_found(_ended_by_a_404_watch())
+    assert not main.watch_not_found(RuntimeError("something else"))
+    assert not main.watch_not_found(kopf.PermanentError("permanent"))
+
+
+def test_kopf_is_run_again_after_a_404_watch_and_anything_else_ends_the_operator(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERPLAN_METRICS_PORT", "0")
+    monkeypatch.setenv("INFERPLAN_HEALTH_PORT", "0")
+    endings: list[BaseException | None] = [_ended_by_a_404_watch(), _ended_by_a_404_watch(), None]
+    runs: list[dict[str, Any]] = []
+    pauses: list[float] = []
+
+    def run(**kwargs: Any) -> None:
+        runs.append(kwargs)
+        ending = endings.pop(0)
+        if ending is not None:
+            raise ending
+
+    monkeypatch.setattr(kopf, "run", run)
+    monkeypatch.setattr(main.time, "sleep", pauses.append)
+    assert main.run() == 0
+    assert len(runs) == 3 and pauses == [1.0, 2.0]  # backoff grows per try in a row
+    assert all(r == runs[0] for r in runs)  # the same identity, namespaces and peering each time
+
+    endings[:] = [ValueError("a bug")]
+    with pytest.raises(ValueError, match="a bug"):
+        main.run()
