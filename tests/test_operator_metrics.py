@@ -35,3 +35,28 @@ def test_plan_counts_and_cluster_gpus_are_replaced_whole() -> None:
     metrics.record_inventory({"L4": 8})
     assert sample("inferplan_cluster_gpus", gpu_type="H100-SXM5-80GB") is None
     assert sample("inferplan_cluster_gpus", gpu_type="L4") == 8
+
+
+def test_forgetting_a_plan_touches_only_its_own_series() -> None:
+    """Each plan's series are kept by plan, so removing one looks at no other plan's (the old removal scanned
+    every series of every gauge: quadratic in plans over a fleet's deletions)."""
+    status = {**STATUS, "conditions": [{"type": "Ready", "status": "True", "reason": "Planned"}],
+              "observed": {"requestsPerSecond": 4.0, "latencyMs": {"ttft": {"p95": 120.0}},
+                           "current": {"gpuType": "L40S", "replicas": 2}},
+              "prediction": {"latencyMs": {"ttft": {"p95": 110.0}}, "errorRatio": {"ttft": {"p95": -0.08}}},
+              "calibration": {"decode": 0.9, "prefill": 0.8}}
+    for i in range(50):
+        metrics.record_plan("many", f"p{i}", status)
+    metrics.record_plan("many", "p7", status)  # recorded again: its series replaced, none kept twice
+    assert len(metrics._SERIES[("many", "p7")]) == len(metrics._SERIES[("many", "p8")])
+    metrics.forget_plan("many", "p7")
+    assert ("many", "p7") not in metrics._SERIES
+    for name, labels in (("inferplan_plan_feasible", {}), ("inferplan_observed_requests_per_second", {}),
+                         ("inferplan_calibration_factor", {"factor": "decode"}),
+                         ("inferplan_predicted_latency_seconds", {"metric": "ttft", "quantile": "0.95"})):
+        assert sample(name, namespace="many", plan="p7", **labels) is None, name
+        assert sample(name, namespace="many", plan="p8", **labels) is not None, name
+    for i in range(50):
+        metrics.forget_plan("many", f"p{i}")
+    assert not any(key[0] == "many" for key in metrics._SERIES)
+    assert sample("inferplan_plan_feasible", namespace="many", plan="p8") is None

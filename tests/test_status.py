@@ -16,7 +16,6 @@ from inferplan.operator.status import (
     PlanStatus,
     condition,
     next_status,
-    status_changed,
     status_patch,
 )
 from inferplan.planner.results import PlanResult
@@ -202,7 +201,7 @@ def test_same_inputs_later_give_an_equal_status(outcome: str) -> None:
     first = status(**kwargs)
     second = status(first, now=T1, **kwargs)
     assert second == first
-    assert not status_changed(first, second) and status_patch(first, second) == {}
+    assert status_patch(first, second) == {}
 
 
 def test_other_condition_types_are_kept_after_ours() -> None:
@@ -233,12 +232,12 @@ def test_warnings_are_deduplicated_in_order() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# status_patch / status_changed
+# status_patch
 
 
 def test_status_patch() -> None:
     planned = status(result=feasible_result())
-    assert status_changed(None, planned) and status_patch(None, planned) == planned
+    assert status_patch(None, planned) == planned
     failed = status(planned, now=T1, generation=2, error=ERROR)
     patch = status_patch(planned, failed)
     assert patch["recommendation"] is None  # a merge patch must name what it clears
@@ -249,7 +248,7 @@ def test_status_patch() -> None:
 
 def test_status_patch_leaves_other_writers_keys_alone() -> None:
     planned = status(result=feasible_result())
-    assert not status_changed({**planned, "metrics": {"ttftP95Ms": 120}}, planned)
+    assert status_patch({**planned, "metrics": {"ttftP95Ms": 120}}, planned) == {}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -289,5 +288,5 @@ def test_any_sequence_keeps_one_condition_per_type_and_moves_time_only_on_flips(
                 assert (c["lastTransitionTime"] == now) == flipped
                 if not flipped:
                     assert c["lastTransitionTime"] == before[c["type"]]["lastTransitionTime"]
-        assert status_changed(old, new) == (old != new)
+        assert (status_patch(old, new) != {}) == (old != new)
         old = new

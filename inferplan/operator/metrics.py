@@ -54,17 +54,23 @@ CALIBRATION_FACTOR = Gauge("inferplan_calibration_factor",
 PLAN_CONDITION = Gauge("inferplan_plan_condition", "1 for each condition's current status and reason of a plan.",
                        ["namespace", "plan", "condition", "status", "reason"], registry=REGISTRY)
 
-_PER_PLAN = (RECOMMENDED_REPLICAS, RECOMMENDED_GPUS, RECOMMENDED_COST, RECOMMENDED_TARGET_RPS, PLAN_FEASIBLE,
-             PREDICTED_LATENCY, OBSERVED_LATENCY, PREDICTION_ERROR, OBSERVED_RATE, CURRENT_REPLICAS, CALIBRATION_FACTOR,
-             PLAN_CONDITION)
 _QUANTILES = {"p50": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99"}
+_SERIES: dict[tuple[str, str], list[tuple[Gauge, tuple[str, ...]]]] = {}
+"""(namespace, plan) -> the series `record_plan` set for it, so that forgetting a plan removes its own series
+without looking at any other plan's (constant time per plan, whatever the number of plans)."""
+
+
+def _set(gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
+    """Set one series of a plan (labels start with namespace and plan) and remember it for `forget_plan`."""
+    gauge.labels(*labels).set(value)
+    _SERIES.setdefault((labels[0], labels[1]), []).append((gauge, labels))
 
 
 def _latencies(gauge: Gauge, namespace: str, name: str, table: dict, scale: float) -> None:
     for metric, quantiles in (table or {}).items():
         for percentile, value in (quantiles or {}).items():
             if percentile in _QUANTILES and isinstance(value, int | float):
-                gauge.labels(namespace, name, metric, _QUANTILES[percentile]).set(value * scale)
+                _set(gauge, (namespace, name, metric, _QUANTILES[percentile]), value * scale)
 
 
 def _min_headroom(spec: Mapping | None) -> float:
@@ -82,23 +88,23 @@ def record_plan(namespace: str, name: str, status: dict, spec: Mapping | None = 
     the per-replica target (its default without one)."""
     forget_plan(namespace, name)
     rec = status.get("recommendation")
-    PLAN_FEASIBLE.labels(namespace, name).set(1 if rec else 0)
+    _set(PLAN_FEASIBLE, (namespace, name), 1 if rec else 0)
     if rec:
-        RECOMMENDED_REPLICAS.labels(namespace, name, rec["gpuType"]).set(rec["replicas"])
-        RECOMMENDED_GPUS.labels(namespace, name, rec["gpuType"]).set(rec["gpus"])
-        RECOMMENDED_COST.labels(namespace, name).set(rec["cost"]["dollarsPerHour"])
+        _set(RECOMMENDED_REPLICAS, (namespace, name, rec["gpuType"]), rec["replicas"])
+        _set(RECOMMENDED_GPUS, (namespace, name, rec["gpuType"]), rec["gpus"])
+        _set(RECOMMENDED_COST, (namespace, name), rec["cost"]["dollarsPerHour"])
         capacity = (rec.get("predicted") or {}).get("maxRequestsPerSecondPerReplica")
         if isinstance(capacity, int | float):
-            RECOMMENDED_TARGET_RPS.labels(namespace, name).set(per_replica_target(capacity, _min_headroom(spec)))
+            _set(RECOMMENDED_TARGET_RPS, (namespace, name), per_replica_target(capacity, _min_headroom(spec)))
     for item in status.get("conditions") or []:
-        PLAN_CONDITION.labels(namespace, name, item["type"], item["status"], item.get("reason", "")).set(1)
+        _set(PLAN_CONDITION, (namespace, name, item["type"], item["status"], item.get("reason", "")), 1)
     observed = status.get("observed") or {}
     if observed:
-        OBSERVED_RATE.labels(namespace, name).set(observed.get("requestsPerSecond", 0.0))
+        _set(OBSERVED_RATE, (namespace, name), observed.get("requestsPerSecond", 0.0))
         _latencies(OBSERVED_LATENCY, namespace, name, observed.get("latencyMs") or {}, 1e-3)
         current = observed.get("current") or {}
         if current:
-            CURRENT_REPLICAS.labels(namespace, name, current["gpuType"]).set(current["replicas"])
+            _set(CURRENT_REPLICAS, (namespace, name, current["gpuType"]), current["replicas"])
     prediction = status.get("prediction") or {}
     if prediction:
         _latencies(PREDICTED_LATENCY, namespace, name, prediction.get("latencyMs") or {}, 1e-3)
@@ -106,14 +112,16 @@ def record_plan(namespace: str, name: str, status: dict, spec: Mapping | None = 
     calibration = status.get("calibration") or {}
     for factor in ("decode", "prefill"):
         if isinstance(calibration.get(factor), int | float):
-            CALIBRATION_FACTOR.labels(namespace, name, factor).set(calibration[factor])
+            _set(CALIBRATION_FACTOR, (namespace, name, factor), calibration[factor])
 
 
 def forget_plan(namespace: str, name: str) -> None:
-    """Remove every series of a plan (it was deleted, or its status changed)."""
-    for gauge in _PER_PLAN:
-        for labels in [key for key in list(gauge._metrics) if key[:2] == (namespace, name)]:
+    """Remove every series of a plan (it was deleted, or its status changed): those `record_plan` set."""
+    for gauge, labels in _SERIES.pop((namespace, name), ()):
+        try:
             gauge.remove(*labels)
+        except KeyError:  # set twice (e.g. two conditions with equal labels), removed the first time
+            pass
 
 
 def record_conditions(counts: dict[tuple[str, str], int]) -> None:

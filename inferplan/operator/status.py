@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from inferplan.operator.inventory import Inventory  # inventory imports InventoryEntry from here
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
-OBSERVE_CONDITION_TYPES = ("MetricsAvailable", "PredictionAccurate")  # written by operator/observing.py
 
 
 class _Status(BaseModel):
@@ -286,7 +285,7 @@ def next_status(
     - `result`: the plan was made. Ready=True (Planned); Feasible=True (Feasible, the message names the
       recommendation) or False (NoFeasibleCandidate, the nearest infeasible reasons); the recommendation,
       alternatives and infeasible candidates are the result's.
-    - `error` = (reason, message): the spec could not be planned (e.g. ("UnknownModel", "...")). Ready=False
+    - `error` = (reason, message): the spec could not be planned (e.g. ("InvalidModel", "...")). Ready=False
       with that reason, Feasible=Unknown (NotPlanned). The old recommendation is cleared: it answers another
       spec, and keeping it would show an answer to a question no longer asked.
     - neither: not planned yet (the first reconcile). Ready=Unknown (Planning), Feasible=Unknown (NotPlanned).
@@ -386,7 +385,3 @@ def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
             patch[key] = None
     return patch
 
-
-def status_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-    """True when `.status` needs a patch to become `new` (see status_patch)."""
-    return bool(status_patch(old, new))

@@ -50,7 +50,6 @@ from inferplan.planner.gpus import load_gpu_catalog, parse_gpu_product, resolve_
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.precisions import weight_precision
 
-API_GROUP = "inferplan.io"
 API_VERSION = "inferplan.io/v1alpha1"
 KIND = "InferenceCapacityPlan"
 
