@@ -51,6 +51,27 @@ def test_kopf_is_run_again_after_a_404_watch_and_anything_else_ends_the_operator
     assert len(runs) == 3 and pauses == [1.0, 2.0]  # backoff grows per try in a row
     assert all(r == runs[0] for r in runs)  # the same identity, namespaces and peering each time
 
+    # kopf may also log its watcher's failure and stop without raising it: that ending is run again too.
+    import logging
+
+    def logged_and_stopped() -> None:
+        logging.getLogger("kopf.reactor").error("Multidimensional multitasker has failed: ",
+                                                exc_info=_ended_by_a_404_watch())
+
+    endings[:] = ["log", None]
+    runs.clear()
+    pauses.clear()
+
+    def run_logging(**kwargs: Any) -> None:
+        runs.append(kwargs)
+        if endings.pop(0) == "log":
+            logged_and_stopped()
+
+    monkeypatch.setattr(kopf, "run", run_logging)
+    assert main.run() == 0
+    assert len(runs) == 2 and pauses == [1.0]
+
+    monkeypatch.setattr(kopf, "run", run)
     endings[:] = [ValueError("a bug")]
     with pytest.raises(ValueError, match="a bug"):
         main.run()

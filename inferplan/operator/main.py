@@ -22,14 +22,27 @@ def watch_not_found(exc: BaseException) -> bool:
     kopf takes any error answer to a watch request but 410 and 429 as fatal and ends its whole run. An API
     server that has just restarted accepts connections, and answers 404 for custom resources, for a few
     seconds before it serves their paths again (the CRDs are re-read from etcd): a watch re-opened in that
-    window ended the operator (tests/e2e/test_faults.py, the API server outage). That is not the end of the
-    operator, so kopf is run again (`run`)."""
+    window ended the operator (tests/e2e/test_faults.py, the API server outage): kopf either raised it out of
+    `kopf.run` or logged it and stopped. That is not the end of the operator, so kopf is run again (`run`)."""
     seen: BaseException | None = exc
     while seen is not None:
         if type(seen).__name__ == "APINotFoundError" or getattr(seen, "status", None) == 404:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+class _WatchFailures(logging.Handler):
+    """Notes an error logged with a watch answered 404 as its cause: kopf logs the failure of its watcher and
+    may then end `kopf.run` without raising it (its orchestrator stops the operator)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None and watch_not_found(record.exc_info[1]):
+            self.seen = True
 
 
 def run() -> int:
@@ -54,6 +67,8 @@ def run() -> int:
             priority = random.SystemRandom().randint(1, PEERING_PRIORITY_MAX)
     attempt = 0
     while True:
+        failures = _WatchFailures()
+        logging.getLogger().addHandler(failures)
         try:
             kopf.run(
                 identity=handlers.IDENTITY,  # the checker finds this replica in the peering object by it
@@ -64,15 +79,18 @@ def run() -> int:
                 namespaces=list(settings.namespaces),
                 liveness_endpoint=liveness,
             )
-            return 0
+            if not failures.seen:
+                return 0  # stopped (a signal), not ended by a failed watch
         except Exception as exc:
             if not watch_not_found(exc):
                 raise
-            pause = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
-            attempt += 1
-            logging.getLogger("inferplan").warning(
-                "a watch was answered 404 (the API server restarting?): running the operator again in %g s", pause)
-            time.sleep(pause)
+        finally:
+            logging.getLogger().removeHandler(failures)
+        pause = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
+        attempt += 1
+        logging.getLogger("inferplan").warning(
+            "a watch was answered 404 (the API server restarting?): running the operator again in %g s", pause)
+        time.sleep(pause)
 
 
 def planner_worker_init(parent: int) -> None:
