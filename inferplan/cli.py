@@ -296,6 +296,12 @@ def _read_manifest(file: str | None):  # -> (raw mapping, PlanRequest) | None
     return None
 
 
+def _first_error(exc) -> str:  # exc: pydantic.ValidationError
+    """The first problem of a validation error, as 'message at field.path'."""
+    first = exc.errors()[0]
+    return f"{first['msg']} at {'.'.join(str(p) for p in first['loc'])}"
+
+
 def _status_recommendation(raw: dict):  # -> Candidate | None
     """status.recommendation of a manifest read back from the cluster, as the Candidate it holds (the status's
     extra keys, such as its manifests reference, left out); None when there is none. Raises ValueError."""
@@ -311,8 +317,7 @@ def _status_recommendation(raw: dict):  # -> Candidate | None
     try:
         return Candidate.model_validate({k: v for k, v in recommendation.items() if k in fields})
     except ValidationError as exc:
-        raise ValueError(f"status.recommendation is not a recommendation: {exc.errors()[0]['msg']} at "
-                         f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}") from None
+        raise ValueError(f"status.recommendation is not a recommendation: {_first_error(exc)}") from None
 
 
 def _status_result(raw: dict):  # -> PlanResult | None
@@ -332,8 +337,7 @@ def _status_result(raw: dict):  # -> PlanResult | None
             **{key: status.get(key) or [] for key in ("alternatives", "infeasible", "warnings", "assumptions",
                                                       "suggestions")}})
     except ValidationError as exc:
-        raise ValueError(f"the status holds no plan answer: {exc.errors()[0]['msg']} at "
-                         f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}") from None
+        raise ValueError(f"the status holds no plan answer: {_first_error(exc)}") from None
 
 
 def _render_candidate(args: argparse.Namespace, raw, request):  # -> Candidate | None
