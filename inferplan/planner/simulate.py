@@ -43,12 +43,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.engines import Scheduling
 from inferplan.planner.performance import Hardware
+from inferplan.planner.serving import QUANTILES, sample_quantiles
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 ROUTERS = ("round_robin", "least_outstanding")
-QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -733,7 +733,7 @@ def _latency(values: FloatArray) -> Latency:
     finite = values[np.isfinite(values)]
     if not len(finite):
         return Latency(*(math.nan,) * 5)
-    q = np.quantile(finite, QUANTILES)
+    q = sample_quantiles(finite, QUANTILES)  # np.quantile's arithmetic, without its import of numpy.ma
     return Latency(float(finite.mean()), *(float(v) for v in q))
 
 
