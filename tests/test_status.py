@@ -41,13 +41,17 @@ def infeasible_result() -> PlanResult:
     return plan(resolve_plan(parse_plan(data)))
 
 
-def cluster() -> Inventory:
-    return build_inventory([
+def cluster_nodes() -> list[NodeGpus]:
+    return [
         NodeGpus("a", "NVIDIA-H100-80GB-HBM3", 8, True, True),
         NodeGpus("b", "NVIDIA-H100-80GB-HBM3", 4, True, True),
         NodeGpus("c", "NVIDIA-L4", 1, True, True),
         NodeGpus("d", "Zeta-9", 2, True, True),
-    ])
+    ]
+
+
+def cluster() -> Inventory:
+    return build_inventory(cluster_nodes())
 
 
 def status(old: dict[str, Any] | None = None, *, now: str = T0, generation: int = 1,
@@ -290,3 +294,40 @@ def test_any_sequence_keeps_one_condition_per_type_and_moves_time_only_on_flips(
                     assert c["lastTransitionTime"] == before[c["type"]]["lastTransitionTime"]
         assert (status_patch(old, new) != {}) == (old != new)
         old = new
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the usable inventory
+
+
+def test_a_node_of_a_type_the_plan_cannot_use_changes_nothing_in_its_status() -> None:
+    h100 = frozenset({"H100-SXM5-80GB"})
+    first = status(result=feasible_result(), inventory=cluster().usable(h100))
+    grown = build_inventory([*cluster_nodes(), NodeGpus("e", "NVIDIA-L4", 4, True, True),
+                             NodeGpus("f", "NVIDIA-A100-SXM4-80GB", 8, True, True)])
+    again = status(first, now=T1, result=feasible_result(), inventory=grown.usable(h100))
+    assert status_patch(first, again) == {}
+    assert [e["gpuType"] for e in again["inventory"]] == ["H100-SXM5-80GB"]
+    assert by_type(again)["InventoryAvailable"]["message"] == "12 GPUs of 1 type"
+    # The whole cluster's inventory, as a plan without gpuTypes sees it, does change.
+    everything = status(first, now=T1, result=feasible_result(), inventory=grown)
+    assert status_patch(first, everything).keys() >= {"inventory", "conditions"}
+
+
+def test_no_gpu_of_the_plans_types_says_so() -> None:
+    new = status(result=feasible_result(), inventory=cluster().usable(frozenset({"B200"})))
+    available = by_type(new)["InventoryAvailable"]
+    assert (available["status"], available["reason"]) == ("False", "NoGpus")
+    assert "constraints.gpuTypes" in available["message"]
+    assert new["inventory"] == []
+    # The cluster's warnings (a product the catalog does not know) stay.
+    assert any("Zeta-9" in w for w in new["warnings"])
+
+
+def test_the_reconciles_warnings_come_first_and_the_list_stays_capped() -> None:
+    extra = [f"warning {i}" for i in range(40)]
+    new = next_status(None, generation=1, now=T0, planner_version="0.1.0", inventory=cluster(),
+                      result=feasible_result(), error=None, extra_warnings=extra)
+    assert new["warnings"][:3] == ["warning 0", "warning 1", "warning 2"]
+    assert len(new["warnings"]) == 32
+    PlanStatus.model_validate(new)

@@ -1,7 +1,9 @@
 """The Kubernetes side of inferplan: the InferenceCapacityPlan resource, its status, and the kopf operator.
 
-Modules other than `handlers` and `main` are pure (no kopf or kubernetes import) so that they can be tested
-without a cluster; the handlers stay thin: spec -> planner -> a pure function that builds the new status.
+Only `handlers` (kopf's glue) and `main` import kopf; only they, `kube` (the API requests) and `controller` (the
+loop that keeps plans answered) import kubernetes. The rest is pure, tested without a cluster: the rules
+(`scheduling`), one reconcile (`reconcile`, `cluster_spec`), the status (`status`) and the inventory.
+docs/operator.md#code-layout has the map.
 """
 
 GROUP = "inferplan.io"

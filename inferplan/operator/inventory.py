@@ -13,18 +13,32 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from inferplan.operator.status import InventoryEntry
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
 from inferplan.planner.gpus import AMD, NVIDIA, GpuVendor, parse_gpu_product, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 
-__all__ = ["AMD", "NVIDIA", "GpuVendor", "Inventory", "NodeGpus", "build_inventory", "node_gpus"]
+__all__ = ["AMD", "NVIDIA", "GpuVendor", "Inventory", "InventoryEntry", "NodeGpus", "build_inventory", "node_gpus"]
 
 
 _VENDORS = (NVIDIA, AMD)  # a node labelled by both is read as NVIDIA
 
 _WHOLE_NUMBER = re.compile(r"^\s*\+?(\d+)\s*$")
+
+
+class InventoryEntry(BaseModel):
+    """GPUs of one type the plan could use: allocatable on schedulable, ready nodes."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog.")
+    product_label: str = Field(max_length=63, description="The node label value that selects these GPUs.")
+    gpus: int = Field(ge=0, description="Allocatable GPUs of this type on schedulable, ready nodes.")
+    nodes: int = Field(ge=0, description="Nodes that contribute them.")
+    gpus_per_node: int = Field(ge=0, description="Most GPUs of this type on one node (bounds tensor parallelism).")
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,15 @@ class Inventory:
     entries: tuple[InventoryEntry, ...]  # per canonical GPU type, sorted by key
     unknown_products: tuple[str, ...]  # product labels the catalog does not know (sorted, unique)
     shared_or_mig: tuple[str, ...]  # product labels with -MIG-<profile> / -SHARED suffixes (sorted, unique)
+    restricted: bool = False  # entries limited to the GPU types one plan may use (`usable`)
+
+    def usable(self, gpu_types: frozenset[str] | None) -> Inventory:
+        """The entries of the catalog GPU types `gpu_types` only (a plan's constraints.gpuTypes; None: every
+        type): what one plan's status reports, so that a node of a type it cannot use changes nothing in it.
+        The warnings stay: they are about the cluster's nodes."""
+        if gpu_types is None:
+            return self
+        return replace(self, entries=tuple(e for e in self.entries if e.gpu_type in gpu_types), restricted=True)
 
     def available(self) -> dict[str, int]:
         """Canonical GPU key -> allocatable GPUs (types with none are left out); PlanRequest.available_gpus."""

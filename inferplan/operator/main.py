@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
-import signal
 import sys
-import threading
 import time
 
 from inferplan.operator.settings import PEERING_PRIORITY_MAX, SettingsError, load_settings
@@ -92,20 +89,3 @@ def run() -> int:
             "a watch was answered 404 (the API server restarting?): running the operator again in %g s", pause)
         time.sleep(pause)
 
-
-def planner_worker_init(parent: int) -> None:
-    """Set up a planner worker process (handlers.PlannerPool); here, in a module that imports nothing heavy.
-
-    Signals are the operator's to handle: it stops the pool when it stops (Ctrl+C and a SIGTERM to the whole
-    process group would otherwise end workers in the middle of a plan). A worker exits by itself when the
-    operator is gone: an operator killed with SIGKILL cannot stop its pool, and an orphan would wait forever.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-    def exit_with_parent() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=exit_with_parent, name="exit-with-operator", daemon=True).start()

@@ -17,6 +17,7 @@ from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.observe.observation import Observation, ObserveError, read_observation
 from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
+from inferplan.operator.cluster_spec import ConfigMapReader, parse_and_resolve
 from inferplan.operator.status import condition
 from inferplan.planner.engines import ENGINES
 from inferplan.planner.factors import load_factors
@@ -220,10 +221,8 @@ def previous_calibration(status: Mapping[str, Any] | None, gpu_type: str | None)
 
 def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint],
                  read_deployment_body: DeploymentReader, old_status: Mapping[str, Any] | None,
-                 read_config_map: Callable[[str, str], str] | None = None) -> ObserveOutcome:
+                 read_config_map: ConfigMapReader | None = None) -> ObserveOutcome:
     """Observe one plan (blocking). Never raises for a bad spec or a failing Prometheus: the outcome says."""
-    from inferplan.operator.reconcile import parse_and_resolve  # reconcile imports this module's users
-
     observe = spec.get("observe") or {}
     name, window = str(observe.get("prometheus", "")), str(observe.get("window", "5m"))
     try:

@@ -9,15 +9,13 @@ re-plan with the same outcome writes nothing new.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from inferplan.operator.inventory import Inventory, InventoryEntry
 from inferplan.planner.results import Candidate, Infeasible, PlanResult
-
-if TYPE_CHECKING:
-    from inferplan.operator.inventory import Inventory  # inventory imports InventoryEntry from here
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
 
@@ -38,16 +36,6 @@ class Condition(_Status):
                                       description="RFC 3339 time the status last changed.")
     observed_generation: int | None = Field(default=None, ge=0,
                                             description="The generation of the spec the condition is about.")
-
-
-class InventoryEntry(_Status):
-    """GPUs of one type the plan could use: allocatable on schedulable, ready nodes."""
-
-    gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog.")
-    product_label: str = Field(max_length=63, description="The node label value that selects these GPUs.")
-    gpus: int = Field(ge=0, description="Allocatable GPUs of this type on schedulable, ready nodes.")
-    nodes: int = Field(ge=0, description="Nodes that contribute them.")
-    gpus_per_node: int = Field(ge=0, description="Most GPUs of this type on one node (bounds tensor parallelism).")
 
 
 class LatencyQuantiles(_Status):
@@ -279,6 +267,7 @@ def next_status(
     ttft_percentile: str = "p95",
     manifests: ManifestsRef | None = None,
     change: DeploymentChange | None = None,
+    extra_warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The complete new `.status` as a camelCase dict, built from the old one (pure).
 
@@ -292,8 +281,11 @@ def next_status(
 
     `ttftAtSloMs` is the recommendation's TTFT at `ttft_percentile` (p50/p90/p95/p99), the plan's SLO one.
     `manifests` and `change` (reconcile.deployment_fields) go into the recommendation, when there is one.
-    InventoryAvailable only reports (GpusFound or NoGpus): a plan that may widen its GPU types can be feasible
-    without inventory. Warnings are the result's, then the inventory's, deduplicated in that order.
+    `inventory` is what the plan may use (`Inventory.usable` of its constraints.gpuTypes): its entries are the
+    status's `inventory`, and InventoryAvailable counts them, so a node of a type the plan cannot use changes
+    nothing in its status. InventoryAvailable only reports (GpusFound or NoGpus): a plan that may widen its GPU
+    types can be feasible without inventory. Warnings are `extra_warnings` (the reconcile's, about the
+    inventory it planned with), the result's, then the inventory's, deduplicated in that order and capped.
     Conditions come in CONDITION_TYPES order, followed by conditions of other types found in `old`, unchanged.
     With the same inputs and `old` = the previous output, the output is equal whatever `now` is: nothing
     changes unless the outcome does, so the operator writes nothing and GitOps diffs stay clean.
@@ -324,11 +316,14 @@ def next_status(
     if total > 0:
         available = make("InventoryAvailable", "True", "GpusFound",
                          f"{_plural(total, 'GPU')} of {_plural(len(inventory.available()), 'type')}")
+    elif inventory.restricted:
+        available = make("InventoryAvailable", "False", "NoGpus",
+                         "no schedulable node has a GPU of a type in constraints.gpuTypes")
     else:
         available = make("InventoryAvailable", "False", "NoGpus", "no schedulable node has a known GPU")
     conditions = [ready, feasible, available, *_other_conditions(old)][:_MAX_CONDITIONS]
 
-    warnings = list(dict.fromkeys([*(result.warnings if result else ()), *inventory.warnings()]))
+    warnings = list(dict.fromkeys([*extra_warnings, *(result.warnings if result else ()), *inventory.warnings()]))
     status = PlanStatus(
         observed_generation=generation,
         conditions=[Condition.model_validate(item) for item in conditions],

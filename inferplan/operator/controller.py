@@ -1,0 +1,454 @@
+"""The controller: keeps every plan answered. kopf's handlers (`handlers.py`) only feed it.
+
+Each plan's events feed a registry (`Registry.plans`: its generation, spec and status as last seen); the node
+index feeds the inventory. One loop, the checker, decides which plans need work (the pure rules of
+`scheduling.py`) and runs their reconciles as tasks, one at a time per plan: plan (`reconcile.reconcile_plan`,
+in the planner pool), build the status (the pure `status.next_status`) and write it, only when its content
+changed (no timestamp churn, clean GitOps diffs).
+
+When a plan is planned: when its generation has no answer yet (create, spec change); when first seen by this
+process (start, restart, taking over from a peer) unless its status already answers its generation, GPU
+inventory and planner version; when the GPU inventory of the types it can use changes (checked every
+INFERPLAN_CHECK_SECONDS); and at least every INFERPLAN_RESYNC_SECONDS. A plan with spec.observe is observed
+every INFERPLAN_OBSERVE_SECONDS.
+
+Why this shape (bench/bench_operator_load.py, docs/operator.md "Scale"): a kopf timer per plan costs ~70 KiB
+of memory and a handler call every few seconds per plan, and makes kopf put its finalizer on every plan (a
+plan could not be deleted while the operator is down); kopf's changing handlers write two annotations and
+deep-copy the body on every patch. Here a plan costs its registry entry, and a check of an unchanged plan a
+few microseconds.
+
+With peering (INFERPLAN_PEERING), kopf pauses the watches of every replica but the highest-priority one; the
+checker applies the same rule (`scheduling.leads`) to the same peering object, so that only that replica works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import functools
+import logging
+import math
+import random
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferplan import __version__
+from inferplan.observe.prometheus import EndpointsFile
+from inferplan.operator import kube, metrics
+from inferplan.operator.cluster_spec import error_reason, with_config_map
+from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory
+from inferplan.operator.observing import CurrentError, observe_plan, observe_status
+from inferplan.operator.pool import PlannerPool
+from inferplan.operator.reconcile import Outcome, current_deployment_name, with_current_change
+from inferplan.operator.retry import RetryLater
+from inferplan.operator.scheduling import (
+    Answer,
+    leads,
+    moved,
+    planning_inputs,
+    relevant_inventory,
+    unanswered,
+    usable_gpu_types,
+    work_due,
+)
+from inferplan.operator.settings import OperatorSettings
+from inferplan.operator.status import next_status, status_patch
+from inferplan.planner.spec import PlanError
+
+ANSWER_GRACE_S = 120.0
+"""Our status write comes back as a watch event a moment later, and under load seconds later. Only when the
+status has not shown an answer for this long is the write taken for lost, and the plan planned again."""
+
+
+@dataclass
+class Plan:
+    """A plan as its last event showed it (the status: or as this process wrote it since)."""
+
+    uid: str
+    namespace: str
+    name: str
+    generation: int
+    spec: dict[str, Any]
+    status: dict[str, Any] | None
+    seen_at: float  # time.monotonic() of the last event
+
+
+@dataclass
+class Registry:
+    """What this process knows about each plan, by uid."""
+
+    plans: dict[str, Plan] = field(default_factory=dict)
+    answered: dict[str, Answer] = field(default_factory=dict)  # its last plan, written
+    last_planned: dict[str, float] = field(default_factory=dict)  # monotonic time (resync bookkeeping)
+    last_observed: dict[str, float] = field(default_factory=dict)  # monotonic time of its observation
+    planned_inputs: dict[str, tuple[float, ...]] = field(default_factory=dict)  # what observing fed its plan
+    retry_at: dict[str, float] = field(default_factory=dict)  # not before (after a passing failure)
+    conditions: dict[str, dict[str, str]] = field(default_factory=dict)  # {type: status}
+    condition_counts: Counter[tuple[str, str]] = field(default_factory=Counter)  # their sum, inferplan_plans
+    recorded: set[str] = field(default_factory=set)  # uids whose metrics are exported
+
+
+class InventoryCache:
+    """The inventory, rebuilt only when the nodes changed (every check of every plan asks for it), and its
+    entries as the status records them."""
+
+    def __init__(self) -> None:
+        self.nodes: frozenset[NodeGpus] | None = None
+        self.inventory = build_inventory(())
+        self.entries: list[dict[str, Any]] = []
+
+    def get(self, nodes: frozenset[NodeGpus]) -> Inventory:
+        if nodes != self.nodes:
+            self.inventory = build_inventory(nodes)
+            self.entries = [entry.model_dump(by_alias=True) for entry in self.inventory.entries]
+            self.nodes = nodes
+            metrics.record_inventory(self.inventory.available())
+        return self.inventory
+
+    def relevant(self, spec: Mapping[str, Any], inventory: Inventory) -> list[dict[str, Any]]:
+        """The entries of the GPU types the plan can use, as its status records them (shared dicts)."""
+        if inventory is self.inventory:
+            return relevant_inventory(spec, self.entries)
+        return relevant_inventory(spec, [entry.model_dump(by_alias=True) for entry in inventory.entries])
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Controller:
+    """Keeps every plan answered: the registry, the inventory and the checker loop. Everything it needs is
+    passed in; nothing is kept in module state, so an operator run again (or a test) starts afresh."""
+
+    def __init__(self, settings: OperatorSettings, *, pool: PlannerPool, api: Executor, observe: Executor,
+                 endpoints: EndpointsFile, identity: str, priority: int,
+                 nodes: Callable[[], Iterable[NodeGpus]] = tuple) -> None:
+        self.settings, self.pool, self.api, self.observe_pool = settings, pool, api, observe
+        self.endpoints, self.identity, self.priority = endpoints, identity, priority
+        self.nodes = nodes  # the GPU nodes as kopf's index has them now
+        self.registry = Registry()
+        self.inventories = InventoryCache()
+        self.logger = logging.getLogger("inferplan.checker")
+        self._touched: set[str] = set()
+        self._wake = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self._active = not settings.peering  # with peering: not before the peering object says so
+        self._stale_before = -math.inf  # plans last seen before this replica paused: stale until kopf relists
+        self._peering_checked = -math.inf
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="inferplan checker")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._loop_task, *self._tasks.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def running(self) -> bool:
+        return self._loop_task is not None and not self._loop_task.done()
+
+    # -- what kopf tells ---------------------------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        return self.inventories.get(frozenset(self.nodes()))
+
+    def seen(self, uid: str, namespace: str, name: str, generation: int, spec: Mapping[str, Any],
+             status: Mapping[str, Any] | None) -> None:
+        """A plan as an event shows it (the initial listing too): remember it, and look at it. A plan seen for
+        the first time whose status already answers it is not planned again."""
+        now = time.monotonic()
+        # The event's body is never changed after it is parsed: keep its parts rather than copies.
+        plan = Plan(uid, namespace, name, generation, dict(spec), dict(status) if status else None, now)
+        registry = self.registry
+        first = uid not in registry.plans
+        registry.plans[uid] = plan
+        if first and uid not in registry.answered:
+            relevant = self.inventories.relevant(plan.spec, self.inventory())
+            why = unanswered(plan.spec, plan.status, generation, relevant, __version__)
+            if why is not None:
+                self.logger.info("%s/%s: to plan: %s", namespace, name, why)
+            else:
+                registry.answered[uid] = Answer(generation, relevant, now)
+                # Their resyncs are spread over the second half of the interval after the start: a restart
+                # neither re-plans them at once nor all together one interval later.
+                registry.last_planned[uid] = now - random.uniform(0.0, self.settings.resync_seconds / 2)
+                registry.planned_inputs[uid] = planning_inputs(plan.spec, plan.status)
+                self._record(plan, plan.status or {})
+        self.touch(uid)
+
+    def forget(self, uid: str, namespace: str, name: str) -> None:
+        """A deleted plan: its metric series and everything this process kept about it go."""
+        registry = self.registry
+        for kept in (registry.plans, registry.answered, registry.last_planned, registry.last_observed,
+                     registry.planned_inputs, registry.retry_at):
+            kept.pop(uid, None)
+        if uid in registry.recorded:
+            registry.recorded.discard(uid)
+            metrics.forget_plan(namespace, name)
+        self._set_conditions(uid, {})
+
+    def touch(self, uid: str) -> None:
+        """The plan had an event: look at it now."""
+        self._touched.add(uid)
+        self._wake.set()
+
+    # -- the checker loop --------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        last_scan, last_inventory = -math.inf, None
+        last_error, last_logged = "", -math.inf
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.check_seconds)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                if not await self._works():
+                    continue
+                now, inventory = time.monotonic(), self.inventory()
+                if now - last_scan >= self.settings.check_seconds or inventory is not last_inventory:
+                    uids, last_scan, last_inventory = list(self.registry.plans), now, inventory
+                    self._touched.clear()
+                else:
+                    uids, self._touched = list(self._touched), set()
+                for uid in uids:
+                    self._check(uid, inventory, now)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the loop must go on: logged (once a minute while it repeats), retried
+                if repr(exc) != last_error or time.monotonic() - last_logged >= 60:
+                    self.logger.exception("checking the plans failed")
+                    last_error, last_logged = repr(exc), time.monotonic()
+
+    def _check(self, uid: str, inventory: Inventory, now: float) -> None:
+        registry = self.registry
+        plan = registry.plans.get(uid)
+        if plan is None or uid in self._tasks or registry.retry_at.get(uid, 0.0) > now:
+            return
+        if plan.seen_at <= self._stale_before:
+            return  # last seen before this replica paused; kopf lists every plan again when it resumes
+        work = work_due(generation=plan.generation, status=plan.status,
+                        relevant=self.inventories.relevant(plan.spec, inventory), answer=registry.answered.get(uid),
+                        observes=bool(plan.spec.get("observe")), now=now,
+                        last_planned=registry.last_planned.setdefault(uid, now),
+                        last_observed=registry.last_observed.get(uid, -math.inf),
+                        resync_s=self.settings.resync_seconds, observe_s=self.settings.observe_seconds,
+                        answer_grace_s=ANSWER_GRACE_S)
+        if work:
+            self._tasks[uid] = asyncio.get_running_loop().create_task(
+                self._work(plan, work.replan, work.observe), name=f"reconcile {plan.namespace}/{plan.name}")
+
+    async def _work(self, plan: Plan, replan: bool, observe: bool) -> None:
+        try:
+            await self.reconcile(plan, replan, observe)
+        except RetryLater as exc:
+            self.logger.warning("%s/%s: %s", plan.namespace, plan.name, exc)
+            self.registry.retry_at[plan.uid] = time.monotonic() + exc.delay
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
+            self.logger.exception("reconciling %s/%s failed", plan.namespace, plan.name)
+            self.registry.retry_at[plan.uid] = time.monotonic() + 15.0
+        finally:
+            self._tasks.pop(plan.uid, None)
+            latest = self.registry.plans.get(plan.uid)
+            if latest is not None and latest is not plan:
+                self.touch(plan.uid)  # it changed while this reconcile ran: look again now
+
+    async def _works(self) -> bool:
+        """Whether this replica works: always when standalone; with peering, when kopf's rule makes it the
+        highest-priority live replica in every peering object it announces itself in (as kopf decides whether
+        to pause its watches). Asked of the API at most once a second; kept as it was when that fails."""
+        peering = self.settings.peering
+        if not peering:
+            return True
+        now = time.monotonic()
+        if now - self._peering_checked < 1.0:
+            return self._active
+        self._peering_checked = now
+        try:
+            statuses = await asyncio.get_running_loop().run_in_executor(
+                self.api, kube.peering_statuses, peering, self.settings.namespaces)
+        except Exception:
+            return self._active
+        at = datetime.datetime.now(datetime.UTC)
+        active = all(status is not None and leads(status, self.identity, self.priority, at)
+                     for _, status in statuses)
+        if active != self._active:
+            self._active = active
+            if active:
+                self.logger.info("peering %s: this replica (%s) works now", peering, self.identity)
+            else:
+                # What this replica knows may go stale while another one works: trust only what kopf delivers
+                # after it resumes (it lists every plan again then).
+                self._stale_before = now
+                self.logger.info("peering %s: another replica works; this one (%s) waits", peering, self.identity)
+        return active
+
+    # -- one reconcile -----------------------------------------------------------------------------------
+
+    async def reconcile(self, plan: Plan, replan: bool, observe: bool) -> None:
+        """Observe and/or plan `plan` as it is now, and write its status if that changed."""
+        started = time.perf_counter()
+        registry, logger = self.registry, self.logger
+        uid, generation, old = plan.uid, plan.generation, plan.status
+        current = old
+        if observe and plan.spec.get("observe"):
+            current = await self._observe(plan, old)
+            registry.last_observed[uid] = time.monotonic()
+        inputs = planning_inputs(plan.spec, current)
+        replan = replan or (bool(inputs) and moved(registry.planned_inputs.get(uid), inputs))
+        if replan:
+            new = await self._plan(plan, current)
+        else:
+            new = dict(current or {})
+            if observe and new.get("recommendation") and current_deployment_name(plan.spec):
+                body = await self._current_deployment(plan)
+                new = await asyncio.get_running_loop().run_in_executor(self.api, functools.partial(
+                    with_current_change, plan.spec, new, name=plan.name, namespace=plan.namespace, body=body,
+                    read_config_map=kube.config_map_reader(plan.namespace)))
+
+        def still_wanted() -> bool:  # not when the plan was deleted or its spec changed meanwhile
+            latest = registry.plans.get(uid)
+            return latest is not None and latest.generation == generation
+
+        if not still_wanted():
+            return  # the spec changed meanwhile: the new generation's reconcile writes
+        patch = status_patch(old, new)
+        if patch:  # nothing when nothing changed: no GitOps churn
+            try:
+                written = await kube.with_retries(
+                    f"writing the status of {plan.namespace}/{plan.name}",
+                    functools.partial(kube.write_status, plan.namespace, plan.name, patch), self.api, logger,
+                    still_wanted=still_wanted)
+            except kube.ApiException as exc:
+                if exc.status == 404:  # deleted meanwhile; its DELETED event cleans up
+                    return
+                raise
+            if written is None:
+                return  # unreachable for too long, or no longer wanted: the next check tries again
+            ready = next((c for c in new.get("conditions", []) if c.get("type") == "Ready"), {})
+            logger.info("%s/%s: status written for generation %s (Ready=%s %s)", plan.namespace, plan.name,
+                        generation, ready.get("status"), ready.get("reason"))
+        if replan:
+            now = time.monotonic()
+            registry.planned_inputs[uid] = inputs
+            registry.last_planned[uid] = now
+            registry.answered[uid] = Answer(generation, new["inventory"], now)
+        latest = registry.plans.get(uid)
+        if latest is not None and latest.generation == generation:
+            latest.status = new  # what the server has now, before its event comes back
+        if patch or uid not in registry.recorded:
+            self._record(plan, new)
+        metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
+
+    async def _observe(self, plan: Plan, old: dict | None) -> dict:
+        """The status after querying Prometheus for the plan (off the loop, in the observe pool)."""
+        observe = plan.spec.get("observe") or {}
+        try:
+            outcome = await asyncio.get_running_loop().run_in_executor(
+                self.observe_pool, observe_plan, plan.spec, self.endpoints.get(),
+                kube.deployment_reader(plan.namespace), old, kube.config_map_reader(plan.namespace))
+        except Exception:  # never let one plan take the operator down; the status keeps what it had
+            metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
+            self.logger.exception("observing failed: %s/%s", plan.namespace, plan.name)
+            return dict(old or {})
+        try:
+            max_error = float(observe.get("maxErrorRatio", "0.25"))
+        except ValueError:
+            max_error = 0.25
+        return observe_status(old, outcome, now=_now(), generation=plan.generation, max_error_ratio=max_error,
+                              drift_seconds=float(observe.get("driftSeconds", 900)),
+                              calibrate=bool(observe.get("calibrate")))
+
+    async def _plan(self, plan: Plan, old: dict | None) -> dict:
+        """The status after planning the plan against the cluster's inventory (in the planner pool)."""
+        inventory = self.inventory()
+        try:
+            outcome = await self._outcome(plan, old, inventory)
+        except RetryLater:
+            raise
+        except Exception as exc:  # never let one plan take the operator down
+            metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
+            self.logger.exception("planning failed: %s/%s", plan.namespace, plan.name)
+            outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
+        ttft_slo = ((plan.spec.get("slo") or {}).get("ttft") or {}).get("percentile", "p95")
+        new = next_status(old, generation=plan.generation, now=_now(), planner_version=__version__,
+                          inventory=inventory.usable(usable_gpu_types(plan.spec)), result=outcome.result,
+                          error=outcome.error, ttft_percentile=ttft_slo, manifests=outcome.manifests,
+                          change=outcome.change, extra_warnings=outcome.warnings)
+        if outcome.error:
+            if outcome.error[0] != "PlanningFailed":  # already counted as Unexpected
+                metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
+            previous = {c["type"]: c for c in (old or {}).get("conditions", [])}.get("Ready", {})
+            if previous.get("reason") != outcome.error[0]:  # one event per new problem, not per reconcile
+                await self._warn(plan, *outcome.error)
+        return new
+
+    async def _outcome(self, plan: Plan, old: dict | None, inventory: Inventory) -> Outcome:
+        """Plan in the planner pool, with a ConfigMap model's config.json and the current Deployment read (here,
+        in a thread) beforehand."""
+        spec: Mapping[str, Any] = plan.spec
+        if (spec.get("model") or {}).get("configMapRef"):
+            try:
+                spec = await asyncio.get_running_loop().run_in_executor(
+                    self.api, with_config_map, spec, kube.config_map_reader(plan.namespace))
+            except PlanError as exc:  # no such ConfigMap or key, or not JSON: a problem of the spec
+                return Outcome(None, (error_reason(exc.problems), str(exc)))
+        body = await self._current_deployment(plan)
+        return await self.pool.plan(spec, inventory, self.settings.verify, old, plan.name, plan.namespace, body)
+
+    async def _current_deployment(self, plan: Plan) -> dict | None:
+        """The body of spec.observe.current.deployment (None when the spec names none, it does not exist or it
+        cannot be read now: the change then says so)."""
+        name = current_deployment_name(plan.spec)
+        if name is None:
+            return None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.api, kube.deployment_reader(plan.namespace),
+                                                                    name)
+        except CurrentError:
+            return None
+
+    async def _warn(self, plan: Plan, reason: str, message: str) -> None:
+        """A Warning event for a new problem of the plan (kube.warning_event: posted twice, it is one event)."""
+        event = kube.warning_event(uid=plan.uid, namespace=plan.namespace, name=plan.name,
+                                   generation=plan.generation, reason=reason, message=message,
+                                   host=socket.gethostname(), now=datetime.datetime.now(datetime.UTC))
+        try:
+            await kube.with_retries(f"posting the {reason} event of {plan.namespace}/{plan.name}",
+                                    functools.partial(kube.post_event, event), self.api, self.logger, (1, 2, 4))
+        except kube.ApiException as exc:
+            if exc.status != 409:  # 409: posted before
+                # An event is a courtesy: the status says the same, and planning goes on.
+                self.logger.warning("cannot post the %s event of %s/%s: %s %s", reason, plan.namespace, plan.name,
+                                    exc.status, exc.reason)
+
+    # -- metrics -----------------------------------------------------------------------------------------
+
+    def _record(self, plan: Plan, status: Mapping[str, Any]) -> None:
+        """Export the plan's status as metrics, and count its conditions into inferplan_plans."""
+        metrics.record_plan(plan.namespace, plan.name, dict(status), plan.spec)
+        self.registry.recorded.add(plan.uid)
+        self._set_conditions(plan.uid, {c["type"]: c["status"] for c in status.get("conditions", [])})
+
+    def _set_conditions(self, uid: str, conditions: dict[str, str]) -> None:
+        # Kept as a running count: recounting every plan on each reconcile is quadratic in the number of plans.
+        registry = self.registry
+        registry.condition_counts.subtract(registry.conditions.pop(uid, {}).items())
+        if conditions:
+            registry.conditions[uid] = conditions
+            registry.condition_counts.update(conditions.items())
+        metrics.record_conditions({key: count for key, count in registry.condition_counts.items() if count > 0})
