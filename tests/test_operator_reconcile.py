@@ -108,7 +108,7 @@ def _observing(deployment: str = "chat") -> dict[str, Any]:
 
 def test_the_outcome_carries_the_manifests_reference_and_the_change_against_the_running_deployment() -> None:
     from inferplan.deploy.manifests import deployment, manifests_digest, render
-    from inferplan.operator.reconcile import parse_and_resolve
+    from inferplan.operator.cluster_spec import parse_and_resolve
 
     plain = reconcile_plan(spec(), CLUSTER, verify_default=False, name="chat", namespace="llm")
     assert plain.change is None  # no current Deployment named
@@ -137,7 +137,8 @@ def test_the_outcome_carries_the_manifests_reference_and_the_change_against_the_
 
 def test_an_observation_recomputes_the_change_of_the_recommendation_in_the_status() -> None:
     from inferplan.deploy.manifests import deployment
-    from inferplan.operator.reconcile import parse_and_resolve, with_current_change
+    from inferplan.operator.cluster_spec import parse_and_resolve
+    from inferplan.operator.reconcile import with_current_change
     from inferplan.operator.status import next_status
 
     outcome = reconcile_plan(_observing(), CLUSTER, verify_default=False, name="chat", namespace="llm")

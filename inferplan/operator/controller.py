@@ -43,7 +43,7 @@ from inferplan.observe.prometheus import EndpointsFile
 from inferplan.operator import kube, metrics
 from inferplan.operator.cluster_spec import error_reason, with_config_map
 from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory
-from inferplan.operator.observing import CurrentError, observe_plan, observe_status
+from inferplan.operator.observing import CurrentError, assess, measure, observe_status
 from inferplan.operator.pool import PlannerPool
 from inferplan.operator.reconcile import Outcome, current_deployment_name, with_current_change
 from inferplan.operator.retry import RetryLater
@@ -358,9 +358,14 @@ class Controller:
         """The status after querying Prometheus for the plan (off the loop, in the observe pool)."""
         observe = plan.spec.get("observe") or {}
         try:
-            outcome = await asyncio.get_running_loop().run_in_executor(
-                self.observe_pool, observe_plan, plan.spec, self.endpoints.get(),
-                kube.deployment_reader(plan.namespace), old, kube.config_map_reader(plan.namespace))
+            # Reading waits on Prometheus and the API: in the observe threads. Calibrating and predicting are CPU
+            # work: in the planner pool, like planning.
+            measured = await asyncio.get_running_loop().run_in_executor(
+                self.observe_pool, measure, plan.spec, self.endpoints.get(), kube.deployment_reader(plan.namespace),
+                kube.config_map_reader(plan.namespace))
+            outcome = await self.pool.run(assess, measured, old)
+        except RetryLater:
+            raise
         except Exception:  # never let one plan take the operator down; the status keeps what it had
             metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
             self.logger.exception("observing failed: %s/%s", plan.namespace, plan.name)

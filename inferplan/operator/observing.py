@@ -8,6 +8,7 @@ loop; `observe_status` is pure. A failed query never clears what an earlier one 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -219,34 +220,52 @@ def previous_calibration(status: Mapping[str, Any] | None, gpu_type: str | None)
     return recorded[1] if recorded is not None and recorded[0] == gpu_type else Calibration()
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What one observation read (the spec, Prometheus, the current Deployment), before any prediction: the
+    outcome so far (an error, or the observation and the current deployment) and the request to predict with."""
+
+    outcome: ObserveOutcome
+    request: PlanRequest | None = None
+    calibrate: bool = False
+
+
 def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint],
                  read_deployment_body: DeploymentReader, old_status: Mapping[str, Any] | None,
                  read_config_map: ConfigMapReader | None = None) -> ObserveOutcome:
-    """Observe one plan (blocking). Never raises for a bad spec or a failing Prometheus: the outcome says."""
+    """Observe one plan (blocking): `measure`, then `assess`. Never raises for a bad spec or a failing
+    Prometheus: the outcome says."""
+    return assess(measure(spec, endpoints, read_deployment_body, read_config_map), old_status)
+
+
+def measure(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint],
+            read_deployment_body: DeploymentReader, read_config_map: ConfigMapReader | None = None) -> Measured:
+    """The reading half of an observation: waits on Prometheus and the API, computes little (the operator runs
+    it in its observe threads)."""
     observe = spec.get("observe") or {}
     name, window = str(observe.get("prometheus", "")), str(observe.get("window", "5m"))
     try:
         parsed, req = parse_and_resolve(spec, read_config_map)
     except PlanError as exc:
-        return ObserveOutcome(name, window, error=("InvalidSpec", f"the spec cannot be planned: {exc}"))
+        return Measured(ObserveOutcome(name, window, error=("InvalidSpec", f"the spec cannot be planned: {exc}")))
     assert parsed.observe is not None
     window = parsed.observe.window
     endpoint = endpoints.get(name)
     if endpoint is None:
         known = ", ".join(sorted(endpoints)) or "none configured"
-        return ObserveOutcome(name, window, error=("UnknownPrometheus", f"no Prometheus endpoint named {name!r} in "
-                                                                        f"INFERPLAN_PROMETHEUS_CONFIG ({known})"))
+        return Measured(ObserveOutcome(name, window, error=(
+            "UnknownPrometheus", f"no Prometheus endpoint named {name!r} in INFERPLAN_PROMETHEUS_CONFIG ({known})")))
     family = FAMILIES.get(req.engine)
     if family is None:
-        return ObserveOutcome(name, window, error=("UnsupportedEngine", f"reading {req.engine} metrics is not "
-                                                                        f"supported (vllm, sglang)"))
+        return Measured(ObserveOutcome(name, window, error=(
+            "UnsupportedEngine", f"reading {req.engine} metrics is not supported (vllm, sglang)")))
     try:
         observation = read_observation(PrometheusClient(endpoint), family, parsed.observe.selector, window,
                                        parsed.observe.min_requests)
     except ObserveError as exc:
-        return ObserveOutcome(name, window, error=(exc.reason, str(exc)))
+        return Measured(ObserveOutcome(name, window, error=(exc.reason, str(exc))))
     except ValueError as exc:  # a selector or window the PromQL builder refuses (the spec lets none through)
-        return ObserveOutcome(name, window, error=("InvalidSpec", f"observe.selector: {exc}"))
+        return Measured(ObserveOutcome(name, window, error=("InvalidSpec", f"observe.selector: {exc}")))
 
     given = parsed.observe.current.model_dump(by_alias=True, exclude_none=True)
     try:
@@ -255,13 +274,23 @@ def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndp
             raise CurrentError(f"Deployment {given['deployment']!r} not found in the plan's namespace")
         current = resolve_current(given, body, req)
     except CurrentError as exc:
-        return ObserveOutcome(name, window, observation, current_error=str(exc))
+        return Measured(ObserveOutcome(name, window, observation, current_error=str(exc)))
+    return Measured(ObserveOutcome(name, window, observation, current=current), req, parsed.observe.calibrate)
 
+
+def assess(measured: Measured, old_status: Mapping[str, Any] | None) -> ObserveOutcome:
+    """The computing half of an observation: the calibration (observe.calibrate) and the prediction for the
+    current deployment under the observed workload, compared with what was observed. CPU only, no I/O (the
+    operator runs it in its planner pool, off its event loop's process)."""
+    outcome, req = measured.outcome, measured.request
+    observation, current = outcome.observation, outcome.current
+    if req is None or observation is None or current is None:
+        return outcome
     workload = ObservedWorkload(observation.requests_per_second, observation.prompt_mean, observation.output_mean)
     observed_req = with_workload(req, workload)
     factors = load_factors()
     calibration = None
-    if parsed.observe.calibrate:
+    if measured.calibrate:
         previous = previous_calibration(old_status, current.shape.gpu_type)
         calibration = update_calibration(observed_req, current.shape, observation.latency_mean,
                                          observation.requests_in_window, observation.waiting, previous, factors)
@@ -269,9 +298,8 @@ def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndp
     prediction = predict_current(observed_req, current.shape, factors)
     observed = {metric: {q: (v.value, v.low, v.high) for q, v in quantiles.items()}
                 for metric, quantiles in observation.latency.items()}
-    return ObserveOutcome(name, window, observation, current=current, prediction=prediction,
-                          discrepancies=compare(prediction.latency, observed), calibration=calibration,
-                          calibration_gpu=current.shape.gpu_type)
+    return dataclasses.replace(outcome, prediction=prediction, discrepancies=compare(prediction.latency, observed),
+                               calibration=calibration, calibration_gpu=current.shape.gpu_type)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The planner pool: `reconcile.reconcile_plan` off the operator's event loop, in worker processes.
+"""The planner pool: the operator's computing (`reconcile.reconcile_plan`, an observation's calibration and
+prediction: `observing.assess`) off its event loop, in worker processes.
 
 Planning is CPU-bound Python: in worker processes every core plans, and the event loop never waits for the GIL
 behind a planner thread. No kopf or kubernetes import here: a worker process imports this module (for
@@ -14,14 +15,16 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import Any, TypeVar
 
 from inferplan.operator.inventory import Inventory
 from inferplan.operator.reconcile import Outcome, reconcile_plan
 from inferplan.operator.retry import RetryLater
+
+T = TypeVar("T")
 
 
 class PlannerPool:
@@ -43,24 +46,28 @@ class PlannerPool:
                 self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="planner")
         return self._executor
 
-    async def plan(self, spec: Mapping[str, Any], inventory: Inventory, verify: bool,
-                   status: Mapping[str, Any] | None, name: str, namespace: str,
-                   current_deployment: Mapping[str, Any] | None) -> Outcome:
-        """`reconcile_plan(spec, inventory, None, verify, status, ...)` in a worker (the spec's ConfigMap and
-        the current Deployment, if any, already read: a worker process has no API client). RetryLater when a
-        worker died."""
+    async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`function(*args, **kwargs)` in a worker (arguments and result are pickled: plain data); RetryLater
+        when a worker died."""
         executor = self._current()
-        call = functools.partial(reconcile_plan, spec, inventory, None, verify, status, name=name,
-                                 namespace=namespace, current_deployment=current_deployment)
         try:
-            return await asyncio.get_running_loop().run_in_executor(executor, call)
+            return await asyncio.get_running_loop().run_in_executor(executor,
+                                                                    functools.partial(function, *args, **kwargs))
         except BrokenProcessPool:
-            # A worker died (killed, out of memory) and took every queued plan with it: start a new pool, and try
+            # A worker died (killed, out of memory) and took every queued call with it: start a new pool, and try
             # those plans again shortly.
             if self._executor is executor:
                 self._executor = None
                 executor.shutdown(wait=False, cancel_futures=True)
             raise RetryLater("a planner process died; planning again", delay=1) from None
+
+    async def plan(self, spec: Mapping[str, Any], inventory: Inventory, verify: bool,
+                   status: Mapping[str, Any] | None, name: str, namespace: str,
+                   current_deployment: Mapping[str, Any] | None) -> Outcome:
+        """`reconcile_plan(spec, inventory, None, verify, status, ...)` in a worker (the spec's ConfigMap and
+        the current Deployment, if any, already read: a worker process has no API client)."""
+        return await self.run(reconcile_plan, spec, inventory, None, verify, status, name=name, namespace=namespace,
+                              current_deployment=current_deployment)
 
     def shutdown(self) -> None:
         executor, self._executor = self._executor, None
