@@ -18,13 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferplan import __version__
+from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, Infeasible, PlanResult
 from inferplan.planner.simulate import SimulationResult
 from inferplan.planner.spec import PlanRequest, SloTarget
 from inferplan.planner.verification import compare
 from inferplan.tables import _ms, _slo_text
 
-QUANTILE_NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end latency"}
 DEFAULT_QUANTILE = 0.95  # a metric without an SLO is shown at p95, as the search and `inferplan plan` do
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from inferplan.planner.architectures import ModelArchitecture
 from inferplan.planner.gpus import GpuSpec
+from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.spec import PlanRequest
 
@@ -26,14 +27,14 @@ def _ms(value: float) -> str:
 
 
 def _slo_text(req: PlanRequest) -> str:
-    names = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
+    names = QUANTILE_NAMES
     return ", ".join(f"{s.metric.upper()} {names[s.quantile]} <= {_ms(s.max_s * 1000)}" for s in req.slos)
 
 
 def _percentile(c: Candidate, metric: str, req: PlanRequest) -> float:
     quantile = {s.metric: s.quantile for s in req.slos}.get(metric, 0.95)
     stats = {"ttft": c.predicted.ttft_ms, "tpot": c.predicted.tpot_ms, "e2e": c.predicted.e2e_ms}[metric]
-    return float(getattr(stats, {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}[quantile]))
+    return float(getattr(stats, QUANTILE_NAMES[quantile]))
 
 
 def format_plan(result: PlanResult, req: PlanRequest) -> str:

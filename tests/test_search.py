@@ -19,6 +19,7 @@ from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.memory import memory_grid, plan_memory, weight_bytes
 from inferplan.planner.performance import build_hardware, hardware_grid, stack_hardware
 from inferplan.planner.precisions import weight_precision
+from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search import (
     BISECTION_STEPS,
@@ -31,7 +32,6 @@ from inferplan.planner.search import (
     plan,
 )
 from inferplan.planner.serving import (
-    QUANTILES,
     poisson,
     poisson_capacity,
     poisson_model,

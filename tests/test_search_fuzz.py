@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from inferplan.planner.architectures import load_model_catalog
 from inferplan.planner.gpus import load_gpu_catalog
 from inferplan.planner.precisions import WEIGHT_PRECISIONS
-from inferplan.planner.search import QUANTILE_NAMES, plan
+from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.search import plan
 from inferplan.planner.spec import PlanError, parse_plan, resolve_plan
 
 MODELS = sorted(m.repo_id for m in load_model_catalog())

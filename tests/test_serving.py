@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.serving import (
-    QUANTILES,
     lognormal_sample,
     normal_ppf,
     poisson,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from inferplan.observe import promql
 from inferplan.observe.engine_metrics import EngineMetrics
 from inferplan.observe.prometheus import PrometheusClient, PrometheusError, Sample
+from inferplan.planner.quantiles import QUANTILES
 
-QUANTILES = (0.5, 0.9, 0.95, 0.99)
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 
 

@@ -21,6 +21,7 @@ import yaml
 from inferplan.operator import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from inferplan.operator.status import PlanStatus
 from inferplan.planner import spec as plan_spec
+from inferplan.planner.quantiles import QUANTILE_VALUES
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = f"crds/{GROUP}_{PLURAL}.yaml"
@@ -67,7 +68,7 @@ def _count(fields: tuple[str, ...]) -> str:
 
 
 def _percentile_rules() -> list[dict[str, str]]:
-    names = list(plan_spec.QUANTILES)  # p50, p90, p95, p99: increasing
+    names = list(QUANTILE_VALUES)  # p50, p90, p95, p99: increasing
     rules = [{
         "rule": f"{_count(tuple(names))} >= 2",
         "message": "give at least two of p50, p90, p95, p99 to fit a spread (or use p95 beside mean)",

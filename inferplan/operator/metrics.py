@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferplan.deploy.autoscaling import per_replica_target
+from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.spec import Constraints
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -54,7 +55,7 @@ CALIBRATION_FACTOR = Gauge("inferplan_calibration_factor",
 PLAN_CONDITION = Gauge("inferplan_plan_condition", "1 for each condition's current status and reason of a plan.",
                        ["namespace", "plan", "condition", "status", "reason"], registry=REGISTRY)
 
-_QUANTILES = {"p50": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99"}
+_QUANTILES = {name: str(q) for q, name in QUANTILE_NAMES.items()}  # p50 -> "0.5", the label value
 _SERIES: dict[tuple[str, str], list[tuple[Gauge, tuple[str, ...]]]] = {}
 """(namespace, plan) -> the series `record_plan` set for it, so that forgetting a plan removes its own series
 without looking at any other plan's (constant time per plan, whatever the number of plans)."""

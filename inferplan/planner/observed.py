@@ -21,13 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferplan.planner.factors import FactorSet, load_factors
+from inferplan.planner.quantiles import QUANTILE_NAMES, QUANTILES
 from inferplan.planner.search import REPORT_SAMPLES, deployment_of
 from inferplan.planner.serving import poisson, poisson_capacity
 from inferplan.planner.spec import PlanRequest
 
 METRICS = ("ttft", "tpot", "e2e")
-QUANTILES = (0.5, 0.9, 0.95, 0.99)
-QUANTILE_NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from inferplan.planner.memory import GIB, MemoryPlan, max_concurrency, plan_memo
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.performance import Hardware, build_hardware, stack_hardware
 from inferplan.planner.precisions import kv_dtype_bytes, weight_precision
+from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.scenarios import Scenario
 from inferplan.planner.serving import LoadResult, single_stream, static_batch
 from inferplan.planner.simulate import SimulationResult, arrival_times, simulate, trace_workload
@@ -356,5 +357,5 @@ def _metric(result: LoadResult, row: Scenario, j: int, replicas: float) -> float
         quant = result.ttft_q if stat == "ttft" else result.tpot_q
         if which == "mean":
             return mean[j] * 1e3
-        return quant[{"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}[which]][j] * 1e3
+        return quant[QUANTILE_VALUES[which]][j] * 1e3
     return None

@@ -37,6 +37,7 @@ from inferplan.planner.precisions import (
     resolve_kv_dtype,
     weight_precision,
 )
+from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import (
     Candidate,
     Cost,
@@ -54,7 +55,6 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 GATES = ("parallelism", "placement", "memory", "precision", "slo", "utilization", "maxReplicas", "inventory",
          "maxGpus", "budget", "verify")  # verify: the simulator's check (inferplan.planner.verification)
 SHAPE_GATES = frozenset(GATES[:4])  # gates of a whole shape (every batch cap); the later ones are per row
-QUANTILE_NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 SEARCH_SAMPLES = 64 # stratified sample size while searching (coarse, fast)
 REPORT_SAMPLES = 512     # ... and for the numbers reported
 BISECTION_STEPS = 10       # geometric, over three decades of rate: 0.7% precision

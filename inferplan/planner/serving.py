@@ -37,9 +37,9 @@ from inferplan.planner.performance import (
     prefill_s,
     take_hardware,
 )
+from inferplan.planner.quantiles import QUANTILES
 
 FloatArray = NDArray[np.float64]
-QUANTILES = (0.5, 0.9, 0.95, 0.99)
 _SAMPLES = 512
 
 

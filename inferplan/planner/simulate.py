@@ -43,7 +43,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.engines import Scheduling
 from inferplan.planner.performance import Hardware
-from inferplan.planner.serving import QUANTILES, sample_quantiles
+from inferplan.planner.quantiles import QUANTILES
+from inferplan.planner.serving import sample_quantiles
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -49,6 +49,7 @@ from inferplan.planner.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS
 from inferplan.planner.gpus import load_gpu_catalog, parse_gpu_product, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.precisions import weight_precision
+from inferplan.planner.quantiles import QUANTILE_VALUES
 
 API_VERSION = "inferplan.io/v1alpha1"
 KIND = "InferenceCapacityPlan"
@@ -73,7 +74,6 @@ DEFAULT_LENGTH_CV = 1.0
 """CV of a token length given only as a mean (assumed: chat-like traffic, ShareGPT outputs have about 1.0)."""
 
 
-QUANTILES: dict[str, float] = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 _Z95 = NormalDist().inv_cdf(0.95)
 MAX_P95_RATIO = math.exp(_Z95 * _Z95 / 2.0)
@@ -428,7 +428,7 @@ class PercentileLengths(_SpecModel):
 
     def given(self) -> dict[str, int]:
         """The stated percentiles, by name, in increasing order."""
-        return {name: value for name in QUANTILES if (value := getattr(self, name)) is not None}
+        return {name: value for name in QUANTILE_VALUES if (value := getattr(self, name)) is not None}
 
     @model_validator(mode="after")
     def _fit_needs_two_rising(self) -> PercentileLengths:
@@ -1078,7 +1078,7 @@ def _length(dist: TokenDistribution | None, path: str, notes: list[str], preset:
             )
         return mean, cv_from_sigma(sigma)
     if dist.percentiles is not None:
-        given = {QUANTILES[name]: float(value) for name, value in dist.percentiles.given().items()}
+        given = {QUANTILE_VALUES[name]: float(value) for name, value in dist.percentiles.given().items()}
         return mean, cv_from_sigma(sigma_from_percentiles(given))
     notes.append(f"{path}: no spread given; assumed lognormal with CV {DEFAULT_LENGTH_CV}")
     return mean, DEFAULT_LENGTH_CV
@@ -1157,7 +1157,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         arrival_cv2 = BURSTINESS_ARRIVAL_CV2[burst.preset or "chatbot"]
     service_cv2 = None if burst.service_cv2 is None else float(burst.service_cv2)
     slos = tuple(
-        SloTarget(metric, QUANTILES[bound.percentile], bound.max_ms / 1000.0)
+        SloTarget(metric, QUANTILE_VALUES[bound.percentile], bound.max_ms / 1000.0)
         for metric, bound in (("ttft", spec.slo.ttft), ("tpot", spec.slo.tpot), ("e2e", spec.slo.e2e))
         if bound is not None
     )

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from inferplan.planner.factors import FactorSet
+from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, Infeasible, Percentiles, PlanResult, rounded
 from inferplan.planner.search import (
     HIGH_VARIANCE_CV2,
@@ -22,7 +23,7 @@ from inferplan.planner.search import (
 from inferplan.planner.simulate import SimulationResult, Workload, generate_workload, simulate, trace_workload
 from inferplan.planner.spec import PlanRequest, SloTarget
 
-QUANTILE_FIELDS = (("p50", "p50_s"), ("p90", "p90_s"), ("p95", "p95_s"), ("p99", "p99_s"))
+QUANTILE_FIELDS = tuple((name, f"{name}_s") for name in QUANTILE_NAMES.values())  # result name, Latency field
 
 
 def plan_workload(req: PlanRequest, requests: int, seed: int, max_model_len: int) -> Workload:
