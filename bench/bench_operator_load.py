@@ -51,9 +51,10 @@ from typing import Any
 
 import yaml
 
+from inferplan.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
 REPO = Path(__file__).resolve().parents[1]
 TESTENV = Path(os.environ.get("K8S_TESTENV") or REPO.parent / "shared" / "k8s-testenv")
-GROUP, VERSION, PLURAL = "inferplan.io", "v1alpha1", "inferencecapacityplans"
 
 # GPU product label -> (nodes, GPUs per node). L40S is the type whose node count changes in step 5.
 NODES = {
@@ -90,7 +91,7 @@ def example_specs() -> list[dict[str, Any]]:
     specs = []
     for path in sorted((REPO / "examples" / "plans").glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
-        specs.append(data["spec"] if data.get("kind") == "InferenceCapacityPlan" else data)
+        specs.append(data["spec"] if data.get("kind") == KIND else data)
     return specs
 
 
@@ -341,7 +342,7 @@ def main() -> int:
         # Ready when a canary plan has its status: watches running, planner imported.
         canary = example_specs()[1]
         objects.create_namespaced_custom_object(GROUP, VERSION, "bench-canary", PLURAL, {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceCapacityPlan", "metadata": {"name": "canary"},
+            "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "canary"},
             "spec": canary})
         deadline = time.monotonic() + 120
         while not (objects.get_namespaced_custom_object(GROUP, VERSION, "bench-canary", PLURAL, "canary")
@@ -389,7 +390,7 @@ def main() -> int:
         uptime0 = Path("/proc/loadavg").read_text().split()[:3]
 
         def apply(plan: dict[str, Any]) -> None:
-            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceCapacityPlan",
+            body = {"apiVersion": API_VERSION, "kind": KIND,
                     "metadata": {"name": plan["name"]}, "spec": plan["spec"]}
             client = kubernetes.client.CustomObjectsApi(admin)
             for attempt in range(5):

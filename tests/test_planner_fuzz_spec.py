@@ -31,7 +31,8 @@ from inferplan.planner.gpus import load_gpu_catalog
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.precisions import WEIGHT_PRECISIONS
 from inferplan.planner.search import plan
-from inferplan.planner.spec import API_VERSION, KIND, PlanError, PlanSpec, parse_plan, resolve_plan
+from inferplan.planner.spec import PlanError, PlanSpec, parse_plan, resolve_plan
+from inferplan.resource import API_VERSION, KIND
 
 MODELS = sorted(m.repo_id for m in load_model_catalog())
 SMALL_MODELS = ["meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B",

@@ -15,8 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inferplan.planner.spec import (
-    API_VERSION,
-    KIND,
     MAX_P95_RATIO,
     PlanError,
     PlanSpec,
@@ -28,6 +26,7 @@ from inferplan.planner.spec import (
     sigma_from_p95_ratio,
     sigma_from_percentiles,
 )
+from inferplan.resource import API_VERSION, KIND
 
 MINIMAL: dict[str, Any] = {
     "model": {"name": "llama-3.1-8b"},

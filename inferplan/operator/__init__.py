@@ -3,12 +3,5 @@
 Only `handlers` (kopf's glue) and `main` import kopf; only they, `kube` (the API requests) and `controller` (the
 loop that keeps plans answered) import kubernetes. The rest is pure, tested without a cluster: the rules
 (`scheduling`), one reconcile (`reconcile`, `cluster_spec`), the status (`status`) and the inventory.
-docs/operator.md#code-layout has the map.
+docs/operator.md#code-layout has the map. The resource's group, version and names are in `inferplan.resource`.
 """
-
-GROUP = "inferplan.io"
-VERSION = "v1alpha1"
-KIND = "InferenceCapacityPlan"
-PLURAL = "inferencecapacityplans"
-SINGULAR = "inferencecapacityplan"
-SHORT_NAMES = ("icp",)

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from inferplan.operator import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from inferplan.operator.status import PlanStatus
 from inferplan.planner import spec as plan_spec
 from inferplan.planner.quantiles import QUANTILE_VALUES
+from inferplan.resource import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = f"crds/{GROUP}_{PLURAL}.yaml"

@@ -21,11 +21,12 @@ import kubernetes
 
 from inferplan import __version__
 from inferplan.observe.prometheus import EndpointsFile
-from inferplan.operator import GROUP, PLURAL, VERSION, kube, metrics
+from inferplan.operator import kube, metrics
 from inferplan.operator.controller import Controller
 from inferplan.operator.inventory import NodeGpus, node_gpus
 from inferplan.operator.pool import PlannerPool
 from inferplan.operator.settings import load_settings
+from inferplan.resource import GROUP, PLURAL, VERSION
 
 SETTINGS = load_settings()
 # This process's name in the peering object (kopf.run gets it from main.py): POD_ID as kopf's own default, else

@@ -22,10 +22,10 @@ from typing import Any
 import kubernetes
 import urllib3
 
-from inferplan.operator import GROUP, KIND, PLURAL, VERSION
 from inferplan.operator.cluster_spec import ConfigMapReader
 from inferplan.operator.observing import CurrentError, DeploymentReader
 from inferplan.operator.retry import RetryLater
+from inferplan.resource import GROUP, KIND, PLURAL, VERSION
 
 ApiException = kubernetes.client.ApiException
 WRITE_BACKOFF_S = (1, 1, 2, 3, 5, 8, 13, 21)

@@ -50,9 +50,7 @@ from inferplan.planner.gpus import load_gpu_catalog, parse_gpu_product, resolve_
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.precisions import weight_precision
 from inferplan.planner.quantiles import QUANTILE_VALUES
-
-API_VERSION = "inferplan.io/v1alpha1"
-KIND = "InferenceCapacityPlan"
+from inferplan.resource import API_VERSION, KIND
 
 ENGINE_NAMES = ("vllm", "sglang", "tgi", "tensorrt-llm")
 KV_CACHE_DTYPES = ("fp16", "bf16", "fp8", "auto")
@@ -1210,10 +1208,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
 
 
 __all__ = [
-    "API_VERSION",
     "BURSTINESS_ARRIVAL_CV2",
     "DEFAULT_PRECISIONS",
-    "KIND",
     "PlanError",
     "PlanRequest",
     "PlanSpec",

@@ -38,8 +38,8 @@ os.environ["KUBECONFIG"] = str(KUBECONFIG)  # before `import kubernetes` / `impo
 import kubernetes  # noqa: E402  (deliberately after KUBECONFIG is set)
 import yaml  # noqa: E402
 
-from inferplan.operator import GROUP, PLURAL  # noqa: E402
 from inferplan.operator.crd import CRD_FILE  # noqa: E402
+from inferplan.resource import GROUP, PLURAL  # noqa: E402
 
 # In case a test module imported kubernetes before this conftest ran: its default is read at import.
 kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(KUBECONFIG)

@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from inferplan.deploy.manifests import deployment
-from inferplan.operator import GROUP, KIND, PLURAL, VERSION
 from inferplan.operator.reconcile import change_status, manifests_ref
 from inferplan.operator.status import Condition, PlanStatus, Recommendation
 from inferplan.planner.search import plan
 from inferplan.planner.spec import load_plan_file, resolve_plan
+from inferplan.resource import GROUP, KIND, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "plans").glob("*.yaml"))

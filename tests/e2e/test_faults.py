@@ -32,10 +32,10 @@ import kubernetes
 import pytest
 import yaml
 
-from inferplan.operator import GROUP, PLURAL, VERSION
 from inferplan.operator.inventory import Inventory, InventoryEntry
 from inferplan.operator.reconcile import reconcile_plan
 from inferplan.operator.status import next_status
+from inferplan.resource import GROUP, PLURAL, VERSION
 
 from .conftest import EXTERNAL_KUBECONFIG, REPO, TESTENV, _missing_prerequisite, _skip_or_fail, wait_for
 

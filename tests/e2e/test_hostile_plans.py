@@ -38,7 +38,7 @@ import kubernetes
 import pytest
 import yaml
 
-from inferplan.operator import GROUP, KIND, PLURAL, VERSION
+from inferplan.resource import GROUP, KIND, PLURAL, VERSION
 from tests.support.engine_standin import StandinProcess, standin_config
 from tests.support.prometheus import PrometheusServer, require_prometheus
 

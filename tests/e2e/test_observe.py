@@ -25,11 +25,11 @@ import kubernetes
 import pytest
 import yaml
 
-from inferplan.operator import GROUP, PLURAL, VERSION
 from inferplan.planner.factors import load_factors
 from inferplan.planner.observed import CurrentShape, ObservedWorkload, predict_current, with_workload
 from inferplan.planner.online import Calibration, calibrated_factors
 from inferplan.planner.spec import parse_plan, resolve_plan
+from inferplan.resource import GROUP, PLURAL, VERSION
 from tests.support.engine_standin import StandinProcess, free_port, standin_config
 from tests.support.monitoring import dashboard_expressions, rule_expressions
 from tests.support.prometheus import PrometheusServer, promql_string, require_prometheus

@@ -24,8 +24,8 @@ import kubernetes
 import yaml
 from kopf.testing import KopfRunner
 
-from inferplan.operator import GROUP, PLURAL, VERSION
 from inferplan.planner.gpus import resolve_gpu
+from inferplan.resource import GROUP, PLURAL, VERSION
 
 from .conftest import REPO, wait_for
 

@@ -45,7 +45,7 @@ import kubernetes
 import pytest
 import yaml
 
-from inferplan.operator import GROUP, PLURAL, VERSION
+from inferplan.resource import GROUP, PLURAL, VERSION
 from tests.test_packaging import CHART, EXPECTED_RULES, one, render
 
 from .conftest import CRD_NAME, REPO, wait_for

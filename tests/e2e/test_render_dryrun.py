@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from inferplan.deploy.manifests import render
-from inferplan.operator import GROUP, KIND, PLURAL, VERSION
+from inferplan.resource import GROUP, KIND, PLURAL, VERSION
 from tests.test_render import EXAMPLES, planned
 
 TRTLLM = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")  # ConfigMap + Deployment + Service
