@@ -71,8 +71,6 @@ the service (docs/planning.md)."""
 DEFAULT_LENGTH_CV = 1.0
 """CV of a token length given only as a mean (assumed: chat-like traffic, ShareGPT outputs have about 1.0)."""
 
-
-
 _Z95 = NormalDist().inv_cdf(0.95)
 MAX_P95_RATIO = math.exp(_Z95 * _Z95 / 2.0)
 """The largest p95/mean a lognormal can have (about 3.87, at sigma = z_0.95)."""
