@@ -16,7 +16,7 @@ while it simulates N/4, N/2 and N requests with round robin, and the growth per 
 simulator keeps Python objects only for the requests in flight plus one chunk; what grows with N is its
 numpy results and their temporaries (about a dozen 8-byte values per request).
 
-`--spread SEEDS`: the closed-form checks of tests/test_simulate.py (mean waits of M/M/1, M/D/1, M/M/4 and
+`--spread SEEDS`: the closed-form checks of tests/planner/test_simulate.py (mean waits of M/M/1, M/D/1, M/M/4 and
 of the engine simulator as M/D/1 and M/G/1, 100k requests each) over that many seeds: mean, standard
 deviation and largest absolute value of the relative error, plain and with the control variate, which is
 what justifies their 3% tolerance.
@@ -108,7 +108,7 @@ def main() -> None:
 
 def spread(seeds: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checks live in the tests
-    from tests.test_simulate import engine_md1_case, engine_mg1_case, md1_case, mm1_case, mmc_case
+    from tests.planner.test_simulate import engine_md1_case, engine_mg1_case, md1_case, mm1_case, mmc_case
 
     print(f"relative error of the mean wait over {seeds} seeds (100k requests each): mean, sd, max |error|")
     for case in (mm1_case, md1_case, mmc_case, engine_md1_case, engine_mg1_case):

@@ -9,7 +9,7 @@
 #                                                    deploy/overlays/monitoring/prometheusrule.yaml (wrapped)
 #   examples/plans/*.yaml                         -> deploy/examples/*.yaml (as InferenceCapacityPlan manifests)
 #
-# Run it after changing any source (`inferplan crd > crds/...` first for a CRD change); tests/test_packaging.py
+# Run it after changing any source (`inferplan crd > crds/...` first for a CRD change); tests/project/test_packaging.py
 # fails while a copy differs. A source that does not exist yet is skipped with a note.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 """The operator's rules, as pure functions: when a plan is planned or observed, and which replica works.
 
 Nothing here reads a clock, the API or module state: the controller (`controller.py`) passes in what it knows
-and acts on the answer, so each rule is tested on its own (tests/test_operator_scheduling.py).
+and acts on the answer, so each rule is tested on its own (tests/operator/test_scheduling.py).
 """
 
 from __future__ import annotations

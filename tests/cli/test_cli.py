@@ -1,25 +1,43 @@
-"""The `inferplan` command line, run in-process: predict, accuracy, calibrate, errors and help."""
+"""The `inferplan` command line (inferplan/cli.py), run in-process: predict, accuracy, calibrate, errors and
+help; `inferplan plan` and `inferplan catalog`; `inferplan simulate` and `plan --verify`; `inferplan render`
+(multi-document YAML or a v1 List of the recommendation, from a plan or from a manifest read back with its
+status; autoscaling objects; errors exit 1 (infeasible) or 2 (cannot render) with the reason on stderr); and
+`inferplan diff PLAN --deployment FILE` (the change applying the recommendation makes in a running Deployment,
+as lines and a strategic merge patch; exit 0 in sync, 1 different, 2 trouble, as diff does). `inferplan
+report`: tests/cli/test_report.py."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
 
 from inferplan.cli import main
+from inferplan.deploy.manifests import manifests_digest
 from inferplan.planner.factors import parse_factors
+from inferplan.planner.results import Candidate, PlanResult
+from tests.support.plans import EXAMPLES, planned
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"
 METRIC_KEYS = {"scored", "skipped", "mape", "medianApe", "within25"}
+PLAN_EXAMPLES = sorted((REPO / "examples" / "plans").glob("*.yaml"))
+CHAT = EXAMPLES[0]
 
 needs_published = pytest.mark.skipif(
     not PUBLISHED.is_file(), reason=f"published scenario file not found at {PUBLISHED}"
 )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# inferplan predict, accuracy and calibrate; help, version and usage errors
 
 
 def _example_path() -> Path:
@@ -205,3 +223,310 @@ def test_module_help_runs_in_a_subprocess() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "usage: inferplan" in result.stdout
+
+
+# ----------------------------------------------------------------------------------------------------------
+# inferplan plan and inferplan catalog
+
+
+def test_the_bundled_example_plan_is_the_chat_example() -> None:
+    bundled = REPO / "inferplan" / "planner" / "data" / "example-plan.yaml"
+    assert bundled.read_text() == (REPO / "examples" / "plans" / "chat-assistant-8b.yaml").read_text()
+
+
+def test_plan_without_a_file_plans_the_bundled_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan"]) == 0
+    out = capsys.readouterr().out
+    assert "bundled example plan" in out
+    assert "Recommendation" in out and "node selector: nvidia.com/gpu.product=" in out
+
+
+@pytest.mark.parametrize("example", PLAN_EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_plan_validates_as_json_output(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(example), "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"recommendation", "alternatives", "infeasible", "warnings", "assumptions", "suggestions"}
+    result = PlanResult.model_validate(data)
+    assert result.recommendation is not None, example.name
+    assert result.model_dump(by_alias=True, mode="json") == data
+
+
+def test_yaml_output_is_the_same_object(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["plan", str(PLAN_EXAMPLES[0]), "-o", "json"])
+    as_json = json.loads(capsys.readouterr().out)
+    main(["plan", str(PLAN_EXAMPLES[0]), "-o", "yaml"])
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
+
+
+def test_invalid_plan_lists_every_problem_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "model: {name: meta-llama/Llama-3.1-8B}\nengine: {name: vllm}\n"
+        "workload: {requestsPerSecond: '0', promptTokens: {mean: 500, p95: 100}, outputTokens: {mean: 50}}\n"
+        "slo: {}\nconstraints: {gpuTypes: [H1000]}\n"
+    )
+    assert main(["plan", str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert any("workload.requestsPerSecond" in line for line in err)
+    assert any("workload.promptTokens.p95" in line for line in err)
+    assert any(line.endswith("slo: give at least one of ttft, tpot (or itl), e2e") for line in err)
+    assert any("constraints.gpuTypes[0]" in line and "H100" in line for line in err)
+
+
+def test_infeasible_plan_is_an_answer_not_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = yaml.safe_load((REPO / "examples" / "plans" / "chat-assistant-8b.yaml").read_text())
+    plan["slo"]["tpot"]["maxMs"] = 1
+    path = tmp_path / "strict.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "No deployment meets every gate." in out and "[slo]" in out
+
+
+def test_missing_plan_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "no/such/plan.yaml"]) == 2
+    assert "plan file not found: no/such/plan.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["gpus", "models"])
+def test_catalog_lists(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["catalog", kind]) == 0
+    table = capsys.readouterr().out
+    assert ("NVIDIA-H100-80GB-HBM3" if kind == "gpus" else "meta-llama/Llama-3.1-405B") in table
+    assert main(["catalog", kind, "-o", "json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert len(entries) >= (25 if kind == "gpus" else 30)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# inferplan simulate and plan --verify
+
+
+def test_simulate_command_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(CHAT), "--requests", "2000", "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["requests"] == 2000 and data["source"] == "generated (seed 0)"
+    assert {(p["metric"], p["quantile"]) for p in data["percentiles"]} == {
+        (m, q) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p95", "p99")}
+
+
+def test_simulate_replays_a_trace_and_reports_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(0)
+    times = np.cumsum(rng.exponential(0.05, 300))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"t": float(t), "prompt": 400, "output": 100}) + "\n" for t in times))
+    assert main(["simulate", str(CHAT), "--trace", str(trace), "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["requests"] == 300 and data["source"] == "trace"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"t": 0.0, "prompt": 10, "output": 5}\n{"t": 1.0, "prompt": -1, "output": 5}\n')
+    assert main(["simulate", str(CHAT), "--trace", str(bad)]) == 2
+    assert ":2:" in capsys.readouterr().err
+
+
+def test_plan_verify_flag_and_spec_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(CHAT), "-o", "json"]) == 0  # verified by default
+    assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "simulated"
+    assert main(["plan", str(CHAT), "--no-verify", "-o", "json"]) == 0
+    provenance = json.loads(capsys.readouterr().out)["recommendation"]["provenance"]
+    assert provenance["predicted"] == ("calibrated" if int(provenance["measuredLines"]) else "extrapolated")
+    spec = tmp_path / "verified.yaml"
+    spec.write_text(CHAT.read_text() + "verify: true\n")
+    assert main(["plan", str(spec), "--no-verify", "-o", "json"]) == 0  # the plan's field wins
+    assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "simulated"
+
+
+def test_simulate_serves_the_recommendation_plan_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "verified.yaml"
+    spec.write_text(CHAT.read_text() + "verify: true\n")
+    assert main(["plan", str(spec), "-o", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)["recommendation"]
+    assert main(["simulate", str(spec), "--requests", "2000", "-o", "json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)
+    assert simulated["plannedBy"] == "simulated"
+    assert simulated["deployment"].startswith(f"{rec['replicas']} x {rec['gpusPerReplica']} {rec['gpuType']},")
+    assert main(["simulate", str(CHAT), "--requests", "2000", "--no-verify", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plannedBy"] == "analytic"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# inferplan render
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_render_prints_the_objects_as_multi_document_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify")
+    assert code == 0, err
+    objects = list(yaml.safe_load_all(out))
+    assert [o["kind"] for o in objects] == ["Deployment", "Service"]
+    assert out.count("\n---\n") == 1
+    _, candidate = planned(CHAT)
+    assert objects[0]["spec"]["replicas"] == candidate.replicas
+    assert objects[0]["metadata"]["name"] == "llama-3-1-8b-instruct"  # a bare spec: named after the model
+    assert manifests_digest(objects) in err  # the digest the status's manifests reference carries
+
+
+def test_render_names_and_places_objects_after_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")
+    code, out, err = run(capsys, "render", str(path), "--no-verify", "-o", "json")
+    assert code == 0, err
+    listed = json.loads(out)
+    assert listed["kind"] == "List" and [o["kind"] for o in listed["items"]] == ["ConfigMap", "Deployment", "Service"]
+    assert {o["metadata"]["name"] for o in listed["items"][1:]} == {"trtllm-70b"}
+    assert {o["metadata"]["namespace"] for o in listed["items"]} == {"platform"}
+    code, out, _ = run(capsys, "render", str(path), "--no-verify", "--name", "llm", "--namespace", "prod")
+    assert {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in yaml.safe_load_all(out)} >= {("llm", "prod")}
+
+
+def test_render_from_status_renders_that_recommendation_without_planning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, candidate = planned(CHAT)
+    # What the operator wrote: another answer than planning would give now (3 replicas, its own batch), with the
+    # status's extra keys beside the candidate's.
+    stored = candidate.model_copy(update={"replicas": 3, "gpus": 3, "max_batch": 128})
+    manifest = {"apiVersion": "inferplan.io/v1alpha1", "kind": "InferenceCapacityPlan",
+                "metadata": {"name": "chat", "namespace": "serving", "generation": 2},
+                "spec": yaml.safe_load(CHAT.read_text()),
+                "status": {"observedGeneration": 2,
+                           "recommendation": {**stored.model_dump(by_alias=True, mode="json"),
+                                              "manifests": {"target": "Deployment"}}}}
+    path = tmp_path / "chat.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    code, out, err = run(capsys, "render", str(path))
+    assert code == 0, err
+    assert "status" in err and "not planning again" in err
+    deployment = next(o for o in yaml.safe_load_all(out) if o["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 3 and deployment["metadata"]["name"] == "chat"
+    assert Candidate.model_validate(stored.model_dump()).max_batch == 128
+
+    manifest["metadata"]["generation"] = 3  # the spec moved on since the status was written
+    path.write_text(yaml.safe_dump(manifest))
+    code, _, err = run(capsys, "render", str(path))
+    assert code == 0 and "generation 2" in err and "generation 3" in err
+
+
+def test_render_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(CHAT.read_text()))
+    code, out, err = run(capsys, "render", "-", "--no-verify", "--name", "chat")
+    assert code == 0, err
+    assert [o["metadata"]["name"] for o in yaml.safe_load_all(out)] == ["chat", "chat"]
+
+
+def test_render_with_autoscaling(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify", "--name", "chat", "--autoscaling", "keda")
+    assert code == 0, err
+    objects = {o["kind"]: o for o in yaml.safe_load_all(out)}
+    assert set(objects) == {"Deployment", "Service", "ScaledObject"}
+    assert "replicas" not in objects["Deployment"]["spec"]  # the autoscaler owns them
+    assert "--prometheus-url" in err  # the serverAddress is a placeholder until given
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify", "--autoscaling", "hpa", "--target", "kserve",
+                         "--scale-on", "concurrency")
+    assert code == 0, err
+    hpa = next(o for o in yaml.safe_load_all(out) if o["kind"] == "HorizontalPodAutoscaler")
+    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "vllm_requests_running"
+
+
+def test_an_infeasible_plan_exits_1_with_the_reasons(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "render", str(REPO / "examples" / "platform" / "infeasible-ask.yaml"), "--no-verify")
+    assert code == 1 and out == ""
+    assert "no feasible deployment" in err and "budget" in err
+
+
+def test_an_engine_without_an_image_exits_2_and_says_how_to_give_one(capsys: pytest.CaptureFixture[str]) -> None:
+    amd = str(REPO / "examples" / "platform" / "amd-only-cluster.yaml")
+    code, out, err = run(capsys, "render", amd, "--no-verify")
+    assert code == 2 and out == ""
+    assert "--image" in err and "vllm" in err
+    code, out, err = run(capsys, "render", amd, "--no-verify", "--image", "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909")
+    assert code == 0, err
+    assert "amd.com/gpu" in out
+
+
+def test_an_unknown_autoscaling_engine_and_a_bad_name_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    tgi = str(REPO / "examples" / "platform" / "tgi-mistral-7b.yaml")
+    code, _, err = run(capsys, "render", tgi, "--no-verify", "--autoscaling", "hpa")
+    assert code == 2 and "sglang, vllm" in err
+    code, _, err = run(capsys, "render", str(CHAT), "--no-verify", "--name", "Not_A_Name")
+    assert code == 2 and "DNS-1035" in err
+
+
+# ----------------------------------------------------------------------------------------------------------
+# inferplan diff
+
+
+@pytest.fixture
+def rendered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """What `inferplan render` makes of the example: the Deployment as it would run once applied."""
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify")
+    assert code == 0, err
+    path = tmp_path / "running.yaml"
+    path.write_text(out)
+    return path
+
+
+def _edited(path: Path, replicas: int, batch: str) -> Path:
+    documents = list(yaml.safe_load_all(path.read_text()))
+    running = next(d for d in documents if d["kind"] == "Deployment")
+    running["spec"]["replicas"] = replicas
+    args = running["spec"]["template"]["spec"]["containers"][0]["args"]
+    args[args.index("--max-num-seqs") + 1] = batch
+    out = path.with_name("edited.yaml")
+    out.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": documents}))  # as kubectl get prints
+    return out
+
+
+def test_a_deployment_that_runs_the_recommendation_is_in_sync(capsys: pytest.CaptureFixture[str],
+                                                             rendered: Path) -> None:
+    code, out, err = run(capsys, "diff", str(CHAT), "--deployment", str(rendered), "--no-verify")
+    assert code == 0, err
+    assert "already runs the recommendation" in out
+
+
+def test_the_differences_are_lines_and_a_patch(capsys: pytest.CaptureFixture[str], rendered: Path) -> None:
+    running = yaml.safe_load_all(rendered.read_text())
+    want = next(d for d in running if d["kind"] == "Deployment")
+    want_args = want["spec"]["template"]["spec"]["containers"][0]["args"]
+    batch = want_args[want_args.index("--max-num-seqs") + 1]
+    edited = _edited(rendered, want["spec"]["replicas"] + 3, "7")
+    code, out, err = run(capsys, "diff", str(CHAT), "--deployment", str(edited), "--no-verify")
+    assert code == 1, err
+    assert f"  replicas: {want['spec']['replicas'] + 3} -> {want['spec']['replicas']}" in out.splitlines()
+    assert f"  args: --max-num-seqs 7 -> {batch}" in out.splitlines()
+
+    code, out, _ = run(capsys, "diff", str(CHAT), "--deployment", str(edited), "--no-verify", "-o", "patch")
+    assert code == 1
+    patch = json.loads(out)
+    assert patch["spec"]["replicas"] == want["spec"]["replicas"]
+    assert patch["spec"]["template"]["spec"]["containers"][0]["args"] == want_args
+
+    code, out, _ = run(capsys, "diff", str(CHAT), "--deployment", str(edited), "--no-verify", "-o", "json")
+    data = json.loads(out)
+    assert code == 1 and data["inSync"] is False and data["patch"] == patch and len(data["summary"]) == 2
+
+
+def test_the_deployment_can_come_from_standard_input(capsys: pytest.CaptureFixture[str], rendered: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(rendered.read_text()))
+    code, _, err = run(capsys, "diff", str(CHAT), "--deployment", "-", "--no-verify")
+    assert code == 0, err
+
+
+def test_trouble_exits_2_with_the_reason(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    two = tmp_path / "two.yaml"
+    two.write_text("kind: Deployment\nmetadata: {name: a}\n---\nkind: Deployment\nmetadata: {name: b}\n")
+    code, _, err = run(capsys, "diff", str(CHAT), "--deployment", str(two), "--no-verify")
+    assert code == 2 and "exactly one Deployment (found: a, b)" in err
+    code, _, err = run(capsys, "diff", str(CHAT), "--deployment", str(tmp_path / "missing.yaml"), "--no-verify")
+    assert code == 2 and "cannot read" in err
+    code, _, err = run(capsys, "diff", "-", "--deployment", "-")
+    assert code == 2 and "cannot both come from standard input" in err
+    infeasible = CHAT.parents[1] / "platform" / "infeasible-ask.yaml"
+    one = tmp_path / "one.yaml"
+    one.write_text("kind: Deployment\nmetadata: {name: a}\nspec: {template: {spec: {containers: [{name: x}]}}}\n")
+    code, _, err = run(capsys, "diff", str(infeasible), "--deployment", str(one), "--no-verify")
+    assert code == 2 and "no feasible deployment" in err

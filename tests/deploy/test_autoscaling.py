@@ -1,5 +1,5 @@
-"""inferplan.deploy.autoscaling: replica bounds and the per-replica target from the plan, the HPA and KEDA
-objects built on them, and the operator's gauge of the same target."""
+"""inferplan.deploy.autoscaling: replica bounds and the per-replica target from the plan, and the HPA and KEDA
+objects built on them (the operator's gauge of the same target: tests/operator/test_metrics.py)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,9 @@ from inferplan.deploy.autoscaling import (
 )
 from inferplan.deploy.manifests import render
 from inferplan.observe.engine_metrics import FAMILIES
-from inferplan.operator import metrics
-from inferplan.planner.results import Candidate
 from inferplan.planner.spec import PlanRequest
-from tests.test_render import EXAMPLES, _over_two_nodes, assert_valid, planned
+from tests.support.plans import EXAMPLES, over_two_nodes, planned
+from tests.support.schemas import assert_valid
 
 CHAT = EXAMPLES[0]  # vLLM, 2 replicas of one L40S at 10 of 14.05 requests/s each, minHeadroom 0.05
 SGLANG = next(p for p in EXAMPLES if p.stem == "moe-qwen3-30b-a3b")
@@ -114,7 +113,7 @@ def test_autoscalers_target_the_workload_each_target_renders() -> None:
     request, candidate = planned(CHAT)
     (hpa,) = autoscaling(request, candidate, name="chat", kind="hpa", target="kserve")
     assert hpa["spec"]["scaleTargetRef"]["name"] == "chat-predictor"  # KServe's raw-mode Deployment
-    wide_request, wide = _over_two_nodes(next(p for p in EXAMPLES if p.stem == "batch-70b-open-gpus"))
+    wide_request, wide = over_two_nodes(next(p for p in EXAMPLES if p.stem == "batch-70b-open-gpus"))
     (keda,) = autoscaling(wide_request, wide, name="big", kind="keda")
     assert keda["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
 
@@ -142,26 +141,7 @@ def test_an_autoscaled_workload_leaves_replicas_to_the_autoscaler() -> None:
     assert json.dumps(handed)  # still plain data
 
 
-def _status(candidate: Candidate) -> dict:
-    return {"recommendation": candidate.model_dump(by_alias=True, mode="json"), "conditions": []}
-
-
-def test_the_operator_exports_the_per_replica_target() -> None:
-    _, candidate = planned(CHAT)
-    metrics.record_plan("serving", "chat", _status(candidate), {"constraints": {"minHeadroom": "0.2"}})
-    value = metrics.REGISTRY.get_sample_value("inferplan_recommended_requests_per_second_per_replica",
-                                              {"namespace": "serving", "plan": "chat"})
-    assert value == per_replica_target(candidate.predicted.max_requests_per_second_per_replica, 0.2)
-    metrics.record_plan("serving", "chat", _status(candidate))  # no spec: the default minHeadroom, 0.05
-    value = metrics.REGISTRY.get_sample_value("inferplan_recommended_requests_per_second_per_replica",
-                                              {"namespace": "serving", "plan": "chat"})
-    assert value == per_replica_target(candidate.predicted.max_requests_per_second_per_replica, 0.05)
-    metrics.forget_plan("serving", "chat")
-    assert metrics.REGISTRY.get_sample_value("inferplan_recommended_requests_per_second_per_replica",
-                                             {"namespace": "serving", "plan": "chat"}) is None
-
-
 def test_docs_show_the_adapter_rule_the_code_builds() -> None:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text(encoding="utf-8")
     for rule in prometheus_adapter_rules("vllm")["rules"]:
         assert rule["seriesQuery"] in text and rule["name"]["as"] in text and rule["metricsQuery"] in text

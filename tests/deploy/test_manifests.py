@@ -1,14 +1,17 @@
 """inferplan.deploy.manifests: the objects rendered for the examples' recommendations run exactly the plan
 (replicas, GPUs, node selector, engine arguments, checkpoint), reach the engine (listen address, port, health
 probes), and are valid Kubernetes objects (`kubernetes-validate --strict` for built-in kinds; the fields
-the custom kinds use checked against their published API types, their pod templates validated as Pods)."""
+the custom kinds use checked against their published API types, their pod templates validated as Pods), the
+same bytes from any process."""
 
 from __future__ import annotations
 
-import functools
-import json
+import hashlib
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +30,12 @@ from inferplan.deploy.manifests import (
 from inferplan.planner.engine_args import DEFAULT_VERSIONS, flag_problems
 from inferplan.planner.gpus import GPU_VENDORS, load_gpu_catalog
 from inferplan.planner.results import Candidate
-from inferplan.planner.search import plan
 from inferplan.planner.spec import PlanError, PlanRequest, load_plan_file, parse_plan, resolve_plan
+from tests.support.plans import EXAMPLES, over_two_nodes, planned
+from tests.support.schemas import assert_valid
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = [REPO / "examples" / "plans" / "chat-assistant-8b.yaml",
-            *sorted(p for p in (REPO / "examples" / "platform").glob("*.yaml") if p.stem != "infeasible-ask")]
-KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")  # the oldest and newest the chart supports (test_packaging.py)
 AMD_IMAGE = "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"  # vLLM names no ROCm image by version: the user gives one
 QUANTITY = re.compile(r"^[0-9]+(m|Gi)?$")
-
-
-@functools.cache
-def planned(path: Path) -> tuple[PlanRequest, Candidate]:
-    """The example's request and its (analytic) recommendation, planned once per session."""
-    request = resolve_plan(load_plan_file(path), path.parent)
-    candidate = plan(request).recommendation
-    assert candidate is not None, f"{path.name} has no recommendation"
-    return request, candidate
 
 
 def image_for(request: PlanRequest, candidate: Candidate) -> str | None:
@@ -65,25 +56,6 @@ def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
     return workload["spec"]["template"]["spec"]
-
-
-@functools.cache
-def _invalid(obj: str, version: str) -> str | None:
-    import kubernetes_validate
-
-    try:
-        kubernetes_validate.validate(json.loads(obj), version, strict=True)
-    except kubernetes_validate.ValidationError as exc:
-        return str(exc)[:1500]
-    return None
-
-
-def assert_valid(obj: dict[str, Any]) -> None:
-    """kubernetes-validate --strict for every supported Kubernetes version (skipped without the package)."""
-    pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed (pip install -e '.[dev]')")
-    for version in KUBERNETES_VERSIONS:
-        problem = _invalid(json.dumps(obj, sort_keys=True), version)
-        assert problem is None, f"{obj['kind']} is invalid for Kubernetes {version}: {problem}"
 
 
 def as_pod(spec: dict[str, Any]) -> dict[str, Any]:
@@ -183,13 +155,24 @@ def test_rendered_objects_are_valid_kubernetes_objects(path: Path) -> None:
         assert_valid(obj)
 
 
-def test_rendering_is_deterministic() -> None:
-    path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")
+def test_a_recommendation_renders_to_the_same_bytes_in_any_process() -> None:
+    """The digest the operator writes in a status (`manifests.digest`) is the sha256 of what `inferplan render`
+    prints for that recommendation, so a reviewer can check a rendered file against the status: the same bytes
+    from fresh processes whose string hashing (set and dict-of-set orders) differs, and a render that leaves
+    the recommendation it was given as it was."""
+    path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")  # engine files: a ConfigMap too
     request, candidate = planned(path)
-    first = to_yaml(render(request, candidate, name="llm"))
-    again = to_yaml(render(request, candidate.model_copy(), name="llm"))
-    assert first == again
-    assert manifests.manifests_digest(render(request, candidate, name="llm")).startswith("sha256:")
+    before = candidate.model_copy(deep=True)
+    objects = render(request, candidate, name="llm", namespace="platform")  # the manifest's namespace
+    assert candidate == before
+    text = to_yaml(objects)
+    for seed in ("1", "2"):
+        done = subprocess.run([sys.executable, "-m", "inferplan.cli", "render", str(path), "--no-verify", "--name",
+                               "llm"], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        assert done.stdout == text, f"inferplan render differs with PYTHONHASHSEED={seed}"
+        digest = "sha256:" + hashlib.sha256(done.stdout.encode("utf-8")).hexdigest()
+        assert digest in done.stderr and manifests.manifests_digest(objects) == digest
 
 
 # Fields of the custom kinds, from their published API types: KServe's Python SDK 0.16.0
@@ -234,24 +217,10 @@ def test_inference_service_keeps_the_config_map_of_engine_files() -> None:
 # A replica over nodes: LeaderWorkerSet
 
 
-def _over_two_nodes(path: Path) -> tuple[PlanRequest, Candidate]:
-    """The example's recommendation stretched to two nodes' GPUs per replica (today's search keeps a replica in
-    one node), with the tensor-parallel size in its arguments to match."""
-    request, candidate = planned(path)
-    per_node = request.gpus_per_node[candidate.gpu_type]
-    tp = 2 * per_node
-    args = list(candidate.engine_args)
-    for flag in ("--tensor-parallel-size", "--tp-size"):
-        if flag in args:
-            args[args.index(flag) + 1] = str(tp)
-    return request, candidate.model_copy(update={"gpus_per_replica": tp, "gpus": tp * candidate.replicas,
-                                                 "engine_args": args})
-
-
 @pytest.mark.parametrize("stem", ["batch-70b-open-gpus", "moe-qwen3-30b-a3b"])  # vLLM, SGLang
 def test_a_replica_over_nodes_is_a_leader_worker_set(stem: str) -> None:
     path = next(p for p in EXAMPLES if p.stem == stem)
-    request, candidate = _over_two_nodes(path)
+    request, candidate = over_two_nodes(path)
     per_node = request.gpus_per_node[candidate.gpu_type]
     objects = by_kind(render(request, candidate, name="llm", namespace="serving"))
     assert set(objects) == {"LeaderWorkerSet", "Service"}
@@ -288,10 +257,10 @@ def test_a_replica_over_nodes_is_a_leader_worker_set(stem: str) -> None:
 
 
 def test_a_replica_over_nodes_is_not_rendered_where_the_engine_or_target_cannot_run_it() -> None:
-    request, candidate = _over_two_nodes(next(p for p in EXAMPLES if p.stem == "tgi-mistral-7b"))
+    request, candidate = over_two_nodes(next(p for p in EXAMPLES if p.stem == "tgi-mistral-7b"))
     with pytest.raises(ValueError, match=r"vllm .*sglang"):
         render(request, candidate, name="llm")
-    request, candidate = _over_two_nodes(EXAMPLES[0])
+    request, candidate = over_two_nodes(EXAMPLES[0])
     with pytest.raises(ValueError, match="LeaderWorkerSet"):
         render(request, candidate, name="llm", target="kserve")
 

@@ -46,7 +46,7 @@ import pytest
 import yaml
 
 from inferplan.resource import GROUP, PLURAL, VERSION
-from tests.test_packaging import CHART, EXPECTED_RULES, one, render
+from tests.support.helm import CHART, EXPECTED_RULES, one, render
 
 from .conftest import CRD_NAME, REPO, wait_for
 

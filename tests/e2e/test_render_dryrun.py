@@ -2,7 +2,7 @@
 accepted as they are, returned as sent, and nothing stored.
 
 The test server stores built-in kinds without their schemas (../shared/k8s-testenv, Limits), so the schema
-check is tests/test_render.py's kubernetes-validate --strict; what this adds is the API machinery: names,
+check is tests/deploy/test_manifests.py's kubernetes-validate --strict; what this adds is the API machinery: names,
 namespaces, labels, the request path of each kind and the dry run itself. No registry package ships the
 CustomResourceDefinitions of LeaderWorkerSet, InferenceService or ScaledObject (see docs/deploy.md), and
 autoscaling/v2 is not served here, so those are not sent."""
@@ -19,7 +19,7 @@ import yaml
 
 from inferplan.deploy.manifests import render
 from inferplan.resource import GROUP, KIND, PLURAL, VERSION
-from tests.test_render import EXAMPLES, planned
+from tests.support.plans import EXAMPLES, planned
 
 TRTLLM = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")  # ConfigMap + Deployment + Service
 SGLANG = next(p for p in EXAMPLES if p.stem == "moe-qwen3-30b-a3b")

@@ -55,34 +55,3 @@ def test_every_name_generation_is_read_and_bad_selectors_are_told(engine_standin
     with pytest.raises(ObserveError) as down:
         read_observation(client, VLLM, {"model_name": "current"}, "30s", min_requests=10)
     assert down.value.reason == "PrometheusUnreachable" and server.url not in str(down.value)
-
-
-def test_an_observation_is_read_in_one_step_and_assessed_in_another_process(engine_standin: StandinFactory,
-                                                                             prometheus: PrometheusFactory) -> None:
-    """The operator reads (Prometheus, the Deployment) in its observe threads and calibrates and predicts in its
-    planner processes: what `measure` returns crosses to a process as plain data, and `assess` gives the same
-    outcome there."""
-    import pickle
-
-    from inferplan.operator.observing import assess, measure
-    from tests.test_operator_reconcile import spec
-
-    server = prometheus([engine_standin(standin_config(labels={"model_name": "llama"}, requests_per_second=40,
-                                                       latency=LATENCY))])
-    server.wait_for_series('increase({model_name="llama", __name__="vllm:e2e_request_latency_seconds_count"}'
-                           '[30s]) > 20', timeout_s=60)
-    data = spec()
-    data["observe"] = {"prometheus": "main", "selector": {"model_name": "llama"}, "window": "30s", "minRequests": 10,
-                       "calibrate": True, "current": {"gpuType": "NVIDIA-L4", "replicas": 2, "maxBatch": 64}}
-    endpoints = {"main": PrometheusEndpoint("main", server.url)}
-    measured = measure(data, endpoints, lambda name: None)
-    assert measured.outcome.error is None and measured.outcome.observation is not None
-    assert measured.outcome.prediction is None and measured.request is not None and measured.calibrate
-    here = assess(measured, None)
-    there = assess(pickle.loads(pickle.dumps(measured)), None)
-    assert here.prediction is not None and here.calibration is not None and here.discrepancies
-    assert there == here
-    # An outcome that is already an error is assessed as it is.
-    unknown = measure(data, {}, lambda name: None)
-    assert unknown.outcome.error is not None and unknown.outcome.error[0] == "UnknownPrometheus"
-    assert assess(unknown, None) is unknown.outcome

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from inferplan.deploy.autoscaling import per_replica_target
 from inferplan.operator import metrics
+from inferplan.planner.results import Candidate
+from tests.support.plans import EXAMPLES, planned
 
 STATUS = {"recommendation": {"gpuType": "L40S", "replicas": 3, "gpus": 6, "cost": {"dollarsPerHour": 11.7}}}
 
@@ -60,3 +63,22 @@ def test_forgetting_a_plan_touches_only_its_own_series() -> None:
         metrics.forget_plan("many", f"p{i}")
     assert not any(key[0] == "many" for key in metrics._SERIES)
     assert sample("inferplan_plan_feasible", namespace="many", plan="p8") is None
+
+
+def _status(candidate: Candidate) -> dict:
+    return {"recommendation": candidate.model_dump(by_alias=True, mode="json"), "conditions": []}
+
+
+def test_the_operator_exports_the_per_replica_target() -> None:
+    _, candidate = planned(EXAMPLES[0])
+    metrics.record_plan("serving", "chat", _status(candidate), {"constraints": {"minHeadroom": "0.2"}})
+    value = metrics.REGISTRY.get_sample_value("inferplan_recommended_requests_per_second_per_replica",
+                                              {"namespace": "serving", "plan": "chat"})
+    assert value == per_replica_target(candidate.predicted.max_requests_per_second_per_replica, 0.2)
+    metrics.record_plan("serving", "chat", _status(candidate))  # no spec: the default minHeadroom, 0.05
+    value = metrics.REGISTRY.get_sample_value("inferplan_recommended_requests_per_second_per_replica",
+                                              {"namespace": "serving", "plan": "chat"})
+    assert value == per_replica_target(candidate.predicted.max_requests_per_second_per_replica, 0.05)
+    metrics.forget_plan("serving", "chat")
+    assert metrics.REGISTRY.get_sample_value("inferplan_recommended_requests_per_second_per_replica",
+                                             {"namespace": "serving", "plan": "chat"}) is None

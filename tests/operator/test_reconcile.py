@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -10,26 +9,13 @@ import pytest
 
 from inferplan.operator.inventory import NodeGpus, build_inventory
 from inferplan.operator.reconcile import reconcile_plan
+from tests.support.plans import SPEC, spec
 
-SPEC: dict[str, Any] = {
-    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
-    "engine": {"name": "vllm"},
-    "workload": {"requestsPerSecond": "10", "promptTokens": {"mean": 500, "p95": 1500},
-                 "outputTokens": {"mean": 250, "p95": 700}},
-    "slo": {"ttft": {"maxMs": 1000, "percentile": "p95"}, "tpot": {"maxMs": 100, "percentile": "p95"}},
-}
 CLUSTER = build_inventory([
     NodeGpus("a", "NVIDIA-H100-80GB-HBM3", 8, True, True),
     NodeGpus("b", "NVIDIA-L4", 4, True, True),
     NodeGpus("c", "NVIDIA-L4", 4, False, True),  # cordoned: does not count
 ])
-
-
-def spec(**constraints: Any) -> dict[str, Any]:
-    data = copy.deepcopy(SPEC)
-    if constraints:
-        data["constraints"] = constraints
-    return data
 
 
 def shown_types(outcome) -> set[str]:

@@ -21,12 +21,12 @@ from inferplan.operator.status import (
 from inferplan.planner.results import PlanResult
 from inferplan.planner.search import plan
 from inferplan.planner.spec import parse_plan, resolve_plan
-from tests.test_search import BASE as SEARCH_BASE
+from tests.support.plans import spec
 
-BASE = copy.deepcopy(SEARCH_BASE) | {"constraints": {"gpuTypes": ["H100"], "tensorParallelSizes": [1]}}
+BASE = spec(gpuTypes=["H100"], tensorParallelSizes=[1])
 
 T0, T1, T2 = "2025-01-01T00:00:00Z", "2025-01-01T00:05:00Z", "2025-01-01T00:10:00Z"
-ERROR = ("UnknownModel", "unknown model 'acme/nope'; closest: meta-llama/Llama-3.1-8B-Instruct")
+ERROR = ("InvalidModel", "unknown model 'acme/nope'; closest: meta-llama/Llama-3.1-8B-Instruct")
 
 
 @functools.cache
@@ -156,7 +156,7 @@ def test_error_clears_the_old_answer() -> None:
     planned = status(result=feasible_result())
     new = status(planned, now=T1, generation=2, error=ERROR)
     conditions = by_type(new)
-    assert conditions["Ready"] == {"type": "Ready", "status": "False", "reason": "UnknownModel",
+    assert conditions["Ready"] == {"type": "Ready", "status": "False", "reason": "InvalidModel",
                                    "message": ERROR[1], "lastTransitionTime": T1, "observedGeneration": 2}
     assert (conditions["Feasible"]["status"], conditions["Feasible"]["reason"]) == ("Unknown", "NotPlanned")
     assert conditions["Feasible"]["lastTransitionTime"] == T1

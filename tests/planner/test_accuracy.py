@@ -13,7 +13,7 @@ from inferplan.planner.accuracy import AccuracyReport, absolute_percentage_error
 from inferplan.planner.predict import Prediction, predict_scenarios
 from inferplan.planner.scenarios import Scenario, parse_scenario_line, read_scenarios
 
-PUBLISHED = Path(__file__).resolve().parents[1].parent / "shared" / "accuracy" / "scenarios.jsonl"
+PUBLISHED = Path(__file__).resolve().parents[3] / "shared" / "accuracy" / "scenarios.jsonl"
 METRIC_KEYS = {"scored", "skipped", "mape", "medianApe", "within25"}
 
 DECODE = 2  # example line: llama.cpp decode_tps_single

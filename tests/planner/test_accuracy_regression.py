@@ -15,9 +15,9 @@ from inferplan.planner.accuracy import AccuracyReport, score
 from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import read_scenarios
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 SLACK = 0.03
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "accuracy"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "accuracy"
 TABLES = {"scenarios.jsonl": "accuracy-table", "latency-under-load.jsonl": "accuracy-table-load"}
 
 

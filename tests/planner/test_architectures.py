@@ -83,7 +83,7 @@ def test_required_model_is_in_catalog(name: str) -> None:
 
 
 def test_every_facts_model_is_in_catalog() -> None:
-    facts = Path(__file__).resolve().parents[2] / "shared" / "catalog-facts" / "models.json"
+    facts = Path(__file__).resolve().parents[3] / "shared" / "catalog-facts" / "models.json"
     if not facts.exists():
         pytest.skip("catalog-facts not present on this machine")
     for entry in json.loads(facts.read_text()):

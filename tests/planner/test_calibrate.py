@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.calibrate import calibrate
-from inferplan.planner.factors import FactorSet, load_factors, parse_factors
+from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import read_scenarios
 
@@ -43,15 +43,3 @@ def test_engines_without_rows_keep_their_factors(published_scenarios: Path) -> N
     fitted = calibrate(rows, shipped, sweeps=1)
     assert fitted.factors.engine("vllm") == shipped.engine("vllm")
     assert set(fitted.rows_by_engine) == {"llama.cpp"}
-
-
-def test_shipped_factors_round_trip_through_json() -> None:
-    shipped = load_factors()
-    assert parse_factors(shipped.to_json()) == replace(shipped, meta=shipped.to_json()["meta"])
-
-
-def test_a_missing_factor_is_an_error_naming_it() -> None:
-    data = load_factors().to_json()
-    del data["engines"]["vllm"]["step_overhead_ms"]
-    with pytest.raises(ValueError, match=r"vllm.*step_overhead_ms"):
-        parse_factors(data)

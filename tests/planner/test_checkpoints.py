@@ -13,7 +13,7 @@ from inferplan.planner.checkpoints import FORMAT_LOADERS, Checkpoint, checkpoint
 from inferplan.planner.engines import ENGINES
 from inferplan.planner.precisions import WEIGHT_PRECISIONS
 
-SHARED_FACTS = Path(__file__).resolve().parents[2] / "shared" / "catalog-facts" / "checkpoints.json"
+SHARED_FACTS = Path(__file__).resolve().parents[3] / "shared" / "catalog-facts" / "checkpoints.json"
 FORMATS = {"native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8", "autofp8", "fp8-block",
            "awq", "gptq"}
 

@@ -18,7 +18,7 @@ from inferplan.planner.search import CONTEXT_LIMIT_SHARE, PRACTICAL_COST_FACTOR,
 from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
 from inferplan.planner.verification import planned as plan_answer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [*sorted((ROOT / "examples" / "plans").glob("*.yaml")),
             *sorted((ROOT / "examples" / "platform").glob("*.yaml"))]
 INFEASIBLE = ROOT / "examples" / "platform" / "infeasible-ask.yaml"

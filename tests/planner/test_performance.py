@@ -1,8 +1,9 @@
-"""The step model: memory accounting, decode and prefill times, and their invariants."""
+"""The step model (inferplan/planner/performance.py): decode and prefill times and their invariants."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import itertools
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -10,84 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplan.planner.architectures import resolve_model
-from inferplan.planner.engines import engine_profile
-from inferplan.planner.factors import EngineFactors, FamilyFactors, load_factors
+from inferplan.planner.engines import ENGINES
+from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import resolve_gpu
-from inferplan.planner.memory import (
-    GIB,
-    kv_bytes_per_token_per_gpu,
-    kv_cache_tokens,
-    kv_pool_bytes,
-    max_concurrency,
-    weight_bytes,
-)
+from inferplan.planner.memory import weight_bytes
 from inferplan.planner.performance import (
     FP8_GEMM_RELATIVE_EFFICIENCY,
-    Hardware,
     allreduce_s,
     attention_flops,
     build_hardware,
     decode_step_s,
+    hardware_grid,
     prefill_s,
     stack_hardware,
 )
 from inferplan.planner.precisions import weight_precision
-
-FACTORS = EngineFactors(
-    bandwidth_efficiency=0.8, decode_compute_efficiency=0.5, prefill_compute_efficiency=0.6,
-    overlap_penalty=0.0, step_overhead_ms=0.0, sequence_overhead_ms=0.0, request_overhead_ms=0.0,
-    quantized_bandwidth_scale=1.0,
-    non_torch_gib=0.3, activation_scale=1.0,
-)
-
-
-def hardware(model: str = "meta-llama/Meta-Llama-3-8B", gpu: str = "NVIDIA-H100-80GB-HBM3", weights: str = "bf16",
-             tp: int = 1, factors: EngineFactors = FACTORS) -> Hardware:
-    return build_hardware(resolve_model(model), resolve_gpu(gpu), weight_precision(weights), 2.0,
-                          engine_profile("vllm"), factors, FamilyFactors(), tp)
-
-
-def test_weights_of_qwen2_7b_match_vllm_startup_log() -> None:
-    # vLLM 0.10.1.1 printed "Model loading took 14.2488 GiB" for Qwen2-7B-Instruct in bf16.
-    gib = weight_bytes(resolve_model("Qwen/Qwen2-7B-Instruct"), weight_precision("bf16")) / GIB
-    assert gib == pytest.approx(14.2488, rel=0.01)
-
-
-def test_awq_keeps_embeddings_in_16_bits() -> None:
-    arch = resolve_model("Qwen/Qwen2.5-7B-Instruct")
-    embed = 2 * arch.vocab_size * arch.hidden_size  # untied: embedding and LM head
-    quantized = (arch.param_count() - embed) * weight_precision("int4-awq").bytes_per_param
-    assert weight_bytes(arch, weight_precision("int4-awq")) == pytest.approx(quantized + 2.0 * embed)
-
-
-def test_kv_per_gpu_splits_heads_but_never_below_one_head() -> None:
-    arch = resolve_model("meta-llama/Meta-Llama-3-70B")  # 8 KV heads
-    whole = arch.kv_bytes_per_token(2.0)
-    assert kv_bytes_per_token_per_gpu(arch, 2.0, tp=4) == pytest.approx(whole / 4)
-    assert kv_bytes_per_token_per_gpu(arch, 2.0, tp=16) == pytest.approx(whole / 8)
-
-
-def test_kv_cache_tokens_of_vllm_startup_row() -> None:
-    # Qwen2-7B, A100 80GB, gpu_memory_utilization 0.25: vLLM reported 93872 tokens in 5.01 GiB.
-    arch = resolve_model("Qwen/Qwen2-7B-Instruct")
-    per_token = kv_bytes_per_token_per_gpu(arch, 2.0, tp=1)
-    assert per_token == 57344
-    assert kv_cache_tokens(5.01 * GIB, per_token, 16) == pytest.approx(93872, rel=0.002)
-
-
-def test_kv_pool_modes() -> None:
-    total = 80 * GIB
-    assert kv_pool_bytes("total_fraction", total, 0.5, 14 * GIB, 1 * GIB, 0.5 * GIB) == pytest.approx(24.5 * GIB)
-    assert kv_pool_bytes("free_fraction", total, 0.5, 14 * GIB, 1 * GIB, 1 * GIB) == pytest.approx(32 * GIB)
-    assert kv_pool_bytes("total_fraction", total, 0.1, 14 * GIB, 1 * GIB, 0.5 * GIB) == 0.0
-
-
-def test_max_concurrency_of_hybrid_sliding_window_model_matches_vllm() -> None:
-    # gpt-oss-120b on 4 x A100 80GB, vLLM 0.10.1.1: 2640144 tokens, "Maximum concurrency ... 284.25x".
-    arch = resolve_model("openai/gpt-oss-120b")
-    assert max_concurrency(arch, 2640144, 16384, 2048, 16) == pytest.approx(284.25, rel=0.01)
-    dense = resolve_model("meta-llama/Meta-Llama-3-8B")
-    assert max_concurrency(dense, 163840, 8192, 2048, 16) == pytest.approx(20.0)
+from tests.support.hardware import hardware
 
 
 def test_single_stream_decode_is_weights_over_bandwidth() -> None:
@@ -156,6 +95,25 @@ def test_stacked_hardware_evaluates_like_each_alone() -> None:
     assert together == pytest.approx(alone)
 
 
+# The search evaluates whole grids at once: each cell must be, to the bit, what the one deployment gives.
+
+
+def test_hardware_grid_agrees_with_one_deployment() -> None:
+    factors = load_factors()
+    arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-H100-80GB-HBM3", "MI300X")]
+    precisions = [weight_precision(name) for name in ("bf16", "fp8", "int4-awq")]
+    kv = np.array([[2.0, 1.0]] * len(precisions))
+    for engine in (ENGINES["vllm"], ENGINES["tgi"], ENGINES["llama.cpp"]):
+        engine_factors = factors.engine(engine.name)
+        grid = hardware_grid(arch, gpus, precisions, kv, [engine_factors] * len(gpus),
+                             [factors.family(g.family) for g in gpus], [1, 4])
+        for (g, gpu), (t, tp), (p, precision), (k, kv_bytes) in itertools.product(
+                enumerate(gpus), enumerate([1, 4]), enumerate(precisions), enumerate([2.0, 1.0])):
+            one = build_hardware(arch, gpu, precision, kv_bytes, engine, engine_factors, factors.family(gpu.family), tp)
+            assert all(getattr(grid, f.name)[g, t, p, k] == getattr(one, f.name) for f in fields(one))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     bandwidth=st.floats(100, 8000),
@@ -175,35 +133,3 @@ def test_more_bandwidth_never_slows_decode(bandwidth: float, extra: float, batch
 def test_bigger_batch_never_shortens_a_step(batch: int, context: int) -> None:
     hw = hardware(factors=load_factors().engine("vllm"))
     assert decode_step_s(hw, batch + 1, context) >= decode_step_s(hw, batch, context)
-
-
-@settings(max_examples=60, deadline=None)
-@given(memory=st.floats(8, 200), more=st.floats(0, 100), fraction=st.floats(0.3, 0.95))
-def test_more_memory_never_lowers_kv_capacity(memory: float, more: float, fraction: float) -> None:
-    arch = resolve_model("meta-llama/Meta-Llama-3-8B")
-    per_token = kv_bytes_per_token_per_gpu(arch, 2.0, 1)
-    weights = weight_bytes(arch, weight_precision("bf16"))
-
-    def tokens(gib: float) -> int:
-        return kv_cache_tokens(kv_pool_bytes("total_fraction", gib * GIB, fraction, weights, GIB, 0.3 * GIB),
-                               per_token, 16)
-
-    assert tokens(memory + more) >= tokens(memory)
-
-
-def test_memory_plan_leaves_headroom_for_cuda_graphs_only_below_full_utilisation() -> None:
-    from inferplan.planner.engines import EngineSettings
-    from inferplan.planner.memory import plan_memory
-
-    arch, gpu = resolve_model("meta-llama/Meta-Llama-3-8B"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
-    factors = load_factors().engine("vllm")
-
-    def plan(fraction: float):
-        settings = EngineSettings(fraction, 8192, 256, 2048.0, 2048)
-        return plan_memory(arch, gpu, weight_precision("bf16"), 2.0, engine_profile("vllm"), settings, factors)
-
-    usual, greedy = plan(0.9), plan(0.999)
-    assert usual.fits and usual.kv_cache_tokens > 0
-    assert usual.headroom_per_gpu == pytest.approx(0.1 * gpu.usable_memory_bytes - usual.cuda_graph_per_gpu)
-    assert not greedy.fits  # 0.1% headroom cannot hold 0.5 GiB of CUDA graphs
-    assert plan(0.05).kv_cache_tokens == 0 and not plan(0.05).fits  # weights alone exceed 5% of 80 GB

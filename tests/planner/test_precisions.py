@@ -1,12 +1,11 @@
-"""Weight formats, KV dtypes and engine profiles."""
+"""Weight formats and KV cache dtypes (inferplan/planner/precisions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from inferplan.planner.engines import ENGINES, engine_profile
 from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.precisions import WEIGHT_PRECISIONS, kv_dtype_bytes, weight_precision
+from inferplan.planner.precisions import WEIGHT_PRECISIONS, kv_dtype_bytes, resolve_kv_dtype, weight_precision
 
 
 @pytest.mark.parametrize(
@@ -37,10 +36,18 @@ def test_kv_dtypes() -> None:
         kv_dtype_bytes("int2", "bf16")
 
 
-def test_engine_profiles_say_how_they_batch() -> None:
-    assert set(ENGINES) == {"vllm", "sglang", "tensorrt-llm", "tgi", "lmdeploy", "mlc-llm", "llama.cpp", "exllama"}
-    assert engine_profile("vLLM").continuous_batching
-    assert not engine_profile("llama.cpp").continuous_batching
-    assert engine_profile("TensorRT-LLM").memory_mode == "free_fraction"
-    with pytest.raises(CatalogLookupError, match="vllm"):
-        engine_profile("vlm")
+@pytest.mark.parametrize(
+    ("engine", "weights", "checkpoint", "expected"),
+    [
+        ("tensorrt-llm", "fp8", "nvidia/Llama-3.1-8B-Instruct-FP8", "fp8"),  # ModelOpt declares FP8 KV
+        ("tensorrt-llm", "fp8", None, "fp8"),                                  # TensorRT-LLM's own quantisation
+        ("tensorrt-llm", "fp8", "Qwen/Qwen3-32B-FP8", "bf16"),                 # a vendor FP8 repo declares none
+        ("tensorrt-llm", "bf16", None, "bf16"),
+        ("vllm", "fp8", "nvidia/Llama-3.1-8B-Instruct-FP8", "bf16"),           # vLLM keeps 16 bits on auto
+        ("sglang", "fp8", None, "bf16"),
+    ],
+)
+def test_auto_kv_cache_resolves_as_the_engine_does(engine: str, weights: str, checkpoint: str | None,
+                                                   expected: str) -> None:
+    assert resolve_kv_dtype("auto", weights, engine, checkpoint) == expected
+    assert resolve_kv_dtype("fp8", "bf16", engine, checkpoint) == "fp8"  # a stated dtype is kept

@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.architectures import resolve_model
-from inferplan.planner.engines import EngineSettings, Scheduling, engine_profile, factor_key
+from inferplan.planner.engines import EngineSettings, Scheduling, engine_profile
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
-from inferplan.planner.precisions import resolve_kv_dtype
 from inferplan.planner.predict import checkpoint_named, engine_settings, predict_scenarios
 from inferplan.planner.scenarios import Scenario, parse_scenario_line
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "inferplan" / "planner" / "data" / "example-scenarios.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[2] / "inferplan" / "planner" / "data" / "example-scenarios.jsonl"
 
 
 def example(of_metric: str, **changes: object) -> Scenario:
@@ -116,31 +115,6 @@ def test_engines_schedule_as_their_defaults_say() -> None:
                           engine_profile("tensorrt-llm"), arch, h100)
     assert trt.scheduling.reserve_output and not trt.scheduling.chunked  # GUARANTEED_NO_EVICT, no chunking
     assert (trt.max_num_seqs, trt.step_tokens) == (2048, 8192)
-
-
-def test_factor_lines_separate_engine_generations() -> None:
-    assert factor_key("vllm", "0.6.3") == "vllm-v0"
-    assert factor_key("vllm", "0.11.0") == factor_key("vllm", None) == "vllm"
-    assert factor_key("tensorrt-llm", "0.18.2") == "tensorrt-llm-v0"
-    assert factor_key("tensorrt-llm", "1.2.0rc1") == "tensorrt-llm"
-    assert factor_key("sglang", "0.4.6") == "sglang"
-
-
-@pytest.mark.parametrize(
-    ("engine", "weights", "checkpoint", "expected"),
-    [
-        ("tensorrt-llm", "fp8", "nvidia/Llama-3.1-8B-Instruct-FP8", "fp8"),  # ModelOpt declares FP8 KV
-        ("tensorrt-llm", "fp8", None, "fp8"),                                  # TensorRT-LLM's own quantisation
-        ("tensorrt-llm", "fp8", "Qwen/Qwen3-32B-FP8", "bf16"),                 # a vendor FP8 repo declares none
-        ("tensorrt-llm", "bf16", None, "bf16"),
-        ("vllm", "fp8", "nvidia/Llama-3.1-8B-Instruct-FP8", "bf16"),           # vLLM keeps 16 bits on auto
-        ("sglang", "fp8", None, "bf16"),
-    ],
-)
-def test_auto_kv_cache_resolves_as_the_engine_does(engine: str, weights: str, checkpoint: str | None,
-                                                   expected: str) -> None:
-    assert resolve_kv_dtype("auto", weights, engine, checkpoint) == expected
-    assert resolve_kv_dtype("fp8", "bf16", engine, checkpoint) == "fp8"  # a stated dtype is kept
 
 
 def test_checkpoint_is_read_from_the_notes() -> None:

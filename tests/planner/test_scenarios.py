@@ -18,7 +18,7 @@ from inferplan.planner.scenarios import (
     read_scenarios,
 )
 
-PUBLISHED = Path(__file__).resolve().parents[1].parent / "shared" / "accuracy" / "scenarios.jsonl"
+PUBLISHED = Path(__file__).resolve().parents[3] / "shared" / "accuracy" / "scenarios.jsonl"
 PUBLISHED_ROWS = 304
 
 needs_published = pytest.mark.skipif(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,13 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplan.planner.engines import ENGINES, EngineSettings
+from inferplan.planner.engines import ENGINES
 from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import resolve_gpu
-from inferplan.planner.memory import memory_grid, plan_memory, weight_bytes
-from inferplan.planner.performance import build_hardware, hardware_grid, stack_hardware
+from inferplan.planner.performance import build_hardware
 from inferplan.planner.precisions import weight_precision
-from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search import (
     BISECTION_STEPS,
@@ -32,24 +29,12 @@ from inferplan.planner.search import (
     plan,
 )
 from inferplan.planner.serving import (
-    poisson,
     poisson_capacity,
-    poisson_model,
-    sample_quantiles,
 )
 from inferplan.planner.spec import PlanRequest, parse_plan, resolve_plan
+from tests.support.plans import spec
 
-BASE: dict[str, Any] = {
-    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
-    "engine": {"name": "vllm"},
-    "workload": {
-        "requestsPerSecond": "10",
-        "promptTokens": {"mean": 500, "p95": 1500},
-        "outputTokens": {"mean": 250, "p95": 700},
-    },
-    "slo": {"ttft": {"maxMs": 1000, "percentile": "p95"}, "tpot": {"maxMs": 100, "percentile": "p95"}},
-    "constraints": {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "tensorParallelSizes": [1]},
-}
+BASE = spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"], tensorParallelSizes=[1])
 
 
 def request(**changes: Any) -> PlanRequest:
@@ -291,72 +276,6 @@ def test_grid_rate_is_the_bisection_grid() -> None:
         grid = _grid_rate(low[:, None], high[:, None], np.arange(GRID_CELLS + 1)[None, :])
         best = np.where(grid <= limit[:, None], grid, 0.0).max(axis=1)
         assert np.array_equal(best, expected)
-
-
-def test_hardware_and_memory_grids_agree_with_one_deployment() -> None:
-    factors = load_factors()
-    arch = request().arch
-    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-H100-80GB-HBM3", "MI300X")]
-    precisions = [weight_precision(name) for name in ("bf16", "fp8", "int4-awq")]
-    kv = np.array([[2.0, 1.0]] * len(precisions))
-    for engine in (ENGINES["vllm"], ENGINES["tgi"], ENGINES["llama.cpp"]):
-        engine_factors = factors.engine(engine.name)
-        grid = hardware_grid(arch, gpus, precisions, kv, [engine_factors] * len(gpus),
-                             [factors.family(g.family) for g in gpus], [1, 4])
-        settings = EngineSettings(memory_fraction=0.9, max_model_len=8192, max_num_seqs=64, chunk_tokens=2048.0,
-                                  profile_tokens=8192)
-        for (g, gpu), (t, tp), (p, precision), (k, kv_bytes) in itertools.product(
-                enumerate(gpus), enumerate([1, 4]), enumerate(precisions), enumerate([2.0, 1.0])):
-            one = build_hardware(arch, gpu, precision, kv_bytes, engine, engine_factors, factors.family(gpu.family), tp)
-            assert all(getattr(grid, f.name)[g, t, p, k] == getattr(one, f.name) for f in fields(one))
-            memory = memory_grid(arch, float(gpu.usable_memory_bytes), weight_bytes(arch, precision), kv_bytes,
-                                 engine, engine_factors, tp, profile_tokens=8192, max_num_seqs=np.array([64.0]),
-                                 memory_fraction=0.9, max_model_len=8192)
-            assert memory.plan(0) == plan_memory(arch, gpu, precision, kv_bytes, engine, settings, engine_factors, tp)
-
-
-def test_poisson_model_gives_what_poisson_gives() -> None:
-    factors = load_factors()
-    arch = request().arch
-    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")]
-    hw = stack_hardware([build_hardware(arch, g, weight_precision("bf16"), 2.0, ENGINES["vllm"],
-                                        factors.engine("vllm"), factors.family(g.family), tp)
-                         for g in gpus for tp in (1, 2)])
-    slots = np.array([8.0, 64.0, 256.0, 32.0, 128.0, 512.0])
-    capacity = poisson_capacity(hw, 700, 300, slots, 2048.0, 0.8)
-    rate = capacity * np.array([0.05, 0.4, 0.7, 0.9, 0.99, 1.2])
-    args = (700, 300, slots, 2048.0, 0.9, 0.6, 2.0)
-    whole = poisson(hw, rate, *args, prefill_fraction=0.8, capacity=capacity, samples=64)
-    model = poisson_model(hw, *args, prefill_fraction=0.8, capacity=capacity, samples=64)
-    picked = np.array([5, 0, 3, 3])
-    part = model.take(picked).quantiles(rate[picked], [("ttft", 0.99), ("e2e", 0.5), ("tpot", 0.9)])
-    assert np.array_equal(part, [whole.ttft_q[0.99][picked], whole.e2e_q[0.5][picked], whole.tpot_q[0.9][picked]])
-    reslotted = poisson_model(hw, 700, 300, 16.0, 2048.0, 0.9, 0.6, 2.0, prefill_fraction=0.8, samples=64)
-    again = reslotted.take(np.arange(6), slots, capacity).at(rate)
-    assert np.array_equal(again.ttft_q[0.95], whole.ttft_q[0.95]) and np.array_equal(again.e2e_mean, whole.e2e_mean)
-    samples = np.random.default_rng(0).lognormal(0.0, 1.0, (7, 64))
-    for q, value in zip(QUANTILES, sample_quantiles(samples, QUANTILES), strict=True):
-        assert np.array_equal(value, np.quantile(samples, q, axis=-1))
-
-
-def test_concurrency_is_little_fixed_point() -> None:
-    # n = x (TTFT + O TPOT(n)) must hold at the n the queueing model uses, wherever one sequence or more runs.
-    factors = load_factors()
-    arch = request().arch
-    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")]
-    hw = stack_hardware([build_hardware(arch, g, weight_precision(p), 2.0, ENGINES["vllm"], factors.engine("vllm"),
-                                        factors.family(g.family), tp)
-                         for g in gpus for tp in (1, 2) for p in ("bf16", "int4-awq")])
-    slots = np.full(12, 256.0)
-    capacity = poisson_capacity(hw, 500, 250, slots, 2048.0)
-    model = poisson_model(hw, 500, 250, slots, 2048.0, capacity=capacity, samples=64)
-    for share in (0.1, 0.3, 0.6, 0.8, 0.95):
-        x = capacity * share
-        stretch = 1.0 - np.clip(x * model.prompt_work, 0.0, 0.95)
-        n = model.at(x).concurrency
-        latency = model.own_prefill + model.o * model.curve.at(n) / stretch
-        busy = n > 1.0
-        assert np.allclose(n[busy], (x * latency)[busy], rtol=1e-9)
 
 
 def test_provenance_counts_the_measured_lines_behind_each_candidate() -> None:

@@ -1,5 +1,5 @@
 """Latency under load in closed form: single stream, static batch and Poisson arrivals (bursts and closed
-loops are simulated: tests/test_simulate.py)."""
+loops are simulated: tests/planner/test_simulate.py), and the vectorised Poisson model the search uses."""
 
 from __future__ import annotations
 
@@ -8,15 +8,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inferplan.planner.architectures import resolve_model
+from inferplan.planner.engines import ENGINES
+from inferplan.planner.factors import load_factors
+from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.performance import build_hardware, stack_hardware
+from inferplan.planner.precisions import weight_precision
 from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.serving import (
     lognormal_sample,
     normal_ppf,
     poisson,
+    poisson_capacity,
+    poisson_model,
+    sample_quantiles,
     single_stream,
     static_batch,
 )
-from tests.test_performance import hardware
+from tests.support.hardware import hardware
 
 
 def test_normal_ppf_matches_known_quantiles() -> None:
@@ -85,3 +94,51 @@ def test_higher_rate_never_lowers_tail_latency(rate: float, factor: float) -> No
     hi = poisson(hw, rate * factor, 400, 300, slots=256, chunk_tokens=2048.0, prompt_cv=1.0, output_cv=1.0)
     assert float(hi.ttft_q[0.99]) >= float(lo.ttft_q[0.99]) * 0.999
     assert float(hi.tpot_mean) >= float(lo.tpot_mean) * 0.999
+
+
+# The search's Poisson model must give the numbers the straightforward form gives, to the bit: it is only
+# faster, not different.
+
+
+def test_poisson_model_gives_what_poisson_gives() -> None:
+    factors = load_factors()
+    arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")]
+    hw = stack_hardware([build_hardware(arch, g, weight_precision("bf16"), 2.0, ENGINES["vllm"],
+                                        factors.engine("vllm"), factors.family(g.family), tp)
+                         for g in gpus for tp in (1, 2)])
+    slots = np.array([8.0, 64.0, 256.0, 32.0, 128.0, 512.0])
+    capacity = poisson_capacity(hw, 700, 300, slots, 2048.0, 0.8)
+    rate = capacity * np.array([0.05, 0.4, 0.7, 0.9, 0.99, 1.2])
+    args = (700, 300, slots, 2048.0, 0.9, 0.6, 2.0)
+    whole = poisson(hw, rate, *args, prefill_fraction=0.8, capacity=capacity, samples=64)
+    model = poisson_model(hw, *args, prefill_fraction=0.8, capacity=capacity, samples=64)
+    picked = np.array([5, 0, 3, 3])
+    part = model.take(picked).quantiles(rate[picked], [("ttft", 0.99), ("e2e", 0.5), ("tpot", 0.9)])
+    assert np.array_equal(part, [whole.ttft_q[0.99][picked], whole.e2e_q[0.5][picked], whole.tpot_q[0.9][picked]])
+    reslotted = poisson_model(hw, 700, 300, 16.0, 2048.0, 0.9, 0.6, 2.0, prefill_fraction=0.8, samples=64)
+    again = reslotted.take(np.arange(6), slots, capacity).at(rate)
+    assert np.array_equal(again.ttft_q[0.95], whole.ttft_q[0.95]) and np.array_equal(again.e2e_mean, whole.e2e_mean)
+    samples = np.random.default_rng(0).lognormal(0.0, 1.0, (7, 64))
+    for q, value in zip(QUANTILES, sample_quantiles(samples, QUANTILES), strict=True):
+        assert np.array_equal(value, np.quantile(samples, q, axis=-1))
+
+
+def test_concurrency_is_little_fixed_point() -> None:
+    # n = x (TTFT + O TPOT(n)) must hold at the n the queueing model uses, wherever one sequence or more runs.
+    factors = load_factors()
+    arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")]
+    hw = stack_hardware([build_hardware(arch, g, weight_precision(p), 2.0, ENGINES["vllm"], factors.engine("vllm"),
+                                        factors.family(g.family), tp)
+                         for g in gpus for tp in (1, 2) for p in ("bf16", "int4-awq")])
+    slots = np.full(12, 256.0)
+    capacity = poisson_capacity(hw, 500, 250, slots, 2048.0)
+    model = poisson_model(hw, 500, 250, slots, 2048.0, capacity=capacity, samples=64)
+    for share in (0.1, 0.3, 0.6, 0.8, 0.95):
+        x = capacity * share
+        stretch = 1.0 - np.clip(x * model.prompt_work, 0.0, 0.95)
+        n = model.at(x).concurrency
+        latency = model.own_prefill + model.o * model.curve.at(n) / stretch
+        busy = n > 1.0
+        assert np.allclose(n[busy], (x * latency)[busy], rtol=1e-9)

@@ -25,7 +25,7 @@ from inferplan.planner.simulate import (
     simulate_queue,
     trace_workload,
 )
-from tests.test_performance import hardware
+from tests.support.hardware import hardware
 
 HW = hardware()
 

@@ -3,7 +3,7 @@
 whose every problem names its field, or a CatalogLookupError), never another exception; and a result holds no
 NaN, infinite or negative number anywhere, nor one spelled out in its reasons and warnings.
 
-tests/test_search_fuzz.py draws valid catalog-model specs only, to exercise the search. Here every field of
+tests/planner/test_search_fuzz.py draws valid catalog-model specs only, to exercise the search. Here every field of
 PlanSpec is drawn, each usually valid and sometimes hostile (a wrong type, out of range, an unknown name, unicode,
 a duplicate, an empty or oversized list): model sources (catalog names, unknown names, inline architectures in
 this module's and in config.json vocabulary with odd values, configFile paths that do not exist or hold broken

