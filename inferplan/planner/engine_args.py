@@ -72,6 +72,53 @@ TRT_OPTIONS_FILE = "trtllm-extra-llm-api-options.yaml"
 
 
 @dataclass(frozen=True)
+class EngineFlags:
+    """The flags of one engine's command line that say what a deployment is: written by `engine_launch` and
+    read back from a running Deployment by the operator (`operator/observing.read_deployment`), so that both
+    directions use one table. Each tuple lists the spellings the engine's parser accepts: the first is the one
+    written, the others are read too (in that order of precedence); empty where the engine has no such flag."""
+
+    tp: tuple[str, ...]
+    batch: tuple[str, ...]
+    quantization: tuple[str, ...] = ()
+    dtype: tuple[str, ...] = ()
+    kv_cache_dtype: tuple[str, ...] = ()
+
+    @property
+    def roles(self) -> dict[str, tuple[str, ...]]:
+        return {"tp": self.tp, "batch": self.batch, "quantization": self.quantization, "dtype": self.dtype,
+                "kv_cache_dtype": self.kv_cache_dtype}
+
+
+ENGINE_FLAGS: dict[str, EngineFlags] = {
+    # vLLM's short aliases -tp and -q (vllm/engine/arg_utils.py) are read, never written.
+    "vllm": EngineFlags(tp=("--tensor-parallel-size", "-tp"), batch=("--max-num-seqs",),
+                        quantization=("--quantization", "-q"), dtype=("--dtype",),
+                        kv_cache_dtype=("--kv-cache-dtype",)),
+    "sglang": EngineFlags(tp=("--tp-size", "--tensor-parallel-size"), batch=("--max-running-requests",),
+                          quantization=("--quantization",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",)),
+    # TGI: --max-batch-size caps the running batch; --max-concurrent-requests only bounds admission (read as a
+    # fallback when no batch cap is given).
+    "tgi": EngineFlags(tp=("--num-shard",), batch=("--max-batch-size", "--max-concurrent-requests"),
+                       quantization=("--quantize",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",)),
+    # trtllm-serve has no precision or KV dtype flag (they come from the checkpoint and the options file).
+    "tensorrt-llm": EngineFlags(tp=("--tp_size",), batch=("--max_batch_size",)),
+    "lmdeploy": EngineFlags(tp=("--tp",), batch=("--max-batch-size",), dtype=("--dtype",)),
+}
+
+
+def flag_spellings(role: str, engine: str | None = None) -> tuple[str, ...]:
+    """Every spelling of `role` ("tp", "batch", "quantization", "dtype", "kv_cache_dtype") in ENGINE_FLAGS,
+    `engine`'s first (a Deployment may run another engine than its plan names: all are read)."""
+    order = [engine] if engine in ENGINE_FLAGS else []
+    order += [name for name in ENGINE_FLAGS if name != engine]
+    spellings: list[str] = []
+    for name in order:
+        spellings += [flag for flag in ENGINE_FLAGS[name].roles[role] if flag not in spellings]
+    return tuple(spellings)
+
+
+@dataclass(frozen=True)
 class EngineLaunch:
     """How to start one engine for one deployment.
 
@@ -273,23 +320,25 @@ def _precision_note(c: _Ctx) -> str:
 
 def _dtype_and_online(c: _Ctx) -> list[str]:
     """vLLM's and SGLang's flags for 16-bit weights (`--dtype`) and for FP8 quantised at load."""
+    flags = ENGINE_FLAGS[c.engine]
     if c.sixteen_bit:
-        return ["--dtype", "bfloat16" if c.precision == "bf16" else "float16"]
-    return ["--quantization", "fp8"] if c.fmt == "online" else []
+        return [flags.dtype[0], "bfloat16" if c.precision == "bf16" else "float16"]
+    return [flags.quantization[0], "fp8"] if c.fmt == "online" else []
 
 
 def _vllm(c: _Ctx) -> EngineLaunch:
     s = c.settings
     notes = [_precision_note(c)]
-    args = ["--model", c.checkpoint, "--tensor-parallel-size", str(c.tp), "--max-num-seqs", str(c.batch),
+    flags = ENGINE_FLAGS["vllm"]
+    args = ["--model", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
             "--gpu-memory-utilization", c.fraction, "--max-model-len", str(s.max_model_len)]
     args += _dtype_and_online(c)
     if c.fmt == "modelopt-fp8" and c.line == "0.6":
-        args += ["--quantization", "modelopt"]
+        args += [flags.quantization[0], "modelopt"]
         notes.append("vLLM 0.6 does not read ModelOpt's hf_quant_config.json (it looks at config.json only), so "
                      "the ModelOpt method is named with --quantization modelopt")
     if c.fp8_kv:
-        args += ["--kv-cache-dtype", "fp8"]
+        args += [flags.kv_cache_dtype[0], "fp8"]
         notes.append("FP8 KV cache: --kv-cache-dtype fp8 (e4m3 on CUDA); without it vLLM keeps a 16-bit cache even "
                      "for checkpoints that carry KV scales")
     budget = _step_budget(s)
@@ -326,11 +375,12 @@ def _vllm(c: _Ctx) -> EngineLaunch:
 def _sglang(c: _Ctx) -> EngineLaunch:
     s = c.settings
     notes = [_precision_note(c)]
-    args = ["--model-path", c.checkpoint, "--tp-size", str(c.tp), "--max-running-requests", str(c.batch),
+    flags = ENGINE_FLAGS["sglang"]
+    args = ["--model-path", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
             "--mem-fraction-static", c.fraction, "--context-length", str(s.max_model_len)]
     args += _dtype_and_online(c)
     if c.fp8_kv:
-        args += ["--kv-cache-dtype", "fp8_e4m3"]
+        args += [flags.kv_cache_dtype[0], "fp8_e4m3"]
         notes.append("FP8 KV cache: --kv-cache-dtype fp8_e4m3, the format FP8 checkpoints calibrate their k/v "
                      "scales for and the only FP8 KV that SGLang's FA3 backend takes (fp8_e5m2 falls back to triton "
                      "attention: model_runner.py lines 524-533 in 0.5.2)")
@@ -355,26 +405,27 @@ def _tgi(c: _Ctx) -> EngineLaunch:
     s = c.settings
     notes = [_precision_note(c)] if c.fmt not in _TGI_QUANTIZE else []
     max_input = s.max_model_len - 1
-    args = ["--model-id", c.checkpoint, "--num-shard", str(c.tp), "--cuda-memory-fraction", c.fraction,
+    flags = ENGINE_FLAGS["tgi"]
+    args = ["--model-id", c.checkpoint, flags.tp[0], str(c.tp), "--cuda-memory-fraction", c.fraction,
             "--max-input-tokens", str(max_input), "--max-total-tokens", str(s.max_model_len)]
     if c.sixteen_bit:
-        args += ["--dtype", "bfloat16" if c.precision == "bf16" else "float16"]
+        args += [flags.dtype[0], "bfloat16" if c.precision == "bf16" else "float16"]
     quantize = _TGI_QUANTIZE.get(c.fmt)
     if quantize is not None:
-        args += ["--quantize", quantize]
+        args += [flags.quantization[0], quantize]
         if c.fmt == "online":
             notes.append(f"precision fp8: --quantize fp8 quantises the 16-bit {c.checkpoint} at load")
         else:
             notes.append(f"precision {c.precision}: --quantize {quantize} names the method of the {c.fmt} checkpoint "
                          "(it matches the checkpoint's quantization_config, which TGI also auto-selects from)")
     if c.fp8_kv:
-        args += ["--kv-cache-dtype", "fp8_e4m3fn"]
+        args += [flags.kv_cache_dtype[0], "fp8_e4m3fn"]
         notes.append("FP8 KV cache: --kv-cache-dtype fp8_e4m3fn (uses the checkpoint's k/v scales where present)")
     # The batch cap is --max-batch-size; --max-concurrent-requests is an admission limit above which the
     # router answers HTTP 429 (try_acquire_owned -> Overloaded), so it is set well above the batch.
     queue = max(3 * c.batch, 2 * (c.expected_queue or 0))
     concurrent = max(_TGI_DEFAULT_MAX_CONCURRENT, c.batch + queue)
-    args += ["--max-batch-size", str(c.batch), "--max-concurrent-requests", str(concurrent),
+    args += [flags.batch[0], str(c.batch), flags.batch[1], str(concurrent),
              "--max-waiting-tokens", str(_TGI_DEFAULT_MAX_WAITING_TOKENS)]
     expected = f"twice the {c.expected_queue} requests the plan expects waiting" if c.expected_queue else "3x the batch"
     notes.append(f"--max-batch-size {c.batch} caps the running batch; --max-concurrent-requests {concurrent} = batch "
@@ -416,7 +467,8 @@ def _trtllm(c: _Ctx) -> EngineLaunch:
     args = [c.checkpoint]
     if c.line == "1":
         args += ["--backend", "pytorch"]
-    args += ["--tp_size", str(c.tp), "--max_batch_size", str(c.batch), "--max_seq_len", str(s.max_model_len),
+    flags = ENGINE_FLAGS["tensorrt-llm"]
+    args += [flags.tp[0], str(c.tp), flags.batch[0], str(c.batch), "--max_seq_len", str(s.max_model_len),
              "--kv_cache_free_gpu_memory_fraction", c.fraction]
     budget = _step_budget(s) or s.max_model_len
     planned = budget
@@ -450,7 +502,8 @@ def _trtllm(c: _Ctx) -> EngineLaunch:
 
 def _lmdeploy(c: _Ctx) -> EngineLaunch:
     s = c.settings
-    args = ["serve", "api_server", c.checkpoint, "--tp", str(c.tp), "--max-batch-size", str(c.batch),
+    flags = ENGINE_FLAGS["lmdeploy"]
+    args = ["serve", "api_server", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
             "--cache-max-entry-count", c.fraction, "--session-len", str(s.max_model_len)]
     notes = [f"--cache-max-entry-count {c.fraction}: the fraction of free memory after loading that holds the KV "
              "cache; LMDeploy has no step token budget flag that the plan sets"]

@@ -11,12 +11,14 @@ import pytest
 
 from inferplan.planner.engine_args import (
     DEFAULT_VERSIONS,
+    ENGINE_FLAGS,
     TRT_OPTIONS_FILE,
     VERSION_LINES,
     EngineLaunch,
     engine_flags,
     engine_launch,
     flag_problems,
+    flag_spellings,
     version_line,
 )
 from inferplan.planner.engines import SERVED_PRECISIONS, EngineSettings
@@ -204,3 +206,22 @@ def test_lmdeploy_names_the_awq_format_and_other_engines_keep_their_mapping() ->
     assert mlc.args[1] == "mlc-ai/model-q4f16_1-MLC"
     with pytest.raises(ValueError):
         engine_launch("lmdeploy", None, "org/model", "native", "bf16", 1, 8, "fp8", _settings(False))
+
+
+def test_every_spelling_of_the_flags_table_is_accepted_by_the_engines_parser() -> None:
+    """The flags the planner writes and the operator reads back (ENGINE_FLAGS) exist in each engine's
+    parser at every pinned version line (short aliases such as vLLM's -tp are not in the pinned lists)."""
+    pinned = engine_flags()
+    for engine, flags in ENGINE_FLAGS.items():
+        for line, parser in pinned[engine].items():
+            for role, spellings in flags.roles.items():
+                for flag in spellings:
+                    if flag.startswith("--"):
+                        assert flag in parser["flags"], f"{engine} {line}: {role} flag {flag} unknown"
+
+
+def test_flag_spellings_put_the_plans_engine_first() -> None:
+    assert flag_spellings("batch", "tgi")[:2] == ("--max-batch-size", "--max-concurrent-requests")
+    assert flag_spellings("tp", "sglang")[0] == "--tp-size"
+    assert set(flag_spellings("tp")) >= {"--tensor-parallel-size", "-tp", "--tp-size", "--num-shard", "--tp_size",
+                                          "--tp"}
