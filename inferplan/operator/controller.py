@@ -356,7 +356,6 @@ class Controller:
 
     async def _observe(self, plan: Plan, old: dict | None) -> dict:
         """The status after querying Prometheus for the plan (off the loop, in the observe pool)."""
-        observe = plan.spec.get("observe") or {}
         try:
             # Reading waits on Prometheus and the API: in the observe threads. Calibrating and predicting are CPU
             # work: in the planner pool, like planning.
@@ -370,13 +369,7 @@ class Controller:
             metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
             self.logger.exception("observing failed: %s/%s", plan.namespace, plan.name)
             return dict(old or {})
-        try:
-            max_error = float(observe.get("maxErrorRatio", "0.25"))
-        except ValueError:
-            max_error = 0.25
-        return observe_status(old, outcome, now=_now(), generation=plan.generation, max_error_ratio=max_error,
-                              drift_seconds=float(observe.get("driftSeconds", 900)),
-                              calibrate=bool(observe.get("calibrate")))
+        return observe_status(old, outcome, now=_now(), generation=plan.generation)
 
     async def _plan(self, plan: Plan, old: dict | None) -> dict:
         """The status after planning the plan against the cluster's inventory (in the planner pool)."""

@@ -20,6 +20,7 @@ from inferplan.observe.observation import Observation, ObserveError, read_observ
 from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
 from inferplan.operator.cluster_spec import ConfigMapReader, parse_and_resolve
 from inferplan.operator.status import condition
+from inferplan.planner.engine_args import flag_spellings
 from inferplan.planner.engines import ENGINES
 from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import GPU_VENDORS, resolve_gpu
@@ -37,21 +38,12 @@ from inferplan.planner.observed import (
 )
 from inferplan.planner.online import Calibration, calibrated_factors, update_calibration
 from inferplan.planner.precisions import weight_precision
-from inferplan.planner.spec import PlanError, PlanRequest
+from inferplan.planner.spec import Observe, PlanError, PlanRequest
 
 DeploymentReader = Callable[[str], Mapping[str, Any] | None]  # name -> the Deployment (dict) or None if absent
 
 GPU_LABELS = tuple(vendor.product_label for vendor in GPU_VENDORS.values())
 GPU_TYPE_ANNOTATION = "inferplan.io/gpu-type"
-_FLAGS = {  # engine argument -> field, per engine (both --flag value and --flag=value are read)
-    "tp": ("--tensor-parallel-size", "-tp", "--tp-size", "--tp", "--num-shard", "--tp_size"),
-    # TGI: --max-batch-size caps the batch; --max-concurrent-requests only bounds admission (a fallback).
-    "batch": ("--max-num-seqs", "--max-running-requests", "--max_batch_size", "--max-batch-size",
-              "--max-concurrent-requests"),
-    "quantization": ("--quantization", "-q", "--quantize"),
-    "dtype": ("--dtype",),
-    "kv": ("--kv-cache-dtype",),
-}
 _QUANTIZATION = {"fp8": "fp8", "awq": "int4-awq", "awq_marlin": "int4-awq", "gptq": "int4-gptq",
                  "gptq_marlin": "int4-gptq", "mxfp4": "mxfp4", "compressed-tensors": "int8-w8a8"}
 
@@ -83,11 +75,12 @@ def _positive_int(text: Any) -> int | None:
     return value if value > 0 else None
 
 
-def read_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
+def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
     """What a Deployment says about the serving fleet: replicas (ready replicas when it has a status), GPU type
     (node selector, required node affinity, or the inferplan.io/gpu-type annotation), and the engine's tensor-
     parallel size, max batch, precision and KV dtype from the container's arguments (GPU limit for the TP
-    size). Only fields it finds are returned."""
+    size), read by the flags of `engine_args.ENGINE_FLAGS`, `engine`'s first (both --flag value and --flag=value).
+    Only fields it finds are returned."""
     found: dict[str, Any] = {}
     spec = body.get("spec") or {}
     status = body.get("status") or {}
@@ -115,20 +108,20 @@ def read_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
     container = engine_container(pod) or {}
     tokens = launch_tokens(container)
     limits = (container.get("resources") or {}).get("limits") or {}
-    tp = _positive_int(_flag(tokens, _FLAGS["tp"])) or next(
+    tp = _positive_int(_flag(tokens, flag_spellings("tp", engine))) or next(
         (_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)
     if tp:
         found["gpus_per_replica"] = tp
-    if batch := _positive_int(_flag(tokens, _FLAGS["batch"])):
+    if batch := _positive_int(_flag(tokens, flag_spellings("batch", engine))):
         found["max_batch"] = batch
-    quantization = _flag(tokens, _FLAGS["quantization"])
-    dtype = _flag(tokens, _FLAGS["dtype"])
+    quantization = _flag(tokens, flag_spellings("quantization", engine))
+    dtype = _flag(tokens, flag_spellings("dtype", engine))
     precision = _QUANTIZATION.get((quantization or "").lower()) or (
         {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}.get(
             (dtype or "").lower()) if not quantization else None)
     if precision:
         found["precision"] = precision
-    kv = (_flag(tokens, _FLAGS["kv"]) or "").lower()
+    kv = (_flag(tokens, flag_spellings("kv_cache_dtype", engine)) or "").lower()
     if kv.startswith("fp8"):
         found["kv_cache_dtype"] = "fp8"
     elif kv in ("auto", "fp16", "bf16"):
@@ -148,7 +141,7 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     max batch, the plan's first precision, KV auto). Raises CurrentError when the GPU type or replicas are
     unknown."""
     name = given.get("deployment")
-    from_deployment = read_deployment(deployment) if deployment is not None else {}
+    from_deployment = read_deployment(deployment, req.engine) if deployment is not None else {}
     keys = {"gpu_type": "gpuType", "replicas": "replicas", "gpus_per_replica": "gpusPerReplica",
             "max_batch": "maxBatch", "precision": "precision", "kv_cache_dtype": "kvCacheDtype"}
     values: dict[str, Any] = {}
@@ -198,6 +191,7 @@ class ObserveOutcome:
     discrepancies: list[Discrepancy] = field(default_factory=list)
     calibration: Calibration | None = None        # the calibration to plan with (observe.calibrate)
     calibration_gpu: str | None = None
+    settings: Observe | None = None               # spec.observe as parsed (None when the spec could not be)
 
 
 def recorded_calibration(status: Mapping[str, Any] | None) -> tuple[str, Calibration] | None:
@@ -227,7 +221,6 @@ class Measured:
 
     outcome: ObserveOutcome
     request: PlanRequest | None = None
-    calibrate: bool = False
 
 
 def observe_plan(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint],
@@ -249,23 +242,25 @@ def measure(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint]
     except PlanError as exc:
         return Measured(ObserveOutcome(name, window, error=("InvalidSpec", f"the spec cannot be planned: {exc}")))
     assert parsed.observe is not None
-    window = parsed.observe.window
+    settings = parsed.observe
+    window = settings.window
     endpoint = endpoints.get(name)
     if endpoint is None:
         known = ", ".join(sorted(endpoints)) or "none configured"
-        return Measured(ObserveOutcome(name, window, error=(
+        return Measured(ObserveOutcome(name, window, settings=settings, error=(
             "UnknownPrometheus", f"no Prometheus endpoint named {name!r} in INFERPLAN_PROMETHEUS_CONFIG ({known})")))
     family = FAMILIES.get(req.engine)
     if family is None:
-        return Measured(ObserveOutcome(name, window, error=(
+        return Measured(ObserveOutcome(name, window, settings=settings, error=(
             "UnsupportedEngine", f"reading {req.engine} metrics is not supported (vllm, sglang)")))
     try:
         observation = read_observation(PrometheusClient(endpoint), family, parsed.observe.selector, window,
                                        parsed.observe.min_requests)
     except ObserveError as exc:
-        return Measured(ObserveOutcome(name, window, error=(exc.reason, str(exc))))
+        return Measured(ObserveOutcome(name, window, settings=settings, error=(exc.reason, str(exc))))
     except ValueError as exc:  # a selector or window the PromQL builder refuses (the spec lets none through)
-        return Measured(ObserveOutcome(name, window, error=("InvalidSpec", f"observe.selector: {exc}")))
+        return Measured(ObserveOutcome(name, window, settings=settings,
+                                       error=("InvalidSpec", f"observe.selector: {exc}")))
 
     given = parsed.observe.current.model_dump(by_alias=True, exclude_none=True)
     try:
@@ -274,8 +269,8 @@ def measure(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint]
             raise CurrentError(f"Deployment {given['deployment']!r} not found in the plan's namespace")
         current = resolve_current(given, body, req)
     except CurrentError as exc:
-        return Measured(ObserveOutcome(name, window, observation, current_error=str(exc)))
-    return Measured(ObserveOutcome(name, window, observation, current=current), req, parsed.observe.calibrate)
+        return Measured(ObserveOutcome(name, window, observation, current_error=str(exc), settings=settings))
+    return Measured(ObserveOutcome(name, window, observation, current=current, settings=settings), req)
 
 
 def assess(measured: Measured, old_status: Mapping[str, Any] | None) -> ObserveOutcome:
@@ -290,7 +285,7 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None) -> ObserveO
     observed_req = with_workload(req, workload)
     factors = load_factors()
     calibration = None
-    if measured.calibrate:
+    if outcome.settings is not None and outcome.settings.calibrate:
         previous = previous_calibration(old_status, current.shape.gpu_type)
         calibration = update_calibration(observed_req, current.shape, observation.latency_mean,
                                          observation.requests_in_window, observation.waiting, previous, factors)
@@ -328,9 +323,10 @@ def _replace_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str
     return out + list(by_type.values())
 
 
-def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, now: str, generation: int,
-                   max_error_ratio: float, drift_seconds: float, calibrate: bool) -> dict[str, Any]:
-    """The whole new status after one observation (pure; `old` is not modified)."""
+def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, now: str,
+                   generation: int) -> dict[str, Any]:
+    """The whole new status after one observation (pure; `old` is not modified). The thresholds
+    (observe.maxErrorRatio, driftSeconds, calibrate) are the spec's, as `outcome.settings` parsed them."""
     status = dict(old or {})
     previous = status.get("conditions") or []
     made: list[dict[str, Any]] = []
@@ -346,8 +342,9 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         status["conditions"] = _replace_conditions(previous, made)
         return status  # the last good observed / prediction / calibration stay
 
-    obs = outcome.observation
-    assert obs is not None
+    obs, settings = outcome.observation, outcome.settings
+    assert obs is not None and settings is not None
+    max_error_ratio, drift_seconds = float(settings.max_error_ratio), float(settings.drift_seconds)
     make("MetricsAvailable", "True", "SeriesFound",
          f"{obs.requests_in_window:.0f} requests in the last {obs.window} ({obs.requests_per_second:.3g} req/s) "
          f"from Prometheus {outcome.prometheus!r}")
@@ -405,7 +402,7 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
             "utilization": round(outcome.prediction.utilization, 4),
             "driftSince": drift_since,
         })
-    if calibrate and outcome.calibration is not None:
+    if settings.calibrate and outcome.calibration is not None:
         cal = outcome.calibration
         old_cal = (old or {}).get("calibration") or {}
         updated = cal.updates != old_cal.get("updates") or outcome.calibration_gpu != old_cal.get("gpuType")
@@ -414,7 +411,7 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
             "provenance": cal.provenance, "samples": cal.samples, "updates": cal.updates, "note": cal.note[:1024],
             "lastUpdateTime": now if updated and cal.updates else old_cal.get("lastUpdateTime"),
         })
-    elif not calibrate:
+    elif not settings.calibrate:
         status.pop("calibration", None)
     status["conditions"] = _replace_conditions(previous, made)
     return status

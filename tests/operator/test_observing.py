@@ -1,37 +1,37 @@
-"""spec.observe without a cluster: the current deployment from a Deployment, the comparison and its status,
-the observed-workload floor, and online calibration."""
+"""spec.observe (inferplan/operator/observing.py): the current deployment from a Deployment, the comparison and
+its status, and an observation measured in one process and assessed in another. The observed-workload floor
+and online calibration: tests/planner/test_observed.py and tests/planner/test_online.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import pickle
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inferplan.observe.observation import Observation
+from inferplan.observe.prometheus import PrometheusEndpoint
 from inferplan.observe.promql import Quantile
 from inferplan.operator.observing import (
     CurrentError,
     ObserveOutcome,
+    assess,
+    measure,
     observe_status,
     read_deployment,
     resolve_current,
 )
 from inferplan.operator.status import PlanStatus
-from inferplan.planner.factors import load_factors
-from inferplan.planner.observed import (
-    CurrentShape,
-    ObservedWorkload,
-    compare,
-    planning_request,
-    predict_current,
-    with_workload,
-)
-from inferplan.planner.online import Calibration, calibrated_factors, update_calibration
-from inferplan.planner.spec import load_plan_file, resolve_plan
+from inferplan.planner.engine_args import ENGINE_FLAGS
+from inferplan.planner.observed import CurrentShape, compare, predict_current
+from inferplan.planner.spec import Observe, load_plan_file, parse_plan, resolve_plan
+from tests.support.engine_standin import standin_config
+from tests.support.fixtures import PrometheusFactory, StandinFactory
+from tests.support.plans import spec
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plans" / "chat-assistant-8b.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "plans" / "chat-assistant-8b.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -97,16 +97,6 @@ def test_without_a_gpu_type_the_error_says_what_to_set(req) -> None:
         resolve_current({"deployment": "llama"}, vllm_deployment([], ready=0), req)
 
 
-def test_the_observed_workload_is_planned_for_but_never_below_the_floor(req) -> None:
-    observed_req = dataclasses.replace(req, workload_source="observed", observed_floor=0.5)
-    busy, note = planning_request(observed_req, ObservedWorkload(req.rate_rps * 2, 500.0, 100.0))
-    assert busy.rate_rps == pytest.approx(req.rate_rps * 2) and busy.prompt_mean == 500.0 and "observed" in note
-    quiet, note = planning_request(observed_req, ObservedWorkload(req.rate_rps * 0.1))
-    assert quiet.rate_rps == pytest.approx(req.rate_rps * 0.5) and "floor" in note
-    declared, note = planning_request(req, ObservedWorkload(req.rate_rps * 2))
-    assert declared is req and note is None
-
-
 def _observation(prediction, scale: float = 1.0, requests: float = 1000.0) -> Observation:
     """Observed figures equal to a prediction x scale, each in a bucket of +-10% around it."""
     latency = {m: {q: Quantile(v * scale, v * scale * 0.9, v * scale * 1.1) for q, v in qs.items()}
@@ -115,13 +105,20 @@ def _observation(prediction, scale: float = 1.0, requests: float = 1000.0) -> Ob
                        {m: v * scale for m, v in prediction.mean.items()}, 10.0, 0.0, 0.4, 1000, 16)
 
 
-def _outcome(req, observation: Observation) -> ObserveOutcome:
+def _settings(**given: object) -> Observe:
+    """spec.observe as the spec parses it (its defaults filled in), with `given` on top."""
+    return Observe.model_validate({"prometheus": "main", "selector": {"model_name": "llama"},
+                                   "current": {"gpuType": "H100", "replicas": 2}, "driftSeconds": 600, **given})
+
+
+def _outcome(req, observation: Observation, settings: Observe | None = None) -> ObserveOutcome:
     from inferplan.operator.observing import Current
 
     prediction = predict_current(req, SHAPE)
     observed = {m: {q: (v.value, v.low, v.high) for q, v in qs.items()} for m, qs in observation.latency.items()}
     return ObserveOutcome("main", "5m", observation, current=Current(SHAPE, "llama", {"replicas": "Deployment"}),
-                          prediction=prediction, discrepancies=compare(prediction.latency, observed))
+                          prediction=prediction, discrepancies=compare(prediction.latency, observed),
+                          settings=settings or _settings())
 
 
 def _conditions(status: dict) -> dict[str, tuple[str, str]]:
@@ -131,8 +128,7 @@ def _conditions(status: dict) -> dict[str, tuple[str, str]]:
 def test_a_matching_deployment_is_accurate_and_its_figures_are_in_status(req) -> None:
     prediction = predict_current(req, SHAPE)
     status = observe_status({"conditions": []}, _outcome(req, _observation(prediction, 1.05)),
-                            now="2026-11-30T10:00:00Z", generation=1, max_error_ratio=0.25, drift_seconds=600,
-                            calibrate=False)
+                            now="2026-11-30T10:00:00Z", generation=1)
     assert _conditions(status) == {"MetricsAvailable": ("True", "SeriesFound"),
                                    "PredictionAccurate": ("True", "Accurate")}
     PlanStatus.model_validate(status)  # the CRD's status schema accepts it
@@ -143,7 +139,7 @@ def test_a_matching_deployment_is_accurate_and_its_figures_are_in_status(req) ->
 def test_drift_turns_the_condition_false_only_after_drift_seconds(req) -> None:
     prediction = predict_current(req, SHAPE)
     slow = _outcome(req, _observation(prediction, 2.0))
-    kwargs = dict(generation=1, max_error_ratio=0.25, drift_seconds=600, calibrate=False)
+    kwargs = dict(generation=1)
     first = observe_status({"conditions": []}, slow, now="2026-11-30T10:00:00Z", **kwargs)
     assert _conditions(first)["PredictionAccurate"] == ("True", "DriftPending")
     assert first["prediction"]["driftSince"] == "2026-11-30T10:00:00Z"
@@ -163,11 +159,9 @@ def test_a_failed_query_keeps_the_last_figures_and_says_why(req) -> None:
     good = observe_status({"conditions": [{"type": "Ready", "status": "True", "reason": "Planned", "message": "",
                                            "lastTransitionTime": "2026-11-30T09:00:00Z"}],
                            "recommendation": {"kept": True}},
-                          _outcome(req, _observation(prediction)), now="2026-11-30T10:00:00Z", generation=1,
-                          max_error_ratio=0.25, drift_seconds=600, calibrate=False)
+                          _outcome(req, _observation(prediction)), now="2026-11-30T10:00:00Z", generation=1)
     down = observe_status(good, ObserveOutcome("main", "5m", error=("PrometheusUnreachable", "unreachable")),
-                          now="2026-11-30T10:01:00Z", generation=1, max_error_ratio=0.25, drift_seconds=600,
-                          calibrate=False)
+                          now="2026-11-30T10:01:00Z", generation=1)
     assert _conditions(down)["MetricsAvailable"] == ("False", "PrometheusUnreachable")
     assert _conditions(down)["PredictionAccurate"] == ("True", "Accurate")
     assert _conditions(down)["Ready"] == ("True", "Planned")
@@ -175,41 +169,71 @@ def test_a_failed_query_keeps_the_last_figures_and_says_why(req) -> None:
     assert down["recommendation"] == {"kept": True}
 
 
-def test_calibration_removes_most_of_the_error_of_a_slower_deployment(req) -> None:
-    """A deployment whose true decode and prefill efficiency are 0.7 and 0.6 of the catalog's."""
-    observed_req = with_workload(req, ObservedWorkload(req.rate_rps))
-    factors = load_factors()
-    truth = predict_current(observed_req, SHAPE, calibrated_factors(factors, req.engine, SHAPE.gpu_type,
-                                                                    Calibration(decode=0.7, prefill=0.6)))
-
-    def error(calibration: Calibration) -> float:
-        predicted = predict_current(observed_req, SHAPE, calibrated_factors(factors, req.engine, SHAPE.gpu_type,
-                                                                            calibration))
-        return max(abs(predicted.latency[m][q] / truth.latency[m][q] - 1) for m in truth.latency
-                   for q in truth.latency[m])
-
-    calibration = Calibration()
-    before = error(calibration)
-    for _ in range(4):  # four 5-minute windows of 1,000 requests
-        calibration = update_calibration(observed_req, SHAPE, truth.mean, 1000, 0.0, calibration, factors)
-    after = error(calibration)
-    assert before > 0.3 and after < 0.05, (before, after)
-    assert calibration.provenance == "observed" and calibration.updates == 4 and calibration.samples == 4000
-    # Each multiplier is fitted to one mean while both move the other a little (prefill stalls stretch TPOT, the
-    # decode step is part of TTFT), so four windows land within 5% of the truth, not exactly on it.
-    assert calibration.decode == pytest.approx(0.7, rel=0.05) and calibration.prefill == pytest.approx(0.6, rel=0.05)
+def test_the_thresholds_are_the_plans_own_with_the_specs_defaults(req) -> None:
+    """maxErrorRatio and driftSeconds come from spec.observe as parsed: what the plan gives, else the spec's
+    defaults (0.25, 900 s), never a second copy of them."""
+    prediction = predict_current(req, SHAPE)
+    observation = _observation(prediction, 2.0)  # twice as slow as predicted
+    loose = observe_status({"conditions": []}, _outcome(req, observation, _settings(maxErrorRatio="0.9")),
+                           now="2026-11-30T10:00:00Z", generation=1)
+    assert _conditions(loose)["PredictionAccurate"] == ("True", "Accurate")
+    defaults = Observe.model_validate({"prometheus": "main", "selector": {"model_name": "llama"},
+                                       "current": {"gpuType": "H100", "replicas": 2}})
+    first = observe_status({"conditions": []}, _outcome(req, observation, defaults), now="2026-11-30T10:00:00Z",
+                           generation=1)
+    assert _conditions(first)["PredictionAccurate"] == ("True", "DriftPending")
+    assert "25%" in next(c["message"] for c in first["conditions"] if c["type"] == "PredictionAccurate")
+    still = observe_status(first, _outcome(req, observation, defaults), now="2026-11-30T10:14:59Z", generation=1)
+    assert _conditions(still)["PredictionAccurate"] == ("True", "DriftPending")
+    drifted = observe_status(still, _outcome(req, observation, defaults), now="2026-11-30T10:15:00Z", generation=1)
+    assert _conditions(drifted)["PredictionAccurate"] == ("False", "PredictionDrift")
 
 
-def test_calibration_refuses_what_the_data_cannot_support(req) -> None:
-    truth = predict_current(req, SHAPE)
-    few = update_calibration(req, SHAPE, truth.mean, 50, 0.0, Calibration())
-    assert few.updates == 0 and "fewer than" in few.note
-    absurd = update_calibration(req, SHAPE, {"tpot": truth.mean["tpot"] * 20, "ttft": truth.mean["ttft"]}, 1000,
-                                0.0, Calibration())
-    assert absurd.updates == 0 and absurd.decode == 1.0 and "rejected" in absurd.note
-    queued = update_calibration(req, SHAPE, {"tpot": truth.mean["tpot"], "ttft": truth.mean["ttft"] * 3}, 1000,
-                                50.0, Calibration())
-    assert queued.prefill == 1.0 and "queueing" in queued.note
-    one_step = update_calibration(req, SHAPE, {"tpot": truth.mean["tpot"] * 2.5}, 1_000_000, 0.0, Calibration())
-    assert one_step.decode == pytest.approx(1 / 1.5), "one window moves a factor by at most 1.5x"
-    assert math.isfinite(one_step.prefill)
+# ----------------------------------------------------------------------------------------------------------
+# Through a real Prometheus (skipped without one, except in CI)
+
+LATENCY = {"ttft": {"0.5": 0.08, "0.9": 0.2, "0.95": 0.3, "0.99": 0.7},
+           "tpot": {"0.5": 0.03, "0.9": 0.04, "0.95": 0.045, "0.99": 0.06},
+           "e2e": {"0.5": 6.0, "0.9": 12.0, "0.95": 15.0, "0.99": 25.0}}
+
+
+def test_an_observation_is_read_in_one_step_and_assessed_in_another_process(engine_standin: StandinFactory,
+                                                                             prometheus: PrometheusFactory) -> None:
+    """The operator reads (Prometheus, the Deployment) in its observe threads and calibrates and predicts in its
+    planner processes: what `measure` returns crosses to a process as plain data, and `assess` gives the same
+    outcome there."""
+    server = prometheus([engine_standin(standin_config(labels={"model_name": "llama"}, requests_per_second=40,
+                                                       latency=LATENCY))])
+    server.wait_for_series('increase({model_name="llama", __name__="vllm:e2e_request_latency_seconds_count"}'
+                           '[30s]) > 20', timeout_s=60)
+    data = spec()
+    data["observe"] = {"prometheus": "main", "selector": {"model_name": "llama"}, "window": "30s", "minRequests": 10,
+                       "calibrate": True, "current": {"gpuType": "NVIDIA-L4", "replicas": 2, "maxBatch": 64}}
+    endpoints = {"main": PrometheusEndpoint("main", server.url)}
+    measured = measure(data, endpoints, lambda name: None)
+    assert measured.outcome.error is None and measured.outcome.observation is not None
+    assert measured.outcome.prediction is None and measured.request is not None
+    assert measured.outcome.settings is not None and measured.outcome.settings.calibrate
+    here = assess(measured, None)
+    there = assess(pickle.loads(pickle.dumps(measured)), None)
+    assert here.prediction is not None and here.calibration is not None and here.discrepancies
+    assert there == here
+    # An outcome that is already an error is assessed as it is.
+    unknown = measure(data, {}, lambda name: None)
+    assert unknown.outcome.error is not None and unknown.outcome.error[0] == "UnknownPrometheus"
+    assert assess(unknown, None) is unknown.outcome
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_FLAGS))
+def test_the_deployment_the_planner_wrote_reads_back_as_planned(engine: str) -> None:
+    """engine_launch writes and read_deployment reads one table (engine_args.ENGINE_FLAGS): a Deployment
+    started with the recommendation's arguments reads back with its tensor-parallel size and batch."""
+    from inferplan.planner.search import plan
+
+    data = yaml.safe_load(EXAMPLE.read_text())
+    plan_spec = data.get("spec", data)
+    plan_spec.setdefault("constraints", {})["tensorParallelSizes"] = [2]
+    c = plan(dataclasses.replace(resolve_plan(parse_plan(plan_spec)), engine=engine)).recommendation
+    assert c is not None and c.gpus_per_replica == 2
+    found = read_deployment(vllm_deployment(c.engine_args, gpus="8"), engine)
+    assert (found["gpus_per_replica"], found["max_batch"]) == (2, c.max_batch)
