@@ -20,7 +20,6 @@ import yaml
 
 from inferplan.operator.status import PlanStatus
 from inferplan.planner import spec as plan_spec
-from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.resource import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
@@ -59,62 +58,17 @@ def _decimal_rule(bounds: dict[str, str | None]) -> dict[str, str]:
     return {"rule": rule, "message": message}
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Cross-field rules of spec.py, as CEL (keyed by the model they validate)
+def cel_rules(name: str) -> list[dict[str, str]]:
+    """The CEL rules the spec model `name` declares next to its validators (`cel_rules` in spec.py)."""
+    model = getattr(plan_spec, name, None)
+    return [dict(rule) for rule in getattr(model, "cel_rules", ())]
 
 
-def _count(fields: tuple[str, ...]) -> str:
-    return " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in fields)
-
-
-def _percentile_rules() -> list[dict[str, str]]:
-    names = list(QUANTILE_VALUES)  # p50, p90, p95, p99: increasing
-    rules = [{
-        "rule": f"{_count(tuple(names))} >= 2",
-        "message": "give at least two of p50, p90, p95, p99 to fit a spread (or use p95 beside mean)",
-    }]
-    for i, upper in enumerate(names[1:], start=1):
-        lowers = names[:i]
-        rules.append({
-            "rule": " && ".join(f"(!has(self.{lo}) || !has(self.{upper}) || self.{upper} >= self.{lo})"
-                                for lo in lowers),
-            "message": f"{upper} must be >= {' and '.join(reversed(lowers))} (percentiles are non-decreasing)",
-            "fieldPath": f".{upper}",
-        })
-    return rules
-
-
-_MODEL_SOURCES = ("name", "architecture", "configFile", "configMapRef")
-
-CROSS_FIELD_RULES: dict[str, list[dict[str, str]]] = {
-    "ModelSource": [{
-        "rule": f"{_count(_MODEL_SOURCES)} == 1",
-        "message": "give exactly one of name, architecture, configFile, configMapRef",
-    }],
-    "Slo": [
-        {"rule": "has(self.ttft) || has(self.tpot) || has(self.itl) || has(self.e2e)",
-         "message": "give at least one of ttft, tpot (or itl), e2e"},
-        {"rule": "!(has(self.tpot) && has(self.itl))",
-         "message": "itl and tpot are the same target; give one", "fieldPath": ".itl"},
-    ],
-    "TokenDistribution": [
-        {"rule": f"{_count(('p95', 'cv', 'percentiles'))} <= 1",
-         "message": "give at most one of p95, cv, percentiles"},
-        {"rule": "!has(self.p95) || self.p95 >= self.mean", "message": "p95 must be >= mean", "fieldPath": ".p95"},
-    ],
-    "PercentileLengths": _percentile_rules(),
-    "Burstiness": [{
-        "rule": "!(has(self.preset) && has(self.arrivalCV2))",
-        "message": "give either preset or arrivalCV2, not both", "fieldPath": ".arrivalCV2",
-    }],
-}
-"""CEL rules added to the schema of each spec model (by its class name), mirroring its model validators."""
-
-
-def _add_spec_extras(defs: dict[str, Any]) -> None:
-    """Add the CEL rules, and `slo.itl`, which pydantic reads as `tpot` in a before-validator."""
-    for name, rules in CROSS_FIELD_RULES.items():
-        defs[name][_RULES] = [*defs[name].get(_RULES, []), *rules]
+def _add_spec_extras(defs: dict[str, Any], root: dict[str, Any]) -> None:
+    """Add the CEL rules the models declare, and `slo.itl`, which pydantic reads as `tpot` in a before-validator."""
+    for name, schema in [*defs.items(), (plan_spec.PlanSpec.__name__, root)]:
+        if rules := cel_rules(name):
+            schema[_RULES] = [*schema.get(_RULES, []), *rules]
     slo = defs["Slo"]["properties"]
     slo["itl"] = {**slo["tpot"], "description": "Inter-token latency: the same target as tpot; give one of them."}
 
@@ -217,7 +171,7 @@ def _model_schema(model: Any, *, in_spec: bool, path: str) -> dict[str, Any]:
     raw = copy.deepcopy(model.model_json_schema(by_alias=True))
     defs = raw.pop("$defs", {})
     if in_spec:
-        _add_spec_extras(defs)
+        _add_spec_extras(defs, raw)
     else:
         _add_status_extras(defs, raw)
     return _structural(raw, defs, in_spec=in_spec, path=path)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from statistics import NormalDist
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, NotRequired, TypedDict
 
 import yaml
 from pydantic import (
@@ -113,6 +113,29 @@ class PlanError(ValueError):
 def _rule(subpath: str, message: str) -> PydanticCustomError:
     """A cross-field error reported at `<model path>.<subpath>` (empty subpath: the model itself)."""
     return PydanticCustomError("plan_rule", "{detail}", {"detail": message, "subpath": subpath})
+
+
+class CelRule(TypedDict):
+    """One of the CRD's `x-kubernetes-validations`: a CEL rule over the object (`self`), the message the API
+    server answers with, and the field it names (relative to the object)."""
+
+    rule: str
+    message: str
+    fieldPath: NotRequired[str]
+
+
+def _cel(rule: str, message: str, field_path: str = "") -> CelRule:
+    """A CEL rule that mirrors a model validator. Each spec model with a model validator declares the rules
+    that mirror it in `cel_rules`, next to the validator, so that the API server (operator/crd.py puts them in
+    the CRD) rejects what the parser rejects, with the same message (tests/operator/test_crd.py checks both
+    on the same bad plans)."""
+    return CelRule(rule=rule, message=message, fieldPath=field_path) if field_path else CelRule(
+        rule=rule, message=message)
+
+
+def _count(fields: tuple[str, ...]) -> str:
+    """CEL: how many of `fields` the object has."""
+    return " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in fields)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -362,6 +385,11 @@ class ModelSource(_SpecModel):
         _no_duplicates(value)
         return value
 
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel(f"{_count(('name', 'architecture', 'configFile', 'configMapRef'))} == 1",
+             "give exactly one of name, architecture, configFile, configMapRef"),
+    )
+
     @model_validator(mode="after")
     def _exactly_one_source(self) -> ModelSource:
         given = [
@@ -426,6 +454,16 @@ class PercentileLengths(_SpecModel):
         """The stated percentiles, by name, in increasing order."""
         return {name: value for name in QUANTILE_VALUES if (value := getattr(self, name)) is not None}
 
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel(f"{_count(tuple(QUANTILE_VALUES))} >= 2",
+             "give at least two of p50, p90, p95, p99 to fit a spread (or use p95 beside mean)"),
+        *(_cel(" && ".join(f"(!has(self.{lower}) || !has(self.{upper}) || self.{upper} >= self.{lower})"
+                           for lower in list(QUANTILE_VALUES)[:i]),
+               f"{upper} must be >= {' and '.join(reversed(list(QUANTILE_VALUES)[:i]))} (percentiles are "
+               "non-decreasing)", f".{upper}")
+          for i, upper in enumerate(list(QUANTILE_VALUES)[1:], start=1)),
+    )
+
     @model_validator(mode="after")
     def _fit_needs_two_rising(self) -> PercentileLengths:
         given = self.given()
@@ -450,6 +488,13 @@ class TokenDistribution(_SpecModel):
     )
     percentiles: PercentileLengths | None = Field(
         default=None, description="Measured percentiles (p50, p90, p95, p99); the spread is fitted to them."
+    )
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel(f"{_count(('p95', 'cv', 'percentiles'))} <= 1", "give at most one of p95, cv, percentiles"),
+        _cel("!has(self.p95) || self.p95 >= self.mean", "p95 must be >= mean", ".p95"),
+        *(_cel(f"!has(self.percentiles) || !has(self.percentiles.{name}) || self.percentiles.{name} >= self.mean",
+               f"percentiles.{name} must be >= mean", f".percentiles.{name}") for name in ("p95", "p99")),
     )
 
     @model_validator(mode="after")
@@ -487,6 +532,11 @@ class Burstiness(_SpecModel):
         default=None, alias="serviceCV2",
         description="Squared CV of service times, decimal string in [0, 100]. Default: derived from the "
         "token-length distributions.",
+    )
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel("!(has(self.preset) && has(self.arrivalCV2))", "give either preset or arrivalCV2, not both",
+             ".arrivalCV2"),
     )
 
     @model_validator(mode="after")
@@ -536,6 +586,11 @@ class Workload(_SpecModel):
         "so that a quiet night does not shrink the fleet to nothing. Decimal string in (0, 1]. Default 0.5.",
     )
 
+    cel_rules: ClassVar[tuple[CelRule, ...]] = tuple(
+        _cel(f"has(self.dataset) || has(self.{name})",
+             f"{name} is required unless workload.dataset names a dataset preset", f".{name}")
+        for name in ("promptTokens", "outputTokens"))
+
     @model_validator(mode="after")
     def _lengths_or_dataset(self) -> Workload:
         if self.dataset is None:
@@ -561,6 +616,12 @@ class Slo(_SpecModel):
         description="Time per output token after the first (inter-token latency); `itl` is accepted as the same.",
     )
     e2e: SloBound | None = Field(default=None, alias="e2e", description="End-to-end request latency.")
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel("has(self.ttft) || has(self.tpot) || has(self.itl) || has(self.e2e)",
+             "give at least one of ttft, tpot (or itl), e2e"),
+        _cel("!(has(self.tpot) && has(self.itl))", "itl and tpot are the same target; give one", ".itl"),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -635,6 +696,11 @@ class Constraints(_SpecModel):
         "catalog's common chassis (HGX and OAM boards 8, GH200 1, consumer cards 4); the operator reads nodes.",
     )
 
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel("!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+             "minReplicas must be <= maxReplicas", ".minReplicas"),
+    )
+
     @model_validator(mode="after")
     def _replica_bounds(self) -> Constraints:
         if self.max_replicas is not None and self.min_replicas is not None and self.max_replicas < self.min_replicas:
@@ -697,6 +763,11 @@ class CurrentDeployment(_SpecModel):
                                   description="Engine cap on running sequences (vLLM --max-num-seqs).")
     precision: PrecisionName | None = Field(default=None, description="Weight precision served.")
     kv_cache_dtype: Literal["fp16", "bf16", "fp8", "auto"] | None = Field(default=None, description="KV dtype.")
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel("has(self.deployment) || (has(self.gpuType) && has(self.replicas))",
+             "give deployment, or gpuType and replicas"),
+    )
 
     @model_validator(mode="after")
     def _something_to_compare(self) -> CurrentDeployment:
@@ -772,6 +843,11 @@ class PlanSpec(_SpecModel):
         "predictions for the observed workload, and optionally calibrate. Ignored by the command line.",
     )
 
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel("!has(self.workload.source) || self.workload.source != 'observed' || has(self.observe)",
+             "workload.source observed needs spec.observe (where to observe)", ".workload.source"),
+    )
+
     @model_validator(mode="after")
     def _observed_needs_observe(self) -> PlanSpec:
         if self.workload.source == "observed" and self.observe is None:
@@ -782,12 +858,12 @@ class PlanSpec(_SpecModel):
 # ----------------------------------------------------------------------------------------------------------
 # Validation errors -> (camelCase path, message)
 
-_SPEC_MODELS: tuple[type[BaseModel], ...] = (
+SPEC_MODELS: tuple[type[BaseModel], ...] = (
     PlanSpec, ModelSource, ConfigMapRef, EngineSpec, Workload, TokenDistribution, PercentileLengths,
     Burstiness, Slo, SloBound, Constraints, Observe, CurrentDeployment,
 )
 _ALIAS_OF: dict[str, str] = {}
-for _model in _SPEC_MODELS:
+for _model in SPEC_MODELS:
     for _name, _field in _model.model_fields.items():
         _ALIAS_OF[_name] = _field.alias or _name
 _ALIASES = sorted(set(_ALIAS_OF.values()))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,11 @@ import pytest
 import yaml
 
 from inferplan.operator import crd
+from inferplan.operator.crd import crd_yaml
+from inferplan.planner.spec import SPEC_MODELS, PlanError, parse_plan
+from tests.support.bad_plans import BAD_PLANS, BASE_SPEC
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +180,31 @@ def test_spec_field_without_description_is_refused() -> None:
     node = {"type": "object", "properties": {"a": {"type": "integer"}}}
     with pytest.raises(ValueError, match=r"spec\.a: every spec field needs a description"):
         crd._structural(node, {}, in_spec=True, path="spec")
+
+
+@pytest.mark.parametrize(("change", "fragments"), [case[1:] for case in BAD_PLANS],
+                         ids=[case[0] for case in BAD_PLANS])
+def test_the_planner_refuses_what_the_crd_refuses_at_the_same_field(change: Callable[[dict[str, Any]], None],
+                                                                     fragments: list[str]) -> None:
+    """The bad plans the API server refuses (tests/e2e/test_crd_validation.py) are refused by the planner's
+    parser too, with a problem at the field the API server names."""
+    spec = copy.deepcopy(BASE_SPEC)
+    change(spec)
+    with pytest.raises(PlanError) as caught:
+        parse_plan(spec)
+    field = fragments[0].removeprefix("spec.").removeprefix("spec")
+    paths = [path for path, _ in caught.value.problems]
+    assert any(path.startswith(field) or field.startswith(path) for path in paths), (field, caught.value.problems)
+
+
+def test_every_model_validator_of_the_spec_has_its_cel_rules() -> None:
+    """A spec model that validates across its fields declares the CEL rules that mirror it (`cel_rules`), and
+    the CRD carries them on that model's schema."""
+    crd = yaml.safe_load(crd_yaml())
+    text = json.dumps(crd)
+    for model in SPEC_MODELS:
+        if not model.__pydantic_decorators__.model_validators:
+            continue
+        assert model.cel_rules, f"{model.__name__} has a model validator but declares no CEL rule"
+        for rule in model.cel_rules:
+            assert json.dumps(rule["rule"]) in text, (model.__name__, rule["rule"])
