@@ -520,6 +520,67 @@ def test_prometheus_unreachable_slow_or_garbage_is_reported_and_holds_up_nothing
         fake.close()
 
 
+def test_an_observation_in_flight_never_writes_over_a_newer_answer(cluster: Cluster,
+                                                                     operators: list[Operator]) -> None:
+    """The observation/planning race of earlier builds (issue 15): an observation that started before a spec
+    change and ended after it wrote its status, computed from the older status, over the newer generation's
+    answer; planning in turn could drop what the observation wrote. Every status version the API server stores
+    is checked here: observedGeneration never goes back, MetricsAvailable once written stays, and the end is
+    the answer for the last spec with the observation's outcome."""
+    fake = FakePrometheus()
+    fake.mode = "slow"  # every query hangs until the endpoint's 4 s timeout
+    stop = threading.Event()
+    try:
+        endpoints = cluster.run / f"prometheus-{uuid.uuid4().hex[:6]}.yaml"
+        endpoints.write_text(yaml.safe_dump([{"name": "fake", "url": fake.url, "timeoutSeconds": 4}]))
+        ns = cluster.namespace("race")
+        operators.append(Operator(cluster, ns, "main", INFERPLAN_PROMETHEUS_CONFIG=str(endpoints),
+                                  INFERPLAN_OBSERVE_SECONDS="1").start())
+        stored: list[dict[str, Any]] = []  # the plan's statuses, in the order the server stored them
+
+        def record() -> None:
+            watch = kubernetes.watch.Watch()
+            for event in watch.stream(cluster.objects.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL,
+                                      timeout_seconds=180):
+                stored.append(event["object"].get("status") or {})
+                if stop.is_set():
+                    watch.stop()
+
+        threading.Thread(target=record, daemon=True).start()
+        time.sleep(0.5)  # the watch is open before the plan exists
+        cluster.create(ns, "raced", observed_spec("fake"))
+        wait_for(lambda: fake.hanging > 0, timeout_s=60)  # an observation of generation 1 is in flight
+        cluster.objects.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "raced",
+                                                       {"spec": {"workload": {"requestsPerSecond": "30"}}})
+
+        def done() -> dict[str, Any] | None:
+            obj = cluster.get(ns, "raced")
+            ok = (obj["metadata"]["generation"] == 2 and answered(obj)
+                  and condition(obj, "MetricsAvailable").get("reason") == "PrometheusUnreachable")
+            return obj if ok else None
+
+        final = wait_for(done, timeout_s=60)
+        fake.mode = "empty"  # the next observation succeeds and writes again, over the newer answer
+        wait_for(lambda: condition(cluster.get(ns, "raced"), "MetricsAvailable").get("reason") == "NoMatchingSeries",
+                 timeout_s=30)
+        settled(cluster, ns)
+        stop.set()
+        cluster.objects.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "raced",
+                                                       {"metadata": {"labels": {"done": "yes"}}})  # ends the watch
+        last = cluster.get(ns, "raced")
+    finally:
+        stop.set()
+        fake.close()
+    generations = [s["observedGeneration"] for s in stored if "observedGeneration" in s]
+    assert generations and generations == sorted(generations), generations
+    assert generations[-1] == 2
+    observed = [any(c["type"] == "MetricsAvailable" for c in s.get("conditions", [])) for s in stored]
+    first = observed.index(True)
+    assert all(observed[first:]), "a status write dropped MetricsAvailable"
+    assert last["status"]["observedGeneration"] == 2 and condition(last, "Ready")["status"] == "True"
+    assert last["status"]["recommendation"] == expected_recommendation(last) == final["status"]["recommendation"]
+
+
 def status_writers(cluster: Cluster, namespace: str) -> collections.Counter[tuple[str, str]]:
     """(user, plan) -> status writes the audit log shows in `namespace`."""
     writes: collections.Counter[tuple[str, str]] = collections.Counter()
