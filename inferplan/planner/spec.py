@@ -53,7 +53,7 @@ from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.resource import API_VERSION, KIND
 
 ENGINE_NAMES = ("vllm", "sglang", "tgi", "tensorrt-llm")
-KV_CACHE_DTYPES = ("fp16", "bf16", "fp8", "auto")
+KvCacheDtype = Literal["fp16", "bf16", "fp8", "auto"]  # what a plan may name (the CRD's enum)
 
 DEFAULT_PRECISIONS: dict[str, tuple[str, ...]] = {
     name: SERVED_PRECISIONS[name][:DEFAULT_PLAN_PRECISIONS] for name in ENGINE_NAMES
@@ -367,7 +367,7 @@ class ModelSource(_SpecModel):
         description="Weight precisions to consider (bf16, fp8, int8-w8a8, int4-awq, int4-gptq, ...). "
         "Default: the engine's served set.",
     )
-    kv_cache_dtypes: list[Literal["fp16", "bf16", "fp8", "auto"]] = Field(
+    kv_cache_dtypes: list[KvCacheDtype] = Field(
         default_factory=lambda: ["auto"], min_length=1, max_length=4,
         description="KV-cache dtypes to consider; auto is the engine default (16-bit). Default: [auto].",
     )
@@ -762,7 +762,7 @@ class CurrentDeployment(_SpecModel):
     max_batch: int | None = Field(default=None, ge=1, le=65_536,
                                   description="Engine cap on running sequences (vLLM --max-num-seqs).")
     precision: PrecisionName | None = Field(default=None, description="Weight precision served.")
-    kv_cache_dtype: Literal["fp16", "bf16", "fp8", "auto"] | None = Field(default=None, description="KV dtype.")
+    kv_cache_dtype: KvCacheDtype | None = Field(default=None, description="KV dtype.")
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
         _cel("has(self.deployment) || (has(self.gpuType) && has(self.replicas))",
