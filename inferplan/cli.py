@@ -481,6 +481,36 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return run()
 
 
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _cmd_cleanup_kopf_state(args: argparse.Namespace) -> int:
+    """Remove kopf's finalizer and annotations that earlier builds left on plans (docs/operator.md, "Upgrading from
+    builds that used kopf's finalizer"). Exit 0 when no plan failed, 1 when one did or the plans could not be
+    listed, 2 without a Kubernetes configuration."""
+    from inferplan.operator import cleanup, kube
+
+    try:
+        source = kube.load_configuration()
+    except kube.NoClusterConfiguration as exc:
+        print(f"inferplan cleanup-kopf-state: error: {_ascii(str(exc))}", file=sys.stderr)
+        return 2
+    where = ", ".join(f"namespace {ns}" for ns in args.namespace) if args.namespace else "all namespaces"
+    print(f"inferplan cleanup-kopf-state: {where} ({source} configuration)"
+          f"{': dry run, nothing is changed' if args.dry_run else ''}", flush=True)
+
+    def report(outcome: cleanup.PlanOutcome) -> None:
+        if outcome.outcome != cleanup.CLEAN or args.verbose:
+            print(_ascii(outcome.line()), flush=True)
+
+    summary = cleanup.clean_plans(args.namespace or (), dry_run=args.dry_run, report=report)
+    for problem in summary.unlisted:
+        print(f"FAILED {_ascii(problem)}", flush=True)
+    print(summary.text())
+    return 0 if summary.ok else 1
+
+
 def _cmd_crd(args: argparse.Namespace) -> int:
     from inferplan.operator.crd import crd_yaml
 
@@ -580,6 +610,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     op = sub.add_parser("operator", help="run the Kubernetes operator (settings: INFERPLAN_* variables, see docs)")
     op.set_defaults(func=_cmd_operator)
+
+    cks = sub.add_parser(
+        "cleanup-kopf-state",
+        help="remove kopf's finalizer and annotations that earlier builds of the operator left on plans (once, "
+        "after upgrading; the Helm chart runs it as a hook)",
+        description="Remove what builds of the operator before its controller left on InferenceCapacityPlans: kopf's "
+        "finalizer kopf.zalando.org/KopfFinalizerMarker (a deleted plan that carries it stays Terminating, and the "
+        "operator's kopf retries in vain to remove it) and kopf's annotations (inferplan.io/last-handled-"
+        "configuration, inferplan.io/kopf-managed, kopf's progress, anything under kopf.zalando.org/). Other "
+        "finalizers and annotations are kept. Each patch is guarded by test operations: a plan changed meanwhile is "
+        "read again. Running it again changes nothing. Uses the operator's Kubernetes configuration: in a pod its "
+        "ServiceAccount, else the kubeconfig (KUBECONFIG or ~/.kube/config). Needs get, list and patch on "
+        "inferencecapacityplans.inferplan.io. Exit code 0: no plan failed; 1: a plan failed or the plans could not "
+        "be listed; 2: no Kubernetes configuration.")
+    cks.add_argument("-n", "--namespace", action="append", metavar="NS",
+                     help="only plans in this namespace (repeat for more; default: all namespaces)")
+    cks.add_argument("--dry-run", action="store_true",
+                     help="send every patch as a server-side dry run: permissions, guards and validation are "
+                     "checked, nothing is stored")
+    cks.add_argument("-v", "--verbose", action="store_true", help="also list the plans that are already clean")
+    cks.set_defaults(func=_cmd_cleanup_kopf_state)
 
     crd = sub.add_parser("crd", help="print the InferenceCapacityPlan CustomResourceDefinition (YAML)")
     crd.set_defaults(func=_cmd_crd)

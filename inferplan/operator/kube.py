@@ -13,6 +13,7 @@ import datetime
 import hashlib
 import json
 import logging
+import os
 import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -161,13 +162,33 @@ def peering_statuses(peering: str, namespaces: Sequence[str]) -> list[tuple[str,
     return found
 
 
+class NoClusterConfiguration(kubernetes.config.ConfigException):
+    """Neither an in-cluster configuration nor a kubeconfig could be loaded."""
+
+
+def load_configuration() -> str:
+    """Make the cluster's configuration the kubernetes client's default, which `request` uses, found as kopf's
+    login (login_via_client) finds the operator's: in a pod, its ServiceAccount (in-cluster), else the kubeconfig
+    (KUBECONFIG, else ~/.kube/config; its current context). Returns "in-cluster" or "kubeconfig"; raises
+    NoClusterConfiguration saying why neither worked."""
+    try:
+        kubernetes.config.load_incluster_config()
+        return "in-cluster"
+    except kubernetes.config.ConfigException as in_cluster:
+        try:
+            kubernetes.config.load_kube_config()
+            return "kubeconfig"
+        except (kubernetes.config.ConfigException, OSError) as kubeconfig:
+            where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise NoClusterConfiguration(
+                f"no Kubernetes configuration: not in a pod ({in_cluster}) and no usable kubeconfig at {where} "
+                f"({kubeconfig})") from None
+
+
 def missing_peering_objects(peering: str, namespaces: Sequence[str]) -> list[str]:
     """The peering objects that do not exist. Called before kopf's login: loads the configuration as kopf's
     login_via_client will."""
-    try:
-        kubernetes.config.load_incluster_config()
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
+    load_configuration()
     return [where for where, status in peering_statuses(peering, namespaces) if status is None]
 
 

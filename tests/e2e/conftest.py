@@ -46,7 +46,9 @@ kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(KUBECONFIG)
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 TESTENV_ENV = {"TESTENV_PORTS": "auto", "RBAC": "1", "AUDIT": "1",
-               "TESTENV_USERS": "system:serviceaccount:inferplan-system:inferplan"}  # the chart's SA (test_rbac.py)
+               # The chart's ServiceAccounts: the operator's (test_rbac.py), its cleanup hook's (test_cleanup.py).
+               "TESTENV_USERS": "system:serviceaccount:inferplan-system:inferplan "
+                                "system:serviceaccount:inferplan-system:inferplan-cleanup-kopf-state"}
 """How the testenv is started: free ports, RBAC enforced (the admin kubeconfig is in system:masters), an
 audit log in RUN/audit.log. Operator tests may add `TESTENV_USERS` here for the operator's ServiceAccount."""
 

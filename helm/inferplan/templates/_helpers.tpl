@@ -118,3 +118,26 @@ rule says which feature needs it; tests/e2e/test_rbac.py shows that removing any
   resources: [customresourcedefinitions]
   verbs: [list, watch]
 {{- end }}
+
+{{/* The cleanup hook's name and labels (templates/cleanup-kopf-state.yaml): its own app.kubernetes.io/name, so
+that the operator's Service, which selects the operator's pods by name and instance, never selects its pod. */}}
+{{- define "inferplan.cleanupName" -}}
+{{- printf "%s-cleanup-kopf-state" (include "inferplan.fullname" . | trunc 44 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "inferplan.cleanupLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ printf "%s-cleanup-kopf-state" (include "inferplan.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: cleanup-kopf-state
+app.kubernetes.io/part-of: inferplan
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The annotations of the cleanup hook's objects; the argument is the hook weight. */}}
+{{- define "inferplan.cleanupHook" -}}
+helm.sh/hook: post-install,post-upgrade
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
