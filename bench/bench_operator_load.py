@@ -2,10 +2,15 @@
 
 Usage (from the repository root; needs etcd, as the e2e tests do):
 
-    python bench/bench_operator_load.py [--plans 1000] [--namespaces 20] [--seed 8] [--profile FILE] [--log FILE]
+    python bench/bench_operator_load.py [--plans 1000] [--namespaces 20] [--nodes N] [--churn SECONDS] [--seed 8]
+                                        [--profile FILE] [--log FILE]
+
+    # the scale of issue 15: 10,000 plans in 200 namespaces, 2,000 nodes of 8 types, a minute of node churn
+    python bench/bench_operator_load.py --plans 10000 --namespaces 200 --nodes 2000 --churn 60
 
 What it does:
-  1. starts ../shared/k8s-testenv in its own run folder, applies the CRD, creates GPU nodes (six types);
+  1. starts ../shared/k8s-testenv in its own run folder, applies the CRD, creates GPU nodes (by default 18 nodes
+     of six types; `--nodes N`: N nodes spread evenly over eight types);
   2. starts `inferplan operator` as a process, as deployed: all namespaces, /metrics on, default settings;
   3. applies N plans (default 1,000) across the namespaces at once: the example plans of examples/plans/
      varied (rates, prompt lengths, gpuTypes restricted to a subset as users do, a few whole-cluster plans),
@@ -17,10 +22,17 @@ What it does:
      process tree's peak PSS (sampled every 0.5 s; summed RSS would count shared libraries once per process);
   5. adds one node of one GPU type (L40S) and reports the time until every plan that can use that type has
      been re-planned with the new count, and whether any plan that cannot use it was written to
-     (resourceVersion) meanwhile or in the following quiet period; then the CPU used at rest.
+     (resourceVersion) meanwhile or in the following quiet period; then the CPU used at rest;
+  6. with `--churn S`: for S seconds, every second one node joins and another leaves (random types, the L40S
+     count kept); reports the status writes meanwhile, how many of them changed no plan's answer (the
+     recommendation, alternatives, predictions and Ready/Feasible: a write that only moves inventory counts), and
+     the time from the last change until every plan's status records the final inventory of its GPU types.
 
 Targets (issue 8): all 1,000 within 60 s on a 2-core machine, operator memory under 300 MiB, the inventory
-change within 30 s. Other load on the machine inflates the figures: check `uptime` first.
+change within 30 s. Targets at the scale of issue 15 (10,000 plans, 2,000 nodes, a minute of churn): every plan
+answered within 120 s of the first apply, the operator's process tree at most 400 MiB, no status write to a plan
+whose answer did not change, the churn answered within 30 s. Other load on the machine inflates the figures:
+check `uptime` first.
 
 `--profile FILE` runs the operator under cProfile (its main thread: the event loop) and writes the stats to
 FILE (read them with `python -m pstats FILE`). `--log FILE` keeps the operator's log. The operator's settings
@@ -65,8 +77,25 @@ NODES = {
     "NVIDIA-H200": (2, 8),
     "AMD_Instinct_MI300X_OAM": (2, 8),
 }
+# `--nodes N`: N nodes spread evenly over these eight types (GPUs per node).
+NODE_TYPES = {
+    "NVIDIA-H100-80GB-HBM3": 8, "NVIDIA-A100-SXM4-80GB": 8, "NVIDIA-L40S": 4, "NVIDIA-L4": 8, "NVIDIA-H200": 8,
+    "AMD_Instinct_MI300X_OAM": 8, "NVIDIA-A10G": 4, "NVIDIA-A100-SXM4-40GB": 8,
+}
 CHANGED_PRODUCT, CHANGED_KEY = "NVIDIA-L40S", "L40S"
 ABSENT_PRODUCT = "NVIDIA-B200"  # in the catalog, not in the cluster
+
+
+def node_layout(count: int | None) -> dict[str, tuple[int, int]]:
+    """GPU product label -> (nodes, GPUs per node): the default table, or `count` nodes over NODE_TYPES."""
+    if count is None:
+        return dict(NODES)
+    per_type, extra = divmod(count, len(NODE_TYPES))
+    return {product: (per_type + (1 if i < extra else 0), gpus) for i, (product, gpus) in enumerate(NODE_TYPES.items())}
+
+
+def node_name(product: str, n: int | str) -> str:
+    return f"{product.lower().replace('_', '-')}-{n}"
 
 
 def free_port() -> int:
@@ -282,6 +311,74 @@ def reconciles(metrics_url: str) -> tuple[float, float]:
 # The run
 
 
+def _answer(status: dict[str, Any] | None) -> str:
+    """A status without what only records the inventory: the inventory entries and the InventoryAvailable
+    condition. Two statuses with the same answer make the same recommendation, alternatives, predictions,
+    Ready and Feasible."""
+    status = dict(status or {})
+    status.pop("inventory", None)
+    status["conditions"] = [c for c in status.get("conditions", []) if c.get("type") != "InventoryAvailable"]
+    return json.dumps(status, sort_keys=True)
+
+
+def _inventory_counts(status: dict[str, Any] | None) -> dict[str, int]:
+    return {e["gpuType"]: e["gpus"] for e in (status or {}).get("inventory", [])}
+
+
+def churn(seconds: float, core: Any, layout: dict[str, tuple[int, int]], by_key: dict[tuple[str, str], Any],
+          latest: dict[tuple[str, str], dict[str, Any]], lock: threading.Lock, pid: int, metrics_url: str,
+          sampler: MemorySampler, seed: int, timeout: float) -> None:
+    """Step 6: a node joins and another leaves every second for `seconds` (never L40S, whose count step 5 set),
+    then wait until every plan records the final inventory; print the writes and how many changed no answer."""
+    from inferplan.planner.gpus import resolve_gpu
+
+    rng = random.Random(seed + 1)
+    live = {product: [node_name(product, n) for n in range(count)] for product, (count, _) in layout.items()
+            if product != CHANGED_PRODUCT}
+    with lock:
+        before = {k: (o["metadata"]["resourceVersion"], o.get("status")) for k, o in latest.items()}
+    cpu0, (count0, _) = cpu_seconds(pid), reconciles(metrics_url)
+    t0 = time.monotonic()
+    joined = 0
+    while time.monotonic() - t0 < seconds:
+        tick = time.monotonic()
+        product = rng.choice(sorted(live))
+        name = node_name(product, f"churn-{joined}")
+        core.create_node(node_body(name, product, layout[product][1]))
+        live[product].append(name)
+        joined += 1
+        leaving = rng.choice(sorted(p for p in live if live[p]))
+        core.delete_node(live[leaving].pop(rng.randrange(len(live[leaving]))))
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    t_last = time.monotonic()
+    final = {resolve_gpu(product).key: len(names) * layout[product][1] for product, names in live.items()}
+    final[CHANGED_KEY] = (layout[CHANGED_PRODUCT][0] + 1) * layout[CHANGED_PRODUCT][1]
+
+    def current(key: tuple[str, str]) -> bool:
+        counts = _inventory_counts(latest.get(key, {}).get("status"))
+        return all(final.get(gpu) == gpus for gpu, gpus in counts.items())
+
+    deadline = t_last + timeout
+    while time.monotonic() < deadline:
+        with lock:
+            if all(current(k) for k in by_key):
+                break
+        time.sleep(0.2)
+    t_settled = time.monotonic()
+    with lock:
+        stale = sum(1 for k in by_key if not current(k))
+        after = {k: (o["metadata"]["resourceVersion"], o.get("status")) for k, o in latest.items()}
+    cpu1, (count1, _) = cpu_seconds(pid), reconciles(metrics_url)
+    written = [k for k in by_key if after.get(k, ("",))[0] != before.get(k, ("",))[0]]
+    same_answer = [k for k in written if _answer(after[k][1]) == _answer((before.get(k) or ("", None))[1])]
+    print(f"churn: {joined} nodes joined and {joined} left over {t_last - t0:.0f} s; plans written {len(written)} "
+          f"({len(same_answer)} of them with the same answer: only inventory counts moved); "
+          f"reconciles {count1 - count0:.0f}; operator CPU {cpu1 - cpu0:.1f} s")
+    print(f"churn answered: every plan records the final inventory {t_settled - t_last:.1f} s after the last change"
+          + (f" ({stale} still stale at the timeout)" if stale else ""))
+    print(f"operator memory after the churn: {sampler.report()}")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else math.nan
@@ -291,6 +388,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plans", type=int, default=1000)
     parser.add_argument("--namespaces", type=int, default=20)
+    parser.add_argument("--nodes", type=int, help="this many GPU nodes over eight types (default: 18 of six types)")
+    parser.add_argument("--churn", type=float, default=0.0,
+                        help="seconds of node churn (one node joins and one leaves every second) at the end")
     parser.add_argument("--seed", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=600.0, help="give up waiting after this many seconds")
     parser.add_argument("--profile", help="run the operator under cProfile, stats to this file")
@@ -320,9 +420,11 @@ def main() -> int:
         while not any(c.type == "Established" and c.status == "True"
                       for c in crds.read_custom_resource_definition(f"{PLURAL}.{GROUP}").status.conditions or []):
             time.sleep(0.1)
-        for product, (count, gpus) in NODES.items():
-            for n in range(count):
-                core.create_node(node_body(f"{product.lower().replace('_', '-')}-{n}", product, gpus))
+        layout = node_layout(args.nodes)
+        bodies = [node_body(node_name(product, n), product, gpus)
+                  for product, (count, gpus) in layout.items() for n in range(count)]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(core.create_node, bodies))
         namespaces = [f"bench-{i:02d}" for i in range(args.namespaces)]
         for ns in [*namespaces, "bench-canary"]:
             core.create_namespace({"metadata": {"name": ns}})
@@ -451,13 +553,13 @@ def main() -> int:
         with lock:
             before = {k: (o["metadata"]["resourceVersion"], json.dumps(o.get("status"), sort_keys=True))
                       for k, o in latest.items()}
-        gpus_now = NODES[CHANGED_PRODUCT][1] * NODES[CHANGED_PRODUCT][0]
+        gpus_now = layout[CHANGED_PRODUCT][1] * layout[CHANGED_PRODUCT][0]
         cpu2 = cpu_seconds(operator.pid)
         count2, _ = reconciles(metrics_url)
         with lock:
-            target_gpus[0] = gpus_now + NODES[CHANGED_PRODUCT][1]
+            target_gpus[0] = gpus_now + layout[CHANGED_PRODUCT][1]
         t_change = time.monotonic()
-        core.create_node(node_body("nvidia-l40s-extra", CHANGED_PRODUCT, NODES[CHANGED_PRODUCT][1]))
+        core.create_node(node_body("nvidia-l40s-extra", CHANGED_PRODUCT, layout[CHANGED_PRODUCT][1]))
         capable = {k for k, p in by_key.items() if p["l40s"]}
         deadline = t_change + args.timeout
         while time.monotonic() < deadline:
@@ -488,6 +590,9 @@ def main() -> int:
         rest = cpu_seconds(operator.pid) - cpu4
         print(f"operator CPU at rest with {len(plans)} plans (10 s, nothing changing): {rest:.2f} s")
         print(f"operator memory at the end: {memory3}")
+        if args.churn > 0:
+            churn(args.churn, core, layout, by_key, latest, lock, operator.pid, metrics_url, sampler, args.seed,
+                  args.timeout)
         return 0
     finally:
         if watch is not None:
