@@ -4,6 +4,7 @@ they predict a source the fit never saw?
 Usage (from the repository root):
 
     python bench/leave_one_source_out.py [--scenarios FILE ...] [--sweeps N] [--jobs J]
+        [--full FACTORS.json] [--predictions FILE.jsonl] [--save DIR]
 
 It runs `calibrate(...)` (the shipped procedure) once on all rows of the scenario files (by default both
 published files, ../shared/accuracy/scenarios.jsonl and latency-under-load.jsonl, pooled) and once per
@@ -96,6 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the all-rows fit, if already made by the same procedure (e.g. the shipped factors, "
                              "fitted by `inferplan calibrate` on the same files): read when the folds are done "
                              "instead of fitted again")
+    parser.add_argument("--predictions", type=Path, metavar="FILE.jsonl",
+                        help="also write every held-out row's prediction (source, id, metric, measured, held-out, "
+                             "in-sample) as JSON lines, for looking at where a fold goes wrong")
+    parser.add_argument("--save", type=Path, metavar="DIR",
+                        help="write every fit's factors to DIR (all-rows.json, <source>.json), the all-rows one in "
+                             "the form `inferplan calibrate --write` gives")
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.scenarios if not p.is_file()]
     if missing:
@@ -120,6 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             folds[source] = fitted
             held = len(by_source[source]) if source in by_source else 0
             print(f"fit without {source:14s} ({held:3d} rows held out): {seconds:.1f} s", flush=True)
+    if args.save:
+        args.save.mkdir(parents=True, exist_ok=True)
+        for source, fitted in folds.items():
+            name = "all-rows" if source == "(all rows)" else source
+            (args.save / f"{name}.json").write_text(json.dumps(fitted.to_json(), indent=2) + "\n", encoding="utf-8")
+        print(f"factors of {len(folds)} fits written to {args.save}")
     if args.full:
         full = parse_factors(json.loads(args.full.read_text(encoding="utf-8")))
         print(f"all-rows fit read from {args.full}")
@@ -175,9 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("(ii) held-out source: median APE per metric (non-suspect rows)")
     print(f"{'source':14s} {'metric':20s} {'n':>4s} {'held-out':>9s} {'in-sample':>9s} {'shipped':>9s}")
     summary: list[tuple[str, int, float | None, float | None, float | None]] = []
+    dumped: list[str] = []
     for source in sources:
         held = by_source[source]
-        reports = [score(held, predict_scenarios(held, f)) for f in (folds[source], full, shipped)]
+        predictions = [predict_scenarios(held, f) for f in (folds[source], full, shipped)]
+        reports = [score(held, p) for p in predictions]
+        dumped += [json.dumps({"source": source, "id": row.id, "metric": row.metric, "measured": row.value,
+                               "held_out": out.predicted, "in_sample": ins.predicted, "suspect": row.suspect})
+                   for row, out, ins in zip(held, predictions[0], predictions[1], strict=True)]
         for metric in sorted(reports[0].metrics):
             m = [r.metrics[metric] for r in reports]
             print(f"{source:14s} {metric:20s} {m[0].scored:4d} {_pct(m[0].median_ape):>9s} "
@@ -191,6 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'source':14s} {'n':>4s} {'held-out':>9s} {'<=25%':>7s} {'in-sample':>9s}")
     for source, n, held_out, within, in_sample in summary:
         print(f"{source:14s} {n:4d} {_pct(held_out):>9s} {_pct(within):>7s} {_pct(in_sample):>9s}")
+    if args.predictions:
+        args.predictions.write_text("".join(line + "\n" for line in dumped), encoding="utf-8")
+        print(f"\nheld-out predictions of {len(dumped)} rows written to {args.predictions}")
     print(f"\ntotal {time.perf_counter() - start:.1f} s")
     return 0
 
