@@ -127,11 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             folds[source] = fitted
             held = len(by_source[source]) if source in by_source else 0
             print(f"fit without {source:14s} ({held:3d} rows held out): {seconds:.1f} s", flush=True)
+            if args.save:  # as each fit ends, so that a run stopped late keeps what it fitted
+                args.save.mkdir(parents=True, exist_ok=True)
+                name = "all-rows" if source == "(all rows)" else source
+                (args.save / f"{name}.json").write_text(json.dumps(fitted.to_json(), indent=2) + "\n",
+                                                        encoding="utf-8")
     if args.save:
-        args.save.mkdir(parents=True, exist_ok=True)
-        for source, fitted in folds.items():
-            name = "all-rows" if source == "(all rows)" else source
-            (args.save / f"{name}.json").write_text(json.dumps(fitted.to_json(), indent=2) + "\n", encoding="utf-8")
         print(f"factors of {len(folds)} fits written to {args.save}")
     if args.full:
         full = parse_factors(json.loads(args.full.read_text(encoding="utf-8")))
