@@ -37,8 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from inferplan.planner.accuracy import score
-from inferplan.planner.calibrate import MIN_ROWS_FOR_ENGINE, calibrate
-from inferplan.planner.engines import factor_key
+from inferplan.planner.calibrate import MIN_ROWS_FOR_ENGINE, calibrate, identifiable_families, row_line
 from inferplan.planner.factors import (
     ENGINE_FACTOR_NAMES,
     FAMILY_FACTOR_NAMES,
@@ -46,8 +45,6 @@ from inferplan.planner.factors import (
     load_factors,
     parse_factors,
 )
-from inferplan.planner.gpus import resolve_gpu
-from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import Scenario, read_scenarios
 
@@ -66,21 +63,18 @@ def _fit_fold(job: tuple[str, list[Scenario], FactorSet, int]) -> tuple[str, Fac
     return source, _fit(train, start, sweeps), time.perf_counter() - t0
 
 
+def _training_rows(rows: Sequence[Scenario]) -> list[Scenario]:
+    return [r for r in rows if not r.suspect and r.engine and r.gpu and r.value > 0]
+
+
 def _training_engines(rows: Sequence[Scenario]) -> Counter[str]:
-    return Counter(factor_key(r.engine, r.engine_version) for r in rows
-                   if not r.suspect and r.engine and r.gpu and r.value > 0)
+    return Counter(line for line in map(row_line, _training_rows(rows)) if line)
 
 
 def _training_families(rows: Sequence[Scenario]) -> set[str]:
-    families = set()
-    for r in rows:
-        if r.suspect or not r.engine or not r.gpu or r.value <= 0:
-            continue
-        try:
-            families.add(resolve_gpu(r.gpu).family)
-        except CatalogLookupError:
-            pass
-    return families
+    """The GPU families whose corrections a fit on `rows` fits (`calibrate.identifiable_families`)."""
+    fitted = {e for e, n in _training_engines(rows).items() if n >= MIN_ROWS_FOR_ENGINE}
+    return identifiable_families(_training_rows(rows), fitted)
 
 
 def _pct(x: float | None) -> str:

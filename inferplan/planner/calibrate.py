@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from inferplan.planner.engines import factor_key
+from inferplan.planner.engines import base_line, factor_key
 from inferplan.planner.factors import (
     ENGINE_FACTOR_NAMES,
     FAMILY_FACTOR_NAMES,
@@ -32,7 +32,7 @@ from inferplan.planner.factors import (
     FamilyFactors,
     load_factors,
 )
-from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import Scenario
@@ -44,7 +44,7 @@ BOUNDS = {
     "prefill_compute_efficiency": (0.2, 0.9),
     "overlap_penalty": (0.0, 1.0),
     "step_overhead_ms": (0.1, 30.0),
-    "sequence_overhead_ms": (0.0, 1.0),
+    "sequence_overhead_ms": (0.005, 1.0),
     "request_overhead_ms": (0.0, 100.0),
     "quantized_bandwidth_scale": (0.3, 1.0),
     "non_torch_gib": (0.05, 6.0),
@@ -56,8 +56,10 @@ BOUNDS = {
     "attention_scale": (0.5, 1.5),
     "overhead_scale": (0.5, 10.0),
 }
-# Factors whose prior is zero or whose scale is additive: searched and penalised on a linear scale.
-LINEAR_FACTORS = ("overlap_penalty", "sequence_overhead_ms", "request_overhead_ms")
+# Factors whose prior is zero or whose scale is additive: searched and penalised on a linear scale. The
+# per-sequence overhead is searched in log space (its prior is 0.05 ms; a linear grid over 0-1 ms steps by
+# 0.06-0.25 ms and never resolves the values near the prior that large batches are sensitive to).
+LINEAR_FACTORS = ("overlap_penalty", "request_overhead_ms")
 PRIOR_WEIGHT = 0.5
 CAUCHY_SCALE = 0.3
 MIN_ROWS_FOR_ENGINE = 3
@@ -93,21 +95,61 @@ def _row_loss(rows: Sequence[Scenario], factors: FactorSet) -> np.ndarray:
     return out
 
 
-def _family(row: Scenario) -> str | None:
+# Factors of the memory a run takes, not of its speed: a stack line (`vllm-rocm`) keeps its engine's.
+MEMORY_FACTOR_NAMES = ("non_torch_gib", "activation_scale")
+
+
+def _gpu(row: Scenario) -> GpuSpec | None:
     try:
-        return resolve_gpu(row.gpu).family if row.gpu else None
+        return resolve_gpu(row.gpu) if row.gpu else None
     except CatalogLookupError:
         return None
 
 
-def _rows_by_engine_family(rows: Sequence[Scenario]) -> dict[str, dict[str, int]]:
-    """Measured lines per engine line and GPU family: what a plan's provenance cites."""
+def _family(row: Scenario) -> str | None:
+    gpu = _gpu(row)
+    return gpu.family if gpu else None
+
+
+def row_line(row: Scenario) -> str | None:
+    """The factor line (`engines.factor_key`) that predicts `row`: its engine at its version on its GPU's stack."""
+    if not row.engine:
+        return None
+    gpu = _gpu(row)
+    return factor_key(row.engine, row.engine_version, gpu.vendor if gpu else "nvidia", row.published)
+
+
+def _rows_by_engine_family(rows: Sequence[Scenario], fitted_lines: set[str]) -> dict[str, dict[str, int]]:
+    """Measured lines per fitted engine line and GPU family: what a plan's provenance cites (a line with too few
+    rows to fit has its engine's factors or the prior, so no measured line stands behind it)."""
     counts: dict[str, Counter[str]] = {}
     for row in rows:
-        family = _family(row)
-        if row.engine and family:
-            counts.setdefault(factor_key(row.engine, row.engine_version), Counter())[family] += 1
+        family, line = _family(row), row_line(row)
+        if line in fitted_lines and family:
+            counts.setdefault(line, Counter())[family] += 1
     return {engine: dict(sorted(c.items())) for engine, c in sorted(counts.items())}
+
+
+def _inherit_memory(factors: FactorSet, lines: set[str]) -> FactorSet:
+    """`factors` with every stack line among `lines` (`vllm-rocm`) holding its engine line's memory factors."""
+    engines = dict(factors.engines)
+    for line in lines:
+        parent = engines.get(base_line(line))
+        if base_line(line) != line and parent is not None:
+            engines[line] = replace(engines[line], **{n: getattr(parent, n) for n in MEMORY_FACTOR_NAMES})
+    return replace(factors, engines=engines)
+
+
+def identifiable_families(rows: Sequence[Scenario], fitted_lines: set[str]) -> set[str]:
+    """GPU families whose corrections the rows can tell apart from the engines' factors: those measured with at
+    least two fitted factor lines. A family seen through one line only (CDNA3: vLLM on ROCm) keeps 1.0, and
+    that line's factors carry what the rows show."""
+    lines: dict[str, set[str]] = {}
+    for row in rows:
+        family, line = _family(row), row_line(row)
+        if family and line in fitted_lines:
+            lines.setdefault(family, set()).add(line)
+    return {family for family, seen in lines.items() if len(seen) >= 2}
 
 
 def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 4) -> Calibration:
@@ -119,16 +161,18 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     """
     start = start or load_factors()
     rows = [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0]
-    engines = Counter(factor_key(r.engine, r.engine_version) for r in rows if r.engine)
-    families = Counter(_family(r) for r in rows)
-    engine_rows = {e: [r for r in rows if r.engine and factor_key(r.engine, r.engine_version) == e] for e in engines}
-    family_rows = {f: [r for r in rows if _family(r) == f] for f in families if f}
+    lines = [row_line(r) for r in rows]
+    engines = Counter(line for line in lines if line)
+    fitted_lines = {e for e, n in engines.items() if n >= MIN_ROWS_FOR_ENGINE}
+    engine_rows = {e: [r for r, line in zip(rows, lines, strict=True) if line == e] for e in engines}
+    family_rows = {f: [r for r in rows if _family(r) == f] for f in identifiable_families(rows, fitted_lines)}
+    seen_families = {f for f in (_family(r) for r in rows) if f}
 
     current = FactorSet(
-        engines={e: start.default_engine for e in engines if engines[e] >= MIN_ROWS_FOR_ENGINE} | {
+        engines={e: start.default_engine for e in fitted_lines} | {
             e: f for e, f in start.engines.items() if e not in engines},
-        families={f: FamilyFactors() for f in family_rows} | {
-            f: v for f, v in start.families.items() if f not in family_rows},
+        families={f: FamilyFactors() for f in seen_families} | {
+            f: v for f, v in start.families.items() if f not in seen_families},
         default_engine=start.default_engine,
         meta=dict(start.meta),
     )
@@ -151,11 +195,13 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     def set_family(fs: FactorSet, family: str, name: str, value: float) -> FactorSet:
         return replace(fs, families=fs.families | {family: replace(fs.families[family], **{name: value})})
 
-    targets: list[tuple[str, str, str]] = [("engine", e, n) for e in sorted(current.engines) if e in engines
-                                           for n in ENGINE_FACTOR_NAMES]
+    targets: list[tuple[str, str, str]] = [
+        ("engine", e, n) for e in sorted(fitted_lines) for n in ENGINE_FACTOR_NAMES
+        if not (n in MEMORY_FACTOR_NAMES and base_line(e) != e)]
     targets += [("family", f, n) for f in sorted(family_rows) for n in FAMILY_FACTOR_NAMES]
     for sweep in range(sweeps):
         spread = 1.0 / (sweep + 1)
+        current = _inherit_memory(current, fitted_lines)
         for kind, key, name in targets:
             subset = engine_rows[key] if kind == "engine" else family_rows[key]
             getter = (lambda fs, k=key, n=name: getattr(fs.engines[k], n)) if kind == "engine" else (
@@ -175,11 +221,12 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
                 if loss < best[0] - 1e-9:
                     best = (loss, float(candidate))
             current = setter(current, key, name, best[1])
+    current = _inherit_memory(current, fitted_lines)
     meta = {
         "about": "efficiency factors fitted by inferplan calibrate; default_engine is the neutral prior",
         "fitted_on_rows": len(rows),
         "rows_by_engine": dict(sorted(engines.items())),
-        "rows_by_engine_family": _rows_by_engine_family(rows),
+        "rows_by_engine_family": _rows_by_engine_family(rows, fitted_lines),
         "procedure": "docs/calibration.md",
         "prior_weight": PRIOR_WEIGHT,
         "cauchy_scale": CAUCHY_SCALE,
@@ -200,4 +247,5 @@ def format_calibration(result: Calibration) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Calibration", "EngineFactors", "FamilyFactors", "calibrate", "format_calibration"]
+__all__ = ["Calibration", "EngineFactors", "FamilyFactors", "calibrate", "format_calibration", "identifiable_families",
+           "row_line"]

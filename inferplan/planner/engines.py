@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from datetime import date
 
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
 
@@ -238,20 +239,45 @@ GIB = float(2**30)
 # Release lines whose engines differ enough to need factors of their own: vLLM's V0 engine (before 0.8, when
 # V1 became the default) and TensorRT-LLM's built-engine path (before 1.0, when the PyTorch backend became the
 # default of trtllm-serve). The newest line keeps the engine's own name, so a plan (always the current
-# release) uses it.
-FACTOR_LINES: dict[str, tuple[tuple[int, ...], str]] = {
-    "vllm": ((0, 8), "vllm-v0"),
-    "tensorrt-llm": ((1, 0), "tensorrt-llm-v0"),
+# release) uses it. The date is the newer line's first release on PyPI (upload time of vllm-0.8.0 and
+# tensorrt_llm-1.0.0): a measurement that states no version but whose source is dated before it
+# (`Scenario.published`) ran the older line.
+FACTOR_LINES: dict[str, tuple[tuple[int, ...], date, str]] = {
+    "vllm": ((0, 8), date(2025, 3, 18), "vllm-v0"),
+    "tensorrt-llm": ((1, 0), date(2025, 9, 24), "tensorrt-llm-v0"),
 }
 
 
-def factor_key(engine: str, version: str | None) -> str:
-    """The name the fitted factors of `engine` at `version` are kept under (`FACTOR_LINES`)."""
+# GPU vendors whose engine builds run other kernels than the CUDA build (ROCm: hipBLASLt GEMMs, Triton or AITER
+# attention, RCCL, HIP graphs) and so get factor lines of their own: `vllm` on an MI300X is fitted as `vllm-rocm`.
+# A stack line without fitted factors falls back to the engine's line (`base_line`), never to the neutral prior.
+STACK_LINES: dict[str, str] = {"amd": "rocm"}
+
+
+def factor_key(engine: str, version: str | None, vendor: str = "nvidia", published: date | None = None) -> str:
+    """The name the fitted factors of `engine` at `version` on a `vendor` GPU are kept under (`FACTOR_LINES`,
+    `STACK_LINES`). Without a version, a measurement `published` before the newer line's first release ran
+    the older line; with neither, the current line."""
     line = FACTOR_LINES.get(engine)
     v = parse_version(version)
-    if line is not None and v is not None and v < line[0]:
-        return line[1]
-    return engine
+    older = line is not None and (v < line[0] if v is not None else published is not None and published < line[1])
+    key = line[2] if line is not None and older else engine
+    stack = STACK_LINES.get(vendor)
+    return f"{key}-{stack}" if stack else key
+
+
+def engine_of_line(key: str) -> str:
+    """The engine a factor line belongs to (`vllm-v0-rocm` -> `vllm`)."""
+    base = base_line(key)
+    return next((engine for engine, (_, _, older) in FACTOR_LINES.items() if older == base), base)
+
+
+def base_line(key: str) -> str:
+    """The CUDA-build line of factor line `key` (`vllm-rocm` -> `vllm`); `key` itself when it is one."""
+    for stack in STACK_LINES.values():
+        if key.endswith(f"-{stack}"):
+            return key[: -len(stack) - 1]
+    return key
 
 
 def scheduling_of(engine: str, version: str | None, max_model_len: int) -> Scheduling:

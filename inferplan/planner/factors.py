@@ -13,6 +13,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from inferplan.planner.engines import base_line, engine_of_line, factor_key
+
 ENGINE_FACTOR_NAMES = (
     "bandwidth_efficiency",       # achieved / peak memory bandwidth on weight and KV reads [0-1]
     "decode_compute_efficiency",  # achieved / peak tensor FLOPS on decode-step matmuls [0-1]
@@ -67,16 +69,25 @@ class FactorSet:
     overrides: dict[tuple[str, str], EngineFactors] = field(default_factory=dict)
 
     def engine(self, name: str) -> EngineFactors:
-        return self.engines.get(name, self.default_engine)
+        """The factors of factor line `name` (`engines.factor_key`); a stack line without factors of its own
+        (`vllm-rocm`) has its engine's (`vllm`), an engine without any the neutral prior."""
+        return self.engines.get(name) or self.engines.get(base_line(name), self.default_engine)
 
-    def engine_on(self, name: str, gpu_key: str) -> EngineFactors:
-        """The engine's factors on one GPU type: an online override where there is one."""
-        return self.overrides.get((name, gpu_key)) or self.engine(name)
+    def engine_on(self, name: str, gpu_key: str, vendor: str) -> EngineFactors:
+        """Engine `name`'s factors (its current release) on one GPU type of `vendor`: an online override where
+        there is one, else its factor line on that vendor's software stack."""
+        return self.overrides.get((name, gpu_key)) or self.engine(factor_key(name, None, vendor))
 
     def measured_lines(self, engine: str, family: str) -> int:
         """Measured lines the factors of `engine` (a factor line, `factor_key`) on GPU `family` were fitted on."""
         by_family = self.meta.get("rows_by_engine_family", {}).get(engine, {})
         return int(by_family.get(family, 0))
+
+    def lines_measured_on(self, engine: str, family: str) -> dict[str, int]:
+        """Every factor line of `engine` (its releases, its stacks) with measured lines on GPU `family`."""
+        counts = self.meta.get("rows_by_engine_family", {})
+        return {line: int(by_family[family]) for line, by_family in sorted(counts.items())
+                if engine_of_line(line) == engine and by_family.get(family)}
 
     def family(self, name: str) -> FamilyFactors:
         return self.families.get(name, FamilyFactors())

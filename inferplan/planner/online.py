@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inferplan.planner.factors import EngineFactors, FactorSet, load_factors
+from inferplan.planner.gpus import load_gpu_catalog
 from inferplan.planner.observed import CurrentShape, predict_current
 from inferplan.planner.spec import PlanRequest
 
@@ -53,7 +54,7 @@ def calibrated_factors(factors: FactorSet, engine: str, gpu_key: str, calibratio
     """`factors` with `engine`'s efficiencies on `gpu_key` multiplied by the calibration (capped at 1)."""
     if calibration.decode == 1.0 and calibration.prefill == 1.0:
         return factors
-    base = factors.engine_on(engine, gpu_key)
+    base = factors.engine_on(engine, gpu_key, load_gpu_catalog().get(gpu_key).vendor)
     scaled = _scaled(base, calibration.decode, calibration.prefill)
     return dataclasses.replace(factors, overrides={**factors.overrides, (engine, gpu_key): scaled})
 
@@ -102,7 +103,7 @@ def update_calibration(req: PlanRequest, shape: CurrentShape, observed_mean: dic
     tpot = observed_mean.get("tpot")
     if tpot is None or not tpot > 0:
         return dataclasses.replace(previous, note="not updated: no observed time per output token")
-    base = factors.engine_on(req.engine, shape.gpu_type)
+    base = factors.engine_on(req.engine, shape.gpu_type, load_gpu_catalog().get(shape.gpu_type).vendor)
 
     def predict(decode: float, prefill: float) -> dict[str, float]:
         scaled = dataclasses.replace(factors, overrides={**factors.overrides,

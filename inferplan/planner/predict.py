@@ -128,7 +128,7 @@ def checkpoint_named(notes: str) -> str | None:
 
 
 def _factor_key(row: Scenario, r: _Resolved) -> str:
-    return factor_key(r.engine.name, row.engine_version)
+    return factor_key(r.engine.name, row.engine_version, r.gpu.vendor, row.published)
 
 
 def _kv_bytes(row: Scenario, r: _Resolved) -> float:

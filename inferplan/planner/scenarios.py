@@ -8,7 +8,9 @@ good lines are returned beside the errors.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -128,6 +130,15 @@ class Scenario(_Strict):
         if metric is not None and METRIC_UNITS[metric] != unit:
             raise ValueError(f"unit {unit!r} does not match metric {metric!r} (expected {METRIC_UNITS[metric]!r})")
         return unit
+
+    @property
+    def published(self) -> date | None:
+        """When the source was published, where the notes date it by an arXiv identifier (`arXiv:2411.00136`:
+        November 2024, taken as its first day): a bound on when the measurement was made."""
+        match = re.search(r"arXiv:\s*(\d{2})(\d{2})\.\d{4,5}", self.notes)
+        if not match or not 1 <= int(match.group(2)) <= 12:
+            return None
+        return date(2000 + int(match.group(1)), int(match.group(2)), 1)
 
     @property
     def source_name(self) -> str:

@@ -25,7 +25,14 @@ from numpy.typing import NDArray
 
 from inferplan.planner.checkpoints import Checkpoint, checkpoint_for
 from inferplan.planner.engine_args import engine_launch
-from inferplan.planner.engines import ENGINES, SERVED_PRECISIONS, EngineProfile, EngineSettings, scheduling_of
+from inferplan.planner.engines import (
+    ENGINES,
+    SERVED_PRECISIONS,
+    EngineProfile,
+    EngineSettings,
+    factor_key,
+    scheduling_of,
+)
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, load_gpu_catalog
 from inferplan.planner.memory import GIB, MemoryPlan, memory_grid, plan_memory_for_settings, weight_bytes
@@ -292,7 +299,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     row_shape, row_batch = np.nonzero(fitting)
     # factors.engine_on: the engine's factors on each GPU type (an online calibration may override them).
     hardware = hardware_grid(req.arch, gpus, precisions, kv_bytes,
-                             [factors.engine_on(engine.name, g.key) for g in gpus],
+                             [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus],
                              [factors.family(g.family) for g in gpus], req.tp_sizes)
     flat = Hardware(**{name: np.ravel(value) for name, value in vars(hardware).items()})
     return _Grid(gpus, gpu, tp, pi, ki, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
@@ -800,11 +807,17 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     candidates = [
         _candidate(req, engine, row_shape(i), int(batch[i]), grid.settings[grid.row_batch[i]], int(replicas[k]),
                    report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i]),
-                   factors.measured_lines(engine.name, row_shape(i).gpu.family),
+                   _measured_lines(factors, engine.name, row_shape(i).gpu),
+                   factors.lines_measured_on(engine.name, row_shape(i).gpu.family),
                    grid.checkpoints[grid.precision[rows.shape[i]]], float(grid.row_kv_tokens[i]))
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
     ]
     return _finish(req, grid, candidates, rejected, warnings)
+
+
+def _measured_lines(factors: FactorSet, engine: str, gpu: GpuSpec) -> int:
+    """Measured lines behind the factors `engine` (current release) uses on `gpu`: its line on that vendor's stack."""
+    return factors.measured_lines(factor_key(engine, None, gpu.vendor), gpu.family)
 
 
 def _objective_latencies(req: PlanRequest) -> list[tuple[str, float]]:
@@ -890,6 +903,7 @@ def _candidate(
     capacity: float,
     slots: float,
     measured_lines: int,
+    lines_on_family: dict[str, int],
     checkpoint: Checkpoint | str,
     kv_tokens: float,
 ) -> Candidate:
@@ -906,8 +920,11 @@ def _candidate(
     if _tail_warning(req):
         warnings.append(_tail_warning(req))
     if not measured_lines:
+        older = ", ".join(f"{line} {n}" for line, n in lines_on_family.items())
         warnings.append(f"{engine.name} on {gpu.family} GPUs ({gpu.key}): no measured line behind the efficiency "
-                        "factors; latency and throughput are extrapolated from other GPU families and engines")
+                        "factors; latency and throughput are extrapolated from other GPU families and engines"
+                        + (f" (measured on {gpu.family} only as other release lines, not used: {older}; "
+                           "docs/engines.md#factor-lines-factor_key)" if older else ""))
     if checkpoint.note and checkpoint.source == "plan":
         warnings.append(checkpoint.note)
     kv = resolve_kv_dtype(shape.kv_dtype, shape.precision, engine.name, kv_hint(checkpoint))
@@ -1131,6 +1148,7 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     engine_factors = factors.engine(engine.name)
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
                                       candidate.gpus_per_replica)[0]
-    hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine, factors.engine_on(engine.name, gpu.key),
-                              factors.family(gpu.family), candidate.gpus_per_replica)
+    hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
+                              factors.engine_on(engine.name, gpu.key, gpu.vendor), factors.family(gpu.family),
+                              candidate.gpus_per_replica)
     return Deployment(hardware, settings, memory)

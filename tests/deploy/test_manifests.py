@@ -217,7 +217,7 @@ def test_inference_service_keeps_the_config_map_of_engine_files() -> None:
 # A replica over nodes: LeaderWorkerSet
 
 
-@pytest.mark.parametrize("stem", ["batch-70b-open-gpus", "moe-qwen3-30b-a3b"])  # vLLM, SGLang
+@pytest.mark.parametrize("stem", ["phi-4-tensor-parallel", "moe-qwen3-30b-a3b"])  # vLLM, SGLang (NVIDIA)
 def test_a_replica_over_nodes_is_a_leader_worker_set(stem: str) -> None:
     path = next(p for p in EXAMPLES if p.stem == stem)
     request, candidate = over_two_nodes(path)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from inferplan.planner.calibrate import calibrate
-from inferplan.planner.factors import FactorSet, load_factors
+from inferplan.planner.calibrate import calibrate, identifiable_families, row_line
+from inferplan.planner.factors import FactorSet, FamilyFactors, load_factors
 from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import read_scenarios
 
@@ -43,3 +43,34 @@ def test_engines_without_rows_keep_their_factors(published_scenarios: Path) -> N
     fitted = calibrate(rows, shipped, sweeps=1)
     assert fitted.factors.engine("vllm") == shipped.engine("vllm")
     assert set(fitted.rows_by_engine) == {"llama.cpp"}
+
+
+def test_a_family_seen_through_one_line_keeps_its_corrections_at_one_and_that_line_carries_it(
+        published_scenarios: Path) -> None:
+    """CDNA3 is measured with vLLM on ROCm only (Argonne's 2024 runs, the V0 line): its corrections and that
+    line's factors cannot be told apart, so the fit moves the line, keeps CDNA3's corrections at 1.0 and leaves
+    vLLM's CUDA lines alone."""
+    shipped = load_factors()
+    prior = replace(shipped, engines={}, families={})
+    rows = [r for r in read_scenarios(published_scenarios).scenarios if r.engine == "vllm" and not r.suspect
+            and r.gpu == "AMD-Instinct-MI300X" and r.load.kind == "static_batch" and r.published]
+    assert len(rows) >= 10 and {row_line(r) for r in rows} == {"vllm-v0-rocm"}
+    truth = replace(prior, engines={"vllm-v0-rocm": replace(prior.default_engine, bandwidth_efficiency=0.45)})
+    predicted = predict_scenarios(rows, truth)
+    rows = [r.model_copy(update={"value": p.predicted}) for r, p in zip(rows, predicted, strict=True) if p.predicted]
+    assert identifiable_families(rows, {"vllm-v0-rocm"}) == set()
+    fitted = calibrate(rows, replace(prior, families={"cdna3": replace(shipped.family("cdna3"), compute_scale=0.7)}),
+                       sweeps=2).factors
+    assert fitted.family("cdna3") == FamilyFactors()
+    assert fitted.engine("vllm-v0-rocm").bandwidth_efficiency == pytest.approx(0.45, rel=0.1)
+    assert not {"vllm", "vllm-v0"} & set(fitted.engines)
+
+
+def test_a_stack_line_takes_its_engines_memory_factors(published_scenarios: Path) -> None:
+    rows = [r for r in read_scenarios(published_scenarios).scenarios
+            if r.engine == "vllm" and not r.suspect and r.gpu and r.load.kind == "static_batch"
+            and r.gpu.startswith(("AMD", "NVIDIA-H100"))]
+    fitted = calibrate(rows, load_factors(), sweeps=1).factors
+    rocm, cuda = fitted.engine("vllm-v0-rocm"), fitted.engine("vllm-v0")
+    assert "vllm-v0-rocm" in fitted.engines and rocm != cuda
+    assert (rocm.non_torch_gib, rocm.activation_scale) == (cuda.non_torch_gib, cuda.activation_scale)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
 
-from inferplan.planner.engines import ENGINES, engine_profile, factor_key
+from inferplan.planner.engines import ENGINES, base_line, engine_of_line, engine_profile, factor_key
 from inferplan.planner.names import CatalogLookupError
 
 
@@ -23,3 +25,21 @@ def test_factor_lines_separate_engine_generations() -> None:
     assert factor_key("tensorrt-llm", "0.18.2") == "tensorrt-llm-v0"
     assert factor_key("tensorrt-llm", "1.2.0rc1") == "tensorrt-llm"
     assert factor_key("sglang", "0.4.6") == "sglang"
+
+
+def test_an_amd_gpu_puts_an_engine_on_its_rocm_line() -> None:
+    assert factor_key("vllm", None, "amd") == "vllm-rocm"
+    assert factor_key("vllm", "0.6.3", "amd") == "vllm-v0-rocm"
+    assert factor_key("sglang", "0.5.3", "nvidia") == "sglang"
+    assert base_line("vllm-v0-rocm") == "vllm-v0"
+    assert base_line("vllm") == "vllm"
+    assert engine_of_line("vllm-v0-rocm") == engine_of_line("vllm") == "vllm"
+    assert engine_of_line("tensorrt-llm-v0") == "tensorrt-llm"
+
+
+def test_a_measurement_without_a_version_is_on_the_line_current_when_its_source_was_published() -> None:
+    assert factor_key("vllm", None, published=date(2024, 11, 1)) == "vllm-v0"
+    assert factor_key("vllm", None, published=date(2025, 6, 1)) == "vllm"
+    assert factor_key("vllm", "0.11.0", published=date(2024, 11, 1)) == "vllm"  # a stated version wins
+    assert factor_key("tensorrt-llm", None, "nvidia", date(2025, 6, 1)) == "tensorrt-llm-v0"
+    assert factor_key("vllm", None, "amd", date(2024, 11, 1)) == "vllm-v0-rocm"

@@ -19,3 +19,16 @@ def test_a_missing_factor_is_an_error_naming_it() -> None:
     del data["engines"]["vllm"]["step_overhead_ms"]
     with pytest.raises(ValueError, match=r"vllm.*step_overhead_ms"):
         parse_factors(data)
+
+
+def test_a_stack_line_without_factors_has_its_engines_and_one_with_factors_its_own() -> None:
+    shipped = load_factors()
+    vllm = shipped.engine("vllm")
+    without = replace(shipped, engines={k: v for k, v in shipped.engines.items() if k != "vllm-rocm"})
+    assert without.engine("vllm-rocm") == vllm
+    assert without.engine_on("vllm", "AMD-Instinct-MI300X", "amd") == vllm
+    assert without.engine("no-such-engine-rocm") == shipped.default_engine
+    rocm = replace(vllm, step_overhead_ms=vllm.step_overhead_ms * 3)
+    with_own = replace(shipped, engines=shipped.engines | {"vllm-rocm": rocm})
+    assert with_own.engine_on("vllm", "AMD-Instinct-MI300X", "amd") == rocm
+    assert with_own.engine_on("vllm", "NVIDIA-H100-80GB-HBM3", "nvidia") == vllm

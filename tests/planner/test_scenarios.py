@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import date
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,11 @@ def test_utf8_bom_does_not_cost_the_first_row(tmp_path: Path) -> None:
     parsed = read_scenarios(path)
     assert parsed.errors == ()
     assert len(parsed.scenarios) == len(good)
+
+
+def test_a_source_dated_by_an_arxiv_identifier_gives_the_publication_month(published_scenarios: Path) -> None:
+    rows = read_scenarios(published_scenarios).scenarios
+    argonne = next(r for r in rows if r.source_name == "argonne-lcf" and "arXiv:2411.00136" in r.notes)
+    assert argonne.published == date(2024, 11, 1)
+    assert argonne.model_copy(update={"notes": "no paper"}).published is None
+    assert argonne.model_copy(update={"notes": "arXiv:2413.00001"}).published is None  # no 13th month

@@ -326,3 +326,36 @@ def test_no_candidate_is_shown_above_its_slo_by_its_own_numbers() -> None:
         # and the rate it is planned at is within what it can serve within the SLOs
         assert candidate.predicted.requests_per_second_per_replica <= \
             candidate.predicted.max_requests_per_second_per_replica
+
+
+def test_an_amd_gpu_is_planned_on_the_engines_rocm_line_or_extrapolated_from_its_cuda_line() -> None:
+    from dataclasses import replace as _replace
+
+    from inferplan.planner.factors import load_factors
+    from inferplan.planner.search import plan as _plan
+    from inferplan.planner.spec import parse_plan as _parse
+    from inferplan.planner.spec import resolve_plan as _resolve
+
+    spec = {"model": {"name": "llama-3.1-8b"}, "engine": {"name": "vllm"},
+            "workload": {"requestsPerSecond": "5", "promptTokens": {"mean": 512}, "outputTokens": {"mean": 256}},
+            "slo": {"ttft": {"maxMs": 2000}}, "constraints": {"gpuTypes": ["AMD-Instinct-MI300X"]}}
+    shipped = load_factors()
+    cuda_only = _replace(shipped, engines={k: v for k, v in shipped.engines.items() if not k.endswith("-rocm")},
+                         meta={**shipped.meta, "rows_by_engine_family": {"vllm": {"hopper": 9}}})
+    extrapolated = _plan(_resolve(_parse(spec)), cuda_only).recommendation
+    assert extrapolated is not None and extrapolated.provenance["measuredLines"] == "0"
+    assert any("extrapolated" in w and "cdna3" in w for w in extrapolated.warnings)
+    slow = _replace(shipped.engine("vllm"), bandwidth_efficiency=shipped.engine("vllm").bandwidth_efficiency / 2)
+    rocm = _replace(cuda_only, engines=cuda_only.engines | {"vllm-rocm": slow},
+                    meta={**shipped.meta, "rows_by_engine_family": {"vllm-rocm": {"cdna3": 7}}})
+    on_rocm = _plan(_resolve(_parse(spec)), rocm).recommendation
+    assert on_rocm is not None
+    assert on_rocm.provenance["predicted"] == "calibrated" and on_rocm.provenance["measuredLines"] == "7"
+    # The shipped factors have vLLM on CDNA3 only as the 2024 V0 ROCm line: extrapolated, and the warning names it.
+    shipped_plan = _plan(_resolve(_parse(spec)), shipped).recommendation
+    assert shipped_plan is not None and shipped_plan.provenance["measuredLines"] == "0"
+    assert any("vllm-v0-rocm" in w for w in shipped_plan.warnings)
+    # Half the bandwidth on the ROCm line: a replica of the same size serves less.
+    assert on_rocm.gpus_per_replica == extrapolated.gpus_per_replica
+    assert (on_rocm.predicted.max_requests_per_second_per_replica
+            < extrapolated.predicted.max_requests_per_second_per_replica)
