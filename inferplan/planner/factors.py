@@ -78,13 +78,9 @@ class FactorSet:
         there is one, else its factor line on that vendor's software stack."""
         return self.overrides.get((name, gpu_key)) or self.engine(factor_key(name, None, vendor))
 
-    def measured_lines(self, engine: str, family: str) -> int:
-        """Measured lines the factors of `engine` (a factor line, `factor_key`) on GPU `family` were fitted on."""
-        by_family = self.meta.get("rows_by_engine_family", {}).get(engine, {})
-        return int(by_family.get(family, 0))
-
     def lines_measured_on(self, engine: str, family: str) -> dict[str, int]:
-        """Every factor line of `engine` (its releases, its stacks) with measured lines on GPU `family`."""
+        """Every factor line of `engine` (its releases, its stacks; `factor_key`) with the measured lines on GPU
+        `family` it was fitted on: what a plan's provenance cites."""
         counts = self.meta.get("rows_by_engine_family", {})
         return {line: int(by_family[family]) for line, by_family in sorted(counts.items())
                 if engine_of_line(line) == engine and by_family.get(family)}

@@ -807,17 +807,11 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     candidates = [
         _candidate(req, engine, row_shape(i), int(batch[i]), grid.settings[grid.row_batch[i]], int(replicas[k]),
                    report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i]),
-                   _measured_lines(factors, engine.name, row_shape(i).gpu),
                    factors.lines_measured_on(engine.name, row_shape(i).gpu.family),
                    grid.checkpoints[grid.precision[rows.shape[i]]], float(grid.row_kv_tokens[i]))
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
     ]
     return _finish(req, grid, candidates, rejected, warnings)
-
-
-def _measured_lines(factors: FactorSet, engine: str, gpu: GpuSpec) -> int:
-    """Measured lines behind the factors `engine` (current release) uses on `gpu`: its line on that vendor's stack."""
-    return factors.measured_lines(factor_key(engine, None, gpu.vendor), gpu.family)
 
 
 def _objective_latencies(req: PlanRequest) -> list[tuple[str, float]]:
@@ -902,7 +896,6 @@ def _candidate(
     best_rate: float,
     capacity: float,
     slots: float,
-    measured_lines: int,
     lines_on_family: dict[str, int],
     checkpoint: Checkpoint | str,
     kv_tokens: float,
@@ -919,8 +912,11 @@ def _candidate(
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
     if _tail_warning(req):
         warnings.append(_tail_warning(req))
+    # The measured lines behind the factors a plan (the current release) uses: its line on this vendor's stack.
+    line = factor_key(engine.name, None, gpu.vendor)
+    measured_lines = lines_on_family.get(line, 0)
     if not measured_lines:
-        older = ", ".join(f"{line} {n}" for line, n in lines_on_family.items())
+        older = ", ".join(f"{other} {n}" for other, n in lines_on_family.items() if other != line)
         warnings.append(f"{engine.name} on {gpu.family} GPUs ({gpu.key}): no measured line behind the efficiency "
                         "factors; latency and throughput are extrapolated from other GPU families and engines"
                         + (f" (measured on {gpu.family} only as other release lines, not used: {older}; "

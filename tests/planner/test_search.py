@@ -290,7 +290,7 @@ def test_provenance_counts_the_measured_lines_behind_each_candidate() -> None:
             "workload": {"requestsPerSecond": "5", "promptTokens": {"mean": 512}, "outputTokens": {"mean": 256}},
             "slo": {"ttft": {"maxMs": 2000}}, "constraints": {"gpuTypes": ["H100-SXM5-80GB"]}}
     factors = load_factors()
-    lines = factors.measured_lines("vllm", "hopper")
+    lines = factors.lines_measured_on("vllm", "hopper")["vllm"]
     assert lines > 0  # the shipped fit has vLLM on Hopper lines
     fitted = _plan(_resolve(_parse(spec)), factors).recommendation
     assert fitted is not None
