@@ -37,7 +37,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from inferplan.planner.accuracy import score
-from inferplan.planner.calibrate import MIN_ROWS_FOR_ENGINE, calibrate, identifiable_families, row_line
+from inferplan.planner.calibrate import (
+    MIN_ROWS_FOR_ENGINE,
+    calibrate,
+    identifiable_families,
+    row_line,
+    training_rows,
+)
 from inferplan.planner.factors import (
     ENGINE_FACTOR_NAMES,
     FAMILY_FACTOR_NAMES,
@@ -63,18 +69,14 @@ def _fit_fold(job: tuple[str, list[Scenario], FactorSet, int]) -> tuple[str, Fac
     return source, _fit(train, start, sweeps), time.perf_counter() - t0
 
 
-def _training_rows(rows: Sequence[Scenario]) -> list[Scenario]:
-    return [r for r in rows if not r.suspect and r.engine and r.gpu and r.value > 0]
-
-
 def _training_engines(rows: Sequence[Scenario]) -> Counter[str]:
-    return Counter(line for line in map(row_line, _training_rows(rows)) if line)
+    return Counter(line for line in map(row_line, training_rows(rows)) if line)
 
 
 def _training_families(rows: Sequence[Scenario]) -> set[str]:
     """The GPU families whose corrections a fit on `rows` fits (`calibrate.identifiable_families`)."""
     fitted = {e for e, n in _training_engines(rows).items() if n >= MIN_ROWS_FOR_ENGINE}
-    return identifiable_families(_training_rows(rows), fitted)
+    return identifiable_families(training_rows(rows), fitted)
 
 
 def _pct(x: float | None) -> str:

@@ -152,6 +152,11 @@ def identifiable_families(rows: Sequence[Scenario], fitted_lines: set[str]) -> s
     return {family for family, seen in lines.items() if len(seen) >= 2}
 
 
+def training_rows(scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """The rows a fit uses: not suspect, with an engine, a GPU and a positive value."""
+    return [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0]
+
+
 def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 4) -> Calibration:
     """Fit engine and GPU-family factors on the non-suspect rows of `scenarios`.
 
@@ -160,7 +165,7 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     without data keep their values in `start`.
     """
     start = start or load_factors()
-    rows = [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0]
+    rows = training_rows(scenarios)
     lines = [row_line(r) for r in rows]
     engines = Counter(line for line in lines if line)
     fitted_lines = {e for e, n in engines.items() if n >= MIN_ROWS_FOR_ENGINE}
@@ -248,4 +253,4 @@ def format_calibration(result: Calibration) -> str:
 
 
 __all__ = ["Calibration", "EngineFactors", "FamilyFactors", "calibrate", "format_calibration", "identifiable_families",
-           "row_line"]
+           "row_line", "training_rows"]
