@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from inferplan.planner.engines import base_line, factor_key
+from inferplan.planner.engines import base_line, engine_of_line, engine_profile, factor_key
 from inferplan.planner.factors import (
     ENGINE_FACTOR_NAMES,
     FAMILY_FACTOR_NAMES,
+    NO_SM_CAP_GB_S,
     EngineFactors,
     FactorSet,
     FamilyFactors,
@@ -49,6 +50,9 @@ BOUNDS = {
     "quantized_bandwidth_scale": (0.3, 1.0),
     "non_torch_gib": (0.05, 6.0),
     "activation_scale": (0.2, 5.0),
+    # GB/s one SM streams with the engine's own kernels: 3 is below any card's measured share, 100 (the prior)
+    # caps nothing (rated bandwidth per SM is at most about 55 GB/s in the catalog).
+    "sm_stream_gb_s": (3.0, NO_SM_CAP_GB_S),
     # GPU-family corrections on top of the catalog's peaks and the engine's efficiencies: bounded to what
     # the physics leaves room for (a family whose fit lands on a bound is a defect to look into).
     "bandwidth_scale": (0.6, 1.4),
@@ -63,6 +67,10 @@ LINEAR_FACTORS = ("overlap_penalty", "request_overhead_ms")
 PRIOR_WEIGHT = 0.5
 CAUCHY_SCALE = 0.3
 MIN_ROWS_FOR_ENGINE = 3
+# Factors searched together with a partner: a per-SM cap changes only the cards with many GB/s per SM, and it
+# pays only if the bandwidth efficiency rises on the others at the same time, a move one factor at a time
+# never makes. The cap's first sweep spans its whole range (its prior caps nothing).
+JOINT_FACTORS = {"sm_stream_gb_s": "bandwidth_efficiency"}
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,14 @@ def identifiable_families(rows: Sequence[Scenario], fitted_lines: set[str]) -> s
     return {family for family, seen in lines.items() if len(seen) >= 2}
 
 
+def _own_kernels(line: str) -> bool:
+    """Whether factor line `line`'s engine streams weights with its own kernels (the per-SM cap is fitted)."""
+    try:
+        return engine_profile(engine_of_line(line)).own_weight_kernels
+    except CatalogLookupError:
+        return False
+
+
 def training_rows(scenarios: Sequence[Scenario]) -> list[Scenario]:
     """The rows a fit uses: not suspect, with an engine, a GPU and a positive value."""
     return [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0]
@@ -202,7 +218,7 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
 
     targets: list[tuple[str, str, str]] = [
         ("engine", e, n) for e in sorted(fitted_lines) for n in ENGINE_FACTOR_NAMES
-        if not (n in MEMORY_FACTOR_NAMES and base_line(e) != e)]
+        if not (n in MEMORY_FACTOR_NAMES and base_line(e) != e) and (n != "sm_stream_gb_s" or _own_kernels(e))]
     targets += [("family", f, n) for f in sorted(family_rows) for n in FAMILY_FACTOR_NAMES]
     for sweep in range(sweeps):
         spread = 1.0 / (sweep + 1)
@@ -215,6 +231,22 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
             prior_value = getter(prior)
             lo, hi = BOUNDS[name]
             value = getter(current)
+            if name in JOINT_FACTORS:  # a grid over the pair (the cap's first sweep spans its bounds)
+                partner = JOINT_FACTORS[name]
+                first = np.geomspace(lo, hi, 13) if sweep == 0 else value * np.exp(np.linspace(-spread, spread, 9))
+                other = getattr(current.engines[key], partner)
+                seconds = other * np.exp(np.linspace(-spread, spread, 9))
+                pairs = [(float(a), float(b)) for a in np.unique(np.clip(first, lo, hi))
+                         for b in np.unique(np.clip(seconds, *BOUNDS[partner]))]
+                best_pair, best_loss = (value, other), math.inf
+                for a, b in [(value, other), *pairs]:
+                    trial = set_engine(set_engine(current, key, name, a), key, partner, b)
+                    loss = (float(_row_loss(subset, trial).sum()) + penalty(a, prior_value, name)
+                            + penalty(b, getattr(prior.engines[key], partner), partner))
+                    if loss < best_loss - 1e-9:
+                        best_pair, best_loss = (a, b), loss
+                current = set_engine(set_engine(current, key, name, best_pair[0]), key, partner, best_pair[1])
+                continue
             best = (float(_row_loss(subset, current).sum()) + penalty(value, prior_value, name), value)
             if name in LINEAR_FACTORS:
                 grid = value + np.linspace(-spread, spread, 9) * (hi - lo)

@@ -32,6 +32,12 @@ class EngineProfile:
       "free_fraction": the KV pool is a fraction of the memory still free after loading the weights
         (TensorRT-LLM `kv_cache_free_gpu_mem_fraction`, LMDeploy `cache_max_entry_count`, TGI).
       "context": the engine allocates KV for the configured context only (llama.cpp, ExLlama).
+
+    own_weight_kernels: the engine reads the weights with its own matrix-vector kernels (ggml's CUDA kernels,
+      ExLlama's, MLC's TVM-generated ones), not with vendor GEMM libraries tuned for each GPU. Such a kernel
+      keeps a fixed number of loads in flight per SM, so what one SM streams is bounded (Little's law: bytes
+      in flight / memory latency) and a card with many GB/s per SM (HBM) reaches a smaller share of its
+      rated bandwidth than a GDDR card: the factor `sm_stream_gb_s` is fitted for these engines only.
     """
 
     name: str
@@ -45,6 +51,7 @@ class EngineProfile:
     tensor_parallel: bool
     cuda_graph_gib: float  # CUDA-graph memory per GPU, captured after the KV pool is sized (assumed)
     description: str
+    own_weight_kernels: bool = False  # streams weights with its own kernels, not vendor GEMM libraries
 
 
 ENGINES: dict[str, EngineProfile] = {
@@ -127,6 +134,7 @@ ENGINES: dict[str, EngineProfile] = {
             tensor_parallel=True,
             cuda_graph_gib=0.0,
             description="MLC-LLM serve: continuous batching, KV from gpu_memory_utilization of total memory",
+            own_weight_kernels=True,
         ),
         EngineProfile(
             name="llama.cpp",
@@ -141,6 +149,7 @@ ENGINES: dict[str, EngineProfile] = {
             cuda_graph_gib=0.0,
             description="llama.cpp server: one sequence per slot, no continuous batching across requests; "
             "multi-GPU splits layers (pipeline), which adds no speed to one stream",
+            own_weight_kernels=True,
         ),
         EngineProfile(
             name="exllama",
@@ -154,6 +163,7 @@ ENGINES: dict[str, EngineProfile] = {
             tensor_parallel=False,
             cuda_graph_gib=0.0,
             description="ExLlama: single-stream GPTQ/EXL2 kernels",
+            own_weight_kernels=True,
         ),
     )
 }

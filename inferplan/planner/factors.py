@@ -26,7 +26,11 @@ ENGINE_FACTOR_NAMES = (
     "quantized_bandwidth_scale",  # weight-only int4/int8 kernels: dequantisation cost on bandwidth [0-1]
     "non_torch_gib",              # memory outside the PyTorch allocator: CUDA context, NCCL, cuBLAS [GiB]
     "activation_scale",           # profiled activation peak relative to the analytic estimate [-]
+    "sm_stream_gb_s",             # most one SM streams from memory with the engine's own kernels [GB/s per SM]
 )
+# A per-SM rate no GPU in the catalog comes near (rated bandwidth / SMs is at most about 55 GB/s): no cap. It is
+# the prior, and the value a factors file that predates the factor gets.
+NO_SM_CAP_GB_S = 100.0
 FAMILY_FACTOR_NAMES = (
     "bandwidth_scale",   # multiplies the engine's bandwidth efficiency on this GPU family [-]
     "compute_scale",     # multiplies the engine's compute efficiencies on this GPU family [-]
@@ -48,6 +52,7 @@ class EngineFactors:
     quantized_bandwidth_scale: float
     non_torch_gib: float
     activation_scale: float
+    sm_stream_gb_s: float = NO_SM_CAP_GB_S
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ def parse_factors(data: dict[str, Any]) -> FactorSet:
     """Build a FactorSet from its JSON form; a missing or non-positive factor is an error naming it."""
 
     def engine(name: str, raw: dict[str, Any]) -> EngineFactors:
+        raw = {"sm_stream_gb_s": NO_SM_CAP_GB_S} | raw  # files written before the factor existed
         missing = [f for f in ENGINE_FACTOR_NAMES if f not in raw]
         if missing:
             raise ValueError(f"factors for engine {name!r}: missing {', '.join(missing)}")

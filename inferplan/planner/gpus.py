@@ -53,6 +53,7 @@ REQUIRED_FIGURES = (
     "interconnect_gb_s",
     "pcie_gb_s",
     "usd_per_hour",
+    "sm_count",
 )
 NULLABLE_FIGURES = ("fp8_tflops", "int8_tops", "tdp_w")
 FIGURES = REQUIRED_FIGURES + NULLABLE_FIGURES
@@ -147,6 +148,7 @@ class GpuSpec:
     product_label: str = ""  # the node label value: nvidia.com/gpu.product (GFD) or amd.com/gpu.product-name
     gpus_per_node: int = 8  # in the common chassis `chassis` names (a plan or the cluster's nodes override it)
     chassis: str = ""
+    sm_count: int | None = None  # streaming multiprocessors (AMD: compute units); None: unknown, no per-SM cap
 
     @property
     def product_label_key(self) -> str:
@@ -486,6 +488,7 @@ def _build_spec(entry: _GpuModel, figures: Mapping[str, FigureProvenance]) -> Gp
         product_label=entry.product_label,
         gpus_per_node=entry.gpus_per_node,
         chassis=entry.chassis,
+        sm_count=int(required["sm_count"]),
     )
 
 

@@ -74,6 +74,15 @@ class Hardware:
     request_overhead_s: Number               # online serving only: added to TTFT
 
 
+def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
+    """The most an engine's kernels stream from memory on `gpu` [bytes/s]: its per-SM rate (`sm_stream_gb_s`)
+    times the GPU's SMs; no cap where the catalog gives no SM count. Only engines with their own weight kernels
+    (`EngineProfile.own_weight_kernels`) have a fitted rate; the others keep the prior, which caps nothing."""
+    if not gpu.sm_count:
+        return float("inf")
+    return gpu.sm_count * factors.sm_stream_gb_s * 1e9
+
+
 @lru_cache(maxsize=16384)
 def build_hardware(
     arch: ModelArchitecture,
@@ -142,7 +151,7 @@ def hardware_grid(
                 peak = gpu.fp8_tflops * FP8_GEMM_RELATIVE_EFFICIENCY
             elif precision.compute == "int8" and gpu.int8_tops:
                 peak = gpu.int8_tops
-            bandwidth[i, j] = gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff
+            bandwidth[i, j] = min(gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff, sm_stream_cap(gpu, factor))
             peak_flops[i, j] = peak * 1e12 * family.compute_scale
     link_latency = np.array([[ALLREDUCE_LATENCY_S.get(gpu.interconnect if t > 1 else "nvlink", 30e-6) for t in tps]
                              for gpu in gpus])
@@ -157,7 +166,8 @@ def hardware_grid(
         return values[None, None, :, None]
 
     peak = per_gpu_precision(peak_flops)
-    kv_bandwidth = [gpu.memory_bandwidth_gb_s * 1e9 * f.bandwidth_efficiency * fam.bandwidth_scale * fam.attention_scale
+    kv_bandwidth = [min(gpu.memory_bandwidth_gb_s * 1e9 * f.bandwidth_efficiency * fam.bandwidth_scale
+                        * fam.attention_scale, sm_stream_cap(gpu, f))
                     for gpu, f, fam in zip(gpus, factors, families, strict=True)]
     grid = Hardware(
         tp=tp.astype(float),

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.calibrate import calibrate, identifiable_families, row_line
-from inferplan.planner.factors import FactorSet, FamilyFactors, load_factors
+from inferplan.planner.factors import NO_SM_CAP_GB_S, FactorSet, FamilyFactors, load_factors
+from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import read_scenarios
 
@@ -74,3 +75,22 @@ def test_a_stack_line_takes_its_engines_memory_factors(published_scenarios: Path
     rocm, cuda = fitted.engine("vllm-v0-rocm"), fitted.engine("vllm-v0")
     assert "vllm-v0-rocm" in fitted.engines and rocm != cuda
     assert (rocm.non_torch_gib, rocm.activation_scale) == (cuda.non_torch_gib, cuda.activation_scale)
+
+
+def test_fit_finds_a_per_sm_cap_with_the_bandwidth_efficiency_it_comes_with(published_scenarios: Path) -> None:
+    """llama.cpp's rows span GDDR cards (few GB/s per SM) and HBM cards (many): data made with a cap of 9 GB/s per
+    SM and 0.85 of the rated bandwidth is fitted back to both, which no one-factor move from the prior (no cap,
+    0.8) reaches; an engine that uses vendor kernels gets no cap fitted."""
+    shipped = load_factors()
+    prior = replace(shipped, engines={}, families={})
+    rows = [r for r in read_scenarios(published_scenarios).scenarios if r.engine == "llama.cpp" and not r.suspect]
+    assert {resolve_gpu(r.gpu).key for r in rows} >= {"A100-SXM4-80GB", "H100-PCIe-80GB", "RTX-3090", "RTX-4090"}
+    truth = replace(prior, engines={"llama.cpp": replace(prior.default_engine, bandwidth_efficiency=0.85,
+                                                         sm_stream_gb_s=9.0)})
+    predicted = predict_scenarios(rows, truth)
+    rows = [r.model_copy(update={"value": p.predicted}) for r, p in zip(rows, predicted, strict=True) if p.predicted]
+    fitted = calibrate(rows, prior, sweeps=2).factors.engine("llama.cpp")
+    assert fitted.sm_stream_gb_s == pytest.approx(9.0, rel=0.15)
+    assert fitted.bandwidth_efficiency == pytest.approx(0.85, rel=0.1)
+    vllm_rows = synthetic(published_scenarios, prior)
+    assert calibrate(vllm_rows, prior, sweeps=1).factors.engine("vllm").sm_stream_gb_s == NO_SM_CAP_GB_S

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from inferplan.planner.factors import load_factors, parse_factors
+from inferplan.planner.factors import NO_SM_CAP_GB_S, load_factors, parse_factors
 
 
 def test_shipped_factors_round_trip_through_json() -> None:
@@ -19,6 +19,13 @@ def test_a_missing_factor_is_an_error_naming_it() -> None:
     del data["engines"]["vllm"]["step_overhead_ms"]
     with pytest.raises(ValueError, match=r"vllm.*step_overhead_ms"):
         parse_factors(data)
+
+
+def test_a_file_from_before_the_per_sm_rate_caps_nothing() -> None:
+    data = load_factors().to_json()
+    for raw in [data["default_engine"], *data["engines"].values()]:
+        del raw["sm_stream_gb_s"]
+    assert {f.sm_stream_gb_s for f in parse_factors(data).engines.values()} == {NO_SM_CAP_GB_S}
 
 
 def test_a_stack_line_without_factors_has_its_engines_and_one_with_factors_its_own() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from inferplan.planner.architectures import resolve_model
 from inferplan.planner.engines import ENGINES
 from inferplan.planner.factors import load_factors
-from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.memory import weight_bytes
 from inferplan.planner.performance import (
     FP8_GEMM_RELATIVE_EFFICIENCY,
@@ -26,7 +26,7 @@ from inferplan.planner.performance import (
     stack_hardware,
 )
 from inferplan.planner.precisions import weight_precision
-from tests.support.hardware import hardware
+from tests.support.hardware import FACTORS, hardware
 
 
 def test_single_stream_decode_is_weights_over_bandwidth() -> None:
@@ -36,6 +36,21 @@ def test_single_stream_decode_is_weights_over_bandwidth() -> None:
     kv = arch.kv_bytes_per_token(2.0) * 100
     expected = (read + kv) / (3350e9 * 0.8)
     assert decode_step_s(hw, 1, 100) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_per_sm_cap_binds_on_cards_with_many_gb_s_per_sm_only() -> None:
+    """9 GB/s per SM: an A100 SXM (108 SMs, 2,039 GB/s) streams 972 GB/s, not 0.8 of its rating; an RTX 4090 (128
+    SMs, 1,008 GB/s) keeps 0.8 of its rating, as the cap (1,152 GB/s) is above it. KV reads take the cap too."""
+    capped = replace(FACTORS, sm_stream_gb_s=9.0)
+    a100 = hardware(gpu="NVIDIA-A100-SXM4-80GB", factors=capped)
+    assert a100.bandwidth_bytes_s == pytest.approx(108 * 9e9)
+    assert a100.kv_bandwidth_bytes_s == pytest.approx(108 * 9e9)
+    assert hardware(gpu="NVIDIA-GeForce-RTX-4090", factors=capped).bandwidth_bytes_s == pytest.approx(1008e9 * 0.8)
+
+
+def test_the_prior_per_sm_rate_caps_no_gpu_in_the_catalog() -> None:
+    for gpu in load_gpu_catalog():
+        assert gpu.sm_count and gpu.sm_count * FACTORS.sm_stream_gb_s * 1e9 > gpu.memory_bandwidth_gb_s * 1e9, gpu.key
 
 
 def test_large_batch_decode_is_compute_bound() -> None:
