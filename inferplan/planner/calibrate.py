@@ -48,6 +48,8 @@ BOUNDS = {
     "sequence_overhead_ms": (0.005, 1.0),
     "request_overhead_ms": (0.0, 100.0),
     "quantized_bandwidth_scale": (0.3, 1.0),
+    "expert_quantized_bandwidth_scale": (0.3, 1.0),
+    "quantized_compute_scale": (0.3, 1.0),
     "non_torch_gib": (0.05, 6.0),
     "activation_scale": (0.2, 5.0),
     # GB/s one SM streams with the engine's own kernels: 3 is below any card's measured share, 100 (the prior)
@@ -71,6 +73,10 @@ MIN_ROWS_FOR_ENGINE = 3
 # pays only if the bandwidth efficiency rises on the others at the same time, a move one factor at a time
 # never makes. The cap's first sweep spans its whole range (its prior caps nothing).
 JOINT_FACTORS = {"sm_stream_gb_s": "bandwidth_efficiency"}
+# Factors of an engine's kernels rather than of one release: a single value for all CUDA release lines of an
+# engine, fitted on their rows together (vLLM's V0 and V1 lines dequantise GPTQ/AWQ with the same Marlin
+# kernels). The bandwidth scale is what small batches show, the compute scale what large ones do.
+TIED_FACTORS = ("quantized_bandwidth_scale", "quantized_compute_scale")
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,16 @@ def _own_kernels(line: str) -> bool:
         return False
 
 
+def tied_lines(fitted_lines: set[str]) -> dict[str, list[str]]:
+    """The CUDA release lines of each engine among `fitted_lines` (`vllm`: vllm, vllm-v0), which share the
+    `TIED_FACTORS`; a stack line (`vllm-rocm`: other kernels) keeps its own."""
+    groups: dict[str, list[str]] = {}
+    for line in sorted(fitted_lines):
+        if base_line(line) == line:
+            groups.setdefault(engine_of_line(line), []).append(line)
+    return groups
+
+
 def training_rows(scenarios: Sequence[Scenario]) -> list[Scenario]:
     """The rows a fit uses: not suspect, with an engine, a GPU and a positive value."""
     return [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0]
@@ -216,18 +232,35 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     def set_family(fs: FactorSet, family: str, name: str, value: float) -> FactorSet:
         return replace(fs, families=fs.families | {family: replace(fs.families[family], **{name: value})})
 
+    groups = tied_lines(fitted_lines)
+    grouped = {line for members in groups.values() for line in members}
+
+    def set_group(fs: FactorSet, group: str, name: str, value: float) -> FactorSet:
+        for line in groups[group]:
+            fs = set_engine(fs, line, name, value)
+        return fs
+
     targets: list[tuple[str, str, str]] = [
         ("engine", e, n) for e in sorted(fitted_lines) for n in ENGINE_FACTOR_NAMES
-        if not (n in MEMORY_FACTOR_NAMES and base_line(e) != e) and (n != "sm_stream_gb_s" or _own_kernels(e))]
+        if not (n in MEMORY_FACTOR_NAMES and base_line(e) != e) and (n != "sm_stream_gb_s" or _own_kernels(e))
+        and not (n in TIED_FACTORS and e in grouped)]
+    targets += [("group", g, n) for g in sorted(groups) for n in TIED_FACTORS]
     targets += [("family", f, n) for f in sorted(family_rows) for n in FAMILY_FACTOR_NAMES]
     for sweep in range(sweeps):
         spread = 1.0 / (sweep + 1)
         current = _inherit_memory(current, fitted_lines)
         for kind, key, name in targets:
-            subset = engine_rows[key] if kind == "engine" else family_rows[key]
-            getter = (lambda fs, k=key, n=name: getattr(fs.engines[k], n)) if kind == "engine" else (
-                lambda fs, k=key, n=name: getattr(fs.families[k], n))
-            setter = set_engine if kind == "engine" else set_family
+            if kind == "family":
+                subset, setter, table, holder = family_rows[key], set_family, "families", key
+            elif kind == "engine":
+                subset, setter, table, holder = engine_rows[key], set_engine, "engines", key
+            else:  # a tied factor: every line of the group holds the same value
+                subset = [r for line in groups[key] for r in engine_rows[line]]
+                setter, table, holder = set_group, "engines", groups[key][0]
+
+            def getter(fs: FactorSet, table: str = table, holder: str = holder, name: str = name) -> float:
+                return float(getattr(getattr(fs, table)[holder], name))
+
             prior_value = getter(prior)
             lo, hi = BOUNDS[name]
             value = getter(current)
@@ -285,4 +318,4 @@ def format_calibration(result: Calibration) -> str:
 
 
 __all__ = ["Calibration", "EngineFactors", "FamilyFactors", "calibrate", "format_calibration", "identifiable_families",
-           "row_line", "training_rows"]
+           "row_line", "tied_lines", "training_rows"]

@@ -23,7 +23,9 @@ ENGINE_FACTOR_NAMES = (
     "step_overhead_ms",           # per engine step: scheduling, kernel launches, sampling [ms]
     "sequence_overhead_ms",       # per running sequence per step: sampler, detokenise, bookkeeping [ms]
     "request_overhead_ms",        # per request on an online server: HTTP, tokenising, first stream chunk [ms]
-    "quantized_bandwidth_scale",  # weight-only int4/int8 kernels: dequantisation cost on bandwidth [0-1]
+    "quantized_bandwidth_scale",  # weight-only int4/int8 kernels (GPTQ, AWQ): dequantisation cost on bandwidth [0-1]
+    "expert_quantized_bandwidth_scale",  # the same for MoE expert-only formats (MXFP4) on expert reads [0-1]
+    "quantized_compute_scale",    # GPTQ/AWQ matmuls: dequantisation cost on tensor throughput (large batches) [0-1]
     "non_torch_gib",              # memory outside the PyTorch allocator: CUDA context, NCCL, cuBLAS [GiB]
     "activation_scale",           # profiled activation peak relative to the analytic estimate [-]
     "sm_stream_gb_s",             # most one SM streams from memory with the engine's own kernels [GB/s per SM]
@@ -53,6 +55,8 @@ class EngineFactors:
     non_torch_gib: float
     activation_scale: float
     sm_stream_gb_s: float = NO_SM_CAP_GB_S
+    expert_quantized_bandwidth_scale: float = 0.8
+    quantized_compute_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,10 @@ def parse_factors(data: dict[str, Any]) -> FactorSet:
     """Build a FactorSet from its JSON form; a missing or non-positive factor is an error naming it."""
 
     def engine(name: str, raw: dict[str, Any]) -> EngineFactors:
-        raw = {"sm_stream_gb_s": NO_SM_CAP_GB_S} | raw  # files written before the factor existed
+        # Files written before these factors existed: no per-SM cap; one dequantisation scale for every format,
+        # on bandwidth only.
+        raw = {"sm_stream_gb_s": NO_SM_CAP_GB_S, "quantized_compute_scale": 1.0,
+               "expert_quantized_bandwidth_scale": raw.get("quantized_bandwidth_scale", 0.8)} | raw
         missing = [f for f in ENGINE_FACTOR_NAMES if f not in raw]
         if missing:
             raise ValueError(f"factors for engine {name!r}: missing {', '.join(missing)}")

@@ -63,6 +63,7 @@ class Hardware:
     allreduce_bytes_per_token: Number         # hidden x 2 bytes, per all-reduce
     allreduces_per_step: Number
     bandwidth_bytes_s: Number                 # achieved on weight reads: peak x efficiency
+    expert_bandwidth_bytes_s: Number          # ... on MoE expert reads (an expert-only format has its own kernels)
     kv_bandwidth_bytes_s: Number              # achieved on paged-attention KV reads
     decode_flops_s: Number
     prefill_flops_s: Number
@@ -81,6 +82,27 @@ def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
     if not gpu.sm_count:
         return float("inf")
     return gpu.sm_count * factors.sm_stream_gb_s * 1e9
+
+
+def dequantisation_scales(precision: WeightPrecision, factors: EngineFactors) -> tuple[float, float]:
+    """What dequantising on the fly leaves of the bandwidth on (dense, expert) weight reads: weight-only formats of
+    the linear layers (GPTQ, AWQ) pay `quantized_bandwidth_scale` on both; expert-only formats (MXFP4, read by
+    MoE kernels of their own) pay `expert_quantized_bandwidth_scale` on the experts and nothing on the 16-bit
+    rest; 16-bit, 8-bit-compute and whole-model formats (GGUF, MLC: the engine's own kernels) pay nothing."""
+    if precision.compute != "fp16" or precision.bits_per_param >= 16 or precision.quantizes == "all":
+        return 1.0, 1.0
+    if precision.quantizes == "experts":
+        return 1.0, factors.expert_quantized_bandwidth_scale
+    return factors.quantized_bandwidth_scale, factors.quantized_bandwidth_scale
+
+
+def dequantisation_compute_scale(precision: WeightPrecision, factors: EngineFactors) -> float:
+    """What dequantising on the fly leaves of the tensor throughput: GPTQ/AWQ matmuls unpack every weight tile
+    before the 16-bit MMA, which costs the large batches that are compute-bound (`quantized_compute_scale`);
+    nothing for the other formats."""
+    if precision.compute != "fp16" or precision.bits_per_param >= 16 or precision.quantizes != "linear":
+        return 1.0
+    return factors.quantized_compute_scale
 
 
 @lru_cache(maxsize=16384)
@@ -138,21 +160,23 @@ def hardware_grid(
         0.0 if arch.tie_word_embeddings else split.lm_head
     )
 
-    # Per (GPU, precision): achieved bandwidth on weight reads and peak compute of the matmuls' dtype.
+    # Per (GPU, precision): achieved bandwidth on weight (and expert) reads and peak compute of the matmuls' dtype.
     bandwidth = np.empty((len(gpus), len(precisions)))
+    expert_bandwidth = np.empty((len(gpus), len(precisions)))
     peak_flops = np.empty((len(gpus), len(precisions)))
     for i, (gpu, factor, family) in enumerate(zip(gpus, factors, families, strict=True)):
         for j, precision in enumerate(precisions):
-            bandwidth_eff = factor.bandwidth_efficiency * family.bandwidth_scale
-            if precision.compute == "fp16" and precision.bits_per_param < 16 and precision.quantizes != "all":
-                bandwidth_eff *= factor.quantized_bandwidth_scale
+            rated = gpu.memory_bandwidth_gb_s * 1e9 * factor.bandwidth_efficiency * family.bandwidth_scale
+            dense_scale, expert_scale = dequantisation_scales(precision, factor)
+            cap = sm_stream_cap(gpu, factor)
+            bandwidth[i, j] = min(rated * dense_scale, cap)
+            expert_bandwidth[i, j] = min(rated * expert_scale, cap)
             peak = gpu.fp16_tflops
             if precision.compute == "fp8" and gpu.fp8_tflops:
                 peak = gpu.fp8_tflops * FP8_GEMM_RELATIVE_EFFICIENCY
             elif precision.compute == "int8" and gpu.int8_tops:
                 peak = gpu.int8_tops
-            bandwidth[i, j] = min(gpu.memory_bandwidth_gb_s * 1e9 * bandwidth_eff, sm_stream_cap(gpu, factor))
-            peak_flops[i, j] = peak * 1e12 * family.compute_scale
+            peak_flops[i, j] = peak * 1e12 * family.compute_scale * dequantisation_compute_scale(precision, factor)
     link_latency = np.array([[ALLREDUCE_LATENCY_S.get(gpu.interconnect if t > 1 else "nvlink", 30e-6) for t in tps]
                              for gpu in gpus])
 
@@ -186,6 +210,7 @@ def hardware_grid(
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
         bandwidth_bytes_s=per_gpu_precision(bandwidth),
+        expert_bandwidth_bytes_s=per_gpu_precision(expert_bandwidth),
         kv_bandwidth_bytes_s=per_gpu(kv_bandwidth),
         decode_flops_s=peak * per_gpu([f.decode_compute_efficiency for f in factors]),
         prefill_flops_s=peak * per_gpu([f.prefill_compute_efficiency for f in factors]),
@@ -311,7 +336,7 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
     return DecodeStep(
         hw=hw,
         dense_weights_s=np.asarray(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
-        expert_weights_s=np.asarray(hw.expert_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
+        expert_weights_s=np.asarray(hw.expert_bytes_per_gpu / hw.expert_bandwidth_bytes_s, dtype=float),
         kv_s_per_sequence=kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s,
         compute_s_per_sequence=(hw.decode_flops_per_token_per_gpu + attention_flops(hw, context_tokens))
         / hw.decode_flops_s,
@@ -348,7 +373,7 @@ def prefill_s(
         steps = np.maximum(np.ceil(total / np.asarray(chunk_tokens, dtype=float)), 1.0)
     tokens_per_step = total / steps
     compute_s = tokens_per_step * prefill_compute_s_per_token(hw, p) / hw.pp
-    weights = hw.decode_dense_bytes_per_gpu + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, tokens_per_step)
-    memory_s = weights / hw.bandwidth_bytes_s
+    memory_s = (hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s
+                + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, tokens_per_step) / hw.expert_bandwidth_bytes_s)
     per_step = hw.pp * (_roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, tokens_per_step))
     return steps * (per_step + hw.step_overhead_s) + hw.sequence_overhead_s * np.asarray(prompts, dtype=float)

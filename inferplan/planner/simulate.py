@@ -178,7 +178,7 @@ class _StepModel:
 
         self.pp = f.get("pp", 1.0)
         self.weights_s = ratio("decode_dense_bytes_per_gpu", "bandwidth_bytes_s")
-        self.experts_s = ratio("expert_bytes_per_gpu", "bandwidth_bytes_s")
+        self.experts_s = ratio("expert_bytes_per_gpu", "expert_bandwidth_bytes_s")
         experts = max(f.get("num_experts", 0.0), 1.0)
         self.moe = f.get("num_experts", 0.0) > 0
         self.miss = min(max(1.0 - f.get("experts_per_token", 0.0) / experts, 0.0), 1.0)

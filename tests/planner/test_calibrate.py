@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferplan.planner.calibrate import calibrate, identifiable_families, row_line
+from inferplan.planner.calibrate import calibrate, identifiable_families, row_line, tied_lines
 from inferplan.planner.factors import NO_SM_CAP_GB_S, FactorSet, FamilyFactors, load_factors
 from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.predict import predict_scenarios
@@ -94,3 +94,47 @@ def test_fit_finds_a_per_sm_cap_with_the_bandwidth_efficiency_it_comes_with(publ
     assert fitted.bandwidth_efficiency == pytest.approx(0.85, rel=0.1)
     vllm_rows = synthetic(published_scenarios, prior)
     assert calibrate(vllm_rows, prior, sweeps=1).factors.engine("vllm").sm_stream_gb_s == NO_SM_CAP_GB_S
+
+
+def test_rows_of_an_expert_only_format_move_only_its_own_dequantisation_scale(published_scenarios: Path) -> None:
+    """SGLang's only quantised rows are gpt-oss in MXFP4 (latency-under-load.jsonl). Made with experts read at 0.4
+    of the engine's bandwidth (its 16-bit rows at the prior), they move the expert-format scale most of the way
+    there (the prior pulls the rest with this few rows), and the scale of weight-only formats of the linear layers
+    (AWQ, GPTQ), which no row measures, keeps the prior."""
+    shipped = load_factors()
+    prior = replace(shipped, engines={}, families={})
+    load = published_scenarios.parent / "latency-under-load.jsonl"
+    if not load.is_file():
+        pytest.skip(f"{load} not found")
+    rows = [r for r in read_scenarios(load).scenarios if r.engine == "sglang" and r.gpu.startswith("NVIDIA-H100")
+            and r.metric in ("output_tps_total", "tpot_ms_p50", "ttft_ms_p50")]  # 16-bit rows pin the rest
+    assert {r.weights for r in rows} >= {"mxfp4", "bf16"}
+    truth = replace(prior, engines={"sglang": replace(prior.default_engine, expert_quantized_bandwidth_scale=0.4)})
+    predicted = predict_scenarios(rows, truth)
+    rows = [r.model_copy(update={"value": p.predicted}) for r, p in zip(rows, predicted, strict=True) if p.predicted]
+    fitted = calibrate(rows, prior, sweeps=2).factors.engine("sglang")
+    assert fitted.expert_quantized_bandwidth_scale == pytest.approx(0.4, rel=0.25)
+    assert fitted.quantized_bandwidth_scale == prior.default_engine.quantized_bandwidth_scale
+
+
+def test_the_dequantisation_scale_is_one_value_for_an_engines_release_lines(published_scenarios: Path) -> None:
+    """vLLM's V0 and V1 lines dequantise GPTQ/AWQ with the same kernels: QwenLM's V0 single-stream rows (16-bit,
+    GPTQ, AWQ), made with the quantised weights read at 0.55 of the 16-bit bandwidth, set the scale of both lines
+    (V1 has 16-bit rows only here), and a ROCm line keeps its own."""
+    assert tied_lines({"vllm", "vllm-v0", "vllm-v0-rocm", "sglang"}) == {"vllm": ["vllm", "vllm-v0"],
+                                                                          "sglang": ["sglang"]}
+    shipped = load_factors()
+    prior = replace(shipped, engines={}, families={})
+    scenarios = read_scenarios(published_scenarios).scenarios
+    v0 = [r for r in scenarios if not r.suspect and row_line(r) == "vllm-v0" and r.load.kind == "single"
+          and "qwen" in r.id.lower() and r.weights in ("bf16", "int4-awq", "int4-gptq", "int8-gptq")]
+    v1 = [r for r in scenarios if not r.suspect and row_line(r) == "vllm" and r.metric == "decode_tps_single"]
+    assert {r.weights for r in v0} >= {"bf16", "int4-awq"} and len(v1) >= 3
+    made = replace(prior.default_engine, quantized_bandwidth_scale=0.55)
+    truth = replace(prior, engines={"vllm": made, "vllm-v0": made})
+    rows = v0 + v1
+    rows = [r.model_copy(update={"value": p.predicted}) for r, p in zip(rows, predict_scenarios(rows, truth),
+                                                                        strict=True) if p.predicted]
+    fitted = calibrate(rows, prior, sweeps=4).factors
+    assert fitted.engine("vllm").quantized_bandwidth_scale == fitted.engine("vllm-v0").quantized_bandwidth_scale
+    assert fitted.engine("vllm-v0").quantized_bandwidth_scale == pytest.approx(0.55, rel=0.15)

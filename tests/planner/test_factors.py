@@ -21,11 +21,17 @@ def test_a_missing_factor_is_an_error_naming_it() -> None:
         parse_factors(data)
 
 
-def test_a_file_from_before_the_per_sm_rate_caps_nothing() -> None:
+def test_a_file_from_before_the_per_sm_rate_and_the_format_split_reads_as_it_did() -> None:
+    """No per-SM cap, no dequantisation cost on compute, and its one dequantisation scale for every format."""
     data = load_factors().to_json()
     for raw in [data["default_engine"], *data["engines"].values()]:
-        del raw["sm_stream_gb_s"]
-    assert {f.sm_stream_gb_s for f in parse_factors(data).engines.values()} == {NO_SM_CAP_GB_S}
+        for name in ("sm_stream_gb_s", "expert_quantized_bandwidth_scale", "quantized_compute_scale"):
+            del raw[name]
+    data["engines"]["sglang"]["quantized_bandwidth_scale"] = 0.3
+    parsed = parse_factors(data)
+    assert {f.sm_stream_gb_s for f in parsed.engines.values()} == {NO_SM_CAP_GB_S}
+    assert {f.quantized_compute_scale for f in parsed.engines.values()} == {1.0}
+    assert parsed.engine("sglang").expert_quantized_bandwidth_scale == 0.3
 
 
 def test_a_stack_line_without_factors_has_its_engines_and_one_with_factors_its_own() -> None:

@@ -101,6 +101,32 @@ def test_moe_decode_reads_only_routed_experts_at_batch_one() -> None:
     assert step64 > all_experts_s * 0.99
 
 
+def test_an_expert_only_format_pays_its_dequantisation_on_the_experts_only() -> None:
+    """gpt-oss in MXFP4: the 16-bit attention and embeddings are read at the full bandwidth, the experts at the
+    expert format's scale; AWQ's scale is the other factor and covers every linear layer."""
+    slow_experts = replace(FACTORS, expert_quantized_bandwidth_scale=0.5, quantized_bandwidth_scale=0.9)
+    oss = hardware("openai/gpt-oss-20b", weights="mxfp4", factors=slow_experts)
+    assert oss.bandwidth_bytes_s == pytest.approx(3350e9 * 0.8)
+    assert oss.expert_bandwidth_bytes_s == pytest.approx(3350e9 * 0.8 * 0.5)
+    awq = hardware("meta-llama/Meta-Llama-3-8B", weights="int4-awq", factors=slow_experts)
+    assert awq.bandwidth_bytes_s == pytest.approx(3350e9 * 0.8 * 0.9)
+    assert awq.expert_bandwidth_bytes_s == pytest.approx(3350e9 * 0.8 * 0.9)
+    step = decode_step_s(oss, 64, 10)
+    assert step > decode_step_s(hardware("openai/gpt-oss-20b", weights="mxfp4"), 64, 10)
+
+
+def test_gptq_and_awq_pay_their_dequantisation_on_tensor_throughput_too() -> None:
+    """A large AWQ batch is compute-bound: unpacking the weights costs MMA throughput (`quantized_compute_scale`),
+    which MXFP4 experts and 16-bit weights do not pay."""
+    slow = replace(FACTORS, quantized_compute_scale=0.6)
+    awq = hardware(weights="int4-awq", factors=slow)
+    assert awq.decode_flops_s == pytest.approx(989e12 * 0.5 * 0.6)
+    assert awq.prefill_flops_s == pytest.approx(989e12 * 0.6 * 0.6)
+    assert hardware(factors=slow).decode_flops_s == pytest.approx(989e12 * 0.5)
+    assert hardware("openai/gpt-oss-20b", weights="mxfp4", factors=slow).decode_flops_s == pytest.approx(989e12 * 0.5)
+    assert decode_step_s(awq, 2048, 10) > decode_step_s(hardware(weights="int4-awq"), 2048, 10) * 1.5
+
+
 def test_stacked_hardware_evaluates_like_each_alone() -> None:
     items = [hardware(), hardware(gpu="NVIDIA-A100-SXM4-80GB"), hardware(tp=2)]
     stacked = stack_hardware(items)

@@ -307,12 +307,14 @@ def test_provenance_counts_the_measured_lines_behind_each_candidate() -> None:
 def test_no_candidate_is_shown_above_its_slo_by_its_own_numbers() -> None:
     """A tight TTFT p99 on a long-tailed prompt mix: the rate search's coarse sample puts the tail under the
     target where the full sample the numbers are shown with puts it over; the rows shown are searched again
-    with the full sample, so each one meets every SLO by what it shows (it was 327 ms against 300 before)."""
+    with the full sample, so each one meets every SLO by what it shows (it was 327 ms against 300 before). The target
+    sits just above the tail of the cheapest candidate, 2 x L40S (302 ms with the factors refitted on 2026-12-02;
+    the target was 300 when that candidate showed 290 ms)."""
     spec = {
         "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "vllm"},
         "workload": {"requestsPerSecond": "20", "promptTokens": {"mean": 500, "p95": 1500},
                      "outputTokens": {"mean": 250, "p95": 700}},
-        "slo": {"ttft": {"maxMs": 300, "percentile": "p99"}, "e2e": {"maxMs": 30000, "percentile": "p95"}},
+        "slo": {"ttft": {"maxMs": 310, "percentile": "p99"}, "e2e": {"maxMs": 30000, "percentile": "p95"}},
         "constraints": {"gpuTypes": ["NVIDIA-L4", "NVIDIA-L40S", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"],
                         "budgetDollarsPerHour": "9"},
         "alternatives": 8,
@@ -321,7 +323,7 @@ def test_no_candidate_is_shown_above_its_slo_by_its_own_numbers() -> None:
     shown = [c for c in [result.recommendation, *result.alternatives] if c is not None]
     assert len(shown) >= 3
     for candidate in shown:
-        assert candidate.predicted.ttft_ms.p99 <= 300, candidate
+        assert candidate.predicted.ttft_ms.p99 <= 310, candidate
         assert candidate.predicted.e2e_ms.p95 <= 30000, candidate
         # and the rate it is planned at is within what it can serve within the SLOs
         assert candidate.predicted.requests_per_second_per_replica <= \

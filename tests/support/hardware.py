@@ -13,7 +13,7 @@ from inferplan.planner.precisions import weight_precision
 FACTORS = EngineFactors(
     bandwidth_efficiency=0.8, decode_compute_efficiency=0.5, prefill_compute_efficiency=0.6,
     overlap_penalty=0.0, step_overhead_ms=0.0, sequence_overhead_ms=0.0, request_overhead_ms=0.0,
-    quantized_bandwidth_scale=1.0,
+    quantized_bandwidth_scale=1.0, expert_quantized_bandwidth_scale=1.0,
     non_torch_gib=0.3, activation_scale=1.0,
 )
 
