@@ -84,25 +84,28 @@ def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
     return gpu.sm_count * factors.sm_stream_gb_s * 1e9
 
 
-def dequantisation_scales(precision: WeightPrecision, factors: EngineFactors) -> tuple[float, float]:
-    """What dequantising on the fly leaves of the bandwidth on (dense, expert) weight reads: weight-only formats of
-    the linear layers (GPTQ, AWQ) pay `quantized_bandwidth_scale` on both; expert-only formats (MXFP4, read by
-    MoE kernels of their own) pay `expert_quantized_bandwidth_scale` on the experts and nothing on the 16-bit
-    rest; 16-bit, 8-bit-compute and whole-model formats (GGUF, MLC: the engine's own kernels) pay nothing."""
+@dataclass(frozen=True)
+class Dequantisation:
+    """What dequantising weights on the fly leaves of the bandwidth on dense and on expert reads and of the tensor
+    throughput (1.0: nothing lost)."""
+
+    dense_bandwidth: float = 1.0
+    expert_bandwidth: float = 1.0
+    compute: float = 1.0
+
+
+def dequantisation(precision: WeightPrecision, factors: EngineFactors) -> Dequantisation:
+    """The dequantisation cost of `precision` with `factors`' kernels. Weight-only formats of the linear layers
+    (GPTQ, AWQ) pay `quantized_bandwidth_scale` on every weight read and `quantized_compute_scale` on the tensor
+    throughput (a large batch unpacks every weight tile before the 16-bit MMA); expert-only formats (MXFP4, read
+    by MoE kernels of their own) pay `expert_quantized_bandwidth_scale` on the expert reads and nothing on the
+    16-bit rest; 16-bit, 8-bit-compute and whole-model formats (GGUF, MLC: the engine's own kernels) pay nothing."""
     if precision.compute != "fp16" or precision.bits_per_param >= 16 or precision.quantizes == "all":
-        return 1.0, 1.0
+        return Dequantisation()
     if precision.quantizes == "experts":
-        return 1.0, factors.expert_quantized_bandwidth_scale
-    return factors.quantized_bandwidth_scale, factors.quantized_bandwidth_scale
-
-
-def dequantisation_compute_scale(precision: WeightPrecision, factors: EngineFactors) -> float:
-    """What dequantising on the fly leaves of the tensor throughput: GPTQ/AWQ matmuls unpack every weight tile
-    before the 16-bit MMA, which costs the large batches that are compute-bound (`quantized_compute_scale`);
-    nothing for the other formats."""
-    if precision.compute != "fp16" or precision.bits_per_param >= 16 or precision.quantizes != "linear":
-        return 1.0
-    return factors.quantized_compute_scale
+        return Dequantisation(expert_bandwidth=factors.expert_quantized_bandwidth_scale)
+    scale = factors.quantized_bandwidth_scale
+    return Dequantisation(scale, scale, factors.quantized_compute_scale)
 
 
 @lru_cache(maxsize=16384)
@@ -167,16 +170,16 @@ def hardware_grid(
     for i, (gpu, factor, family) in enumerate(zip(gpus, factors, families, strict=True)):
         for j, precision in enumerate(precisions):
             rated = gpu.memory_bandwidth_gb_s * 1e9 * factor.bandwidth_efficiency * family.bandwidth_scale
-            dense_scale, expert_scale = dequantisation_scales(precision, factor)
+            cost = dequantisation(precision, factor)
             cap = sm_stream_cap(gpu, factor)
-            bandwidth[i, j] = min(rated * dense_scale, cap)
-            expert_bandwidth[i, j] = min(rated * expert_scale, cap)
+            bandwidth[i, j] = min(rated * cost.dense_bandwidth, cap)
+            expert_bandwidth[i, j] = min(rated * cost.expert_bandwidth, cap)
             peak = gpu.fp16_tflops
             if precision.compute == "fp8" and gpu.fp8_tflops:
                 peak = gpu.fp8_tflops * FP8_GEMM_RELATIVE_EFFICIENCY
             elif precision.compute == "int8" and gpu.int8_tops:
                 peak = gpu.int8_tops
-            peak_flops[i, j] = peak * 1e12 * family.compute_scale * dequantisation_compute_scale(precision, factor)
+            peak_flops[i, j] = peak * 1e12 * family.compute_scale * cost.compute
     link_latency = np.array([[ALLREDUCE_LATENCY_S.get(gpu.interconnect if t > 1 else "nvlink", 30e-6) for t in tps]
                              for gpu in gpus])
 
