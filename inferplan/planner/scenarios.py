@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 METRIC_UNITS: dict[str, str] = {
     "decode_tps_single": "tokens/s/stream",
@@ -131,14 +131,26 @@ class Scenario(_Strict):
             raise ValueError(f"unit {unit!r} does not match metric {metric!r} (expected {METRIC_UNITS[metric]!r})")
         return unit
 
+    # The date another line of the same file and source revision gives, for a line whose notes give none
+    # (`read_scenarios`); not part of the format.
+    _revision_published: date | None = PrivateAttr(default=None)
+
     @property
     def published(self) -> date | None:
-        """When the source was published, where the notes date it by an arXiv identifier (`arXiv:2411.00136`:
-        November 2024, taken as its first day): a bound on when the measurement was made."""
-        match = re.search(r"arXiv:\s*(\d{2})(\d{2})\.\d{4,5}", self.notes)
-        if not match or not 1 <= int(match.group(2)) <= 12:
-            return None
-        return date(2000 + int(match.group(1)), int(match.group(2)), 1)
+        """When the source was published, a bound on when the measurement was made: where the notes date it by
+        an arXiv identifier (`arXiv:2411.00136`: November 2024, taken as its first day), else where another
+        line of its file from the same source revision does (`source_revision`; a figure's lines often say
+        only "same paper as above")."""
+        return notes_date(self.notes) or self._revision_published
+
+    @property
+    def source_revision(self) -> str:
+        """The document the line was read from, at its revision: a GitHub file's repository and commit
+        (`github.com/owner/repo@commit`), any other URL without its fragment."""
+        match = re.match(r"https?://(?:www\.)?github\.com/([^/]+)/([^/]+)/(?:blob|tree|raw)/([^/#?]+)", self.source)
+        if match:
+            return f"github.com/{match.group(1)}/{match.group(2)}@{match.group(3)}"
+        return self.source.split("#", 1)[0]
 
     @property
     def source_name(self) -> str:
@@ -147,6 +159,27 @@ class Scenario(_Strict):
         if len(parts) > 3 and parts[2].endswith("github.com"):
             return parts[3]
         return parts[2] if len(parts) > 2 else self.source
+
+
+def notes_date(notes: str) -> date | None:
+    """The publication date an arXiv identifier in `notes` gives (`arXiv:2411.00136`: 2024-11-01), or None."""
+    match = re.search(r"arXiv:\s*(\d{2})(\d{2})\.\d{4,5}", notes)
+    if not match or not 1 <= int(match.group(2)) <= 12:
+        return None
+    return date(2000 + int(match.group(1)), int(match.group(2)), 1)
+
+
+def _date_by_revision(scenarios: list[Scenario]) -> None:
+    """Give each undated line the date that its file's other lines from the same source revision state (the
+    latest, should they differ)."""
+    dates: dict[str, date] = {}
+    for row in scenarios:
+        when = notes_date(row.notes)
+        if when is not None and when > dates.get(row.source_revision, date.min):
+            dates[row.source_revision] = when
+    for row in scenarios:
+        if notes_date(row.notes) is None and row.source_revision in dates:
+            row._revision_published = dates[row.source_revision]
 
 
 @dataclass(frozen=True)
@@ -212,4 +245,5 @@ def read_scenarios(path: str | Path) -> ScenarioFile:
                 seen[parsed.id] = number
                 scenarios.append(parsed)
                 lines.append(number)
+    _date_by_revision(scenarios)
     return ScenarioFile(tuple(scenarios), tuple(errors), tuple(lines))

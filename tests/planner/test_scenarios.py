@@ -256,3 +256,21 @@ def test_a_source_dated_by_an_arxiv_identifier_gives_the_publication_month(publi
     assert argonne.published == date(2024, 11, 1)
     assert argonne.model_copy(update={"notes": "no paper"}).published is None
     assert argonne.model_copy(update={"notes": "arXiv:2413.00001"}).published is None  # no 13th month
+
+
+def test_a_line_without_a_date_takes_the_one_its_source_revision_gives(tmp_path: Path) -> None:
+    """Argonne's Figure 22 lines say only "same paper as above"; the paper's other lines, from the same
+    repository commit, give its arXiv date, which picks the engine line they ran (`engines.factor_key`)."""
+    dated = {**_example_row(), "id": "a-dated", "source": "https://github.com/o/r/blob/abc123/results.csv",
+             "notes": "Paper arXiv:2411.00136."}
+    same = {**dated, "id": "b-same-revision", "source": "https://github.com/o/r/blob/abc123/Plots/fig.csv",
+            "notes": "Same paper as above."}
+    other = {**same, "id": "c-other-commit", "source": "https://github.com/o/r/blob/def456/Plots/fig.csv"}
+    path = tmp_path / "dated.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in (same, dated, other)), encoding="utf-8")
+    rows = {r.id: r for r in read_scenarios(path).scenarios}
+    assert rows["a-dated"].published == rows["b-same-revision"].published == date(2024, 11, 1)
+    assert rows["b-same-revision"].source_revision == "github.com/o/r@abc123"
+    assert rows["c-other-commit"].published is None
+    # A line read alone has only its own notes to go by.
+    assert parse_scenario_line(json.dumps(same), 1).published is None
