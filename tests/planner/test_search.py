@@ -54,7 +54,8 @@ def all_shown(result: PlanResult) -> list[Candidate]:
 
 
 def test_utilisation_bound_case_matches_first_principles() -> None:
-    # Loose SLOs: only the utilisation cap binds, so one replica carries 0.8 x its saturation rate.
+    # Loose SLOs: only the utilisation cap binds, so one replica carries 0.8 x its saturation rate, and the
+    # plan's rate leaves the default 5% of that unused (minHeadroom).
     req = request(**{"slo": {"e2e": {"maxMs": 3_600_000, "percentile": "p50"}}, "workload.requestsPerSecond": "50"})
     result = plan(req)
     c = result.recommendation
@@ -67,7 +68,7 @@ def test_utilisation_bound_case_matches_first_principles() -> None:
     slots = min(c.max_batch, c.predicted.max_concurrency)
     capacity = float(poisson_capacity(hw, req.prompt_mean, req.output_mean, slots, chunk))
     assert c.predicted.max_requests_per_second_per_replica == pytest.approx(0.8 * capacity, rel=0.01)
-    assert c.replicas == math.ceil(50 / (0.8 * capacity))
+    assert c.replicas == math.ceil(50 / (0.8 * capacity * (1 - req.min_headroom)) - 1e-9)
     assert c.predicted.utilization <= 0.8 + 1e-9
 
 
@@ -308,13 +309,13 @@ def test_no_candidate_is_shown_above_its_slo_by_its_own_numbers() -> None:
     """A tight TTFT p99 on a long-tailed prompt mix: the rate search's coarse sample puts the tail under the
     target where the full sample the numbers are shown with puts it over; the rows shown are searched again
     with the full sample, so each one meets every SLO by what it shows (it was 327 ms against 300 before). The target
-    sits just above the tail of the cheapest candidate, 2 x L40S (302 ms with the factors refitted on 2026-12-02;
-    the target was 300 when that candidate showed 290 ms)."""
+    sits just above the tail of the cheapest candidate, 2 x L40S (312 ms with 8% headroom with the factors refitted
+    on 2026-12-02 for the dated Argonne lines; the target was 300 when it showed 290 ms, 310 at 302 ms)."""
     spec = {
         "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "vllm"},
         "workload": {"requestsPerSecond": "20", "promptTokens": {"mean": 500, "p95": 1500},
                      "outputTokens": {"mean": 250, "p95": 700}},
-        "slo": {"ttft": {"maxMs": 310, "percentile": "p99"}, "e2e": {"maxMs": 30000, "percentile": "p95"}},
+        "slo": {"ttft": {"maxMs": 325, "percentile": "p99"}, "e2e": {"maxMs": 30000, "percentile": "p95"}},
         "constraints": {"gpuTypes": ["NVIDIA-L4", "NVIDIA-L40S", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"],
                         "budgetDollarsPerHour": "9"},
         "alternatives": 8,
@@ -323,7 +324,7 @@ def test_no_candidate_is_shown_above_its_slo_by_its_own_numbers() -> None:
     shown = [c for c in [result.recommendation, *result.alternatives] if c is not None]
     assert len(shown) >= 3
     for candidate in shown:
-        assert candidate.predicted.ttft_ms.p99 <= 310, candidate
+        assert candidate.predicted.ttft_ms.p99 <= 325, candidate
         assert candidate.predicted.e2e_ms.p95 <= 30000, candidate
         # and the rate it is planned at is within what it can serve within the SLOs
         assert candidate.predicted.requests_per_second_per_replica <= \
