@@ -306,29 +306,33 @@ def test_provenance_counts_the_measured_lines_behind_each_candidate() -> None:
 
 
 def test_no_candidate_is_shown_above_its_slo_by_its_own_numbers() -> None:
-    """A tight TTFT p99 on a long-tailed prompt mix: the rate search's coarse sample puts the tail under the
+    """A tight TTFT p99 on a long-tailed prompt mix: the rate search's coarse sample can put the tail under the
     target where the full sample the numbers are shown with puts it over; the rows shown are searched again
-    with the full sample, so each one meets every SLO by what it shows (it was 327 ms against 300 before). The target
-    sits just above the tail of the cheapest candidate, 2 x L40S (312 ms with 8% headroom with the factors refitted
-    on 2026-12-02 for the dated Argonne lines; the target was 300 when it showed 290 ms, 310 at 302 ms)."""
-    spec = {
-        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "vllm"},
-        "workload": {"requestsPerSecond": "20", "promptTokens": {"mean": 500, "p95": 1500},
-                     "outputTokens": {"mean": 250, "p95": 700}},
-        "slo": {"ttft": {"maxMs": 325, "percentile": "p99"}, "e2e": {"maxMs": 30000, "percentile": "p95"}},
-        "constraints": {"gpuTypes": ["NVIDIA-L4", "NVIDIA-L40S", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"],
-                        "budgetDollarsPerHour": "9"},
-        "alternatives": 8,
-    }
-    result = plan(resolve_plan(parse_plan(spec)))
-    shown = [c for c in [result.recommendation, *result.alternatives] if c is not None]
-    assert len(shown) >= 3
-    for candidate in shown:
-        assert candidate.predicted.ttft_ms.p99 <= 325, candidate
-        assert candidate.predicted.e2e_ms.p95 <= 30000, candidate
-        # and the rate it is planned at is within what it can serve within the SLOs
-        assert candidate.predicted.requests_per_second_per_replica <= \
-            candidate.predicted.max_requests_per_second_per_replica
+    with the full sample, so each one meets every SLO by what it shows (a 2 x L40S was once shown at 327 ms
+    against 300). The targets are scanned so that some fall just above a shown candidate's tail whatever the
+    fitted factors make it, and the scan checks that it got there."""
+    closest = float("inf")
+    for target in range(260, 400, 10):
+        spec = {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "vllm"},
+            "workload": {"requestsPerSecond": "20", "promptTokens": {"mean": 500, "p95": 1500},
+                         "outputTokens": {"mean": 250, "p95": 700}},
+            "slo": {"ttft": {"maxMs": target, "percentile": "p99"}, "e2e": {"maxMs": 30000, "percentile": "p95"}},
+            "constraints": {"gpuTypes": ["NVIDIA-L4", "NVIDIA-L40S", "NVIDIA-A100-SXM4-80GB",
+                                         "NVIDIA-H100-80GB-HBM3"], "budgetDollarsPerHour": "9"},
+            "alternatives": 8,
+        }
+        result = plan(resolve_plan(parse_plan(spec)))
+        shown = [c for c in [result.recommendation, *result.alternatives] if c is not None]
+        assert shown, target
+        for candidate in shown:
+            assert candidate.predicted.ttft_ms.p99 <= target, (target, candidate)
+            assert candidate.predicted.e2e_ms.p95 <= 30000, (target, candidate)
+            # and the rate it is planned at is within what it can serve within the SLOs
+            assert candidate.predicted.requests_per_second_per_replica <= \
+                candidate.predicted.max_requests_per_second_per_replica
+            closest = min(closest, target - candidate.predicted.ttft_ms.p99)
+    assert closest <= 15, "no shown candidate came within 15 ms of its target: the scan missed the boundary"
 
 
 def test_an_amd_gpu_is_planned_on_the_engines_rocm_line_or_extrapolated_from_its_cuda_line() -> None:
