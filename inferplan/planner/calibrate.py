@@ -11,7 +11,9 @@ towards the neutral starting value `default_engine` (and 1.0 for GPU families), 
 little data keeps values near it instead of fitting noise. The fit always starts from that prior, so
 refitting the same file reproduces the shipped factors. The search is coordinate descent in log space: each
 factor in turn is set to the best of a shrinking grid around its current value, re-evaluating only
-the rows that factor touches. Deterministic for the same input.
+the rows that factor touches; a per-SM streaming cap moves on a grid together with its line's bandwidth
+efficiency (`JOINT_FACTORS`), and the GPTQ/AWQ dequantisation factors hold one value across an engine's
+release lines (`TIED_FACTORS`). Deterministic for the same input.
 """
 
 from __future__ import annotations
