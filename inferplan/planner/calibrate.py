@@ -2,7 +2,9 @@
 
 Procedure (docs/calibration.md): minimise, over the factors of every engine and GPU family present,
 
-    sum over non-suspect rows of cauchy(log(predicted / measured))  +  weight x sum (log factor - log prior)^2
+    sum over non-suspect rows of w x cauchy(log(predicted / measured))  +  weight x sum (log factor - log prior)^2
+
+with w = 1 / sqrt(rows of the row's source), scaled to average 1 (`source_weights`).
 
 Log errors make a 2x over- and under-prediction cost the same; the Cauchy loss log(1 + (e / 0.3)^2)
 grows only logarithmically beyond about 35% error, so rows with a physical caveat (an overloaded run
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -100,7 +102,19 @@ def _cauchy(x: np.ndarray) -> np.ndarray:
 UNPREDICTABLE_LOSS = float(np.log1p((math.log(10.0) / CAUCHY_SCALE) ** 2))
 
 
-def _row_loss(rows: Sequence[Scenario], factors: FactorSet) -> np.ndarray:
+def source_weights(rows: Sequence[Scenario]) -> dict[str, float]:
+    """Each row's weight in the loss: 1 / sqrt(rows of its source), scaled to average 1. A source is one
+    harness on one set of machines, so its rows share its errors; weighting them this way keeps the largest
+    source (GPUStack's 177 lines) from setting the factors it shares with the others on its own, while a source
+    with more lines still counts for more."""
+    per_source = Counter(r.source_name for r in rows)
+    raw = {r.id: 1.0 / math.sqrt(per_source[r.source_name]) for r in rows}
+    mean = sum(raw.values()) / len(raw) if raw else 1.0
+    return {key: value / mean for key, value in raw.items()}
+
+
+def _row_loss(rows: Sequence[Scenario], factors: FactorSet, weights: Mapping[str, float]) -> np.ndarray:
+    """Each row's weighted loss (`weights` by row id, `source_weights`)."""
     preds = predict_scenarios(rows, factors)
     out = np.zeros(len(rows))
     for i, (row, pred) in enumerate(zip(rows, preds, strict=True)):
@@ -108,7 +122,7 @@ def _row_loss(rows: Sequence[Scenario], factors: FactorSet) -> np.ndarray:
             out[i] = _cauchy(np.array(math.log(pred.predicted / row.value)))
         elif row.value > 0:
             out[i] = UNPREDICTABLE_LOSS
-    return out
+    return out * np.array([weights[row.id] for row in rows])
 
 
 # Factors of the memory a run takes, not of its speed: a stack line (`vllm-rocm`) keeps its engine's.
@@ -200,6 +214,7 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     """
     start = start or load_factors()
     rows = training_rows(scenarios)
+    weights = source_weights(rows)
     lines = [row_line(r) for r in rows]
     engines = Counter(line for line in lines if line)
     fitted_lines = {e for e, n in engines.items() if n >= MIN_ROWS_FOR_ENGINE}
@@ -218,7 +233,7 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     prior = current
 
     def total(factors: FactorSet) -> float:
-        return float(_row_loss(rows, factors).sum())
+        return float(_row_loss(rows, factors, weights).sum())
 
     loss_before = total(current)
 
@@ -276,20 +291,20 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
                 best_pair, best_loss = (value, other), math.inf
                 for a, b in [(value, other), *pairs]:
                     trial = set_engine(set_engine(current, key, name, a), key, partner, b)
-                    loss = (float(_row_loss(subset, trial).sum()) + penalty(a, prior_value, name)
+                    loss = (float(_row_loss(subset, trial, weights).sum()) + penalty(a, prior_value, name)
                             + penalty(b, getattr(prior.engines[key], partner), partner))
                     if loss < best_loss - 1e-9:
                         best_pair, best_loss = (a, b), loss
                 current = set_engine(set_engine(current, key, name, best_pair[0]), key, partner, best_pair[1])
                 continue
-            best = (float(_row_loss(subset, current).sum()) + penalty(value, prior_value, name), value)
+            best = (float(_row_loss(subset, current, weights).sum()) + penalty(value, prior_value, name), value)
             if name in LINEAR_FACTORS:
                 grid = value + np.linspace(-spread, spread, 9) * (hi - lo)
             else:
                 grid = value * np.exp(np.linspace(-spread, spread, 9))  # first sweep: within e (2.7x) either way
             for candidate in np.clip(grid, lo, hi):
                 trial = setter(current, key, name, float(candidate))
-                loss = float(_row_loss(subset, trial).sum()) + penalty(float(candidate), prior_value, name)
+                loss = float(_row_loss(subset, trial, weights).sum()) + penalty(float(candidate), prior_value, name)
                 if loss < best[0] - 1e-9:
                     best = (loss, float(candidate))
             current = setter(current, key, name, best[1])
@@ -320,4 +335,4 @@ def format_calibration(result: Calibration) -> str:
 
 
 __all__ = ["Calibration", "EngineFactors", "FamilyFactors", "calibrate", "format_calibration", "identifiable_families",
-           "row_line", "tied_lines", "training_rows"]
+           "row_line", "source_weights", "tied_lines", "training_rows"]

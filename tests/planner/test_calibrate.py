@@ -138,3 +138,29 @@ def test_the_dequantisation_scale_is_one_value_for_an_engines_release_lines(publ
     fitted = calibrate(rows, prior, sweeps=4).factors
     assert fitted.engine("vllm").quantized_bandwidth_scale == fitted.engine("vllm-v0").quantized_bandwidth_scale
     assert fitted.engine("vllm-v0").quantized_bandwidth_scale == pytest.approx(0.55, rel=0.15)
+
+
+def test_a_source_counts_by_the_square_root_of_its_rows() -> None:
+    """The loss weighs each row 1 / sqrt(rows of its source), scaled to average 1: a source with four times the
+    rows counts twice as much in all, not four times, and a one-source fit weighs every row 1."""
+    from inferplan.planner.calibrate import source_weights
+
+    rows = _weight_rows({"https://github.com/big/a/blob/c/x.md": 8, "https://github.com/small/b/blob/c/y.md": 2})
+    weights = source_weights(rows)
+    assert sum(weights.values()) == pytest.approx(len(rows))
+    big = [weights[r.id] for r in rows if r.source_name == "big"]
+    small = [weights[r.id] for r in rows if r.source_name == "small"]
+    assert sum(big) == pytest.approx(2 * sum(small))
+    assert list(source_weights(rows[:8]).values()) == pytest.approx([1.0] * 8)
+
+
+def _weight_rows(counts: dict[str, int]) -> list:
+    import json
+    from importlib import resources
+
+    from inferplan.planner.scenarios import Scenario
+
+    text = resources.files("inferplan.planner").joinpath("data/example-scenarios.jsonl").read_text(encoding="utf-8")
+    base = json.loads(next(line for line in text.splitlines() if line.strip()))
+    return [Scenario.model_validate({**base, "id": f"{source.split('/')[3]}-{i}", "source": source})
+            for source, n in counts.items() for i in range(n)]

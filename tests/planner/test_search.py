@@ -312,7 +312,7 @@ def test_no_candidate_is_shown_above_its_slo_by_its_own_numbers() -> None:
     against 300). The targets are scanned so that some fall just above a shown candidate's tail whatever the
     fitted factors make it, and the scan checks that it got there."""
     closest = float("inf")
-    for target in range(260, 400, 10):
+    for target in range(260, 400, 5):
         spec = {
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "vllm"},
             "workload": {"requestsPerSecond": "20", "promptTokens": {"mean": 500, "p95": 1500},
@@ -332,7 +332,7 @@ def test_no_candidate_is_shown_above_its_slo_by_its_own_numbers() -> None:
             assert candidate.predicted.requests_per_second_per_replica <= \
                 candidate.predicted.max_requests_per_second_per_replica
             closest = min(closest, target - candidate.predicted.ttft_ms.p99)
-    assert closest <= 15, "no shown candidate came within 15 ms of its target: the scan missed the boundary"
+    assert closest <= 20, "no shown candidate came within 20 ms of its target: the scan missed the boundary"
 
 
 def test_an_amd_gpu_is_planned_on_the_engines_rocm_line_or_extrapolated_from_its_cuda_line() -> None:
