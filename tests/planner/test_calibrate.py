@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
-from inferplan.planner.calibrate import calibrate, identifiable_families, row_line, tied_lines
+from inferplan.planner.calibrate import calibrate, identifiable_families, row_line, source_weights, tied_lines
 from inferplan.planner.factors import NO_SM_CAP_GB_S, FactorSet, FamilyFactors, load_factors
 from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.predict import predict_scenarios
-from inferplan.planner.scenarios import read_scenarios
+from inferplan.planner.scenarios import Scenario, read_scenarios
 
 
 def synthetic(published: Path, truth: FactorSet) -> list:
@@ -143,8 +145,6 @@ def test_the_dequantisation_scale_is_one_value_for_an_engines_release_lines(publ
 def test_a_source_counts_by_the_square_root_of_its_rows() -> None:
     """The loss weighs each row 1 / sqrt(rows of its source), scaled to average 1: a source with four times the
     rows counts twice as much in all, not four times, and a one-source fit weighs every row 1."""
-    from inferplan.planner.calibrate import source_weights
-
     rows = _weight_rows({"https://github.com/big/a/blob/c/x.md": 8, "https://github.com/small/b/blob/c/y.md": 2})
     weights = source_weights(rows)
     assert sum(weights.values()) == pytest.approx(len(rows))
@@ -154,12 +154,8 @@ def test_a_source_counts_by_the_square_root_of_its_rows() -> None:
     assert list(source_weights(rows[:8]).values()) == pytest.approx([1.0] * 8)
 
 
-def _weight_rows(counts: dict[str, int]) -> list:
-    import json
-    from importlib import resources
-
-    from inferplan.planner.scenarios import Scenario
-
+def _weight_rows(counts: dict[str, int]) -> list[Scenario]:
+    """Copies of the bundled example's first line, `n` from each source URL."""
     text = resources.files("inferplan.planner").joinpath("data/example-scenarios.jsonl").read_text(encoding="utf-8")
     base = json.loads(next(line for line in text.splitlines() if line.strip()))
     return [Scenario.model_validate({**base, "id": f"{source.split('/')[3]}-{i}", "source": source})
