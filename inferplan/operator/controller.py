@@ -8,8 +8,9 @@ changed (no timestamp churn, clean GitOps diffs).
 
 When a plan is planned: when its generation has no answer yet (create, spec change); when first seen by this
 process (start, restart, taking over from a peer) unless its status already answers its generation, GPU
-inventory and planner version; when the GPU inventory of the types it can use changes (checked every
-INFERPLAN_CHECK_SECONDS); and at least every INFERPLAN_RESYNC_SECONDS. A plan with spec.observe is observed
+inventory and planner version; when the GPU inventory of the types it can use changes so that the answer may
+not hold (a type comes or goes, or a count leaves the range the status records: `scheduling.inventory_holds`;
+checked every INFERPLAN_CHECK_SECONDS); and at least every INFERPLAN_RESYNC_SECONDS. A plan with spec.observe is observed
 every INFERPLAN_OBSERVE_SECONDS.
 
 Why this shape (bench/bench_operator_load.py, docs/operator.md "Scale"): a kopf timer per plan costs ~70 KiB
@@ -178,7 +179,7 @@ class Controller:
             if why is not None:
                 self.logger.info("%s/%s: to plan: %s", namespace, name, why)
             else:
-                registry.answered[uid] = Answer(generation, relevant, now)
+                registry.answered[uid] = Answer(generation, list((plan.status or {}).get("inventory", [])), now)
                 # Their resyncs are spread over the second half of the interval after the start: a restart
                 # neither re-plans them at once nor all together one interval later.
                 registry.last_planned[uid] = now - random.uniform(0.0, self.settings.resync_seconds / 2)
@@ -386,7 +387,7 @@ class Controller:
         new = next_status(old, generation=plan.generation, now=_now(), planner_version=__version__,
                           inventory=inventory.usable(usable_gpu_types(plan.spec)), result=outcome.result,
                           error=outcome.error, ttft_percentile=ttft_slo, manifests=outcome.manifests,
-                          change=outcome.change, extra_warnings=outcome.warnings)
+                          change=outcome.change, extra_warnings=outcome.warnings, bounds=outcome.bounds)
         if outcome.error:
             if outcome.error[0] != "PlanningFailed":  # already counted as Unexpected
                 metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inferplan.deploy.diff import deployment_change
 from inferplan.deploy.manifests import deployment, manifests_digest, render
@@ -25,6 +25,7 @@ from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.observed import ObservedWorkload, planning_request
 from inferplan.planner.online import calibrated_factors
 from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.search import count_bounds
 from inferplan.planner.spec import (
     PlanError,
     PlanRequest,
@@ -44,6 +45,9 @@ class Outcome:
     warnings: tuple[str, ...] = ()
     manifests: ManifestsRef | None = None
     change: DeploymentChange | None = None
+    # GPU key -> the inventory counts within which planning gives the same result (`search.count_bounds`); empty
+    # when the inventory's counts were not planned with (an error, the spec's own availableGpus)
+    bounds: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
 
 
 def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_available: bool) -> tuple[PlanRequest,
@@ -110,14 +114,16 @@ def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigM
     if request.gpu_types == ():
         return Outcome(None, ("NoGpuTypes", "no GPU type to plan for: the cluster has no schedulable node with a "
                                             "known GPU of the types the plan allows"), tuple(warnings))
-    result = planned(request, plan_factors(spec, status, request.engine), verify_default=verify_default)
+    with count_bounds() as counted:
+        result = planned(request, plan_factors(spec, status, request.engine), verify_default=verify_default)
+    bounds = {} if spec_has_available else counted.bounds()
     manifests = change = None
     if result.recommendation is not None:
         manifests = manifests_ref(request, result.recommendation, name=name, namespace=namespace)
         if deployment_name := current_deployment_name(spec):
             change = change_status(request, result.recommendation, name=name, namespace=namespace,
                                    deployment_name=deployment_name, body=current_deployment)
-    return Outcome(result, None, tuple([*warnings, *([note] if note else [])]), manifests, change)
+    return Outcome(result, None, tuple([*warnings, *([note] if note else [])]), manifests, change, bounds)
 
 
 def current_deployment_name(spec: Mapping) -> str | None:

@@ -21,8 +21,8 @@ REPLAN_TOLERANCE = 0.05
 
 @dataclass(frozen=True)
 class Answer:
-    """What this process last planned and wrote for a plan: its generation, the inventory it could use, and
-    when (monotonic seconds)."""
+    """What this process last planned and wrote for a plan: its generation, the inventory it holds for (the
+    status's `inventory`: GPU types and count ranges, `inventory_holds`), and when (monotonic seconds)."""
 
     generation: int
     inventory: list[dict[str, Any]]
@@ -67,6 +67,24 @@ def relevant_inventory(spec: Mapping[str, Any], entries: Sequence[dict[str, Any]
     return list(entries) if keys is None else [e for e in entries if e["gpuType"] in keys]
 
 
+def inventory_holds(ranges: Sequence[Mapping[str, Any]], live: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether an answer made for the inventory `ranges` (a status's `inventory`: per GPU type, the counts
+    within which the answer holds) still holds for the `live` entries (`relevant_inventory`): the same GPU types,
+    each with the same product label and GPUs per node, and a count within its range."""
+    if len(ranges) != len(live):
+        return False
+    by_type = {r.get("gpuType"): r for r in ranges}
+    for entry in live:
+        held = by_type.get(entry["gpuType"])
+        if (held is None or "minGpus" not in held or held.get("productLabel") != entry["productLabel"]
+                or held.get("gpusPerNode") != entry["gpusPerNode"]):
+            return False
+        high = held.get("maxGpus")
+        if not (held["minGpus"] <= entry["gpus"] and (high is None or entry["gpus"] <= high)):
+            return False
+    return True
+
+
 def planning_inputs(spec: Mapping[str, Any], status: Mapping[str, Any] | None) -> tuple[float, ...]:
     """What an observation contributes to planning: the observed workload (workload.source: observed) and
     the calibration (observe.calibrate). A re-plan follows when one of them moves (`moved`)."""
@@ -100,7 +118,7 @@ def unanswered(spec: Mapping[str, Any], status: Mapping[str, Any] | None, genera
         return f"no status for generation {generation}"
     if status.get("plannerVersion") != planner_version:
         return f"planned by version {status.get('plannerVersion')}"
-    if status.get("inventory", []) != relevant:
+    if not inventory_holds(status.get("inventory", []), relevant):
         return "the GPU inventory changed"
     if ready.get("status") not in ("True", "False") or ready.get("reason") == "PlanningFailed":
         return f"Ready is {ready.get('status')} ({ready.get('reason')})"
@@ -114,14 +132,16 @@ def work_due(*, generation: int, status: Mapping[str, Any] | None, relevant: lis
              resync_s: float, observe_s: float, answer_grace_s: float) -> Work:
     """What a plan needs at `now` (monotonic seconds).
 
-    Planned again when its status is behind its generation or its usable inventory and this process has not
+    Planned again when its status is behind its generation or its usable inventory (a GPU type came or went, or
+    a count left the range its answer holds in: `inventory_holds`) and this process has not
     answered them, or answered them longer than `answer_grace_s` ago and the answer never showed up (the
     write was lost: our write comes back as a watch event later, so while it is on the way the status is behind
     but answered); and when `resync_s` passed since it was last planned. Observed (a plan with spec.observe)
     every `observe_s`."""
     status = status or {}
-    behind = status.get("observedGeneration") != generation or status.get("inventory", []) != relevant
-    answered = answer is not None and answer.generation == generation and answer.inventory == relevant
+    behind = (status.get("observedGeneration") != generation
+              or not inventory_holds(status.get("inventory", []), relevant))
+    answered = answer is not None and answer.generation == generation and inventory_holds(answer.inventory, relevant)
     lost = behind and answered and answer is not None and now - answer.at >= answer_grace_s
     replan = (behind and (not answered or lost)) or now - last_planned >= resync_s
     return Work(replan=replan, observe=observes and now - last_observed >= observe_s)

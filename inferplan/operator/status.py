@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from inferplan.operator.inventory import Inventory, InventoryEntry
+from inferplan.operator.inventory import Inventory
 from inferplan.planner.results import Candidate, Infeasible, PlanResult
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
@@ -154,6 +154,32 @@ class Recommendation(Candidate):
         default=None, description="spec.observe.current.deployment: the change that applying it makes.")
 
 
+class InventoryRange(_Status):
+    """A GPU type the plan may use, and the allocatable counts of it within which the plan's answer holds: a
+    count that stays between minGpus and maxGpus changes nothing the planner compares, so the operator neither
+    plans again nor writes (live counts are the inferplan_cluster_gpus metric's)."""
+
+    gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog.")
+    product_label: str = Field(max_length=63, description="The node label value that selects these GPUs.")
+    gpus_per_node: int = Field(ge=0, description="Most GPUs of this type on one node (bounds tensor parallelism).")
+    min_gpus: int = Field(ge=0, description="The answer holds down to this many allocatable GPUs of the type.")
+    max_gpus: int | None = Field(default=None, ge=0,
+                                 description="The answer holds up to this many (absent: any number more).")
+
+
+def inventory_ranges(inventory: Inventory, bounds: Mapping[str, tuple[int, int | None]]) -> list[InventoryRange]:
+    """The status's `inventory`: each entry of `inventory` with the counts of its type within which the plan's
+    answer holds (`bounds`, from `search.count_bounds`; a type planning compared no need with: any count of at
+    least one GPU)."""
+    ranges = []
+    for entry in inventory.entries:
+        low, high = bounds.get(entry.gpu_type, (1, None))
+        ranges.append(InventoryRange(gpu_type=entry.gpu_type, product_label=entry.product_label,
+                                     gpus_per_node=entry.gpus_per_node, min_gpus=min(max(low, 1), entry.gpus),
+                                     max_gpus=None if high is None else max(high, entry.gpus)))
+    return ranges
+
+
 class PlanStatus(_Status):
     """What the operator writes into `.status`."""
 
@@ -170,8 +196,9 @@ class PlanStatus(_Status):
                                           description="The Pareto frontier beside the recommendation.")
     infeasible: list[Infeasible] = Field(default_factory=list, max_length=20,
                                          description="The nearest infeasible candidates and why.")
-    inventory: list[InventoryEntry] = Field(default_factory=list, max_length=64,
-                                            description="The GPU types and counts the plan was made with.")
+    inventory: list[InventoryRange] = Field(
+        default_factory=list, max_length=64,
+        description="The GPU types the plan may use, with the counts of each within which its answer holds.")
     planner_version: str | None = Field(default=None, max_length=64)
     warnings: list[Annotated[str, Field(max_length=1024)]] = Field(default_factory=list, max_length=32)
     assumptions: list[Annotated[str, Field(max_length=1024)]] = Field(
@@ -268,6 +295,7 @@ def next_status(
     manifests: ManifestsRef | None = None,
     change: DeploymentChange | None = None,
     extra_warnings: Sequence[str] = (),
+    bounds: Mapping[str, tuple[int, int | None]] | None = None,
 ) -> dict[str, Any]:
     """The complete new `.status` as a camelCase dict, built from the old one (pure).
 
@@ -281,10 +309,11 @@ def next_status(
 
     `ttftAtSloMs` is the recommendation's TTFT at `ttft_percentile` (p50/p90/p95/p99), the plan's SLO one.
     `manifests` and `change` (reconcile.deployment_fields) go into the recommendation, when there is one.
-    `inventory` is what the plan may use (`Inventory.usable` of its constraints.gpuTypes): its entries are the
-    status's `inventory`, and InventoryAvailable counts them, so a node of a type the plan cannot use changes
-    nothing in its status. InventoryAvailable only reports (GpusFound or NoGpus): a plan that may widen its GPU
-    types can be feasible without inventory. Warnings are `extra_warnings` (the reconcile's, about the
+    `inventory` is what the plan may use (`Inventory.usable` of its constraints.gpuTypes): its types are the
+    status's `inventory`, each with the counts within which the answer holds (`bounds`, `inventory_ranges`), and
+    InventoryAvailable names them, so a node of a type the plan cannot use, or a count that moves within its
+    range, changes nothing in its status. InventoryAvailable only reports (GpusFound or NoGpus): a plan that may
+    widen its GPU types can be feasible without inventory. Warnings are `extra_warnings` (the reconcile's, about the
     inventory it planned with), the result's, then the inventory's, deduplicated in that order and capped.
     Conditions come in CONDITION_TYPES order, followed by conditions of other types found in `old`, unchanged.
     With the same inputs and `old` = the previous output, the output is equal whatever `now` is: nothing
@@ -312,10 +341,10 @@ def next_status(
             reasons = list(dict.fromkeys(item.reason for item in result.infeasible))
             feasible = make("Feasible", "False", "NoFeasibleCandidate",
                             "; ".join(reasons) or "no candidate deployment to evaluate")
-    total = inventory.total_gpus
-    if total > 0:
+    if inventory.total_gpus > 0:
+        types = sorted(inventory.available())
         available = make("InventoryAvailable", "True", "GpusFound",
-                         f"{_plural(total, 'GPU')} of {_plural(len(inventory.available()), 'type')}")
+                         f"GPUs of {_plural(len(types), 'type')}: {', '.join(types)}")
     elif inventory.restricted:
         available = make("InventoryAvailable", "False", "NoGpus",
                          "no schedulable node has a GPU of a type in constraints.gpuTypes")
@@ -333,7 +362,7 @@ def next_status(
         if result and result.recommendation else None,
         alternatives=list(result.alternatives[:_MAX_CANDIDATES]) if result else [],
         infeasible=list(result.infeasible[:_MAX_CANDIDATES]) if result else [],
-        inventory=list(inventory.entries),
+        inventory=inventory_ranges(inventory, bounds or {}),
         planner_version=planner_version,
         warnings=warnings[:_MAX_WARNINGS],
         assumptions=list(result.assumptions[:16]) if result else [],

@@ -16,8 +16,10 @@ only worded for the few shown.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -397,6 +399,50 @@ class _RateSearch:
         return rate_a
 
 
+@dataclass
+class CountBounds:
+    """The GPU needs a plan compared with the available counts (`PlanRequest.available_gpus`), and from them the
+    counts within which its answer stays the same (`count_bounds`)."""
+
+    needs: list[tuple[str, NDArray[np.int_], int]] = field(default_factory=list)  # (GPU key, needs, count)
+
+    def note(self, key: str, gpus: NDArray[np.int_], available: float) -> None:
+        if math.isfinite(available):
+            self.needs.append((key, gpus, int(available)))
+
+    def bounds(self) -> dict[str, tuple[int, int | None]]:
+        """GPU key -> (lowest, highest) available count (None: no highest) with which every comparison made
+        comes out as it did: each need at most the count stays within it, each need above it stays above."""
+        out: dict[str, tuple[int, int | None]] = {}
+        for key, gpus, count in self.needs:
+            low, high = out.get(key, (0, None))
+            fits = gpus[gpus <= count]
+            short = gpus[gpus > count]
+            if len(fits):
+                low = max(low, int(fits.max()))
+            if len(short):
+                high = min(high if high is not None else math.inf, int(short.min()) - 1)
+            out[key] = (low, high)
+        return out
+
+
+_COUNTED: ContextVar[CountBounds | None] = ContextVar("inferplan_count_bounds", default=None)
+
+
+@contextmanager
+def count_bounds() -> Iterator[CountBounds]:
+    """Record every GPU need that planning inside the block compares with an available count (the one
+    comparison, in `_limit_checks`, and the suggestions' wording): `bounds()` then says between which counts of
+    each GPU type the same planning gives the same answer, so that a count moving within them needs no new
+    plan (the operator's inventory, docs/operator.md)."""
+    recorder = CountBounds()
+    token = _COUNTED.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _COUNTED.reset(token)
+
+
 def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[np.intp], replicas: NDArray[np.int_],
                   gpus: NDArray[np.int_], cost: NDArray[np.float64]) -> NDArray[np.intp]:
     """Per row (of GPU type `gpu_types[gpu]`): the first of `LIMIT_CHECKS` it breaks, -1 where it breaks none."""
@@ -404,6 +450,11 @@ def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[n
         return math.inf if value is None else value
 
     available = req.available_gpus or {}
+    recorder = _COUNTED.get()
+    if recorder is not None and available:
+        for t, g in enumerate(gpu_types):
+            if g.key in available:
+                recorder.note(g.key, gpus[gpu == t], available[g.key])
     broken = [
         replicas > cap(req.max_replicas),
         gpus > np.array([available.get(g.key, math.inf) for g in gpu_types])[gpu],
@@ -421,7 +472,7 @@ def _limit_reason(req: PlanRequest, check: int, shape: _Shape, replicas: int, gp
     key = shape.gpu.key
     return (
         f"needs {replicas} replicas of {shape.tp} x {key}; maxReplicas is {req.max_replicas}",
-        f"needs {gpus} {key} but only {(req.available_gpus or {}).get(key)} available",
+        f"needs {gpus} {key}, more than are available",
         f"needs {gpus} {key}; maxGpusPerType allows {req.max_gpus_per_type.get(key)}",
         f"needs {gpus} GPUs ({replicas} x {shape.tp} {key}); maxGpus is {req.max_gpus}",
         f"{gpus} x {key} cost ${cost:.2f}/h; the budget is ${req.budget_usd_per_hour or 0.0:.2f}/h",
@@ -708,8 +759,11 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int) -> list[str
             if limit is not None and free.gpus > limit:
                 changes.append(f"maxGpusPerType {free.gpu_type}: {free.gpus} (now {limit})")
             have = (req.available_gpus or {}).get(free.gpu_type, math.inf)
+            recorder = _COUNTED.get()
+            if recorder is not None:
+                recorder.note(free.gpu_type, np.array([free.gpus]), have)
             if free.gpus > have:
-                changes.append(f"{free.gpus} {free.gpu_type} GPUs in the cluster (now {have})")
+                changes.append(f"{free.gpus} {free.gpu_type} GPUs in the cluster (now fewer)")
             if req.max_replicas is not None and free.replicas > req.max_replicas:
                 changes.append(f"maxReplicas {free.replicas} (now {req.max_replicas})")
             if changes:

@@ -289,8 +289,10 @@ def all_answered(cluster: Cluster, namespace: str, count: int) -> dict[str, dict
 
 
 def expected_recommendation(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """What the planner recommends for the plan's spec against the inventory its status says it planned with."""
-    entries = tuple(InventoryEntry.model_validate(e) for e in obj["status"]["inventory"])
+    """What the planner recommends for the plan's spec against the inventory its status says its answer holds
+    for: each GPU type at the lowest count of its range (`minGpus`)."""
+    entries = tuple(InventoryEntry(gpu_type=e["gpuType"], product_label=e["productLabel"], gpus=e["minGpus"], nodes=1,
+                                   gpus_per_node=e["gpusPerNode"]) for e in obj["status"]["inventory"])
     meta = obj["metadata"]
     outcome = reconcile_plan(obj["spec"], Inventory(entries, (), ()), name=meta["name"], namespace=meta["namespace"])
     status = next_status(None, generation=1, now="", planner_version="", inventory=Inventory(entries, (), ()),

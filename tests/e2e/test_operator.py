@@ -24,6 +24,8 @@ import kubernetes
 import yaml
 from kopf.testing import KopfRunner
 
+from inferplan.operator.inventory import NodeGpus, build_inventory
+from inferplan.operator.reconcile import reconcile_plan
 from inferplan.planner.gpus import resolve_gpu
 from inferplan.resource import GROUP, PLURAL, VERSION
 
@@ -169,6 +171,54 @@ def test_restart_does_not_rewrite_unchanged_status(cluster: dict[str, Any]) -> N
     again = get(cluster, "steady")
     assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
     assert again["status"] == first["status"]
+
+
+def test_a_gpu_count_within_the_answers_range_writes_nothing_and_one_outside_it_replans(
+        cluster: dict[str, Any]) -> None:
+    """The status records, per GPU type, the counts its answer holds for (what planning compared); nodes that
+    keep the count within them change nothing, a count outside them is planned again."""
+    core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
+    spec = copy.deepcopy(CHAT)
+    spec["workload"]["requestsPerSecond"] = "10"
+    spec["constraints"] = {"gpuTypes": ["NVIDIA-L4"]}
+    # What the planner says of 16 L4 on two nodes of eight: the operator must write the same range.
+    low, high = reconcile_plan(spec, build_inventory([NodeGpus(n, "NVIDIA-L4", 8, True, True) for n in "ab"])
+                               ).bounds["L4"]
+    assert low <= 16 and high is not None and 24 <= high  # (16, 27) with the shipped factors
+    added = ["l4-a", "l4-b"]
+    try:
+        for name in added:
+            core.create_node(node(name, "NVIDIA-L4", 8))
+            core.patch_node_status(name, {"status": node(name, "NVIDIA-L4", 8)["status"]})
+        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("l4-only", spec))
+        with runner() as kopf_run:
+            wait_for(lambda: planned(cluster, "l4-only"), timeout_s=30)
+            first = settled(cluster, "l4-only")
+            assert first["status"]["inventory"] == [{"gpuType": "L4", "productLabel": "NVIDIA-L4", "gpusPerNode": 8,
+                                                     "minGpus": low, "maxGpus": high}]
+            assert condition(first, "InventoryAvailable")["message"] == "GPUs of 1 type: L4"
+            # 24 L4: within the range. Nothing is written.
+            core.create_node(node("l4-c", "NVIDIA-L4", 8))
+            core.patch_node_status("l4-c", {"status": node("l4-c", "NVIDIA-L4", 8)["status"]})
+            added.append("l4-c")
+            time.sleep(3.0)  # several checks (every 0.5 s) see the new node
+            assert get(cluster, "l4-only")["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+            # 8 L4: below the range. Planned again, for a range that holds 8.
+            for name in ("l4-b", "l4-c"):
+                core.delete_node(name)
+                added.remove(name)
+
+            def replanned() -> dict[str, Any] | None:
+                entry = (get(cluster, "l4-only")["status"].get("inventory") or [{}])[0]
+                return entry if entry.get("minGpus", 99) <= 8 <= entry.get("maxGpus", 8) else None
+
+            entry = wait_for(replanned, timeout_s=30)
+            assert (entry["minGpus"], entry.get("maxGpus")) == reconcile_plan(
+                spec, build_inventory([NodeGpus("a", "NVIDIA-L4", 8, True, True)])).bounds["L4"]
+        assert kopf_run.exception is None, kopf_run.output
+    finally:
+        for name in added:
+            core.delete_node(name)
 
 
 def test_kubectl_get_shows_the_printer_columns(cluster: dict[str, Any]) -> None:

@@ -44,6 +44,27 @@ def test_gpu_types_narrow_and_absent_types_are_planned_only_when_asked() -> None
     assert any("although the cluster has no schedulable GPUs" in w for w in wide.warnings)
 
 
+def _h100(count: int) -> list[NodeGpus]:
+    """`count` schedulable H100 GPUs on nodes of eight (the last one smaller)."""
+    return [NodeGpus(f"h{i}", "NVIDIA-H100-80GB-HBM3", min(8, count - 8 * i), True, True)
+            for i in range((count + 7) // 8)]
+
+
+def test_the_answer_is_the_same_for_every_count_within_its_bounds() -> None:
+    """The operator neither plans again nor writes while each count stays within the bounds the outcome gives
+    (scheduling.inventory_holds): planning at either end must give the same answer."""
+    busy = {**spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"]), "workload": {**SPEC["workload"], "requestsPerSecond": "150"}}
+    outcome = reconcile_plan(busy, build_inventory(_h100(24)))
+    assert outcome.result is not None and outcome.result.recommendation is not None
+    low, high = outcome.bounds["H100-SXM5-80GB"]
+    assert high is not None and 8 <= low <= 24 <= high  # some candidate needed more than 24: the bound is real
+    for count in (low, high):
+        again = reconcile_plan(busy, build_inventory(_h100(count)))
+        assert again.result == outcome.result and again.bounds == outcome.bounds
+    # The plan's own availableGpus are not the cluster's: no bounds on the inventory.
+    assert reconcile_plan(spec(availableGpus={"NVIDIA-H100-80GB-HBM3": 24}), CLUSTER).bounds == {}
+
+
 def test_spec_available_gpus_replace_the_inventory() -> None:
     outcome = reconcile_plan(spec(availableGpus={"NVIDIA-A100-SXM4-80GB": 2}), CLUSTER)
     assert shown_types(outcome) == {"A100-SXM4-80GB"}

@@ -7,6 +7,7 @@ import datetime
 
 from inferplan.operator.scheduling import (
     Answer,
+    inventory_holds,
     leads,
     moved,
     planning_inputs,
@@ -18,12 +19,15 @@ from inferplan.operator.scheduling import (
 
 H100 = {"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3", "gpus": 8, "nodes": 1, "gpusPerNode": 8}
 L4 = {"gpuType": "L4", "productLabel": "NVIDIA-L4", "gpus": 4, "nodes": 1, "gpusPerNode": 4}
+# What a status records of L4 for an answer that holds from 2 to 7 L4 GPUs (`status.inventory_ranges`).
+L4_HELD = {"gpuType": "L4", "productLabel": "NVIDIA-L4", "gpusPerNode": 4, "minGpus": 2, "maxGpus": 7}
+H100_HELD = {"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3", "gpusPerNode": 8, "minGpus": 1}
 SPEC = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "constraints": {"gpuTypes": ["NVIDIA-L4"]}}
 
 
 def _status(generation: int = 3, inventory: list | None = None, ready: str = "True", reason: str = "Planned",
             version: str = "1.0") -> dict:
-    return {"observedGeneration": generation, "plannerVersion": version, "inventory": inventory or [L4],
+    return {"observedGeneration": generation, "plannerVersion": version, "inventory": inventory or [L4_HELD],
             "conditions": [{"type": "Ready", "status": ready, "reason": reason}]}
 
 
@@ -44,11 +48,29 @@ def test_the_usable_inventory_is_the_plans_gpu_types() -> None:
     assert relevant_inventory({"constraints": {"gpuTypes": ["no-such-gpu"]}}, [H100, L4]) == []
 
 
+def test_an_answer_holds_while_each_count_stays_in_its_range() -> None:
+    assert inventory_holds([L4_HELD], [L4])
+    assert inventory_holds([L4_HELD], [{**L4, "gpus": 2, "nodes": 3}])  # node counts are not compared
+    assert inventory_holds([L4_HELD], [{**L4, "gpus": 7}])
+    assert not inventory_holds([L4_HELD], [{**L4, "gpus": 1}])
+    assert not inventory_holds([L4_HELD], [{**L4, "gpus": 8}])
+    assert inventory_holds([H100_HELD, L4_HELD], [H100 | {"gpus": 4000}, L4])  # no maxGpus: any number more
+    # A type that came or went, another node label or node size: planned again.
+    assert not inventory_holds([L4_HELD], [H100, L4])
+    assert not inventory_holds([H100_HELD, L4_HELD], [L4])
+    assert not inventory_holds([L4_HELD], [{**L4, "productLabel": "NVIDIA-L4-24GB"}])
+    assert not inventory_holds([L4_HELD], [{**L4, "gpusPerNode": 8}])
+    # A status written before the ranges (live counts, no minGpus) holds for nothing.
+    assert not inventory_holds([L4], [L4])
+    assert inventory_holds([], [])
+
+
 def test_a_status_answers_its_generation_inventory_and_version_only() -> None:
     assert unanswered(SPEC, _status(), 3, [L4], "1.0") is None
     assert unanswered(SPEC, _status(generation=2), 3, [L4], "1.0") == "no status for generation 3"
     assert unanswered(SPEC, _status(version="0.9"), 3, [L4], "1.0") == "planned by version 0.9"
     assert unanswered(SPEC, _status(), 3, [{**L4, "gpus": 8}], "1.0") == "the GPU inventory changed"
+    assert unanswered(SPEC, _status(), 3, [{**L4, "gpus": 6}], "1.0") is None  # within the answer's range
     assert unanswered(SPEC, _status(ready="Unknown", reason="Planning"), 3, [L4], "1.0") is not None
     assert unanswered(SPEC, _status(ready="False", reason="PlanningFailed"), 3, [L4], "1.0") is not None
     assert unanswered(SPEC, _status(ready="False", reason="InvalidModel"), 3, [L4], "1.0") is None
@@ -65,15 +87,16 @@ def test_an_answered_plan_waits_for_its_resync() -> None:
 def test_a_new_generation_or_inventory_is_planned_unless_this_process_answered_it() -> None:
     assert _due(generation=4) == (True, False)
     assert _due(relevant=[{**L4, "gpus": 8}]) == (True, False)
+    assert _due(relevant=[{**L4, "gpus": 5}]) == (False, False)  # within the answer's range
     # Answered a moment ago: the write is on its way back as an event.
-    assert _due(generation=4, answer=Answer(4, [L4], 990.0)) == (False, False)
+    assert _due(generation=4, answer=Answer(4, [L4_HELD], 990.0)) == (False, False)
     # Answered for another inventory, or another generation: planned again.
-    assert _due(generation=4, answer=Answer(4, [H100], 990.0)) == (True, False)
-    assert _due(generation=4, answer=Answer(3, [L4], 990.0)) == (True, False)
+    assert _due(generation=4, answer=Answer(4, [H100_HELD], 990.0)) == (True, False)
+    assert _due(generation=4, answer=Answer(3, [L4_HELD], 990.0)) == (True, False)
 
 
 def test_an_answer_that_never_showed_up_is_planned_again_after_the_grace() -> None:
-    answer = Answer(4, [L4], 1000.0)
+    answer = Answer(4, [L4_HELD], 1000.0)
     assert _due(generation=4, answer=answer, now=1000.0 + 119.0, last_planned=1000.0) == (False, False)
     assert _due(generation=4, answer=answer, now=1000.0 + 120.0, last_planned=1000.0) == (True, False)
 

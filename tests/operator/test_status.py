@@ -126,13 +126,14 @@ def test_feasible_result() -> None:
     assert feasible["message"].endswith("/h") and "$" in feasible["message"]
     inventory = conditions["InventoryAvailable"]
     assert (inventory["status"], inventory["reason"]) == ("True", "GpusFound")
-    assert inventory["message"] == "13 GPUs of 2 types"
+    assert inventory["message"] == "GPUs of 2 types: H100-SXM5-80GB, L4"
     assert new["observedGeneration"] == 1 and new["plannerVersion"] == "0.1.0"
     assert new["recommendation"] == c.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert len(new["alternatives"]) == len(result.alternatives)
     assert [e["gpuType"] for e in new["inventory"]] == ["H100-SXM5-80GB", "L4"]
+    # No count bounds from planning: the answer holds for any count of at least one GPU.
     assert new["inventory"][0] == {"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3",
-                                   "gpus": 12, "nodes": 2, "gpusPerNode": 8}
+                                   "gpusPerNode": 8, "minGpus": 1}
     assert new["warnings"] == [*result.warnings, *cluster().warnings()]
     assert PlanStatus.model_validate(new).model_dump(by_alias=True, exclude_none=True, mode="json") == new
 
@@ -180,7 +181,7 @@ def test_no_inventory_only_reports() -> None:
 
 def test_singular_inventory_message() -> None:
     one = build_inventory([NodeGpus("a", "NVIDIA-L4", 1, True, True)])
-    assert by_type(status(inventory=one))["InventoryAvailable"]["message"] == "1 GPU of 1 type"
+    assert by_type(status(inventory=one))["InventoryAvailable"]["message"] == "GPUs of 1 type: L4"
 
 
 def test_first_reconcile_sets_every_condition_unknown_but_inventory() -> None:
@@ -308,10 +309,24 @@ def test_a_node_of_a_type_the_plan_cannot_use_changes_nothing_in_its_status() ->
     again = status(first, now=T1, result=feasible_result(), inventory=grown.usable(h100))
     assert status_patch(first, again) == {}
     assert [e["gpuType"] for e in again["inventory"]] == ["H100-SXM5-80GB"]
-    assert by_type(again)["InventoryAvailable"]["message"] == "12 GPUs of 1 type"
+    assert by_type(again)["InventoryAvailable"]["message"] == "GPUs of 1 type: H100-SXM5-80GB"
     # The whole cluster's inventory, as a plan without gpuTypes sees it, does change.
     everything = status(first, now=T1, result=feasible_result(), inventory=grown)
     assert status_patch(first, everything).keys() >= {"inventory", "conditions"}
+
+
+def test_the_status_records_the_counts_its_answer_holds_in_not_the_live_ones() -> None:
+    bounds = {"H100-SXM5-80GB": (4, 15)}
+    first = next_status(None, generation=1, now=T0, planner_version="0.1.0", inventory=cluster(),
+                        result=feasible_result(), error=None, bounds=bounds)
+    assert first["inventory"][0] == {"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3",
+                                     "gpusPerNode": 8, "minGpus": 4, "maxGpus": 15}
+    assert first["inventory"][1]["minGpus"] == 1 and "maxGpus" not in first["inventory"][1]
+    # Two more H100 (14, within 4-15): the same answer writes nothing.
+    grown = build_inventory([*cluster_nodes(), NodeGpus("e", "NVIDIA-H100-80GB-HBM3", 2, True, True)])
+    again = next_status(first, generation=1, now=T1, planner_version="0.1.0", inventory=grown,
+                        result=feasible_result(), error=None, bounds=bounds)
+    assert status_patch(first, again) == {}
 
 
 def test_no_gpu_of_the_plans_types_says_so() -> None:

@@ -25,6 +25,7 @@ from inferplan.planner.search import (
     _grid_rate,
     _objectives,
     _RateSearch,
+    count_bounds,
     non_dominated,
     plan,
 )
@@ -97,10 +98,29 @@ def test_precision_gate_knows_fp8_hardware() -> None:
 def test_inventory_and_budget_gates() -> None:
     short = plan(request(**{"workload.requestsPerSecond": "200", "constraints.availableGpus": {"H100": 1}}))
     assert short.recommendation is None
-    assert any(i.gate == "inventory" and "but only 1 available" in i.reason for i in short.infeasible)
+    assert any(i.gate == "inventory" and "more than are available" in i.reason for i in short.infeasible)
     broke = plan(request(**{"workload.requestsPerSecond": "200", "constraints.budgetDollarsPerHour": "1"}))
     assert broke.recommendation is None and broke.infeasible[0].gate == "budget"
     assert GATES.index("inventory") < GATES.index("budget")
+
+
+def test_count_bounds_are_where_a_compared_need_would_come_out_otherwise() -> None:
+    with count_bounds() as counted:
+        plan(request(**{"workload.requestsPerSecond": "200", "constraints.availableGpus": {"H100": 6}}))
+    bounds = counted.bounds()
+    assert bounds.keys() == {"H100-SXM5-80GB"}
+    for key, count in (("H100-SXM5-80GB", 6),):
+        low, high = bounds[key]
+        needs = np.concatenate([gpus for k, gpus, _ in counted.needs if k == key])
+        # The tightest: the largest need that fits, the smallest that does not, less one.
+        assert low == max(needs[needs <= count], default=0)
+        assert high == (min(needs[needs > count]) - 1 if np.any(needs > count) else None)
+        assert low <= count and (high is None or count <= high)
+    assert bounds["H100-SXM5-80GB"][1] is not None  # some candidate needs more than six H100
+    # Outside the block nothing is recorded; a count the plan does not limit (none given) is never compared.
+    with count_bounds() as unlimited:
+        plan(request(**{"workload.requestsPerSecond": "200"}))
+    assert unlimited.bounds() == {}
 
 
 def test_tensor_parallel_larger_than_a_node_is_a_placement_problem() -> None:
