@@ -10,8 +10,8 @@ When a plan is planned: when its generation has no answer yet (create, spec chan
 process (start, restart, taking over from a peer) unless its status already answers its generation, GPU
 inventory and planner version; when the GPU inventory of the types it can use changes so that the answer may
 not hold (a type comes or goes, or a count leaves the range the status records: `scheduling.inventory_holds`;
-checked every INFERPLAN_CHECK_SECONDS); and at least every INFERPLAN_RESYNC_SECONDS. A plan with spec.observe is observed
-every INFERPLAN_OBSERVE_SECONDS.
+checked every INFERPLAN_CHECK_SECONDS); and at least every INFERPLAN_RESYNC_SECONDS. A plan with spec.observe
+is observed every INFERPLAN_OBSERVE_SECONDS.
 
 Why this shape (bench/bench_operator_load.py, docs/operator.md "Scale"): a kopf timer per plan costs ~70 KiB
 of memory and a handler call every few seconds per plan, and makes kopf put its finalizer on every plan (a
@@ -28,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import json
 import logging
 import math
 import random
 import socket
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
@@ -67,17 +69,38 @@ ANSWER_GRACE_S = 120.0
 status has not shown an answer for this long is the write taken for lost, and the plan planned again."""
 
 
-@dataclass
-class Plan:
-    """A plan as its last event showed it (the status: or as this process wrote it since)."""
+_CHECKED = ("observedGeneration", "plannerVersion", "inventory")
 
-    uid: str
-    namespace: str
-    name: str
-    generation: int
-    spec: dict[str, Any]
-    status: dict[str, Any] | None
-    seen_at: float  # time.monotonic() of the last event
+
+class Plan:
+    """A plan as its last event showed it (the status: or as this process wrote it since).
+
+    The status is kept packed (zlib-compressed JSON: about 2 KiB, where its parsed dicts take about 27 KiB, most
+    of the operator's memory at 10,000 plans) and unpacked for a reconcile; `checked` keeps parsed what the
+    checker reads of it every few seconds (`scheduling.unanswered`, `work_due`): its generation, planner version,
+    inventory ranges and Ready condition."""
+
+    __slots__ = ("_packed", "checked", "generation", "name", "namespace", "seen_at", "spec", "uid")
+
+    def __init__(self, uid: str, namespace: str, name: str, generation: int, spec: dict[str, Any],
+                 status: Mapping[str, Any] | None, seen_at: float) -> None:
+        self.uid, self.namespace, self.name, self.generation = uid, namespace, name, generation
+        self.spec = spec
+        self.seen_at = seen_at  # time.monotonic() of the last event
+        self.status = status
+
+    @property
+    def status(self) -> dict[str, Any] | None:
+        return None if self._packed is None else json.loads(zlib.decompress(self._packed))
+
+    @status.setter
+    def status(self, value: Mapping[str, Any] | None) -> None:
+        value = dict(value or {})  # kopf's view of the body (a Mapping) holds plain JSON values
+        self._packed = zlib.compress(json.dumps(value, separators=(",", ":")).encode()) if value else None
+        self.checked: dict[str, Any] | None = None if not value else {
+            **{key: value[key] for key in _CHECKED if key in value},
+            "conditions": [c for c in value.get("conditions") or () if isinstance(c, Mapping)
+                           and c.get("type") == "Ready"]}
 
 
 @dataclass
@@ -168,23 +191,24 @@ class Controller:
         """A plan as an event shows it (the initial listing too): remember it, and look at it. A plan seen for
         the first time whose status already answers it is not planned again."""
         now = time.monotonic()
-        # The event's body is never changed after it is parsed: keep its parts rather than copies.
-        plan = Plan(uid, namespace, name, generation, dict(spec), dict(status) if status else None, now)
+        # The event's body is never changed after it is parsed: keep its spec rather than a copy.
+        plan = Plan(uid, namespace, name, generation, dict(spec), status, now)
         registry = self.registry
         first = uid not in registry.plans
         registry.plans[uid] = plan
         if first and uid not in registry.answered:
             relevant = self.inventories.relevant(plan.spec, self.inventory())
-            why = unanswered(plan.spec, plan.status, generation, relevant, __version__)
+            why = unanswered(plan.spec, plan.checked, generation, relevant, __version__)
             if why is not None:
                 self.logger.info("%s/%s: to plan: %s", namespace, name, why)
             else:
-                registry.answered[uid] = Answer(generation, list((plan.status or {}).get("inventory", [])), now)
+                status = plan.status
+                registry.answered[uid] = Answer(generation, list((plan.checked or {}).get("inventory", [])), now)
                 # Their resyncs are spread over the second half of the interval after the start: a restart
                 # neither re-plans them at once nor all together one interval later.
                 registry.last_planned[uid] = now - random.uniform(0.0, self.settings.resync_seconds / 2)
-                registry.planned_inputs[uid] = planning_inputs(plan.spec, plan.status)
-                self._record(plan, plan.status or {})
+                registry.planned_inputs[uid] = planning_inputs(plan.spec, status)
+                self._record(plan, status or {})
         self.touch(uid)
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
@@ -239,7 +263,7 @@ class Controller:
             return
         if plan.seen_at <= self._stale_before:
             return  # last seen before this replica paused; kopf lists every plan again when it resumes
-        work = work_due(generation=plan.generation, status=plan.status,
+        work = work_due(generation=plan.generation, status=plan.checked,
                         relevant=self.inventories.relevant(plan.spec, inventory), answer=registry.answered.get(uid),
                         observes=bool(plan.spec.get("observe")), now=now,
                         last_planned=registry.last_planned.setdefault(uid, now),
