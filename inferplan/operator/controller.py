@@ -72,17 +72,23 @@ status has not shown an answer for this long is the write taken for lost, and th
 _CHECKED = ("observedGeneration", "plannerVersion", "inventory")
 
 
+def _pack(value: Mapping[str, Any]) -> bytes:
+    return zlib.compress(json.dumps(value, separators=(",", ":")).encode())
+
+
 class Plan:
     """A plan as its last event showed it (the status: or as this process wrote it since).
 
-    The status is kept packed (zlib-compressed JSON: about 2 KiB, where its parsed dicts take about 27 KiB, most
-    of the operator's memory at 10,000 plans) and unpacked for a reconcile; `checked` keeps parsed what the
-    checker reads of it every few seconds (`scheduling.unanswered`, `work_due`): its generation, planner version,
-    inventory ranges and Ready condition."""
+    Its spec and status are kept packed (zlib-compressed JSON: about 2 KiB for a status whose parsed dicts take
+    about 27 KiB, and 0.5 KiB for a 4 KiB spec; parsed, they were most of the operator's memory at 10,000 plans)
+    and unpacked for a reconcile. What the checker reads of them every few seconds stays parsed: `checked`, the
+    status's generation, planner version, inventory ranges and Ready condition (`scheduling.unanswered`,
+    `work_due`), and `checked_spec`, the spec's constraints.gpuTypes, model.configMapRef and observe."""
 
-    __slots__ = ("_packed", "checked", "generation", "name", "namespace", "seen_at", "spec", "uid")
+    __slots__ = ("_packed", "_packed_spec", "checked", "checked_spec", "generation", "name", "namespace", "seen_at",
+                 "uid")
 
-    def __init__(self, uid: str, namespace: str, name: str, generation: int, spec: dict[str, Any],
+    def __init__(self, uid: str, namespace: str, name: str, generation: int, spec: Mapping[str, Any],
                  status: Mapping[str, Any] | None, seen_at: float) -> None:
         self.uid, self.namespace, self.name, self.generation = uid, namespace, name, generation
         self.spec = spec
@@ -90,13 +96,27 @@ class Plan:
         self.status = status
 
     @property
+    def spec(self) -> dict[str, Any]:
+        return json.loads(zlib.decompress(self._packed_spec))
+
+    @spec.setter
+    def spec(self, value: Mapping[str, Any]) -> None:
+        value = dict(value)  # kopf's view of the body (a Mapping) holds plain JSON values
+        self._packed_spec = _pack(value)
+        model, constraints = value.get("model") or {}, value.get("constraints") or {}
+        self.checked_spec: dict[str, Any] = {
+            "model": {k: v for k, v in model.items() if k == "configMapRef"},
+            "constraints": {k: v for k, v in constraints.items() if k == "gpuTypes"},
+            **({"observe": value["observe"]} if value.get("observe") else {})}
+
+    @property
     def status(self) -> dict[str, Any] | None:
         return None if self._packed is None else json.loads(zlib.decompress(self._packed))
 
     @status.setter
     def status(self, value: Mapping[str, Any] | None) -> None:
-        value = dict(value or {})  # kopf's view of the body (a Mapping) holds plain JSON values
-        self._packed = zlib.compress(json.dumps(value, separators=(",", ":")).encode()) if value else None
+        value = dict(value or {})
+        self._packed = _pack(value) if value else None
         self.checked: dict[str, Any] | None = None if not value else {
             **{key: value[key] for key in _CHECKED if key in value},
             "conditions": [c for c in value.get("conditions") or () if isinstance(c, Mapping)
@@ -191,14 +211,13 @@ class Controller:
         """A plan as an event shows it (the initial listing too): remember it, and look at it. A plan seen for
         the first time whose status already answers it is not planned again."""
         now = time.monotonic()
-        # The event's body is never changed after it is parsed: keep its spec rather than a copy.
-        plan = Plan(uid, namespace, name, generation, dict(spec), status, now)
+        plan = Plan(uid, namespace, name, generation, spec, status, now)
         registry = self.registry
         first = uid not in registry.plans
         registry.plans[uid] = plan
         if first and uid not in registry.answered:
-            relevant = self.inventories.relevant(plan.spec, self.inventory())
-            why = unanswered(plan.spec, plan.checked, generation, relevant, __version__)
+            relevant = self.inventories.relevant(plan.checked_spec, self.inventory())
+            why = unanswered(plan.checked_spec, plan.checked, generation, relevant, __version__)
             if why is not None:
                 self.logger.info("%s/%s: to plan: %s", namespace, name, why)
             else:
@@ -264,8 +283,8 @@ class Controller:
         if plan.seen_at <= self._stale_before:
             return  # last seen before this replica paused; kopf lists every plan again when it resumes
         work = work_due(generation=plan.generation, status=plan.checked,
-                        relevant=self.inventories.relevant(plan.spec, inventory), answer=registry.answered.get(uid),
-                        observes=bool(plan.spec.get("observe")), now=now,
+                        relevant=self.inventories.relevant(plan.checked_spec, inventory),
+                        answer=registry.answered.get(uid), observes=bool(plan.checked_spec.get("observe")), now=now,
                         last_planned=registry.last_planned.setdefault(uid, now),
                         last_observed=registry.last_observed.get(uid, -math.inf),
                         resync_s=self.settings.resync_seconds, observe_s=self.settings.observe_seconds,
