@@ -591,8 +591,10 @@ def main() -> int:
         others = set(by_key) - capable
         touched = [k for k in others if after.get(k) != before.get(k)]
         changed_capable = sum(1 for k in capable if after.get(k, ("",))[0] != before.get(k, ("",))[0])
+        when = (f"the last {t_replanned - t_change:.1f} s after the change" if done
+                else "none to re-plan" if not capable else "none within the timeout")
         print(f"inventory change (+1 {CHANGED_KEY} node): {len(done)}/{len(capable)} plans whose {CHANGED_KEY} "
-              f"range it left re-planned, the last {t_replanned - t_change:.1f} s after the change")
+              f"range it left re-planned, {when}")
         print(f"other plans (cannot use {CHANGED_KEY}, or their range holds the new count): {len(others)}, written "
               f"to: {len(touched)} (resourceVersion or status changed); re-planned plans written: {changed_capable}")
         print(f"operator CPU for the change and 15 s quiet: {cpu3 - cpu2:.1f} s; reconciles {count3 - count2:.0f}")
