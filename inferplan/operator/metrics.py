@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 from inferplan.deploy.autoscaling import per_replica_target
 from inferplan.planner.quantiles import QUANTILE_NAMES
@@ -21,57 +22,99 @@ RECONCILE_ERRORS = Counter(
     ["reason"], registry=REGISTRY,
 )
 PLANS = Gauge("inferplan_plans", "Plans by condition and its status.", ["condition", "status"], registry=REGISTRY)
-RECOMMENDED_REPLICAS = Gauge("inferplan_recommended_replicas", "Replicas of the recommendation.",
-                             ["namespace", "plan", "gpu_type"], registry=REGISTRY)
-RECOMMENDED_GPUS = Gauge("inferplan_recommended_gpus", "GPUs of the recommendation.",
-                         ["namespace", "plan", "gpu_type"], registry=REGISTRY)
-RECOMMENDED_COST = Gauge("inferplan_recommended_cost_dollars_per_hour", "Cost of the recommendation [USD/h].",
-                         ["namespace", "plan"], registry=REGISTRY)
-RECOMMENDED_TARGET_RPS = Gauge(
+
+
+class PlanSeries:
+    """The per-plan gauges (labels start with namespace and plan), kept as plain tuples and made into samples
+    only when /metrics is scraped.
+
+    prometheus_client keeps a child object with its own lock and value per series: about 8 KiB per plan for
+    the ten or so series a plan has, 80 MiB at 10,000 plans. Here a plan's series are one tuple of (family,
+    the labels after namespace and plan, value) rows, the label tuples shared between plans: about 1 KiB.
+    Setting a plan's series replaces them whole and forgetting a plan removes its entry, each in constant time
+    whatever the number of plans.
+    """
+
+    def __init__(self) -> None:
+        self.families: list[tuple[str, str, tuple[str, ...]]] = []  # (name, help, labels after namespace, plan)
+        self.plans: dict[tuple[str, str], tuple[tuple[int, tuple[str, ...], float], ...]] = {}
+        self._labels: dict[tuple[str, ...], tuple[str, ...]] = {}  # one shared tuple per label combination
+
+    def family(self, name: str, documentation: str, labels: Sequence[str] = ()) -> int:
+        """Declare a gauge family; its index is what `Series` rows name."""
+        self.families.append((name, documentation, tuple(labels)))
+        return len(self.families) - 1
+
+    def set_plan(self, namespace: str, name: str, rows: Iterable[tuple[int, tuple[str, ...], float]]) -> None:
+        """Replace the series of plan `namespace/name` by `rows` ((family, label values after namespace and
+        plan, value)); a plan without rows has none."""
+        shared = self._labels
+        kept = tuple((family, shared.setdefault(labels, labels), float(value)) for family, labels, value in rows)
+        if kept:
+            self.plans[(namespace, name)] = kept
+        else:
+            self.plans.pop((namespace, name), None)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.plans.pop((namespace, name), None)
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(name, documentation, labels=["namespace", "plan", *labels])
+                for name, documentation, labels in self.families]
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        families = self.describe()
+        for (namespace, name), rows in list(self.plans.items()):
+            for family, labels, value in rows:
+                families[family].add_metric([namespace, name, *labels], value)
+        return families
+
+
+PLAN_SERIES = PlanSeries()
+RECOMMENDED_REPLICAS = PLAN_SERIES.family("inferplan_recommended_replicas", "Replicas of the recommendation.",
+                                          ["gpu_type"])
+RECOMMENDED_GPUS = PLAN_SERIES.family("inferplan_recommended_gpus", "GPUs of the recommendation.", ["gpu_type"])
+RECOMMENDED_COST = PLAN_SERIES.family("inferplan_recommended_cost_dollars_per_hour",
+                                      "Cost of the recommendation [USD/h].")
+RECOMMENDED_TARGET_RPS = PLAN_SERIES.family(
     "inferplan_recommended_requests_per_second_per_replica",
     "Request rate one replica of the recommendation should carry: its SLO capacity less the plan's minHeadroom, "
-    "the target inferplan render gives an HPA or KEDA [requests/s].", ["namespace", "plan"], registry=REGISTRY)
-PLAN_FEASIBLE = Gauge("inferplan_plan_feasible", "1 when the plan has a feasible recommendation, else 0.",
-                      ["namespace", "plan"], registry=REGISTRY)
+    "the target inferplan render gives an HPA or KEDA [requests/s].")
+PLAN_FEASIBLE = PLAN_SERIES.family("inferplan_plan_feasible",
+                                   "1 when the plan has a feasible recommendation, else 0.")
 CLUSTER_GPUS = Gauge("inferplan_cluster_gpus", "Allocatable GPUs on schedulable, ready nodes, by type.",
                      ["gpu_type"], registry=REGISTRY)
 RECONCILE_ERRORS.labels("Unexpected")  # exported at 0 from the start, so that rate() sees the first one
-_LATENCY_LABELS = ["namespace", "plan", "metric", "quantile"]
-PREDICTED_LATENCY = Gauge("inferplan_predicted_latency_seconds",
-                          "Latency predicted for the observed workload on the current deployment.",
-                          _LATENCY_LABELS, registry=REGISTRY)
-OBSERVED_LATENCY = Gauge("inferplan_observed_latency_seconds",
-                         "Latency observed (engine histograms through Prometheus) over the plan's window.",
-                         _LATENCY_LABELS, registry=REGISTRY)
-PREDICTION_ERROR = Gauge("inferplan_prediction_error_ratio", "(predicted - observed) / observed latency.",
-                         _LATENCY_LABELS, registry=REGISTRY)
-OBSERVED_RATE = Gauge("inferplan_observed_requests_per_second", "Request rate observed over the plan's window.",
-                      ["namespace", "plan"], registry=REGISTRY)
-CURRENT_REPLICAS = Gauge("inferplan_current_replicas", "Replicas of the deployment being observed.",
-                         ["namespace", "plan", "gpu_type"], registry=REGISTRY)
-CALIBRATION_FACTOR = Gauge("inferplan_calibration_factor",
-                           "Online calibration multiplier on the catalog's efficiency (1 = uncalibrated).",
-                           ["namespace", "plan", "factor"], registry=REGISTRY)
-PLAN_CONDITION = Gauge("inferplan_plan_condition", "1 for each condition's current status and reason of a plan.",
-                       ["namespace", "plan", "condition", "status", "reason"], registry=REGISTRY)
+_LATENCY_LABELS = ["metric", "quantile"]
+PREDICTED_LATENCY = PLAN_SERIES.family("inferplan_predicted_latency_seconds",
+                                       "Latency predicted for the observed workload on the current deployment.",
+                                       _LATENCY_LABELS)
+OBSERVED_LATENCY = PLAN_SERIES.family("inferplan_observed_latency_seconds",
+                                      "Latency observed (engine histograms through Prometheus) over the plan's "
+                                      "window.", _LATENCY_LABELS)
+PREDICTION_ERROR = PLAN_SERIES.family("inferplan_prediction_error_ratio",
+                                      "(predicted - observed) / observed latency.", _LATENCY_LABELS)
+OBSERVED_RATE = PLAN_SERIES.family("inferplan_observed_requests_per_second",
+                                   "Request rate observed over the plan's window.")
+CURRENT_REPLICAS = PLAN_SERIES.family("inferplan_current_replicas", "Replicas of the deployment being observed.",
+                                      ["gpu_type"])
+CALIBRATION_FACTOR = PLAN_SERIES.family("inferplan_calibration_factor",
+                                        "Online calibration multiplier on the catalog's efficiency (1 = "
+                                        "uncalibrated).", ["factor"])
+PLAN_CONDITION = PLAN_SERIES.family("inferplan_plan_condition",
+                                    "1 for each condition's current status and reason of a plan.",
+                                    ["condition", "status", "reason"])
+REGISTRY.register(PLAN_SERIES)  # after its families: the registry reads their names to refuse duplicates
 
 _QUANTILES = {name: str(q) for q, name in QUANTILE_NAMES.items()}  # p50 -> "0.5", the label value
-_SERIES: dict[tuple[str, str], list[tuple[Gauge, tuple[str, ...]]]] = {}
-"""(namespace, plan) -> the series `record_plan` set for it, so that forgetting a plan removes its own series
-without looking at any other plan's (constant time per plan, whatever the number of plans)."""
+Row = tuple[int, tuple[str, ...], float]
 
 
-def _set(gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
-    """Set one series of a plan (labels start with namespace and plan) and remember it for `forget_plan`."""
-    gauge.labels(*labels).set(value)
-    _SERIES.setdefault((labels[0], labels[1]), []).append((gauge, labels))
-
-
-def _latencies(gauge: Gauge, namespace: str, name: str, table: dict, scale: float) -> None:
-    for metric, quantiles in (table or {}).items():
-        for percentile, value in (quantiles or {}).items():
-            if percentile in _QUANTILES and isinstance(value, int | float):
-                _set(gauge, (namespace, name, metric, _QUANTILES[percentile]), value * scale)
+def _latencies(family: int, table: dict, scale: float) -> list[Row]:
+    return [(family, (metric, _QUANTILES[percentile]), value * scale)
+            for metric, quantiles in (table or {}).items()
+            for percentile, value in (quantiles or {}).items()
+            if percentile in _QUANTILES and isinstance(value, int | float)]
 
 
 def _min_headroom(spec: Mapping | None) -> float:
@@ -87,42 +130,42 @@ def record_plan(namespace: str, name: str, status: dict, spec: Mapping | None = 
     """Export one plan's status: recommendation, conditions, and what spec.observe found. The previous series
     of the plan are replaced (a series the status no longer backs disappears). `spec` gives the minHeadroom of
     the per-replica target (its default without one)."""
-    forget_plan(namespace, name)
     rec = status.get("recommendation")
-    _set(PLAN_FEASIBLE, (namespace, name), 1 if rec else 0)
+    rows: list[Row] = [(PLAN_FEASIBLE, (), 1 if rec else 0)]
     if rec:
-        _set(RECOMMENDED_REPLICAS, (namespace, name, rec["gpuType"]), rec["replicas"])
-        _set(RECOMMENDED_GPUS, (namespace, name, rec["gpuType"]), rec["gpus"])
-        _set(RECOMMENDED_COST, (namespace, name), rec["cost"]["dollarsPerHour"])
+        rows += [(RECOMMENDED_REPLICAS, (rec["gpuType"],), rec["replicas"]),
+                 (RECOMMENDED_GPUS, (rec["gpuType"],), rec["gpus"]),
+                 (RECOMMENDED_COST, (), rec["cost"]["dollarsPerHour"])]
         capacity = (rec.get("predicted") or {}).get("maxRequestsPerSecondPerReplica")
         if isinstance(capacity, int | float):
-            _set(RECOMMENDED_TARGET_RPS, (namespace, name), per_replica_target(capacity, _min_headroom(spec)))
+            rows.append((RECOMMENDED_TARGET_RPS, (), per_replica_target(capacity, _min_headroom(spec))))
+    seen: set[tuple[str, ...]] = set()
     for item in status.get("conditions") or []:
-        _set(PLAN_CONDITION, (namespace, name, item["type"], item["status"], item.get("reason", "")), 1)
+        labels = (item["type"], item["status"], item.get("reason", ""))
+        if labels not in seen:  # a series once, however often a (malformed) status lists it
+            seen.add(labels)
+            rows.append((PLAN_CONDITION, labels, 1))
     observed = status.get("observed") or {}
     if observed:
-        _set(OBSERVED_RATE, (namespace, name), observed.get("requestsPerSecond", 0.0))
-        _latencies(OBSERVED_LATENCY, namespace, name, observed.get("latencyMs") or {}, 1e-3)
+        rows.append((OBSERVED_RATE, (), observed.get("requestsPerSecond", 0.0)))
+        rows += _latencies(OBSERVED_LATENCY, observed.get("latencyMs") or {}, 1e-3)
         current = observed.get("current") or {}
         if current:
-            _set(CURRENT_REPLICAS, (namespace, name, current["gpuType"]), current["replicas"])
+            rows.append((CURRENT_REPLICAS, (current["gpuType"],), current["replicas"]))
     prediction = status.get("prediction") or {}
     if prediction:
-        _latencies(PREDICTED_LATENCY, namespace, name, prediction.get("latencyMs") or {}, 1e-3)
-        _latencies(PREDICTION_ERROR, namespace, name, prediction.get("errorRatio") or {}, 1.0)
+        rows += _latencies(PREDICTED_LATENCY, prediction.get("latencyMs") or {}, 1e-3)
+        rows += _latencies(PREDICTION_ERROR, prediction.get("errorRatio") or {}, 1.0)
     calibration = status.get("calibration") or {}
     for factor in ("decode", "prefill"):
         if isinstance(calibration.get(factor), int | float):
-            _set(CALIBRATION_FACTOR, (namespace, name, factor), calibration[factor])
+            rows.append((CALIBRATION_FACTOR, (factor,), calibration[factor]))
+    PLAN_SERIES.set_plan(namespace, name, rows)
 
 
 def forget_plan(namespace: str, name: str) -> None:
-    """Remove every series of a plan (it was deleted, or its status changed): those `record_plan` set."""
-    for gauge, labels in _SERIES.pop((namespace, name), ()):
-        try:
-            gauge.remove(*labels)
-        except KeyError:  # set twice (e.g. two conditions with equal labels), removed the first time
-            pass
+    """Remove every series of a plan (it was deleted)."""
+    PLAN_SERIES.forget(namespace, name)
 
 
 def record_conditions(counts: dict[tuple[str, str], int]) -> None:

@@ -51,9 +51,9 @@ def test_forgetting_a_plan_touches_only_its_own_series() -> None:
     for i in range(50):
         metrics.record_plan("many", f"p{i}", status)
     metrics.record_plan("many", "p7", status)  # recorded again: its series replaced, none kept twice
-    assert len(metrics._SERIES[("many", "p7")]) == len(metrics._SERIES[("many", "p8")])
+    assert len(metrics.PLAN_SERIES.plans[("many", "p7")]) == len(metrics.PLAN_SERIES.plans[("many", "p8")])
     metrics.forget_plan("many", "p7")
-    assert ("many", "p7") not in metrics._SERIES
+    assert ("many", "p7") not in metrics.PLAN_SERIES.plans
     for name, labels in (("inferplan_plan_feasible", {}), ("inferplan_observed_requests_per_second", {}),
                          ("inferplan_calibration_factor", {"factor": "decode"}),
                          ("inferplan_predicted_latency_seconds", {"metric": "ttft", "quantile": "0.95"})):
@@ -61,7 +61,7 @@ def test_forgetting_a_plan_touches_only_its_own_series() -> None:
         assert sample(name, namespace="many", plan="p8", **labels) is not None, name
     for i in range(50):
         metrics.forget_plan("many", f"p{i}")
-    assert not any(key[0] == "many" for key in metrics._SERIES)
+    assert not any(key[0] == "many" for key in metrics.PLAN_SERIES.plans)
     assert sample("inferplan_plan_feasible", namespace="many", plan="p8") is None
 
 
@@ -82,3 +82,17 @@ def test_the_operator_exports_the_per_replica_target() -> None:
     metrics.forget_plan("serving", "chat")
     assert metrics.REGISTRY.get_sample_value("inferplan_recommended_requests_per_second_per_replica",
                                              {"namespace": "serving", "plan": "chat"}) is None
+
+
+def test_a_condition_listed_twice_is_one_series() -> None:
+    """The exposition must not repeat a series: Prometheus rejects a scrape that does."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ready = {"type": "Ready", "status": "True", "reason": "Planned"}
+    metrics.record_plan("twice", "chat", {**STATUS, "conditions": [ready, dict(ready)]})
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(metrics.REGISTRY).decode())}
+    samples = [s for s in families["inferplan_plan_condition"].samples if s.labels.get("namespace") == "twice"]
+    assert [s.labels for s in samples] == [{"namespace": "twice", "plan": "chat", "condition": "Ready",
+                                            "status": "True", "reason": "Planned"}]
+    metrics.forget_plan("twice", "chat")
