@@ -466,9 +466,14 @@ def render(request: PlanRequest, candidate: Candidate, *, name: str, namespace: 
     return [*objects, workload, service(request, candidate, name=name, namespace=namespace)]
 
 
+# libyaml's emitter where PyYAML was built with it (its wheels are): the same text as the pure-Python one, about four
+# times faster, which counts in the operator, where every status carries the digest of its rendering.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def to_yaml(objects: list[Mapping[str, Any]]) -> str:
     """The objects as one multi-document YAML stream (`---` between documents), keys in rendering order."""
-    return "---\n".join(yaml.safe_dump(dict(obj), sort_keys=False, width=2**31) for obj in objects)
+    return "---\n".join(yaml.dump(dict(obj), Dumper=_DUMPER, sort_keys=False, width=2**31 - 1) for obj in objects)
 
 
 def manifests_digest(objects: list[Mapping[str, Any]]) -> str:

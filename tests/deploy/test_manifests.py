@@ -175,6 +175,18 @@ def test_a_recommendation_renders_to_the_same_bytes_in_any_process() -> None:
         assert digest in done.stderr and manifests.manifests_digest(objects) == digest
 
 
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_yaml_is_the_same_whichever_emitter_pyyaml_has(path: Path) -> None:
+    """to_yaml uses libyaml's emitter where PyYAML has it: a digest must not depend on whether it does."""
+    import yaml
+
+    for target in ("deployment", "kserve"):
+        objects = rendered(path, target)
+        pure = "---\n".join(yaml.dump(dict(o), Dumper=yaml.SafeDumper, sort_keys=False, width=2**31 - 1)
+                            for o in objects)
+        assert to_yaml(objects) == pure
+
+
 # Fields of the custom kinds, from their published API types: KServe's Python SDK 0.16.0
 # (kserve/models/v1beta1_inference_service*.py and v1beta1_predictor_spec.py, attribute_map: a PodSpec inline
 # plus ComponentExtensionSpec), KEDA's from @kubernetes-models/keda 2.0.0 (keda.sh/v1alpha1/ScaledObjectSpec.d.ts,
