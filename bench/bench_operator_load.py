@@ -21,13 +21,19 @@ What it does:
      its planner workers) and memory: the operator process's peak RSS (VmHWM of /proc/PID/status) and the
      process tree's peak PSS (sampled every 0.5 s; summed RSS would count shared libraries once per process);
   5. adds one node of one GPU type (L40S) and reports the time until every plan that can use that type and
-     whose status's L40S range (`minGpus`-`maxGpus`: the counts its answer holds for) the new count leaves has
-     been re-planned for a range that holds it, and whether any other plan was written to (resourceVersion)
+     whose answer's L40S range (`minGpus`-`maxGpus`: the counts its answer holds for) the new count leaves has
+     been re-planned for a range that holds it, how many of those were written (their answer changed) and how
+     many came out the same and were not written, and whether any other plan was written to (resourceVersion)
      meanwhile or in the following quiet period; then the CPU used at rest;
   6. with `--churn S`: for S seconds, every second one node joins and another leaves (random types, the L40S
      count kept); reports the status writes meanwhile, how many of them changed no plan's answer (the
-     recommendation, alternatives, predictions and Ready/Feasible: a write that only moves an inventory range), and
-     the time from the last change until every plan's status holds the final inventory of its GPU types.
+     recommendation, alternatives, predictions and Ready/Feasible: a write that only moves an inventory range),
+     the re-plans that wrote nothing, and the time from the last change until every plan's answer holds the
+     final inventory.
+
+What each answer holds for is read from the operator's log, one ordered source: a status write names the ranges
+written ("status written ... holds for L40S 20-27, ..."), and a re-plan whose answer came out the same names the
+ranges the operator keeps without writing ("the same answer: nothing written (holds for ...)").
 
 Targets (issue 8): all 1,000 within 60 s on a 2-core machine, operator memory under 300 MiB, the inventory
 change within 30 s. Targets at the scale of issue 15 (10,000 plans, 2,000 nodes, a minute of churn): every plan
@@ -48,6 +54,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -217,6 +224,96 @@ class PlanWatch:
                 time.sleep(0.2)
 
 
+# The operator's log: what each plan's answer holds for. A status write says it ("status written ... holds for
+# L40S 20-27, ..."), and so does a re-plan whose answer came out the same, which writes nothing ("the same answer:
+# nothing written (holds for ...)"): the operator keeps those ranges to itself. One ordered source for both.
+_HELD = re.compile(r"(?P<ns>[^\s/]+)/(?P<name>\S+): (?:status written for generation \d+ \(.*; holds for "
+                   r"(?P<written>.*)\)|planned again for the GPU inventory, the same answer: nothing written "
+                   r"\(holds for (?P<kept>.*)\))$")
+
+
+def parse_ranges(text: str) -> dict[str, tuple[int, int | None]]:
+    """"L40S 20-27, H100-SXM5-80GB 16-" -> {"L40S": (20, 27), "H100-SXM5-80GB": (16, None)}."""
+    ranges: dict[str, tuple[int, int | None]] = {}
+    for item in text.split(", ") if text != "no GPU type" else []:
+        key, span = item.rsplit(" ", 1)
+        low, high = span.split("-")
+        ranges[key] = (int(low), int(high) if high else None)
+    return ranges
+
+
+class OperatorLog:
+    """Tails the operator's log file: per plan, the ranges of its written status and of the answer the operator
+    keeps without writing (a later re-plan with the same answer), and when the latest of them came."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # plan -> (when, written ranges, kept ranges since that write or None, whether the latest line was a write)
+        self.held: dict[tuple[str, str], tuple[float, dict[str, tuple[int, int | None]],
+                                               dict[str, tuple[int, int | None]] | None, bool]] = {}
+        self.kept = self.written = 0  # lines of each kind so far
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> OperatorLog:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        with open(self.path, errors="replace") as log:
+            partial = ""
+            while not self.stopped.is_set():
+                chunk = log.readline()
+                if not chunk:
+                    time.sleep(0.1)
+                    continue
+                partial += chunk
+                if not partial.endswith("\n"):
+                    continue
+                line, partial = partial.rstrip("\n"), ""
+                if line.startswith("{"):  # the operator logs JSON when not on a terminal
+                    try:
+                        line = str(json.loads(line).get("message", ""))
+                    except ValueError:
+                        continue
+                match = _HELD.search(line)
+                if match is None:
+                    continue
+                key, now = (match["ns"], match["name"]), time.monotonic()
+                with self.lock:
+                    if match["kept"] is not None:
+                        written = self.held.get(key, (0.0, {}, None, True))[1]
+                        self.held[key] = (now, written, parse_ranges(match["kept"]), False)
+                        self.kept += 1
+                    else:
+                        self.held[key] = (now, parse_ranges(match["written"]), None, True)
+                        self.written += 1
+
+    def holds(self, key: tuple[str, str], counts: dict[str, int]) -> bool:
+        """Whether the plan's answer holds for `counts` (GPU key -> count) in each type it lists, as the operator
+        decides: by its written status's ranges, or by those it keeps from a later re-plan with the same answer."""
+        with self.lock:
+            held = self.held.get(key)
+        if held is None:
+            return False
+
+        def within(ranges: dict[str, tuple[int, int | None]]) -> bool:
+            return all(low <= counts[gpu] and (high is None or counts[gpu] <= high)
+                       for gpu, (low, high) in ranges.items() if gpu in counts)
+
+        return within(held[1]) or (held[2] is not None and within(held[2]))
+
+    def when(self, key: tuple[str, str]) -> tuple[float, bool] | None:
+        """(when, written) of the plan's latest answer line."""
+        with self.lock:
+            held = self.held.get(key)
+        return None if held is None else (held[0], held[3])
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The operator's process tree
 
@@ -322,29 +419,19 @@ def _answer(status: dict[str, Any] | None) -> str:
     return json.dumps(status, sort_keys=True)
 
 
-def _holds(status: dict[str, Any] | None, gpu_type: str, count: int) -> bool:
-    """Whether the status's inventory range of `gpu_type` holds `count` GPUs (a type it does not list: yes)."""
-    entry = next((e for e in (status or {}).get("inventory", []) if e.get("gpuType") == gpu_type), None)
-    if entry is None:
-        return True
-    high = entry.get("maxGpus")
-    return entry.get("minGpus", math.inf) <= count and (high is None or count <= high)
-
-
 def churn(seconds: float, core: Any, layout: dict[str, tuple[int, int]], by_key: dict[tuple[str, str], Any],
-          latest: dict[tuple[str, str], dict[str, Any]], lock: threading.Lock, pid: int, metrics_url: str,
-          sampler: MemorySampler, seed: int, timeout: float) -> None:
+          writes: list[tuple[float, tuple[str, str], bool]], lock: threading.Lock, oplog: OperatorLog, pid: int,
+          metrics_url: str, sampler: MemorySampler, seed: int, timeout: float) -> None:
     """Step 6: a node joins and another leaves every second for `seconds` (never L40S, whose count step 5 set),
-    then wait until every plan's status holds the final inventory; print the writes and how many changed no
-    answer."""
+    then wait until every plan's answer holds the final inventory (the operator's log); print the writes, how
+    many changed no answer, and the re-plans that wrote nothing."""
     from inferplan.planner.gpus import resolve_gpu
 
     rng = random.Random(seed + 1)
     live = {product: [node_name(product, n) for n in range(count)] for product, (count, _) in layout.items()
             if product != CHANGED_PRODUCT}
-    with lock:
-        before = {k: (o["metadata"]["resourceVersion"], o.get("status")) for k, o in latest.items()}
     cpu0, (count0, _) = cpu_seconds(pid), reconciles(metrics_url)
+    kept0 = oplog.kept
     t0 = time.monotonic()
     joined = 0
     while time.monotonic() - t0 < seconds:
@@ -362,27 +449,26 @@ def churn(seconds: float, core: Any, layout: dict[str, tuple[int, int]], by_key:
     final[CHANGED_KEY] = (layout[CHANGED_PRODUCT][0] + 1) * layout[CHANGED_PRODUCT][1]
 
     def current(key: tuple[str, str]) -> bool:
-        status = latest.get(key, {}).get("status")
-        entries = (status or {}).get("inventory", [])
-        return all(_holds(status, e["gpuType"], final.get(e["gpuType"], 0)) for e in entries)
+        return oplog.holds(key, final)
 
     deadline = t_last + timeout
     while time.monotonic() < deadline:
-        with lock:
-            if all(current(k) for k in by_key):
-                break
+        if all(current(k) for k in by_key):
+            break
         time.sleep(0.2)
-    t_settled = time.monotonic()
-    with lock:
-        stale = sum(1 for k in by_key if not current(k))
-        after = {k: (o["metadata"]["resourceVersion"], o.get("status")) for k, o in latest.items()}
+    latest_answer = [oplog.when(k) for k in by_key]
+    t_settled = max([t_last, *(w[0] for w in latest_answer if w is not None)])
+    stale = sum(1 for k in by_key if not current(k))
+    time.sleep(2.0)  # the last writes' watch events
     cpu1, (count1, _) = cpu_seconds(pid), reconciles(metrics_url)
-    written = [k for k in by_key if after.get(k, ("",))[0] != before.get(k, ("",))[0]]
-    same_answer = [k for k in written if _answer(after[k][1]) == _answer((before.get(k) or ("", None))[1])]
-    print(f"churn: {joined} nodes joined and {joined} left over {t_last - t0:.0f} s; plans written {len(written)} "
-          f"({len(same_answer)} of them with the same answer: only an inventory range moved); "
-          f"reconciles {count1 - count0:.0f}; operator CPU {cpu1 - cpu0:.1f} s")
-    print(f"churn answered: every plan's status holds the final inventory {t_settled - t_last:.1f} s after the "
+    with lock:
+        during = [(key, same) for t, key, same in writes if t >= t0]
+    same_answer = sum(1 for _, same in during if same)
+    print(f"churn: {joined} nodes joined and {joined} left over {t_last - t0:.0f} s; status writes {len(during)} to "
+          f"{len({key for key, _ in during})} plans ({same_answer} of them with the same answer: only an inventory "
+          f"range moved); re-planned with the same answer and not written: {oplog.kept - kept0}; reconciles "
+          f"{count1 - count0:.0f}; operator CPU {cpu1 - cpu0:.1f} s")
+    print(f"churn answered: every plan's answer holds the final inventory {t_settled - t_last:.1f} s after the "
           "last change"
           + (f" ({stale} still stale at the timeout)" if stale else ""))
     print(f"operator memory after the churn: {sampler.report()}")
@@ -420,6 +506,7 @@ def main() -> int:
     admin = kubernetes.config.new_client_from_config(str(kubeconfig))
     operator: subprocess.Popen[bytes] | None = None
     watch: PlanWatch | None = None
+    oplog: OperatorLog | None = None
     try:
         core = kubernetes.client.CoreV1Api(admin)
         objects = kubernetes.client.CustomObjectsApi(admin)
@@ -449,6 +536,7 @@ def main() -> int:
         operator = subprocess.Popen(command, env=op_env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        oplog = OperatorLog(run / "operator.log").start()
 
         # Ready when a canary plan has its status: watches running, planner imported.
         canary = example_specs()[1]
@@ -474,8 +562,7 @@ def main() -> int:
         applied: dict[tuple[str, str], float] = {}
         answered: dict[tuple[str, str], float] = {}
         latest: dict[tuple[str, str], dict[str, Any]] = {}
-        inventory_seen: dict[tuple[str, str], float] = {}
-        target_gpus: list[int] = [0]  # the L40S count step 5 waits for (0: not yet)
+        writes: list[tuple[float, tuple[str, str], bool]] = []  # (when, plan, whether its answer stayed the same)
         lock = threading.Lock()
 
         def on_event(obj: dict[str, Any], t: float) -> None:
@@ -484,13 +571,16 @@ def main() -> int:
                 return
             status = obj.get("status") or {}
             with lock:
+                previous = latest.get(key)
+                version = obj["metadata"]["resourceVersion"]
+                if previous is not None and previous["metadata"]["resourceVersion"] != version:
+                    # One status write (or spec change): did it change the answer the plan had?
+                    writes.append((t, key, _answer(previous.get("status")) == _answer(status)))
                 latest[key] = obj
                 ready = _condition(obj, "Ready").get("status")
                 if (key not in answered and status.get("observedGeneration") == obj["metadata"]["generation"]
                         and ready in ("True", "False")):
                     answered[key] = t
-                if target_gpus[0] and key not in inventory_seen and _holds(status, CHANGED_KEY, target_gpus[0]):
-                    inventory_seen[key] = t
 
         watch = PlanWatch(objects, on_event).start()
         time.sleep(1.0)
@@ -565,22 +655,20 @@ def main() -> int:
         count2, _ = reconciles(metrics_url)
         target = gpus_now + layout[CHANGED_PRODUCT][1]
         capable = {k for k, p in by_key.items() if p["l40s"]}
-        with lock:
-            # The plans whose answer the new count leaves: planned again for a range that holds it. The others
-            # that can use L40S already hold it: nothing to plan or write.
-            capable = {k for k in capable if not _holds(latest.get(k, {}).get("status"), CHANGED_KEY, target)}
-            target_gpus[0] = target
+        # The plans whose answer the new count leaves: planned again, for a range that holds it (written when the
+        # answer changed, else only logged). The others that can use L40S already hold it: nothing to do.
+        capable = {k for k in capable if not oplog.holds(k, {CHANGED_KEY: target})}
+        kept0, written0 = oplog.kept, oplog.written
         t_change = time.monotonic()
         core.create_node(node_body("nvidia-l40s-extra", CHANGED_PRODUCT, layout[CHANGED_PRODUCT][1]))
         deadline = t_change + args.timeout
         while time.monotonic() < deadline:
-            with lock:
-                if capable <= set(inventory_seen):
-                    break
+            if all(oplog.holds(k, {CHANGED_KEY: target}) for k in capable):
+                break
             time.sleep(0.2)
-        with lock:
-            done = capable & set(inventory_seen)
-            t_replanned = max((inventory_seen[k] for k in done), default=math.nan)
+        done = {k for k in capable if oplog.holds(k, {CHANGED_KEY: target})}
+        answers = [oplog.when(k) for k in done]
+        t_replanned = max((w[0] for w in answers if w is not None), default=math.nan)
         time.sleep(15.0)  # a quiet period: three inventory checks (INFERPLAN_CHECK_SECONDS=5) more
         with lock:
             after = {k: (o["metadata"]["resourceVersion"], json.dumps(o.get("status"), sort_keys=True))
@@ -594,7 +682,9 @@ def main() -> int:
         when = (f"the last {t_replanned - t_change:.1f} s after the change" if done
                 else "none to re-plan" if not capable else "none within the timeout")
         print(f"inventory change (+1 {CHANGED_KEY} node): {len(done)}/{len(capable)} plans whose {CHANGED_KEY} "
-              f"range it left re-planned, {when}")
+              f"range it left re-planned, {when}: {sum(1 for w in answers if w and w[1])} written (their answer "
+              f"changed), {sum(1 for w in answers if w and not w[1])} with the same answer not written (log lines "
+              f"meanwhile: {oplog.written - written0} writes, {oplog.kept - kept0} same answers)")
         print(f"other plans (cannot use {CHANGED_KEY}, or their range holds the new count): {len(others)}, written "
               f"to: {len(touched)} (resourceVersion or status changed); re-planned plans written: {changed_capable}")
         print(f"operator CPU for the change and 15 s quiet: {cpu3 - cpu2:.1f} s; reconciles {count3 - count2:.0f}")
@@ -604,12 +694,14 @@ def main() -> int:
         print(f"operator CPU at rest with {len(plans)} plans (10 s, nothing changing): {rest:.2f} s")
         print(f"operator memory at the end: {memory3}")
         if args.churn > 0:
-            churn(args.churn, core, layout, by_key, latest, lock, operator.pid, metrics_url, sampler, args.seed,
-                  args.timeout)
+            churn(args.churn, core, layout, by_key, writes, lock, oplog, operator.pid, metrics_url,
+                  sampler, args.seed, args.timeout)
         return 0
     finally:
         if watch is not None:
             watch.stop()
+        if oplog is not None:
+            oplog.stop()
         if operator is not None:
             os.killpg(operator.pid, signal.SIGTERM)  # its own session: the operator and any workers
             try:

@@ -61,7 +61,7 @@ from inferplan.operator.scheduling import (
     work_due,
 )
 from inferplan.operator.settings import OperatorSettings
-from inferplan.operator.status import next_status, status_patch
+from inferplan.operator.status import next_status, only_ranges_moved, ranges_text, status_patch
 from inferplan.planner.spec import PlanError
 
 ANSWER_GRACE_S = 120.0
@@ -370,7 +370,13 @@ class Controller:
 
         if not still_wanted():
             return  # the spec changed meanwhile: the new generation's reconcile writes
-        patch = status_patch(old, new)
+        kept = replan and only_ranges_moved(old, new)
+        if kept:
+            # The same answer for a count outside the range the status records: nothing to tell anyone. The
+            # status keeps its ranges (true still, for the counts it names); this process checks with the new.
+            logger.info("%s/%s: planned again for the GPU inventory, the same answer: nothing written (holds "
+                        "for %s)", plan.namespace, plan.name, ranges_text(new["inventory"]))
+        patch = {} if kept else status_patch(old, new)
         if patch:  # nothing when nothing changed: no GitOps churn
             try:
                 written = await kube.with_retries(
@@ -384,15 +390,16 @@ class Controller:
             if written is None:
                 return  # unreachable for too long, or no longer wanted: the next check tries again
             ready = next((c for c in new.get("conditions", []) if c.get("type") == "Ready"), {})
-            logger.info("%s/%s: status written for generation %s (Ready=%s %s)", plan.namespace, plan.name,
-                        generation, ready.get("status"), ready.get("reason"))
+            logger.info("%s/%s: status written for generation %s (Ready=%s %s; holds for %s)", plan.namespace,
+                        plan.name, generation, ready.get("status"), ready.get("reason"),
+                        ranges_text(new.get("inventory") or []) or "no GPU type")
         if replan:
             now = time.monotonic()
             registry.planned_inputs[uid] = inputs
             registry.last_planned[uid] = now
-            registry.answered[uid] = Answer(generation, new["inventory"], now)
+            registry.answered[uid] = Answer(generation, new["inventory"], now, written=not kept)
         latest = registry.plans.get(uid)
-        if latest is not None and latest.generation == generation:
+        if latest is not None and latest.generation == generation and not kept:
             latest.status = new  # what the server has now, before its event comes back
         if patch or uid not in registry.recorded:
             self._record(plan, new)

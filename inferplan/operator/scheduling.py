@@ -21,12 +21,15 @@ REPLAN_TOLERANCE = 0.05
 
 @dataclass(frozen=True)
 class Answer:
-    """What this process last planned and wrote for a plan: its generation, the inventory it holds for (the
-    status's `inventory`: GPU types and count ranges, `inventory_holds`), and when (monotonic seconds)."""
+    """What this process last planned for a plan: its generation, the inventory it holds for (the status's
+    `inventory`: GPU types and count ranges, `inventory_holds`), when (monotonic seconds), and whether it was
+    written: an answer that differed from the status only in its count ranges is not (`status.only_ranges_moved`),
+    so the status keeps the ranges it was written with and this process the new ones."""
 
     generation: int
     inventory: list[dict[str, Any]]
     at: float
+    written: bool = True
 
 
 @dataclass(frozen=True)
@@ -136,13 +139,14 @@ def work_due(*, generation: int, status: Mapping[str, Any] | None, relevant: lis
     a count left the range its answer holds in: `inventory_holds`) and this process has not
     answered them, or answered them longer than `answer_grace_s` ago and the answer never showed up (the
     write was lost: our write comes back as a watch event later, so while it is on the way the status is behind
-    but answered); and when `resync_s` passed since it was last planned. Observed (a plan with spec.observe)
+    but answered; an answer not written, `Answer.written`, cannot be lost); and when `resync_s` passed since it
+    was last planned. Observed (a plan with spec.observe)
     every `observe_s`."""
     status = status or {}
     behind = (status.get("observedGeneration") != generation
               or not inventory_holds(status.get("inventory", []), relevant))
     answered = answer is not None and answer.generation == generation and inventory_holds(answer.inventory, relevant)
-    lost = behind and answered and answer is not None and now - answer.at >= answer_grace_s
+    lost = behind and answered and answer is not None and answer.written and now - answer.at >= answer_grace_s
     replan = (behind and (not answered or lost)) or now - last_planned >= resync_s
     return Work(replan=replan, observe=observes and now - last_observed >= observe_s)
 

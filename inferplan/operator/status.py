@@ -409,3 +409,27 @@ def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
             patch[key] = None
     return patch
 
+
+
+_RANGE_KEYS = ("minGpus", "maxGpus")
+
+
+def only_ranges_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether `new` differs from `old` only in its inventory's count ranges (`minGpus`, `maxGpus`): the same
+    answer, planned again for a count outside the range `old` recorded. The operator writes no such status (a
+    write whose answer did not change is churn for whoever watches or reviews the plan) and keeps the new ranges
+    to itself (docs/operator.md, "When a plan is re-planned")."""
+    if not old or set(status_patch(old, new)) != {"inventory"}:
+        return False
+    before, after = old.get("inventory") or [], new.get("inventory") or []
+
+    def rest(entries: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in entry.items() if k not in _RANGE_KEYS} for entry in entries]
+
+    return len(before) == len(after) and all("minGpus" in e for e in before) and rest(before) == rest(after)
+
+
+def ranges_text(inventory: Sequence[Mapping[str, Any]]) -> str:
+    """A status inventory's count ranges as a log line gives them: "L40S 20-27, H100-SXM5-80GB 16-"."""
+    return ", ".join(f"{e.get('gpuType')} {e.get('minGpus')}-{'' if e.get('maxGpus') is None else e['maxGpus']}"
+                     for e in inventory)

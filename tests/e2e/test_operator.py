@@ -7,6 +7,7 @@ logged in through $KUBECONFIG (set by conftest.py). Nodes are created with GPU F
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from inferplan.resource import GROUP, PLURAL, VERSION
 from .conftest import REPO, wait_for
 
 CHAT = yaml.safe_load((REPO / "examples" / "plans" / "chat-assistant-8b.yaml").read_text())
+AGENT = yaml.safe_load((REPO / "examples" / "plans" / "bursty-agent.yaml").read_text())
 NODES = {
     "h100-a": ("NVIDIA-H100-80GB-HBM3", 8),
     "h100-b": ("NVIDIA-H100-80GB-HBM3", 8),
@@ -217,6 +219,68 @@ def test_a_gpu_count_within_the_answers_range_writes_nothing_and_one_outside_it_
                 spec, build_inventory([NodeGpus("a", "NVIDIA-L4", 8, True, True)])).bounds["L4"]
         assert kopf_run.exception is None, kopf_run.output
     finally:
+        for name in added:
+            core.delete_node(name)
+
+
+class _Lines(logging.Handler):
+    """The operator's log lines as they come (KopfRunner's output is there only after it stops)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_the_same_answer_for_a_count_outside_its_range_is_not_written(cluster: dict[str, Any]) -> None:
+    """A count outside the status's range is planned again; when the answer comes out the same (here: nothing
+    fits, and the nearest infeasible are the same), only the range would move, and nothing is written."""
+    core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
+    product = "NVIDIA-H200"  # a type of its own: the module's other tests leave it alone
+    spec = copy.deepcopy(AGENT)
+    spec["workload"]["requestsPerSecond"] = "10"
+    spec["workload"]["promptTokens"]["mean"] = 4500
+    spec["constraints"]["gpuTypes"] = [product]
+
+    def planned_with(nodes: int) -> Any:
+        return reconcile_plan(spec, build_inventory([NodeGpus(f"n{i}", product, 8, True, True) for i in range(nodes)]))
+
+    # What the planner says of 16 and of 24 H200: the same answer, ranges that do not overlap.
+    sixteen, twenty_four = planned_with(2), planned_with(3)
+    assert sixteen.result == twenty_four.result and sixteen.bounds != twenty_four.bounds
+    low, high = sixteen.bounds["H200-SXM-141GB"]
+    assert high is not None and high < 24  # (16, 17) with the shipped factors
+    log, lines = logging.getLogger("inferplan.checker"), _Lines()
+    log.addHandler(lines)
+    added: list[str] = []
+
+    def add(name: str) -> None:
+        core.create_node(node(name, product, 8))
+        added.append(name)
+        core.patch_node_status(name, {"status": node(name, product, 8)["status"]})
+
+    try:
+        add("h200-a")
+        add("h200-b")
+        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("same-answer", spec))
+        with runner() as kopf_run:
+            wait_for(lambda: planned(cluster, "same-answer"), timeout_s=30)
+            first = settled(cluster, "same-answer")
+            assert [(e["minGpus"], e.get("maxGpus")) for e in first["status"]["inventory"]] == [(low, high)]
+            add("h200-c")
+            low24, high24 = twenty_four.bounds["H200-SXM-141GB"]
+            said = f"{ns}/same-answer: planned again for the GPU inventory, the same answer: nothing written " \
+                   f"(holds for H200-SXM-141GB {low24}-{high24})"
+            wait_for(lambda: said in lines.lines, timeout_s=30)
+            time.sleep(2.0)  # several checks (every 0.5 s) later: neither written nor planned again
+            again = get(cluster, "same-answer")
+            assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+            assert lines.lines.count(said) == 1
+        assert kopf_run.exception is None, kopf_run.output
+    finally:
+        log.removeHandler(lines)
         for name in added:
             core.delete_node(name)
 

@@ -101,6 +101,17 @@ def test_an_answer_that_never_showed_up_is_planned_again_after_the_grace() -> No
     assert _due(generation=4, answer=answer, now=1000.0 + 120.0, last_planned=1000.0) == (True, False)
 
 
+def test_an_answer_kept_unwritten_holds_for_its_own_ranges_and_is_never_lost() -> None:
+    """A re-plan whose answer differs from the status only in its count ranges is not written: this process
+    keeps the new ranges, and the status, behind them on purpose, is not taken for a lost write."""
+    kept = Answer(3, [{**L4_HELD, "minGpus": 8, "maxGpus": 11}], 1000.0, written=False)
+    grown = [{**L4, "gpus": 9}]  # outside the status's 2-7, inside the kept 8-11
+    assert _due(relevant=grown, answer=kept, now=1000.0 + 500.0, last_planned=1000.0) == (False, False)
+    assert _due(relevant=grown, answer=kept, now=1000.0 + 600.0, last_planned=1000.0) == (True, False)  # resync
+    assert _due(relevant=[{**L4, "gpus": 12}], answer=kept, last_planned=1000.0) == (True, False)  # outside both
+    assert _due(relevant=[{**L4, "gpus": 5}], answer=kept, last_planned=1000.0) == (False, False)  # the status's
+
+
 def test_observing_plans_are_observed_every_interval() -> None:
     assert _due(observes=True) == (False, True)
     assert _due(observes=True, last_observed=950.0) == (False, False)

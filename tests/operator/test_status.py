@@ -16,6 +16,8 @@ from inferplan.operator.status import (
     PlanStatus,
     condition,
     next_status,
+    only_ranges_moved,
+    ranges_text,
     status_patch,
 )
 from inferplan.planner.results import PlanResult
@@ -327,6 +329,32 @@ def test_the_status_records_the_counts_its_answer_holds_in_not_the_live_ones() -
     again = next_status(first, generation=1, now=T1, planner_version="0.1.0", inventory=grown,
                         result=feasible_result(), error=None, bounds=bounds)
     assert status_patch(first, again) == {}
+
+
+def test_a_status_that_moves_only_its_count_ranges_is_told_apart_from_a_new_answer() -> None:
+    """The operator writes no status whose answer is the same as the one written (`only_ranges_moved`)."""
+    def answer(bounds: dict, inventory: Inventory | None = None, result: PlanResult | None = None) -> dict:
+        return next_status(None, generation=1, now=T0, planner_version="0.1.0", inventory=inventory or cluster(),
+                           result=result or feasible_result(), error=None, bounds=bounds)
+
+    first = answer({"H100-SXM5-80GB": (4, 15), "L4": (1, None)})
+    assert only_ranges_moved(first, answer({"H100-SXM5-80GB": (8, 23), "L4": (1, None)}))
+    assert ranges_text(answer({"H100-SXM5-80GB": (8, 23), "L4": (1, None)})["inventory"]) == \
+        "H100-SXM5-80GB 8-23, L4 1-"
+    assert not only_ranges_moved(first, first)  # nothing moved: nothing to write either way
+    assert not only_ranges_moved(None, first)  # the first answer is written
+    # Another answer, another GPU type, another node size: written.
+    assert not only_ranges_moved(first, answer({"H100-SXM5-80GB": (16, 23), "L4": (1, None)},
+                                               result=infeasible_result()))
+    assert not only_ranges_moved(first, answer({"H100-SXM5-80GB": (4, 15)},
+                                               inventory=cluster().usable(frozenset({"H100-SXM5-80GB"}))))
+    bigger = build_inventory([NodeGpus("a", "NVIDIA-H100-80GB-HBM3", 16, True, True),
+                              NodeGpus("c", "NVIDIA-L4", 1, True, True)])
+    assert not only_ranges_moved(first, answer({"H100-SXM5-80GB": (16, 23), "L4": (1, None)}, inventory=bigger))
+    # A status of an earlier build (counts, no ranges) is rewritten in the new form.
+    earlier = {**first, "inventory": [{"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3",
+                                       "gpusPerNode": 8, "gpus": 12, "nodes": 2}, first["inventory"][1]]}
+    assert not only_ranges_moved(earlier, first)
 
 
 def test_no_gpu_of_the_plans_types_says_so() -> None:
