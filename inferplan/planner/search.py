@@ -1105,9 +1105,17 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
                                                                                 -c.headroom, c.gpus))))
     recommendation = shown[0] if shown else None
     alternatives = shown[1:]
-    # Nearest infeasible: those that got furthest through the gates, cheapest first, one per reason.
+    # Nearest infeasible: those that got furthest through the gates, cheapest first, one per reason. Beside a
+    # recommendation, a row that broke a limit (replicas, GPUs available, budget) at more than
+    # PRACTICAL_COST_FACTOR x its cost is no near miss: it would not be shown if the limit allowed it (`_select`),
+    # and listing it would tie the status to GPU counts that change nothing else (a candidate of 2,004 GPUs
+    # listed while 2,000 are available goes when 8 more come).
     order = {gate: i for i, gate in enumerate(GATES)}
     blocks = [r for r in rejected if len(r.index)]
+    if recommendation is not None:
+        reach = PRACTICAL_COST_FACTOR * recommendation.cost.dollars_per_hour
+        blocks = [_only(r, r.cost <= reach) if r.gate in LIMIT_CHECKS else r for r in blocks]
+        blocks = [r for r in blocks if len(r.index)]
     # A shape that fails several of the shape gates is listed under the first it fails, the rest in `also`.
     first_gate = np.full(len(grid.gpu), len(GATES))
     for r in blocks:

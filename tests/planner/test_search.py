@@ -22,6 +22,7 @@ from inferplan.planner.search import (
     BISECTION_STEPS,
     GATES,
     GRID_CELLS,
+    PRACTICAL_COST_FACTOR,
     _grid_rate,
     _objectives,
     _RateSearch,
@@ -121,6 +122,25 @@ def test_count_bounds_are_where_a_compared_need_would_come_out_otherwise() -> No
     with count_bounds() as unlimited:
         plan(request(**{"workload.requestsPerSecond": "200"}))
     assert unlimited.bounds() == {}
+
+
+def test_beside_a_recommendation_only_limits_broken_within_reach_are_near_misses() -> None:
+    """A candidate that needs more GPUs than are available is listed as a near miss only while it costs at most
+    PRACTICAL_COST_FACTOR x the recommendation (the most the search would show beside it): one of 96 H100 beside
+    a 2-GPU answer is no option, and listing it made the answer change with every GPU count."""
+    def planned_with(h100: int) -> PlanResult:
+        return plan(resolve_plan(parse_plan(spec(gpuTypes=["H100"], availableGpus={"H100": h100}))))
+
+    results = {count: planned_with(count) for count in (4, 8, 16, 32)}
+    rec = results[4].recommendation
+    assert rec is not None and rec.gpus == 2  # 2 x 1 H100 with the shipped factors
+    price = rec.cost.dollars_per_hour / rec.gpus
+    near = [int(i.reason.split()[1]) for i in results[4].infeasible if i.gate == "inventory"]
+    assert near and all(need > 4 and need * price <= PRACTICAL_COST_FACTOR * rec.cost.dollars_per_hour + 1e-9
+                        for need in near)
+    # Every larger count gives the same answer: nothing within reach needs more than 8.
+    assert results[8] == results[16] == results[32]
+    assert not [i for i in results[8].infeasible if i.gate == "inventory"]
 
 
 def test_tensor_parallel_larger_than_a_node_is_a_placement_problem() -> None:
