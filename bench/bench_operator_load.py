@@ -67,7 +67,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -183,20 +183,30 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in (obj.get("status") or {}).get("conditions", []) if c.get("type") == kind), {})
 
 
-class PlanWatch:
-    """Watches every plan (one watch stream, reconnected on errors) and calls `on_event(obj, t)` per event."""
+class _Background:
+    """`_run` in a daemon thread from `start()`, until it sees `stopped` set by `stop()`."""
 
-    def __init__(self, objects: Any, on_event: Callable[[dict[str, Any], float], None]) -> None:
-        self.objects, self.on_event = objects, on_event
+    def __init__(self) -> None:
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> PlanWatch:
+    def start(self) -> Self:
         self.thread.start()
         return self
 
     def stop(self) -> None:
         self.stopped.set()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class PlanWatch(_Background):
+    """Watches every plan (one watch stream, reconnected on errors) and calls `on_event(obj, t)` per event."""
+
+    def __init__(self, objects: Any, on_event: Callable[[dict[str, Any], float], None]) -> None:
+        super().__init__()
+        self.objects, self.on_event = objects, on_event
 
     def _run(self) -> None:
         import kubernetes
@@ -242,26 +252,18 @@ def parse_ranges(text: str) -> dict[str, tuple[int, int | None]]:
     return ranges
 
 
-class OperatorLog:
+class OperatorLog(_Background):
     """Tails the operator's log file: per plan, the ranges of its written status and of the answer the operator
     keeps without writing (a later re-plan with the same answer), and when the latest of them came."""
 
     def __init__(self, path: Path) -> None:
+        super().__init__()
         self.path = path
         # plan -> (when, written ranges, kept ranges since that write or None, whether the latest line was a write)
         self.held: dict[tuple[str, str], tuple[float, dict[str, tuple[int, int | None]],
                                                dict[str, tuple[int, int | None]] | None, bool]] = {}
         self.kept = self.written = 0  # lines of each kind so far
         self.lock = threading.Lock()
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> OperatorLog:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopped.set()
 
     def _run(self) -> None:
         with open(self.path, errors="replace") as log:
