@@ -41,7 +41,7 @@ class PlanSeries:
         self._labels: dict[tuple[str, ...], tuple[str, ...]] = {}  # one shared tuple per label combination
 
     def family(self, name: str, documentation: str, labels: Sequence[str] = ()) -> int:
-        """Declare a gauge family; its index is what `Series` rows name."""
+        """Declare a gauge family; its index is what the rows of `set_plan` name it by."""
         self.families.append((name, documentation, tuple(labels)))
         return len(self.families) - 1
 

@@ -140,8 +140,7 @@ def work_due(*, generation: int, status: Mapping[str, Any] | None, relevant: lis
     answered them, or answered them longer than `answer_grace_s` ago and the answer never showed up (the
     write was lost: our write comes back as a watch event later, so while it is on the way the status is behind
     but answered; an answer not written, `Answer.written`, cannot be lost); and when `resync_s` passed since it
-    was last planned. Observed (a plan with spec.observe)
-    every `observe_s`."""
+    was last planned. Observed (a plan with spec.observe) every `observe_s`."""
     status = status or {}
     behind = (status.get("observedGeneration") != generation
               or not inventory_holds(status.get("inventory", []), relevant))

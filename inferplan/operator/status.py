@@ -410,7 +410,6 @@ def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
     return patch
 
 
-
 _RANGE_KEYS = ("minGpus", "maxGpus")
 
 
