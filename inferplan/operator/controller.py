@@ -221,12 +221,12 @@ class Controller:
             if why is not None:
                 self.logger.info("%s/%s: to plan: %s", namespace, name, why)
             else:
-                status = plan.status
+                # The event's own spec and status: the plan's packed copies hold the same, unpacked only to read.
                 registry.answered[uid] = Answer(generation, list((plan.checked or {}).get("inventory", [])), now)
                 # Their resyncs are spread over the second half of the interval after the start: a restart
                 # neither re-plans them at once nor all together one interval later.
                 registry.last_planned[uid] = now - random.uniform(0.0, self.settings.resync_seconds / 2)
-                registry.planned_inputs[uid] = planning_inputs(plan.spec, status)
+                registry.planned_inputs[uid] = planning_inputs(spec, status)
                 self._record(plan, status or {})
         self.touch(uid)
 

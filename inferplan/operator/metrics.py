@@ -22,6 +22,8 @@ RECONCILE_ERRORS = Counter(
     ["reason"], registry=REGISTRY,
 )
 PLANS = Gauge("inferplan_plans", "Plans by condition and its status.", ["condition", "status"], registry=REGISTRY)
+Row = tuple[int, tuple[str, ...], float]
+"""One series of a plan: its family (`PlanSeries.family`), its label values after namespace and plan, its value."""
 
 
 class PlanSeries:
@@ -37,7 +39,7 @@ class PlanSeries:
 
     def __init__(self) -> None:
         self.families: list[tuple[str, str, tuple[str, ...]]] = []  # (name, help, labels after namespace, plan)
-        self.plans: dict[tuple[str, str], tuple[tuple[int, tuple[str, ...], float], ...]] = {}
+        self.plans: dict[tuple[str, str], tuple[Row, ...]] = {}
         self._labels: dict[tuple[str, ...], tuple[str, ...]] = {}  # one shared tuple per label combination
 
     def family(self, name: str, documentation: str, labels: Sequence[str] = ()) -> int:
@@ -45,9 +47,8 @@ class PlanSeries:
         self.families.append((name, documentation, tuple(labels)))
         return len(self.families) - 1
 
-    def set_plan(self, namespace: str, name: str, rows: Iterable[tuple[int, tuple[str, ...], float]]) -> None:
-        """Replace the series of plan `namespace/name` by `rows` ((family, label values after namespace and
-        plan, value)); a plan without rows has none."""
+    def set_plan(self, namespace: str, name: str, rows: Iterable[Row]) -> None:
+        """Replace the series of plan `namespace/name` by `rows`; a plan without rows has none."""
         shared = self._labels
         kept = tuple((family, shared.setdefault(labels, labels), float(value)) for family, labels, value in rows)
         if kept:
@@ -107,7 +108,6 @@ PLAN_CONDITION = PLAN_SERIES.family("inferplan_plan_condition",
 REGISTRY.register(PLAN_SERIES)  # after its families: the registry reads their names to refuse duplicates
 
 _QUANTILES = {name: str(q) for q, name in QUANTILE_NAMES.items()}  # p50 -> "0.5", the label value
-Row = tuple[int, tuple[str, ...], float]
 
 
 def _latencies(family: int, table: dict, scale: float) -> list[Row]:
