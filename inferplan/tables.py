@@ -37,6 +37,24 @@ def _percentile(c: Candidate, metric: str, req: PlanRequest) -> float:
     return float(getattr(stats, QUANTILE_NAMES[quantile]))
 
 
+def _shape_lines(c: Candidate) -> list[str]:
+    """A disaggregated recommendation's pools, one line each."""
+    lines = [f"  disaggregated: {c.gpus} GPU(s) in two pools, {c.precision} weights, KV {c.kv_cache_dtype}"]
+    for r in c.roles:
+        label = ", ".join(f"{k}={v}" for k, v in r.node_selector.items())
+        lines.append(f"    {r.role}: {r.replicas} replica(s) x {r.gpus_per_replica} {r.gpu_type} = {r.gpus} GPU(s), "
+                     f"max batch {r.max_batch}, utilization {r.utilization:.2f}, node selector {label}")
+    return lines
+
+
+def _gpu_column(c: Candidate) -> str:
+    return " / ".join(r.gpu_type for r in c.roles) if c.roles else c.gpu_type
+
+
+def _role_column(c: Candidate, field: str) -> str:
+    return " / ".join(str(getattr(r, field)) for r in c.roles) if c.roles else str(getattr(c, field))
+
+
 def format_plan(result: PlanResult, req: PlanRequest) -> str:
     """The recommendation, the alternatives and the nearest infeasible candidates as text."""
     lines = [f"{req.served_model} on {req.engine}: {req.rate_rps:g} requests/s, "
@@ -50,17 +68,19 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
         lines += [
             "Recommendation (cheapest feasible; ties broken by headroom)"
             + (", latencies from the simulator:" if simulated else ":"),
-            f"  {c.replicas} replica(s) x {c.gpus_per_replica} {c.gpu_type} = {c.gpus} GPU(s), max batch "
-            f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}",
+            *(_shape_lines(c) if c.roles else [
+                f"  {c.replicas} replica(s) x {c.gpus_per_replica} {c.gpu_type} = {c.gpus} GPU(s), max batch "
+                f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}"]),
             f"  TTFT p50/p95/p99 {_ms(c.predicted.ttft_ms.p50)} / {_ms(c.predicted.ttft_ms.p95)} / "
             f"{_ms(c.predicted.ttft_ms.p99)}; TPOT p50/p95/p99 {_ms(c.predicted.tpot_ms.p50)} / "
             f"{_ms(c.predicted.tpot_ms.p95)} / {_ms(c.predicted.tpot_ms.p99)}; e2e p95 {_ms(c.predicted.e2e_ms.p95)}",
             f"  utilization {c.predicted.utilization:.2f}, headroom {c.headroom:.0%}, "
             f"{c.predicted.output_tokens_per_second:g} output tokens/s",
             f"  ${c.cost.dollars_per_hour:.2f}/h, ${c.cost.dollars_per_million_tokens:.3f} per million output tokens",
-            f"  node selector: {label}",
+            *([] if c.roles else [f"  node selector: {label}"]),
             f"  checkpoint: {c.checkpoint}",
-            f"  command: {c.engine_command or req.engine} {' '.join(c.engine_args)}",
+            *([f"  {r.role} command: {c.engine_command or req.engine} {' '.join(r.engine_args)}" for r in c.roles]
+              or [f"  command: {c.engine_command or req.engine} {' '.join(c.engine_args)}"]),
             *(f"  file {name}:\n" + "\n".join(f"    {line}" for line in text.splitlines())
               for name, text in c.engine_files.items()),
             *(f"  because: {note}" for note in c.engine_notes),
@@ -70,7 +90,8 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
     if result.alternatives:
         lines += ["", "Alternatives (Pareto frontier over cost, latency and headroom):"]
         rows = [
-            (a.gpu_type, str(a.gpus_per_replica), str(a.replicas), str(a.max_batch), a.precision,
+            (_gpu_column(a), _role_column(a, "gpus_per_replica"), _role_column(a, "replicas"),
+             _role_column(a, "max_batch"), a.precision,
              _ms(_percentile(a, "ttft", req)), _ms(_percentile(a, "tpot", req)), _ms(_percentile(a, "e2e", req)),
              f"{a.headroom:.0%}", f"{a.cost.dollars_per_hour:.2f}", a.provenance.get("predicted", ""),
              ",".join(a.tags))
@@ -80,8 +101,10 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
                   "predicted", "tags")
         lines += ["  " + row for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False, False])]
         lines.append("  (latencies at each SLO's percentile, p95 where the metric has no SLO)")
-        lines += [f"  why {a.gpu_type} x{a.gpus_per_replica} ({','.join(a.tags) or 'frontier'}): {a.why}"
-                  for a in result.alternatives]
+        lines += [f"  why {_gpu_column(a)} x{_role_column(a, 'gpus_per_replica')} ({','.join(a.tags) or 'frontier'}): "
+                  f"{a.why}" for a in result.alternatives]
+        if any(a.roles for a in result.alternatives):
+            lines.append("  (disaggregated rows: prefill / decode pool, each GPU type, TP, replicas and batch cap)")
     if result.infeasible:
         lines += ["", "Nearest infeasible candidates:"]
         for i in result.infeasible:

@@ -452,9 +452,12 @@ def render(request: PlanRequest, candidate: Candidate, *, name: str, namespace: 
     target "deployment": [ConfigMap of the engine's files] + Deployment + Service, or a LeaderWorkerSet in place
     of the Deployment when a replica needs more GPUs than one node of its type has. target "kserve": [ConfigMap]
     + InferenceService. Raises ValueError for an unknown target, a name that cannot name a Service, or an
-    engine (or GPU vendor) without a published image when none is given."""
+    engine (or GPU vendor) without a published image when none is given, and for a disaggregated candidate."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    if candidate.roles:
+        raise ValueError("a disaggregated deployment (prefill and decode pools) is not rendered yet: each role's "
+                         "engine arguments are in its roles entry (docs/planning.md#disaggregated-prefill-and-decode)")
     check_name(name)
     _image(request, candidate, image)  # fail early, before anything is built, for an engine without an image
     objects = [obj for obj in [config_map(candidate, name=name, namespace=namespace)] if obj]

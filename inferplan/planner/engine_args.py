@@ -282,6 +282,33 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     return build(ctx)
 
 
+# Disaggregated serving, per engine: the flags that make one replica a prefill or a decode worker, and the
+# flag whose presence in the pinned parser says the version line has it (engine-flags.json).
+_DISAGGREGATION = {
+    # vLLM's NIXL connector: both roles run kv_both; the P/D proxy in front (llm-d's, vLLM's example proxy)
+    # sends each request to a prefill worker with max_tokens 1, then to a decode worker that pulls the KV.
+    "vllm": ("--kv-transfer-config", lambda role: ["--kv-transfer-config",
+                                                    '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']),
+    # SGLang: each server is a prefill or a decode server; sglang-router --pd-disaggregation pairs them.
+    "sglang": ("--disaggregation-mode", lambda role: ["--disaggregation-mode", role,
+                                                       "--disaggregation-transfer-backend", "nixl"]),
+}
+
+
+def disaggregation_args(engine: str, version: str | None, role: str) -> list[str] | None:
+    """The arguments that make a replica of `engine` (at `version`) the `role` ("prefill" or "decode") of a
+    disaggregated deployment, added to its launch's; None where the engine (or its pinned version line) has no
+    disaggregated serving inferplan can configure (TGI has none; TensorRT-LLM's is not rendered yet)."""
+    entry = _DISAGGREGATION.get(engine)
+    if entry is None:
+        return None
+    flag, args = entry
+    line = version_line(engine, version)
+    if not line or flag not in engine_flags()[engine][line]["flags"]:
+        return None
+    return args(role)
+
+
 @dataclass(frozen=True)
 class _Ctx:
     engine: str

@@ -8,7 +8,7 @@ only changes when a prediction really moves.
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -65,8 +65,29 @@ class Cost(_Result):
     dollars_per_million_tokens: float = Field(description="Cost of a million generated tokens at the planned rate.")
 
 
+class Role(_Result):
+    """One pool of a disaggregated deployment: its replicas, what runs them, and how busy they are."""
+
+    role: Literal["prefill", "decode"]
+    gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog.")
+    node_selector: dict[_Label, Annotated[str, Field(max_length=63)]] = Field(
+        max_length=4, description="Node labels that select this GPU type."
+    )
+    gpus_per_replica: int = Field(description="Tensor-parallel size of one replica of the role.")
+    replicas: int
+    gpus: int = Field(description="replicas x gpusPerReplica.")
+    max_batch: int = Field(description="Engine cap on running sequences per replica (vLLM --max-num-seqs).")
+    utilization: float = Field(description="Planned rate per replica / the rate at which it is saturated.")
+    max_requests_per_second_per_replica: float = Field(
+        description="Highest rate per replica at which the role's share of every SLO holds.")
+    engine_args: list[_Arg] = Field(max_length=64, description="Arguments that make the engine run this role.")
+
+
 class Candidate(_Result):
-    """One deployment: GPU type, parallelism, batch cap, precision, replicas, and what it will do."""
+    """One deployment: GPU type, parallelism, batch cap, precision, replicas, and what it will do.
+
+    A disaggregated one (`shape`) has a prefill and a decode role (`roles`); its top-level GPU type, replicas,
+    parallelism, batch cap and engine arguments are the decode role's, its GPUs and cost those of both."""
 
     gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog, e.g. H100-SXM5-80GB.")
     node_selector: dict[_Label, Annotated[str, Field(max_length=63)]] = Field(
@@ -74,10 +95,15 @@ class Candidate(_Result):
     )
     gpus_per_replica: int = Field(description="Tensor-parallel size: GPUs one replica spans.")
     replicas: int
-    gpus: int = Field(description="replicas x gpusPerReplica.")
+    gpus: int = Field(description="replicas x gpusPerReplica; disaggregated: every role's GPUs together.")
     max_batch: int = Field(description="Engine cap on running sequences (vLLM --max-num-seqs).")
     precision: str = Field(max_length=32, description="Weight precision.")
     kv_cache_dtype: str = Field(max_length=32)
+    shape: Literal["aggregated", "disaggregated"] = Field(
+        default="aggregated", description="aggregated: every replica prefills and decodes; disaggregated: a "
+                                          "prefill pool sends each prompt's KV cache to a decode pool (roles).")
+    roles: list[Role] = Field(default_factory=list, max_length=2,
+                              description="Disaggregated: the prefill and the decode pool.")
     predicted: Predicted
     cost: Cost
     headroom: float = Field(description="Share of the SLO-compliant capacity the planned rate leaves unused.")

@@ -728,6 +728,9 @@ SLO_RELAXED = 100.0  # a suggestion looks for the target one SLO would need with
 
 
 def _describe(c: Candidate) -> str:
+    if c.roles:
+        pools = " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in c.roles)
+        return f"{pools} ({c.precision}) at ${c.cost.dollars_per_hour:g}/h"
     return f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}) at ${c.cost.dollars_per_hour:g}/h"
 
 
@@ -817,6 +820,13 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
         return _finish(req, grid, [], rejected, warnings)
     # Vectorised over every (shape, batch) row from here on.
     rows = _Rows(req, grid)
+    extra: list[Candidate] = []
+    if "disaggregated" in req.shapes:
+        from inferplan.planner.search_disaggregated import disaggregated_candidates  # it imports this module
+
+        extra = disaggregated_candidates(req, engine, factors, grid, rows, warnings)
+    if "aggregated" not in req.shapes:
+        return _finish(req, grid, extra, rejected, warnings)
     searched = _search_rates(rows)
     index, replicas, chosen = _shown_rows(req, rows, searched, confirm)
     batch, best_rate = rows.batch, rows.best_rate
@@ -852,7 +862,7 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     for k, gate in enumerate(LIMIT_CHECKS):
         rejected.append(rejections(gate, rated[check == k], rated_cost[check == k], limit_reason))
     if not len(index):
-        return _finish(req, grid, [], rejected, warnings)
+        return _finish(req, grid, extra, rejected, warnings)
     shown = index[chosen]
     planned = req.rate_rps / replicas
     report = poisson(rows.hardware(shown), planned[chosen], req.prompt_mean, req.output_mean, rows.slots[shown],
@@ -865,7 +875,7 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
                    grid.checkpoints[grid.precision[rows.shape[i]]], float(grid.row_kv_tokens[i]))
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
     ]
-    return _finish(req, grid, candidates, rejected, warnings)
+    return _finish(req, grid, candidates + extra, rejected, warnings)
 
 
 def _objective_latencies(req: PlanRequest) -> list[tuple[str, float]]:
@@ -1063,7 +1073,7 @@ def _why(req: PlanRequest, c: Candidate, tags: list[str], first: Candidate, is_f
         name = QUANTILE_NAMES[quantile.get(metric, 0.95)]
         return name, float(getattr(getattr(x.predicted, f"{metric}_ms"), name))
 
-    shape = f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, batch {c.max_batch})"
+    shape = describe_shape(c)
     if is_first:
         return f"cheapest that meets every target: {shape}, ${c.cost.dollars_per_hour:g}/h, {c.headroom:.0%} headroom"
     extra = c.cost.dollars_per_hour - first.cost.dollars_per_hour
@@ -1079,6 +1089,14 @@ def _why(req: PlanRequest, c: Candidate, tags: list[str], first: Candidate, is_f
     if "fewestGpus" in tags:
         return f"fewest GPUs: {c.gpus} vs {first.gpus}, {cost}: {shape}"
     return f"a further choice on the frontier, {cost}: {shape}"
+
+
+def describe_shape(c: Candidate) -> str:
+    """`c`'s replicas, GPUs, precision and batch cap in a few words (each pool's, for a disaggregated one)."""
+    if c.roles:
+        pools = " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in c.roles)
+        return f"{pools} ({c.precision}, decode batch {c.max_batch})"
+    return f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, batch {c.max_batch})"
 
 
 def distinct(req: PlanRequest, ordered: list[Candidate]) -> list[Candidate]:
@@ -1160,6 +1178,8 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
 def with_replicas(req: PlanRequest, c: Candidate, replicas: int) -> Candidate | None:
     """`c` scaled to `replicas` replicas at the plan's rate (its latencies kept: the caller re-evaluates them),
     None where that breaks a limit of the plan."""
+    if c.roles:
+        return None  # a disaggregated candidate's pools are sized by its own search, not scaled here
     gpus = replicas * c.gpus_per_replica
     price = c.cost.dollars_per_hour / c.gpus
     cost = gpus * price

@@ -20,7 +20,7 @@ fixed stratified sample, so results are deterministic.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -357,17 +357,23 @@ class PoissonModel:
 
         The same numbers as `at(rate)` gives, without the sample sets and statistics nobody asked for.
         """
+        samples = self.latency_samples(rate, {metric for metric, _ in wanted})
+        return np.array([sample_quantiles(samples[metric], [q])[0] for metric, q in wanted]).reshape(
+            (len(wanted), *self.shape))
+
+    def latency_samples(self, rate: ArrayLike, metrics: Collection[str]) -> dict[str, FloatArray]:
+        """The sampled requests' latencies at `rate` for each of `metrics` ("ttft", "tpot", "e2e"): arrays of
+        shape (*shape, samples) [s], request k of every row being the k-th of the stratified sample (the same
+        prompt and output lengths in every row that shares them)."""
         load = self._load(rate)
-        metrics = {metric for metric, _ in wanted}
         samples: dict[str, FloatArray] = {}
-        if metrics & {"ttft", "e2e"}:
+        if {"ttft", "e2e"} & set(metrics):
             samples["ttft"] = self._ttft_samples(load)
-        if metrics & {"tpot", "e2e"}:
+        if {"tpot", "e2e"} & set(metrics):
             samples["tpot"] = self._tpot_samples(load)
         if "e2e" in metrics:
             samples["e2e"] = samples["ttft"] + (self.outputs - 1.0) * samples["tpot"]
-        return np.array([sample_quantiles(samples[metric], [q])[0] for metric, q in wanted]).reshape(
-            (len(wanted), *self.shape))
+        return samples
 
     def _load(self, rate: ArrayLike) -> _Load:
         lam = np.broadcast_to(np.asarray(rate, dtype=float), self.shape).astype(float)

@@ -201,6 +201,9 @@ class _StepModel:
         self.step_overhead_s = f.get("step_overhead_s", 0.0)
         self.sequence_overhead_s = f.get("sequence_overhead_s", 0.0)
         self.request_overhead_s = f.get("request_overhead_s", 0.0)
+        # A decode replica of a disaggregated deployment receives prompts already computed (their KV sent by a
+        # prefill replica): a prompt then passes through a step as one token, not as its length.
+        self.prompts_computed = False
 
     def _windowed(self, context: float) -> float:
         return min(context, self.window) if self.window > 0 else context
@@ -308,6 +311,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     decode_s, attn_full_s, attn_window_s = model.decode_s, model.attn_full_decode_s, model.attn_window_decode_s
     allreduce_s, allreduce_token_s = model.allreduce_latency_s, model.allreduce_token_s
     step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
+    computed = model.prompts_computed
     window = model.window if model.window > 0 else inf
     # Per decode batch size: the memory time that does not depend on the context, and the time outside the
     # roofline (all-reduces, overheads), so that a decode step costs a dozen float operations. A decoding
@@ -365,7 +369,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     sample_s = max(2.0 * sample_s, (series_t[-1] - series_t[0]) / series_points)
                 sample_at = now + sample_s
             b = n_decoding
-            tokens = b + need
+            tokens = b + (1 if computed else need)
             if b:
                 c = context_sum / b
                 w = c if c < window else window
@@ -470,7 +474,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         n_decoding -= 1
                         next_finish = heap[0][0] if heap else inf
                 b = n_decoding if mixed else 0  # prefill first: the decoding sequences wait this step
-                tokens = b + prompt_tokens
+                tokens = b + (touched if computed else prompt_tokens)
                 memory = weights_s
                 compute = prompt_s
                 if b:
@@ -844,6 +848,78 @@ def simulate(
         generated_tokens=sum(s[3] for s in served.stats),
         kv_tokens_max=np.array([s[1] for s in served.stats], dtype=np.int64),
         series=series,
+    )
+
+
+def simulate_disaggregated(
+    prefill_hw: Hardware,
+    decode_hw: Hardware,
+    workload: Workload,
+    transfer_s: FloatArray,
+    *,
+    prefill_replicas: int,
+    decode_replicas: int,
+    prefill_max_batch: int,
+    decode_max_batch: int,
+    prefill_kv_tokens: int,
+    decode_kv_tokens: int,
+    chunk_tokens: float,
+    policy: Scheduling | None = None,
+) -> SimulationResult:
+    """Serve `workload` on a disaggregated deployment: `prefill_replicas` replicas on `prefill_hw` that only
+    prefill (each request with one output token, the engine's step loop as `simulate` runs it), the KV transfer
+    of each request (`transfer_s`, per request) after its prefill, then `decode_replicas` replicas on
+    `decode_hw` that admit the request when it arrives there (as any request: a free slot and room in the KV
+    cache for its prompt) and decode it; its prompt costs no compute there (its KV is already computed) and
+    takes no token budget, so the step that admits it makes its first token. Round robin in both pools.
+
+    TTFT: from arrival to the decode replica's first token, with the engine's per-request overhead once; TPOT
+    and end-to-end latency as `simulate` measures them. Busy time, utilisation and the KV peaks are the decode
+    pool's. Closed form: with one replica each, `max_batch` 1 and fixed lengths, the prefill pool is an M/D/1
+    queue and the decode pool another fed by its departures (delayed by the transfer).
+    """
+    if prefill_replicas < 1 or decode_replicas < 1:
+        raise ValueError("each pool needs at least one replica")
+    n = len(workload)
+    prompt, output = workload.prompt_tokens, workload.output_tokens
+    if n and int((prompt + output).max()) + 1 > decode_kv_tokens:
+        raise ValueError("a request's prompt plus output does not fit in the decode pool's KV cache")
+    if n and int(prompt.max()) + 2 > prefill_kv_tokens:
+        raise ValueError("a request's prompt does not fit in the prefill pool's KV cache")
+    chunk = chunk_tokens if math.isinf(chunk_tokens) else int(chunk_tokens)
+    pre_model, dec_model = _StepModel(prefill_hw), _StepModel(decode_hw)
+    dec_model.prompts_computed = True
+    arrival = workload.arrival_s
+    ones = np.ones(n, dtype=np.int64)
+    prefilled = _serve(pre_model, arrival, prompt, ones, None, prefill_replicas, prefill_max_batch,
+                       prefill_kv_tokens, chunk, np.arange(n, dtype=np.int64) % prefill_replicas, 2, policy)
+    at_decode = prefilled.first_s + np.asarray(transfer_s, dtype=float)
+    order = np.argsort(at_decode, kind="stable")  # the decode pool sees requests in the order they arrive
+    served = _serve(dec_model, at_decode[order], prompt[order], output[order], np.zeros(n), decode_replicas,
+                    decode_max_batch, decode_kv_tokens, math.inf, np.arange(n, dtype=np.int64) % decode_replicas,
+                    256, policy)
+    first, done = np.empty(n), np.empty(n)
+    first[order], done[order] = served.first_s, served.done_s
+    overhead = pre_model.request_overhead_s
+    ttft = first - arrival + overhead
+    e2e = done - arrival + overhead
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(output > 1, (done - first) / (output - 1), np.nan)
+    start = float(arrival[0]) if n else 0.0
+    duration = float(done.max()) - start if n else 0.0
+    busy = np.array([st[0] for st in served.stats])
+    rate = 1.0 / duration if duration > 0 else math.nan
+    replica, preempted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    replica[order], preempted[order] = served.replica, served.preempted
+    return SimulationResult(
+        ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, replica=replica, preempted=preempted,
+        ttft=_latency(ttft), tpot=_latency(tpot), e2e=_latency(e2e), duration_s=duration,
+        output_tokens_per_s=float(output.sum()) * rate, requests_per_s=n * rate,
+        utilisation=float(busy.mean()) / duration if duration > 0 else 0.0, busy_s=busy,
+        preemptions=sum(st[2] for st in served.stats), generated_tokens=sum(st[3] for st in served.stats),
+        kv_tokens_max=np.array([st[1] for st in served.stats], dtype=np.int64),
+        series=tuple(TimeSeries(np.asarray(t, dtype=float), np.asarray(q, dtype=np.int64),
+                                np.asarray(kv, dtype=np.int64)) for t, q, kv in (st[4] for st in served.stats)),
     )
 
 

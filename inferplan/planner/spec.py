@@ -695,6 +695,17 @@ class Constraints(_SpecModel):
         description="GPUs per node, GPU name -> count; tensor parallelism stays within a node. Default: the "
         "catalog's common chassis (HGX and OAM boards 8, GH200 1, consumer cards 4); the operator reads nodes.",
     )
+    shapes: list[Literal["aggregated", "disaggregated"]] = Field(
+        default_factory=lambda: ["aggregated"], min_length=1, max_length=2,
+        description="Deployment shapes to plan: aggregated (every replica prefills and decodes its requests) and "
+        "disaggregated (a prefill pool and a decode pool, the prompt's KV cache sent between them over the "
+        "network; needs an engine with a KV connector and RDMA between the pods). Default [aggregated].",
+    )
+    kv_transfer_gbps: int = Field(
+        default=400, ge=1, le=100_000,
+        description="Disaggregated: network bandwidth of each GPU for KV transfers between prefill and decode "
+        "pods [Gbit/s], e.g. 400 for one 400G InfiniBand or RoCE NIC per GPU, 100 for shared Ethernet. Default 400.",
+    )
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
         _cel("!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
@@ -707,9 +718,9 @@ class Constraints(_SpecModel):
             raise _rule("minReplicas", f"must be <= maxReplicas ({self.max_replicas}), got {self.min_replicas}")
         return self
 
-    @field_validator("tensor_parallel_sizes")
+    @field_validator("tensor_parallel_sizes", "shapes")
     @classmethod
-    def _unique_tp(cls, value: list[int]) -> list[int]:
+    def _unique_entries(cls, value: list[Any]) -> list[Any]:
         _no_duplicates(value)
         return value
 
@@ -1093,6 +1104,8 @@ class PlanRequest:
     workload_source: str = "declared"   # "observed": the operator replaces rate and mean lengths (observed.py)
     observed_floor: float = 0.5         # ... never planning below this share of the declared rate
     engine_image: str | None = None     # engine.image: the container image to render (None: the published one)
+    shapes: tuple[str, ...] = ("aggregated",)  # constraints.shapes: aggregated and/or disaggregated
+    kv_transfer_gbps: float = 400.0     # disaggregated: each GPU's network bandwidth for KV transfers [Gbit/s]
 
 
 def cv_from_sigma(sigma: float) -> float:
@@ -1278,6 +1291,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         workload_source=workload.source,
         observed_floor=float(workload.observed_floor),
         engine_image=engine.image,
+        shapes=tuple(limits.shapes),
+        kv_transfer_gbps=float(limits.kv_transfer_gbps),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from inferplan.planner.disaggregated import transfer_s
 from inferplan.planner.factors import FactorSet
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, Infeasible, Percentiles, PlanResult, rounded
@@ -20,7 +21,14 @@ from inferplan.planner.search import (
     tag_candidates,
     with_replicas,
 )
-from inferplan.planner.simulate import SimulationResult, Workload, generate_workload, simulate, trace_workload
+from inferplan.planner.simulate import (
+    SimulationResult,
+    Workload,
+    generate_workload,
+    simulate,
+    simulate_disaggregated,
+    trace_workload,
+)
 from inferplan.planner.spec import PlanRequest, SloTarget
 
 QUANTILE_FIELDS = tuple((name, f"{name}_s") for name in QUANTILE_NAMES.values())  # result name, Latency field
@@ -52,6 +60,9 @@ def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int 
                        factors: FactorSet | None = None) -> SimulationResult:
     """Simulate `candidate`'s replicas serving the plan's workload (or `workload`, e.g. a replayed trace).
     Beyond MAX_SIMULATED_REPLICAS replicas, that many serve the plan's rate scaled to them (not for a trace)."""
+    if candidate.roles:
+        return _simulate_disaggregated(req, candidate, requests=requests, seed=seed, workload=workload,
+                                       factors=factors)
     deployment = deployment_of(req, candidate, factors)
     max_len = deployment.settings.max_model_len
     replicas = candidate.replicas
@@ -62,6 +73,34 @@ def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int 
     return simulate(deployment.hardware, served, replicas=replicas, max_batch=candidate.max_batch,
                     kv_tokens=deployment.memory.kv_cache_tokens, chunk_tokens=deployment.settings.step_tokens,
                     router=router, policy=deployment.settings.scheduling)
+
+
+def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int,
+                            workload: Workload | None, factors: FactorSet | None) -> SimulationResult:
+    """`simulate_candidate` of a disaggregated candidate: its prefill and decode pools
+    (`simulate.simulate_disaggregated`), each pool at most MAX_SIMULATED_REPLICAS replicas at its own rate per
+    replica (both scaled by the same factor, rounded up: the check errs on the safe side)."""
+    pools = {r.role: r for r in candidate.roles}
+    built = {role: deployment_of(req, candidate.model_copy(update={
+        "gpu_type": r.gpu_type, "gpus_per_replica": r.gpus_per_replica, "max_batch": r.max_batch,
+        "replicas": r.replicas}), factors) for role, r in pools.items()}
+    prefill, decode = built["prefill"], built["decode"]
+    max_len = decode.settings.max_model_len
+    counts = {role: r.replicas for role, r in pools.items()}
+    largest = max(counts.values())
+    if workload is None and largest > MAX_SIMULATED_REPLICAS:
+        scale = MAX_SIMULATED_REPLICAS / largest
+        req = replace(req, rate_rps=req.rate_rps * scale)
+        counts = {role: max(1, math.ceil(n * scale)) for role, n in counts.items()}
+    served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
+    transfer = transfer_s(prefill.hardware, pools["decode"].gpus_per_replica, served.prompt_tokens,
+                          req.kv_transfer_gbps)
+    return simulate_disaggregated(
+        prefill.hardware, decode.hardware, served, transfer, prefill_replicas=counts["prefill"],
+        decode_replicas=counts["decode"], prefill_max_batch=pools["prefill"].max_batch,
+        decode_max_batch=pools["decode"].max_batch, prefill_kv_tokens=prefill.memory.kv_cache_tokens,
+        decode_kv_tokens=decode.memory.kv_cache_tokens, chunk_tokens=prefill.settings.step_tokens,
+        policy=decode.settings.scheduling)
 
 
 @dataclass(frozen=True)

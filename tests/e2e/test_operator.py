@@ -328,3 +328,38 @@ def test_every_example_plan_gets_an_answer_and_metrics(cluster: dict[str, Any]) 
         assert metrics.REGISTRY.get_sample_value("inferplan_reconcile_duration_seconds_count") >= len(EXAMPLES)
         assert metrics.REGISTRY.get_sample_value("inferplan_cluster_gpus", {"gpu_type": "L40S"}) == 4
     assert kopf_run.exception is None, kopf_run.output
+
+
+LONG_PROMPTS_8B = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+    "engine": {"name": "vllm"},
+    "workload": {"requestsPerSecond": "4", "promptTokens": {"mean": 8000, "p95": 12000},
+                 "outputTokens": {"mean": 300, "p95": 800}},
+    "slo": {"ttft": {"maxMs": 2000, "percentile": "p95"}, "tpot": {"maxMs": 10, "percentile": "p95"}},
+    "constraints": {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "shapes": ["aggregated", "disaggregated"]},
+    "verify": False,
+}
+
+
+def test_a_disaggregated_recommendation_carries_its_roles_in_the_status(cluster: dict[str, Any]) -> None:
+    """Long prompts and a 10 ms TPOT target on the cluster's H100s: the status names both pools, each with its
+    GPU type, count, node selector and engine arguments, as the API server stored them (the CRD's schema keeps
+    them: a field it did not know would be pruned)."""
+    objects, ns = cluster["objects"], cluster["namespace"]
+    objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pd-split", LONG_PROMPTS_8B))
+    with runner() as kopf_run:
+        obj = wait_for(lambda: planned(cluster, "pd-split"), timeout_s=60)
+    assert kopf_run.exception is None, kopf_run.output
+    rec = obj["status"]["recommendation"]
+    assert rec["shape"] == "disaggregated", rec
+    roles = {r["role"]: r for r in rec["roles"]}
+    assert set(roles) == {"prefill", "decode"}
+    for role in roles.values():
+        assert role["gpuType"] == "H100-SXM5-80GB"
+        assert role["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+        assert role["gpus"] == role["replicas"] * role["gpusPerReplica"]
+        assert "--kv-transfer-config" in role["engineArgs"]
+    # Both pools together fit the 16 H100 of the cluster's two nodes, and the status counts them together.
+    assert rec["gpus"] == sum(r["gpus"] for r in roles.values()) <= 16
+    assert condition(obj, "Ready")["status"] == "True"
+    objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pd-split")

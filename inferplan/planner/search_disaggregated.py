@@ -1,0 +1,273 @@
+"""The disaggregated candidates of a plan (`constraints.shapes` lists "disaggregated"): a prefill pool and a
+decode pool, each of its own GPU type, tensor-parallel size and replica count, the model of `disaggregated`.
+
+The search splits each latency target between the pools and searches each pool's rows on its own:
+
+- A TTFT target T is split: the prefill pool (its queue, the prompt's prefill and the KV transfer) gets f x T,
+  the decode pool (the wait for a slot and the first step) the rest, for f in `TTFT_SPLITS`. Without a TTFT
+  target, an end-to-end target E is split the same way with f in `E2E_SPLITS` (decode takes most of a request's
+  life). The decode pool also gets every TPOT target and what is left of an end-to-end target.
+- Every shape of the aggregated grid is a prefill row (at its largest batch cap, a prefill worker holds prompts
+  only until they are sent), once per decode tensor-parallel size (the transfer runs over min(TP) links); every
+  (shape, batch) row is a decode row. Each row gets the highest rate within its share of the targets and the
+  utilisation cap, by the aggregated search's `_RateSearch`, and from it its replicas and cost.
+- Per split and per (weight precision, KV dtype), which both pools must share (the KV cache moves between
+  them), the `PAIRS` cheapest rows of each pool are paired; the cheapest pair within the plan's limits (GPUs of
+  a type counted over both pools) whose combined latencies, computed per sampled request with the report's
+  sample, meet every target is a candidate.
+
+The candidates join the aggregated ones before the frontier is drawn, so the recommendation is the cheapest of
+either shape and the alternatives show both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from inferplan.planner.disaggregated import Pool, combined, decode_pool, prefill_pool
+from inferplan.planner.engine_args import disaggregation_args, engine_launch
+from inferplan.planner.engines import EngineProfile
+from inferplan.planner.factors import FactorSet
+from inferplan.planner.precisions import resolve_kv_dtype
+from inferplan.planner.quantiles import QUANTILES
+from inferplan.planner.results import Candidate, Cost, Role, rounded
+from inferplan.planner.search import (
+    _COUNTED,
+    REPORT_SAMPLES,
+    SEARCH_SAMPLES,
+    _Grid,
+    _RateSearch,
+    _replicas,
+    _Rows,
+    _Shape,
+    kv_hint,
+    node_selector,
+)
+from inferplan.planner.search import (
+    _candidate as aggregated_candidate,
+)
+from inferplan.planner.serving import LoadResult, poisson_capacity, sample_quantiles
+from inferplan.planner.spec import PlanRequest
+
+TTFT_SPLITS = (0.6, 0.8, 0.9, 0.97)  # share of a TTFT target given to the prefill pool and the transfer
+E2E_SPLITS = (0.1, 0.25, 0.5)   # ... of an end-to-end target, when the plan has no TTFT target
+PAIRS = 4                       # cheapest rows of each pool paired, per split and (precision, KV dtype)
+
+
+@dataclass(frozen=True)
+class _Split:
+    """One division of the targets between the pools: (metric, quantile) wanted and targets [s] of each."""
+
+    prefill_wanted: list[tuple[str, float]]
+    prefill_targets: NDArray[np.float64]  # (len(prefill_wanted), 1)
+    decode_wanted: list[tuple[str, float]]
+    decode_targets: NDArray[np.float64]
+
+
+def _splits(req: PlanRequest) -> list[_Split]:
+    ttft = [s for s in req.slos if s.metric == "ttft"]
+    e2e = [s for s in req.slos if s.metric == "e2e"]
+    tpot = [s for s in req.slos if s.metric == "tpot"]
+    spanning = ttft or e2e  # the targets whose time both pools share
+    out = []
+    for f in (TTFT_SPLITS if ttft else E2E_SPLITS if e2e else (1.0,)):
+        prefill = [("ttft", s.quantile, f * s.max_s) for s in spanning] or [("ttft", 0.95, math.inf)]
+        prefill_share = f * spanning[0].max_s if spanning else 0.0
+        decode = ([("tpot", s.quantile, s.max_s) for s in tpot]
+                  + [("ttft", s.quantile, (1.0 - f) * s.max_s) for s in ttft]
+                  + [("e2e", s.quantile, s.max_s - prefill_share) for s in e2e])
+        out.append(_Split([(m, q) for m, q, _ in prefill], np.array([t for _, _, t in prefill])[:, None],
+                          [(m, q) for m, q, _ in decode], np.array([t for _, _, t in decode])[:, None]))
+    return out
+
+
+def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid,
+                             rows: _Rows, warnings: list[str]) -> list[Candidate]:
+    """The disaggregated candidates of `req` over the aggregated search's `grid` and `rows` (search._Grid and
+    search._Rows); a warning in `warnings` where the engine has none or none meets the targets and limits."""
+    if disaggregation_args(req.engine, req.engine_version, "prefill") is None:
+        warnings.append(f"{req.engine} {req.engine_version or ''}".rstrip() + ": no disaggregated serving inferplan "
+                        "can configure (vLLM 0.11 and later, SGLang 0.4 and later); only aggregated candidates "
+                        "were planned")
+        return []
+    p, o = req.prompt_mean, req.output_mean
+    n_rows = len(rows.shape)
+    every = np.arange(n_rows)
+    # Prefill rows: each shape's last (largest batch) row, once per decode TP size.
+    last = np.flatnonzero(np.r_[rows.shape[1:] != rows.shape[:-1], True])
+    decode_tps = np.unique(rows.tp)
+    pre_row = np.tile(last, len(decode_tps))
+    pre_tp_d = np.repeat(decode_tps, len(last))
+    pre_hw = rows.hardware(pre_row)
+    pre_slots = np.maximum(np.minimum(rows.batch[pre_row], grid.row_kv_tokens[pre_row] / p), 1.0)
+    pre_pool = prefill_pool(pre_hw, pre_tp_d, p, pre_slots, rows.chunk, req.prompt_cv, req.arrival_cv2,
+                            rows.fraction, req.kv_transfer_gbps, SEARCH_SAMPLES)
+    pre_capacity = pre_pool.capacity
+    # Decode rows: every row; the model's rate-free part once per shape, as the aggregated search builds it.
+    dec_capacity = poisson_capacity(rows.hardware(every), p, o, rows.slots, rows.chunk, 0.0)
+    first = np.flatnonzero(np.r_[True, rows.shape[1:] != rows.shape[:-1]])
+    dec_pool = decode_pool(rows.hardware(first), p, o, rows.slots[first], rows.chunk, req.output_cv,
+                           req.arrival_cv2, req.service_cv2, SEARCH_SAMPLES)
+    shape_of_row = np.cumsum(np.r_[True, rows.shape[1:] != rows.shape[:-1]]) - 1
+
+    def decode_model(index: NDArray[np.intp]) -> Pool:
+        return dec_pool.take(shape_of_row[index], rows.slots[index], dec_capacity[index])
+
+    pre_group = grid.precision[rows.shape[pre_row]] * len(req.kv_dtypes) + grid.kv[rows.shape[pre_row]]
+    dec_group = grid.precision[rows.shape] * len(req.kv_dtypes) + grid.kv[rows.shape]
+    pre_cost_per_replica = rows.tp[pre_row] * rows.price[pre_row]
+    dec_cost_per_replica = rows.tp * rows.price
+    found: dict[tuple[int, ...], Candidate] = {}
+    for split in _splits(req):
+        pre_best = _best_rates(pre_pool.take, pre_capacity, req, split.prefill_wanted, split.prefill_targets)
+        dec_best = _best_rates(decode_model, dec_capacity, req, split.decode_wanted, split.decode_targets)
+        pre_replicas = _replicas(req, np.maximum(pre_best, 1e-12))
+        dec_replicas = _replicas(req, np.maximum(dec_best, 1e-12))
+        pre_cost = np.where(pre_best > 0, pre_replicas * pre_cost_per_replica, np.inf)
+        dec_cost = np.where(dec_best > 0, dec_replicas * dec_cost_per_replica, np.inf)
+        for group in np.unique(dec_group[np.isfinite(dec_cost)]):
+            pres = np.flatnonzero((pre_group == group) & np.isfinite(pre_cost))
+            decs = np.flatnonzero((dec_group == group) & np.isfinite(dec_cost))
+            pres = pres[np.argsort(pre_cost[pres], kind="stable")][:PAIRS]
+            decs = decs[np.argsort(dec_cost[decs], kind="stable")][:PAIRS]
+            pairs = [(int(i), int(j)) for i in pres for j in decs if pre_tp_d[i] == rows.tp[j]]
+            for i, j in sorted(pairs, key=lambda ij: (pre_cost[ij[0]] + dec_cost[ij[1]], ij)):
+                key = (int(pre_row[i]), int(j), int(pre_replicas[i]), int(dec_replicas[j]))
+                if key in found:
+                    break
+                if not _within_limits(req, grid, rows, int(pre_row[i]), int(pre_replicas[i]), j,
+                                      int(dec_replicas[j])):
+                    continue
+                candidate = _candidate(req, engine, factors, grid, rows, int(pre_row[i]), int(pre_replicas[i]),
+                                       float(pre_best[i]), float(pre_capacity[i]), j, int(dec_replicas[j]),
+                                       float(dec_best[j]), float(dec_capacity[j]))
+                if candidate is not None:
+                    found[key] = candidate
+                    break
+    if not found:
+        warnings.append("no disaggregated deployment meets every target within the plan's limits")
+    return list(found.values())
+
+
+def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[np.float64], req: PlanRequest,
+                wanted: list[tuple[str, float]], targets: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Per row: the highest rate within `targets` and the utilisation cap (0 where a target is missed even at
+    light load), on the aggregated search's grid of rates."""
+    every = np.arange(len(capacity))
+    light = model_of(every).quantiles(capacity * 1e-4, wanted)
+    with np.errstate(divide="ignore"):
+        margin = np.max(np.log(light / targets), axis=0)
+    rates = _RateSearch(model_of, capacity, req.max_utilization, wanted, targets, margin)
+    best = np.zeros(len(capacity))
+    ok_light = np.flatnonzero(np.all(light <= targets, axis=0))
+    ok, cap_margin = rates.at_cap(ok_light)
+    best[ok_light[ok]] = capacity[ok_light[ok]] * req.max_utilization
+    pending = ok_light[~ok]
+    best[pending] = rates.refine(pending, cap_margin[~ok])
+    return best
+
+
+def _within_limits(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_replicas: int, dec: int,
+                   dec_replicas: int) -> bool:
+    """Whether the pair breaks none of the plan's limits: replicas per pool; GPUs of a type (both pools' when
+    they share it) against what is available and maxGpusPerType; all GPUs against maxGpus; cost against the
+    budget. Each need compared with an available count is recorded for the count ranges (`count_bounds`)."""
+    need: dict[str, int] = {}
+    cost = 0.0
+    for row, replicas in ((pre, pre_replicas), (dec, dec_replicas)):
+        key = grid.gpus[grid.gpu[rows.shape[row]]].key
+        need[key] = need.get(key, 0) + replicas * int(rows.tp[row])
+        cost += replicas * float(rows.tp[row] * rows.price[row])
+    available = req.available_gpus or {}
+    recorder = _COUNTED.get()
+    if recorder is not None:
+        for key, gpus in need.items():
+            if key in available:
+                recorder.note(key, np.array([gpus]), available[key])
+    if req.max_replicas is not None and max(pre_replicas, dec_replicas) > req.max_replicas:
+        return False
+    if any(gpus > min(available.get(key, math.inf), req.max_gpus_per_type.get(key, math.inf))
+           for key, gpus in need.items()):
+        return False
+    if req.max_gpus is not None and sum(need.values()) > req.max_gpus:
+        return False
+    return req.budget_usd_per_hour is None or cost <= req.budget_usd_per_hour
+
+
+def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid, rows: _Rows, pre: int,
+               pre_replicas: int, pre_best: float, pre_capacity: float, dec: int, dec_replicas: int, dec_best: float,
+               dec_capacity: float) -> Candidate | None:
+    """The pair (prefill row `pre`, decode row `dec`) as a candidate, its latencies from the two pools' samples
+    at their planned rates with the report's sample; None where that misses a target."""
+    p, o = req.prompt_mean, req.output_mean
+    one = np.array([dec])
+    pre_slots = max(min(float(rows.batch[pre]), float(grid.row_kv_tokens[pre]) / p), 1.0)
+    pre_pool = prefill_pool(rows.hardware(np.array([pre])), float(rows.tp[dec]), p,
+                            pre_slots, rows.chunk, req.prompt_cv, req.arrival_cv2, rows.fraction,
+                            req.kv_transfer_gbps, REPORT_SAMPLES)
+    dec_pool = decode_pool(rows.hardware(one), p, o, rows.slots[one], rows.chunk, req.output_cv, req.arrival_cv2,
+                           req.service_cv2, REPORT_SAMPLES)
+    samples = combined(pre_pool.latency_samples(req.rate_rps / pre_replicas, {"ttft"}),
+                       dec_pool.latency_samples(req.rate_rps / dec_replicas, {"ttft", "tpot"}),
+                       dec_pool.model.outputs)
+    if any(sample_quantiles(samples[slo.metric], [slo.quantile])[0][0] > slo.max_s for slo in req.slos):
+        return None
+    q = {metric: dict(zip(QUANTILES, sample_quantiles(values, QUANTILES), strict=True))
+         for metric, values in samples.items()}
+    report = LoadResult(samples["ttft"].mean(axis=-1), q["ttft"], samples["tpot"].mean(axis=-1), q["tpot"],
+                        samples["e2e"].mean(axis=-1), np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1, dtype=bool),
+                        q["e2e"])
+    dec_shape, pre_shape = grid.shape(req, int(rows.shape[dec])), grid.shape(req, int(rows.shape[pre]))
+    settings = grid.settings[grid.row_batch[dec]]
+    checkpoint = grid.checkpoints[grid.precision[rows.shape[dec]]]
+    lines = factors.lines_measured_on(engine.name, dec_shape.gpu.family)
+    base = aggregated_candidate(req, engine, dec_shape, int(rows.batch[dec]), settings, dec_replicas, report, 0,
+                                dec_best, dec_capacity, float(rows.slots[dec]), lines, checkpoint,
+                                float(grid.row_kv_tokens[dec]))
+    kv = resolve_kv_dtype(pre_shape.kv_dtype, pre_shape.precision, engine.name, kv_hint(checkpoint))
+    pre_settings = grid.settings[grid.row_batch[pre]]
+    assert not isinstance(checkpoint, str)
+    pre_launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format,
+                               pre_shape.precision, pre_shape.tp, int(rows.batch[pre]), kv, pre_settings,
+                               kv_tokens=int(grid.row_kv_tokens[pre]))
+    pre_args = disaggregation_args(req.engine, req.engine_version, "prefill") or []
+    dec_args = disaggregation_args(req.engine, req.engine_version, "decode") or []
+
+    def role(name: str, shape: _Shape, replicas: int, batch: int, best: float, capacity: float,
+             args: list[str]) -> Role:
+        key, label = node_selector(shape.gpu)
+        return Role(role=name, gpu_type=shape.gpu.key, node_selector={key: label}, gpus_per_replica=shape.tp,
+                    replicas=replicas, gpus=replicas * shape.tp, max_batch=batch,
+                    utilization=rounded(req.rate_rps / replicas / capacity),
+                    max_requests_per_second_per_replica=rounded(best), engine_args=args[:64])
+
+    roles = [role("prefill", pre_shape, pre_replicas, int(rows.batch[pre]), pre_best, pre_capacity,
+                  [*pre_launch.args, *pre_args]),
+             role("decode", dec_shape, dec_replicas, int(rows.batch[dec]), dec_best, dec_capacity,
+                  [*base.engine_args, *dec_args])]
+    gpus = sum(r.gpus for r in roles)
+    dollars = (pre_replicas * float(rows.tp[pre] * rows.price[pre])
+               + dec_replicas * float(rows.tp[dec] * rows.price[dec]))
+    tokens_per_hour = req.rate_rps * o * 3600.0
+    headroom = min(1.0 - req.rate_rps / (pre_replicas * pre_best), 1.0 - req.rate_rps / (dec_replicas * dec_best))
+    notes = [f"disaggregated: {pre_replicas} prefill x {pre_shape.tp} {pre_shape.gpu.key} send each prompt's KV "
+             f"cache to {dec_replicas} decode x {dec_shape.tp} {dec_shape.gpu.key} at {req.kv_transfer_gbps:g} "
+             "Gb/s per GPU (constraints.kvTransferGbps); needs RDMA between the pods and a P/D router in front"]
+    return base.model_copy(update={
+        "shape": "disaggregated", "roles": roles, "gpus": gpus,
+        "engine_args": roles[1].engine_args,
+        "cost": Cost(dollars_per_hour=rounded(dollars),
+                     dollars_per_million_tokens=rounded(dollars / tokens_per_hour * 1e6)),
+        "headroom": rounded(max(0.0, headroom)),
+        "engine_notes": [*base.engine_notes, *notes][:8],
+        "provenance": base.provenance | {"kvTransfer": f"{req.kv_transfer_gbps:g}Gbps-per-gpu"},
+    })
+
+
+__all__ = ["E2E_SPLITS", "PAIRS", "TTFT_SPLITS", "disaggregated_candidates"]
