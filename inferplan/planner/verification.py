@@ -79,7 +79,8 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
                             workload: Workload | None, factors: FactorSet | None) -> SimulationResult:
     """`simulate_candidate` of a disaggregated candidate: its prefill and decode pools
     (`simulate.simulate_disaggregated`), each pool at most MAX_SIMULATED_REPLICAS replicas at its own rate per
-    replica (both scaled by the same factor, rounded up: the check errs on the safe side)."""
+    replica (both scaled by the same factor, rounded down: each replica serves at least its planned rate, so
+    the check errs on the safe side)."""
     pools = {r.role: r for r in candidate.roles}
     built = {role: deployment_of(req, candidate.model_copy(update={
         "gpu_type": r.gpu_type, "gpus_per_replica": r.gpus_per_replica, "max_batch": r.max_batch,
@@ -91,7 +92,7 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
     if workload is None and largest > MAX_SIMULATED_REPLICAS:
         scale = MAX_SIMULATED_REPLICAS / largest
         req = replace(req, rate_rps=req.rate_rps * scale)
-        counts = {role: max(1, math.ceil(n * scale)) for role, n in counts.items()}
+        counts = {role: max(1, math.floor(n * scale)) for role, n in counts.items()}
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
     transfer = transfer_s(prefill.hardware, pools["decode"].gpus_per_replica, served.prompt_tokens,
                           req.kv_transfer_gbps)
