@@ -339,7 +339,7 @@ class _RateSearch:
     capacity: NDArray[np.float64]       # per row (read when a row is searched)
     max_utilization: float
     wanted: Sequence[tuple[str, float]]
-    targets: NDArray[np.float64]        # (SLO, 1) [s]
+    targets: NDArray[np.float64]        # (SLO, 1) [s], or (SLO, rows): each row's own
     light_margin: NDArray[np.float64]
 
     def bracket(self, rows: NDArray[np.intp]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -354,7 +354,8 @@ class _RateSearch:
             return np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
         rate = _grid_rate(low, high, k)
         values = self.model_of(rows).quantiles(rate, self.wanted)
-        return np.all(values <= self.targets, axis=0), np.max(np.log(values / self.targets), axis=0), rate
+        targets = self.targets if self.targets.shape[1] == 1 else self.targets[:, rows]  # per row, or for all
+        return np.all(values <= targets, axis=0), np.max(np.log(values / targets), axis=0), rate
 
     def at_cap(self, rows: NDArray[np.intp]) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
         """Whether `rows` meet every SLO at the cap, and their margins there."""
@@ -820,13 +821,17 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
         return _finish(req, grid, [], rejected, warnings)
     # Vectorised over every (shape, batch) row from here on.
     rows = _Rows(req, grid)
-    extra: list[Candidate] = []
-    if "disaggregated" in req.shapes:
-        from inferplan.planner.search_disaggregated import disaggregated_candidates  # it imports this module
 
-        extra = disaggregated_candidates(req, engine, factors, grid, rows, warnings)
+    def finish(candidates: list[Candidate]) -> PlanResult:
+        if "disaggregated" in req.shapes:
+            from inferplan.planner.search_disaggregated import disaggregated_candidates  # it imports this module
+
+            cheapest = min((c.cost.dollars_per_hour for c in candidates), default=math.inf)
+            candidates = candidates + disaggregated_candidates(req, engine, factors, grid, rows, warnings, cheapest)
+        return _finish(req, grid, candidates, rejected, warnings)
+
     if "aggregated" not in req.shapes:
-        return _finish(req, grid, extra, rejected, warnings)
+        return finish([])
     searched = _search_rates(rows)
     index, replicas, chosen = _shown_rows(req, rows, searched, confirm)
     batch, best_rate = rows.batch, rows.best_rate
@@ -862,7 +867,7 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     for k, gate in enumerate(LIMIT_CHECKS):
         rejected.append(rejections(gate, rated[check == k], rated_cost[check == k], limit_reason))
     if not len(index):
-        return _finish(req, grid, extra, rejected, warnings)
+        return finish([])
     shown = index[chosen]
     planned = req.rate_rps / replicas
     report = poisson(rows.hardware(shown), planned[chosen], req.prompt_mean, req.output_mean, rows.slots[shown],
@@ -875,7 +880,7 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
                    grid.checkpoints[grid.precision[rows.shape[i]]], float(grid.row_kv_tokens[i]))
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
     ]
-    return _finish(req, grid, candidates + extra, rejected, warnings)
+    return finish(candidates)
 
 
 def _objective_latencies(req: PlanRequest) -> list[tuple[str, float]]:

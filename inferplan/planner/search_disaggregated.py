@@ -34,11 +34,14 @@ from inferplan.planner.disaggregated import Pool, combined, decode_pool, prefill
 from inferplan.planner.engine_args import disaggregation_args, engine_launch
 from inferplan.planner.engines import EngineProfile
 from inferplan.planner.factors import FactorSet
+from inferplan.planner.performance import prefill_s
 from inferplan.planner.precisions import resolve_kv_dtype
 from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.results import Candidate, Cost, Role, rounded
 from inferplan.planner.search import (
     _COUNTED,
+    FIRST_PASS_ROWS,
+    PRACTICAL_COST_FACTOR,
     REPORT_SAMPLES,
     SEARCH_SAMPLES,
     _Grid,
@@ -58,6 +61,7 @@ from inferplan.planner.spec import PlanRequest
 TTFT_SPLITS = (0.6, 0.8, 0.9, 0.97)  # share of a TTFT target given to the prefill pool and the transfer
 E2E_SPLITS = (0.1, 0.25, 0.5)   # ... of an end-to-end target, when the plan has no TTFT target
 PAIRS = 4                       # cheapest rows of each pool paired, per split and (precision, KV dtype)
+SHOWN = 6                       # disaggregated candidates built (cheapest offers first) for the frontier
 
 
 @dataclass(frozen=True)
@@ -88,88 +92,198 @@ def _splits(req: PlanRequest) -> list[_Split]:
 
 
 def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid,
-                             rows: _Rows, warnings: list[str]) -> list[Candidate]:
-    """The disaggregated candidates of `req` over the aggregated search's `grid` and `rows` (search._Grid and
-    search._Rows); a warning in `warnings` where the engine has none or none meets the targets and limits."""
+                             rows: _Rows, warnings: list[str], cheapest: float = math.inf) -> list[Candidate]:
+    """The disaggregated candidates of `req` over the aggregated search's `grid` and `rows`; `cheapest`: the
+    cheapest aggregated candidate's cost (inf: none), which bounds what is worth searching. A warning in
+    `warnings` where the engine has no disaggregated serving or no pair meets the targets and limits."""
     if disaggregation_args(req.engine, req.engine_version, "prefill") is None:
         warnings.append(f"{req.engine} {req.engine_version or ''}".rstrip() + ": no disaggregated serving inferplan "
                         "can configure (vLLM 0.11 and later, SGLang 0.4 and later); only aggregated candidates "
                         "were planned")
         return []
-    p, o = req.prompt_mean, req.output_mean
-    n_rows = len(rows.shape)
-    every = np.arange(n_rows)
-    # Prefill rows: each shape's last (largest batch) row, once per decode TP size.
-    last = np.flatnonzero(np.r_[rows.shape[1:] != rows.shape[:-1], True])
-    decode_tps = np.unique(rows.tp)
-    pre_row = np.tile(last, len(decode_tps))
-    pre_tp_d = np.repeat(decode_tps, len(last))
-    pre_hw = rows.hardware(pre_row)
-    pre_slots = np.maximum(np.minimum(rows.batch[pre_row], grid.row_kv_tokens[pre_row] / p), 1.0)
-    pre_pool = prefill_pool(pre_hw, pre_tp_d, p, pre_slots, rows.chunk, req.prompt_cv, req.arrival_cv2,
-                            rows.fraction, req.kv_transfer_gbps, SEARCH_SAMPLES)
-    pre_capacity = pre_pool.capacity
-    # Decode rows: every row; the model's rate-free part once per shape, as the aggregated search builds it.
-    dec_capacity = poisson_capacity(rows.hardware(every), p, o, rows.slots, rows.chunk, 0.0)
-    first = np.flatnonzero(np.r_[True, rows.shape[1:] != rows.shape[:-1]])
-    dec_pool = decode_pool(rows.hardware(first), p, o, rows.slots[first], rows.chunk, req.output_cv,
-                           req.arrival_cv2, req.service_cv2, SEARCH_SAMPLES)
-    shape_of_row = np.cumsum(np.r_[True, rows.shape[1:] != rows.shape[:-1]]) - 1
-
-    def decode_model(index: NDArray[np.intp]) -> Pool:
-        return dec_pool.take(shape_of_row[index], rows.slots[index], dec_capacity[index])
-
-    pre_group = grid.precision[rows.shape[pre_row]] * len(req.kv_dtypes) + grid.kv[rows.shape[pre_row]]
-    dec_group = grid.precision[rows.shape] * len(req.kv_dtypes) + grid.kv[rows.shape]
-    pre_cost_per_replica = rows.tp[pre_row] * rows.price[pre_row]
-    dec_cost_per_replica = rows.tp * rows.price
-    found: dict[tuple[int, ...], Candidate] = {}
-    for split in _splits(req):
-        pre_best = _best_rates(pre_pool.take, pre_capacity, req, split.prefill_wanted, split.prefill_targets)
-        dec_best = _best_rates(decode_model, dec_capacity, req, split.decode_wanted, split.decode_targets)
-        pre_replicas = _replicas(req, np.maximum(pre_best, 1e-12))
-        dec_replicas = _replicas(req, np.maximum(dec_best, 1e-12))
-        pre_cost = np.where(pre_best > 0, pre_replicas * pre_cost_per_replica, np.inf)
-        dec_cost = np.where(dec_best > 0, dec_replicas * dec_cost_per_replica, np.inf)
-        for group in np.unique(dec_group[np.isfinite(dec_cost)]):
-            pres = np.flatnonzero((pre_group == group) & np.isfinite(pre_cost))
-            decs = np.flatnonzero((dec_group == group) & np.isfinite(dec_cost))
-            pres = pres[np.argsort(pre_cost[pres], kind="stable")][:PAIRS]
-            decs = decs[np.argsort(dec_cost[decs], kind="stable")][:PAIRS]
-            pairs = [(int(i), int(j)) for i in pres for j in decs if pre_tp_d[i] == rows.tp[j]]
-            for i, j in sorted(pairs, key=lambda ij: (pre_cost[ij[0]] + dec_cost[ij[1]], ij)):
-                key = (int(pre_row[i]), int(j), int(pre_replicas[i]), int(dec_replicas[j]))
-                if key in found:
-                    break
-                if not _within_limits(req, grid, rows, int(pre_row[i]), int(pre_replicas[i]), j,
-                                      int(dec_replicas[j])):
-                    continue
-                candidate = _candidate(req, engine, factors, grid, rows, int(pre_row[i]), int(pre_replicas[i]),
-                                       float(pre_best[i]), float(pre_capacity[i]), j, int(dec_replicas[j]),
-                                       float(dec_best[j]), float(dec_capacity[j]))
-                if candidate is not None:
-                    found[key] = candidate
-                    break
+    pools = _Pools(req, engine, factors, grid, rows)
+    splits = _splits(req)
+    # Cost floors (what the utilisation cap alone needs) bound every pair's cost from below: search the cheapest
+    # floors first, then only rows whose pair floor is within PRACTICAL_COST_FACTOR of the cheapest cost found.
+    reach = PRACTICAL_COST_FACTOR * cheapest
+    pre_keep, dec_keep = pools.within(reach)
+    pre_first = pre_keep[np.argsort(pools.pre_floor[pre_keep], kind="stable")][:FIRST_PASS_ROWS]
+    dec_first = dec_keep[np.argsort(pools.dec_floor[dec_keep], kind="stable")][:FIRST_PASS_ROWS]
+    pools.search(splits, pre_first, dec_first)
+    offers = sorted(offer for split in splits for offer in pools.offers(split))
+    if offers:
+        # Only the SHOWN cheapest offers become candidates: one dearer than the SHOWN-th found so far never will.
+        reach = min(reach, PRACTICAL_COST_FACTOR * offers[0][0], offers[min(SHOWN, len(offers)) - 1][0])
+        pre_keep, dec_keep = pools.within(reach)
+    pools.search(splits, pre_keep, dec_keep)
+    # The offers cheapest first, each pair once, until SHOWN candidates meet every target by their combined
+    # latencies: the frontier and the alternatives are drawn from these and the aggregated ones.
+    found: dict[tuple[int, int, int, int], Candidate] = {}
+    for _, key, offer in sorted(offer for split in splits for offer in pools.offers(split)):
+        if len(found) >= SHOWN or key in found:
+            continue
+        candidate = pools.candidate(*offer)
+        if candidate is not None:
+            found[key] = candidate
     if not found:
         warnings.append("no disaggregated deployment meets every target within the plan's limits")
     return list(found.values())
 
 
+class _Pools:
+    """The prefill and decode rows of a plan, their cost floors, and their best rates per split as searched.
+
+    Prefill rows: each shape's last (largest batch) row, once per decode TP size (the transfer depends on it).
+    Decode rows: every row of the aggregated search. The pools' models are built once, on first use."""
+
+    def __init__(self, req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid, rows: _Rows
+                 ) -> None:
+        self.req, self.engine, self.factors, self.grid, self.rows = req, engine, factors, grid, rows
+        p, o = req.prompt_mean, req.output_mean
+        last = np.flatnonzero(np.r_[rows.shape[1:] != rows.shape[:-1], True])
+        tps = np.unique(rows.tp)
+        self.pre_row = np.tile(last, len(tps))
+        self.pre_tp_d = np.repeat(tps, len(last))
+        self.pre_slots = np.maximum(np.minimum(rows.batch[self.pre_row], grid.row_kv_tokens[self.pre_row] / p), 1.0)
+        pre_hw = rows.hardware(self.pre_row)
+        # Above what a prefill pool sustains: one mean prompt's prefill at a time (the model's bound, over the
+        # sampled prompts, is lower still), and no more than its slots allow.
+        bound = np.minimum(poisson_capacity(pre_hw, p, 1.0, self.pre_slots, rows.chunk, rows.fraction),
+                           1.0 / prefill_s(pre_hw, max(p * rows.fraction, 1.0), 1.0, rows.chunk))
+        self.pre_cost_per_replica = rows.tp[self.pre_row] * rows.price[self.pre_row]
+        self.pre_floor = _replicas(req, bound * req.max_utilization) * self.pre_cost_per_replica
+        self.dec_capacity = poisson_capacity(rows.hardware(np.arange(len(rows.shape))), p, o, rows.slots,
+                                             rows.chunk, 0.0)
+        self.dec_cost_per_replica = rows.tp * rows.price
+        self.dec_floor = _replicas(req, self.dec_capacity * req.max_utilization) * self.dec_cost_per_replica
+        self.pre_group = grid.precision[rows.shape[self.pre_row]] * len(req.kv_dtypes) + grid.kv[
+            rows.shape[self.pre_row]]
+        self.dec_group = grid.precision[rows.shape] * len(req.kv_dtypes) + grid.kv[rows.shape]
+        self.shape_of_row = np.cumsum(np.r_[True, rows.shape[1:] != rows.shape[:-1]]) - 1
+        self.pre_best: dict[int, NDArray[np.float64]] = {}
+        self.dec_best: dict[int, NDArray[np.float64]] = {}
+        self._pre_pool: Pool | None = None
+        self._dec_pool: Pool | None = None
+
+    def within(self, reach: float) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+        """The prefill and decode rows with a partner (same precision and KV dtype; the decode TP the prefill row
+        was built for) with which the pair's floor is at most `reach`."""
+        pre_key = self.pre_group * 1024 + self.pre_tp_d
+        dec_key = self.dec_group * 1024 + self.rows.tp
+        keys, pre_at = np.unique(pre_key, return_inverse=True)
+        dec_at = np.searchsorted(keys, dec_key)
+        known = (dec_at < len(keys)) & (keys[np.minimum(dec_at, len(keys) - 1)] == dec_key)
+        pre_min = np.full(len(keys), np.inf)
+        np.minimum.at(pre_min, pre_at, self.pre_floor)
+        dec_min = np.full(len(keys), np.inf)
+        np.minimum.at(dec_min, dec_at[known], self.dec_floor[known])
+        dec_partner = np.where(known, pre_min[np.minimum(dec_at, len(keys) - 1)], np.inf)
+        return (np.flatnonzero(self.pre_floor + dec_min[pre_at] <= reach),
+                np.flatnonzero(self.dec_floor + dec_partner <= reach))
+
+    def _pools(self) -> tuple[Pool, Pool]:
+        if self._pre_pool is None or self._dec_pool is None:
+            req, rows = self.req, self.rows
+            p, o = req.prompt_mean, req.output_mean
+            self._pre_pool = prefill_pool(rows.hardware(self.pre_row), self.pre_tp_d, p, self.pre_slots, rows.chunk,
+                                          req.prompt_cv, req.arrival_cv2, rows.fraction, req.kv_transfer_gbps,
+                                          SEARCH_SAMPLES)
+            first = np.flatnonzero(np.r_[True, rows.shape[1:] != rows.shape[:-1]])
+            self._dec_pool = decode_pool(rows.hardware(first), p, o, rows.slots[first], rows.chunk, req.output_cv,
+                                         req.arrival_cv2, req.service_cv2, SEARCH_SAMPLES)
+        return self._pre_pool, self._dec_pool
+
+    def search(self, splits: list[_Split], pre: NDArray[np.intp], dec: NDArray[np.intp]) -> None:
+        """Best rates of prefill rows `pre` and decode rows `dec` under each of `splits` (rows searched before are
+        kept), one rate search per pool over every (split, row) at once."""
+        pre_pool, dec_pool = self._pools()
+        rows = self.rows
+        for split in splits:
+            self.pre_best.setdefault(id(split), np.full(len(self.pre_row), np.nan))
+            self.dec_best.setdefault(id(split), np.full(len(rows.shape), np.nan))
+
+        def decode_model(index: NDArray[np.intp]) -> Pool:
+            return dec_pool.take(self.shape_of_row[index], rows.slots[index], self.dec_capacity[index])
+
+        for best, index, model_of, capacity, wanted, targets in (
+                (self.pre_best, pre, pre_pool.take, pre_pool.capacity, splits[0].prefill_wanted,
+                 [s.prefill_targets for s in splits]),
+                (self.dec_best, dec, decode_model, self.dec_capacity, splits[0].decode_wanted,
+                 [s.decode_targets for s in splits])):
+            todo = [index[np.isnan(best[id(split)][index])] for split in splits]
+            stacked = np.concatenate(todo)
+            per_row = np.concatenate([np.repeat(t, len(i), axis=1) for t, i in zip(targets, todo, strict=True)],
+                                     axis=1)
+            n = len(capacity)
+            offset = np.concatenate([np.full(len(i), k * n) for k, i in enumerate(todo)]).astype(np.intp)
+
+            def stacked_model(at: NDArray[np.intp], model_of: Any = model_of, n: int = n) -> Any:
+                return model_of(at % n)
+
+            rates = _best_rates(stacked_model, np.tile(capacity, len(splits)), self.req, wanted, per_row,
+                                stacked + offset)
+            start = 0
+            for split, i in zip(splits, todo, strict=True):
+                best[id(split)][i] = rates[start:start + len(i)]
+                start += len(i)
+
+    def offers(self, split: _Split) -> list[tuple[float, tuple[int, int, int, int], tuple[Any, ...]]]:
+        """Per (precision, KV dtype) and decode TP, the cheapest pair of searched rows within the plan's limits,
+        among the PAIRS cheapest rows of each pool: (cost, (prefill row, decode row, replicas of each), the
+        arguments of `candidate`)."""
+        req, rows = self.req, self.rows
+        pre_best = np.nan_to_num(self.pre_best[id(split)], nan=0.0)
+        dec_best = np.nan_to_num(self.dec_best[id(split)], nan=0.0)
+        pre_replicas = _replicas(req, np.maximum(pre_best, 1e-12))
+        dec_replicas = _replicas(req, np.maximum(dec_best, 1e-12))
+        pre_cost = np.where(pre_best > 0, pre_replicas * self.pre_cost_per_replica, np.inf)
+        dec_cost = np.where(dec_best > 0, dec_replicas * self.dec_cost_per_replica, np.inf)
+        pre_capacity = self._pools()[0].capacity
+        out = []
+        feasible = np.isfinite(dec_cost)
+        for group, tp in sorted(set(zip(self.dec_group[feasible].tolist(), rows.tp[feasible].tolist(), strict=True))):
+            pres = np.flatnonzero((self.pre_group == group) & (self.pre_tp_d == tp) & np.isfinite(pre_cost))
+            decs = np.flatnonzero((self.dec_group == group) & (rows.tp == tp) & feasible)
+            pres = pres[np.argsort(pre_cost[pres], kind="stable")][:PAIRS]
+            decs = decs[np.argsort(dec_cost[decs], kind="stable")][:PAIRS]
+            pairs = sorted(((int(i), int(j)) for i in pres for j in decs),
+                           key=lambda ij: (pre_cost[ij[0]] + dec_cost[ij[1]], ij))
+            for i, j in pairs:
+                pre = int(self.pre_row[i])
+                if _within_limits(req, self.grid, rows, pre, int(pre_replicas[i]), j, int(dec_replicas[j])):
+                    key = (pre, j, int(pre_replicas[i]), int(dec_replicas[j]))
+                    out.append((float(pre_cost[i] + dec_cost[j]), key,
+                                (pre, int(pre_replicas[i]), float(pre_best[i]), float(pre_capacity[i]), j,
+                                 int(dec_replicas[j]), float(dec_best[j]), float(self.dec_capacity[j]))))
+                    break
+        return out
+
+    def candidate(self, pre: int, pre_replicas: int, pre_best: float, pre_capacity: float, dec: int,
+                  dec_replicas: int, dec_best: float, dec_capacity: float) -> Candidate | None:
+        return _candidate(self.req, self.engine, self.factors, self.grid, self.rows, pre, pre_replicas, pre_best,
+                          pre_capacity, dec, dec_replicas, dec_best, dec_capacity)
+
+
 def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[np.float64], req: PlanRequest,
-                wanted: list[tuple[str, float]], targets: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Per row: the highest rate within `targets` and the utilisation cap (0 where a target is missed even at
-    light load), on the aggregated search's grid of rates."""
-    every = np.arange(len(capacity))
-    light = model_of(every).quantiles(capacity * 1e-4, wanted)
+                wanted: list[tuple[str, float]], targets: NDArray[np.float64], index: NDArray[np.intp]
+                ) -> NDArray[np.float64]:
+    """Per row of `index`: the highest rate within its targets (`targets`, one column per row of `index`) and the
+    utilisation cap (0 where a target is missed even at light load), on the aggregated search's grid of rates."""
+    best = np.zeros(len(index))
+    if not len(index):
+        return best
+    light = model_of(index).quantiles(capacity[index] * 1e-4, wanted)
+    every = np.full((len(wanted), len(capacity)), np.inf)
+    every[:, index] = targets
     with np.errstate(divide="ignore"):
-        margin = np.max(np.log(light / targets), axis=0)
-    rates = _RateSearch(model_of, capacity, req.max_utilization, wanted, targets, margin)
-    best = np.zeros(len(capacity))
-    ok_light = np.flatnonzero(np.all(light <= targets, axis=0))
-    ok, cap_margin = rates.at_cap(ok_light)
-    best[ok_light[ok]] = capacity[ok_light[ok]] * req.max_utilization
-    pending = ok_light[~ok]
-    best[pending] = rates.refine(pending, cap_margin[~ok])
+        light_margin = np.full(len(capacity), np.nan)
+        light_margin[index] = np.max(np.log(light / targets), axis=0)
+    rates = _RateSearch(model_of, capacity, req.max_utilization, wanted, every, light_margin)
+    fine = np.flatnonzero(np.all(light <= targets, axis=0))
+    ok, cap_margin = rates.at_cap(index[fine])
+    best[fine[ok]] = capacity[index[fine[ok]]] * req.max_utilization
+    pending = fine[~ok]
+    best[pending] = rates.refine(index[pending], cap_margin[~ok])
     return best
 
 
