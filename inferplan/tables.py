@@ -110,6 +110,8 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
         for i in result.infeasible:
             lines.append(f"  [{i.gate}] {i.reason}")
             lines += [f"      also {also}" for also in i.also]
+    if result.shapes:
+        lines += ["", "Deployment shapes compared (cheapest of each):", *(f"  {line}" for line in result.shapes)]
     if result.suggestions:
         lines += ["", "What would make it feasible:", *(f"  {s}" for s in result.suggestions)]
     if result.warnings:

@@ -206,6 +206,10 @@ class PlanStatus(_Status):
     suggestions: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=8,
         description="Without a feasible candidate: the smallest changes that make the plan feasible.")
+    shapes: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list, max_length=4,
+        description="Each deployment shape the plan allows (aggregated within a node, over nodes, disaggregated): "
+        "its cheapest feasible candidate, or why it has none, against the recommendation.")
     observed: ObservedStatus | None = Field(default=None, description="spec.observe: what the deployment did.")
     prediction: PredictionStatus | None = Field(
         default=None, description="spec.observe: the prediction for the observed workload, and its error.")
@@ -367,6 +371,7 @@ def next_status(
         warnings=warnings[:_MAX_WARNINGS],
         assumptions=list(result.assumptions[:16]) if result else [],
         suggestions=list(result.suggestions[:8]) if result else [],
+        shapes=list(result.shapes[:4]) if result else [],
         **_observation_fields(old),
     )
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")

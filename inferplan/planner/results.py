@@ -74,6 +74,7 @@ class Role(_Result):
         max_length=4, description="Node labels that select this GPU type."
     )
     gpus_per_replica: int = Field(description="Tensor-parallel size of one replica of the role.")
+    nodes_per_replica: int = Field(default=1, description="Nodes one replica of the role spans.")
     replicas: int
     gpus: int = Field(description="replicas x gpusPerReplica.")
     max_batch: int = Field(description="Engine cap on running sequences per replica (vLLM --max-num-seqs).")
@@ -94,6 +95,8 @@ class Candidate(_Result):
         max_length=4, description="Node labels that select this GPU type."
     )
     gpus_per_replica: int = Field(description="Tensor-parallel size: GPUs one replica spans.")
+    nodes_per_replica: int = Field(default=1, description="Nodes one replica spans (over 1: a LeaderWorkerSet "
+                                                          "group of this many pods, gpusPerReplica / this each).")
     replicas: int
     gpus: int = Field(description="replicas x gpusPerReplica; disaggregated: every role's GPUs together.")
     max_batch: int = Field(description="Engine cap on running sequences (vLLM --max-num-seqs).")
@@ -146,3 +149,7 @@ class PlanResult(_Result):
     suggestions: list[str] = Field(default_factory=list,
                                    description="Without a recommendation: the smallest changes that make it "
                                                "feasible (SLO, budget, GPU count, GPU type).")
+    shapes: list[str] = Field(default_factory=list,
+                              description="When the plan allows more than one deployment shape (constraints.shapes, "
+                                          "maxNodesPerReplica): each shape's cheapest feasible candidate, or why it "
+                                          "has none, against the recommendation.")

@@ -262,11 +262,14 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     rejected.append(_Rejections(
         "parallelism", refused, refused, None, (tp * price)[refused],
         lambda s: tp_problem(req.engine, req.arch, int(tp[s])) or ""))
-    misplaced = np.flatnonzero(tp > per_node)
-    placed = (tp <= per_node) & accepted  # what goes on through the gates
+    # A replica within a node, or over up to maxNodesPerReplica whole nodes (TP a multiple of the node's GPUs).
+    over_nodes = tp > per_node
+    fits = ~over_nodes | ((tp % per_node == 0) & (tp <= per_node * req.max_nodes_per_replica))
+    misplaced = np.flatnonzero(~fits)
+    placed = fits & accepted  # what goes on through the gates
     rejected.append(_Rejections(
-        "placement", misplaced, misplaced, None, (tp * price)[misplaced],
-        lambda s: f"TP {tp[s]} needs {tp[s]} {gpus[gpu[s]].key} in one node; nodes have {per_node[s]}"))
+        "placement", misplaced, misplaced, None, (tp * price)[misplaced], lambda s: _placement_problem(
+            req, tp[s], gpus[gpu[s]].key, per_node[s])))
 
     # Memory of every (shape, batch size) at once: axis 0 shapes, axis 1 batch sizes.
     usable = np.array([float(g.usable_memory_bytes) for g in gpus])[gpu]
@@ -304,8 +307,34 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
                              [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus],
                              [factors.family(g.family) for g in gpus], req.tp_sizes)
     flat = Hardware(**{name: np.ravel(value) for name, value in vars(hardware).items()})
+    if np.any(over_nodes & placed):
+        flat = over_the_network(flat, over_nodes, req.network_gbps)
     return _Grid(gpus, gpu, tp, pi, ki, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
                  memory.kv_cache_tokens[row_shape, row_batch], rejected, checkpoints)
+
+
+def _placement_problem(req: PlanRequest, tp: int, key: str, per_node: int) -> str:
+    if req.max_nodes_per_replica == 1:
+        return (f"TP {tp} needs {tp} {key} in one node; nodes have {per_node} (constraints.maxNodesPerReplica "
+                "lets a replica span nodes)")
+    if tp % per_node:
+        return f"TP {tp} does not split evenly over nodes of {per_node} {key}"
+    return (f"TP {tp} needs {tp // per_node} nodes of {per_node} {key}; maxNodesPerReplica is "
+            f"{req.max_nodes_per_replica}")
+
+
+INTER_NODE_ALLREDUCE_LATENCY_S = 25e-6  # NCCL's small-message all-reduce between nodes over InfiniBand/RoCE
+
+
+def over_the_network(hw: Hardware, over_nodes: NDArray[np.bool_], network_gbps: float) -> Hardware:
+    """`hw` (one row per shape) with the all-reduces of the rows `over_nodes` (a replica over several nodes)
+    over the network: a ring over every rank crosses the nodes' NICs, so each rank moves its share at its NIC's
+    rate (`network_gbps` at LINK_EFFICIENCY) instead of NVLink's, with an inter-node latency per all-reduce."""
+    from inferplan.planner.disaggregated import LINK_EFFICIENCY
+
+    nic = network_gbps * 1e9 / 8.0 * LINK_EFFICIENCY
+    return replace(hw, link_bytes_s=np.where(over_nodes, np.minimum(hw.link_bytes_s, nic), hw.link_bytes_s),
+                   link_latency_s=np.where(over_nodes, INTER_NODE_ALLREDUCE_LATENCY_S, hw.link_latency_s))
 
 
 def _grid_rate(low: NDArray[np.float64], high: NDArray[np.float64], k: NDArray[np.int_]) -> NDArray[np.float64]:
@@ -822,13 +851,17 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     # Vectorised over every (shape, batch) row from here on.
     rows = _Rows(req, grid)
 
+    searched = np.zeros(len(rows.shape), dtype=bool)
+
     def finish(candidates: list[Candidate]) -> PlanResult:
+        separate: list[Candidate] = []
         if "disaggregated" in req.shapes:
             from inferplan.planner.search_disaggregated import disaggregated_candidates  # it imports this module
 
             cheapest = min((c.cost.dollars_per_hour for c in candidates), default=math.inf)
-            candidates = candidates + disaggregated_candidates(req, engine, factors, grid, rows, warnings, cheapest)
-        return _finish(req, grid, candidates, rejected, warnings)
+            separate = disaggregated_candidates(req, engine, factors, grid, rows, warnings, cheapest)
+        result = _finish(req, grid, candidates + separate, rejected, warnings)
+        return result.model_copy(update={"shapes": _compare_shapes(req, grid, rows, searched, separate, result)})
 
     if "aggregated" not in req.shapes:
         return finish([])
@@ -881,6 +914,47 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
     ]
     return finish(candidates)
+
+
+def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArray[np.bool_],
+                    separate: list[Candidate], result: PlanResult) -> list[str]:
+    """Where the plan allows more than one deployment shape: each shape's cheapest feasible candidate (the
+    recommendation where it is of that shape; else the search's analytic figures) against the recommendation,
+    or that none was found within PRACTICAL_COST_FACTOR of the cheapest cost."""
+    kinds = ([("aggregated, a replica within a node", False)] if "aggregated" in req.shapes else []) + (
+        [("aggregated, a replica over nodes", True)] if "aggregated" in req.shapes and req.max_nodes_per_replica > 1
+        else []) + ([("disaggregated", None)] if "disaggregated" in req.shapes else [])
+    if len(kinds) < 2:
+        return []
+    rec = result.recommendation
+    index, replicas, _, cost = _feasible_rows(req, rows, searched)
+    per_node = np.array([req.gpus_per_node.get(g.key, 8) for g in grid.gpus])[grid.gpu[rows.shape[index]]]
+    over = rows.tp[index] > per_node
+    lines = []
+    for name, over_nodes in kinds:
+        if over_nodes is None:
+            best = rec if rec is not None and rec.roles else min(
+                separate, key=lambda c: c.cost.dollars_per_hour, default=None)
+            found = None if best is None else (best.cost.dollars_per_hour, describe_shape(best))
+        elif rec is not None and not rec.roles and (rec.nodes_per_replica > 1) == over_nodes:
+            found = (rec.cost.dollars_per_hour, describe_shape(rec))
+        else:
+            mine = np.flatnonzero(over == over_nodes)
+            k = mine[np.argmin(cost[mine])] if len(mine) else None
+            shape = None if k is None else grid.shape(req, int(rows.shape[index[k]]))
+            found = None if k is None or shape is None else (float(cost[k]), (
+                f"{replicas[k]} x {shape.tp} {shape.gpu.key} ({shape.precision}, batch {rows.batch[index[k]]})"))
+        if found is None:
+            lines.append(f"{name}: no feasible candidate found (within the targets, the limits and "
+                         f"{PRACTICAL_COST_FACTOR:g}x the cheapest cost)")
+        elif rec is not None and found[1] == describe_shape(rec):
+            lines.append(f"{name}: ${found[0]:.2f}/h, {found[1]}: the recommendation")
+        elif rec is not None:
+            extra = found[0] / rec.cost.dollars_per_hour - 1.0
+            lines.append(f"{name}: ${found[0]:.2f}/h ({extra:+.0%} against the recommendation), {found[1]}")
+        else:
+            lines.append(f"{name}: ${found[0]:.2f}/h, {found[1]}")
+    return lines
 
 
 def _objective_latencies(req: PlanRequest) -> list[tuple[str, float]]:
@@ -999,6 +1073,7 @@ def _candidate(
         gpu_type=gpu.key,
         node_selector={label_key: label},
         gpus_per_replica=shape.tp,
+        nodes_per_replica=max(1, shape.tp // req.gpus_per_node.get(gpu.key, 8)),
         replicas=replicas,
         gpus=gpus,
         max_batch=batch,
@@ -1234,4 +1309,6 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
                               factors.engine_on(engine.name, gpu.key, gpu.vendor), factors.family(gpu.family),
                               candidate.gpus_per_replica)
+    if candidate.gpus_per_replica > req.gpus_per_node.get(gpu.key, 8):
+        hardware = over_the_network(hardware, np.array(True), req.network_gbps)
     return Deployment(hardware, settings, memory)

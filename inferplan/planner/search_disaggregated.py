@@ -186,7 +186,7 @@ class _Pools:
             req, rows = self.req, self.rows
             p, o = req.prompt_mean, req.output_mean
             self._pre_pool = prefill_pool(rows.hardware(self.pre_row), self.pre_tp_d, p, self.pre_slots, rows.chunk,
-                                          req.prompt_cv, req.arrival_cv2, rows.fraction, req.kv_transfer_gbps,
+                                          req.prompt_cv, req.arrival_cv2, rows.fraction, req.network_gbps,
                                           SEARCH_SAMPLES)
             first = np.flatnonzero(np.r_[True, rows.shape[1:] != rows.shape[:-1]])
             self._dec_pool = decode_pool(rows.hardware(first), p, o, rows.slots[first], rows.chunk, req.output_cv,
@@ -324,7 +324,7 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
     pre_slots = max(min(float(rows.batch[pre]), float(grid.row_kv_tokens[pre]) / p), 1.0)
     pre_pool = prefill_pool(rows.hardware(np.array([pre])), float(rows.tp[dec]), p,
                             pre_slots, rows.chunk, req.prompt_cv, req.arrival_cv2, rows.fraction,
-                            req.kv_transfer_gbps, REPORT_SAMPLES)
+                            req.network_gbps, REPORT_SAMPLES)
     dec_pool = decode_pool(rows.hardware(one), p, o, rows.slots[one], rows.chunk, req.output_cv, req.arrival_cv2,
                            req.service_cv2, REPORT_SAMPLES)
     samples = combined(pre_pool.latency_samples(req.rate_rps / pre_replicas, {"ttft"}),
@@ -357,6 +357,7 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
              args: list[str]) -> Role:
         key, label = node_selector(shape.gpu)
         return Role(role=name, gpu_type=shape.gpu.key, node_selector={key: label}, gpus_per_replica=shape.tp,
+                    nodes_per_replica=max(1, shape.tp // req.gpus_per_node.get(shape.gpu.key, 8)),
                     replicas=replicas, gpus=replicas * shape.tp, max_batch=batch,
                     utilization=rounded(req.rate_rps / replicas / capacity),
                     max_requests_per_second_per_replica=rounded(best), engine_args=args[:64])
@@ -371,8 +372,8 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
     tokens_per_hour = req.rate_rps * o * 3600.0
     headroom = min(1.0 - req.rate_rps / (pre_replicas * pre_best), 1.0 - req.rate_rps / (dec_replicas * dec_best))
     notes = [f"disaggregated: {pre_replicas} prefill x {pre_shape.tp} {pre_shape.gpu.key} send each prompt's KV "
-             f"cache to {dec_replicas} decode x {dec_shape.tp} {dec_shape.gpu.key} at {req.kv_transfer_gbps:g} "
-             "Gb/s per GPU (constraints.kvTransferGbps); needs RDMA between the pods and a P/D router in front"]
+             f"cache to {dec_replicas} decode x {dec_shape.tp} {dec_shape.gpu.key} at {req.network_gbps:g} "
+             "Gb/s per GPU (constraints.networkGbps); needs RDMA between the pods and a P/D router in front"]
     return base.model_copy(update={
         "shape": "disaggregated", "roles": roles, "gpus": gpus,
         "engine_args": roles[1].engine_args,
@@ -380,7 +381,7 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
                      dollars_per_million_tokens=rounded(dollars / tokens_per_hour * 1e6)),
         "headroom": rounded(max(0.0, headroom)),
         "engine_notes": [*base.engine_notes, *notes][:8],
-        "provenance": base.provenance | {"kvTransfer": f"{req.kv_transfer_gbps:g}Gbps-per-gpu"},
+        "provenance": base.provenance | {"kvTransfer": f"{req.network_gbps:g}Gbps-per-gpu"},
     })
 
 

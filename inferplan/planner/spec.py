@@ -701,10 +701,17 @@ class Constraints(_SpecModel):
         "disaggregated (a prefill pool and a decode pool, the prompt's KV cache sent between them over the "
         "network; needs an engine with a KV connector and RDMA between the pods). Default [aggregated].",
     )
-    kv_transfer_gbps: int = Field(
+    max_nodes_per_replica: int = Field(
+        default=1, ge=1, le=16,
+        description="Most nodes one replica may span: tensor parallelism over nodes (a listed TP size that is a "
+        "multiple of the node's GPUs), its all-reduces over the network (networkGbps); rendered as a "
+        "LeaderWorkerSet. Default 1: a replica stays within a node.",
+    )
+    network_gbps: int = Field(
         default=400, ge=1, le=100_000,
-        description="Disaggregated: network bandwidth of each GPU for KV transfers between prefill and decode "
-        "pods [Gbit/s], e.g. 400 for one 400G InfiniBand or RoCE NIC per GPU, 100 for shared Ethernet. Default 400.",
+        description="Each GPU's network bandwidth between nodes [Gbit/s]: KV transfers between disaggregated "
+        "pools, all-reduces of a replica over nodes. E.g. 400 for one 400G InfiniBand or RoCE NIC per GPU, 100 "
+        "for shared Ethernet. Default 400.",
     )
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
@@ -1105,7 +1112,8 @@ class PlanRequest:
     observed_floor: float = 0.5         # ... never planning below this share of the declared rate
     engine_image: str | None = None     # engine.image: the container image to render (None: the published one)
     shapes: tuple[str, ...] = ("aggregated",)  # constraints.shapes: aggregated and/or disaggregated
-    kv_transfer_gbps: float = 400.0     # disaggregated: each GPU's network bandwidth for KV transfers [Gbit/s]
+    network_gbps: float = 400.0         # each GPU's network bandwidth between nodes [Gbit/s]
+    max_nodes_per_replica: int = 1      # constraints.maxNodesPerReplica: TP over nodes up to this many
 
 
 def cv_from_sigma(sigma: float) -> float:
@@ -1292,7 +1300,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         observed_floor=float(workload.observed_floor),
         engine_image=engine.image,
         shapes=tuple(limits.shapes),
-        kv_transfer_gbps=float(limits.kv_transfer_gbps),
+        network_gbps=float(limits.network_gbps),
+        max_nodes_per_replica=limits.max_nodes_per_replica,
     )
 
 

@@ -95,7 +95,7 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
         counts = {role: max(1, math.floor(n * scale)) for role, n in counts.items()}
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
     transfer = transfer_s(prefill.hardware, pools["decode"].gpus_per_replica, served.prompt_tokens,
-                          req.kv_transfer_gbps)
+                          req.network_gbps)
     return simulate_disaggregated(
         prefill.hardware, decode.hardware, served, transfer, prefill_replicas=counts["prefill"],
         decode_replicas=counts["decode"], prefill_max_batch=pools["prefill"].max_batch,

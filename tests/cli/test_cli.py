@@ -245,7 +245,8 @@ def test_plan_without_a_file_plans_the_bundled_example(capsys: pytest.CaptureFix
 def test_every_example_plan_validates_as_json_output(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(example), "-o", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"recommendation", "alternatives", "infeasible", "warnings", "assumptions", "suggestions"}
+    assert set(data) == {"recommendation", "alternatives", "infeasible", "warnings", "assumptions", "suggestions",
+                         "shapes"}
     result = PlanResult.model_validate(data)
     assert result.recommendation is not None, example.name
     assert result.model_dump(by_alias=True, mode="json") == data

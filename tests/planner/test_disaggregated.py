@@ -169,7 +169,7 @@ def test_a_disaggregated_deployment_is_not_rendered_yet(tight) -> None:
     ({"shapes": ["aggregated", "aggregated"]}, "shapes"),
     ({"shapes": []}, "shapes"),
     ({"shapes": ["pipelined"]}, "shapes"),
-    ({"kvTransferGbps": 0}, "kvTransferGbps"),
+    ({"networkGbps": 0}, "networkGbps"),
 ])
 def test_bad_shapes_and_transfer_bandwidths_are_refused(constraints: dict[str, Any], field: str) -> None:
     spec = copy.deepcopy(LONG_PROMPTS)

@@ -149,6 +149,23 @@ def test_tensor_parallel_larger_than_a_node_is_a_placement_problem() -> None:
     assert result.infeasible[0].gate == "placement" and "nodes have 4" in result.infeasible[0].reason
 
 
+def test_a_replica_may_span_the_nodes_the_plan_allows_and_pays_for_the_network() -> None:
+    over = {"constraints.tensorParallelSizes": [8], "constraints.gpusPerNode": {"H100": 4}}
+    # Two nodes of 4 hold TP 8 once the plan allows it; three do not split TP 8 evenly; TP 16 needs four nodes.
+    rec = plan(request(**over, **{"constraints.maxNodesPerReplica": 2})).recommendation
+    assert rec is not None and rec.gpus_per_replica == 8
+    uneven = plan(request(**{**over, "constraints.gpusPerNode": {"H100": 3}, "constraints.maxNodesPerReplica": 4}))
+    assert uneven.recommendation is None and "does not split evenly" in uneven.infeasible[0].reason
+    far = plan(request(**{**over, "constraints.tensorParallelSizes": [16], "constraints.maxNodesPerReplica": 2}))
+    assert far.recommendation is None and "needs 4 nodes" in far.infeasible[0].reason
+    # Its all-reduces cross the network: slower than in one node of 8 (NVLink), slower still on a slow network.
+    within = plan(request(**{"constraints.tensorParallelSizes": [8], "constraints.gpusPerNode": {"H100": 8}}))
+    slow = plan(request(**over, **{"constraints.maxNodesPerReplica": 2, "constraints.networkGbps": 25}))
+    ttft = [r.recommendation.predicted.ttft_ms.p50 for r in (within, slow)]
+    assert within.recommendation is not None and slow.recommendation is not None
+    assert ttft[0] < rec.predicted.ttft_ms.p50 < ttft[1]
+
+
 def test_recommendation_carries_what_realises_it() -> None:
     c = plan(request()).recommendation
     assert c is not None
