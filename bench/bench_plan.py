@@ -6,7 +6,7 @@ Usage (from the repository root):
 
 Figures:
   (a) one plan over the whole GPU catalog, TP 1/2/4/8, every weight precision vLLM serves, KV dtypes
-      auto and fp8, every batch size: in-process `plan()`, 15 runs, min / median seconds (and the median
+      auto and fp8, every batch size (`--shapes aggregated,disaggregated`: disaggregated pools too): in-process `plan()`, 15 runs, min / median seconds (and the median
       CPU time, which other processes on a shared machine inflate less), the recommendation;
   (b) N different plans (default 1,000): models from the catalog, rates, lengths and SLOs drawn from a
       seeded generator (draws the spec rejects are drawn again), default constraints (every catalog GPU,
@@ -40,8 +40,8 @@ from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_p
 REPO = Path(__file__).resolve().parents[1]
 
 
-def whole_catalog_plan() -> dict:
-    return {
+def whole_catalog_plan(shapes: list[str] | None = None) -> dict:
+    spec = {
         "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": list(SERVED_PRECISIONS["vllm"]),
                   "kvCacheDtypes": ["auto", "fp8"]},
         "engine": {"name": "vllm"},
@@ -51,6 +51,9 @@ def whole_catalog_plan() -> dict:
         # Every GPU of the catalog, GeForce cards included (a plan's default leaves them out).
         "constraints": {"tensorParallelSizes": [1, 2, 4, 8], "gpuTypes": [g.key for g in load_gpu_catalog()]},
     }
+    if shapes:
+        spec["constraints"]["shapes"] = shapes
+    return spec
 
 
 def random_plan(rng: random.Random, models: list[str]) -> dict:
@@ -88,9 +91,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plans", type=int, default=1000, help="plans for figure (b)")
     parser.add_argument("--runs", type=int, default=20, help="processes for figure (c)")
+    parser.add_argument("--shapes", default=None,
+                        help="constraints.shapes of figure (a), comma-separated (default: the plan's default, "
+                             "aggregated); e.g. aggregated,disaggregated")
     args = parser.parse_args()
 
-    req = resolve_plan(parse_plan(whole_catalog_plan()))
+    req = resolve_plan(parse_plan(whole_catalog_plan(args.shapes.split(",") if args.shapes else None)))
     plan(req)
     times, cpu = [], []
     for _ in range(15):
@@ -101,7 +107,7 @@ def main() -> int:
     shapes = len(req.tp_sizes) * len(req.precisions) * len(req.kv_dtypes) * len(req.gpu_types or ())
     # CPU time as well: on a shared machine the wall clock also counts the time other processes ran.
     chosen = result.recommendation.gpu_type if result.recommendation else None
-    print(f"(a) whole-catalog plan: {shapes} shapes x up to {len(BATCH_SIZES)} batch sizes; "
+    print(f"(a) whole-catalog plan ({', '.join(req.shapes)}): {shapes} shapes x up to {len(BATCH_SIZES)} batch sizes; "
           f"min {min(times):.3f} s, median {statistics.median(times):.3f} s "
           f"(CPU median {statistics.median(cpu):.3f} s; recommendation {chosen})")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from inferplan.planner.architectures import ModelArchitecture
+from inferplan.planner.engine_args import DYNAMO_ENTRY_POINTS
 from inferplan.planner.gpus import GpuSpec
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, PlanResult
@@ -81,6 +82,8 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             f"  checkpoint: {c.checkpoint}",
             *([f"  {r.role} command: {c.engine_command or req.engine} {' '.join(r.engine_args)}" for r in c.roles]
               or [f"  command: {c.engine_command or req.engine} {' '.join(c.engine_args)}"]),
+            *(f"  {r.role} as a Dynamo worker: {DYNAMO_ENTRY_POINTS[req.engine]} {' '.join(r.dynamo_args)}"
+              for r in c.roles if r.dynamo_args),
             *(f"  file {name}:\n" + "\n".join(f"    {line}" for line in text.splitlines())
               for name, text in c.engine_files.items()),
             *(f"  because: {note}" for note in c.engine_notes),

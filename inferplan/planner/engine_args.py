@@ -295,6 +295,24 @@ _DISAGGREGATION = {
 }
 
 
+# NVIDIA Dynamo (ai-dynamo 1.6.1 on PyPI, read from dynamo/vllm/backend_args.py and dynamo/sglang/args.py): a
+# worker is `python3 -m dynamo.vllm` (or dynamo.sglang) with the engine's own arguments and
+# `--disaggregation-mode prefill|decode`; a prefill vLLM worker must be given --kv-transfer-config; the
+# `python3 -m dynamo.frontend` process routes between them.
+DYNAMO_VERSION = "1.6.1"
+DYNAMO_ENTRY_POINTS = {"vllm": "python3 -m dynamo.vllm", "sglang": "python3 -m dynamo.sglang"}
+
+
+def dynamo_args(engine: str, role: str, args: list[str]) -> list[str] | None:
+    """The arguments of a Dynamo worker (after `DYNAMO_ENTRY_POINTS[engine]`) that runs `role` with the engine
+    arguments `args` of that role (its `disaggregation_args` included); None for an engine Dynamo does not run."""
+    if engine not in DYNAMO_ENTRY_POINTS:
+        return None
+    if engine == "sglang":
+        return list(args)  # SGLang's own --disaggregation-mode is Dynamo's too
+    return [*args, "--disaggregation-mode", role]
+
+
 def disaggregation_args(engine: str, version: str | None, role: str) -> list[str] | None:
     """The arguments that make a replica of `engine` (at `version`) the `role` ("prefill" or "decode") of a
     disaggregated deployment, added to its launch's; None where the engine (or its pinned version line) has no

@@ -82,6 +82,10 @@ class Role(_Result):
     max_requests_per_second_per_replica: float = Field(
         description="Highest rate per replica at which the role's share of every SLO holds.")
     engine_args: list[_Arg] = Field(max_length=64, description="Arguments that make the engine run this role.")
+    dynamo_args: list[_Arg] = Field(
+        default_factory=list, max_length=64,
+        description="The same role as an NVIDIA Dynamo worker: the arguments after `python3 -m dynamo.vllm` (or "
+                    "dynamo.sglang); empty for an engine Dynamo does not run.")
 
 
 class Candidate(_Result):

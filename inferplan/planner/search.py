@@ -1201,6 +1201,12 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
         candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
     shown = tag_candidates(req, distinct(req, sorted(candidates, key=lambda c: (c.cost.dollars_per_hour,
                                                                                 -c.headroom, c.gpus))))
+    if len(shown) > req.alternatives + 1:
+        # Each shape's search chose its own few; beside the recommendation keep the tagged ones, then the cheapest.
+        tagged = [c for c in shown[1:] if c.tags]
+        others = [c for c in shown[1:] if not c.tags]
+        kept = {id(c) for c in [*tagged, *others][:req.alternatives]}
+        shown = [shown[0], *(c for c in shown[1:] if id(c) in kept)]
     recommendation = shown[0] if shown else None
     alternatives = shown[1:]
     # Nearest infeasible: those that got furthest through the gates, cheapest first, one per reason. Beside a

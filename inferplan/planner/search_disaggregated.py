@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.disaggregated import Pool, combined, decode_pool, prefill_pool
-from inferplan.planner.engine_args import disaggregation_args, engine_launch
+from inferplan.planner.engine_args import disaggregation_args, dynamo_args, engine_launch
 from inferplan.planner.engines import EngineProfile
 from inferplan.planner.factors import FactorSet
 from inferplan.planner.performance import prefill_s
@@ -61,7 +61,7 @@ from inferplan.planner.spec import PlanRequest
 TTFT_SPLITS = (0.6, 0.8, 0.9, 0.97)  # share of a TTFT target given to the prefill pool and the transfer
 E2E_SPLITS = (0.1, 0.25, 0.5)   # ... of an end-to-end target, when the plan has no TTFT target
 PAIRS = 4                       # cheapest rows of each pool paired, per split and (precision, KV dtype)
-SHOWN = 6                       # disaggregated candidates built (cheapest offers first) for the frontier
+SHOWN = 4                       # disaggregated candidates built (cheapest offers first) for the frontier
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
     # floors first, then only rows whose pair floor is within PRACTICAL_COST_FACTOR of the cheapest cost found.
     reach = PRACTICAL_COST_FACTOR * cheapest
     pre_keep, dec_keep = pools.within(reach)
+    pools.build(pre_keep, dec_keep)  # reach only narrows from here
     pre_first = pre_keep[np.argsort(pools.pre_floor[pre_keep], kind="stable")][:FIRST_PASS_ROWS]
     dec_first = dec_keep[np.argsort(pools.dec_floor[dec_keep], kind="stable")][:FIRST_PASS_ROWS]
     pools.search(splits, pre_first, dec_first)
@@ -118,13 +119,15 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
     pools.search(splits, pre_keep, dec_keep)
     # The offers cheapest first, each pair once, until SHOWN candidates meet every target by their combined
     # latencies: the frontier and the alternatives are drawn from these and the aggregated ones.
-    found: dict[tuple[int, int, int, int], Candidate] = {}
-    for _, key, offer in sorted(offer for split in splits for offer in pools.offers(split)):
-        if len(found) >= SHOWN or key in found:
+    found: dict[tuple[int, ...], Candidate] = {}
+    tried: set[tuple[int, int]] = set()
+    for _, pair, i, k in sorted(offer for split in splits for offer in pools.offers(split)):
+        if len(found) >= SHOWN or pair in tried:
             continue
-        candidate = pools.candidate(*offer)
+        tried.add(pair)
+        candidate = pools.candidate(splits[k], i, pair[1])
         if candidate is not None:
-            found[key] = candidate
+            found[(*pair, *(r.replicas for r in candidate.roles))] = candidate
     if not found:
         warnings.append("no disaggregated deployment meets every target within the plan's limits")
     return list(found.values())
@@ -160,6 +163,7 @@ class _Pools:
             rows.shape[self.pre_row]]
         self.dec_group = grid.precision[rows.shape] * len(req.kv_dtypes) + grid.kv[rows.shape]
         self.shape_of_row = np.cumsum(np.r_[True, rows.shape[1:] != rows.shape[:-1]]) - 1
+        self.split_index: dict[int, int] = {}
         self.pre_best: dict[int, NDArray[np.float64]] = {}
         self.dec_best: dict[int, NDArray[np.float64]] = {}
         self._pre_pool: Pool | None = None
@@ -181,32 +185,45 @@ class _Pools:
         return (np.flatnonzero(self.pre_floor + dec_min[pre_at] <= reach),
                 np.flatnonzero(self.dec_floor + dec_partner <= reach))
 
-    def _pools(self) -> tuple[Pool, Pool]:
-        if self._pre_pool is None or self._dec_pool is None:
-            req, rows = self.req, self.rows
-            p, o = req.prompt_mean, req.output_mean
-            self._pre_pool = prefill_pool(rows.hardware(self.pre_row), self.pre_tp_d, p, self.pre_slots, rows.chunk,
-                                          req.prompt_cv, req.arrival_cv2, rows.fraction, req.network_gbps,
-                                          SEARCH_SAMPLES)
-            first = np.flatnonzero(np.r_[True, rows.shape[1:] != rows.shape[:-1]])
-            self._dec_pool = decode_pool(rows.hardware(first), p, o, rows.slots[first], rows.chunk, req.output_cv,
-                                         req.arrival_cv2, req.service_cv2, SEARCH_SAMPLES)
-        return self._pre_pool, self._dec_pool
+    def build(self, pre: NDArray[np.intp], dec: NDArray[np.intp]) -> None:
+        """The pools' models (their rate-free part, the search's sample) for prefill rows `pre` and the shapes of
+        decode rows `dec`: every row searched later must be among them (the rows within the first reach)."""
+        req, rows = self.req, self.rows
+        p, o = req.prompt_mean, req.output_mean
+        self.pre_at = np.full(len(self.pre_row), -1)
+        self.pre_at[pre] = np.arange(len(pre))
+        self._pre_pool = prefill_pool(rows.hardware(self.pre_row[pre]), self.pre_tp_d[pre], p, self.pre_slots[pre],
+                                      rows.chunk, req.prompt_cv, req.arrival_cv2, rows.fraction, req.network_gbps,
+                                      SEARCH_SAMPLES)
+        self.pre_capacity = np.full(len(self.pre_row), np.nan)
+        self.pre_capacity[pre] = self._pre_pool.capacity
+        shapes = np.unique(self.shape_of_row[dec])
+        first = np.flatnonzero(np.r_[True, rows.shape[1:] != rows.shape[:-1]])[shapes]
+        self.dec_shape_at = np.full(self.shape_of_row[-1] + 1 if len(rows.shape) else 0, -1)
+        self.dec_shape_at[shapes] = np.arange(len(shapes))
+        self._dec_pool = decode_pool(rows.hardware(first), p, o, rows.slots[first], rows.chunk, req.output_cv,
+                                     req.arrival_cv2, req.service_cv2, SEARCH_SAMPLES)
 
     def search(self, splits: list[_Split], pre: NDArray[np.intp], dec: NDArray[np.intp]) -> None:
         """Best rates of prefill rows `pre` and decode rows `dec` under each of `splits` (rows searched before are
         kept), one rate search per pool over every (split, row) at once."""
-        pre_pool, dec_pool = self._pools()
+        pre_pool, dec_pool = self._pre_pool, self._dec_pool
+        assert pre_pool is not None and dec_pool is not None, "build() first"
         rows = self.rows
-        for split in splits:
+        for k, split in enumerate(splits):
+            self.split_index[id(split)] = k
             self.pre_best.setdefault(id(split), np.full(len(self.pre_row), np.nan))
             self.dec_best.setdefault(id(split), np.full(len(rows.shape), np.nan))
 
+        def prefill_model(index: NDArray[np.intp]) -> Pool:
+            return pre_pool.take(self.pre_at[index])
+
         def decode_model(index: NDArray[np.intp]) -> Pool:
-            return dec_pool.take(self.shape_of_row[index], rows.slots[index], self.dec_capacity[index])
+            return dec_pool.take(self.dec_shape_at[self.shape_of_row[index]], rows.slots[index],
+                                 self.dec_capacity[index])
 
         for best, index, model_of, capacity, wanted, targets in (
-                (self.pre_best, pre, pre_pool.take, pre_pool.capacity, splits[0].prefill_wanted,
+                (self.pre_best, pre, prefill_model, self.pre_capacity, splits[0].prefill_wanted,
                  [s.prefill_targets for s in splits]),
                 (self.dec_best, dec, decode_model, self.dec_capacity, splits[0].decode_wanted,
                  [s.decode_targets for s in splits])):
@@ -227,10 +244,10 @@ class _Pools:
                 best[id(split)][i] = rates[start:start + len(i)]
                 start += len(i)
 
-    def offers(self, split: _Split) -> list[tuple[float, tuple[int, int, int, int], tuple[Any, ...]]]:
+    def offers(self, split: _Split) -> list[tuple[float, tuple[int, int], int, int]]:
         """Per (precision, KV dtype) and decode TP, the cheapest pair of searched rows within the plan's limits,
-        among the PAIRS cheapest rows of each pool: (cost, (prefill row, decode row, replicas of each), the
-        arguments of `candidate`)."""
+        among the PAIRS cheapest rows of each pool: (cost, (prefill row, decode row), prefill pool index, the
+        split's position)."""
         req, rows = self.req, self.rows
         pre_best = np.nan_to_num(self.pre_best[id(split)], nan=0.0)
         dec_best = np.nan_to_num(self.dec_best[id(split)], nan=0.0)
@@ -238,7 +255,6 @@ class _Pools:
         dec_replicas = _replicas(req, np.maximum(dec_best, 1e-12))
         pre_cost = np.where(pre_best > 0, pre_replicas * self.pre_cost_per_replica, np.inf)
         dec_cost = np.where(dec_best > 0, dec_replicas * self.dec_cost_per_replica, np.inf)
-        pre_capacity = self._pools()[0].capacity
         out = []
         feasible = np.isfinite(dec_cost)
         for group, tp in sorted(set(zip(self.dec_group[feasible].tolist(), rows.tp[feasible].tolist(), strict=True))):
@@ -251,17 +267,36 @@ class _Pools:
             for i, j in pairs:
                 pre = int(self.pre_row[i])
                 if _within_limits(req, self.grid, rows, pre, int(pre_replicas[i]), j, int(dec_replicas[j])):
-                    key = (pre, j, int(pre_replicas[i]), int(dec_replicas[j]))
-                    out.append((float(pre_cost[i] + dec_cost[j]), key,
-                                (pre, int(pre_replicas[i]), float(pre_best[i]), float(pre_capacity[i]), j,
-                                 int(dec_replicas[j]), float(dec_best[j]), float(self.dec_capacity[j]))))
+                    out.append((float(pre_cost[i] + dec_cost[j]), (pre, j), i, self.split_index[id(split)]))
                     break
         return out
 
-    def candidate(self, pre: int, pre_replicas: int, pre_best: float, pre_capacity: float, dec: int,
-                  dec_replicas: int, dec_best: float, dec_capacity: float) -> Candidate | None:
-        return _candidate(self.req, self.engine, self.factors, self.grid, self.rows, pre, pre_replicas, pre_best,
-                          pre_capacity, dec, dec_replicas, dec_best, dec_capacity)
+    def candidate(self, split: _Split, i: int, dec: int) -> Candidate | None:
+        """The pair (prefill pool row `i`, decode row `dec`) under `split`, confirmed with the report's sample:
+        each pool's best rate searched again with it (a tail percentile of the search's coarse sample can sit
+        under its target where the full sample's does not), its replicas from that, the plan's limits, and the
+        combined latencies against every target. None where any of that fails."""
+        req, rows = self.req, self.rows
+        p, o = req.prompt_mean, req.output_mean
+        pre = int(self.pre_row[i])
+        pre_pool = prefill_pool(rows.hardware(np.array([pre])), float(self.pre_tp_d[i]), p, self.pre_slots[[i]],
+                                rows.chunk, req.prompt_cv, req.arrival_cv2, rows.fraction, req.network_gbps,
+                                REPORT_SAMPLES)
+        dec_pool = decode_pool(rows.hardware(np.array([dec])), p, o, rows.slots[[dec]], rows.chunk, req.output_cv,
+                               req.arrival_cv2, req.service_cv2, REPORT_SAMPLES)
+        one = np.array([0])
+        pre_best = float(_best_rates(pre_pool.take, pre_pool.capacity, req, split.prefill_wanted,
+                                     split.prefill_targets, one)[0])
+        dec_best = float(_best_rates(dec_pool.take, dec_pool.capacity, req, split.decode_wanted,
+                                     split.decode_targets, one)[0])
+        if pre_best <= 0 or dec_best <= 0:
+            return None
+        pre_replicas, dec_replicas = (int(n) for n in _replicas(req, np.array([pre_best, dec_best])))
+        if not _within_limits(req, self.grid, rows, pre, pre_replicas, dec, dec_replicas):
+            return None
+        return _candidate(req, self.engine, self.factors, self.grid, rows, (pre_pool, dec_pool), pre, pre_replicas,
+                          pre_best, float(pre_pool.capacity[0]), dec, dec_replicas, dec_best,
+                          float(dec_pool.capacity[0]))
 
 
 def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[np.float64], req: PlanRequest,
@@ -314,19 +349,13 @@ def _within_limits(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_rep
     return req.budget_usd_per_hour is None or cost <= req.budget_usd_per_hour
 
 
-def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid, rows: _Rows, pre: int,
-               pre_replicas: int, pre_best: float, pre_capacity: float, dec: int, dec_replicas: int, dec_best: float,
-               dec_capacity: float) -> Candidate | None:
+def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid, rows: _Rows,
+               pools: tuple[Pool, Pool], pre: int, pre_replicas: int, pre_best: float, pre_capacity: float, dec: int,
+               dec_replicas: int, dec_best: float, dec_capacity: float) -> Candidate | None:
     """The pair (prefill row `pre`, decode row `dec`) as a candidate, its latencies from the two pools' samples
-    at their planned rates with the report's sample; None where that misses a target."""
-    p, o = req.prompt_mean, req.output_mean
-    one = np.array([dec])
-    pre_slots = max(min(float(rows.batch[pre]), float(grid.row_kv_tokens[pre]) / p), 1.0)
-    pre_pool = prefill_pool(rows.hardware(np.array([pre])), float(rows.tp[dec]), p,
-                            pre_slots, rows.chunk, req.prompt_cv, req.arrival_cv2, rows.fraction,
-                            req.network_gbps, REPORT_SAMPLES)
-    dec_pool = decode_pool(rows.hardware(one), p, o, rows.slots[one], rows.chunk, req.output_cv, req.arrival_cv2,
-                           req.service_cv2, REPORT_SAMPLES)
+    (`pools`, one row each, the report's sample) at their planned rates; None where that misses a target."""
+    o = req.output_mean
+    pre_pool, dec_pool = pools
     samples = combined(pre_pool.latency_samples(req.rate_rps / pre_replicas, {"ttft"}),
                        dec_pool.latency_samples(req.rate_rps / dec_replicas, {"ttft", "tpot"}),
                        dec_pool.model.outputs)
@@ -360,7 +389,8 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
                     nodes_per_replica=max(1, shape.tp // req.gpus_per_node.get(shape.gpu.key, 8)),
                     replicas=replicas, gpus=replicas * shape.tp, max_batch=batch,
                     utilization=rounded(req.rate_rps / replicas / capacity),
-                    max_requests_per_second_per_replica=rounded(best), engine_args=args[:64])
+                    max_requests_per_second_per_replica=rounded(best), engine_args=args[:64],
+                    dynamo_args=(dynamo_args(req.engine, name, args) or [])[:64])
 
     roles = [role("prefill", pre_shape, pre_replicas, int(rows.batch[pre]), pre_best, pre_capacity,
                   [*pre_launch.args, *pre_args]),

@@ -342,24 +342,36 @@ LONG_PROMPTS_8B = {
 
 
 def test_a_disaggregated_recommendation_carries_its_roles_in_the_status(cluster: dict[str, Any]) -> None:
-    """Long prompts and a 10 ms TPOT target on the cluster's H100s: the status names both pools, each with its
-    GPU type, count, node selector and engine arguments, as the API server stored them (the CRD's schema keeps
-    them: a field it did not know would be pruned)."""
-    objects, ns = cluster["objects"], cluster["namespace"]
-    objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pd-split", LONG_PROMPTS_8B))
-    with runner() as kopf_run:
-        obj = wait_for(lambda: planned(cluster, "pd-split"), timeout_s=60)
-    assert kopf_run.exception is None, kopf_run.output
-    rec = obj["status"]["recommendation"]
-    assert rec["shape"] == "disaggregated", rec
-    roles = {r["role"]: r for r in rec["roles"]}
-    assert set(roles) == {"prefill", "decode"}
-    for role in roles.values():
-        assert role["gpuType"] == "H100-SXM5-80GB"
-        assert role["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-        assert role["gpus"] == role["replicas"] * role["gpusPerReplica"]
-        assert "--kv-transfer-config" in role["engineArgs"]
-    # Both pools together fit the 16 H100 of the cluster's two nodes, and the status counts them together.
-    assert rec["gpus"] == sum(r["gpus"] for r in roles.values()) <= 16
-    assert condition(obj, "Ready")["status"] == "True"
-    objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pd-split")
+    """Long prompts and a 10 ms TPOT target on H100 nodes: the status names both pools, each with its GPU type,
+    count, node selector and engine arguments, as the API server stored them (the CRD's schema keeps them: a
+    field it did not know would be pruned), and the shapes compared."""
+    core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
+    product = "NVIDIA-H100-80GB-HBM3"
+    added = []
+    try:
+        for name in ("pd-a", "pd-b"):  # its own nodes: the module's other tests add and remove theirs
+            core.create_node(node(name, product, 8))
+            added.append(name)
+            core.patch_node_status(name, {"status": node(name, product, 8)["status"]})
+        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pd-split", LONG_PROMPTS_8B))
+        with runner() as kopf_run:
+            obj = wait_for(lambda: planned(cluster, "pd-split"), timeout_s=60)
+        assert kopf_run.exception is None, kopf_run.output
+        assert condition(obj, "Ready")["status"] == "True", obj["status"]
+        rec = obj["status"]["recommendation"]
+        assert rec["shape"] == "disaggregated", rec
+        roles = {r["role"]: r for r in rec["roles"]}
+        assert set(roles) == {"prefill", "decode"}
+        for role in roles.values():
+            assert role["gpuType"] == "H100-SXM5-80GB"
+            assert role["nodeSelector"] == {"nvidia.com/gpu.product": product}
+            assert role["gpus"] == role["replicas"] * role["gpusPerReplica"]
+            assert "--kv-transfer-config" in role["engineArgs"]
+        assert rec["gpus"] == sum(r["gpus"] for r in roles.values())
+        shapes = obj["status"]["shapes"]
+        assert [line.split(":")[0] for line in shapes] == ["aggregated, a replica within a node", "disaggregated"]
+        assert shapes[1].endswith("the recommendation")
+        objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pd-split")
+    finally:
+        for name in added:
+            core.delete_node(name)

@@ -128,7 +128,10 @@ def test_alternatives_are_distinct_bounded_and_each_says_why() -> None:
         assert len(tags) == len(set(tags)), path.name                      # each tag on one row
         assert all(c.why for c in rows), path.name
         assert all(c.cost.dollars_per_hour <= PRACTICAL_COST_FACTOR * rec.cost.dollars_per_hour for c in rows)
-        keys = [(c.gpu_type, c.gpus_per_replica, c.precision, c.kv_cache_dtype, c.max_batch, c.replicas) for c in rows]
+        assert len(result.alternatives) <= 5, path.name                 # the plans' default `alternatives`
+        keys = [(c.gpu_type, c.gpus_per_replica, c.precision, c.kv_cache_dtype, c.max_batch, c.replicas,
+                 tuple((r.role, r.gpu_type, r.gpus_per_replica, r.replicas, r.max_batch) for r in c.roles))
+                for c in rows]
         assert len(keys) == len(set(keys)), path.name
 
 

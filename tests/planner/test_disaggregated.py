@@ -112,6 +112,18 @@ def test_a_tight_tpot_on_long_prompts_is_served_cheapest_by_separate_pools(tight
     assert "prefill" in rec.why or "prefill" in format_plan(result, request)
 
 
+def test_each_role_says_how_its_engine_and_dynamo_run_it(tight) -> None:
+    _, result = tight
+    for role in result.recommendation.roles:
+        # Dynamo's vLLM worker: the role's vLLM arguments and its disaggregation mode.
+        assert role.dynamo_args == [*role.engine_args, "--disaggregation-mode", role.role]
+    _, sglang = _plan(engine={"name": "sglang"}, constraints={"shapes": ["disaggregated"]})
+    for role in sglang.recommendation.roles:
+        args = role.engine_args
+        assert args[args.index("--disaggregation-mode") + 1] == role.role
+        assert role.dynamo_args == args  # SGLang's own flag is Dynamo's too
+
+
 def test_with_a_relaxed_tpot_one_pool_of_replicas_is_cheaper() -> None:
     _, result = _plan(slo={"tpot": {"maxMs": 20, "percentile": "p95"}})
     assert result.recommendation is not None and result.recommendation.shape == "aggregated"
