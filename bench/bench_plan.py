@@ -6,8 +6,9 @@ Usage (from the repository root):
 
 Figures:
   (a) one plan over the whole GPU catalog, TP 1/2/4/8, every weight precision vLLM serves, KV dtypes
-      auto and fp8, every batch size (`--shapes aggregated,disaggregated`: disaggregated pools too): in-process `plan()`, 15 runs, min / median seconds (and the median
-      CPU time, which other processes on a shared machine inflate less), the recommendation;
+      auto and fp8, every batch size (`--shapes aggregated,disaggregated`: disaggregated pools too):
+      in-process `plan()`, 15 runs, min / median seconds (and the median CPU time, which other processes on
+      a shared machine inflate less), the recommendation;
   (b) N different plans (default 1,000): models from the catalog, rates, lengths and SLOs drawn from a
       seeded generator (draws the spec rejects are drawn again), default constraints (every catalog GPU,
       default precisions): total seconds (and CPU seconds);

@@ -23,7 +23,7 @@ from inferplan.planner.results import Candidate, Infeasible, PlanResult
 from inferplan.planner.simulate import SimulationResult
 from inferplan.planner.spec import PlanRequest, SloTarget
 from inferplan.planner.verification import compare
-from inferplan.tables import _ms, _slo_text
+from inferplan.tables import _ms, _slo_text, gpu_column, role_column
 
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end latency"}
 DEFAULT_QUANTILE = 0.95  # a metric without an SLO is shown at p95, as the search and `inferplan plan` do
@@ -127,6 +127,9 @@ def _shown(result: PlanResult) -> list[tuple[str, Candidate]]:
 
 
 def _deployment(c: Candidate) -> str:
+    if c.roles:  # disaggregated: each pool
+        pools = " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in c.roles)
+        return f"{pools} ({c.precision}, KV {c.kv_cache_dtype}, decode max batch {c.max_batch})"
     return (f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, KV {c.kv_cache_dtype}, "
             f"max batch {c.max_batch})")
 
@@ -488,9 +491,10 @@ def _candidates_section(req: PlanRequest, result: PlanResult) -> str:
     header = ["#", "GPU", "TP", "replicas", "batch", "precision / KV", "$/h", "$/M tokens",
               *(f"{METRIC_NAMES[m].split()[0]} [ms] p50 / p90 / p95 / p99" for m in ("ttft", "tpot", "e2e")),
               "headroom", "predicted by"]
-    rows = [["rec." if key == "R" else key, c.gpu_type, str(c.gpus_per_replica), str(c.replicas),
-             str(c.max_batch), f"{c.precision} / {c.kv_cache_dtype}", f"{c.cost.dollars_per_hour:.2f}",
-             f"{c.cost.dollars_per_million_tokens:.3f}",
+    # A disaggregated row: "prefill / decode" in the GPU, TP, replicas and batch columns.
+    rows = [["rec." if key == "R" else key, gpu_column(c), role_column(c, "gpus_per_replica"),
+             role_column(c, "replicas"), role_column(c, "max_batch"), f"{c.precision} / {c.kv_cache_dtype}",
+             f"{c.cost.dollars_per_hour:.2f}", f"{c.cost.dollars_per_million_tokens:.3f}",
              *(_percentiles_cell(c, m, _quantile(req, m)) for m in ("ttft", "tpot", "e2e")),
              f"{c.headroom:.0%}", c.provenance.get("predicted", "")] for key, c in shown]
     whys = [c.why + (f" [{', '.join(c.tags)}]" if c.tags else "") for _, c in shown]

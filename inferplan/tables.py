@@ -48,11 +48,11 @@ def _shape_lines(c: Candidate) -> list[str]:
     return lines
 
 
-def _gpu_column(c: Candidate) -> str:
+def gpu_column(c: Candidate) -> str:
     return " / ".join(r.gpu_type for r in c.roles) if c.roles else c.gpu_type
 
 
-def _role_column(c: Candidate, field: str) -> str:
+def role_column(c: Candidate, field: str) -> str:
     return " / ".join(str(getattr(r, field)) for r in c.roles) if c.roles else str(getattr(c, field))
 
 
@@ -93,8 +93,8 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
     if result.alternatives:
         lines += ["", "Alternatives (Pareto frontier over cost, latency and headroom):"]
         rows = [
-            (_gpu_column(a), _role_column(a, "gpus_per_replica"), _role_column(a, "replicas"),
-             _role_column(a, "max_batch"), a.precision,
+            (gpu_column(a), role_column(a, "gpus_per_replica"), role_column(a, "replicas"),
+             role_column(a, "max_batch"), a.precision,
              _ms(_percentile(a, "ttft", req)), _ms(_percentile(a, "tpot", req)), _ms(_percentile(a, "e2e", req)),
              f"{a.headroom:.0%}", f"{a.cost.dollars_per_hour:.2f}", a.provenance.get("predicted", ""),
              ",".join(a.tags))
@@ -104,7 +104,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
                   "predicted", "tags")
         lines += ["  " + row for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False, False])]
         lines.append("  (latencies at each SLO's percentile, p95 where the metric has no SLO)")
-        lines += [f"  why {_gpu_column(a)} x{_role_column(a, 'gpus_per_replica')} ({','.join(a.tags) or 'frontier'}): "
+        lines += [f"  why {gpu_column(a)} x{role_column(a, 'gpus_per_replica')} ({','.join(a.tags) or 'frontier'}): "
                   f"{a.why}" for a in result.alternatives]
         if any(a.roles for a in result.alternatives):
             lines.append("  (disaggregated rows: prefill / decode pool, each GPU type, TP, replicas and batch cap)")
