@@ -10,11 +10,14 @@ The search splits each latency target between the pools and searches each pool's
 - Every shape of the aggregated grid is a prefill row (at its largest batch cap, a prefill worker holds prompts
   only until they are sent), once per decode tensor-parallel size (the transfer runs over min(TP) links); every
   (shape, batch) row is a decode row. Each row gets the highest rate within its share of the targets and the
-  utilisation cap, by the aggregated search's `_RateSearch`, and from it its replicas and cost.
-- Per split and per (weight precision, KV dtype), which both pools must share (the KV cache moves between
-  them), the `PAIRS` cheapest rows of each pool are paired; the cheapest pair within the plan's limits (GPUs of
-  a type counted over both pools) whose combined latencies, computed per sampled request with the report's
-  sample, meet every target is a candidate.
+  utilisation cap, under every split at once, by the aggregated search's `_RateSearch`, and from it its
+  replicas and cost. Cost floors bound what is searched: the cheapest floors first, then the rows whose pair
+  floor is within PRACTICAL_COST_FACTOR of the cheapest aggregated cost and within the SHOWN-th cheapest pair.
+- Per split, (weight precision, KV dtype) (both pools share them: the KV cache moves between them) and decode
+  TP, the PAIRS cheapest rows of each pool are paired, cheapest first, within the plan's limits (GPUs of a type
+  counted over both pools): an offer. The SHOWN cheapest offers are confirmed with the report's sample (each
+  pool's rate searched again with it, the replicas that follow, the limits, the combined latencies per sampled
+  request against every target) and become candidates.
 
 The candidates join the aggregated ones before the frontier is drawn, so the recommendation is the cheapest of
 either shape and the alternatives show both.
@@ -137,7 +140,8 @@ class _Pools:
     """The prefill and decode rows of a plan, their cost floors, and their best rates per split as searched.
 
     Prefill rows: each shape's last (largest batch) row, once per decode TP size (the transfer depends on it).
-    Decode rows: every row of the aggregated search. The pools' models are built once, on first use."""
+    Decode rows: every row of the aggregated search. The pools' models are built once (`build`), for the rows
+    within the first reach."""
 
     def __init__(self, req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid, rows: _Rows
                  ) -> None:
