@@ -86,7 +86,7 @@ def main() -> None:
                 print(f"{name:24} {label:44} {'-':>5} {'-':>8}  none feasible")
                 continue
             gpus[label] = rec.gpus
-            pools = " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in rec.roles) or (
+            pools = rec.pools() or (
                 f"{rec.replicas} x {rec.gpus_per_replica} {rec.gpu_type}, batch {rec.max_batch}")
             print(f"{name:24} {label:44} {rec.gpus:>5} {rec.cost.dollars_per_hour:>8.2f}  {pools}")
         split = gpus.get("disaggregated")

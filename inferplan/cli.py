@@ -215,7 +215,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     rows = compare(candidate, result)
     # What the plan predicted: the analytic model, or its own shorter simulation for a verified plan.
     planned_by = candidate.provenance.get("predicted", "analytic")
-    pools = " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in candidate.roles)
+    pools = candidate.pools()
     summary = {"deployment": f"{pools or f'{candidate.replicas} x {candidate.gpus_per_replica} {candidate.gpu_type}'}"
                              f", {'decode ' if pools else ''}max batch {candidate.max_batch}, {candidate.precision}",
                "plannedBy": "simulated" if planned_by == "simulated" else "analytic",

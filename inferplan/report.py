@@ -128,7 +128,7 @@ def _shown(result: PlanResult) -> list[tuple[str, Candidate]]:
 
 def _deployment(c: Candidate) -> str:
     if c.roles:  # disaggregated: each pool
-        pools = " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in c.roles)
+        pools = c.pools()
         return f"{pools} ({c.precision}, KV {c.kv_cache_dtype}, decode max batch {c.max_batch})"
     return (f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, KV {c.kv_cache_dtype}, "
             f"max batch {c.max_batch})")

@@ -129,6 +129,11 @@ class Candidate(_Result):
     why: str = Field(default="", max_length=256, description="One line: why this one is shown (what it is best at "
                                                              "and what it costs over the recommendation).")
 
+    def pools(self) -> str:
+        """A disaggregated candidate's pools in a few words ("11 x 8 H100-SXM5-80GB prefill + 2 x 8 ... decode");
+        "" for an aggregated one."""
+        return " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in self.roles)
+
 
 class Infeasible(_Result):
     """A candidate that failed a gate, and why, in words a user can act on."""

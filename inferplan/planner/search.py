@@ -759,7 +759,7 @@ SLO_RELAXED = 100.0  # a suggestion looks for the target one SLO would need with
 
 def _describe(c: Candidate) -> str:
     if c.roles:
-        pools = " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in c.roles)
+        pools = c.pools()
         return f"{pools} ({c.precision}) at ${c.cost.dollars_per_hour:g}/h"
     return f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}) at ${c.cost.dollars_per_hour:g}/h"
 
@@ -1174,7 +1174,7 @@ def _why(req: PlanRequest, c: Candidate, tags: list[str], first: Candidate, is_f
 def describe_shape(c: Candidate) -> str:
     """`c`'s replicas, GPUs, precision and batch cap in a few words (each pool's, for a disaggregated one)."""
     if c.roles:
-        pools = " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in c.roles)
+        pools = c.pools()
         return f"{pools} ({c.precision}, decode batch {c.max_batch})"
     return f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, batch {c.max_batch})"
 
