@@ -71,7 +71,8 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             + (", latencies from the simulator:" if simulated else ":"),
             *(_shape_lines(c) if c.roles else [
                 f"  {c.replicas} replica(s) x {c.gpus_per_replica} {c.gpu_type} = {c.gpus} GPU(s), max batch "
-                f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}"]),
+                f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}"
+                + (", data-parallel attention" if c.data_parallel_attention else "")]),
             f"  TTFT p50/p95/p99 {_ms(c.predicted.ttft_ms.p50)} / {_ms(c.predicted.ttft_ms.p95)} / "
             f"{_ms(c.predicted.ttft_ms.p99)}; TPOT p50/p95/p99 {_ms(c.predicted.tpot_ms.p50)} / "
             f"{_ms(c.predicted.tpot_ms.p95)} / {_ms(c.predicted.tpot_ms.p99)}; e2e p95 {_ms(c.predicted.e2e_ms.p95)}",

@@ -139,6 +139,10 @@ class ModelArchitecture:
         table = self.vocab_size * self.hidden_size
         return table if self.tie_word_embeddings else 2 * table
 
+    def attention_param_count(self) -> int:
+        """Parameters of every attention block, their norms included [parameters]."""
+        return self.num_layers * self._attention_params()
+
     def _attention_params(self) -> int:
         """Parameters of one attention block, its norms included [parameters]."""
         h, heads = self.hidden_size, self.num_attention_heads

@@ -182,13 +182,14 @@ def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = 
                   if engine in FORMAT_LOADERS.get(_loader_key(e.checkpoint), frozenset()) or engine in e.engines]
     candidates.sort(key=lambda e: engine not in e.engines)  # stable: data order within each group
     # A repository id as the plan gives it (an -Instruct variant the catalog keys under its base model, a
-    # fine-tune) is what the engine loads at 16 bits, and what it quantises at load.
+    # fine-tune, DeepSeek-R1 beside DeepSeek-V3) is what the engine loads in the format the model is published in
+    # (16-bit, or DeepSeek's block-scaled FP8), and what it quantises at load.
     own = model if "/" in model else None
     if candidates:
         chosen = candidates[0].checkpoint
-        if own and chosen.format == "native" and precision in SIXTEEN_BIT:
-            chosen = replace(chosen, repo=own, note=f"{own} as the plan names it; the catalog's 16-bit repository "
-                                                    f"of this architecture is {chosen.repo}")
+        if own and own != chosen.repo and chosen.format == "native":
+            chosen = replace(chosen, repo=own, note=f"{own} as the plan names it; the catalog's {chosen.precision} "
+                                                    f"repository of this architecture is {chosen.repo}")
         if chosen.precision != precision:  # fp16 served from the 16-bit repository
             return Checkpoint(repo=chosen.repo, precision=precision, format=chosen.format, kv_cache=chosen.kv_cache,
                               online=False, source=chosen.source,

@@ -7,7 +7,7 @@ says otherwise; a model instance spans `tp x pp` GPUs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -173,18 +173,32 @@ def plan_memory_for_settings(
     factors: EngineFactors,
     tp: int = 1,
     pp: int = 1,
+    dp_attention: bool = False,
 ) -> list[MemoryPlan]:
     """`plan_memory` for several engine settings of one deployment (the search varies max_num_seqs), with
-    what does not depend on the settings computed once."""
+    what does not depend on the settings computed once. `dp_attention`: data-parallel attention
+    (`dp_attention_weights`); each rank's KV pool holds its own sequences, so the instance holds `tp` times
+    one rank's tokens."""
+    weights = weight_bytes(arch, precision) + (dp_attention_weights(arch, precision, tp) if dp_attention else 0.0)
     grid = memory_grid(
-        arch, float(gpu.usable_memory_bytes), weight_bytes(arch, precision), kv_bytes, engine, factors, tp,
+        arch, float(gpu.usable_memory_bytes), weights, kv_bytes, engine, factors, tp,
         profile_tokens=np.array([s.profile_tokens for s in settings], dtype=float),
         max_num_seqs=np.array([s.max_num_seqs for s in settings], dtype=float),
         memory_fraction=np.array([s.memory_fraction for s in settings], dtype=float),
         max_model_len=np.array([s.max_model_len for s in settings], dtype=float),
         pp=pp,
     )
-    return [grid.plan(k) for k in range(len(settings))]
+    plans = [grid.plan(k) for k in range(len(settings))]
+    return [replace(p, kv_cache_tokens=p.kv_cache_tokens * tp) for p in plans] if dp_attention else plans
+
+
+def dp_attention_weights(arch: ModelArchitecture, precision: WeightPrecision, tp: ArrayLike) -> NDArray[np.float64]:
+    """Bytes that data-parallel attention adds to a tensor-parallel instance's weights, all GPUs together:
+    every rank holds the whole attention (not 1/tp of it), so (tp - 1) more copies of it [bytes]. SGLang's
+    `--enable-dp-attention` for MLA models: the attention and its KV run per request on one rank, the MoE
+    layers across all of them."""
+    per_param = precision.bytes_per_param if precision.quantizes in ("linear", "all") else 2.0
+    return arch.attention_param_count() * per_param * (np.asarray(tp, dtype=float) - 1.0)
 
 
 @dataclass(frozen=True)

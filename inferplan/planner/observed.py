@@ -39,6 +39,7 @@ class CurrentShape:
     precision: str
     kv_cache_dtype: str
     max_batch: int
+    data_parallel_attention: bool = False  # not read from a running Deployment yet: taken as tensor-parallel
 
 
 @dataclass(frozen=True)

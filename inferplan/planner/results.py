@@ -106,6 +106,9 @@ class Candidate(_Result):
     max_batch: int = Field(description="Engine cap on running sequences (vLLM --max-num-seqs).")
     precision: str = Field(max_length=32, description="Weight precision.")
     kv_cache_dtype: str = Field(max_length=32)
+    data_parallel_attention: bool = Field(
+        default=False, description="Attention runs data-parallel (each rank its own requests and their KV; SGLang "
+                                   "--enable-dp-attention), the MoE layers over all ranks.")
     shape: Literal["aggregated", "disaggregated"] = Field(
         default="aggregated", description="aggregated: every replica prefills and decodes; disaggregated: a "
                                           "prefill pool sends each prompt's KV cache to a decode pool (roles).")

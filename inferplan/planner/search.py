@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.checkpoints import Checkpoint, checkpoint_for
-from inferplan.planner.engine_args import engine_launch
+from inferplan.planner.engine_args import engine_flags, engine_launch, version_line
 from inferplan.planner.engines import (
     ENGINES,
     SERVED_PRECISIONS,
@@ -37,7 +37,14 @@ from inferplan.planner.engines import (
 )
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, load_gpu_catalog
-from inferplan.planner.memory import GIB, MemoryPlan, memory_grid, plan_memory_for_settings, weight_bytes
+from inferplan.planner.memory import (
+    GIB,
+    MemoryPlan,
+    dp_attention_weights,
+    memory_grid,
+    plan_memory_for_settings,
+    weight_bytes,
+)
 from inferplan.planner.performance import Hardware, build_hardware, hardware_grid, take_hardware
 from inferplan.planner.precisions import (
     WEIGHT_PRECISIONS,
@@ -90,6 +97,7 @@ class _Shape:
     tp: int
     precision: str
     kv_dtype: str
+    dp_attention: bool = False  # data-parallel attention (SGLang, MLA models): `dp_attention_possible`
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,7 @@ class _Grid:
     tp: NDArray[np.int_]
     precision: NDArray[np.intp]    # index into req.precisions
     kv: NDArray[np.intp]           # index into req.kv_dtypes
+    dp: NDArray[np.bool_]          # data-parallel attention
     price: NDArray[np.float64]     # $/h of one of its GPUs
     hardware: Hardware             # per shape
     batch_sizes: NDArray[np.int_]
@@ -126,7 +135,7 @@ class _Grid:
 
     def shape(self, req: PlanRequest, s: int) -> _Shape:
         return _Shape(self.gpus[self.gpu[s]], int(self.tp[s]), req.precisions[self.precision[s]],
-                      req.kv_dtypes[self.kv[s]])
+                      req.kv_dtypes[self.kv[s]], bool(self.dp[s]))
 
 
 def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> EngineSettings:
@@ -244,8 +253,14 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     settings = _settings(req, engine, int(batch_sizes[0]))
     # The batch sizes share every setting but max_num_seqs.
     batch_settings = [replace(settings, max_num_seqs=int(batch)) for batch in batch_sizes]
-    gpu, ti, pi, ki = (axis.ravel() for axis in np.indices((len(gpus), len(req.tp_sizes), len(precisions),
-                                                            len(req.kv_dtypes))))
+    # Shapes: (GPU, TP, precision, KV dtype) and, where the engine has it for the model, data-parallel
+    # attention beside tensor-parallel attention (at TP above 1).
+    modes = (False, True) if dp_attention_possible(req) else (False,)
+    axes = (len(gpus), len(req.tp_sizes), len(precisions), len(req.kv_dtypes))
+    gpu, ti, pi, ki, ai = (axis.ravel() for axis in np.indices((*axes, len(modes))))
+    dp = np.array(modes)[ai]
+    exists = ~dp | (np.array(req.tp_sizes)[ti] > 1)
+    gpu, ti, pi, ki, dp = (a[exists] for a in (gpu, ti, pi, ki, dp))
     tp = np.array(req.tp_sizes)[ti]
     price = np.array([req.prices.get(g.key, g.usd_per_hour) for g in gpus])[gpu]
     per_node = np.array([req.gpus_per_node.get(g.key, 8) for g in gpus])[gpu]
@@ -255,7 +270,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     rejected: list[_Rejections] = []
 
     def shape(s: int) -> _Shape:
-        return _Shape(gpus[gpu[s]], int(tp[s]), req.precisions[pi[s]], req.kv_dtypes[ki[s]])
+        return _Shape(gpus[gpu[s]], int(tp[s]), req.precisions[pi[s]], req.kv_dtypes[ki[s]], bool(dp[s]))
 
     accepted = tp_mask(req.engine, req.arch, req.tp_sizes)[ti]
     refused = np.flatnonzero(~accepted)
@@ -274,6 +289,8 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     # Memory of every (shape, batch size) at once: axis 0 shapes, axis 1 batch sizes.
     usable = np.array([float(g.usable_memory_bytes) for g in gpus])[gpu]
     weights = np.array([weight_bytes(req.arch, p) for p in precisions])[pi]
+    replicated = np.array([dp_attention_weights(req.arch, p, 2) for p in precisions])[pi]  # one more copy
+    weights = weights + np.where(dp, replicated * (tp - 1), 0.0)
     memory = memory_grid(req.arch, usable[:, None], weights[:, None], kv_bytes[pi, ki][:, None], engine,
                          factors.engine(engine.name), tp[:, None], profile_tokens=settings.profile_tokens,
                          max_num_seqs=batch_sizes[None, :], memory_fraction=settings.memory_fraction,
@@ -283,7 +300,9 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
                | (memory.kv_cache_tokens < settings.max_model_len) | (memory.headroom_per_gpu < 0))
     # Batch sizes are tried in increasing order up to the first that does not fit, and no further than the
     # first whose cap the KV pool already binds (from there on the pool, not the cap, bounds concurrency).
-    kv_bound = memory.kv_cache_tokens / (req.prompt_mean + req.output_mean / 2.0) <= batch_sizes
+    # A replica's tokens: every rank holds the same ones, or with data-parallel attention its own.
+    tokens = memory.kv_cache_tokens * np.where(dp, tp, 1)[:, None]
+    kv_bound = tokens / (req.prompt_mean + req.output_mean / 2.0) <= batch_sizes
     bound_before = np.zeros_like(kv_bound)
     bound_before[:, 1:] = np.logical_or.accumulate(kv_bound, axis=1)[:, :-1]
     fitting = np.logical_and.accumulate(~problem, axis=1) & ~bound_before & placed[:, None]
@@ -307,10 +326,40 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
                              [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus],
                              [factors.family(g.family) for g in gpus], req.tp_sizes)
     flat = Hardware(**{name: np.ravel(value) for name, value in vars(hardware).items()})
+    flat = take_hardware(flat, np.ravel_multi_index((gpu, ti, pi, ki), axes))  # one row per shape
     if np.any(over_nodes & placed):
         flat = over_the_network(flat, over_nodes, req.network_gbps)
-    return _Grid(gpus, gpu, tp, pi, ki, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
-                 memory.kv_cache_tokens[row_shape, row_batch], rejected, checkpoints)
+    if np.any(dp):
+        flat = with_dp_attention(flat, dp, replicated)
+    return _Grid(gpus, gpu, tp, pi, ki, dp, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
+                 tokens[row_shape, row_batch], rejected, checkpoints)
+
+
+def dp_attention_args(tp: int) -> list[str]:
+    """SGLang's arguments for data-parallel attention over a replica's `tp` ranks."""
+    return ["--enable-dp-attention", "--dp-size", str(tp)]
+
+
+def dp_attention_possible(req: PlanRequest) -> bool:
+    """Whether the plan's engine runs the model with data-parallel attention: SGLang's `--enable-dp-attention`
+    (in the pinned flags of its version line) for MLA models (DeepSeek-V2/V3/R1), whose latent KV every
+    tensor-parallel rank would otherwise hold whole."""
+    line = version_line(req.engine, req.engine_version)
+    return (req.engine == "sglang" and req.arch.is_mla and bool(line)
+            and "--enable-dp-attention" in engine_flags()["sglang"][line]["flags"])
+
+
+def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64]) -> Hardware:
+    """`hw` (one row per shape) with data-parallel attention on the rows `dp`: a rank serves its own requests'
+    attention, so a step reads 1/tp of the replica's KV per GPU (the latent no longer replicated on every rank),
+    and every rank reads the whole attention's weights (`attention_bytes`, the model's, at its precision) instead
+    of 1/tp of them. The MoE and dense MLP layers stay split over all ranks."""
+    tp = np.asarray(hw.tp, dtype=float)
+    share = np.where(dp, 1.0 / tp, 1.0)
+    extra = np.where(dp, np.asarray(attention_bytes, dtype=float) * (1.0 - 1.0 / tp), 0.0)
+    return replace(hw, kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
+                   kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,
+                   decode_dense_bytes_per_gpu=hw.decode_dense_bytes_per_gpu + extra)
 
 
 def _placement_problem(req: PlanRequest, tp: int, key: str, per_node: int) -> str:
@@ -1069,6 +1118,10 @@ def _candidate(
     kv = resolve_kv_dtype(shape.kv_dtype, shape.precision, engine.name, kv_hint(checkpoint))
     launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
                            shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens))
+    if shape.dp_attention:
+        launch = replace(launch, args=[*launch.args, *dp_attention_args(shape.tp)], notes=[
+            *launch.notes, f"--enable-dp-attention --dp-size {shape.tp}: each of the {shape.tp} ranks runs attention "
+            "for its own requests and keeps only their KV (the MLA latent is not replicated); MoE layers span all"])
     return Candidate(
         gpu_type=gpu.key,
         node_selector={label_key: label},
@@ -1079,6 +1132,7 @@ def _candidate(
         max_batch=batch,
         precision=shape.precision,
         kv_cache_dtype=shape.kv_dtype,
+        data_parallel_attention=shape.dp_attention,
         predicted=Predicted(
             ttft_ms=_percentiles(report.ttft_q, i),
             tpot_ms=_percentiles(report.tpot_q, i),
@@ -1176,7 +1230,8 @@ def describe_shape(c: Candidate) -> str:
     if c.roles:
         pools = c.pools()
         return f"{pools} ({c.precision}, decode batch {c.max_batch})"
-    return f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, batch {c.max_batch})"
+    dp = ", DP attention" if c.data_parallel_attention else ""
+    return f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, batch {c.max_batch}{dp})"
 
 
 def distinct(req: PlanRequest, ordered: list[Candidate]) -> list[Candidate]:
@@ -1311,10 +1366,12 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     settings = _settings(req, engine, candidate.max_batch)
     engine_factors = factors.engine(engine.name)
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
-                                      candidate.gpus_per_replica)[0]
+                                      candidate.gpus_per_replica, dp_attention=candidate.data_parallel_attention)[0]
     hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
                               factors.engine_on(engine.name, gpu.key, gpu.vendor), factors.family(gpu.family),
                               candidate.gpus_per_replica)
     if candidate.gpus_per_replica > req.gpus_per_node.get(gpu.key, 8):
         hardware = over_the_network(hardware, np.array(True), req.network_gbps)
+    if candidate.data_parallel_attention:
+        hardware = with_dp_attention(hardware, np.array(True), dp_attention_weights(req.arch, precision, 2))
     return Deployment(hardware, settings, memory)

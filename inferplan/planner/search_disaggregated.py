@@ -52,6 +52,7 @@ from inferplan.planner.search import (
     _replicas,
     _Rows,
     _Shape,
+    dp_attention_args,
     kv_hint,
     node_selector,
 )
@@ -383,7 +384,8 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
     pre_launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format,
                                pre_shape.precision, pre_shape.tp, int(rows.batch[pre]), kv, pre_settings,
                                kv_tokens=int(grid.row_kv_tokens[pre]))
-    pre_args = disaggregation_args(req.engine, req.engine_version, "prefill") or []
+    pre_args = [*(dp_attention_args(pre_shape.tp) if pre_shape.dp_attention else []),
+                *(disaggregation_args(req.engine, req.engine_version, "prefill") or [])]
     dec_args = disaggregation_args(req.engine, req.engine_version, "decode") or []
 
     def role(name: str, shape: _Shape, replicas: int, batch: int, best: float, capacity: float,

@@ -133,3 +133,13 @@ def test_bundled_data_agrees_with_catalog_facts() -> None:
         for precision, rows in by_precision.items():
             assert [(r["repo"], r["source"], r["kvCache"], r["engines"]) for r in rows] == [
                 (r["repo"], r["source"], r["kvCache"], r["engines"]) for r in ours[precision]], (key, precision)
+
+
+def test_a_model_named_beside_its_architecture_is_loaded_from_its_own_repository() -> None:
+    # DeepSeek-R1 has DeepSeek-V3's architecture and is published, like it, in block-scaled FP8: the engine loads
+    # R1's repository, not V3's, and the note says which catalog entry it stands beside.
+    r1 = checkpoint_for("deepseek-ai/DeepSeek-R1", "fp8", "sglang")
+    assert isinstance(r1, Checkpoint) and r1.repo == "deepseek-ai/DeepSeek-R1" and r1.format == "native"
+    assert "deepseek-ai/DeepSeek-V3" in r1.note
+    v3 = checkpoint_for("deepseek-ai/DeepSeek-V3", "fp8", "sglang")
+    assert isinstance(v3, Checkpoint) and v3.repo == "deepseek-ai/DeepSeek-V3"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from inferplan.planner.engines import ENGINES
 from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import resolve_gpu
-from inferplan.planner.performance import build_hardware
+from inferplan.planner.performance import build_hardware, take_hardware
 from inferplan.planner.precisions import weight_precision
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search import (
@@ -23,6 +23,7 @@ from inferplan.planner.search import (
     GATES,
     GRID_CELLS,
     PRACTICAL_COST_FACTOR,
+    _grid,
     _grid_rate,
     _objectives,
     _RateSearch,
@@ -164,6 +165,34 @@ def test_a_replica_may_span_the_nodes_the_plan_allows_and_pays_for_the_network()
     ttft = [r.recommendation.predicted.ttft_ms.p50 for r in (within, slow)]
     assert within.recommendation is not None and slow.recommendation is not None
     assert ttft[0] < rec.predicted.ttft_ms.p50 < ttft[1]
+
+
+def test_an_mla_model_on_sglang_is_also_planned_with_data_parallel_attention() -> None:
+    deepseek = {"model.name": "deepseek-ai/DeepSeek-V3", "model.precisions": ["fp8"], "engine.name": "sglang",
+                "constraints.gpuTypes": ["NVIDIA-H200"], "constraints.tensorParallelSizes": [8],
+                "workload.promptTokens": {"mean": 4000, "p95": 10000},
+                "workload.outputTokens": {"mean": 1000, "p95": 3000}, "workload.requestsPerSecond": "4",
+                "slo.tpot": {"maxMs": 60, "percentile": "p95"}, "slo.ttft": {"maxMs": 3000, "percentile": "p95"}}
+    req = request(**deepseek)
+    grid = _grid(req, ENGINES["sglang"], load_factors())
+    modes = {bool(d): i for i, d in enumerate(grid.dp)}
+    assert set(modes) == {False, True}
+    # Each rank keeps only its own requests' latent KV: the replica holds up to 8x the tokens (less: every rank
+    # also holds the whole attention's weights, about 11 GB in FP8), and a step reads 1/8 of the replica's KV
+    # per GPU, but every rank reads the whole attention's weights.
+    tokens = {dp: grid.row_kv_tokens[grid.row_shape == s][0] for dp, s in modes.items()}
+    assert 5 * tokens[False] < tokens[True] < 8 * tokens[False]
+    hw = {dp: take_hardware(grid.hardware, np.array([s])) for dp, s in modes.items()}
+    kv = {dp: float(h.kv_full_bytes_per_token_per_gpu[0]) for dp, h in hw.items()}
+    assert kv[True] == pytest.approx(kv[False] / 8)
+    assert float(hw[True].decode_dense_bytes_per_gpu[0]) > float(hw[False].decode_dense_bytes_per_gpu[0])
+    rec = plan(req).recommendation
+    assert rec is not None and rec.data_parallel_attention
+    args = rec.engine_args
+    assert "--enable-dp-attention" in args and args[args.index("--dp-size") + 1] == "8"
+    # vLLM has no such mode in the search: every candidate keeps tensor-parallel attention.
+    vllm = plan(request(**{**deepseek, "engine.name": "vllm"}))
+    assert all(not c.data_parallel_attention for c in all_shown(vllm))
 
 
 def test_recommendation_carries_what_realises_it() -> None:
