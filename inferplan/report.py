@@ -49,6 +49,7 @@ def render_report(request: PlanRequest, result: PlanResult, simulation: Simulati
         _summary(request, result),
         _frontier_section(request, result),
         _candidates_section(request, result),
+        _list_section("shapes", "Deployment shapes compared (cheapest of each)", result.shapes),
         _simulation_section(request, result, simulation),
         _recommendation_section(result.recommendation),
         _infeasible_section(result.infeasible),
