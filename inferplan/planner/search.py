@@ -433,7 +433,9 @@ class _RateSearch:
         rate = _grid_rate(low, high, k)
         values = self.model_of(rows).quantiles(rate, self.wanted)
         targets = self.targets if self.targets.shape[1] == 1 else self.targets[:, rows]  # per row, or for all
-        return np.all(values <= targets, axis=0), np.max(np.log(values / targets), axis=0), rate
+        with np.errstate(divide="ignore"):  # an unbounded target (inf) has margin -inf
+            margin = np.max(np.log(values / targets), axis=0)
+        return np.all(values <= targets, axis=0), margin, rate
 
     def at_cap(self, rows: NDArray[np.intp]) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
         """Whether `rows` meet every SLO at the cap, and their margins there."""

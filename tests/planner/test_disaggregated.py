@@ -4,6 +4,7 @@ the two pools' models, the search over pairs of pools, their simulation and how 
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import numpy as np
@@ -188,3 +189,24 @@ def test_bad_shapes_and_transfer_bandwidths_are_refused(constraints: dict[str, A
     spec["constraints"].update(constraints)
     with pytest.raises(PlanError, match=field):
         parse_plan(spec)
+
+
+@pytest.mark.parametrize("slo", [{"tpot": {"maxMs": 8, "percentile": "p99"}},
+                                 {"e2e": {"maxMs": 8000, "percentile": "p95"}}])
+def test_targets_on_one_pool_or_on_the_whole_request_are_split_too(slo: dict[str, Any]) -> None:
+    """A TPOT target alone leaves the prefill pool unbounded but by the utilisation cap; an end-to-end target
+    alone is split between the pools. Either way the candidates meet the plan's targets, quietly."""
+    spec = copy.deepcopy(LONG_PROMPTS)
+    spec["model"] = {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]}
+    spec["workload"] = {"requestsPerSecond": "8", "promptTokens": {"mean": 4000, "p95": 8000},
+                        "outputTokens": {"mean": 300, "p95": 800}}
+    spec["slo"] = slo
+    spec["constraints"] = {"gpuTypes": ["H100-SXM5-80GB"], "shapes": ["disaggregated"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = plan(resolve_plan(parse_plan(spec)))
+    shown = [result.recommendation, *result.alternatives]
+    assert shown[0] is not None and all(c.shape == "disaggregated" for c in shown)
+    (metric, bound), = slo.items()
+    key = {"p95": "p95", "p99": "p99"}[bound["percentile"]]
+    assert all(getattr(getattr(c.predicted, f"{metric}_ms"), key) <= bound["maxMs"] for c in shown)
