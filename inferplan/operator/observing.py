@@ -75,6 +75,9 @@ def _positive_int(text: Any) -> int | None:
     return value if value > 0 else None
 
 
+DP_ATTENTION_FLAG = "--enable-dp-attention"  # search.dp_attention_args writes it
+
+
 def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
     """What a Deployment says about the serving fleet: replicas (ready replicas when it has a status), GPU type
     (node selector, required node affinity, or the inferplan.io/gpu-type annotation), and the engine's tensor-
@@ -126,6 +129,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         found["kv_cache_dtype"] = "fp8"
     elif kv in ("auto", "fp16", "bf16"):
         found["kv_cache_dtype"] = kv
+    if DP_ATTENTION_FLAG in tokens:  # SGLang's data-parallel attention (a switch)
+        found["data_parallel_attention"] = True
     return found
 
 
@@ -172,6 +177,10 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
         values["precision"] = weight_precision(values["precision"]).name
     except CatalogLookupError as exc:
         raise CurrentError(f"observe.current.precision: {exc}") from None
+    # Data-parallel attention only from the Deployment's arguments (the spec has no field for it), and only where
+    # its TP leaves something to split.
+    if from_deployment.get("data_parallel_attention") and values["gpus_per_replica"] > 1:
+        values["data_parallel_attention"] = True
     return Current(CurrentShape(**values), name, sources)
 
 

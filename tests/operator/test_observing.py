@@ -237,3 +237,21 @@ def test_the_deployment_the_planner_wrote_reads_back_as_planned(engine: str) -> 
     assert c is not None and c.gpus_per_replica == 2
     found = read_deployment(vllm_deployment(c.engine_args, gpus="8"), engine)
     assert (found["gpus_per_replica"], found["max_batch"]) == (2, c.max_batch)
+
+
+def test_a_deployment_with_data_parallel_attention_reads_back_as_such() -> None:
+    """SGLang's --enable-dp-attention, as the planner writes it for an MLA model, reads back into the current
+    shape, so the running deployment is predicted with the attention it runs."""
+    from inferplan.planner.search import plan
+
+    deepseek = resolve_plan(load_plan_file(EXAMPLE.parents[1] / "platform" / "deepseek-r1-shapes.yaml"))
+    deepseek = dataclasses.replace(deepseek, shapes=("aggregated",), max_nodes_per_replica=1)
+    rec = plan(deepseek).recommendation
+    assert rec is not None and rec.data_parallel_attention
+    body = vllm_deployment(rec.engine_args, gpus=str(rec.gpus_per_replica))
+    body["spec"]["template"]["spec"]["nodeSelector"] = rec.node_selector
+    assert read_deployment(body, "sglang")["data_parallel_attention"] is True
+    current = resolve_current({"deployment": "deepseek"}, body, deepseek)
+    assert current.shape.data_parallel_attention and current.shape.gpus_per_replica == rec.gpus_per_replica
+    plain = [a for a in rec.engine_args if a != "--enable-dp-attention"]  # the switch is what says it
+    assert "data_parallel_attention" not in read_deployment(vllm_deployment(plain), "sglang")
