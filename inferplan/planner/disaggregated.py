@@ -32,20 +32,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.performance import Hardware
-from inferplan.planner.serving import PoissonModel, lognormal_sample, poisson_model, sample_quantiles
+from inferplan.planner.serving import PoissonModel, poisson_model, prompt_sample, sample_quantiles
 
 FloatArray = NDArray[np.float64]
 
 LINK_EFFICIENCY = 0.8      # share of a NIC's line rate a KV transfer achieves (large RDMA writes)
 TRANSFER_SETUP_S = 0.002   # per request: the connector's metadata exchange and the proxy's extra hop [s]
 DEFAULT_LINK_GBPS = 400.0  # one 400 Gb/s InfiniBand or RoCE NIC per GPU (HGX H100/H200, DGX, most GPU clouds)
-
-
-def prompt_sample(prompt_tokens: ArrayLike, prompt_cv: ArrayLike, samples: int) -> FloatArray:
-    """The prompt lengths of the stratified sample `poisson_model` draws (the same uniforms, no cap)."""
-    from inferplan.planner.serving import _uniforms  # the sample's uniforms, shared with the serving model
-
-    return lognormal_sample(prompt_tokens, prompt_cv, _uniforms(samples)[0])
 
 
 def kv_transfer_bytes(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
@@ -152,6 +145,5 @@ __all__ = [
     "decode_pool",
     "kv_transfer_bytes",
     "prefill_pool",
-    "prompt_sample",
     "transfer_s",
 ]

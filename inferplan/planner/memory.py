@@ -192,13 +192,18 @@ def plan_memory_for_settings(
     return [replace(p, kv_cache_tokens=p.kv_cache_tokens * tp) for p in plans] if dp_attention else plans
 
 
+def attention_weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
+    """Bytes of the model's attention weights (every layer) at `precision`: quantised with the linear layers."""
+    per_param = precision.bytes_per_param if precision.quantizes in ("linear", "all") else 2.0
+    return arch.attention_param_count() * per_param
+
+
 def dp_attention_weights(arch: ModelArchitecture, precision: WeightPrecision, tp: ArrayLike) -> NDArray[np.float64]:
     """Bytes that data-parallel attention adds to a tensor-parallel instance's weights, all GPUs together:
     every rank holds the whole attention (not 1/tp of it), so (tp - 1) more copies of it [bytes]. SGLang's
     `--enable-dp-attention` for MLA models: the attention and its KV run per request on one rank, the MoE
     layers across all of them."""
-    per_param = precision.bytes_per_param if precision.quantizes in ("linear", "all") else 2.0
-    return arch.attention_param_count() * per_param * (np.asarray(tp, dtype=float) - 1.0)
+    return attention_weight_bytes(arch, precision) * (np.asarray(tp, dtype=float) - 1.0)
 
 
 @dataclass(frozen=True)

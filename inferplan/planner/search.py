@@ -40,7 +40,7 @@ from inferplan.planner.gpus import GpuSpec, load_gpu_catalog
 from inferplan.planner.memory import (
     GIB,
     MemoryPlan,
-    dp_attention_weights,
+    attention_weight_bytes,
     memory_grid,
     plan_memory_for_settings,
     weight_bytes,
@@ -289,8 +289,8 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     # Memory of every (shape, batch size) at once: axis 0 shapes, axis 1 batch sizes.
     usable = np.array([float(g.usable_memory_bytes) for g in gpus])[gpu]
     weights = np.array([weight_bytes(req.arch, p) for p in precisions])[pi]
-    replicated = np.array([dp_attention_weights(req.arch, p, 2) for p in precisions])[pi]  # one more copy
-    weights = weights + np.where(dp, replicated * (tp - 1), 0.0)
+    attention = np.array([attention_weight_bytes(req.arch, p) for p in precisions])[pi]
+    weights = weights + np.where(dp, attention * (tp - 1), 0.0)  # dp_attention_weights, per shape
     memory = memory_grid(req.arch, usable[:, None], weights[:, None], kv_bytes[pi, ki][:, None], engine,
                          factors.engine(engine.name), tp[:, None], profile_tokens=settings.profile_tokens,
                          max_num_seqs=batch_sizes[None, :], memory_fraction=settings.memory_fraction,
@@ -330,7 +330,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     if np.any(over_nodes & placed):
         flat = over_the_network(flat, over_nodes, req.network_gbps)
     if np.any(dp):
-        flat = with_dp_attention(flat, dp, replicated)
+        flat = with_dp_attention(flat, dp, attention)
     return _Grid(gpus, gpu, tp, pi, ki, dp, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
                  tokens[row_shape, row_batch], rejected, checkpoints)
 
@@ -587,6 +587,7 @@ class _Rows:
         self.capacity = poisson_capacity(self.hardware(every), p, o, self.slots, self.chunk, self.fraction)
         new_shape = np.r_[True, rows[1:] != rows[:-1]]
         first_row, self.shape_of_row = np.flatnonzero(new_shape), np.cumsum(new_shape) - 1
+        self.first_row = first_row  # each shape's first row
         self.per_shape = poisson_model(
             self.hardware(first_row), p, o, self.slots[first_row], self.chunk, req.prompt_cv, req.output_cv,
             req.arrival_cv2, service_cv2=req.service_cv2, prefill_fraction=self.fraction,
@@ -1375,5 +1376,5 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     if candidate.gpus_per_replica > req.gpus_per_node.get(gpu.key, 8):
         hardware = over_the_network(hardware, np.array(True), req.network_gbps)
     if candidate.data_parallel_attention:
-        hardware = with_dp_attention(hardware, np.array(True), dp_attention_weights(req.arch, precision, 2))
+        hardware = with_dp_attention(hardware, np.array(True), attention_weight_bytes(req.arch, precision))
     return Deployment(hardware, settings, memory)

@@ -105,8 +105,8 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
                         "can configure (vLLM 0.11 and later, SGLang 0.4 and later); only aggregated candidates "
                         "were planned")
         return []
-    pools = _Pools(req, engine, factors, grid, rows)
     splits = _splits(req)
+    pools = _Pools(req, engine, factors, grid, rows, splits)
     # Cost floors (what the utilisation cap alone needs) bound every pair's cost from below: search the cheapest
     # floors first, then only rows whose pair floor is within PRACTICAL_COST_FACTOR of the cheapest cost found.
     reach = PRACTICAL_COST_FACTOR * cheapest
@@ -114,22 +114,22 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
     pools.build(pre_keep, dec_keep)  # reach only narrows from here
     pre_first = pre_keep[np.argsort(pools.pre_floor[pre_keep], kind="stable")][:FIRST_PASS_ROWS]
     dec_first = dec_keep[np.argsort(pools.dec_floor[dec_keep], kind="stable")][:FIRST_PASS_ROWS]
-    pools.search(splits, pre_first, dec_first)
-    offers = sorted(offer for split in splits for offer in pools.offers(split))
+    pools.search(pre_first, dec_first)
+    offers = pools.all_offers()
     if offers:
         # Only the SHOWN cheapest offers become candidates: one dearer than the SHOWN-th found so far never will.
         reach = min(reach, PRACTICAL_COST_FACTOR * offers[0][0], offers[min(SHOWN, len(offers)) - 1][0])
         pre_keep, dec_keep = pools.within(reach)
-    pools.search(splits, pre_keep, dec_keep)
+    pools.search(pre_keep, dec_keep)
     # The offers cheapest first, each pair once, until SHOWN candidates meet every target by their combined
     # latencies: the frontier and the alternatives are drawn from these and the aggregated ones.
     found: dict[tuple[int, ...], Candidate] = {}
     tried: set[tuple[int, int]] = set()
-    for _, pair, i, k in sorted(offer for split in splits for offer in pools.offers(split)):
+    for _, pair, i, k in pools.all_offers():
         if len(found) >= SHOWN or pair in tried:
             continue
         tried.add(pair)
-        candidate = pools.candidate(splits[k], i, pair[1])
+        candidate = pools.candidate(k, i, pair[1])
         if candidate is not None:
             found[(*pair, *(r.replicas for r in candidate.roles))] = candidate
     if not found:
@@ -144,9 +144,10 @@ class _Pools:
     Decode rows: every row of the aggregated search. The pools' models are built once (`build`), for the rows
     within the first reach."""
 
-    def __init__(self, req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid, rows: _Rows
-                 ) -> None:
+    def __init__(self, req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid, rows: _Rows,
+                 splits: list[_Split]) -> None:
         self.req, self.engine, self.factors, self.grid, self.rows = req, engine, factors, grid, rows
+        self.splits = splits
         p, o = req.prompt_mean, req.output_mean
         last = np.flatnonzero(np.r_[rows.shape[1:] != rows.shape[:-1], True])
         tps = np.unique(rows.tp)
@@ -167,10 +168,9 @@ class _Pools:
         self.pre_group = grid.precision[rows.shape[self.pre_row]] * len(req.kv_dtypes) + grid.kv[
             rows.shape[self.pre_row]]
         self.dec_group = grid.precision[rows.shape] * len(req.kv_dtypes) + grid.kv[rows.shape]
-        self.shape_of_row = np.cumsum(np.r_[True, rows.shape[1:] != rows.shape[:-1]]) - 1
-        self.split_index: dict[int, int] = {}
-        self.pre_best: dict[int, NDArray[np.float64]] = {}
-        self.dec_best: dict[int, NDArray[np.float64]] = {}
+        # Best rates per split (NaN: not searched yet).
+        self.pre_best = [np.full(len(self.pre_row), np.nan) for _ in splits]
+        self.dec_best = [np.full(len(rows.shape), np.nan) for _ in splits]
         self._pre_pool: Pool | None = None
         self._dec_pool: Pool | None = None
 
@@ -202,29 +202,25 @@ class _Pools:
                                       SEARCH_SAMPLES)
         self.pre_capacity = np.full(len(self.pre_row), np.nan)
         self.pre_capacity[pre] = self._pre_pool.capacity
-        shapes = np.unique(self.shape_of_row[dec])
-        first = np.flatnonzero(np.r_[True, rows.shape[1:] != rows.shape[:-1]])[shapes]
-        self.dec_shape_at = np.full(self.shape_of_row[-1] + 1 if len(rows.shape) else 0, -1)
+        shapes = np.unique(rows.shape_of_row[dec])
+        first = rows.first_row[shapes]
+        self.dec_shape_at = np.full(len(rows.first_row), -1)
         self.dec_shape_at[shapes] = np.arange(len(shapes))
         self._dec_pool = decode_pool(rows.hardware(first), p, o, rows.slots[first], rows.chunk, req.output_cv,
                                      req.arrival_cv2, req.service_cv2, SEARCH_SAMPLES)
 
-    def search(self, splits: list[_Split], pre: NDArray[np.intp], dec: NDArray[np.intp]) -> None:
-        """Best rates of prefill rows `pre` and decode rows `dec` under each of `splits` (rows searched before are
+    def search(self, pre: NDArray[np.intp], dec: NDArray[np.intp]) -> None:
+        """Best rates of prefill rows `pre` and decode rows `dec` under each split (rows searched before are
         kept), one rate search per pool over every (split, row) at once."""
-        pre_pool, dec_pool = self._pre_pool, self._dec_pool
+        pre_pool, dec_pool, splits = self._pre_pool, self._dec_pool, self.splits
         assert pre_pool is not None and dec_pool is not None, "build() first"
         rows = self.rows
-        for k, split in enumerate(splits):
-            self.split_index[id(split)] = k
-            self.pre_best.setdefault(id(split), np.full(len(self.pre_row), np.nan))
-            self.dec_best.setdefault(id(split), np.full(len(rows.shape), np.nan))
 
         def prefill_model(index: NDArray[np.intp]) -> Pool:
             return pre_pool.take(self.pre_at[index])
 
         def decode_model(index: NDArray[np.intp]) -> Pool:
-            return dec_pool.take(self.dec_shape_at[self.shape_of_row[index]], rows.slots[index],
+            return dec_pool.take(self.dec_shape_at[rows.shape_of_row[index]], rows.slots[index],
                                  self.dec_capacity[index])
 
         for best, index, model_of, capacity, wanted, targets in (
@@ -232,7 +228,7 @@ class _Pools:
                  [s.prefill_targets for s in splits]),
                 (self.dec_best, dec, decode_model, self.dec_capacity, splits[0].decode_wanted,
                  [s.decode_targets for s in splits])):
-            todo = [index[np.isnan(best[id(split)][index])] for split in splits]
+            todo = [index[np.isnan(b[index])] for b in best]
             stacked = np.concatenate(todo)
             per_row = np.concatenate([np.repeat(t, len(i), axis=1) for t, i in zip(targets, todo, strict=True)],
                                      axis=1)
@@ -245,17 +241,21 @@ class _Pools:
             rates = _best_rates(stacked_model, np.tile(capacity, len(splits)), self.req, wanted, per_row,
                                 stacked + offset)
             start = 0
-            for split, i in zip(splits, todo, strict=True):
-                best[id(split)][i] = rates[start:start + len(i)]
+            for b, i in zip(best, todo, strict=True):
+                b[i] = rates[start:start + len(i)]
                 start += len(i)
 
-    def offers(self, split: _Split) -> list[tuple[float, tuple[int, int], int, int]]:
+    def all_offers(self) -> list[tuple[float, tuple[int, int], int, int]]:
+        """Every split's offers, cheapest first."""
+        return sorted(offer for k in range(len(self.splits)) for offer in self.offers(k))
+
+    def offers(self, k: int) -> list[tuple[float, tuple[int, int], int, int]]:
         """Per (precision, KV dtype) and decode TP, the cheapest pair of searched rows within the plan's limits,
         among the PAIRS cheapest rows of each pool: (cost, (prefill row, decode row), prefill pool index, the
-        split's position)."""
+        split's position `k`)."""
         req, rows = self.req, self.rows
-        pre_best = np.nan_to_num(self.pre_best[id(split)], nan=0.0)
-        dec_best = np.nan_to_num(self.dec_best[id(split)], nan=0.0)
+        pre_best = np.nan_to_num(self.pre_best[k], nan=0.0)
+        dec_best = np.nan_to_num(self.dec_best[k], nan=0.0)
         pre_replicas = _replicas(req, np.maximum(pre_best, 1e-12))
         dec_replicas = _replicas(req, np.maximum(dec_best, 1e-12))
         pre_cost = np.where(pre_best > 0, pre_replicas * self.pre_cost_per_replica, np.inf)
@@ -272,16 +272,16 @@ class _Pools:
             for i, j in pairs:
                 pre = int(self.pre_row[i])
                 if _within_limits(req, self.grid, rows, pre, int(pre_replicas[i]), j, int(dec_replicas[j])):
-                    out.append((float(pre_cost[i] + dec_cost[j]), (pre, j), i, self.split_index[id(split)]))
+                    out.append((float(pre_cost[i] + dec_cost[j]), (pre, j), i, k))
                     break
         return out
 
-    def candidate(self, split: _Split, i: int, dec: int) -> Candidate | None:
-        """The pair (prefill pool row `i`, decode row `dec`) under `split`, confirmed with the report's sample:
+    def candidate(self, k: int, i: int, dec: int) -> Candidate | None:
+        """The pair (prefill pool row `i`, decode row `dec`) under split `k`, confirmed with the report's sample:
         each pool's best rate searched again with it (a tail percentile of the search's coarse sample can sit
         under its target where the full sample's does not), its replicas from that, the plan's limits, and the
         combined latencies against every target. None where any of that fails."""
-        req, rows = self.req, self.rows
+        req, rows, split = self.req, self.rows, self.splits[k]
         p, o = req.prompt_mean, req.output_mean
         pre = int(self.pre_row[i])
         pre_pool = prefill_pool(rows.hardware(np.array([pre])), float(self.pre_tp_d[i]), p, self.pre_slots[[i]],

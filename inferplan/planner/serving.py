@@ -125,6 +125,12 @@ def lognormal_sample(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLi
     return np.minimum(x, np.maximum(c, m))
 
 
+def prompt_sample(prompt_tokens: ArrayLike, prompt_cv: ArrayLike, samples: int = _SAMPLES) -> FloatArray:
+    """The prompt lengths of the stratified sample `poisson_model` draws of `samples` requests (no length cap):
+    request k of the sample has the k-th length, in every model of that sample size."""
+    return lognormal_sample(prompt_tokens, prompt_cv, _uniforms(samples)[0])
+
+
 @dataclass(frozen=True)
 class LoadResult:
     """Per-request latency statistics [s] and deployment throughput under a load."""

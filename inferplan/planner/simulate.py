@@ -823,14 +823,20 @@ def simulate(
     served = _serve(model, arrival_s, workload.prompt_tokens, workload.output_tokens, None, replicas,
                     max_batch, kv_tokens, chunk, assigned, series_points, policy, clients)
 
-    overhead = model.request_overhead_s
+    return _result(arrival_s, workload.output_tokens, model.request_overhead_s, served)
+
+
+def _result(arrival: FloatArray, outputs: IntArray, overhead: float, served: _Served) -> SimulationResult:
+    """The result of `served` (first-token and completion times in workload order) for requests arriving at
+    `arrival` with `outputs` tokens: latencies with the engine's per-request `overhead` once, rates over the run,
+    and the replicas' counters."""
+    n = len(arrival)
     first, done = served.first_s, served.done_s
-    ttft = first - arrival_s + overhead
-    e2e = done - arrival_s + overhead
-    outputs = workload.output_tokens
+    ttft = first - arrival + overhead
+    e2e = done - arrival + overhead
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(outputs > 1, (done - first) / (outputs - 1), np.nan)
-    start = float(arrival_s[0]) if n else 0.0
+    start = float(arrival[0]) if n else 0.0
     duration = float(done.max()) - start if n else 0.0
     busy = np.array([s[0] for s in served.stats])
     series = tuple(TimeSeries(np.asarray(t, dtype=float), np.asarray(q, dtype=np.int64),
@@ -898,29 +904,13 @@ def simulate_disaggregated(
     served = _serve(dec_model, at_decode[order], prompt[order], output[order], np.zeros(n), decode_replicas,
                     decode_max_batch, decode_kv_tokens, math.inf, np.arange(n, dtype=np.int64) % decode_replicas,
                     256, policy)
+    # Back in workload order: the decode pool's first token is the request's.
     first, done = np.empty(n), np.empty(n)
-    first[order], done[order] = served.first_s, served.done_s
-    overhead = pre_model.request_overhead_s
-    ttft = first - arrival + overhead
-    e2e = done - arrival + overhead
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(output > 1, (done - first) / (output - 1), np.nan)
-    start = float(arrival[0]) if n else 0.0
-    duration = float(done.max()) - start if n else 0.0
-    busy = np.array([st[0] for st in served.stats])
-    rate = 1.0 / duration if duration > 0 else math.nan
     replica, preempted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    first[order], done[order] = served.first_s, served.done_s
     replica[order], preempted[order] = served.replica, served.preempted
-    return SimulationResult(
-        ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, replica=replica, preempted=preempted,
-        ttft=_latency(ttft), tpot=_latency(tpot), e2e=_latency(e2e), duration_s=duration,
-        output_tokens_per_s=float(output.sum()) * rate, requests_per_s=n * rate,
-        utilisation=float(busy.mean()) / duration if duration > 0 else 0.0, busy_s=busy,
-        preemptions=sum(st[2] for st in served.stats), generated_tokens=sum(st[3] for st in served.stats),
-        kv_tokens_max=np.array([st[1] for st in served.stats], dtype=np.int64),
-        series=tuple(TimeSeries(np.asarray(t, dtype=float), np.asarray(q, dtype=np.int64),
-                                np.asarray(kv, dtype=np.int64)) for t, q, kv in (st[4] for st in served.stats)),
-    )
+    return _result(arrival, output, pre_model.request_overhead_s, _Served(first, done, replica, preempted,
+                                                                            served.stats))
 
 
 # --------------------------------------------------------------------------------------------------
