@@ -23,7 +23,7 @@ from inferplan.planner.results import Candidate, Infeasible, PlanResult
 from inferplan.planner.simulate import SimulationResult
 from inferplan.planner.spec import PlanRequest, SloTarget
 from inferplan.planner.verification import compare
-from inferplan.tables import _ms, _slo_text, gpu_column, role_column
+from inferplan.tables import _ms, _slo_text, gpu_column, parallelism_column, role_column
 
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end latency"}
 DEFAULT_QUANTILE = 0.95  # a metric without an SLO is shown at p95, as the search and `inferplan plan` do
@@ -131,8 +131,9 @@ def _deployment(c: Candidate) -> str:
     if c.roles:  # disaggregated: each pool
         pools = c.pools()
         return f"{pools} ({c.precision}, KV {c.kv_cache_dtype}, decode max batch {c.max_batch})"
+    stages = f", {c.pipeline_parallel} pipeline stages" if c.pipeline_parallel > 1 else ""
     return (f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, KV {c.kv_cache_dtype}, "
-            f"max batch {c.max_batch})")
+            f"max batch {c.max_batch}{stages})")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -493,7 +494,7 @@ def _candidates_section(req: PlanRequest, result: PlanResult) -> str:
               *(f"{METRIC_NAMES[m].split()[0]} [ms] p50 / p90 / p95 / p99" for m in ("ttft", "tpot", "e2e")),
               "headroom", "predicted by"]
     # A disaggregated row: "prefill / decode" in the GPU, TP, replicas and batch columns.
-    rows = [["rec." if key == "R" else key, gpu_column(c), role_column(c, "gpus_per_replica"),
+    rows = [["rec." if key == "R" else key, gpu_column(c), parallelism_column(c),
              role_column(c, "replicas"), role_column(c, "max_batch"), f"{c.precision} / {c.kv_cache_dtype}",
              f"{c.cost.dollars_per_hour:.2f}", f"{c.cost.dollars_per_million_tokens:.3f}",
              *(_percentiles_cell(c, m, _quantile(req, m)) for m in ("ttft", "tpot", "e2e")),

@@ -56,6 +56,13 @@ def role_column(c: Candidate, field: str) -> str:
     return " / ".join(str(getattr(r, field)) for r in c.roles) if c.roles else str(getattr(c, field))
 
 
+def parallelism_column(c: Candidate) -> str:
+    """GPUs per replica as TP, or TP and pipeline stages ("8 PP2": 2 stages of 8)."""
+    if c.pipeline_parallel > 1:
+        return f"{c.gpus_per_replica // c.pipeline_parallel} PP{c.pipeline_parallel}"
+    return role_column(c, "gpus_per_replica")
+
+
 def format_plan(result: PlanResult, req: PlanRequest) -> str:
     """The recommendation, the alternatives and the nearest infeasible candidates as text."""
     lines = [f"{req.served_model} on {req.engine}: {req.rate_rps:g} requests/s, "
@@ -72,7 +79,9 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             *(_shape_lines(c) if c.roles else [
                 f"  {c.replicas} replica(s) x {c.gpus_per_replica} {c.gpu_type} = {c.gpus} GPU(s), max batch "
                 f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}"
-                + (", data-parallel attention" if c.data_parallel_attention else "")]),
+                + (", data-parallel attention" if c.data_parallel_attention else "")
+                + (f", {c.pipeline_parallel} pipeline stages of {c.gpus_per_replica // c.pipeline_parallel} GPUs "
+                   f"on {c.nodes_per_replica} nodes" if c.pipeline_parallel > 1 else "")]),
             f"  TTFT p50/p95/p99 {_ms(c.predicted.ttft_ms.p50)} / {_ms(c.predicted.ttft_ms.p95)} / "
             f"{_ms(c.predicted.ttft_ms.p99)}; TPOT p50/p95/p99 {_ms(c.predicted.tpot_ms.p50)} / "
             f"{_ms(c.predicted.tpot_ms.p95)} / {_ms(c.predicted.tpot_ms.p99)}; e2e p95 {_ms(c.predicted.e2e_ms.p95)}",
@@ -94,7 +103,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
     if result.alternatives:
         lines += ["", "Alternatives (Pareto frontier over cost, latency and headroom):"]
         rows = [
-            (gpu_column(a), role_column(a, "gpus_per_replica"), role_column(a, "replicas"),
+            (gpu_column(a), parallelism_column(a), role_column(a, "replicas"),
              role_column(a, "max_batch"), a.precision,
              _ms(_percentile(a, "ttft", req)), _ms(_percentile(a, "tpot", req)), _ms(_percentile(a, "e2e", req)),
              f"{a.headroom:.0%}", f"{a.cost.dollars_per_hour:.2f}", a.provenance.get("predicted", ""),
@@ -105,7 +114,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
                   "predicted", "tags")
         lines += ["  " + row for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False, False])]
         lines.append("  (latencies at each SLO's percentile, p95 where the metric has no SLO)")
-        lines += [f"  why {gpu_column(a)} x{role_column(a, 'gpus_per_replica')} ({','.join(a.tags) or 'frontier'}): "
+        lines += [f"  why {gpu_column(a)} x{parallelism_column(a)} ({','.join(a.tags) or 'frontier'}): "
                   f"{a.why}" for a in result.alternatives]
         if any(a.roles for a in result.alternatives):
             lines.append("  (disaggregated rows: prefill / decode pool, each GPU type, TP, replicas and batch cap)")

@@ -115,6 +115,10 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         (_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)
     if tp:
         found["gpus_per_replica"] = tp
+    if (pp := _positive_int(_flag(tokens, flag_spellings("pp", engine)))) and pp > 1:
+        # A pipelined replica's GPUs are all its stages': the pod's limit is one stage's.
+        found["pipeline_parallel"] = pp
+        found["gpus_per_replica"] = (_positive_int(_flag(tokens, flag_spellings("tp", engine))) or 1) * pp
     if batch := _positive_int(_flag(tokens, flag_spellings("batch", engine))):
         found["max_batch"] = batch
     quantization = _flag(tokens, flag_spellings("quantization", engine))
@@ -181,6 +185,10 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     # its TP leaves something to split.
     if from_deployment.get("data_parallel_attention") and values["gpus_per_replica"] > 1:
         values["data_parallel_attention"] = True
+    # Pipeline stages likewise; a spec's gpusPerReplica that the stages do not divide is taken as one stage.
+    pp = from_deployment.get("pipeline_parallel", 1)
+    if pp > 1 and values["gpus_per_replica"] % pp == 0:
+        values["pipeline_parallel"] = pp
     return Current(CurrentShape(**values), name, sources)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -83,32 +83,34 @@ class EngineFlags:
     quantization: tuple[str, ...] = ()
     dtype: tuple[str, ...] = ()
     kv_cache_dtype: tuple[str, ...] = ()
+    pp: tuple[str, ...] = ()  # pipeline stages
 
     @property
     def roles(self) -> dict[str, tuple[str, ...]]:
         return {"tp": self.tp, "batch": self.batch, "quantization": self.quantization, "dtype": self.dtype,
-                "kv_cache_dtype": self.kv_cache_dtype}
+                "kv_cache_dtype": self.kv_cache_dtype, "pp": self.pp}
 
 
 ENGINE_FLAGS: dict[str, EngineFlags] = {
     # vLLM's short aliases -tp and -q (vllm/engine/arg_utils.py) are read, never written.
     "vllm": EngineFlags(tp=("--tensor-parallel-size", "-tp"), batch=("--max-num-seqs",),
                         quantization=("--quantization", "-q"), dtype=("--dtype",),
-                        kv_cache_dtype=("--kv-cache-dtype",)),
+                        kv_cache_dtype=("--kv-cache-dtype",), pp=("--pipeline-parallel-size", "-pp")),
     "sglang": EngineFlags(tp=("--tp-size", "--tensor-parallel-size"), batch=("--max-running-requests",),
-                          quantization=("--quantization",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",)),
+                          quantization=("--quantization",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",),
+                          pp=("--pp-size", "--pipeline-parallel-size")),
     # TGI: --max-batch-size caps the running batch; --max-concurrent-requests only bounds admission (read as a
     # fallback when no batch cap is given).
     "tgi": EngineFlags(tp=("--num-shard",), batch=("--max-batch-size", "--max-concurrent-requests"),
                        quantization=("--quantize",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",)),
     # trtllm-serve has no precision or KV dtype flag (they come from the checkpoint and the options file).
-    "tensorrt-llm": EngineFlags(tp=("--tp_size",), batch=("--max_batch_size",)),
+    "tensorrt-llm": EngineFlags(tp=("--tp_size",), batch=("--max_batch_size",), pp=("--pp_size",)),
     "lmdeploy": EngineFlags(tp=("--tp",), batch=("--max-batch-size",), dtype=("--dtype",)),
 }
 
 
 def flag_spellings(role: str, engine: str | None = None) -> tuple[str, ...]:
-    """Every spelling of `role` ("tp", "batch", "quantization", "dtype", "kv_cache_dtype") in ENGINE_FLAGS,
+    """Every spelling of `role` ("tp", "batch", "quantization", "dtype", "kv_cache_dtype", "pp") in ENGINE_FLAGS,
     `engine`'s first (a Deployment may run another engine than its plan names: all are read)."""
     order = [engine] if engine in ENGINE_FLAGS else []
     order += [name for name in ENGINE_FLAGS if name != engine]
@@ -255,7 +257,7 @@ def _step_budget(settings: EngineSettings) -> int | None:
 
 def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_format: str, precision: str,
                   tp: int, batch: int, kv_dtype: str, settings: EngineSettings, *, kv_tokens: int | None = None,
-                  expected_queue: int | None = None) -> EngineLaunch:
+                  expected_queue: int | None = None, pp: int = 1) -> EngineLaunch:
     """The launch of `engine` (at `version`, None: `DEFAULT_VERSIONS`) serving `checkpoint` for one replica.
 
     checkpoint: the repository (or path) the engine loads; it already holds `precision` unless
@@ -264,14 +266,15 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     kv_dtype: "fp8" for an FP8 KV cache, otherwise a 16-bit one ("bf16", "fp16", "auto").
     kv_tokens: KV-cache tokens one replica holds (the memory plan's), used for TGI's
       `--max-batch-total-tokens`; expected_queue: requests the plan expects waiting at peak (TGI's cap).
+    pp: pipeline stages (each `tp` GPUs), given with the engine's flag (`EngineFlags.pp`) after the TP size.
     Raises ValueError for a combination the engine cannot serve (a quantised precision on a 16-bit
     "native" checkpoint, online quantisation where the engine has none, FP8 KV where it has none).
     """
     fmt = _format(checkpoint_format, precision)
     _check_checkpoint(engine, precision, fmt, checkpoint)
     fp8_kv = _kv_fp8(engine, kv_dtype)
-    if tp < 1 or batch < 1:
-        raise ValueError(f"tp and batch must be positive, got tp={tp}, batch={batch}")
+    if tp < 1 or batch < 1 or pp < 1:
+        raise ValueError(f"tp, pp and batch must be positive, got tp={tp}, pp={pp}, batch={batch}")
     line = version_line(engine, version)
     builders = {"vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "tensorrt-llm": _trtllm, "lmdeploy": _lmdeploy,
                 "mlc-llm": _mlc, "llama.cpp": _llamacpp, "exllama": _exllama}
@@ -279,7 +282,20 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     if build is None:
         raise ValueError(f"no argument mapping for engine {engine!r}")
     ctx = _Ctx(engine, line, checkpoint, fmt, precision, tp, batch, fp8_kv, settings, kv_tokens, expected_queue)
-    return build(ctx)
+    launch = build(ctx)
+    return launch if pp == 1 else _pipelined(launch, engine, tp, pp)
+
+
+def _pipelined(launch: EngineLaunch, engine: str, tp: int, pp: int) -> EngineLaunch:
+    """`launch` with `pp` pipeline stages: the engine's flag after its TP size, and a note."""
+    flags = ENGINE_FLAGS.get(engine)
+    if flags is None or not flags.pp:
+        raise ValueError(f"{engine} has no pipeline parallelism in inferplan's argument mapping")
+    at = launch.args.index(flags.tp[0]) + 2
+    args = [*launch.args[:at], flags.pp[0], str(pp), *launch.args[at:]]
+    note = (f"{flags.pp[0]} {pp}: the layers split into {pp} stages of {tp} GPUs (tensor parallel within each), one "
+            f"node each; the engine keeps {pp} batches in flight, one per stage, so the batch cap is theirs together")
+    return replace(launch, args=args, notes=[*launch.notes, note])
 
 
 # Disaggregated serving, per engine: the flags that make one replica a prefill or a decode worker, and the

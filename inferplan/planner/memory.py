@@ -57,7 +57,7 @@ def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
     return quantized * precision.bytes_per_param + (split.total - quantized) * 2.0
 
 
-def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, kv_bytes: Number, tp: Number, pp: int = 1) -> Number:
+def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, kv_bytes: Number, tp: Number, pp: Number = 1) -> Number:
     """KV bytes one token takes on one GPU of the instance, every layer keeping it (`kv_bytes` and `tp` may
     be arrays).
 
@@ -246,7 +246,7 @@ def memory_grid(
     max_num_seqs: ArrayLike,
     memory_fraction: ArrayLike,
     max_model_len: ArrayLike,
-    pp: int = 1,
+    pp: ArrayLike = 1,
 ) -> MemoryGrid:
     """What `plan_memory` computes, for arrays that broadcast together: the usable memory of the GPU
     (`gpu_bytes`), the whole model's weights (`weight_bytes` of its precision), the KV element size, the TP
@@ -255,9 +255,10 @@ def memory_grid(
     tp_ = np.asarray(tp, dtype=float)
     total = np.asarray(gpu_bytes, dtype=float)
     fraction = np.asarray(memory_fraction, dtype=float)
-    weights = np.asarray(weights_bytes, dtype=float) / (tp_ * pp)
+    pp_ = np.asarray(pp, dtype=float)
+    weights = np.asarray(weights_bytes, dtype=float) / (tp_ * pp_)
     non_torch = factors.non_torch_gib * GIB
-    per_token = np.asarray(kv_bytes_per_token_per_gpu(arch, np.asarray(kv_bytes, dtype=float), tp_, pp))
+    per_token = np.asarray(kv_bytes_per_token_per_gpu(arch, np.asarray(kv_bytes, dtype=float), tp_, pp_))
     graphs = engine.cuda_graph_gib * GIB
     activation = activation_peak_bytes(arch, profile_tokens, max_num_seqs, tp_, factors.activation_scale)
     if engine.memory_mode == "context":

@@ -39,7 +39,8 @@ class CurrentShape:
     precision: str
     kv_cache_dtype: str
     max_batch: int
-    data_parallel_attention: bool = False  # not read from a running Deployment yet: taken as tensor-parallel
+    data_parallel_attention: bool = False  # SGLang's --enable-dp-attention
+    pipeline_parallel: int = 1             # stages; gpus_per_replica counts all of them
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,15 @@ def predict_current(req: PlanRequest, shape: CurrentShape, factors: FactorSet | 
     deployment = deployment_of(req, shape, factors)  # type: ignore[arg-type]  # duck-typed Candidate
     hw = deployment.hardware
     p, o = req.prompt_mean, req.output_mean
-    slots = max(min(float(shape.max_batch), deployment.memory.kv_cache_tokens / (p + o / 2.0)), 1.0)
+    pp = shape.pipeline_parallel  # one stream per stage (search._Rows)
+    slots = max(min(float(shape.max_batch), deployment.memory.kv_cache_tokens / (p + o / 2.0)) / pp, 1.0)
     chunk = deployment.settings.chunk_tokens
     fraction = 1.0 - req.prefix_hit_rate
-    capacity = float(np.asarray(poisson_capacity(hw, p, o, slots, chunk, fraction)))
+    capacity = float(np.asarray(poisson_capacity(hw, p, o, slots, chunk, fraction, pp)))
     rate = req.rate_rps / shape.replicas
     result = poisson(hw, rate, p, o, slots, chunk, req.prompt_cv, req.output_cv, req.arrival_cv2,
                      service_cv2=req.service_cv2, prefill_fraction=fraction, capacity=capacity,
-                     samples=REPORT_SAMPLES)
+                     samples=REPORT_SAMPLES, streams=pp)
     table = {"ttft": result.ttft_q, "tpot": result.tpot_q, "e2e": result.e2e_q}
     latency = {metric: {q: float(np.asarray(values[q])) for q in QUANTILES} for metric, values in table.items()}
     mean = {"ttft": float(np.asarray(result.ttft_mean)), "tpot": float(np.asarray(result.tpot_mean)),

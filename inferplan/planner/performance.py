@@ -73,6 +73,10 @@ class Hardware:
     step_overhead_s: Number
     sequence_overhead_s: Number
     request_overhead_s: Number               # online serving only: added to TTFT
+    # Pipeline stages on separate nodes: each stage sends its activations to the next over the network, pp - 1
+    # sends per pass, counted per stage (x (pp - 1) / pp) like the all-reduces (`search.over_the_pipeline`).
+    stage_send_latency_s: Number = 0.0
+    stage_send_s_per_token: Number = 0.0
 
 
 def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
@@ -282,11 +286,12 @@ def _roofline(memory_s: FloatArray, compute_s: FloatArray, overlap_penalty: Numb
 
 
 def allreduce_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
-    """Tensor-parallel all-reduce time of one step over `tokens` tokens (ring algorithm)."""
+    """Communication of one pipeline stage in a step over `tokens` tokens: its tensor-parallel all-reduces (ring
+    algorithm) and its share of the sends between stages."""
     t = np.asarray(tokens, dtype=float)
     tp = np.asarray(hw.tp, dtype=float)
     ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * hw.allreduce_bytes_per_token * t / hw.link_bytes_s
-    return hw.allreduces_per_step * (ring + hw.link_latency_s)
+    return hw.allreduces_per_step * (ring + hw.link_latency_s) + hw.stage_send_latency_s + t * hw.stage_send_s_per_token
 
 
 @dataclass(frozen=True)
@@ -343,8 +348,10 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
         kv_s_per_sequence=kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s,
         compute_s_per_sequence=(hw.decode_flops_per_token_per_gpu + attention_flops(hw, context_tokens))
         / hw.decode_flops_s,
-        allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_per_token, dtype=float),
-        allreduce_latency_s=np.asarray(hw.allreduces_per_step * hw.link_latency_s, dtype=float),
+        allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_per_token + hw.stage_send_s_per_token,
+                                         dtype=float),
+        allreduce_latency_s=np.asarray(hw.allreduces_per_step * hw.link_latency_s + hw.stage_send_latency_s,
+                                       dtype=float),
         has_experts=bool(np.any(np.asarray(hw.num_experts) > 0)),
     )
 

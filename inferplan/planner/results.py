@@ -98,9 +98,12 @@ class Candidate(_Result):
     node_selector: dict[_Label, Annotated[str, Field(max_length=63)]] = Field(
         max_length=4, description="Node labels that select this GPU type."
     )
-    gpus_per_replica: int = Field(description="Tensor-parallel size: GPUs one replica spans.")
+    gpus_per_replica: int = Field(description="GPUs one replica spans: the tensor-parallel size x pipelineParallel.")
     nodes_per_replica: int = Field(default=1, description="Nodes one replica spans (over 1: a LeaderWorkerSet "
                                                           "group of this many pods, gpusPerReplica / this each).")
+    pipeline_parallel: int = Field(default=1, ge=1, le=64, description=(
+        "Pipeline stages of a replica, each on a node of its own (tensor parallel within it): over 1, the engine's "
+        "--pipeline-parallel-size (vLLM), --pp-size (SGLang) or --pp_size (TensorRT-LLM)."))
     replicas: int
     gpus: int = Field(description="replicas x gpusPerReplica; disaggregated: every role's GPUs together.")
     max_batch: int = Field(description="Engine cap on running sequences (vLLM --max-num-seqs).")

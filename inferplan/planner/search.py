@@ -98,6 +98,16 @@ class _Shape:
     precision: str
     kv_dtype: str
     dp_attention: bool = False  # data-parallel attention (SGLang, MLA models): `dp_attention_possible`
+    pp: int = 1                 # pipeline stages, each on a node of its own (`pipeline_possible`)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: TP x PP."""
+        return self.tp * self.pp
+
+    def parallelism(self) -> str:
+        """`tp` x the GPU, or the TP x PP layout of a pipelined replica, in a few words."""
+        return f"{self.tp} x {self.gpu.key}" if self.pp == 1 else f"{self.pp} stages of {self.tp} x {self.gpu.key}"
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,7 @@ class _Grid:
     precision: NDArray[np.intp]    # index into req.precisions
     kv: NDArray[np.intp]           # index into req.kv_dtypes
     dp: NDArray[np.bool_]          # data-parallel attention
+    pp: NDArray[np.int_]           # pipeline stages
     price: NDArray[np.float64]     # $/h of one of its GPUs
     hardware: Hardware             # per shape
     batch_sizes: NDArray[np.int_]
@@ -135,7 +146,7 @@ class _Grid:
 
     def shape(self, req: PlanRequest, s: int) -> _Shape:
         return _Shape(self.gpus[self.gpu[s]], int(self.tp[s]), req.precisions[self.precision[s]],
-                      req.kv_dtypes[self.kv[s]], bool(self.dp[s]))
+                      req.kv_dtypes[self.kv[s]], bool(self.dp[s]), int(self.pp[s]))
 
 
 def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> EngineSettings:
@@ -228,10 +239,10 @@ def _memory_problem(req: PlanRequest, shape: _Shape, memory: MemoryPlan, setting
     if fixed >= budget:
         return (f"{req.served_model} {shape.precision} needs {memory.weights_per_gpu / GIB:.1f} GiB of weights "
                 f"plus {fixed - memory.weights_per_gpu / GIB:.1f} GiB of activations and runtime per GPU at "
-                f"TP {shape.tp}; "
+                f"TP {shape.tp}{f' x PP {shape.pp}' if shape.pp > 1 else ''}; "
                 f"{shape.gpu.key} gives the engine {budget:.1f} GiB ({settings.memory_fraction:g} x {usable:.1f})")
     if memory.kv_cache_tokens < settings.max_model_len:
-        return (f"the KV cache holds {memory.kv_cache_tokens} tokens on {shape.tp} x {shape.gpu.key}, "
+        return (f"the KV cache holds {memory.kv_cache_tokens} tokens on {shape.parallelism()}, "
                 f"less than one {settings.max_model_len}-token sequence")
     if memory.headroom_per_gpu < 0:
         return (f"gpu memory utilization {settings.memory_fraction:g} leaves no room for "
@@ -254,28 +265,34 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     # The batch sizes share every setting but max_num_seqs.
     batch_settings = [replace(settings, max_num_seqs=int(batch)) for batch in batch_sizes]
     # Shapes: (GPU, TP, precision, KV dtype) and, where the engine has it for the model, data-parallel
-    # attention beside tensor-parallel attention (at TP above 1).
+    # attention beside tensor-parallel attention (at TP above 1); and, where a replica may span nodes and the
+    # engine pipelines, 2 .. maxNodesPerReplica stages of a whole node each (TP the node's GPUs).
     modes = (False, True) if dp_attention_possible(req) else (False,)
+    stages = np.arange(1, req.max_nodes_per_replica + 1) if pipeline_possible(req) else np.ones(1, dtype=int)
     axes = (len(gpus), len(req.tp_sizes), len(precisions), len(req.kv_dtypes))
-    gpu, ti, pi, ki, ai = (axis.ravel() for axis in np.indices((*axes, len(modes))))
-    dp = np.array(modes)[ai]
-    exists = ~dp | (np.array(req.tp_sizes)[ti] > 1)
-    gpu, ti, pi, ki, dp = (a[exists] for a in (gpu, ti, pi, ki, dp))
+    gpu, ti, pi, ki, ai, si = (axis.ravel() for axis in np.indices((*axes, len(modes), len(stages))))
+    dp, pp = np.array(modes)[ai], stages[si]
+    node_gpus = np.array([req.gpus_per_node.get(g.key, 8) for g in gpus])
+    exists = (~dp | (np.array(req.tp_sizes)[ti] > 1)) & (
+        (pp == 1) | (~dp & (np.array(req.tp_sizes)[ti] == node_gpus[gpu]) & (pp <= req.arch.num_layers)))
+    gpu, ti, pi, ki, dp, pp = (a[exists] for a in (gpu, ti, pi, ki, dp, pp))
     tp = np.array(req.tp_sizes)[ti]
     price = np.array([req.prices.get(g.key, g.usd_per_hour) for g in gpus])[gpu]
-    per_node = np.array([req.gpus_per_node.get(g.key, 8) for g in gpus])[gpu]
+    per_node = node_gpus[gpu]
     checkpoints = checkpoints_of(req)
     kv_bytes = np.array([[kv_dtype_bytes(kv, name, req.engine, kv_hint(c)) for kv in req.kv_dtypes]
                          for name, c in zip(req.precisions, checkpoints, strict=True)])
     rejected: list[_Rejections] = []
 
     def shape(s: int) -> _Shape:
-        return _Shape(gpus[gpu[s]], int(tp[s]), req.precisions[pi[s]], req.kv_dtypes[ki[s]], bool(dp[s]))
+        return _Shape(gpus[gpu[s]], int(tp[s]), req.precisions[pi[s]], req.kv_dtypes[ki[s]], bool(dp[s]),
+                      int(pp[s]))
 
+    replica_price = tp * pp * price
     accepted = tp_mask(req.engine, req.arch, req.tp_sizes)[ti]
     refused = np.flatnonzero(~accepted)
     rejected.append(_Rejections(
-        "parallelism", refused, refused, None, (tp * price)[refused],
+        "parallelism", refused, refused, None, replica_price[refused],
         lambda s: tp_problem(req.engine, req.arch, int(tp[s])) or ""))
     # A replica within a node, or over up to maxNodesPerReplica whole nodes (TP a multiple of the node's GPUs).
     over_nodes = tp > per_node
@@ -283,7 +300,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     misplaced = np.flatnonzero(~fits)
     placed = fits & accepted  # what goes on through the gates
     rejected.append(_Rejections(
-        "placement", misplaced, misplaced, None, (tp * price)[misplaced], lambda s: _placement_problem(
+        "placement", misplaced, misplaced, None, replica_price[misplaced], lambda s: _placement_problem(
             req, tp[s], gpus[gpu[s]].key, per_node[s])))
 
     # Memory of every (shape, batch size) at once: axis 0 shapes, axis 1 batch sizes.
@@ -294,7 +311,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     memory = memory_grid(req.arch, usable[:, None], weights[:, None], kv_bytes[pi, ki][:, None], engine,
                          factors.engine(engine.name), tp[:, None], profile_tokens=settings.profile_tokens,
                          max_num_seqs=batch_sizes[None, :], memory_fraction=settings.memory_fraction,
-                         max_model_len=settings.max_model_len)
+                         max_model_len=settings.max_model_len, pp=pp[:, None])
     fixed = (memory.weights_per_gpu + memory.activation_per_gpu + memory.non_torch_per_gpu) / GIB
     problem = ((fixed >= (settings.memory_fraction * (usable / GIB))[:, None])
                | (memory.kv_cache_tokens < settings.max_model_len) | (memory.headroom_per_gpu < 0))
@@ -308,7 +325,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     fitting = np.logical_and.accumulate(~problem, axis=1) & ~bound_before & placed[:, None]
     too_big = np.flatnonzero(problem[:, 0])  # misplaced shapes too: their reasons list every gate they fail
     rejected.append(_Rejections(
-        "memory", too_big, too_big, np.full(len(too_big), batch_sizes[0]), (tp * price)[too_big],
+        "memory", too_big, too_big, np.full(len(too_big), batch_sizes[0]), replica_price[too_big],
         lambda s: _memory_problem(req, shape(s), memory.plan((s, 0)), settings) or ""))
 
     problems = [[_precision_problem(engine, g, name, p, c)
@@ -316,23 +333,40 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     unsupported = np.array([[problem is not None for problem in row] for row in problems], dtype=bool)[gpu, pi]
     unserved = np.flatnonzero(unsupported)
     rejected.append(_Rejections(
-        "precision", unserved, unserved, None, (tp * price)[unserved],
+        "precision", unserved, unserved, None, replica_price[unserved],
         lambda s: problems[gpu[s]][pi[s]] or ""))
     fitting &= ~unsupported[:, None]
 
     row_shape, row_batch = np.nonzero(fitting)
     # factors.engine_on: the engine's factors on each GPU type (an online calibration may override them).
-    hardware = hardware_grid(req.arch, gpus, precisions, kv_bytes,
-                             [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus],
-                             [factors.family(g.family) for g in gpus], req.tp_sizes)
-    flat = Hardware(**{name: np.ravel(value) for name, value in vars(hardware).items()})
-    flat = take_hardware(flat, np.ravel_multi_index((gpu, ti, pi, ki), axes))  # one row per shape
+    flat = _shape_hardware(req, gpus, precisions, kv_bytes, engine, factors, pp,
+                           np.ravel_multi_index((gpu, ti, pi, ki), axes))
     if np.any(over_nodes & placed):
         flat = over_the_network(flat, over_nodes, req.network_gbps)
+    if np.any(pp > 1):
+        flat = over_the_pipeline(flat, req.network_gbps)
     if np.any(dp):
         flat = with_dp_attention(flat, dp, attention)
-    return _Grid(gpus, gpu, tp, pi, ki, dp, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
+    return _Grid(gpus, gpu, tp, pi, ki, dp, pp, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
                  tokens[row_shape, row_batch], rejected, checkpoints)
+
+
+def _shape_hardware(req: PlanRequest, gpus: list[GpuSpec], precisions: list[WeightPrecision],
+                    kv_bytes: NDArray[np.float64], engine: EngineProfile, factors: FactorSet, pp: NDArray[np.int_],
+                    cell: NDArray[np.intp]) -> Hardware:
+    """The hardware of every shape: cell `cell` (of the flat (GPU, TP, precision, KV dtype) grid) at `pp` stages,
+    one `hardware_grid` per number of stages."""
+    out: Hardware | None = None
+    for stages in np.unique(pp):
+        grid = hardware_grid(req.arch, gpus, precisions, kv_bytes,
+                             [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus],
+                             [factors.family(g.family) for g in gpus], req.tp_sizes, int(stages))
+        flat = take_hardware(Hardware(**{name: np.ravel(value) for name, value in vars(grid).items()}), cell)
+        mine = pp == stages
+        out = flat if out is None else Hardware(**{name: np.where(mine, getattr(flat, name), getattr(out, name))
+                                                   for name in vars(flat)})
+    assert out is not None
+    return out
 
 
 def dp_attention_args(tp: int) -> list[str]:
@@ -362,6 +396,18 @@ def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDAr
                    decode_dense_bytes_per_gpu=hw.decode_dense_bytes_per_gpu + extra)
 
 
+PIPELINE_FLAGS = {"vllm": "--pipeline-parallel-size", "sglang": "--pp-size", "tensorrt-llm": "--pp_size"}
+
+
+def pipeline_possible(req: PlanRequest) -> bool:
+    """Whether the plan lets a replica span nodes and its engine (version line) splits a model's layers into
+    pipeline stages: vLLM, SGLang and TensorRT-LLM, each with its flag (`PIPELINE_FLAGS`) in its pinned parser."""
+    flag = PIPELINE_FLAGS.get(req.engine)
+    line = version_line(req.engine, req.engine_version)
+    return (req.max_nodes_per_replica > 1 and flag is not None and bool(line)
+            and flag in engine_flags()[req.engine][line]["flags"])
+
+
 def _placement_problem(req: PlanRequest, tp: int, key: str, per_node: int) -> str:
     if req.max_nodes_per_replica == 1:
         return (f"TP {tp} needs {tp} {key} in one node; nodes have {per_node} (constraints.maxNodesPerReplica "
@@ -384,6 +430,19 @@ def over_the_network(hw: Hardware, over_nodes: NDArray[np.bool_], network_gbps: 
     nic = network_gbps * 1e9 / 8.0 * LINK_EFFICIENCY
     return replace(hw, link_bytes_s=np.where(over_nodes, np.minimum(hw.link_bytes_s, nic), hw.link_bytes_s),
                    link_latency_s=np.where(over_nodes, INTER_NODE_ALLREDUCE_LATENCY_S, hw.link_latency_s))
+
+
+def over_the_pipeline(hw: Hardware, network_gbps: float) -> Hardware:
+    """`hw` (one row per shape) with the sends between pipeline stages on separate nodes: a stage sends each
+    token's hidden state (the all-reduce's bytes) to the next at the NIC's rate (`network_gbps` at
+    LINK_EFFICIENCY) after INTER_NODE_ALLREDUCE_LATENCY_S; pp - 1 sends per pass, counted per stage."""
+    from inferplan.planner.disaggregated import LINK_EFFICIENCY
+
+    nic = network_gbps * 1e9 / 8.0 * LINK_EFFICIENCY
+    pp = np.asarray(hw.pp, dtype=float)
+    share = (pp - 1.0) / pp
+    return replace(hw, stage_send_latency_s=share * INTER_NODE_ALLREDUCE_LATENCY_S,
+                   stage_send_s_per_token=share * np.asarray(hw.allreduce_bytes_per_token) / nic)
 
 
 def _grid_rate(low: NDArray[np.float64], high: NDArray[np.float64], k: NDArray[np.int_]) -> NDArray[np.float64]:
@@ -552,10 +611,10 @@ def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[n
 def _limit_reason(req: PlanRequest, check: int, shape: _Shape, replicas: int, gpus: int, cost: float) -> str:
     key = shape.gpu.key
     return (
-        f"needs {replicas} replicas of {shape.tp} x {key}; maxReplicas is {req.max_replicas}",
+        f"needs {replicas} replicas of {shape.parallelism()}; maxReplicas is {req.max_replicas}",
         f"needs {gpus} {key}, more than are available",
         f"needs {gpus} {key}; maxGpusPerType allows {req.max_gpus_per_type.get(key)}",
-        f"needs {gpus} GPUs ({replicas} x {shape.tp} {key}); maxGpus is {req.max_gpus}",
+        f"needs {gpus} GPUs ({replicas} x {shape.gpus} {key}); maxGpus is {req.max_gpus}",
         f"{gpus} x {key} cost ${cost:.2f}/h; the budget is ${req.budget_usd_per_hour or 0.0:.2f}/h",
     )[check]
 
@@ -572,26 +631,32 @@ class _Rows:
 
     The queueing model's rate-free part depends on the shape, not on the batch cap: it is built once per shape
     (on each shape's first row), and each row gets its own slots and capacity when evaluated.
+
+    A replica of pp pipeline stages keeps pp batches in flight (vLLM's virtual engines, SGLang's and
+    TensorRT-LLM's micro-batches): pp streams (`PoissonModel`), each with 1/pp of the replica's slots and a step
+    through every stage. Rates and capacities are per replica; `slots` are one stream's.
     """
 
     def __init__(self, req: PlanRequest, grid: _Grid) -> None:
         self.req, self.grid = req, grid
         self.shape = rows = grid.row_shape
         self.batch = grid.batch_sizes[grid.row_batch]
-        self.tp, self.price = grid.tp[rows], grid.price[rows]
+        self.tp, self.pp, self.price = grid.tp[rows], grid.pp[rows], grid.price[rows]
+        self.gpus = self.tp * self.pp  # per replica
         self.chunk = grid.settings[0].chunk_tokens
         p, o = req.prompt_mean, req.output_mean
-        self.slots = np.maximum(np.minimum(self.batch, grid.row_kv_tokens / (p + o / 2.0)), 1.0)
+        self.slots = np.maximum(np.minimum(self.batch, grid.row_kv_tokens / (p + o / 2.0)) / self.pp, 1.0)
         self.fraction = 1.0 - req.prefix_hit_rate
         every = np.arange(len(rows))
-        self.capacity = poisson_capacity(self.hardware(every), p, o, self.slots, self.chunk, self.fraction)
+        self.capacity = poisson_capacity(self.hardware(every), p, o, self.slots, self.chunk, self.fraction,
+                                         self.pp)
         new_shape = np.r_[True, rows[1:] != rows[:-1]]
         first_row, self.shape_of_row = np.flatnonzero(new_shape), np.cumsum(new_shape) - 1
         self.first_row = first_row  # each shape's first row
         self.per_shape = poisson_model(
             self.hardware(first_row), p, o, self.slots[first_row], self.chunk, req.prompt_cv, req.output_cv,
             req.arrival_cv2, service_cv2=req.service_cv2, prefill_fraction=self.fraction,
-            capacity=self.capacity[first_row], samples=SEARCH_SAMPLES)
+            capacity=self.capacity[first_row], samples=SEARCH_SAMPLES, streams=self.pp[first_row])
         self.wanted = [(s.metric, s.quantile) for s in req.slos]
         self.targets = np.array([s.max_s for s in req.slos])[:, None]
         # At light load nothing queues, so the batch cap does not matter: evaluate one row per shape.
@@ -599,7 +664,7 @@ class _Rows:
         self.slo_ok = np.all(self.light <= self.targets, axis=0)
         # No candidate can cost less than the replicas its utilisation cap alone requires.
         high = np.maximum(self.capacity * req.max_utilization, 1e-12)
-        self.cost_floor = _replicas(req, high) * self.tp * self.price
+        self.cost_floor = _replicas(req, high) * self.gpus * self.price
         self.best_rate = np.zeros(len(rows))
 
     def hardware(self, index: NDArray[np.intp]) -> Hardware:
@@ -612,7 +677,7 @@ class _Rows:
                                                        NDArray[np.intp]]:
         """(replicas, GPUs, cost, broken limit check or -1) of rows `index` at their best rates (> 0)."""
         replicas = _replicas(self.req, self.best_rate[index])
-        gpus = replicas * self.tp[index]
+        gpus = replicas * self.gpus[index]
         cost = gpus * self.price[index]
         gpu_type = self.grid.gpu[self.shape[index]]
         return replicas, gpus, cost, _limit_checks(self.req, self.grid.gpus, gpu_type, replicas, gpus, cost)
@@ -712,7 +777,7 @@ def _confirm(req: PlanRequest, rows: _Rows, index: NDArray[np.intp]) -> None:
     model = poisson_model(
         rows.hardware(index), p, o, rows.slots[index], rows.chunk, req.prompt_cv, req.output_cv, req.arrival_cv2,
         service_cv2=req.service_cv2, prefill_fraction=rows.fraction, capacity=rows.capacity[index],
-        samples=REPORT_SAMPLES)
+        samples=REPORT_SAMPLES, streams=rows.pp[index])
     local = np.full(len(rows.shape), -1)
     local[index] = np.arange(len(index))
 
@@ -927,7 +992,7 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     def slo_reason(i: int) -> str:
         worst = int(np.argmax(rows.light[:, i] / rows.targets[:, 0]))
         slo, shape = req.slos[worst], row_shape(i)
-        return (f"{_describe_slo(slo)} at batch {batch[i]} on {shape.tp} x {shape.gpu.key} ({shape.precision}) is "
+        return (f"{_describe_slo(slo)} at batch {batch[i]} on {shape.parallelism()} ({shape.precision}) is "
                 f"{rows.light[worst, i] * 1e3:.0f} ms even at light load > {slo.max_s * 1e3:.0f} ms target")
 
     def rejections(gate: str, index: NDArray[np.intp], cost: NDArray[np.float64],
@@ -935,9 +1000,9 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
         return _Rejections(gate, index, rows.shape[index], batch[index], cost, reason)
 
     slow = np.flatnonzero(~rows.slo_ok)
-    rejected.append(rejections("slo", slow, (rows.tp * rows.price)[slow], slo_reason))
+    rejected.append(rejections("slo", slow, (rows.gpus * rows.price)[slow], slo_reason))
     stuck = np.flatnonzero(searched & rows.slo_ok & (best_rate <= 0))
-    rejected.append(rejections("utilization", stuck, (rows.tp * rows.price)[stuck],
+    rejected.append(rejections("utilization", stuck, (rows.gpus * rows.price)[stuck],
                                lambda i: f"no rate within max utilization {req.max_utilization:g}"))
     rated = np.flatnonzero(searched & (best_rate > 0))
     rated_replicas, rated_gpus, rated_cost, check = rows.limits(rated)
@@ -957,10 +1022,11 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     planned = req.rate_rps / replicas
     report = poisson(rows.hardware(shown), planned[chosen], req.prompt_mean, req.output_mean, rows.slots[shown],
                      rows.chunk, req.prompt_cv, req.output_cv, req.arrival_cv2, service_cv2=req.service_cv2,
-                     prefill_fraction=rows.fraction, capacity=rows.capacity[shown], samples=REPORT_SAMPLES)
+                     prefill_fraction=rows.fraction, capacity=rows.capacity[shown], samples=REPORT_SAMPLES,
+                     streams=rows.pp[shown])
     candidates = [
         _candidate(req, engine, row_shape(i), int(batch[i]), grid.settings[grid.row_batch[i]], int(replicas[k]),
-                   report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i]),
+                   report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i] * rows.pp[i]),
                    factors.lines_measured_on(engine.name, row_shape(i).gpu.family),
                    grid.checkpoints[grid.precision[rows.shape[i]]], float(grid.row_kv_tokens[i]))
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
@@ -973,29 +1039,32 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
     """Where the plan allows more than one deployment shape: each shape's cheapest feasible candidate (the
     recommendation where it is of that shape; else the search's analytic figures) against the recommendation,
     or that none was found within PRACTICAL_COST_FACTOR of the cheapest cost."""
-    kinds = ([("aggregated, a replica within a node", False)] if "aggregated" in req.shapes else []) + (
-        [("aggregated, a replica over nodes", True)] if "aggregated" in req.shapes and req.max_nodes_per_replica > 1
-        else []) + ([("disaggregated", None)] if "disaggregated" in req.shapes else [])
+    aggregated = "aggregated" in req.shapes
+    kinds = ([("aggregated, a replica within a node", 0)] if aggregated else []) + (
+        [("aggregated, tensor parallel over nodes", 1)] if aggregated and req.max_nodes_per_replica > 1 else []) + (
+        [("aggregated, pipeline stages over nodes", 2)] if aggregated and pipeline_possible(req) else []) + (
+        [("disaggregated", None)] if "disaggregated" in req.shapes else [])
     if len(kinds) < 2:
         return []
     rec = result.recommendation
     index, replicas, _, cost = _feasible_rows(req, rows, searched)
     per_node = np.array([req.gpus_per_node.get(g.key, 8) for g in grid.gpus])[grid.gpu[rows.shape[index]]]
-    over = rows.tp[index] > per_node
+    layout = np.where(rows.pp[index] > 1, 2, np.where(rows.tp[index] > per_node, 1, 0))
     lines = []
-    for name, over_nodes in kinds:
-        if over_nodes is None:
+    for name, kind in kinds:
+        if kind is None:
             best = rec if rec is not None and rec.roles else min(
                 separate, key=lambda c: c.cost.dollars_per_hour, default=None)
             found = None if best is None else (best.cost.dollars_per_hour, describe_shape(best))
-        elif rec is not None and not rec.roles and (rec.nodes_per_replica > 1) == over_nodes:
+        elif rec is not None and not rec.roles and _layout(rec) == kind:
             found = (rec.cost.dollars_per_hour, describe_shape(rec))
         else:
-            mine = np.flatnonzero(over == over_nodes)
+            mine = np.flatnonzero(layout == kind)
             k = mine[np.argmin(cost[mine])] if len(mine) else None
             shape = None if k is None else grid.shape(req, int(rows.shape[index[k]]))
-            found = None if k is None or shape is None else (float(cost[k]), (
-                f"{replicas[k]} x {shape.tp} {shape.gpu.key} ({shape.precision}, batch {rows.batch[index[k]]})"))
+            found = None if k is None or shape is None else (float(cost[k]), _shape_words(
+                int(replicas[k]), shape.gpus, shape.gpu.key, shape.precision, int(rows.batch[index[k]]),
+                shape.dp_attention, shape.pp))
         if found is None:
             lines.append(f"{name}: no feasible candidate found (within the targets, the limits and "
                          f"{PRACTICAL_COST_FACTOR:g}x the cheapest cost)")
@@ -1098,7 +1167,7 @@ def _candidate(
     assert isinstance(checkpoint, Checkpoint)  # the precision gate let no row without one through
     gpu = shape.gpu
     price = req.prices.get(gpu.key, gpu.usd_per_hour)
-    gpus = replicas * shape.tp
+    gpus = replicas * shape.gpus
     per_replica = req.rate_rps / replicas
     dollars_per_hour = gpus * price
     tokens_per_hour = req.rate_rps * req.output_mean * 3600.0
@@ -1120,7 +1189,7 @@ def _candidate(
         warnings.append(checkpoint.note)
     kv = resolve_kv_dtype(shape.kv_dtype, shape.precision, engine.name, kv_hint(checkpoint))
     launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
-                           shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens))
+                           shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens), pp=shape.pp)
     if shape.dp_attention:
         launch = replace(launch, args=[*launch.args, *dp_attention_args(shape.tp)], notes=[
             *launch.notes, f"--enable-dp-attention --dp-size {shape.tp}: each of the {shape.tp} ranks runs attention "
@@ -1128,8 +1197,9 @@ def _candidate(
     return Candidate(
         gpu_type=gpu.key,
         node_selector={label_key: label},
-        gpus_per_replica=shape.tp,
-        nodes_per_replica=max(1, shape.tp // req.gpus_per_node.get(gpu.key, 8)),
+        gpus_per_replica=shape.gpus,
+        nodes_per_replica=max(shape.pp, shape.tp // req.gpus_per_node.get(gpu.key, 8)),
+        pipeline_parallel=shape.pp,
         replicas=replicas,
         gpus=gpus,
         max_batch=batch,
@@ -1233,8 +1303,20 @@ def describe_shape(c: Candidate) -> str:
     if c.roles:
         pools = c.pools()
         return f"{pools} ({c.precision}, decode batch {c.max_batch})"
-    dp = ", DP attention" if c.data_parallel_attention else ""
-    return f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, batch {c.max_batch}{dp})"
+    return _shape_words(c.replicas, c.gpus_per_replica, c.gpu_type, c.precision, c.max_batch,
+                        c.data_parallel_attention, c.pipeline_parallel)
+
+
+def _shape_words(replicas: int, gpus: int, gpu_type: str, precision: str, batch: int, dp_attention: bool,
+                 pp: int) -> str:
+    dp = ", DP attention" if dp_attention else ""
+    stages = f", {pp} pipeline stages" if pp > 1 else ""
+    return f"{replicas} x {gpus} {gpu_type} ({precision}, batch {batch}{dp}{stages})"
+
+
+def _layout(c: Candidate) -> int:
+    """0: a replica within a node; 1: tensor parallel over nodes; 2: pipeline stages over nodes."""
+    return 2 if c.pipeline_parallel > 1 else 1 if c.nodes_per_replica > 1 else 0
 
 
 def distinct(req: PlanRequest, ordered: list[Candidate]) -> list[Candidate]:
@@ -1306,7 +1388,7 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
             also = [f"{other.gate}: {other.reason(int(other.index[hit[0]]))}" for other in rejected
                     if other.gate in SHAPE_GATES and other.gate != r.gate
                     and len(hit := np.flatnonzero(other.shape == r.shape[j]))]
-            nearest.append(Infeasible(gpu_type=shape.gpu.key, gpus_per_replica=shape.tp, precision=shape.precision,
+            nearest.append(Infeasible(gpu_type=shape.gpu.key, gpus_per_replica=shape.gpus, precision=shape.precision,
                                       kv_cache_dtype=shape.kv_dtype,
                                       max_batch=None if r.batch is None else int(r.batch[j]),
                                       gate=r.gate, reason=reason, also=also))
@@ -1368,13 +1450,17 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine, kv_hint(checkpoint))
     settings = _settings(req, engine, candidate.max_batch)
     engine_factors = factors.engine(engine.name)
+    pp = candidate.pipeline_parallel
+    tp = candidate.gpus_per_replica // pp
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
-                                      candidate.gpus_per_replica, dp_attention=candidate.data_parallel_attention)[0]
+                                      tp, pp, dp_attention=candidate.data_parallel_attention)[0]
     hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
                               factors.engine_on(engine.name, gpu.key, gpu.vendor), factors.family(gpu.family),
-                              candidate.gpus_per_replica)
-    if candidate.gpus_per_replica > req.gpus_per_node.get(gpu.key, 8):
+                              tp, pp)
+    if tp > req.gpus_per_node.get(gpu.key, 8):
         hardware = over_the_network(hardware, np.array(True), req.network_gbps)
+    if pp > 1:
+        hardware = over_the_pipeline(hardware, req.network_gbps)
     if candidate.data_parallel_attention:
         hardware = with_dp_attention(hardware, np.array(True), attention_weight_bytes(req.arch, precision))
     return Deployment(hardware, settings, memory)

@@ -160,11 +160,14 @@ class _Pools:
         bound = np.minimum(poisson_capacity(pre_hw, p, 1.0, self.pre_slots, rows.chunk, rows.fraction),
                            1.0 / prefill_s(pre_hw, max(p * rows.fraction, 1.0), 1.0, rows.chunk))
         self.pre_cost_per_replica = rows.tp[self.pre_row] * rows.price[self.pre_row]
-        self.pre_floor = _replicas(req, bound * req.max_utilization) * self.pre_cost_per_replica
+        # Pools of pipelined replicas are not planned (docs/planning.md): no floor, so never within reach.
+        self.pre_floor = np.where(rows.pp[self.pre_row] > 1, np.inf,
+                                  _replicas(req, bound * req.max_utilization) * self.pre_cost_per_replica)
         self.dec_capacity = poisson_capacity(rows.hardware(np.arange(len(rows.shape))), p, o, rows.slots,
                                              rows.chunk, 0.0)
         self.dec_cost_per_replica = rows.tp * rows.price
-        self.dec_floor = _replicas(req, self.dec_capacity * req.max_utilization) * self.dec_cost_per_replica
+        self.dec_floor = np.where(rows.pp > 1, np.inf,
+                                  _replicas(req, self.dec_capacity * req.max_utilization) * self.dec_cost_per_replica)
         self.pre_group = grid.precision[rows.shape[self.pre_row]] * len(req.kv_dtypes) + grid.kv[
             rows.shape[self.pre_row]]
         self.dec_group = grid.precision[rows.shape] * len(req.kv_dtypes) + grid.kv[rows.shape]
@@ -187,8 +190,9 @@ class _Pools:
         dec_min = np.full(len(keys), np.inf)
         np.minimum.at(dec_min, dec_at[known], self.dec_floor[known])
         dec_partner = np.where(known, pre_min[np.minimum(dec_at, len(keys) - 1)], np.inf)
-        return (np.flatnonzero(self.pre_floor + dec_min[pre_at] <= reach),
-                np.flatnonzero(self.dec_floor + dec_partner <= reach))
+        pre_total, dec_total = self.pre_floor + dec_min[pre_at], self.dec_floor + dec_partner
+        return (np.flatnonzero(np.isfinite(pre_total) & (pre_total <= reach)),
+                np.flatnonzero(np.isfinite(dec_total) & (dec_total <= reach)))
 
     def build(self, pre: NDArray[np.intp], dec: NDArray[np.intp]) -> None:
         """The pools' models (their rate-free part, the search's sample) for prefill rows `pre` and the shapes of

@@ -255,8 +255,12 @@ def poisson_capacity(
     slots: ArrayLike,
     chunk_tokens: ArrayLike,
     prefill_fraction: ArrayLike = 1.0,
+    streams: ArrayLike = 1.0,
 ) -> FloatArray:
     """Requests/s one instance sustains with every slot busy: X solving X (TTFT + O TPOT(slots, X)) = slots.
+
+    `streams`: batches the instance runs at once, each with `slots` slots and steps of `hw` (a replica of `pp`
+    pipeline stages keeps `pp` in flight, one per stage): the instance sustains that many times one's rate.
 
     `prefill_fraction` is the share of each prompt that must be computed (1 - prefix-cache hit rate).
     With a the request's own prefill, b its O decode steps at full batch and w its prompt's compute seconds,
@@ -276,7 +280,8 @@ def poisson_capacity(
     linear = a + b + c * w
     x = 2.0 * c / (linear + np.sqrt(linear * linear - 4.0 * a * w * c))
     x = np.where(x * w <= 0.95, x, c / (a + b / (1.0 - 0.95)))
-    return x * (1.0 - 1e-12)  # a hair below the root, so that X (a + b / (1 - X w)) <= c holds in floats too
+    # A hair below the root, so that X (a + b / (1 - X w)) <= c holds in floats too.
+    return x * (1.0 - 1e-12) * np.asarray(streams, dtype=float)
 
 
 @dataclass(frozen=True)
@@ -299,6 +304,10 @@ class PoissonModel:
     Built by `poisson_model`. `at(rate)` is `poisson` at that rate; `quantiles(rate, wanted)` computes only
     the percentiles asked for. A search evaluates one model at many rates, so the rate-free work is done once;
     `take(index)` keeps some rows of a one-dimensional model.
+
+    A replica of `streams` streams (pipeline parallelism: one batch in flight per stage) splits its arrivals
+    evenly over them, each a queue of its own with `c` slots: rates, capacities and throughputs in and out are
+    the replica's, everything inside one stream's.
     """
 
     hw: Hardware
@@ -310,7 +319,7 @@ class PoissonModel:
     o_cv: FloatArray
     prompt_work: FloatArray  # compute seconds of one request's prompt (the share not served from cache)
     own_prefill: FloatArray  # prefill time of a mean prompt on its own
-    capacity: FloatArray
+    capacity: FloatArray     # one stream's
     outputs: FloatArray      # (*shape, samples): output lengths of the sampled requests
     gaps: FloatArray         # (*shape, samples): the token gaps TPOT averages over, max(outputs - 1, 1)
     service_pf: FloatArray   # (*shape, samples): their prefill service times
@@ -318,14 +327,15 @@ class PoissonModel:
     es2: FloatArray          # ... and its second moment
     arrival_cv2: FloatArray
     service_cv2: FloatArray | None
-    num_prompts: FloatArray
+    num_prompts: FloatArray  # one stream's share of the run
+    streams: FloatArray
     samples: int
 
     def take(self, index: ArrayLike, slots: ArrayLike | None = None, capacity: ArrayLike | None = None
              ) -> PoissonModel:
         """Rows `index` of a one-dimensional model (repeat a row to evaluate it at several rates at once), with
         other slot counts (max_num_seqs, or what the KV pool holds) and their capacity (`poisson_capacity`) if
-        given: nothing else the model holds depends on the slots."""
+        given (a replica's capacity; slots of one stream): nothing else the model holds depends on the slots."""
         idx = np.asarray(index)
         hw = take_hardware(self.hw, idx)
 
@@ -335,14 +345,15 @@ class PoissonModel:
             return a[idx]
 
         c = rows(self.c) if slots is None else np.maximum(np.asarray(slots, dtype=float), 1.0)
+        streams = rows(self.streams)
         return PoissonModel(
             hw=hw, curve=self.curve.take(idx, hw), shape=idx.shape, p=rows(self.p), o=rows(self.o), c=c,
             o_cv=rows(self.o_cv), prompt_work=rows(self.prompt_work), own_prefill=rows(self.own_prefill),
-            capacity=rows(self.capacity) if capacity is None else np.asarray(capacity, dtype=float),
+            capacity=rows(self.capacity) if capacity is None else np.asarray(capacity, dtype=float) / streams,
             outputs=rows(self.outputs), gaps=rows(self.gaps), service_pf=rows(self.service_pf), es=rows(self.es),
             es2=rows(self.es2), arrival_cv2=rows(self.arrival_cv2),
             service_cv2=None if self.service_cv2 is None else rows(self.service_cv2),
-            num_prompts=rows(self.num_prompts), samples=self.samples,
+            num_prompts=rows(self.num_prompts), streams=streams, samples=self.samples,
         )
 
     def at(self, rate: ArrayLike, metrics: tuple[str, ...] = ("ttft", "tpot", "e2e")) -> LoadResult:
@@ -354,9 +365,10 @@ class PoissonModel:
         tpot_mean = tpot_samples.mean(axis=-1)
         e2e = ttft_mean + (self.o - 1.0) * load.tpot_bar
         e2e_q = _quantiles(ttft_samples + (self.outputs - 1.0) * tpot_samples) if "e2e" in metrics else {}
+        k = self.streams
         return LoadResult(ttft_mean, _quantiles(ttft_samples) if "ttft" in metrics else {}, tpot_mean,
-                          _quantiles(tpot_samples) if "tpot" in metrics else {}, e2e, load.x, load.x * self.o,
-                          load.n, load.overloaded, e2e_q, self.capacity)
+                          _quantiles(tpot_samples) if "tpot" in metrics else {}, e2e, load.x * k, load.x * self.o * k,
+                          load.n * k, load.overloaded, e2e_q, self.capacity * k)
 
     def quantiles(self, rate: ArrayLike, wanted: Sequence[tuple[str, float]]) -> FloatArray:
         """Only the latencies `wanted` at `rate`, as (metric, quantile) pairs: shape (len(wanted), *shape) [s].
@@ -382,7 +394,7 @@ class PoissonModel:
         return samples
 
     def _load(self, rate: ArrayLike) -> _Load:
-        lam = np.broadcast_to(np.asarray(rate, dtype=float), self.shape).astype(float)
+        lam = np.broadcast_to(np.asarray(rate, dtype=float), self.shape) / self.streams  # one stream's
         overloaded = lam >= self.capacity * 0.995
         x = np.minimum(lam, self.capacity)
         stretch = _prompt_stretch(x, self.prompt_work)
@@ -468,6 +480,7 @@ def poisson_model(
     capacity: ArrayLike | None = None,
     samples: int = _SAMPLES,
     rate_shape: tuple[int, ...] = (),
+    streams: ArrayLike = 1.0,
 ) -> PoissonModel:
     """The rate-free part of `poisson`: the same arguments less the rate, whose array shape (when it has more
     dimensions than the deployments) is `rate_shape`."""
@@ -477,8 +490,9 @@ def poisson_model(
     c = np.maximum(np.asarray(slots, dtype=float), 1.0)
     ca2 = np.asarray(arrival_cv2, dtype=float)
     m = np.asarray(num_prompts, dtype=float)
+    k = np.asarray(streams, dtype=float)
     shape = np.broadcast_shapes(tuple(rate_shape), p.shape, o.shape, c.shape, np.shape(hw.bandwidth_bytes_s),
-                                ca2.shape, m.shape)
+                                ca2.shape, m.shape, k.shape)
     p, o, c = (np.broadcast_to(x, shape).astype(float) for x in (p, o, c))
     o_cv = np.broadcast_to(np.asarray(output_cv, dtype=float), shape)
     fraction = np.broadcast_to(np.asarray(prefill_fraction, dtype=float), shape)
@@ -487,8 +501,9 @@ def poisson_model(
     prompt_work = p * fraction * prefill_compute_s_per_token(hw, p)
     own_prefill = prefill_s(hw, np.maximum(p * fraction, 1.0), 1.0, chunk_tokens)
     if capacity is None:
-        capacity = poisson_capacity(hw, p, o, c, chunk_tokens, fraction)
-    capacity = np.broadcast_to(np.asarray(capacity, dtype=float), shape)
+        capacity = poisson_capacity(hw, p, o, c, chunk_tokens, fraction, k)
+    k = np.broadcast_to(k, shape)
+    capacity = np.broadcast_to(np.asarray(capacity, dtype=float), shape) / k  # one stream's
 
     # Prompt and output lengths of individual requests: sampled once, and kept as one row seen by every row
     # (a broadcast view), when every row shares them.
@@ -515,7 +530,7 @@ def poisson_model(
         service_pf=service_pf,
         es=service_pf.mean(axis=-1), es2=(service_pf**2).mean(axis=-1), arrival_cv2=np.broadcast_to(ca2, shape),
         service_cv2=None if service_cv2 is None else np.broadcast_to(np.asarray(service_cv2, dtype=float), shape),
-        num_prompts=np.broadcast_to(m, shape), samples=samples,
+        num_prompts=np.broadcast_to(m, shape) / k, streams=k, samples=samples,
     )
 
 
@@ -537,6 +552,7 @@ def poisson(
     capacity: ArrayLike | None = None,
     samples: int = _SAMPLES,
     metrics: tuple[str, ...] = ("ttft", "tpot", "e2e"),
+    streams: ArrayLike = 1.0,
 ) -> LoadResult:
     """Open-loop arrivals at `rate` requests/s to one instance (Poisson when arrival_cv2 = 1).
 
@@ -551,9 +567,9 @@ def poisson(
     may be passed when already known (`poisson_capacity`); `samples` sets the size of the stratified
     sample the percentiles come from (fewer is faster and coarser); `metrics` names the percentiles
     wanted (the others come back empty). To evaluate the same deployments at many rates, build their
-    `poisson_model` once.
+    `poisson_model` once. `streams`: see `PoissonModel` (rates, capacity and throughputs the replica's).
     """
     model = poisson_model(hw, prompt_tokens, output_tokens, slots, chunk_tokens, prompt_cv, output_cv, arrival_cv2,
                           num_prompts, max_prompt_tokens, service_cv2=service_cv2, prefill_fraction=prefill_fraction,
-                          capacity=capacity, samples=samples, rate_shape=np.shape(rate))
+                          capacity=capacity, samples=samples, rate_shape=np.shape(rate), streams=streams)
     return model.at(rate, metrics)

@@ -195,8 +195,8 @@ class _StepModel:
         if hw:
             tp = f["tp"]
             ring = 2.0 * (tp - 1.0) / max(tp, 1.0) * f["allreduce_bytes_per_token"] / f["link_bytes_s"]
-            self.allreduce_token_s = f["allreduces_per_step"] * ring
-            self.allreduce_latency_s = f["allreduces_per_step"] * f["link_latency_s"]
+            self.allreduce_token_s = f["allreduces_per_step"] * ring + f["stage_send_s_per_token"]
+            self.allreduce_latency_s = f["allreduces_per_step"] * f["link_latency_s"] + f["stage_send_latency_s"]
         self.overlap = f.get("overlap_penalty", 0.0)
         self.step_overhead_s = f.get("step_overhead_s", 0.0)
         self.sequence_overhead_s = f.get("sequence_overhead_s", 0.0)

@@ -70,9 +70,14 @@ def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int 
         req = replace(req, rate_rps=req.rate_rps * MAX_SIMULATED_REPLICAS / replicas)
         replicas = MAX_SIMULATED_REPLICAS
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
-    return simulate(deployment.hardware, served, replicas=replicas, max_batch=candidate.max_batch,
-                    kv_tokens=deployment.memory.kv_cache_tokens, chunk_tokens=deployment.settings.step_tokens,
-                    router=router, policy=deployment.settings.scheduling)
+    # A replica of pp pipeline stages serves as pp engines of its stages' steps, each with 1/pp of its batch cap
+    # and KV pool (one batch in flight per stage; the engine's pool is shared, so one stream's share is at least a
+    # whole sequence), the router spreading requests over all of them.
+    pp = candidate.pipeline_parallel
+    kv_tokens = max(deployment.memory.kv_cache_tokens // pp, max_len + 1)
+    return simulate(deployment.hardware, served, replicas=replicas * pp, max_batch=max(candidate.max_batch // pp, 1),
+                    kv_tokens=kv_tokens, chunk_tokens=deployment.settings.step_tokens, router=router,
+                    policy=deployment.settings.scheduling)
 
 
 def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int,

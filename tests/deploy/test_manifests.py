@@ -31,7 +31,7 @@ from inferplan.planner.engine_args import DEFAULT_VERSIONS, flag_problems
 from inferplan.planner.gpus import GPU_VENDORS, load_gpu_catalog
 from inferplan.planner.results import Candidate
 from inferplan.planner.spec import PlanError, PlanRequest, load_plan_file, parse_plan, resolve_plan
-from tests.support.plans import EXAMPLES, over_two_nodes, planned
+from tests.support.plans import EXAMPLES, IN_A_NODE, over_two_nodes, planned
 from tests.support.schemas import assert_valid
 
 AMD_IMAGE = "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"  # vLLM names no ROCm image by version: the user gives one
@@ -66,7 +66,7 @@ def as_pod(spec: dict[str, Any]) -> dict[str, Any]:
 # What runs is the plan
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", IN_A_NODE, ids=lambda p: p.stem)
 def test_the_deployment_runs_the_recommendation(path: Path) -> None:
     request, candidate = planned(path)
     objects = by_kind(rendered(path))
@@ -88,7 +88,7 @@ def test_the_deployment_runs_the_recommendation(path: Path) -> None:
     assert container["name"] == "engine"
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", IN_A_NODE, ids=lambda p: p.stem)
 def test_the_engine_listens_where_the_service_and_probes_look(path: Path) -> None:
     request, _ = planned(path)
     objects = by_kind(rendered(path))
@@ -147,7 +147,7 @@ def test_shared_memory_cache_and_token() -> None:
 # Valid objects
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", IN_A_NODE, ids=lambda p: p.stem)
 def test_rendered_objects_are_valid_kubernetes_objects(path: Path) -> None:
     for obj in rendered(path):
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "inferplan"
@@ -175,7 +175,7 @@ def test_a_recommendation_renders_to_the_same_bytes_in_any_process() -> None:
         assert digest in done.stderr and manifests.manifests_digest(objects) == digest
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", IN_A_NODE, ids=lambda p: p.stem)
 def test_the_yaml_is_the_same_whichever_emitter_pyyaml_has(path: Path) -> None:
     """to_yaml uses libyaml's emitter where PyYAML has it: a digest must not depend on whether it does."""
     import yaml
@@ -266,6 +266,22 @@ def test_a_replica_over_nodes_is_a_leader_worker_set(stem: str) -> None:
             assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
             assert args[args.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):20000"
             assert flag_problems("sglang", request.engine_version, args) == []
+
+
+def test_pipeline_stages_over_nodes_are_a_leader_worker_set_of_a_node_per_stage() -> None:
+    """The 405B example's recommendation: two stages of 8 H100, one pod per node, the stages in the leader's
+    arguments after the tensor-parallel size of one node."""
+    request, candidate = planned(next(p for p in EXAMPLES if p.stem == "llama-405b-bf16-h100"))
+    assert (candidate.pipeline_parallel, candidate.gpus_per_replica, candidate.nodes_per_replica) == (2, 16, 2)
+    lws = by_kind(render(request, candidate, name="llm"))["LeaderWorkerSet"]
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2 and lws["spec"]["replicas"] == candidate.replicas
+    for role in ("leaderTemplate", "workerTemplate"):
+        container = template[role]["spec"]["containers"][0]
+        assert container["resources"]["limits"][GPU_VENDORS["nvidia"].resource] == "8"
+        assert_valid(as_pod(template[role]["spec"]))
+    leader = " ".join(template["leaderTemplate"]["spec"]["containers"][0]["args"])
+    assert "--tensor-parallel-size 8 --pipeline-parallel-size 2" in leader and "ray start --head" in leader
 
 
 def test_a_replica_over_nodes_is_not_rendered_where_the_engine_or_target_cannot_run_it() -> None:

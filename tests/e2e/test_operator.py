@@ -375,3 +375,44 @@ def test_a_disaggregated_recommendation_carries_its_roles_in_the_status(cluster:
     finally:
         for name in added:
             core.delete_node(name)
+
+
+LLAMA_405B_TWO_NODES = {
+    "model": {"name": "meta-llama/Llama-3.1-405B-Instruct", "precisions": ["bf16"]},
+    "engine": {"name": "vllm"},
+    "workload": {"requestsPerSecond": "0.5", "promptTokens": {"mean": 1000, "p95": 3000},
+                 "outputTokens": {"mean": 300, "p95": 900}},
+    "slo": {"ttft": {"maxMs": 3000, "percentile": "p95"}, "tpot": {"maxMs": 60, "percentile": "p95"}},
+    "constraints": {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "tensorParallelSizes": [8, 16], "maxNodesPerReplica": 2,
+                    "minReplicas": 1},
+    "verify": False,
+}
+
+
+def test_a_pipelined_recommendation_carries_its_stages_in_the_status(cluster: dict[str, Any]) -> None:
+    """405B in bf16 on two nodes of 8 H100: the status says the replica is two pipeline stages over two nodes
+    (what a LeaderWorkerSet needs), with both sizes in its arguments, as the API server stored it."""
+    core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
+    product = "NVIDIA-H100-80GB-HBM3"
+    added = []
+    try:
+        for name in ("pp-a", "pp-b"):  # its own nodes, as above
+            core.create_node(node(name, product, 8))
+            added.append(name)
+            core.patch_node_status(name, {"status": node(name, product, 8)["status"]})
+        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pp-405b", LLAMA_405B_TWO_NODES))
+        with runner() as kopf_run:
+            obj = wait_for(lambda: planned(cluster, "pp-405b"), timeout_s=60)
+        assert kopf_run.exception is None, kopf_run.output
+        assert condition(obj, "Ready")["status"] == "True", obj["status"]
+        rec = obj["status"]["recommendation"]
+        assert (rec["pipelineParallel"], rec["gpusPerReplica"], rec["nodesPerReplica"]) == (2, 16, 2), rec
+        args = rec["engineArgs"]
+        assert args[args.index("--pipeline-parallel-size") + 1] == "2"
+        assert args[args.index("--tensor-parallel-size") + 1] == "8"
+        shapes = dict(line.split(": ", 1) for line in obj["status"]["shapes"])
+        assert shapes["aggregated, pipeline stages over nodes"].endswith("the recommendation")
+        objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pp-405b")
+    finally:
+        for name in added:
+            core.delete_node(name)

@@ -239,6 +239,28 @@ def test_the_deployment_the_planner_wrote_reads_back_as_planned(engine: str) -> 
     assert (found["gpus_per_replica"], found["max_batch"]) == (2, c.max_batch)
 
 
+def test_a_pipelined_replica_reads_back_with_all_its_stages() -> None:
+    """A pod of one pipeline stage (a LeaderWorkerSet leader's arguments) reads back as the whole replica: TP x
+    stages GPUs and its stages, so it is predicted as the search planned it."""
+    from inferplan.planner.search import plan
+
+    path = EXAMPLE.parents[1] / "platform" / "llama-405b-bf16-h100.yaml"
+    request = resolve_plan(load_plan_file(path))
+    rec = plan(request).recommendation
+    assert rec is not None and rec.pipeline_parallel == 2
+    body = vllm_deployment(rec.engine_args, gpus="8")  # a pod holds one stage's GPUs
+    body["spec"]["template"]["spec"]["nodeSelector"] = rec.node_selector
+    found = read_deployment(body, "vllm")
+    assert (found["gpus_per_replica"], found["pipeline_parallel"]) == (16, 2)
+    current = resolve_current({"deployment": "llama"}, body, request)
+    assert current.shape.pipeline_parallel == 2 and current.shape.gpus_per_replica == 16
+    # At the plan's rate over the recommendation's replicas: the search's numbers for it.
+    predicted = predict_current(request, dataclasses.replace(current.shape, replicas=rec.replicas))
+    for metric, quantiles in (("tpot", rec.predicted.tpot_ms), ("ttft", rec.predicted.ttft_ms)):
+        assert predicted.latency[metric][0.95] * 1e3 == pytest.approx(quantiles.p95, rel=0.01)
+    assert "pipeline_parallel" not in read_deployment(vllm_deployment(["--tensor-parallel-size", "8"]), "vllm")
+
+
 def test_a_deployment_with_data_parallel_attention_reads_back_as_such() -> None:
     """SGLang's --enable-dp-attention, as the planner writes it for an MLA model, reads back into the current
     shape, so the running deployment is predicted with the attention it runs."""

@@ -225,3 +225,21 @@ def test_flag_spellings_put_the_plans_engine_first() -> None:
     assert flag_spellings("tp", "sglang")[0] == "--tp-size"
     assert set(flag_spellings("tp")) >= {"--tensor-parallel-size", "-tp", "--tp-size", "--num-shard", "--tp_size",
                                           "--tp"}
+
+
+@pytest.mark.parametrize(("engine", "version"), [p for p in PINNED if p[0] in ("vllm", "sglang", "tensorrt-llm")])
+def test_pipeline_stages_follow_the_tensor_parallel_size_with_the_engines_flag(engine: str, version: str) -> None:
+    launch = engine_launch(engine, version, "org/model", "native", "bf16", 8, 64, "auto", _settings(True), pp=2)
+    tp, pp = ENGINE_FLAGS[engine].tp[0], ENGINE_FLAGS[engine].pp[0]
+    at = launch.args.index(tp)
+    assert launch.args[at:at + 4] == [tp, "8", pp, "2"]
+    assert not flag_problems(engine, version, launch.args)
+    assert any(n.startswith(f"{pp} 2") and "2 stages of 8 GPUs" in n for n in launch.notes)
+    single = engine_launch(engine, version, "org/model", "native", "bf16", 8, 64, "auto", _settings(True))
+    assert pp not in single.args
+
+
+def test_engines_without_pipeline_stages_refuse_them() -> None:
+    for engine in ("tgi", "lmdeploy"):
+        with pytest.raises(ValueError, match="no pipeline parallelism"):
+            engine_launch(engine, None, "org/model", "native", "bf16", 8, 64, "auto", _settings(True), pp=2)

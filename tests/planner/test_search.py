@@ -27,6 +27,7 @@ from inferplan.planner.search import (
     _grid_rate,
     _objectives,
     _RateSearch,
+    _Rows,
     count_bounds,
     non_dominated,
     plan,
@@ -165,6 +166,55 @@ def test_a_replica_may_span_the_nodes_the_plan_allows_and_pays_for_the_network()
     ttft = [r.recommendation.predicted.ttft_ms.p50 for r in (within, slow)]
     assert within.recommendation is not None and slow.recommendation is not None
     assert ttft[0] < rec.predicted.ttft_ms.p50 < ttft[1]
+
+
+LLAMA_405B = {"model.name": "meta-llama/Llama-3.1-405B-Instruct", "constraints.tensorParallelSizes": [8, 16],
+              "workload.promptTokens": {"mean": 1000, "p95": 3000}, "workload.outputTokens": {"mean": 300, "p95": 900},
+              "workload.requestsPerSecond": "2", "slo.ttft": {"maxMs": 3000, "percentile": "p95"},
+              "slo.tpot": {"maxMs": 60, "percentile": "p95"}}
+
+
+def test_pipeline_stages_of_a_node_each_hold_a_model_no_node_holds() -> None:
+    """405B in bf16 (810 GB) does not fit 8 H100: over two nodes, two pipeline stages of TP 8 beat TP 16, whose
+    all-reduces all cross the network; the engine gets both sizes, and the replica is two nodes of 8."""
+    one_node = plan(request(**LLAMA_405B))
+    assert one_node.recommendation is None and {i.gate for i in one_node.infeasible} >= {"memory"}
+    two = request(**LLAMA_405B, **{"constraints.maxNodesPerReplica": 2})
+    result = plan(two)
+    rec = result.recommendation
+    assert rec is not None
+    assert (rec.pipeline_parallel, rec.gpus_per_replica, rec.nodes_per_replica) == (2, 16, 2)
+    at = rec.engine_args.index("--tensor-parallel-size")
+    assert rec.engine_args[at:at + 4] == ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
+    tp16 = plan(request(**{**LLAMA_405B, "constraints.tensorParallelSizes": [16]},
+                        **{"constraints.maxNodesPerReplica": 2})).recommendation
+    assert tp16 is not None and tp16.pipeline_parallel == 1 and tp16.gpus_per_replica == 16
+    assert rec.cost.dollars_per_hour < tp16.cost.dollars_per_hour
+    shapes = dict(line.split(": ", 1) for line in result.shapes)
+    assert shapes["aggregated, pipeline stages over nodes"].endswith("the recommendation")
+    assert shapes["aggregated, tensor parallel over nodes"].startswith(f"${tp16.cost.dollars_per_hour:.2f}/h")
+
+
+def test_a_pipelined_replica_keeps_a_batch_in_flight_per_stage() -> None:
+    """Two stages of TP 8 at twice the batch sustain nearly twice the rate of one TP 8 replica (each stage busy
+    with its own batch; a little less for the sends between nodes): per GPU about the same, not half."""
+    req = request(**{"model.name": "meta-llama/Llama-3.3-70B-Instruct", "model.precisions": ["fp8"],
+                     "constraints.tensorParallelSizes": [8], "constraints.maxNodesPerReplica": 2})
+    grid = _grid(req, ENGINES["vllm"], load_factors())
+    assert sorted(set(grid.pp.tolist())) == [1, 2]
+    rows = _Rows(req, grid)
+
+    def row(pp: int, batch: int) -> int:
+        return int(np.flatnonzero((rows.pp == pp) & (rows.batch == batch))[0])
+
+    single, pipelined = row(1, 32), row(2, 64)
+    assert rows.slots[single] == rows.slots[pipelined] == 32  # per stream
+    ratio = rows.capacity[pipelined] / rows.capacity[single]
+    assert 1.7 < ratio < 2.0, ratio
+    # TGI has no pipeline stages; a plan that keeps replicas in a node has none either.
+    assert set(_grid(request(**{"engine.name": "tgi", "constraints.maxNodesPerReplica": 2}), ENGINES["tgi"],
+                     load_factors()).pp.tolist()) == {1}
+    assert set(_grid(request(), ENGINES["vllm"], load_factors()).pp.tolist()) == {1}
 
 
 def test_an_mla_model_on_sglang_is_also_planned_with_data_parallel_attention() -> None:

@@ -124,6 +124,34 @@ def test_poisson_model_gives_what_poisson_gives() -> None:
         assert np.array_equal(value, np.quantile(samples, q, axis=-1))
 
 
+def test_a_replica_of_several_streams_is_that_many_queues_sharing_its_arrivals() -> None:
+    """Pipeline parallelism: a replica of k streams (one batch in flight per stage) at k times a rate has the
+    latencies of one stream at that rate, and k times its capacity, throughput and running sequences (above
+    capacity, a finite run of k times the requests: each stream gets its share)."""
+    factors = load_factors()
+    arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    g = resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    hw = build_hardware(arch, g, weight_precision("bf16"), 2.0, ENGINES["vllm"], factors.engine("vllm"),
+                        factors.family(g.family), 1, 2)
+    one = poisson_capacity(hw, 700, 300, 32.0, 2048.0)
+    assert poisson_capacity(hw, 700, 300, 32.0, 2048.0, 1.0, 3.0) == pytest.approx(3 * one)
+    args = (700, 300, 32.0, 2048.0, 0.9, 0.6, 1.0)
+    for share in (0.2, 0.8, 1.1):
+        alone = poisson(hw, share * one, *args, 1000, samples=64)
+        three = poisson(hw, 3 * share * one, *args, 3000, samples=64, streams=3)
+        assert np.allclose(three.ttft_q[0.95], alone.ttft_q[0.95])
+        assert np.allclose(three.tpot_q[0.5], alone.tpot_q[0.5])
+        assert np.allclose(three.e2e_q[0.99], alone.e2e_q[0.99], rtol=1e-9)
+        assert float(three.requests_per_s) == pytest.approx(3 * float(alone.requests_per_s))
+        assert float(three.concurrency) == pytest.approx(3 * float(alone.concurrency))
+        assert float(three.capacity) == pytest.approx(3 * float(alone.capacity))
+    # The search's way: a model per shape, rows taken with their slots and (the replica's) capacity.
+    model = poisson_model(stack_hardware([hw]), *args, samples=64, streams=np.array([3.0]))
+    rows = model.take(np.zeros(2, dtype=int), np.full(2, 32.0), np.full(2, 3 * one))
+    assert np.allclose(rows.quantiles(np.array([0.6 * one, 2.4 * one]), [("ttft", 0.9)])[0],
+                       [poisson(hw, r, *args, samples=64).ttft_q[0.9] for r in (0.2 * one, 0.8 * one)])
+
+
 def test_concurrency_is_little_fixed_point() -> None:
     # n = x (TTFT + O TPOT(n)) must hold at the n the queueing model uses, wherever one sequence or more runs.
     factors = load_factors()
