@@ -122,16 +122,24 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
         pre_keep, dec_keep = pools.within(reach)
     pools.search(pre_keep, dec_keep)
     # The offers cheapest first, each pair once, until SHOWN candidates meet every target by their combined
-    # latencies: the frontier and the alternatives are drawn from these and the aggregated ones.
+    # latencies: the frontier and the alternatives are drawn from these and the aggregated ones. The next offers
+    # that could make up the SHOWN are confirmed together (the same ones, one at a time, would be tried).
     found: dict[tuple[int, ...], Candidate] = {}
     tried: set[tuple[int, int]] = set()
-    for _, pair, i, k in pools.all_offers():
-        if len(found) >= SHOWN or pair in tried:
-            continue
-        tried.add(pair)
-        candidate = pools.candidate(k, i, pair[1])
-        if candidate is not None:
-            found[(*pair, *(r.replicas for r in candidate.roles))] = candidate
+    untried = iter(pools.all_offers())
+    while len(found) < SHOWN:
+        picks: list[tuple[int, int, int]] = []
+        for _, pair, i, k in untried:
+            if pair not in tried:
+                tried.add(pair)
+                picks.append((k, i, pair[1]))
+                if len(picks) == SHOWN - len(found):
+                    break
+        if not picks:
+            break
+        for (_, i, dec), candidate in zip(picks, pools.candidates(picks), strict=True):
+            if candidate is not None:
+                found[(int(pools.pre_row[i]), dec, *(r.replicas for r in candidate.roles))] = candidate
     if not found:
         warnings.append("no disaggregated deployment meets every target within the plan's limits")
     return list(found.values())
@@ -265,12 +273,10 @@ class _Pools:
         pre_cost = np.where(pre_best > 0, pre_replicas * self.pre_cost_per_replica, np.inf)
         dec_cost = np.where(dec_best > 0, dec_replicas * self.dec_cost_per_replica, np.inf)
         out = []
-        feasible = np.isfinite(dec_cost)
-        for group, tp in sorted(set(zip(self.dec_group[feasible].tolist(), rows.tp[feasible].tolist(), strict=True))):
-            pres = np.flatnonzero((self.pre_group == group) & (self.pre_tp_d == tp) & np.isfinite(pre_cost))
-            decs = np.flatnonzero((self.dec_group == group) & (rows.tp == tp) & feasible)
-            pres = pres[np.argsort(pre_cost[pres], kind="stable")][:PAIRS]
-            decs = decs[np.argsort(dec_cost[decs], kind="stable")][:PAIRS]
+        pre_rows, pre_keys = _cheapest_per_key(self.pre_group * 1024 + self.pre_tp_d, pre_cost)
+        dec_rows, dec_keys = _cheapest_per_key(self.dec_group * 1024 + rows.tp, dec_cost)
+        for key in np.unique(dec_keys):  # (precision, KV dtype) then decode TP, in order
+            pres, decs = pre_rows[pre_keys == key], dec_rows[dec_keys == key]
             pairs = sorted(((int(i), int(j)) for i in pres for j in decs),
                            key=lambda ij: (pre_cost[ij[0]] + dec_cost[ij[1]], ij))
             for i, j in pairs:
@@ -280,32 +286,57 @@ class _Pools:
                     break
         return out
 
-    def candidate(self, k: int, i: int, dec: int) -> Candidate | None:
-        """The pair (prefill pool row `i`, decode row `dec`) under split `k`, confirmed with the report's sample:
-        each pool's best rate searched again with it (a tail percentile of the search's coarse sample can sit
-        under its target where the full sample's does not), its replicas from that, the plan's limits, and the
-        combined latencies against every target. None where any of that fails."""
-        req, rows, split = self.req, self.rows, self.splits[k]
+    def candidates(self, picks: list[tuple[int, int, int]]) -> list[Candidate | None]:
+        """Each pick (split `k`, prefill pool row `i`, decode row `dec`) confirmed with the report's sample: each
+        pool's best rate searched again with it (a tail percentile of the search's coarse sample can sit under its
+        target where the full sample's does not), its replicas from that, the plan's limits, and the combined
+        latencies against every target; None where any of that fails. The picks' pools are built and searched
+        together (each row on its own: the same numbers as one pick at a time)."""
+        req, rows = self.req, self.rows
         p, o = req.prompt_mean, req.output_mean
-        pre = int(self.pre_row[i])
-        pre_pool = prefill_pool(rows.hardware(np.array([pre])), float(self.pre_tp_d[i]), p, self.pre_slots[[i]],
+        ks, pres_i, decs = (np.array(v) for v in zip(*picks, strict=True))
+        pres = self.pre_row[pres_i]
+        pre_pool = prefill_pool(rows.hardware(pres), self.pre_tp_d[pres_i].astype(float), p, self.pre_slots[pres_i],
                                 rows.chunk, req.prompt_cv, req.arrival_cv2, rows.fraction, req.network_gbps,
                                 REPORT_SAMPLES)
-        dec_pool = decode_pool(rows.hardware(np.array([dec])), p, o, rows.slots[[dec]], rows.chunk, req.output_cv,
+        dec_pool = decode_pool(rows.hardware(decs), p, o, rows.slots[decs], rows.chunk, req.output_cv,
                                req.arrival_cv2, req.service_cv2, REPORT_SAMPLES)
-        one = np.array([0])
-        pre_best = float(_best_rates(pre_pool.take, pre_pool.capacity, req, split.prefill_wanted,
-                                     split.prefill_targets, one)[0])
-        dec_best = float(_best_rates(dec_pool.take, dec_pool.capacity, req, split.decode_wanted,
-                                     split.decode_targets, one)[0])
-        if pre_best <= 0 or dec_best <= 0:
-            return None
-        pre_replicas, dec_replicas = (int(n) for n in _replicas(req, np.array([pre_best, dec_best])))
-        if not _within_limits(req, self.grid, rows, pre, pre_replicas, dec, dec_replicas):
-            return None
-        return _candidate(req, self.engine, self.factors, self.grid, rows, (pre_pool, dec_pool), pre, pre_replicas,
-                          pre_best, float(pre_pool.capacity[0]), dec, dec_replicas, dec_best,
-                          float(dec_pool.capacity[0]))
+        every = np.arange(len(picks))
+        pre_targets = np.concatenate([self.splits[k].prefill_targets for k in ks], axis=1)
+        dec_targets = np.concatenate([self.splits[k].decode_targets for k in ks], axis=1)
+        pre_best = _best_rates(pre_pool.take, pre_pool.capacity, req, self.splits[0].prefill_wanted, pre_targets,
+                               every)
+        dec_best = _best_rates(dec_pool.take, dec_pool.capacity, req, self.splits[0].decode_wanted, dec_targets,
+                               every)
+        out: list[Candidate | None] = []
+        for j in every:
+            pre, dec = int(pres[j]), int(decs[j])
+            if pre_best[j] <= 0 or dec_best[j] <= 0:
+                out.append(None)
+                continue
+            pre_replicas, dec_replicas = (int(n) for n in _replicas(req, np.array([pre_best[j], dec_best[j]])))
+            if not _within_limits(req, self.grid, rows, pre, pre_replicas, dec, dec_replicas):
+                out.append(None)
+                continue
+            one = np.array([j])
+            out.append(_candidate(req, self.engine, self.factors, self.grid, rows, (pre_pool.take(one),
+                                  dec_pool.take(one)), pre, pre_replicas, float(pre_best[j]),
+                                  float(pre_pool.capacity[j]), dec, dec_replicas, float(dec_best[j]),
+                                  float(dec_pool.capacity[j])))
+        return out
+
+
+def _cheapest_per_key(key: NDArray[np.int_], cost: NDArray[np.float64]) -> tuple[NDArray[np.intp], NDArray[np.int_]]:
+    """The PAIRS cheapest rows of finite `cost` per value of `key` (ties: the lower row first), in (key, cost)
+    order, and their keys."""
+    index = np.flatnonzero(np.isfinite(cost))
+    order = index[np.lexsort((index, cost[index], key[index]))]
+    keys = key[order]
+    first = np.r_[True, keys[1:] != keys[:-1]] if len(order) else np.zeros(0, dtype=bool)
+    place = np.arange(len(order))
+    rank = place - np.maximum.accumulate(np.where(first, place, 0))
+    keep = order[rank < PAIRS]
+    return keep, key[keep]
 
 
 def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[np.float64], req: PlanRequest,
