@@ -377,6 +377,34 @@ def _unpack(spec: str, work: Path) -> tuple[Path, str]:
     return target, wheel.name
 
 
+# SGLang's P/D router (what `inferplan render` runs in front of disaggregated SGLang pools). Its parser builds the
+# flag names with f-strings, so it is imported (router_args.py needs only the standard library) rather than read.
+ROUTER = ("sglang-router", "sglang-router==0.2.1", "sglang_router/router_args.py",
+          "python3 -m sglang_router.launch_router")
+
+
+def router_flags(work: Path) -> dict[str, Any]:
+    import importlib.util
+
+    name, spec, file, entry = ROUTER
+    root, wheel = _unpack(spec, work)
+    module_spec = importlib.util.spec_from_file_location("router_args", root / file)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    parser = argparse.ArgumentParser()
+    module.RouterArgs.add_cli_args(parser)
+    flags: dict[str, dict[str, Any]] = {}
+    for action in parser._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and option != "--help":
+                value = "none" if action.nargs == 0 else "optional" if action.nargs == "?" else "required"
+                flags[option] = {"value": value, **({"choices": list(action.choices)} if action.choices else {})}
+    return {name: {"version": spec.split("==")[1], "entry_point": entry,
+                   "source": f"wheel {wheel}: {file} (RouterArgs.add_cli_args, imported)",
+                   "flags": dict(sorted(flags.items()))}}
+
+
 def build(work: Path) -> dict[str, Any]:
     engines: dict[str, dict[str, Any]] = {}
     for engine, line, spec, files, entry in WHEELS:
@@ -395,6 +423,7 @@ def build(work: Path) -> dict[str, Any]:
                  "scripts/engine_flags.py; source says where each list comes from ('docs' = not read from the "
                  "engine's code).",
         "engines": engines,
+        "routers": router_flags(work),
     }
 
 

@@ -185,6 +185,9 @@ def autoscaling(request: PlanRequest, candidate: Candidate, *, name: str, namesp
     target (requests/s, or running sequences with metric "concurrency")."""
     if kind not in KINDS:
         raise ValueError(f"unknown autoscaling kind {kind!r}; known: {', '.join(KINDS)}")
+    if candidate.roles:
+        raise ValueError("a disaggregated deployment's pools are not autoscaled by inferplan: each scales on its own "
+                         "load (prompts for the prefill pool, running sequences for the decode pool)")
     value = _target_value(request, candidate, metric)
     bounds = replica_bounds(request, candidate)
     ref, pods = _scale_target(request, candidate, name, target)

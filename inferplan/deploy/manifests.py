@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from inferplan.planner.engine_args import DEFAULT_VERSIONS, version_line
+from inferplan.planner.engine_args import DEFAULT_VERSIONS, router_flags, version_line
 from inferplan.planner.gpus import GPU_VENDORS, GpuSpec, load_gpu_catalog
 from inferplan.planner.memory import weight_bytes
 from inferplan.planner.precisions import weight_precision
@@ -445,21 +445,141 @@ def inference_service(request: PlanRequest, candidate: Candidate, *, name: str, 
             "metadata": metadata(name, namespace, annotations=annotations), "spec": {"predictor": predictor}}
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Disaggregated prefill and decode (SGLang)
+
+ROLE_LABEL = "inferplan.io/role"
+BOOTSTRAP_PORT = 8998
+"""SGLang's default --disaggregation-bootstrap-port: a decode server fetches the KV of a request from the prefill
+server's bootstrap server at this port; the router learns it from the pod annotation `BOOTSTRAP_ANNOTATION`."""
+BOOTSTRAP_ANNOTATION = "sglang.ai/bootstrap-port"  # sglang-router's service discovery reads it (router_args.py)
+ROUTER_METRICS_PORT = 29000  # sglang-router's --prometheus-port default
+
+
+def _role_candidate(candidate: Candidate, role: str) -> Candidate:
+    """`candidate` as one of its pools: the role's GPU type, node selector, GPUs, replicas, batch and arguments."""
+    r = next(r for r in candidate.roles if r.role == role)
+    return candidate.model_copy(update={
+        "gpu_type": r.gpu_type, "node_selector": r.node_selector, "gpus_per_replica": r.gpus_per_replica,
+        "nodes_per_replica": r.nodes_per_replica, "pipeline_parallel": 1, "replicas": r.replicas,
+        "gpus": r.gpus, "max_batch": r.max_batch, "engine_args": r.engine_args, "roles": []})
+
+
+def _with_role(obj: dict[str, Any], name: str, role: str) -> dict[str, Any]:
+    """A Deployment of plan `name` relabelled as its `role`: the plan's labels and the role's on the object, its
+    selector and its pods (so the plan's Service and the router tell the pools apart)."""
+    role_labels = {**labels(name), ROLE_LABEL: role}
+    obj["metadata"]["labels"] = role_labels
+    obj["spec"]["selector"] = {"matchLabels": {**selector_labels(name), ROLE_LABEL: role}}
+    obj["spec"]["template"]["metadata"]["labels"] = dict(role_labels)
+    return obj
+
+
+def _pool(request: PlanRequest, candidate: Candidate, *, name: str, role: str, namespace: str | None,
+          image: str | None) -> dict[str, Any]:
+    pool = _role_candidate(candidate, role)
+    obj = _with_role(deployment(request, pool, name=check_name(f"{name}-{role}"), namespace=namespace, image=image),
+                     name, role)
+    if role == "prefill":
+        container = obj["spec"]["template"]["spec"]["containers"][0]
+        container["args"] = [*container["args"], "--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
+        container["ports"].append({"name": "bootstrap", "containerPort": BOOTSTRAP_PORT, "protocol": "TCP"})
+        obj["spec"]["template"]["metadata"]["annotations"] = {BOOTSTRAP_ANNOTATION: str(BOOTSTRAP_PORT)}
+    return obj
+
+
+def router_args(name: str) -> list[str]:
+    """sglang-router's arguments: prefill-decode mode over the plan's pods found by their labels (Kubernetes
+    service discovery in the router's own namespace, `$(POD_NAMESPACE)`), every pool served at PORT, requests
+    spread round robin over each pool as the plan simulated, listening on every address at PORT."""
+    plan = f"inferplan.io/plan={name}"
+    return ["--pd-disaggregation", "--service-discovery",
+            "--prefill-selector", plan, f"{ROLE_LABEL}=prefill", "--decode-selector", plan, f"{ROLE_LABEL}=decode",
+            "--service-discovery-port", str(PORT), "--service-discovery-namespace", "$(POD_NAMESPACE)",
+            "--policy", "round_robin", "--host", "0.0.0.0", "--port", str(PORT),
+            "--prometheus-port", str(ROUTER_METRICS_PORT)]
+
+
+def _router(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None,
+            image: str | None) -> list[dict[str, Any]]:
+    """The router's ServiceAccount, Role (pods: get, list, watch, for its service discovery), RoleBinding and
+    Deployment (two replicas, no GPU), in apply order."""
+    router = check_name(f"{name}-router")
+    rbac = "rbac.authorization.k8s.io/v1"
+    container = {
+        "name": "router",
+        "image": _image(request, candidate, image),  # SGLang's images ship sglang-router
+        "command": router_flags()["entry_point"].split(),
+        "args": router_args(name),
+        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": ROUTER_METRICS_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+        "readinessProbe": _probe(10, 3, 5),
+        "livenessProbe": _probe(30, 5, 10),
+    }
+    role_labels = {**labels(name), ROLE_LABEL: "router"}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(router, namespace, plan=name)},
+        {"apiVersion": rbac, "kind": "Role", "metadata": metadata(router, namespace, plan=name),
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": metadata(router, namespace, plan=name),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": router},
+         "subjects": [{"kind": "ServiceAccount", "name": router,
+                       **({"namespace": namespace} if namespace else {})}]},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**metadata(router, namespace, plan=name),
+                                                                     "labels": role_labels},
+         "spec": {"replicas": 2, "selector": {"matchLabels": {**selector_labels(name), ROLE_LABEL: "router"}},
+                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                  "template": {"metadata": {"labels": dict(role_labels)},
+                               "spec": {"serviceAccountName": router, "containers": [container]}}}},
+    ]
+
+
+def disaggregated(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
+                  image: str | None = None) -> list[dict[str, Any]]:
+    """A disaggregated SGLang candidate's objects: a Deployment per pool (`NAME-prefill`, `NAME-decode`, each a
+    replica per pod with the role's arguments; prefill pods annotated with their bootstrap port), sglang-router in
+    prefill-decode mode (`NAME-router`, with the RBAC its service discovery needs), and the Service `NAME` in
+    front of the router. Raises ValueError for another engine (vLLM's NIXL pools need a P/D proxy inferplan does
+    not render) or a pool whose replica spans nodes."""
+    if request.engine != "sglang":
+        raise ValueError(f"a disaggregated {request.engine} deployment is not rendered: its pools need a P/D proxy "
+                         "in front (for vLLM's NIXL connector, llm-d's inference scheduler or vLLM's example proxy), "
+                         "which inferplan does not render; each role's engine arguments are in its roles entry. "
+                         "SGLang's are rendered with sglang-router")
+    for role in candidate.roles:
+        if nodes_per_replica(request, _role_candidate(candidate, role.role)) > 1:
+            raise ValueError(f"the {role.role} pool's replica of {role.gpus_per_replica} {role.gpu_type} spans "
+                             "nodes: a disaggregated pool over nodes is not rendered")
+    check_name(name)
+    pools = [_pool(request, candidate, name=name, role=role, namespace=namespace, image=image)
+             for role in ("prefill", "decode")]
+    front = service(request, candidate, name=name, namespace=namespace)
+    front["spec"]["selector"] = {**selector_labels(name), ROLE_LABEL: "router"}
+    front["spec"]["ports"] = [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}]
+    return [*pools, *_router(request, candidate, name=name, namespace=namespace, image=image), front]
+
+
 def render(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
            target: str = "deployment", image: str | None = None) -> list[dict[str, Any]]:
     """Every object that runs `candidate`, in apply order.
 
     target "deployment": [ConfigMap of the engine's files] + Deployment + Service, or a LeaderWorkerSet in place
     of the Deployment when a replica needs more GPUs than one node of its type has. target "kserve": [ConfigMap]
-    + InferenceService. Raises ValueError for an unknown target, a name that cannot name a Service, or an
-    engine (or GPU vendor) without a published image when none is given, and for a disaggregated candidate."""
+    + InferenceService. A disaggregated candidate (SGLang): its pools, router and Service (`disaggregated`).
+    Raises ValueError for an unknown target, a name that cannot name a Service, an engine (or GPU vendor) without
+    a published image when none is given, and a disaggregated candidate that `disaggregated` cannot render or
+    for KServe."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
-    if candidate.roles:
-        raise ValueError("a disaggregated deployment (prefill and decode pools) is not rendered yet: each role's "
-                         "engine arguments are in its roles entry (docs/planning.md#disaggregated-prefill-and-decode)")
+    if candidate.roles and target == "kserve":
+        raise ValueError("a disaggregated deployment (prefill and decode pools) is rendered for --target deployment "
+                         "only")
     check_name(name)
     _image(request, candidate, image)  # fail early, before anything is built, for an engine without an image
+    if candidate.roles:
+        return disaggregated(request, candidate, name=name, namespace=namespace, image=image)
     objects = [obj for obj in [config_map(candidate, name=name, namespace=namespace)] if obj]
     if target == "kserve":
         return [*objects, inference_service(request, candidate, name=name, namespace=namespace, image=image)]
@@ -491,6 +611,7 @@ __all__ = [
     "PodSizing",
     "config_map",
     "deployment",
+    "disaggregated",
     "dns_label",
     "engine_container",
     "engine_image",
@@ -501,6 +622,7 @@ __all__ = [
     "nodes_per_replica",
     "pod_sizing",
     "render",
+    "router_args",
     "service",
     "to_yaml",
 ]

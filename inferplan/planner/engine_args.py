@@ -160,8 +160,19 @@ def version_line(engine: str, version: str | None) -> str:
 def engine_flags() -> dict[str, Any]:
     """The pinned flag lists (`data/engine-flags.json`): engine -> line -> {version, source, entry_point,
     flags: {"--flag": {"value": "required" | "optional" | "none", "choices": [...]}}}."""
+    return dict(_flags_file()["engines"])
+
+
+def router_flags() -> dict[str, Any]:
+    """The pinned flag list of SGLang's P/D router (`sglang-router`, what `inferplan render` runs in front of
+    disaggregated SGLang pools): {version, source, entry_point, flags} as for an engine's line."""
+    return dict(_flags_file()["routers"]["sglang-router"])
+
+
+@cache
+def _flags_file() -> dict[str, Any]:
     text = resources.files("inferplan.planner").joinpath("data/engine-flags.json").read_text(encoding="utf-8")
-    return dict(json.loads(text)["engines"])
+    return dict(json.loads(text))
 
 
 def flag_problems(engine: str, version: str | None, args: list[str]) -> list[str]:
@@ -170,7 +181,16 @@ def flag_problems(engine: str, version: str | None, args: list[str]) -> list[str
     line = version_line(engine, version)
     if not line:
         return []
-    flags: dict[str, dict[str, Any]] = engine_flags()[engine][line]["flags"]
+    return _problems(f"{engine} {line}", engine_flags()[engine][line]["flags"], args)
+
+
+def router_flag_problems(args: list[str]) -> list[str]:
+    """`flag_problems` for the arguments of SGLang's router (`router_flags`)."""
+    pinned = router_flags()
+    return _problems(f"sglang-router {pinned['version']}", pinned["flags"], args)
+
+
+def _problems(parser: str, flags: dict[str, dict[str, Any]], args: list[str]) -> list[str]:
     problems: list[str] = []
     i = 0
     while i < len(args):
@@ -180,11 +200,11 @@ def flag_problems(engine: str, version: str | None, args: list[str]) -> list[str
             continue  # a positional (the checkpoint, a subcommand) or a value already consumed
         spec = flags.get(token)
         if spec is None:
-            problems.append(f"{engine} {line}: unknown flag {token}")
+            problems.append(f"{parser}: unknown flag {token}")
             continue
         has_value = i < len(args) and not args[i].startswith("--")
         if spec["value"] == "required" and not has_value:
-            problems.append(f"{engine} {line}: {token} needs a value")
+            problems.append(f"{parser}: {token} needs a value")
             continue
         if spec["value"] == "none" or not has_value:
             continue
@@ -192,7 +212,7 @@ def flag_problems(engine: str, version: str | None, args: list[str]) -> list[str
         i += 1
         choices = spec.get("choices")
         if choices and value not in choices:
-            problems.append(f"{engine} {line}: {token} {value} is not one of {choices}")
+            problems.append(f"{parser}: {token} {value} is not one of {choices}")
     return problems
 
 

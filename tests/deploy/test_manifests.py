@@ -27,11 +27,11 @@ from inferplan.deploy.manifests import (
     render,
     to_yaml,
 )
-from inferplan.planner.engine_args import DEFAULT_VERSIONS, flag_problems
+from inferplan.planner.engine_args import DEFAULT_VERSIONS, flag_problems, router_flag_problems
 from inferplan.planner.gpus import GPU_VENDORS, load_gpu_catalog
 from inferplan.planner.results import Candidate
 from inferplan.planner.spec import PlanError, PlanRequest, load_plan_file, parse_plan, resolve_plan
-from tests.support.plans import EXAMPLES, IN_A_NODE, over_two_nodes, planned
+from tests.support.plans import EXAMPLES, IN_A_NODE, disaggregated, over_two_nodes, planned
 from tests.support.schemas import assert_valid
 
 AMD_IMAGE = "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"  # vLLM names no ROCm image by version: the user gives one
@@ -290,6 +290,75 @@ def test_a_replica_over_nodes_is_not_rendered_where_the_engine_or_target_cannot_
         render(request, candidate, name="llm")
     request, candidate = over_two_nodes(EXAMPLES[0])
     with pytest.raises(ValueError, match="LeaderWorkerSet"):
+        render(request, candidate, name="llm", target="kserve")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Disaggregated pools (SGLang): two Deployments, sglang-router and a Service
+
+
+def _values(args: list[str], flag: str) -> list[str]:
+    """The values after `flag` up to the next flag."""
+    at = args.index(flag) + 1
+    end = next((i for i in range(at, len(args)) if args[i].startswith("--")), len(args))
+    return args[at:end]
+
+
+def test_a_disaggregated_sglang_plan_renders_its_pools_a_router_and_a_service() -> None:
+    request, candidate = disaggregated("sglang")
+    objects = render(request, candidate, name="llm", namespace="serving")
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Deployment", "llm-prefill"), ("Deployment", "llm-decode"), ("ServiceAccount", "llm-router"),
+        ("Role", "llm-router"), ("RoleBinding", "llm-router"), ("Deployment", "llm-router"), ("Service", "llm")]
+    for obj in objects:
+        assert obj["metadata"]["labels"]["inferplan.io/plan"] == "llm"
+        assert_valid(obj)
+    named = {o["metadata"]["name"]: o for o in objects}
+    roles = {r.role: r for r in candidate.roles}
+    pods = {}
+    for role in ("prefill", "decode"):
+        pool, planned_role = named[f"llm-{role}"], roles[role]
+        pod = pod_spec(pool)
+        (container,) = pod["containers"]
+        assert pool["spec"]["replicas"] == planned_role.replicas
+        assert pod["nodeSelector"] == planned_role.node_selector
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == str(planned_role.gpus_per_replica)
+        assert container["args"][:len(planned_role.engine_args)] == planned_role.engine_args
+        assert _values(container["args"], "--disaggregation-mode") == [role]
+        assert flag_problems("sglang", request.engine_version, container["args"]) == []
+        assert pool["spec"]["selector"]["matchLabels"].items() <= pool["spec"]["template"]["metadata"]["labels"].items()
+        pods[role] = pool["spec"]["template"]["metadata"]
+    # The router finds each pool's pods by their labels (and only that pool's), on the port they serve, and a
+    # prefill pod's bootstrap port in its annotation, the one its server listens on.
+    prefill_args = pod_spec(named["llm-prefill"])["containers"][0]["args"]
+    assert pods["prefill"]["annotations"] == {"sglang.ai/bootstrap-port": _values(prefill_args,
+                                                                                 "--disaggregation-bootstrap-port")[0]}
+    router = named["llm-router"]
+    (container,) = pod_spec(router)["containers"]
+    args = container["args"]
+    assert router_flag_problems(args) == []
+    assert container["command"] == ["python3", "-m", "sglang_router.launch_router"]
+    for role, other in (("prefill", "decode"), ("decode", "prefill")):
+        wanted = dict(kv.split("=", 1) for kv in _values(args, f"--{role}-selector"))
+        assert wanted.items() <= pods[role]["labels"].items() and not wanted.items() <= pods[other]["labels"].items()
+    assert _values(args, "--service-discovery-port") == [str(PORT)] and "--pd-disaggregation" in args
+    # The Service reaches the router only; the router runs as the account its Role lets watch pods.
+    selector = named["llm"]["spec"]["selector"]
+    assert selector.items() <= router["spec"]["template"]["metadata"]["labels"].items()
+    assert not any(selector.items() <= p["labels"].items() for p in pods.values())
+    assert pod_spec(router)["serviceAccountName"] == named["llm-router"]["metadata"]["name"]
+    binding = next(o for o in objects if o["kind"] == "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llm-router", "namespace": "serving"}]
+    rule = next(o for o in objects if o["kind"] == "Role")["rules"][0]
+    assert rule["resources"] == ["pods"] and {"list", "watch"} <= set(rule["verbs"])
+
+
+def test_a_disaggregated_plan_is_not_rendered_where_nothing_would_route_it() -> None:
+    request, candidate = disaggregated("vllm")
+    with pytest.raises(ValueError, match="P/D proxy"):
+        render(request, candidate, name="llm")
+    request, candidate = disaggregated("sglang")
+    with pytest.raises(ValueError, match="--target deployment"):
         render(request, candidate, name="llm", target="kserve")
 
 

@@ -10,7 +10,6 @@ autoscaling/v2 is not served here, so those are not sent."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -19,31 +18,47 @@ import yaml
 
 from inferplan.deploy.manifests import render
 from inferplan.resource import GROUP, KIND, PLURAL, VERSION
-from tests.support.plans import EXAMPLES, planned
+from tests.support.plans import EXAMPLES, disaggregated, planned
 
 TRTLLM = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")  # ConfigMap + Deployment + Service
 SGLANG = next(p for p in EXAMPLES if p.stem == "moe-qwen3-30b-a3b")
 
 
+def _apis(admin: kubernetes.client.ApiClient) -> tuple[Any, Any, Any]:
+    return (kubernetes.client.CoreV1Api(admin), kubernetes.client.AppsV1Api(admin),
+            kubernetes.client.RbacAuthorizationV1Api(admin))
+
+
 def _create(admin: kubernetes.client.ApiClient, namespace: str, obj: dict[str, Any]) -> Any:
-    core, apps = kubernetes.client.CoreV1Api(admin), kubernetes.client.AppsV1Api(admin)
+    core, apps, rbac = _apis(admin)
     create = {"ConfigMap": core.create_namespaced_config_map, "Service": core.create_namespaced_service,
+              "ServiceAccount": core.create_namespaced_service_account, "Role": rbac.create_namespaced_role,
+              "RoleBinding": rbac.create_namespaced_role_binding,
               "Deployment": apps.create_namespaced_deployment}[obj["kind"]]
     return create(namespace, obj, dry_run="All", _preload_content=False)
 
 
 def _listed(admin: kubernetes.client.ApiClient, namespace: str, kind: str) -> list[Any]:
-    core, apps = kubernetes.client.CoreV1Api(admin), kubernetes.client.AppsV1Api(admin)
+    core, apps, rbac = _apis(admin)
     lister = {"ConfigMap": core.list_namespaced_config_map, "Service": core.list_namespaced_service,
+              "ServiceAccount": core.list_namespaced_service_account, "Role": rbac.list_namespaced_role,
+              "RoleBinding": rbac.list_namespaced_role_binding,
               "Deployment": apps.list_namespaced_deployment}[kind]
     return lister(namespace, label_selector="app.kubernetes.io/managed-by=inferplan").items
 
 
-@pytest.mark.parametrize("path", [TRTLLM, SGLANG], ids=lambda p: p.stem)
-def test_rendered_objects_pass_a_server_side_dry_run(k8s: dict[str, Any], namespace: str, path: Path) -> None:
-    request, candidate = planned(path)
-    objects = render(request, candidate, name=path.stem, namespace=namespace)
-    assert {o["kind"] for o in objects} <= {"ConfigMap", "Deployment", "Service"}
+def _answer(case: str) -> tuple[Any, Any]:
+    return disaggregated("sglang") if case == "disaggregated-sglang" else planned(
+        next(p for p in EXAMPLES if p.stem == case))
+
+
+@pytest.mark.parametrize("case", [TRTLLM.stem, SGLANG.stem, "disaggregated-sglang"])
+def test_rendered_objects_pass_a_server_side_dry_run(k8s: dict[str, Any], namespace: str, case: str) -> None:
+    """The examples' objects, and a disaggregated SGLang answer's (two pools, the router, its RBAC)."""
+    request, candidate = _answer(case)
+    objects = render(request, candidate, name=case, namespace=namespace)
+    assert {o["kind"] for o in objects} <= {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role",
+                                            "RoleBinding"}
     for obj in objects:
         response = _create(k8s["admin"], namespace, obj)
         assert response.status == 201, response.data
@@ -51,7 +66,9 @@ def test_rendered_objects_pass_a_server_side_dry_run(k8s: dict[str, Any], namesp
         assert returned["metadata"]["name"] == obj["metadata"]["name"]
         assert returned["metadata"]["namespace"] == namespace
         assert returned["metadata"]["labels"] == obj["metadata"]["labels"]
-        assert returned["spec" if "spec" in obj else "data"] == obj["spec" if "spec" in obj else "data"]
+        body = next((key for key in ("spec", "data", "rules", "subjects") if key in obj), None)
+        if body:
+            assert returned[body] == obj[body]
     for kind in {o["kind"] for o in objects}:
         assert _listed(k8s["admin"], namespace, kind) == []  # a dry run stores nothing
 

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferplan.deploy.manifests import render
 from inferplan.planner.architectures import load_model_catalog
 from inferplan.planner.disaggregated import (
     LINK_EFFICIENCY,
@@ -170,12 +169,6 @@ def test_the_simulated_pools_agree_with_the_analytic_tail(tight) -> None:
     # TTFT: the analytic prefill queue is the conservative side (each replica's arrivals as bursty as the
     # whole stream; the simulator's round robin smooths them).
     assert 0.0 < rows[("ttft", "p95")].ratio <= 1.0
-
-
-def test_a_disaggregated_deployment_is_not_rendered_yet(tight) -> None:
-    request, result = tight
-    with pytest.raises(ValueError, match="disaggregated"):
-        render(request, result.recommendation, name="llama")
 
 
 @pytest.mark.parametrize(("constraints", "field"), [

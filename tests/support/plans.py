@@ -48,6 +48,28 @@ def planned(path: Path) -> tuple[PlanRequest, Candidate]:
     return request, candidate
 
 
+LONG_PROMPTS_PD: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+    "engine": {"name": "sglang"},
+    "workload": {"requestsPerSecond": "4", "promptTokens": {"mean": 8000, "p95": 12000},
+                 "outputTokens": {"mean": 300, "p95": 800}},
+    "slo": {"ttft": {"maxMs": 2000, "percentile": "p95"}, "tpot": {"maxMs": 10, "percentile": "p95"}},
+    "constraints": {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "shapes": ["disaggregated"]},
+}
+"""8,000-token prompts to an 8B model on SGLang, disaggregated pools only: a plan whose answer has two roles."""
+
+
+@functools.cache
+def disaggregated(engine: str = "sglang") -> tuple[PlanRequest, Candidate]:
+    """LONG_PROMPTS_PD on `engine` and its (analytic) disaggregated recommendation."""
+    from inferplan.planner.spec import parse_plan
+
+    request = resolve_plan(parse_plan({**copy.deepcopy(LONG_PROMPTS_PD), "engine": {"name": engine}}))
+    candidate = plan(request).recommendation
+    assert candidate is not None and candidate.roles, "no disaggregated recommendation"
+    return request, candidate
+
+
 def over_two_nodes(path: Path) -> tuple[PlanRequest, Candidate]:
     """The example's recommendation stretched to two nodes' GPUs per replica (today's search keeps a replica in
     one node), with the tensor-parallel size in its arguments to match."""
