@@ -80,6 +80,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
                 f"  {c.replicas} replica(s) x {c.gpus_per_replica} {c.gpu_type} = {c.gpus} GPU(s), max batch "
                 f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}"
                 + (", data-parallel attention" if c.data_parallel_attention else "")
+                + (", experts expert-parallel (DeepEP)" if c.expert_parallel else "")
                 + (f", {c.pipeline_parallel} pipeline stages of {c.gpus_per_replica // c.pipeline_parallel} GPUs "
                    f"on {c.nodes_per_replica} nodes" if c.pipeline_parallel > 1 else "")]),
             f"  TTFT p50/p95/p99 {_ms(c.predicted.ttft_ms.p50)} / {_ms(c.predicted.ttft_ms.p95)} / "

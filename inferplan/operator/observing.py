@@ -76,6 +76,7 @@ def _positive_int(text: Any) -> int | None:
 
 
 DP_ATTENTION_FLAG = "--enable-dp-attention"  # search.dp_attention_args writes it
+EP_FLAGS = ("--ep-size", "--expert-parallel-size", "--ep")  # SGLang; search.expert_parallel_args writes the first
 
 
 def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
@@ -135,6 +136,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         found["kv_cache_dtype"] = kv
     if DP_ATTENTION_FLAG in tokens:  # SGLang's data-parallel attention (a switch)
         found["data_parallel_attention"] = True
+    if (ep := _positive_int(_flag(tokens, EP_FLAGS))) and ep > 1:
+        found["expert_parallel"] = True
     return found
 
 
@@ -185,6 +188,8 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     # its TP leaves something to split.
     if from_deployment.get("data_parallel_attention") and values["gpus_per_replica"] > 1:
         values["data_parallel_attention"] = True
+        # Expert parallelism as the search plans it: with data-parallel attention.
+        values["expert_parallel"] = bool(from_deployment.get("expert_parallel"))
     # Pipeline stages likewise; a spec's gpusPerReplica that the stages do not divide is taken as one stage.
     pp = from_deployment.get("pipeline_parallel", 1)
     if pp > 1 and values["gpus_per_replica"] % pp == 0:

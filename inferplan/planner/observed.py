@@ -40,6 +40,7 @@ class CurrentShape:
     kv_cache_dtype: str
     max_batch: int
     data_parallel_attention: bool = False  # SGLang's --enable-dp-attention
+    expert_parallel: bool = False          # SGLang's --ep-size with DeepEP (with data-parallel attention)
     pipeline_parallel: int = 1             # stages; gpus_per_replica counts all of them
 
 

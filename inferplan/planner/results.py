@@ -112,6 +112,10 @@ class Candidate(_Result):
     data_parallel_attention: bool = Field(
         default=False, description="Attention runs data-parallel (each rank its own requests and their KV; SGLang "
                                    "--enable-dp-attention), the MoE layers over all ranks.")
+    expert_parallel: bool = Field(
+        default=False, description="The MoE layers run expert-parallel over the replica's ranks with DeepEP's "
+                                   "all-to-all (SGLang --ep-size with --moe-a2a-backend deepep), with data-parallel "
+                                   "attention.")
     shape: Literal["aggregated", "disaggregated"] = Field(
         default="aggregated", description="aggregated: every replica prefills and decodes; disaggregated: a "
                                           "prefill pool sends each prompt's KV cache to a decode pool (roles).")

@@ -25,6 +25,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
+from inferplan.planner.architectures import ModelArchitecture
 from inferplan.planner.checkpoints import Checkpoint, checkpoint_for
 from inferplan.planner.engine_args import engine_flags, engine_launch, version_line
 from inferplan.planner.engines import (
@@ -99,6 +100,7 @@ class _Shape:
     kv_dtype: str
     dp_attention: bool = False  # data-parallel attention (SGLang, MLA models): `dp_attention_possible`
     pp: int = 1                 # pipeline stages, each on a node of its own (`pipeline_possible`)
+    ep: bool = False            # MoE layers expert-parallel (DeepEP, with DP attention): `expert_parallel_possible`
 
     @property
     def gpus(self) -> int:
@@ -134,6 +136,7 @@ class _Grid:
     kv: NDArray[np.intp]           # index into req.kv_dtypes
     dp: NDArray[np.bool_]          # data-parallel attention
     pp: NDArray[np.int_]           # pipeline stages
+    ep: NDArray[np.bool_]          # expert parallelism
     price: NDArray[np.float64]     # $/h of one of its GPUs
     hardware: Hardware             # per shape
     batch_sizes: NDArray[np.int_]
@@ -146,7 +149,7 @@ class _Grid:
 
     def shape(self, req: PlanRequest, s: int) -> _Shape:
         return _Shape(self.gpus[self.gpu[s]], int(self.tp[s]), req.precisions[self.precision[s]],
-                      req.kv_dtypes[self.kv[s]], bool(self.dp[s]), int(self.pp[s]))
+                      req.kv_dtypes[self.kv[s]], bool(self.dp[s]), int(self.pp[s]), bool(self.ep[s]))
 
 
 def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> EngineSettings:
@@ -267,15 +270,17 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     # Shapes: (GPU, TP, precision, KV dtype) and, where the engine has it for the model, data-parallel
     # attention beside tensor-parallel attention (at TP above 1); and, where a replica may span nodes and the
     # engine pipelines, 2 .. maxNodesPerReplica stages of a whole node each (TP the node's GPUs).
-    modes = (False, True) if dp_attention_possible(req) else (False,)
+    # Attention modes: tensor-parallel; data-parallel (DP); DP with the MoE layers expert-parallel (EP).
+    modes = [(False, False)] + ([(True, False)] if dp_attention_possible(req) else []) + (
+        [(True, True)] if expert_parallel_possible(req) else [])
     stages = np.arange(1, req.max_nodes_per_replica + 1) if pipeline_possible(req) else np.ones(1, dtype=int)
     axes = (len(gpus), len(req.tp_sizes), len(precisions), len(req.kv_dtypes))
     gpu, ti, pi, ki, ai, si = (axis.ravel() for axis in np.indices((*axes, len(modes), len(stages))))
-    dp, pp = np.array(modes)[ai], stages[si]
+    dp, ep, pp = np.array([m[0] for m in modes])[ai], np.array([m[1] for m in modes])[ai], stages[si]
     node_gpus = np.array([req.gpus_per_node.get(g.key, 8) for g in gpus])
     exists = (~dp | (np.array(req.tp_sizes)[ti] > 1)) & (
         (pp == 1) | (~dp & (np.array(req.tp_sizes)[ti] == node_gpus[gpu]) & (pp <= req.arch.num_layers)))
-    gpu, ti, pi, ki, dp, pp = (a[exists] for a in (gpu, ti, pi, ki, dp, pp))
+    gpu, ti, pi, ki, dp, ep, pp = (a[exists] for a in (gpu, ti, pi, ki, dp, ep, pp))
     tp = np.array(req.tp_sizes)[ti]
     price = np.array([req.prices.get(g.key, g.usd_per_hour) for g in gpus])[gpu]
     per_node = node_gpus[gpu]
@@ -286,7 +291,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
 
     def shape(s: int) -> _Shape:
         return _Shape(gpus[gpu[s]], int(tp[s]), req.precisions[pi[s]], req.kv_dtypes[ki[s]], bool(dp[s]),
-                      int(pp[s]))
+                      int(pp[s]), bool(ep[s]))
 
     replica_price = tp * pp * price
     accepted = tp_mask(req.engine, req.arch, req.tp_sizes)[ti]
@@ -347,7 +352,9 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
         flat = over_the_pipeline(flat, req.network_gbps)
     if np.any(dp):
         flat = with_dp_attention(flat, dp, attention)
-    return _Grid(gpus, gpu, tp, pi, ki, dp, pp, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
+    if np.any(ep):
+        flat = with_expert_parallel(flat, ep, req.arch, per_node)
+    return _Grid(gpus, gpu, tp, pi, ki, dp, pp, ep, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
                  tokens[row_shape, row_batch], rejected, checkpoints)
 
 
@@ -381,6 +388,45 @@ def dp_attention_possible(req: PlanRequest) -> bool:
     line = version_line(req.engine, req.engine_version)
     return (req.engine == "sglang" and req.arch.is_mla and bool(line)
             and "--enable-dp-attention" in engine_flags()["sglang"][line]["flags"])
+
+
+EP_DISPATCH_BYTES = 1.0  # DeepEP sends each token to its experts in FP8 (its default dispatch) ...
+EP_COMBINE_BYTES = 2.0   # ... and gathers their outputs back in BF16
+
+
+def expert_parallel_args(engine_version: str | None, tp: int) -> list[str]:
+    """SGLang's arguments for expert parallelism over a replica's `tp` ranks with DeepEP's all-to-all (given with
+    `dp_attention_args`): `--moe-a2a-backend deepep` from 0.5, `--enable-deepep-moe` before."""
+    line = version_line("sglang", engine_version)
+    backend = ["--moe-a2a-backend", "deepep"] if line != "0.4" else ["--enable-deepep-moe"]
+    return ["--ep-size", str(tp), *backend]
+
+
+def expert_parallel_possible(req: PlanRequest) -> bool:
+    """Whether the search also plans the MoE layers expert-parallel: SGLang with data-parallel attention
+    (`dp_attention_possible`) whose pinned parser has `--ep-size` and DeepEP's switch, for a mixture of experts."""
+    if not dp_attention_possible(req) or req.arch.num_experts <= 0:
+        return False
+    flags = engine_flags()["sglang"][version_line(req.engine, req.engine_version)]["flags"]
+    return "--ep-size" in flags and ("--moe-a2a-backend" in flags or "--enable-deepep-moe" in flags)
+
+
+def with_expert_parallel(hw: Hardware, ep: NDArray[np.bool_], arch: ModelArchitecture,
+                         per_node: NDArray[np.int_]) -> Hardware:
+    """`hw` (one row per shape, data-parallel attention) with the MoE layers expert-parallel on the rows `ep`: each
+    rank holds 1/tp of the experts whole and sends its own tokens (1/tp of the replica's) to the ranks of their
+    `experts_per_token` experts and back (DeepEP's dispatch in FP8, combine in BF16), in place of the all-reduces
+    of tensor-parallel MoE layers; two such all-to-alls per layer, each with the link's latency. The bytes that
+    leave a GPU over its link: the share of destinations elsewhere, on other nodes for a replica over nodes
+    (whose link is then the NIC, `over_the_network`), else on the other GPUs of the node. Expressed in the
+    all-reduce terms of `performance.allreduce_s` (per token, per collective, before its ring factor)."""
+    tp = np.asarray(hw.tp, dtype=float)
+    remote = np.where(tp > per_node, (tp - per_node) / tp, (tp - 1.0) / np.maximum(tp, 1.0))
+    per_token = arch.experts_per_token * arch.hidden_size * (EP_DISPATCH_BYTES + EP_COMBINE_BYTES) / 2.0
+    sent = per_token * remote / np.maximum(tp, 1.0)  # per replica token, per collective, per GPU
+    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
+    return replace(hw, allreduce_bytes_per_token=np.where(ep, sent / np.maximum(ring, 1e-9),
+                                                          hw.allreduce_bytes_per_token))
 
 
 def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64]) -> Hardware:
@@ -1041,7 +1087,8 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
     or that none was found within PRACTICAL_COST_FACTOR of the cheapest cost."""
     aggregated = "aggregated" in req.shapes
     kinds = ([("aggregated, a replica within a node", 0)] if aggregated else []) + (
-        [("aggregated, tensor parallel over nodes", 1)] if aggregated and req.max_nodes_per_replica > 1 else []) + (
+        [("aggregated, tensor or expert parallel over nodes", 1)] if aggregated and req.max_nodes_per_replica > 1
+        else []) + (
         [("aggregated, pipeline stages over nodes", 2)] if aggregated and pipeline_possible(req) else []) + (
         [("disaggregated", None)] if "disaggregated" in req.shapes else [])
     if len(kinds) < 2:
@@ -1064,7 +1111,7 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
             shape = None if k is None else grid.shape(req, int(rows.shape[index[k]]))
             found = None if k is None or shape is None else (float(cost[k]), _shape_words(
                 int(replicas[k]), shape.gpus, shape.gpu.key, shape.precision, int(rows.batch[index[k]]),
-                shape.dp_attention, shape.pp))
+                shape.dp_attention, shape.pp, shape.ep))
         if found is None:
             lines.append(f"{name}: no feasible candidate found (within the targets, the limits and "
                          f"{PRACTICAL_COST_FACTOR:g}x the cheapest cost)")
@@ -1190,6 +1237,10 @@ def _candidate(
     kv = resolve_kv_dtype(shape.kv_dtype, shape.precision, engine.name, kv_hint(checkpoint))
     launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
                            shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens), pp=shape.pp)
+    if shape.ep:
+        launch = replace(launch, args=[*launch.args, *expert_parallel_args(req.engine_version, shape.tp)], notes=[
+            *launch.notes, f"--ep-size {shape.tp} with DeepEP: each rank holds 1/{shape.tp} of the experts whole and "
+            "sends its tokens to their experts' ranks and back (all-to-all) in place of the MoE all-reduces"])
     if shape.dp_attention:
         launch = replace(launch, args=[*launch.args, *dp_attention_args(shape.tp)], notes=[
             *launch.notes, f"--enable-dp-attention --dp-size {shape.tp}: each of the {shape.tp} ranks runs attention "
@@ -1206,6 +1257,7 @@ def _candidate(
         precision=shape.precision,
         kv_cache_dtype=shape.kv_dtype,
         data_parallel_attention=shape.dp_attention,
+        expert_parallel=shape.ep,
         predicted=Predicted(
             ttft_ms=_percentiles(report.ttft_q, i),
             tpot_ms=_percentiles(report.tpot_q, i),
@@ -1304,18 +1356,18 @@ def describe_shape(c: Candidate) -> str:
         pools = c.pools()
         return f"{pools} ({c.precision}, decode batch {c.max_batch})"
     return _shape_words(c.replicas, c.gpus_per_replica, c.gpu_type, c.precision, c.max_batch,
-                        c.data_parallel_attention, c.pipeline_parallel)
+                        c.data_parallel_attention, c.pipeline_parallel, c.expert_parallel)
 
 
 def _shape_words(replicas: int, gpus: int, gpu_type: str, precision: str, batch: int, dp_attention: bool,
-                 pp: int) -> str:
-    dp = ", DP attention" if dp_attention else ""
+                 pp: int, ep: bool = False) -> str:
+    dp = ", DP attention" + (" + EP" if ep else "") if dp_attention else ""
     stages = f", {pp} pipeline stages" if pp > 1 else ""
     return f"{replicas} x {gpus} {gpu_type} ({precision}, batch {batch}{dp}{stages})"
 
 
 def _layout(c: Candidate) -> int:
-    """0: a replica within a node; 1: tensor parallel over nodes; 2: pipeline stages over nodes."""
+    """0: a replica within a node; 1: tensor (or expert) parallel over nodes; 2: pipeline stages over nodes."""
     return 2 if c.pipeline_parallel > 1 else 1 if c.nodes_per_replica > 1 else 0
 
 
@@ -1463,4 +1515,7 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
         hardware = over_the_pipeline(hardware, req.network_gbps)
     if candidate.data_parallel_attention:
         hardware = with_dp_attention(hardware, np.array(True), attention_weight_bytes(req.arch, precision))
+    if candidate.expert_parallel:
+        hardware = with_expert_parallel(hardware, np.array(True), req.arch,
+                                        np.array(req.gpus_per_node.get(gpu.key, 8)))
     return Deployment(hardware, settings, memory)

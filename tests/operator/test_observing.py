@@ -275,5 +275,6 @@ def test_a_deployment_with_data_parallel_attention_reads_back_as_such() -> None:
     assert read_deployment(body, "sglang")["data_parallel_attention"] is True
     current = resolve_current({"deployment": "deepseek"}, body, deepseek)
     assert current.shape.data_parallel_attention and current.shape.gpus_per_replica == rec.gpus_per_replica
+    assert current.shape.expert_parallel == rec.expert_parallel == ("--ep-size" in rec.engine_args)
     plain = [a for a in rec.engine_args if a != "--enable-dp-attention"]  # the switch is what says it
     assert "data_parallel_attention" not in read_deployment(vllm_deployment(plain), "sglang")

@@ -192,7 +192,7 @@ def test_pipeline_stages_of_a_node_each_hold_a_model_no_node_holds() -> None:
     assert rec.cost.dollars_per_hour < tp16.cost.dollars_per_hour
     shapes = dict(line.split(": ", 1) for line in result.shapes)
     assert shapes["aggregated, pipeline stages over nodes"].endswith("the recommendation")
-    assert shapes["aggregated, tensor parallel over nodes"].startswith(f"${tp16.cost.dollars_per_hour:.2f}/h")
+    assert shapes["aggregated, tensor or expert parallel over nodes"].startswith(f"${tp16.cost.dollars_per_hour:.2f}/h")
 
 
 def test_a_pipelined_replica_keeps_a_batch_in_flight_per_stage() -> None:
@@ -243,6 +243,42 @@ def test_an_mla_model_on_sglang_is_also_planned_with_data_parallel_attention() -
     # vLLM has no such mode in the search: every candidate keeps tensor-parallel attention.
     vllm = plan(request(**{**deepseek, "engine.name": "vllm"}))
     assert all(not c.data_parallel_attention for c in all_shown(vllm))
+
+
+def test_expert_parallel_moe_layers_send_tokens_not_activations_over_the_network() -> None:
+    """DeepSeek on SGLang with data-parallel attention also gets the MoE layers expert-parallel (DeepEP): each rank
+    sends its own tokens to their 8 experts and back instead of all-reducing every token's activations, so over two
+    H100 nodes a step moves a tenth of the bytes and a replica sustains more. At 20 requests/s on H100 only that
+    is the cheapest layout, and its arguments say so."""
+    from inferplan.planner.performance import allreduce_s
+
+    deepseek = {"model.name": "deepseek-ai/DeepSeek-R1", "model.precisions": ["fp8"], "engine.name": "sglang",
+                "constraints.gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "constraints.tensorParallelSizes": [8, 16],
+                "constraints.maxNodesPerReplica": 2, "workload.requestsPerSecond": "20",
+                "workload.promptTokens": {"mean": 4000, "p95": 10000},
+                "workload.outputTokens": {"mean": 1000, "p95": 3000},
+                "slo.tpot": {"maxMs": 60, "percentile": "p95"}, "slo.ttft": {"maxMs": 3000, "percentile": "p95"}}
+    req = request(**deepseek)
+    grid = _grid(req, ENGINES["sglang"], load_factors())
+    over = {(bool(d), bool(e)): s for s, (d, e, t) in enumerate(zip(grid.dp, grid.ep, grid.tp, strict=True))
+            if t == 16}
+    assert set(over) == {(False, False), (True, False), (True, True)}
+    hw = {mode: take_hardware(grid.hardware, np.array([s])) for mode, s in over.items()}
+    tokens = 4096.0
+    moved = {mode: float(allreduce_s(h, tokens)[0] - allreduce_s(h, 0.0)[0]) for mode, h in hw.items()}
+    assert moved[(True, True)] < 0.15 * moved[(True, False)]
+    assert float(allreduce_s(hw[(True, True)], 0.0)[0]) == float(allreduce_s(hw[(True, False)], 0.0)[0])
+    rows = _Rows(req, grid)
+    capacity = {mode: float(np.max(rows.capacity[rows.shape == s])) for mode, s in over.items()}
+    assert capacity[(True, True)] > 1.2 * capacity[(True, False)] > 1.2 * capacity[(False, False)]
+    rec = plan(req).recommendation
+    assert rec is not None and rec.expert_parallel and rec.data_parallel_attention and rec.gpus_per_replica == 16
+    args = rec.engine_args
+    assert args[args.index("--ep-size") + 1] == "16" and args[args.index("--moe-a2a-backend") + 1] == "deepep"
+    # No expert parallelism for a dense model, nor on vLLM (not in the search).
+    assert not any(_grid(request(**{**deepseek, "engine.name": "vllm"}), ENGINES["vllm"], load_factors()).ep)
+    dense = {**deepseek, "model.name": "meta-llama/Llama-3.1-8B-Instruct", "model.precisions": ["bf16"]}
+    assert not any(_grid(request(**dense), ENGINES["sglang"], load_factors()).ep)
 
 
 def test_recommendation_carries_what_realises_it() -> None:
