@@ -11,6 +11,7 @@ in the warnings but never counted; products the catalog does not know are report
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from inferplan.planner.gpus import AMD, NVIDIA, GpuVendor, parse_gpu_product, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.spec import NETWORK_LABEL
 
 __all__ = ["AMD", "NVIDIA", "GpuVendor", "Inventory", "InventoryEntry", "NodeGpus", "build_inventory", "node_gpus"]
 
@@ -39,6 +41,9 @@ class InventoryEntry(BaseModel):
     gpus: int = Field(ge=0, description="Allocatable GPUs of this type on schedulable, ready nodes.")
     nodes: int = Field(ge=0, description="Nodes that contribute them.")
     gpus_per_node: int = Field(ge=0, description="Most GPUs of this type on one node (bounds tensor parallelism).")
+    network_gbps: float | None = Field(
+        default=None, ge=0, description=f"The least {NETWORK_LABEL} label of these nodes, each GPU's network "
+        "bandwidth between nodes [Gbit/s]; absent unless every node of the type has the label.")
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class NodeGpus:
     gpus: int  # allocatable GPUs (or MIG slices / shared replicas, as the device plugin advertises them)
     schedulable: bool  # not spec.unschedulable
     ready: bool  # condition Ready == "True"
+    network_gbps: float | None = None  # the NETWORK_LABEL label, where it is a positive number
 
 
 def _count(value: object) -> int:
@@ -87,7 +93,17 @@ def node_gpus(
     else:
         gpus = _count(labels.get(vendor.count_label))
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    return NodeGpus(node=name, product=product, gpus=gpus, schedulable=not unschedulable, ready=ready)
+    return NodeGpus(node=name, product=product, gpus=gpus, schedulable=not unschedulable, ready=ready,
+                    network_gbps=_gbps(labels.get(NETWORK_LABEL)))
+
+
+def _gbps(value: object) -> float | None:
+    """A positive bandwidth label ("400", "200.5") as a float; anything else (missing, "0", "fast") is None."""
+    try:
+        gbps = float(str(value).strip()) if value is not None else math.nan
+    except ValueError:
+        return None
+    return gbps if math.isfinite(gbps) and gbps > 0 else None
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,15 @@ class Inventory:
     def per_node(self) -> dict[str, int]:
         """Canonical GPU key -> most GPUs of that type on one node; PlanRequest.gpus_per_node."""
         return {entry.gpu_type: entry.gpus_per_node for entry in self.entries if entry.gpus > 0}
+
+    def network_gbps(self, gpu_types: Iterable[str]) -> float | None:
+        """The least network bandwidth [Gbit/s per GPU] of the nodes of `gpu_types` (those the inventory has),
+        None unless every one of their nodes is labelled (`InventoryEntry.network_gbps`)."""
+        wanted = set(gpu_types)
+        figures = [entry.network_gbps for entry in self.entries if entry.gpu_type in wanted and entry.gpus > 0]
+        if not figures or any(f is None for f in figures):
+            return None
+        return min(f for f in figures if f is not None)
 
     @property
     def total_gpus(self) -> int:
@@ -147,6 +172,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     node_count: dict[str, int] = {}
     most_on_node: dict[str, int] = {}
     label_gpus: dict[str, dict[str, int]] = {}
+    network: dict[str, list[float | None]] = {}
     unknown: set[str] = set()
     shared_or_mig: set[str] = set()
     for node in nodes:
@@ -168,6 +194,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
         most_on_node[key] = max(most_on_node.get(key, 0), node.gpus)
         by_label = label_gpus.setdefault(key, {})
         by_label[node.product] = by_label.get(node.product, 0) + node.gpus
+        network.setdefault(key, []).append(node.network_gbps)
     entries = tuple(
         InventoryEntry(
             gpu_type=key,
@@ -175,6 +202,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
             gpus=gpus[key],
             nodes=node_count[key],
             gpus_per_node=most_on_node[key],
+            network_gbps=None if None in network[key] else min(f for f in network[key] if f is not None),
         )
         for key in sorted(gpus)
     )

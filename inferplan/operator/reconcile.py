@@ -73,7 +73,11 @@ def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_ava
                 warnings.append(f"left out {', '.join(absent)}: the cluster has no schedulable GPUs of "
                                 f"{'that type' if len(absent) == 1 else 'those types'} "
                                 "(constraints.planAbsentGpuTypes plans them anyway)")
-    return dataclasses.replace(request, gpu_types=gpu_types, available_gpus=available, gpus_per_node=per_node), warnings
+    cluster = dataclasses.replace(request, gpu_types=gpu_types, available_gpus=available, gpus_per_node=per_node)
+    network = inventory.network_gbps(gpu_types if gpu_types is not None else available)
+    if request.network_from != "plan" and network is not None:
+        cluster = dataclasses.replace(cluster, network_gbps=network, network_from="nodes")
+    return cluster, warnings
 
 
 def observed_workload(status: Mapping | None) -> ObservedWorkload | None:

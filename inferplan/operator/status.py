@@ -162,6 +162,9 @@ class InventoryRange(_Status):
     gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog.")
     product_label: str = Field(max_length=63, description="The node label value that selects these GPUs.")
     gpus_per_node: int = Field(ge=0, description="Most GPUs of this type on one node (bounds tensor parallelism).")
+    network_gbps: float | None = Field(
+        default=None, ge=0, description="The least inferplan.io/network-gbps label of these nodes [Gbit/s per GPU], "
+        "where every one has it: the network between nodes the plan assumes unless constraints.networkGbps says.")
     min_gpus: int = Field(ge=0, description="The answer holds down to this many allocatable GPUs of the type.")
     max_gpus: int | None = Field(default=None, ge=0,
                                  description="The answer holds up to this many (absent: any number more).")
@@ -175,7 +178,8 @@ def inventory_ranges(inventory: Inventory, bounds: Mapping[str, tuple[int, int |
     for entry in inventory.entries:
         low, high = bounds.get(entry.gpu_type, (1, None))
         ranges.append(InventoryRange(gpu_type=entry.gpu_type, product_label=entry.product_label,
-                                     gpus_per_node=entry.gpus_per_node, min_gpus=min(max(low, 1), entry.gpus),
+                                     gpus_per_node=entry.gpus_per_node, network_gbps=entry.network_gbps,
+                                     min_gpus=min(max(low, 1), entry.gpus),
                                      max_gpus=None if high is None else max(high, entry.gpus)))
     return ranges
 

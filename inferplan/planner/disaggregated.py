@@ -38,7 +38,6 @@ FloatArray = NDArray[np.float64]
 
 LINK_EFFICIENCY = 0.8      # share of a NIC's line rate a KV transfer achieves (large RDMA writes)
 TRANSFER_SETUP_S = 0.002   # per request: the connector's metadata exchange and the proxy's extra hop [s]
-DEFAULT_LINK_GBPS = 400.0  # one 400 Gb/s InfiniBand or RoCE NIC per GPU (HGX H100/H200, DGX, most GPU clouds)
 
 
 def kv_transfer_bytes(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
@@ -137,7 +136,6 @@ def combined(prefill: dict[str, FloatArray], decode: dict[str, FloatArray], outp
 
 
 __all__ = [
-    "DEFAULT_LINK_GBPS",
     "LINK_EFFICIENCY",
     "TRANSFER_SETUP_S",
     "Pool",

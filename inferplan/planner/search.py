@@ -914,6 +914,12 @@ def _assumptions(req: PlanRequest, settings: EngineSettings) -> list[str]:
                         else "the shortest power of two that holds 99.9% of requests (engine.maxModelLen sets it)"))
     notes.append(f"at least {req.min_replicas} replica{'s' if req.min_replicas > 1 else ''} and "
                  f"{req.min_headroom:.0%} headroom (constraints.minReplicas, minHeadroom)")
+    if req.network_from != "plan" and (req.max_nodes_per_replica > 1 or "disaggregated" in req.shapes):
+        notes.append(f"network between nodes: {req.network_gbps:g} Gb/s per GPU, "
+                     + ("the least inferplan.io/network-gbps label of the plan's GPU nodes"
+                        if req.network_from == "nodes" else
+                        "one 400G NIC per GPU (constraints.networkGbps, or the nodes' inferplan.io/network-gbps "
+                        "label, says otherwise)"))
     return notes
 
 

@@ -65,6 +65,10 @@ BURSTINESS_ARRIVAL_CV2: dict[str, float] = {"steady": 0.25, "chatbot": 1.0, "bur
 """Squared coefficient of variation of request inter-arrival times per preset (assumed: 1.0 is Poisson)."""
 
 DEFAULT_MIN_REPLICAS = 2
+# constraints.networkGbps where neither the plan nor the nodes say: one 400 Gb/s InfiniBand or RoCE NIC per GPU
+# (HGX H100/H200, DGX, most GPU clouds).
+DEFAULT_NETWORK_GBPS = 400.0
+NETWORK_LABEL = "inferplan.io/network-gbps"  # a node label: each GPU's network bandwidth between nodes [Gbit/s]
 """Replicas a plan asks for at least when it says nothing: one node or pod failure, or a rollout, must not stop
 the service (docs/planning.md)."""
 
@@ -707,11 +711,12 @@ class Constraints(_SpecModel):
         "multiple of the node's GPUs), its all-reduces over the network (networkGbps); rendered as a "
         "LeaderWorkerSet. Default 1: a replica stays within a node.",
     )
-    network_gbps: int = Field(
-        default=400, ge=1, le=100_000,
+    network_gbps: int | None = Field(
+        default=None, ge=1, le=100_000,
         description="Each GPU's network bandwidth between nodes [Gbit/s]: KV transfers between disaggregated "
-        "pools, all-reduces of a replica over nodes. E.g. 400 for one 400G InfiniBand or RoCE NIC per GPU, 100 "
-        "for shared Ethernet. Default 400.",
+        "pools, all-reduces of a replica over nodes, sends between pipeline stages. E.g. 400 for one 400G "
+        "InfiniBand or RoCE NIC per GPU, 100 for shared Ethernet. Default: the operator takes the least "
+        f"{NETWORK_LABEL} label of the plan's GPU nodes where every one has it, else {DEFAULT_NETWORK_GBPS:g}.",
     )
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
@@ -1112,7 +1117,8 @@ class PlanRequest:
     observed_floor: float = 0.5         # ... never planning below this share of the declared rate
     engine_image: str | None = None     # engine.image: the container image to render (None: the published one)
     shapes: tuple[str, ...] = ("aggregated",)  # constraints.shapes: aggregated and/or disaggregated
-    network_gbps: float = 400.0         # each GPU's network bandwidth between nodes [Gbit/s]
+    network_gbps: float = DEFAULT_NETWORK_GBPS  # each GPU's network bandwidth between nodes [Gbit/s]
+    network_from: str = "default"       # where network_gbps comes from: "plan", "nodes" (their label), "default"
     max_nodes_per_replica: int = 1      # constraints.maxNodesPerReplica: TP over nodes up to this many
 
 
@@ -1300,7 +1306,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         observed_floor=float(workload.observed_floor),
         engine_image=engine.image,
         shapes=tuple(limits.shapes),
-        network_gbps=float(limits.network_gbps),
+        network_gbps=float(limits.network_gbps or DEFAULT_NETWORK_GBPS),
+        network_from="default" if limits.network_gbps is None else "plan",
         max_nodes_per_replica=limits.max_nodes_per_replica,
     )
 

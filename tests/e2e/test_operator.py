@@ -383,21 +383,25 @@ LLAMA_405B_TWO_NODES = {
     "workload": {"requestsPerSecond": "0.5", "promptTokens": {"mean": 1000, "p95": 3000},
                  "outputTokens": {"mean": 300, "p95": 900}},
     "slo": {"ttft": {"maxMs": 3000, "percentile": "p95"}, "tpot": {"maxMs": 60, "percentile": "p95"}},
-    "constraints": {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "tensorParallelSizes": [8, 16], "maxNodesPerReplica": 2,
+    "constraints": {"gpuTypes": ["NVIDIA-H100-NVL"], "tensorParallelSizes": [8, 16], "maxNodesPerReplica": 2,
                     "minReplicas": 1},
     "verify": False,
 }
 
 
 def test_a_pipelined_recommendation_carries_its_stages_in_the_status(cluster: dict[str, Any]) -> None:
-    """405B in bf16 on two nodes of 8 H100: the status says the replica is two pipeline stages over two nodes
-    (what a LeaderWorkerSet needs), with both sizes in its arguments, as the API server stored it."""
+    """405B in bf16 on two nodes of 8 H100 NVL (752 GB: one holds no replica): the status says the replica is
+    two pipeline stages over two nodes (what a LeaderWorkerSet needs), with both sizes in its arguments, as the
+    API server stored it. The nodes' inferplan.io/network-gbps label gives the network the plan assumes (the
+    slower of the two)."""
     core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
-    product = "NVIDIA-H100-80GB-HBM3"
+    product = "NVIDIA-H100-NVL"  # a type of its own: every node of it is labelled
     added = []
     try:
-        for name in ("pp-a", "pp-b"):  # its own nodes, as above
-            core.create_node(node(name, product, 8))
+        for name, gbps in (("pp-a", "200"), ("pp-b", "100")):  # its own nodes, as above
+            body = node(name, product, 8)
+            body["metadata"]["labels"]["inferplan.io/network-gbps"] = gbps
+            core.create_node(body)
             added.append(name)
             core.patch_node_status(name, {"status": node(name, product, 8)["status"]})
         objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pp-405b", LLAMA_405B_TWO_NODES))
@@ -412,6 +416,8 @@ def test_a_pipelined_recommendation_carries_its_stages_in_the_status(cluster: di
         assert args[args.index("--tensor-parallel-size") + 1] == "8"
         shapes = dict(line.split(": ", 1) for line in obj["status"]["shapes"])
         assert shapes["aggregated, pipeline stages over nodes"].endswith("the recommendation")
+        assert [(e["gpuType"], e["networkGbps"]) for e in obj["status"]["inventory"]] == [("H100-NVL-94GB", 100)]
+        assert any(a.startswith("network between nodes: 100 Gb/s per GPU") for a in obj["status"]["assumptions"])
         objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pp-405b")
     finally:
         for name in added:

@@ -40,6 +40,28 @@ def test_nvidia_gfd_labels_and_allocatable() -> None:
     assert parse(labels, {"cpu": "190", "nvidia.com/gpu": "8"}) == NodeGpus("n1", H100, 8, True, True)
 
 
+@pytest.mark.parametrize(("value", "gbps"), [("400", 400.0), (" 200.5 ", 200.5), ("0", None), ("-100", None),
+                                              ("fast", None), ("nan", None), ("inf", None), (None, None)])
+def test_the_network_label_is_a_positive_bandwidth_or_nothing(value: str | None, gbps: float | None) -> None:
+    labels = {"nvidia.com/gpu.product": H100} | ({"inferplan.io/network-gbps": value} if value is not None else {})
+    assert parsed(labels, {"nvidia.com/gpu": "8"}).network_gbps == gbps
+
+
+def test_a_types_network_is_its_slowest_nodes_and_only_when_every_node_says() -> None:
+    """The plan assumes the least bandwidth of a GPU type's nodes, and none (its own default) unless all of them
+    carry the label: one unlabelled node could be the slow one."""
+    labelled = [NodeGpus("a", H100, 8, True, True, 400.0), NodeGpus("b", H100, 8, True, True, 200.0),
+                NodeGpus("c", "NVIDIA-L4", 4, True, True, 100.0),
+                NodeGpus("d", H100, 8, False, True, 25.0)]  # cordoned: not counted, nor its network
+    inventory = build_inventory(labelled)
+    assert {e.gpu_type: e.network_gbps for e in inventory.entries} == {"H100-SXM5-80GB": 200.0, "L4": 100.0}
+    assert inventory.network_gbps(["H100-SXM5-80GB"]) == 200.0
+    assert inventory.network_gbps(["H100-SXM5-80GB", "L4"]) == 100.0
+    assert inventory.network_gbps(["A100-SXM4-80GB"]) is None
+    partly = build_inventory([*labelled, NodeGpus("e", H100, 8, True, True)])
+    assert partly.network_gbps(["H100-SXM5-80GB"]) is None and partly.network_gbps(["L4"]) == 100.0
+
+
 def test_amd_labeller_labels_and_allocatable() -> None:
     labels = {"amd.com/gpu.product-name": MI300X, "amd.com/gpu.family": "AI"}
     assert parse(labels, {"amd.com/gpu": "8", "nvidia.com/gpu": "2"}) == NodeGpus("n1", MI300X, 8, True, True)

@@ -65,6 +65,25 @@ def test_the_answer_is_the_same_for_every_count_within_its_bounds() -> None:
     assert reconcile_plan(spec(availableGpus={"NVIDIA-H100-80GB-HBM3": 24}), CLUSTER).bounds == {}
 
 
+def test_the_nodes_network_label_prices_the_network_unless_the_plan_gives_it() -> None:
+    """A plan whose replicas may span nodes takes its network from the GPU nodes' inferplan.io/network-gbps label
+    (the slowest), says so in its assumptions, and prices TP over the nodes by it; the plan's own networkGbps wins."""
+    def answer(network: float | None, constraints: dict[str, Any]) -> Any:
+        nodes = [NodeGpus(f"n{i}", "NVIDIA-H100-80GB-HBM3", 4, True, True, network) for i in range(32)]
+        base = {"tensorParallelSizes": [8], "maxNodesPerReplica": 2, "gpusPerNode": {"H100": 4}}
+        outcome = reconcile_plan(spec(**base, **constraints), build_inventory(nodes))
+        assert outcome.error is None and outcome.result.recommendation is not None
+        return outcome.result
+
+    slow, fast = answer(25.0, {}), answer(None, {})
+    assert any("25 Gb/s per GPU, the least inferplan.io/network-gbps label" in a for a in slow.assumptions)
+    assert any("400 Gb/s per GPU, one 400G NIC" in a for a in fast.assumptions)
+    assert slow.recommendation.predicted.ttft_ms.p50 > fast.recommendation.predicted.ttft_ms.p50
+    given = answer(25.0, {"networkGbps": 400})
+    assert given.recommendation.predicted == fast.recommendation.predicted
+    assert not any("network between nodes" in a for a in given.assumptions)
+
+
 def test_spec_available_gpus_replace_the_inventory() -> None:
     outcome = reconcile_plan(spec(availableGpus={"NVIDIA-A100-SXM4-80GB": 2}), CLUSTER)
     assert shown_types(outcome) == {"A100-SXM4-80GB"}

@@ -60,6 +60,12 @@ def test_an_answer_holds_while_each_count_stays_in_its_range() -> None:
     assert not inventory_holds([H100_HELD, L4_HELD], [L4])
     assert not inventory_holds([L4_HELD], [{**L4, "productLabel": "NVIDIA-L4-24GB"}])
     assert not inventory_holds([L4_HELD], [{**L4, "gpusPerNode": 8}])
+    # The nodes' network label set, changed or removed: planned again (the plan may price the network by it).
+    assert not inventory_holds([L4_HELD], [{**L4, "networkGbps": 100.0}])
+    assert not inventory_holds([{**L4_HELD, "networkGbps": 100.0}], [{**L4, "networkGbps": 200.0}])
+    assert not inventory_holds([{**L4_HELD, "networkGbps": 100.0}], [{**L4, "networkGbps": None}])
+    assert inventory_holds([{**L4_HELD, "networkGbps": 100.0}], [{**L4, "networkGbps": 100.0}])
+    assert inventory_holds([L4_HELD], [{**L4, "networkGbps": None}])  # unlabelled as before
     # A status written before the ranges (live counts, no minGpus) holds for nothing.
     assert not inventory_holds([L4], [L4])
     assert inventory_holds([], [])
