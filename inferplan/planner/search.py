@@ -1030,7 +1030,8 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
             cheapest = min((c.cost.dollars_per_hour for c in candidates), default=math.inf)
             separate = disaggregated_candidates(req, engine, factors, grid, rows, warnings, cheapest)
         result = _finish(req, grid, candidates + separate, rejected, warnings)
-        return result.model_copy(update={"shapes": _compare_shapes(req, grid, rows, searched, separate, result)})
+        return result.model_copy(update={"shapes": _compare_shapes(req, grid, rows, searched, separate, result,
+                                                                   rejected)})
 
     if "aggregated" not in req.shapes:
         return finish([])
@@ -1087,10 +1088,11 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
 
 
 def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArray[np.bool_],
-                    separate: list[Candidate], result: PlanResult) -> list[str]:
+                    separate: list[Candidate], result: PlanResult, rejected: list[_Rejections]) -> list[str]:
     """Where the plan allows more than one deployment shape: each shape's cheapest feasible candidate (the
     recommendation where it is of that shape; else the search's analytic figures) against the recommendation,
-    or that none was found within PRACTICAL_COST_FACTOR of the cheapest cost."""
+    or that none was found within PRACTICAL_COST_FACTOR of the cheapest cost, with the nearest miss of that
+    shape where the gates rejected all of it (`_nearest_miss`)."""
     aggregated = "aggregated" in req.shapes
     kinds = ([("aggregated, a replica within a node", 0)] if aggregated else []) + (
         [("aggregated, tensor or expert parallel over nodes", 1)] if aggregated and req.max_nodes_per_replica > 1
@@ -1101,8 +1103,9 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
         return []
     rec = result.recommendation
     index, replicas, _, cost = _feasible_rows(req, rows, searched)
-    per_node = np.array([req.gpus_per_node.get(g.key, 8) for g in grid.gpus])[grid.gpu[rows.shape[index]]]
-    layout = np.where(rows.pp[index] > 1, 2, np.where(rows.tp[index] > per_node, 1, 0))
+    node_gpus = np.array([req.gpus_per_node.get(g.key, 8) for g in grid.gpus])
+    shape_layout = np.where(grid.pp > 1, 2, np.where(grid.tp > node_gpus[grid.gpu], 1, 0))
+    layout = shape_layout[rows.shape[index]]
     lines = []
     for name, kind in kinds:
         if kind is None:
@@ -1118,9 +1121,11 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
             found = None if k is None or shape is None else (float(cost[k]), _shape_words(
                 int(replicas[k]), shape.gpus, shape.gpu.key, shape.precision, int(rows.batch[index[k]]),
                 shape.dp_attention, shape.pp, shape.ep))
+        miss = None if found is not None or kind is None else _nearest_miss(rejected, shape_layout == kind)
         if found is None:
+            nearest = f"; nearest: {miss[:600]}" if miss else ""
             lines.append(f"{name}: no feasible candidate found (within the targets, the limits and "
-                         f"{PRACTICAL_COST_FACTOR:g}x the cheapest cost)")
+                         f"{PRACTICAL_COST_FACTOR:g}x the cheapest cost){nearest}")
         elif rec is not None and found[1] == describe_shape(rec):
             lines.append(f"{name}: ${found[0]:.2f}/h, {found[1]}: the recommendation")
         elif rec is not None:
@@ -1129,6 +1134,28 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
         else:
             lines.append(f"{name}: ${found[0]:.2f}/h, {found[1]}")
     return lines
+
+
+def _nearest_miss(rejected: list[_Rejections], mine: NDArray[np.bool_]) -> str | None:
+    """The rejection of the shapes `mine` (a mask over the grid's shapes) that got furthest through the gates,
+    cheapest first (a shape failing several shape gates counts under the first), as "gate: reason"; None when
+    none of them was rejected."""
+    order = {gate: i for i, gate in enumerate(GATES)}
+    first_gate = np.full(len(mine), len(GATES))
+    for r in rejected:
+        if r.gate in SHAPE_GATES and len(r.shape):
+            np.minimum.at(first_gate, r.shape, order[r.gate])
+    best: tuple[int, float, int] | None = None
+    chosen: _Rejections | None = None
+    for r in rejected:
+        keep = mine[r.shape] & ((first_gate[r.shape] == order[r.gate]) if r.gate in SHAPE_GATES else True)
+        for k in np.flatnonzero(keep):
+            key = (-order[r.gate], float(r.cost[k]), int(r.index[k]))
+            if best is None or key < best:
+                best, chosen = key, r
+    if chosen is None or best is None:
+        return None
+    return f"{chosen.gate}: {chosen.reason(best[2])}"
 
 
 def _objective_latencies(req: PlanRequest) -> list[tuple[str, float]]:

@@ -192,6 +192,9 @@ def test_pipeline_stages_of_a_node_each_hold_a_model_no_node_holds() -> None:
     assert rec.cost.dollars_per_hour < tp16.cost.dollars_per_hour
     shapes = dict(line.split(": ", 1) for line in result.shapes)
     assert shapes["aggregated, pipeline stages over nodes"].endswith("the recommendation")
+    # The shape that has nothing feasible says why: its nearest miss, here the weights at TP 8.
+    assert "nearest: memory: meta-llama/Llama-3.1-405B-Instruct bf16 needs 94.5 GiB of weights" in shapes[
+        "aggregated, a replica within a node"]
     assert shapes["aggregated, tensor or expert parallel over nodes"].startswith(f"${tp16.cost.dollars_per_hour:.2f}/h")
 
 
