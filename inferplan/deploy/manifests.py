@@ -462,7 +462,8 @@ def _role_candidate(candidate: Candidate, role: str) -> Candidate:
     return candidate.model_copy(update={
         "gpu_type": r.gpu_type, "node_selector": r.node_selector, "gpus_per_replica": r.gpus_per_replica,
         "nodes_per_replica": r.nodes_per_replica, "pipeline_parallel": 1, "replicas": r.replicas,
-        "gpus": r.gpus, "max_batch": r.max_batch, "engine_args": r.engine_args, "roles": []})
+        "gpus": r.gpus, "max_batch": r.max_batch, "engine_args": r.engine_args, "roles": [],
+        "data_parallel_attention": r.data_parallel_attention, "expert_parallel": r.expert_parallel})
 
 
 def _with_role(obj: dict[str, Any], name: str, role: str) -> dict[str, Any]:

@@ -78,6 +78,8 @@ class Role(_Result):
     replicas: int
     gpus: int = Field(description="replicas x gpusPerReplica.")
     max_batch: int = Field(description="Engine cap on running sequences per replica (vLLM --max-num-seqs).")
+    data_parallel_attention: bool = Field(default=False, description="The role's attention runs data-parallel.")
+    expert_parallel: bool = Field(default=False, description="The role's MoE layers run expert-parallel (DeepEP).")
     utilization: float = Field(description="Planned rate per replica / the rate at which it is saturated.")
     max_requests_per_second_per_replica: float = Field(
         description="Highest rate per replica at which the role's share of every SLO holds.")

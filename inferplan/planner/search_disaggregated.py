@@ -53,6 +53,7 @@ from inferplan.planner.search import (
     _Rows,
     _Shape,
     dp_attention_args,
+    expert_parallel_args,
     kv_hint,
     node_selector,
 )
@@ -419,7 +420,8 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
     pre_launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format,
                                pre_shape.precision, pre_shape.tp, int(rows.batch[pre]), kv, pre_settings,
                                kv_tokens=int(grid.row_kv_tokens[pre]))
-    pre_args = [*(dp_attention_args(pre_shape.tp) if pre_shape.dp_attention else []),
+    pre_args = [*(expert_parallel_args(req.engine_version, pre_shape.tp) if pre_shape.ep else []),
+                *(dp_attention_args(pre_shape.tp) if pre_shape.dp_attention else []),
                 *(disaggregation_args(req.engine, req.engine_version, "prefill") or [])]
     dec_args = disaggregation_args(req.engine, req.engine_version, "decode") or []
 
@@ -429,6 +431,7 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
         return Role(role=name, gpu_type=shape.gpu.key, node_selector={key: label}, gpus_per_replica=shape.tp,
                     nodes_per_replica=max(1, shape.tp // req.gpus_per_node.get(shape.gpu.key, 8)),
                     replicas=replicas, gpus=replicas * shape.tp, max_batch=batch,
+                    data_parallel_attention=shape.dp_attention, expert_parallel=shape.ep,
                     utilization=rounded(req.rate_rps / replicas / capacity),
                     max_requests_per_second_per_replica=rounded(best), engine_args=args[:64],
                     dynamo_args=(dynamo_args(req.engine, name, args) or [])[:64])

@@ -89,7 +89,8 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
     pools = {r.role: r for r in candidate.roles}
     built = {role: deployment_of(req, candidate.model_copy(update={
         "gpu_type": r.gpu_type, "gpus_per_replica": r.gpus_per_replica, "max_batch": r.max_batch,
-        "replicas": r.replicas}), factors) for role, r in pools.items()}
+        "replicas": r.replicas, "data_parallel_attention": r.data_parallel_attention,
+        "expert_parallel": r.expert_parallel}), factors) for role, r in pools.items()}
     prefill, decode = built["prefill"], built["decode"]
     max_len = decode.settings.max_model_len
     counts = {role: r.replicas for role, r in pools.items()}

@@ -203,3 +203,33 @@ def test_targets_on_one_pool_or_on_the_whole_request_are_split_too(slo: dict[str
     (metric, bound), = slo.items()
     key = {"p95": "p95", "p99": "p99"}[bound["percentile"]]
     assert all(getattr(getattr(c.predicted, f"{metric}_ms"), key) <= bound["maxMs"] for c in shown)
+
+
+def test_each_pool_of_an_mla_model_says_how_its_attention_and_experts_run() -> None:
+    """DeepSeek-R1 on SGLang at 10 requests/s on H200, pools only: each role carries its own attention and expert
+    layout (the pools need not share one), the flags in its arguments agree, and the simulation builds each
+    pool's hardware from its role's (not the decode pool's)."""
+    import dataclasses
+    from pathlib import Path
+
+    from inferplan.planner.search import deployment_of
+    from inferplan.planner.spec import load_plan_file
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "platform" / "deepseek-r1-shapes.yaml"
+    request = resolve_plan(load_plan_file(path), path.parent)
+    request = dataclasses.replace(request, shapes=("disaggregated",), rate_rps=10.0, gpu_types=("H200-SXM-141GB",))
+    rec = plan(request).recommendation
+    assert rec is not None and len(rec.roles) == 2 and any(r.data_parallel_attention for r in rec.roles)
+    for role in rec.roles:
+        assert role.data_parallel_attention == ("--enable-dp-attention" in role.engine_args)
+        assert role.expert_parallel == ("--ep-size" in role.engine_args)
+        pool = deployment_of(request, rec.model_copy(update={
+            "gpu_type": role.gpu_type, "gpus_per_replica": role.gpus_per_replica, "max_batch": role.max_batch,
+            "data_parallel_attention": role.data_parallel_attention, "expert_parallel": role.expert_parallel}))
+        plain = deployment_of(request, rec.model_copy(update={
+            "gpu_type": role.gpu_type, "gpus_per_replica": role.gpus_per_replica, "max_batch": role.max_batch,
+            "data_parallel_attention": False, "expert_parallel": False}))
+        if role.data_parallel_attention:  # DP attention: 1/TP of the KV read per GPU
+            assert pool.hardware.kv_full_bytes_per_token_per_gpu < plain.hardware.kv_full_bytes_per_token_per_gpu
+    result = simulate_candidate(request, rec, requests=2000, seed=1)
+    assert len(result.e2e_s) == 2000
