@@ -117,9 +117,9 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     if tp:
         found["gpus_per_replica"] = tp
     if (pp := _positive_int(_flag(tokens, flag_spellings("pp", engine)))) and pp > 1:
-        # A pipelined replica's GPUs are all its stages': the pod's limit is one stage's.
+        # A pipelined replica's GPUs are all its stages': the TP size (or the pod's limit) is one stage's.
         found["pipeline_parallel"] = pp
-        found["gpus_per_replica"] = (_positive_int(_flag(tokens, flag_spellings("tp", engine))) or 1) * pp
+        found["gpus_per_replica"] = (tp or 1) * pp
     if batch := _positive_int(_flag(tokens, flag_spellings("batch", engine))):
         found["max_batch"] = batch
     quantization = _flag(tokens, flag_spellings("quantization", engine))
