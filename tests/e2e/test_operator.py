@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from inferplan.operator.inventory import NodeGpus, build_inventory
 from inferplan.operator.reconcile import reconcile_plan
 from inferplan.planner.gpus import resolve_gpu
 from inferplan.resource import GROUP, PLURAL, VERSION
+from tests.support.plans import LONG_PROMPTS_PD
 
 from .conftest import REPO, wait_for
 
@@ -330,15 +332,26 @@ def test_every_example_plan_gets_an_answer_and_metrics(cluster: dict[str, Any]) 
     assert kopf_run.exception is None, kopf_run.output
 
 
-LONG_PROMPTS_8B = {
-    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
-    "engine": {"name": "vllm"},
-    "workload": {"requestsPerSecond": "4", "promptTokens": {"mean": 8000, "p95": 12000},
-                 "outputTokens": {"mean": 300, "p95": 800}},
-    "slo": {"ttft": {"maxMs": 2000, "percentile": "p95"}, "tpot": {"maxMs": 10, "percentile": "p95"}},
-    "constraints": {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "shapes": ["aggregated", "disaggregated"]},
-    "verify": False,
-}
+LONG_PROMPTS_8B = {**LONG_PROMPTS_PD, "engine": {"name": "vllm"}, "verify": False,
+                   "constraints": {**LONG_PROMPTS_PD["constraints"], "shapes": ["aggregated", "disaggregated"]}}
+
+
+@contextmanager
+def own_nodes(core: Any, product: str, labels: dict[str, dict[str, str]]) -> Iterator[None]:
+    """Nodes of 8 `product` GPUs named as the keys of `labels`, each with those extra labels, for one test (the
+    module's other tests add and remove theirs); removed afterwards."""
+    added = []
+    try:
+        for name, extra in labels.items():
+            body = node(name, product, 8)
+            body["metadata"]["labels"].update(extra)
+            core.create_node(body)
+            added.append(name)
+            core.patch_node_status(name, {"status": body["status"]})
+        yield
+    finally:
+        for name in added:
+            core.delete_node(name)
 
 
 def test_a_disaggregated_recommendation_carries_its_roles_in_the_status(cluster: dict[str, Any]) -> None:
@@ -347,12 +360,7 @@ def test_a_disaggregated_recommendation_carries_its_roles_in_the_status(cluster:
     field it did not know would be pruned), and the shapes compared."""
     core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
     product = "NVIDIA-H100-80GB-HBM3"
-    added = []
-    try:
-        for name in ("pd-a", "pd-b"):  # its own nodes: the module's other tests add and remove theirs
-            core.create_node(node(name, product, 8))
-            added.append(name)
-            core.patch_node_status(name, {"status": node(name, product, 8)["status"]})
+    with own_nodes(core, product, {"pd-a": {}, "pd-b": {}}):
         objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pd-split", LONG_PROMPTS_8B))
         with runner() as kopf_run:
             obj = wait_for(lambda: planned(cluster, "pd-split"), timeout_s=60)
@@ -372,9 +380,6 @@ def test_a_disaggregated_recommendation_carries_its_roles_in_the_status(cluster:
         assert [line.split(":")[0] for line in shapes] == ["aggregated, a replica within a node", "disaggregated"]
         assert shapes[1].endswith("the recommendation")
         objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pd-split")
-    finally:
-        for name in added:
-            core.delete_node(name)
 
 
 LLAMA_405B_TWO_NODES = {
@@ -396,14 +401,8 @@ def test_a_pipelined_recommendation_carries_its_stages_in_the_status(cluster: di
     slower of the two)."""
     core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
     product = "NVIDIA-H100-NVL"  # a type of its own: every node of it is labelled
-    added = []
-    try:
-        for name, gbps in (("pp-a", "200"), ("pp-b", "100")):  # its own nodes, as above
-            body = node(name, product, 8)
-            body["metadata"]["labels"]["inferplan.io/network-gbps"] = gbps
-            core.create_node(body)
-            added.append(name)
-            core.patch_node_status(name, {"status": node(name, product, 8)["status"]})
+    with own_nodes(core, product, {"pp-a": {"inferplan.io/network-gbps": "200"},
+                                   "pp-b": {"inferplan.io/network-gbps": "100"}}):
         objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pp-405b", LLAMA_405B_TWO_NODES))
         with runner() as kopf_run:
             obj = wait_for(lambda: planned(cluster, "pp-405b"), timeout_s=60)
@@ -419,6 +418,3 @@ def test_a_pipelined_recommendation_carries_its_stages_in_the_status(cluster: di
         assert [(e["gpuType"], e["networkGbps"]) for e in obj["status"]["inventory"]] == [("H100-NVL-94GB", 100)]
         assert any(a.startswith("network between nodes: 100 Gb/s per GPU") for a in obj["status"]["assumptions"])
         objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pp-405b")
-    finally:
-        for name in added:
-            core.delete_node(name)
