@@ -76,7 +76,6 @@ def _positive_int(text: Any) -> int | None:
 
 
 DP_ATTENTION_FLAG = "--enable-dp-attention"  # search.dp_attention_args writes it
-EP_FLAGS = ("--ep-size", "--expert-parallel-size", "--ep")  # SGLang; search.expert_parallel_args writes the first
 
 
 def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
@@ -136,7 +135,7 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         found["kv_cache_dtype"] = kv
     if DP_ATTENTION_FLAG in tokens:  # SGLang's data-parallel attention (a switch)
         found["data_parallel_attention"] = True
-    if (ep := _positive_int(_flag(tokens, EP_FLAGS))) and ep > 1:
+    if (ep := _positive_int(_flag(tokens, flag_spellings("ep", engine)))) and ep > 1:
         found["expert_parallel"] = True
     return found
 

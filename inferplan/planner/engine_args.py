@@ -84,11 +84,12 @@ class EngineFlags:
     dtype: tuple[str, ...] = ()
     kv_cache_dtype: tuple[str, ...] = ()
     pp: tuple[str, ...] = ()  # pipeline stages
+    ep: tuple[str, ...] = ()  # expert-parallel size
 
     @property
     def roles(self) -> dict[str, tuple[str, ...]]:
         return {"tp": self.tp, "batch": self.batch, "quantization": self.quantization, "dtype": self.dtype,
-                "kv_cache_dtype": self.kv_cache_dtype, "pp": self.pp}
+                "kv_cache_dtype": self.kv_cache_dtype, "pp": self.pp, "ep": self.ep}
 
 
 ENGINE_FLAGS: dict[str, EngineFlags] = {
@@ -98,7 +99,7 @@ ENGINE_FLAGS: dict[str, EngineFlags] = {
                         kv_cache_dtype=("--kv-cache-dtype",), pp=("--pipeline-parallel-size", "-pp")),
     "sglang": EngineFlags(tp=("--tp-size", "--tensor-parallel-size"), batch=("--max-running-requests",),
                           quantization=("--quantization",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",),
-                          pp=("--pp-size", "--pipeline-parallel-size")),
+                          pp=("--pp-size", "--pipeline-parallel-size"), ep=("--ep-size", "--expert-parallel-size")),
     # TGI: --max-batch-size caps the running batch; --max-concurrent-requests only bounds admission (read as a
     # fallback when no batch cap is given).
     "tgi": EngineFlags(tp=("--num-shard",), batch=("--max-batch-size", "--max-concurrent-requests"),
@@ -110,7 +111,7 @@ ENGINE_FLAGS: dict[str, EngineFlags] = {
 
 
 def flag_spellings(role: str, engine: str | None = None) -> tuple[str, ...]:
-    """Every spelling of `role` ("tp", "batch", "quantization", "dtype", "kv_cache_dtype", "pp") in ENGINE_FLAGS,
+    """Every spelling of `role` ("tp", "batch", "quantization", "dtype", "kv_cache_dtype", "pp", "ep") in ENGINE_FLAGS,
     `engine`'s first (a Deployment may run another engine than its plan names: all are read)."""
     order = [engine] if engine in ENGINE_FLAGS else []
     order += [name for name in ENGINE_FLAGS if name != engine]

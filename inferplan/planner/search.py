@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from inferplan.planner.architectures import ModelArchitecture
 from inferplan.planner.checkpoints import Checkpoint, checkpoint_for
-from inferplan.planner.engine_args import engine_flags, engine_launch, version_line
+from inferplan.planner.engine_args import ENGINE_FLAGS, engine_flags, engine_launch, version_line
 from inferplan.planner.engines import (
     ENGINES,
     SERVED_PRECISIONS,
@@ -399,7 +399,7 @@ def expert_parallel_args(engine_version: str | None, tp: int) -> list[str]:
     `dp_attention_args`): `--moe-a2a-backend deepep` from 0.5, `--enable-deepep-moe` before."""
     line = version_line("sglang", engine_version)
     backend = ["--moe-a2a-backend", "deepep"] if line != "0.4" else ["--enable-deepep-moe"]
-    return ["--ep-size", str(tp), *backend]
+    return [ENGINE_FLAGS["sglang"].ep[0], str(tp), *backend]
 
 
 def expert_parallel_possible(req: PlanRequest) -> bool:
@@ -442,16 +442,13 @@ def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDAr
                    decode_dense_bytes_per_gpu=hw.decode_dense_bytes_per_gpu + extra)
 
 
-PIPELINE_FLAGS = {"vllm": "--pipeline-parallel-size", "sglang": "--pp-size", "tensorrt-llm": "--pp_size"}
-
-
 def pipeline_possible(req: PlanRequest) -> bool:
     """Whether the plan lets a replica span nodes and its engine (version line) splits a model's layers into
-    pipeline stages: vLLM, SGLang and TensorRT-LLM, each with its flag (`PIPELINE_FLAGS`) in its pinned parser."""
-    flag = PIPELINE_FLAGS.get(req.engine)
+    pipeline stages: vLLM, SGLang and TensorRT-LLM, each with its flag (`EngineFlags.pp`) in its pinned parser."""
+    flags = ENGINE_FLAGS.get(req.engine)
     line = version_line(req.engine, req.engine_version)
-    return (req.max_nodes_per_replica > 1 and flag is not None and bool(line)
-            and flag in engine_flags()[req.engine][line]["flags"])
+    return (req.max_nodes_per_replica > 1 and flags is not None and bool(flags.pp) and bool(line)
+            and flags.pp[0] in engine_flags()[req.engine][line]["flags"])
 
 
 def _placement_problem(req: PlanRequest, tp: int, key: str, per_node: int) -> str:
