@@ -707,8 +707,9 @@ class Constraints(_SpecModel):
     )
     max_nodes_per_replica: int = Field(
         default=1, ge=1, le=16,
-        description="Most nodes one replica may span: tensor parallelism over nodes (a listed TP size that is a "
-        "multiple of the node's GPUs), its all-reduces over the network (networkGbps); rendered as a "
+        description="Most nodes one replica may span: tensor (or expert) parallelism over nodes (a listed TP size "
+        "that is a multiple of the node's GPUs), its all-reduces over the network (networkGbps), and on vLLM, "
+        "SGLang and TensorRT-LLM up to this many pipeline stages of a whole node each; rendered as a "
         "LeaderWorkerSet. Default 1: a replica stays within a node.",
     )
     network_gbps: int | None = Field(
