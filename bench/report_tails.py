@@ -2,23 +2,30 @@
 
 Usage (from the repository root):
 
-    python bench/report_tails.py [--requests N] [--replicas R]
+    python bench/report_tails.py [--requests N] [--replicas R] [--prefill-only]
 
 One deployment (Llama-3.1-8B, bf16, one H100 per replica, vLLM factors, max batch 256), chat-like lengths
 (prompt mean 500 / CV 1, output mean 250 / CV 1). For each preset's arrival CV^2 and each utilisation
 (0.5-0.9 of the analytic capacity), the table gives p95 and p99 of TTFT and end-to-end latency from the
 analytic model (`serving.poisson`) and from the simulator (`simulate.simulate`, seed 0), and their ratio
 (simulated / analytic: above 1, the analytic model was optimistic). The output is what docs/model.md shows.
+
+`--prefill-only`: replicas that only prefill (one output token: a disaggregated prefill pool) of Llama-2-13B on an
+A100 (the shipped vLLM factors), Poisson arrivals, prompts of 512 and 4,000 tokens mean at
+CV 0, 0.5 and 1, at 0.3, 0.6 and 0.8 of one prompt per mean prefill time: TTFT p90 and p99, analytic and
+simulated.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from inferplan.planner.architectures import resolve_model
+from inferplan.planner.disaggregated import prefill_pool
 from inferplan.planner.engines import engine_profile
 from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import resolve_gpu
@@ -36,7 +43,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--prefill-only", action="store_true", help="replicas that only prefill (see above)")
     args = parser.parse_args()
+    if args.prefill_only:
+        return prefill_only(args.requests)
     factors = load_factors()
     gpu = resolve_gpu("H100")
     hw = build_hardware(resolve_model("meta-llama/Llama-3.1-8B"), gpu, weight_precision("bf16"), 2.0,
@@ -64,6 +74,32 @@ def main() -> int:
                 cells.append(f"{a_ms:10.0f}ms {s_ms:6.0f}ms {s_ms / a_ms:5.2f}")
             print(f"{preset:8s} {cv2:5.2f} {util:5.1f} | " + " | ".join(cells))
     print(f"({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+def prefill_only(requests: int) -> int:
+    """The prompt queue alone: analytic against simulated TTFT tails of replicas that only prefill."""
+    factors = load_factors()
+    gpu = resolve_gpu("NVIDIA-A100-SXM4-80GB")
+    hw = build_hardware(resolve_model("meta-llama/Llama-2-13b-hf"), gpu, weight_precision("bf16"), 2.0,
+                        engine_profile("vllm"), factors.engine("vllm"), factors.family(gpu.family), 1)
+    print(f"prefill only: Llama-2-13B bf16, one A100 per replica, Poisson; {requests} simulated requests per row")
+    header = (f"{'prompt':>6s} {'CV':>4s} {'rho':>4s} | {'TTFT p90 ana':>12s} {'sim':>8s} {'x':>5s} | "
+              f"{'TTFT p99 ana':>12s} {'sim':>8s} {'x':>5s}")
+    print(header)
+    print("-" * len(header))
+    for prompt in (512.0, 4000.0):
+        for cv in (0.0, 0.5, 1.0):
+            model = prefill_pool(hw, 1.0, prompt, 128.0, CHUNK, cv, 1.0, 1.0, 400.0, 1024).model  # without the transfer
+            model = replace(model, num_prompts=np.full_like(model.num_prompts, requests))
+            for rho in (0.3, 0.6, 0.8):
+                rate = rho / float(model.es)
+                analytic = model.quantiles(rate, [("ttft", 0.9), ("ttft", 0.99)]).ravel()
+                sim = simulate(hw, generate_workload(rate, requests, prompt, 1, prompt_cv=cv, seed=3), max_batch=128,
+                               kv_tokens=400_000, chunk_tokens=CHUNK)
+                cells = [f"{a * 1e3:10.0f}ms {s * 1e3:6.0f}ms {s / a:5.2f}"
+                         for a, s in zip(analytic, (sim.ttft.p90_s, sim.ttft.p99_s), strict=True)]
+                print(f"{prompt:6.0f} {cv:4.1f} {rho:4.1f} | " + " | ".join(cells))
     return 0
 
 

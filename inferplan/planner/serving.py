@@ -323,6 +323,8 @@ class PoissonModel:
     outputs: FloatArray      # (*shape, samples): output lengths of the sampled requests
     gaps: FloatArray         # (*shape, samples): the token gaps TPOT averages over, max(outputs - 1, 1)
     service_pf: FloatArray   # (*shape, samples): their prefill service times
+    prompt_steps: FloatArray  # (*shape, samples): the steps their prefill spans (chunks of the step budget)
+    chunk_share: FloatArray  # mean computed prompt tokens / the step budget (0: whole prompts)
     es: FloatArray           # mean prefill service time
     es2: FloatArray          # ... and its second moment
     arrival_cv2: FloatArray
@@ -350,7 +352,8 @@ class PoissonModel:
             hw=hw, curve=self.curve.take(idx, hw), shape=idx.shape, p=rows(self.p), o=rows(self.o), c=c,
             o_cv=rows(self.o_cv), prompt_work=rows(self.prompt_work), own_prefill=rows(self.own_prefill),
             capacity=rows(self.capacity) if capacity is None else np.asarray(capacity, dtype=float) / streams,
-            outputs=rows(self.outputs), gaps=rows(self.gaps), service_pf=rows(self.service_pf), es=rows(self.es),
+            outputs=rows(self.outputs), gaps=rows(self.gaps), service_pf=rows(self.service_pf),
+            prompt_steps=rows(self.prompt_steps), chunk_share=rows(self.chunk_share), es=rows(self.es),
             es2=rows(self.es2), arrival_cv2=rows(self.arrival_cv2),
             service_cv2=None if self.service_cv2 is None else rows(self.service_cv2),
             num_prompts=rows(self.num_prompts), streams=streams, samples=self.samples,
@@ -407,11 +410,21 @@ class PoissonModel:
     def _ttft_samples(self, load: _Load) -> FloatArray:
         u_arrival = _uniforms(self.samples)[4]
         x, n, c, ca2 = load.x, load.n, self.c, self.arrival_cv2
-        rho_pf = np.clip(x * self.es, 0.0, 0.95)
-        wait_pf = x * self.es2 * (1.0 + ca2) / 2.0 / (1.0 - rho_pf)
-        # A new request also waits for the running step to end: half a step, if the engine is busy
-        # (probability 1 - exp(-n) with n requests in flight on average).
-        residual = load.step / 2.0 * -np.expm1(-n)
+        # Where sequences are decoding (n_dec of them on average, busy with probability 1 - exp(-n_dec)), a new
+        # prompt also waits for the running step to end (half a step), and each step its prefill spans carries
+        # their decode tokens too. A replica that only prefills has none. The prompt queue's server is busy for
+        # those decode tokens too: a step's decode part for each step budget of prompt tokens it works through.
+        decoding = x * (self.o - 1.0) * load.tpot_bar  # Little's law over the decode phase
+        carried = load.step * -np.expm1(-decoding)
+        busy_step = carried[..., None]
+        scale = 1.0 + carried * self.chunk_share / np.maximum(self.es, 1e-12)
+        es, es2 = self.es * scale, self.es2 * scale**2
+        rho_pf = np.clip(x * es, 0.0, 0.95)
+        # The prompt queue: Kingman's G/G/1 wait, (ca2 + cs2) / 2 x rho / (1 - rho) x E[S] with cs2 = E[S^2] /
+        # E[S]^2 - 1 (for Poisson arrivals Pollaczek-Khinchine's x E[S^2] / (2 (1 - rho)) exactly), plus the
+        # prompts that arrive during the rest of the step in progress (x E[S^2] / 2 on average): the engine
+        # prefills every waiting prompt in the next step, theirs too, so they delay its first token: rho times that.
+        wait_pf = x * (es2 + (ca2 - 1.0) * es**2) / 2.0 * (1.0 / (1.0 - rho_pf) + rho_pf)
         service_req = self.own_prefill + self.o * load.tpot_bar
         if self.service_cv2 is None:
             cs2 = (self.o_cv**2 * (self.o * load.tpot_bar) ** 2) / np.maximum(service_req**2, 1e-12)
@@ -422,7 +435,7 @@ class PoissonModel:
         slot_wait = _slot_wait_factor(util, c)
         wait_mean = wait_pf + slot_wait * slot_queue
         p_wait = np.clip(np.maximum(rho_pf, slot_wait), 1e-6, 1.0)
-        ttft_samples = self.service_pf + residual[..., None]
+        ttft_samples = self.service_pf + busy_step * (self.prompt_steps + 0.5)
         # A sampled request waits with probability p_wait, exponentially (its uniform above 1 - p_wait gives
         # the tail); the others, usually most, do not wait at all, so only the waits of these are computed.
         row, sample = _waiting(self.samples, 1.0 - p_wait)
@@ -524,10 +537,12 @@ def poisson_model(
     share = prefill_fraction if np.ndim(prefill_fraction) == 0 else fraction[..., None]
     computed = np.maximum(prompts * share if prompts.ndim == 1 else every_row(prompts) * fraction[..., None], 1.0)
     service_pf = np.broadcast_to(prefill_s(hardware_column(hw), computed, 1.0, chunk_col), (*shape, samples))
+    prompt_steps = np.broadcast_to(np.maximum(np.ceil(computed / chunk_col), 1.0), (*shape, samples))
     return PoissonModel(
         hw=hw, curve=decode_step(hw, ctx), shape=shape, p=p, o=o, c=c, o_cv=o_cv, prompt_work=prompt_work,
         own_prefill=own_prefill, capacity=capacity, outputs=every_row(outputs), gaps=every_row(gaps),
-        service_pf=service_pf,
+        service_pf=service_pf, prompt_steps=prompt_steps,
+        chunk_share=np.broadcast_to(np.mean(computed / chunk_col, axis=-1), shape),
         es=service_pf.mean(axis=-1), es2=(service_pf**2).mean(axis=-1), arrival_cv2=np.broadcast_to(ca2, shape),
         service_cv2=None if service_cv2 is None else np.broadcast_to(np.asarray(service_cv2, dtype=float), shape),
         num_prompts=np.broadcast_to(m, shape) / k, streams=k, samples=samples,
