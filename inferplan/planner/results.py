@@ -161,6 +161,18 @@ class Infeasible(_Result):
                               description="The other gates it fails, each as 'gate: reason'.")
 
 
+class ShapeOption(_Result):
+    """One deployment shape's line of `PlanResult.shapes` before it is put in words: its cheapest feasible
+    candidate (cost and a few words), or the nearest miss where it has none."""
+
+    name: str                 # "aggregated, a replica within a node", ...
+    layout: int | None        # aggregated: 0 within a node, 1 tensor or expert parallel over nodes, 2 pipeline
+    #                           stages over nodes; None: disaggregated
+    cost: float | None = None
+    words: str | None = None
+    miss: str | None = None
+
+
 class PlanResult(_Result):
     recommendation: Candidate | None
     alternatives: list[Candidate]
@@ -174,3 +186,6 @@ class PlanResult(_Result):
                               description="When the plan allows more than one deployment shape (constraints.shapes, "
                                           "maxNodesPerReplica): each shape's cheapest feasible candidate, or why it "
                                           "has none, against the recommendation.")
+    shape_options: list[ShapeOption] = Field(default_factory=list, exclude=True,
+                                             description="`shapes` before it is put in words (not serialised): "
+                                                         "verification puts the lines again from them.")

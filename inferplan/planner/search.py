@@ -62,6 +62,7 @@ from inferplan.planner.results import (
     Percentiles,
     PlanResult,
     Predicted,
+    ShapeOption,
     rounded,
 )
 from inferplan.planner.serving import LoadResult, PoissonModel, normal_ppf, poisson, poisson_capacity, poisson_model
@@ -1027,8 +1028,9 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
             cheapest = min((c.cost.dollars_per_hour for c in candidates), default=math.inf)
             separate = disaggregated_candidates(req, engine, factors, grid, rows, warnings, cheapest)
         result = _finish(req, grid, candidates + separate, rejected, warnings)
-        return result.model_copy(update={"shapes": _compare_shapes(req, grid, rows, searched, separate, result,
-                                                                   rejected)})
+        options = _compare_shapes(req, grid, rows, searched, separate, result, rejected)
+        return result.model_copy(update={"shapes": shape_lines(options, result.recommendation),
+                                         "shape_options": options})
 
     if "aggregated" not in req.shapes:
         return finish([])
@@ -1085,11 +1087,11 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
 
 
 def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArray[np.bool_],
-                    separate: list[Candidate], result: PlanResult, rejected: list[_Rejections]) -> list[str]:
+                    separate: list[Candidate], result: PlanResult, rejected: list[_Rejections]) -> list[ShapeOption]:
     """Where the plan allows more than one deployment shape: each shape's cheapest feasible candidate (the
-    recommendation where it is of that shape; else the search's analytic figures) against the recommendation,
-    or that none was found within PRACTICAL_COST_FACTOR of the cheapest cost, with the nearest miss of that
-    shape where the gates rejected all of it (`_nearest_miss`)."""
+    recommendation where it is of that shape; else the search's analytic figures), or that none was found within
+    PRACTICAL_COST_FACTOR of the cheapest cost, with the nearest miss of that shape where the gates rejected all
+    of it (`_nearest_miss`). `shape_lines` puts them in words against the recommendation."""
     aggregated = "aggregated" in req.shapes
     kinds = ([("aggregated, a replica within a node", 0)] if aggregated else []) + (
         [("aggregated, tensor or expert parallel over nodes", 1)] if aggregated and req.max_nodes_per_replica > 1
@@ -1103,33 +1105,44 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
     node_gpus = np.array([req.gpus_per_node.get(g.key, 8) for g in grid.gpus])
     shape_layout = np.where(grid.pp > 1, 2, np.where(grid.tp > node_gpus[grid.gpu], 1, 0))
     layout = shape_layout[rows.shape[index]]
-    lines = []
+    headroom = 1.0 - req.rate_rps / np.maximum(replicas * rows.best_rate[index], 1e-12)
+    options = []
     for name, kind in kinds:
         if kind is None:
-            best = rec if rec is not None and rec.roles else min(
-                separate, key=lambda c: c.cost.dollars_per_hour, default=None)
+            best = rec if rec is not None and rec.roles else min(separate, key=by_cost, default=None)
             found = None if best is None else (best.cost.dollars_per_hour, describe_shape(best))
-        elif rec is not None and not rec.roles and _layout(rec) == kind:
+        elif rec is not None and shape_layout_of(rec) == kind:
             found = (rec.cost.dollars_per_hour, describe_shape(rec))
         else:
             mine = np.flatnonzero(layout == kind)
-            k = mine[np.argmin(cost[mine])] if len(mine) else None
+            # The cheapest, ties to the most headroom (the recommendation's order).
+            k = mine[np.lexsort((-headroom[mine], cost[mine]))[0]] if len(mine) else None
             shape = None if k is None else grid.shape(req, int(rows.shape[index[k]]))
             found = None if k is None or shape is None else (float(cost[k]), _shape_words(
                 int(replicas[k]), shape.gpus, shape.gpu.key, shape.precision, int(rows.batch[index[k]]),
                 shape.dp_attention, shape.pp, shape.ep))
         miss = None if found is not None or kind is None else _nearest_miss(rejected, shape_layout == kind)
-        if found is None:
-            nearest = f"; nearest: {miss[:600]}" if miss else ""
+        options.append(ShapeOption(name=name, layout=kind, cost=None if found is None else found[0],
+                                   words=None if found is None else found[1], miss=miss))
+    return options
+
+
+def shape_lines(options: list[ShapeOption], rec: Candidate | None) -> list[str]:
+    """`PlanResult.shapes`: each shape's option in words, against the recommendation `rec`."""
+    lines = []
+    for option in options:
+        name, cost, words = option.name, option.cost, option.words
+        if cost is None or words is None:
+            nearest = f"; nearest: {option.miss[:600]}" if option.miss else ""
             lines.append(f"{name}: no feasible candidate found (within the targets, the limits and "
                          f"{PRACTICAL_COST_FACTOR:g}x the cheapest cost){nearest}")
-        elif rec is not None and found[1] == describe_shape(rec):
-            lines.append(f"{name}: ${found[0]:.2f}/h, {found[1]}: the recommendation")
+        elif rec is not None and words == describe_shape(rec):
+            lines.append(f"{name}: ${cost:.2f}/h, {words}: the recommendation")
         elif rec is not None:
-            extra = found[0] / rec.cost.dollars_per_hour - 1.0
-            lines.append(f"{name}: ${found[0]:.2f}/h ({extra:+.0%} against the recommendation), {found[1]}")
+            extra = cost / rec.cost.dollars_per_hour - 1.0
+            lines.append(f"{name}: ${cost:.2f}/h ({extra:+.0%} against the recommendation), {words}")
         else:
-            lines.append(f"{name}: ${found[0]:.2f}/h, {found[1]}")
+            lines.append(f"{name}: ${cost:.2f}/h, {words}")
     return lines
 
 
@@ -1396,8 +1409,11 @@ def _shape_words(replicas: int, gpus: int, gpu_type: str, precision: str, batch:
     return f"{replicas} x {gpus} {gpu_type} ({precision}, batch {batch}{dp}{stages})"
 
 
-def _layout(c: Candidate) -> int:
-    """0: a replica within a node; 1: tensor (or expert) parallel over nodes; 2: pipeline stages over nodes."""
+def shape_layout_of(c: Candidate) -> int | None:
+    """`ShapeOption.layout` of `c`: None for a disaggregated one; aggregated, 0: a replica within a node; 1: tensor
+    (or expert) parallel over nodes; 2: pipeline stages over nodes."""
+    if c.roles:
+        return None
     return 2 if c.pipeline_parallel > 1 else 1 if c.nodes_per_replica > 1 else 0
 
 
@@ -1414,6 +1430,11 @@ def distinct(req: PlanRequest, ordered: list[Candidate]) -> list[Candidate]:
     return [c for c, _ in kept]
 
 
+def by_cost(c: Candidate) -> tuple[float, float, int]:
+    """The recommendation's order: cost, then most headroom, then fewest GPUs."""
+    return c.cost.dollars_per_hour, -c.headroom, c.gpus
+
+
 def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected: list[_Rejections],
             warnings: list[str]) -> PlanResult:
     # The reported numbers come from a finer sample than the search's: drop any shown candidate another
@@ -1421,8 +1442,7 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
     if candidates:
         keep = non_dominated(np.array([_objectives(req, c) for c in candidates]))
         candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
-    shown = tag_candidates(req, distinct(req, sorted(candidates, key=lambda c: (c.cost.dollars_per_hour,
-                                                                                -c.headroom, c.gpus))))
+    shown = tag_candidates(req, distinct(req, sorted(candidates, key=by_cost)))
     if len(shown) > req.alternatives + 1:
         # Each shape's search chose its own few; beside the recommendation keep the tagged ones, then the cheapest.
         tagged = [c for c in shown[1:] if c.tags]

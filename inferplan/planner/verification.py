@@ -12,12 +12,16 @@ import numpy as np
 from inferplan.planner.disaggregated import transfer_s
 from inferplan.planner.factors import FactorSet
 from inferplan.planner.quantiles import QUANTILE_NAMES
-from inferplan.planner.results import Candidate, Infeasible, Percentiles, PlanResult, rounded
+from inferplan.planner.results import Candidate, Infeasible, Percentiles, PlanResult, ShapeOption, rounded
 from inferplan.planner.search import (
     HIGH_VARIANCE_CV2,
+    by_cost,
     deployment_of,
+    describe_shape,
     distinct,
     plan,
+    shape_layout_of,
+    shape_lines,
     tag_candidates,
     with_replicas,
 )
@@ -150,11 +154,6 @@ def should_verify(req: PlanRequest, default: bool = True) -> bool:
     return default or variable
 
 
-def _by_cost(c: Candidate) -> tuple[float, float, int]:
-    """The search's order: cost, then most headroom, then fewest GPUs."""
-    return c.cost.dollars_per_hour, -c.headroom, c.gpus
-
-
 def _misses(req: PlanRequest, sim: SimulationResult) -> list[tuple[SloTarget, float]]:
     """The SLOs `sim` misses, with the simulated value [s] (NaN counts as a miss)."""
     stats = {"ttft": sim.ttft, "tpot": sim.tpot, "e2e": sim.e2e}
@@ -179,8 +178,9 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
     kept: list[Candidate] = []
     analytic: list[Candidate] = []
     dropped: list[Infeasible] = []
+    missed: dict[str, str] = {}  # a shown candidate's words -> what it missed in simulation as shown
     shown = [c for c in [result.recommendation, *result.alternatives] if c is not None]
-    for first in sorted(shown, key=_by_cost):
+    for first in sorted(shown, key=by_cost):
         if kept and first.cost.dollars_per_hour >= min(c.cost.dollars_per_hour for c in kept):
             analytic.append(first)
             continue
@@ -190,7 +190,13 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
             assert candidate is not None
             sim = simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors)
             misses = _misses(req, sim)
-            first_misses = misses if first_misses is None else first_misses
+            if first_misses is None:
+                first_misses = misses
+                if misses:
+                    slo, value = misses[0]
+                    missed[describe_shape(first)] = (
+                        f"verify: {describe_shape(first)} misses {slo.metric.upper()} p{round(slo.quantile * 100)} "
+                        f"in simulation ({value * 1e3:.0f} ms > {slo.max_s * 1e3:.0f} ms)")
             if not misses:
                 break
             more = with_replicas(req, candidate, candidate.replicas + max(1, math.ceil(candidate.replicas / 10)))
@@ -219,13 +225,32 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
         kept.append(candidate.model_copy(update={
             "predicted": predicted, "provenance": candidate.provenance | {"predicted": "simulated"},
             "warnings": warnings[:16]}))
-    kept = sorted(kept, key=_by_cost)  # the recommendation is the cheapest verified one
-    kept = tag_candidates(req, distinct(req, kept[:1] + sorted(kept[1:] + analytic, key=_by_cost)))
+    kept = sorted(kept, key=by_cost)  # the recommendation is the cheapest verified one
+    kept = tag_candidates(req, distinct(req, kept[:1] + sorted(kept[1:] + analytic, key=by_cost)))
     warnings = list(result.warnings)
     if not kept and dropped:
         warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")
-    return result.model_copy(update={"recommendation": kept[0] if kept else None, "alternatives": kept[1:],
-                                     "infeasible": [*dropped, *result.infeasible][:20], "warnings": warnings})
+    rec = kept[0] if kept else None
+    options = [_option_verified(option, kept, missed) for option in result.shape_options]
+    return result.model_copy(update={"recommendation": rec, "alternatives": kept[1:],
+                                     "infeasible": [*dropped, *result.infeasible][:20], "warnings": warnings,
+                                     "shapes": shape_lines(options, rec) if options else result.shapes,
+                                     "shape_options": options})
+
+
+def _option_verified(option: ShapeOption, kept: list[Candidate], missed: dict[str, str]) -> ShapeOption:
+    """A shape's option after verification: the cheapest of the candidates still shown of its shape (verified,
+    or left analytic after the simulation budget) and of the search's own option unless that one missed in
+    simulation; where none is left, the miss."""
+    choices = [(c.cost.dollars_per_hour, describe_shape(c)) for c in kept if shape_layout_of(c) == option.layout]
+    if option.cost is not None and option.words is not None and option.words not in missed:
+        choices.append((option.cost, option.words))
+    if choices:
+        cost, words = min(choices, key=lambda choice: choice[0])  # the first of equal cost: kept's order
+        return option.model_copy(update={"cost": cost, "words": words, "miss": None})
+    if option.words in missed:
+        return option.model_copy(update={"cost": None, "words": None, "miss": missed[option.words]})
+    return option
 
 
 def planned(req: PlanRequest, factors: FactorSet | None = None, *, verify_default: bool = True) -> PlanResult:

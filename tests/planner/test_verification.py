@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from inferplan.planner.search import deployment_of, plan
+from inferplan.planner.search import deployment_of, describe_shape, plan
 from inferplan.planner.simulate import simulate
 from inferplan.planner.spec import load_plan_file, resolve_plan
-from inferplan.planner.verification import compare, plan_workload, simulate_candidate
+from inferplan.planner.verification import compare, plan_workload, simulate_candidate, verify_plan
 
 CHAT = Path(__file__).resolve().parents[2] / "examples" / "plans" / "chat-assistant-8b.yaml"
 
@@ -117,3 +117,30 @@ def test_variable_traffic_is_verified_unless_the_plan_says_otherwise(planned) ->
     assert should_verify(agent, default=False)
     assert not should_verify(dataclasses.replace(agent, verify=False), default=True)
     assert should_verify(dataclasses.replace(request, verify=True))
+
+
+RAG = CHAT.parent / "rag-70b-long-prompt.yaml"
+
+
+def test_the_shapes_compared_follow_the_recommendation_verification_makes() -> None:
+    """The long-prompt RAG plan with both shapes on: its analytic recommendation (3 x 2 MI300X) misses in
+    simulation and verification recommends a dearer one. The shapes compared must then be stated against the
+    verified recommendation: the line that says "the recommendation" names it and its cost, and the aggregated
+    shape's cheapest is no longer the candidate the simulation failed."""
+    spec = load_plan_file(RAG)
+    request = resolve_plan(spec.model_copy(update={"constraints": spec.constraints.model_copy(
+        update={"shapes": ["aggregated", "disaggregated"]})}), RAG.parent)
+    analytic = plan(request, confirm=False)
+    verified = verify_plan(request, analytic)
+    before, after = analytic.recommendation, verified.recommendation
+    assert before is not None and after is not None
+    assert describe_shape(before) != describe_shape(after)  # the case under test: verification changed it
+    marked = [line for line in verified.shapes if line.endswith(": the recommendation")]
+    assert len(marked) == 1 and describe_shape(after) in marked[0]
+    assert f"${after.cost.dollars_per_hour:.2f}/h" in marked[0]
+    assert not any(describe_shape(before) in line for line in verified.shapes)
+    for line in verified.shapes:  # every other shape's cost against the verified recommendation
+        if "against the recommendation" in line:
+            cost = float(line.split("$")[1].split("/h")[0])
+            share = line.split("(")[1].split("%")[0]
+            assert int(share) == round((cost / after.cost.dollars_per_hour - 1.0) * 100)
