@@ -323,7 +323,7 @@ class PoissonModel:
     outputs: FloatArray      # (*shape, samples): output lengths of the sampled requests
     gaps: FloatArray         # (*shape, samples): the token gaps TPOT averages over, max(outputs - 1, 1)
     service_pf: FloatArray   # (*shape, samples): their prefill service times
-    prompt_steps: FloatArray  # (*shape, samples): the steps their prefill spans (chunks of the step budget)
+    extra_steps: FloatArray  # (*shape, samples), or 0 where none: the steps their prefill spans beyond one
     chunk_share: FloatArray  # mean computed prompt tokens / the step budget (0: whole prompts)
     es: FloatArray           # mean prefill service time
     es2: FloatArray          # ... and its second moment
@@ -353,7 +353,8 @@ class PoissonModel:
             o_cv=rows(self.o_cv), prompt_work=rows(self.prompt_work), own_prefill=rows(self.own_prefill),
             capacity=rows(self.capacity) if capacity is None else np.asarray(capacity, dtype=float) / streams,
             outputs=rows(self.outputs), gaps=rows(self.gaps), service_pf=rows(self.service_pf),
-            prompt_steps=rows(self.prompt_steps), chunk_share=rows(self.chunk_share), es=rows(self.es),
+            extra_steps=rows(self.extra_steps) if np.ndim(self.extra_steps) else self.extra_steps,
+            chunk_share=rows(self.chunk_share), es=rows(self.es),
             es2=rows(self.es2), arrival_cv2=rows(self.arrival_cv2),
             service_cv2=None if self.service_cv2 is None else rows(self.service_cv2),
             num_prompts=rows(self.num_prompts), streams=streams, samples=self.samples,
@@ -416,26 +417,29 @@ class PoissonModel:
         # those decode tokens too: a step's decode part for each step budget of prompt tokens it works through.
         decoding = x * (self.o - 1.0) * load.tpot_bar  # Little's law over the decode phase
         carried = load.step * -np.expm1(-decoding)
-        busy_step = carried[..., None]
-        scale = 1.0 + carried * self.chunk_share / np.maximum(self.es, 1e-12)
-        es, es2 = self.es * scale, self.es2 * scale**2
+        scale = 1.0 + carried * self.chunk_share / self.es
+        es, es2 = self.es * scale, self.es2 * (scale * scale)
         rho_pf = np.clip(x * es, 0.0, 0.95)
         # The prompt queue: Kingman's G/G/1 wait, (ca2 + cs2) / 2 x rho / (1 - rho) x E[S] with cs2 = E[S^2] /
         # E[S]^2 - 1 (for Poisson arrivals Pollaczek-Khinchine's x E[S^2] / (2 (1 - rho)) exactly), plus the
         # prompts that arrive during the rest of the step in progress (x E[S^2] / 2 on average): the engine
         # prefills every waiting prompt in the next step, theirs too, so they delay its first token: rho times that.
-        wait_pf = x * (es2 + (ca2 - 1.0) * es**2) / 2.0 * (1.0 / (1.0 - rho_pf) + rho_pf)
+        wait_pf = 0.5 * x * (es2 + (ca2 - 1.0) * (es * es)) * (1.0 / (1.0 - rho_pf) + rho_pf)
         service_req = self.own_prefill + self.o * load.tpot_bar
         if self.service_cv2 is None:
             cs2 = (self.o_cv**2 * (self.o * load.tpot_bar) ** 2) / np.maximum(service_req**2, 1e-12)
         else:
             cs2 = self.service_cv2
         util = n / c
-        slot_queue = service_req / (c * np.maximum(1.0 - util, 1e-3)) * (ca2 + cs2) / 2.0
+        variability = ca2 + cs2
+        slot_queue = service_req / (c * np.maximum(1.0 - util, 1e-3)) * variability / 2.0
         slot_wait = _slot_wait_factor(util, c)
         wait_mean = wait_pf + slot_wait * slot_queue
         p_wait = np.clip(np.maximum(rho_pf, slot_wait), 1e-6, 1.0)
-        ttft_samples = self.service_pf + busy_step * (self.prompt_steps + 0.5)
+        # Its own prefill, the engine's per-request overhead, and the steps it waits for and spans.
+        ttft_samples = self.service_pf + (1.5 * carried + self.hw.request_overhead_s)[..., None]
+        if np.ndim(self.extra_steps):
+            ttft_samples += carried[..., None] * self.extra_steps
         # A sampled request waits with probability p_wait, exponentially (its uniform above 1 - p_wait gives
         # the tail); the others, usually most, do not wait at all, so only the waits of these are computed.
         row, sample = _waiting(self.samples, 1.0 - p_wait)
@@ -445,10 +449,9 @@ class PoissonModel:
         # A finite run cannot build the steady-state queue of a nearly saturated server: after the k-th of m
         # arrivals the queue has grown like a reflected random walk, about sqrt(k (ca2 + cs2)) requests,
         # which the instance drains at its capacity. A request's wait is capped by that at its arrival.
-        transient = np.sqrt(u_arrival[sample] * self.num_prompts[row] * (ca2 + cs2)[row]) / np.maximum(
+        transient = np.sqrt(u_arrival[sample] * self.num_prompts[row] * variability[row]) / np.maximum(
             self.capacity, 1e-9)[row]
         ttft_samples[waiting] += np.minimum(waits, transient)
-        ttft_samples += np.asarray(self.hw.request_overhead_s)[..., None]
         if not np.any(load.overloaded):
             return ttft_samples
         # Overload: a finite run's queue grows linearly with the request's place in it.
@@ -537,11 +540,12 @@ def poisson_model(
     share = prefill_fraction if np.ndim(prefill_fraction) == 0 else fraction[..., None]
     computed = np.maximum(prompts * share if prompts.ndim == 1 else every_row(prompts) * fraction[..., None], 1.0)
     service_pf = np.broadcast_to(prefill_s(hardware_column(hw), computed, 1.0, chunk_col), (*shape, samples))
-    prompt_steps = np.broadcast_to(np.maximum(np.ceil(computed / chunk_col), 1.0), (*shape, samples))
+    extra = np.maximum(np.ceil(computed / chunk_col) - 1.0, 0.0)
+    extra_steps = np.broadcast_to(extra, (*shape, samples)) if np.any(extra) else np.zeros(())
     return PoissonModel(
         hw=hw, curve=decode_step(hw, ctx), shape=shape, p=p, o=o, c=c, o_cv=o_cv, prompt_work=prompt_work,
         own_prefill=own_prefill, capacity=capacity, outputs=every_row(outputs), gaps=every_row(gaps),
-        service_pf=service_pf, prompt_steps=prompt_steps,
+        service_pf=service_pf, extra_steps=extra_steps,
         chunk_share=np.broadcast_to(np.mean(computed / chunk_col, axis=-1), shape),
         es=service_pf.mean(axis=-1), es2=(service_pf**2).mean(axis=-1), arrival_cv2=np.broadcast_to(ca2, shape),
         service_cv2=None if service_cv2 is None else np.broadcast_to(np.asarray(service_cv2, dtype=float), shape),
