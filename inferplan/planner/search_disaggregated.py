@@ -252,7 +252,7 @@ class _Pools:
                 return model_of(at % n)
 
             rates = _best_rates(stacked_model, np.tile(capacity, len(splits)), self.req, wanted, per_row,
-                                stacked + offset)
+                                stacked + offset, period=n)
             start = 0
             for b, i in zip(best, todo, strict=True):
                 b[i] = rates[start:start + len(i)]
@@ -341,13 +341,36 @@ def _cheapest_per_key(key: NDArray[np.int_], cost: NDArray[np.float64]) -> tuple
 
 
 def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[np.float64], req: PlanRequest,
-                wanted: list[tuple[str, float]], targets: NDArray[np.float64], index: NDArray[np.intp]
-                ) -> NDArray[np.float64]:
+                wanted: list[tuple[str, float]], targets: NDArray[np.float64], index: NDArray[np.intp],
+                period: int | None = None) -> NDArray[np.float64]:
     """Per row of `index`: the highest rate within its targets (`targets`, one column per row of `index`) and the
-    utilisation cap (0 where a target is missed even at light load), on the aggregated search's grid of rates."""
+    utilisation cap (0 where a target is missed even at light load), on the aggregated search's grid of rates.
+    `period`: rows i and i + k x period are the same model at the same capacity (the splits of `_Pools.search`,
+    stacked), so their latencies at light load and at the cap are computed once."""
     best = np.zeros(len(index))
     if not len(index):
         return best
+    base = index % period if period else index
+    unique, back = np.unique(base, return_inverse=True)
+    light = model_of(unique).quantiles(capacity[unique] * 1e-4, wanted)[:, back]
+    every = np.full((len(wanted), len(capacity)), np.inf)
+    every[:, index] = targets
+    with np.errstate(divide="ignore"):
+        light_margin = np.full(len(capacity), np.nan)
+        light_margin[index] = np.max(np.log(light / targets), axis=0)
+    rates = _RateSearch(model_of, capacity, req.max_utilization, wanted, every, light_margin)
+    fine = np.flatnonzero(np.all(light <= targets, axis=0))
+    # At the utilisation cap (the grid's top point: the cap itself), once per distinct row.
+    at_fine, back_fine = np.unique(base[fine], return_inverse=True)
+    at_cap = model_of(at_fine).quantiles(capacity[at_fine] * req.max_utilization, wanted)[:, back_fine]
+    fine_targets = targets[:, fine]
+    ok = np.all(at_cap <= fine_targets, axis=0)
+    with np.errstate(divide="ignore"):  # an unbounded target (inf) has margin -inf
+        cap_margin = np.max(np.log(at_cap / fine_targets), axis=0)
+    best[fine[ok]] = capacity[index[fine[ok]]] * req.max_utilization
+    pending = fine[~ok]
+    best[pending] = rates.refine(index[pending], cap_margin[~ok])
+    return best
     light = model_of(index).quantiles(capacity[index] * 1e-4, wanted)
     every = np.full((len(wanted), len(capacity)), np.inf)
     every[:, index] = targets
