@@ -534,17 +534,28 @@ class _RateSearch:
         if not len(rows):
             return np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
         rate = _grid_rate(low, high, k)
-        values = self.model_of(rows).quantiles(rate, self.wanted)
+        ok, margin = self._judge(rows, self.model_of(rows).quantiles(rate, self.wanted))
+        return ok, margin, rate
+
+    def _judge(self, rows: NDArray[np.intp], values: NDArray[np.float64]) -> tuple[NDArray[np.bool_],
+                                                                                NDArray[np.float64]]:
+        """(meets every SLO, margin) of `rows`' latencies `values` (one column per row)."""
         targets = self.targets if self.targets.shape[1] == 1 else self.targets[:, rows]  # per row, or for all
         with np.errstate(divide="ignore"):  # an unbounded target (inf) has margin -inf
             margin = np.max(np.log(values / targets), axis=0)
-        return np.all(values <= targets, axis=0), margin, rate
+        return np.all(values <= targets, axis=0), margin
 
-    def at_cap(self, rows: NDArray[np.intp]) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
-        """Whether `rows` meet every SLO at the cap, and their margins there."""
-        low, high = self.bracket(rows)
-        ok, margin, _ = self.evaluate(rows, np.full(len(rows), GRID_CELLS), low, high)
-        return ok, margin
+    def at_cap(self, rows: NDArray[np.intp], period: int | None = None) -> tuple[NDArray[np.bool_],
+                                                                                   NDArray[np.float64]]:
+        """Whether `rows` meet every SLO at the cap, and their margins there. `period`: rows i and i + k x period
+        are the same model at the same capacity (targets apart), so each one's latencies are computed once."""
+        if period is None:
+            low, high = self.bracket(rows)
+            ok, margin, _ = self.evaluate(rows, np.full(len(rows), GRID_CELLS), low, high)
+            return ok, margin
+        unique, back = np.unique(rows % period, return_inverse=True)
+        values = self.model_of(unique).quantiles(self.capacity[unique] * self.max_utilization, self.wanted)
+        return self._judge(rows, values[:, back])
 
     def refine(self, rows: NDArray[np.intp], cap_margin: NDArray[np.float64]) -> NDArray[np.float64]:
         """The highest rates of `rows`, which miss an SLO at the cap (margins there `cap_margin`)."""

@@ -360,26 +360,7 @@ def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[n
         light_margin[index] = np.max(np.log(light / targets), axis=0)
     rates = _RateSearch(model_of, capacity, req.max_utilization, wanted, every, light_margin)
     fine = np.flatnonzero(np.all(light <= targets, axis=0))
-    # At the utilisation cap (the grid's top point: the cap itself), once per distinct row.
-    at_fine, back_fine = np.unique(base[fine], return_inverse=True)
-    at_cap = model_of(at_fine).quantiles(capacity[at_fine] * req.max_utilization, wanted)[:, back_fine]
-    fine_targets = targets[:, fine]
-    ok = np.all(at_cap <= fine_targets, axis=0)
-    with np.errstate(divide="ignore"):  # an unbounded target (inf) has margin -inf
-        cap_margin = np.max(np.log(at_cap / fine_targets), axis=0)
-    best[fine[ok]] = capacity[index[fine[ok]]] * req.max_utilization
-    pending = fine[~ok]
-    best[pending] = rates.refine(index[pending], cap_margin[~ok])
-    return best
-    light = model_of(index).quantiles(capacity[index] * 1e-4, wanted)
-    every = np.full((len(wanted), len(capacity)), np.inf)
-    every[:, index] = targets
-    with np.errstate(divide="ignore"):
-        light_margin = np.full(len(capacity), np.nan)
-        light_margin[index] = np.max(np.log(light / targets), axis=0)
-    rates = _RateSearch(model_of, capacity, req.max_utilization, wanted, every, light_margin)
-    fine = np.flatnonzero(np.all(light <= targets, axis=0))
-    ok, cap_margin = rates.at_cap(index[fine])
+    ok, cap_margin = rates.at_cap(index[fine], period)
     best[fine[ok]] = capacity[index[fine[ok]]] * req.max_utilization
     pending = fine[~ok]
     best[pending] = rates.refine(index[pending], cap_margin[~ok])
