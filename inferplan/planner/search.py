@@ -557,9 +557,17 @@ class _RateSearch:
         values = self.model_of(unique).quantiles(self.capacity[unique] * self.max_utilization, self.wanted)
         return self._judge(rows, values[:, back])
 
-    def refine(self, rows: NDArray[np.intp], cap_margin: NDArray[np.float64]) -> NDArray[np.float64]:
-        """The highest rates of `rows`, which miss an SLO at the cap (margins there `cap_margin`)."""
+    def refine(self, rows: NDArray[np.intp], cap_margin: NDArray[np.float64],
+               guess: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """The highest rates of `rows`, which miss an SLO at the cap (margins there `cap_margin`). `guess`: a rate
+        per row near its answer (another search's, of a coarser sample), whose two grid points around it join the
+        first round's probes: where it is right, that round ends the row's search."""
         low_all, high_all = self.bracket(rows)
+        guessed = None
+        if guess is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                guessed = np.nan_to_num(np.floor(GRID_CELLS * np.log(guess / low_all) / np.log(high_all / low_all)),
+                                        nan=-1.0, posinf=-1.0, neginf=-1.0).astype(int)
         # Per row: it meets its SLOs at grid point a (or a = 0) and not at b; their margins and rates.
         a, b = np.zeros(len(rows), dtype=int), np.full(len(rows), GRID_CELLS)
         margin_a, margin_b = self.light_margin[rows], np.array(cap_margin, dtype=float)
@@ -576,6 +584,9 @@ class _RateSearch:
                                   posinf=-1.0, neginf=-1.0).astype(int)
             near = np.maximum(1, (hi_k - lo_k) // 20)
             probes = np.stack([k, k + 1, k - near, k + 1 + near, (lo_k + hi_k) // 2])
+            if guessed is not None:  # the first round only
+                probes = np.concatenate([probes, np.stack([guessed[i], guessed[i] + 1])])
+                guessed = None
             probes = np.sort(np.clip(probes, lo_k + 1, hi_k - 1), axis=0)
             fresh = np.concatenate([np.ones((1, len(i)), dtype=bool), np.diff(probes, axis=0) > 0])  # once each
             which, k_probe = np.broadcast_to(np.arange(len(i)), probes.shape)[fresh], probes[fresh]
@@ -850,7 +861,8 @@ def _confirm(req: PlanRequest, rows: _Rows, index: NDArray[np.intp]) -> None:
     rates = _RateSearch(model_of, rows.capacity, req.max_utilization, rows.wanted, rows.targets, margin)
     at_cap, cap_margin = rates.at_cap(keep)
     rows.best_rate[keep[at_cap]] = rows.capacity[keep[at_cap]] * req.max_utilization
-    rows.best_rate[keep[~at_cap]] = rates.refine(keep[~at_cap], cap_margin[~at_cap])
+    pending = keep[~at_cap]  # the search's rates (its coarser sample) are the first guesses
+    rows.best_rate[pending] = rates.refine(pending, cap_margin[~at_cap], rows.best_rate[pending])
 
 
 def plan(req: PlanRequest, factors: FactorSet | None = None, *, suggest: bool = True, confirm: bool = True

@@ -305,10 +305,13 @@ class _Pools:
         every = np.arange(len(picks))
         pre_targets = np.concatenate([self.splits[k].prefill_targets for k in ks], axis=1)
         dec_targets = np.concatenate([self.splits[k].decode_targets for k in ks], axis=1)
+        # Each pool's rate as the search found it (with its coarser sample) is the rate search's first guess.
+        pre_guess = np.array([self.pre_best[k][i] for k, i in zip(ks, pres_i, strict=True)])
+        dec_guess = np.array([self.dec_best[k][d] for k, d in zip(ks, decs, strict=True)])
         pre_best = _best_rates(pre_pool.take, pre_pool.capacity, req, self.splits[0].prefill_wanted, pre_targets,
-                               every)
+                               every, guess=pre_guess)
         dec_best = _best_rates(dec_pool.take, dec_pool.capacity, req, self.splits[0].decode_wanted, dec_targets,
-                               every)
+                               every, guess=dec_guess)
         out: list[Candidate | None] = []
         for j in every:
             pre, dec = int(pres[j]), int(decs[j])
@@ -342,11 +345,12 @@ def _cheapest_per_key(key: NDArray[np.int_], cost: NDArray[np.float64]) -> tuple
 
 def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[np.float64], req: PlanRequest,
                 wanted: list[tuple[str, float]], targets: NDArray[np.float64], index: NDArray[np.intp],
-                period: int | None = None) -> NDArray[np.float64]:
+                period: int | None = None, guess: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
     """Per row of `index`: the highest rate within its targets (`targets`, one column per row of `index`) and the
     utilisation cap (0 where a target is missed even at light load), on the aggregated search's grid of rates.
     `period`: rows i and i + k x period are the same model at the same capacity (the splits of `_Pools.search`,
-    stacked), so their latencies at light load and at the cap are computed once."""
+    stacked), so their latencies at light load and at the cap are computed once. `guess` (per row of `index`): a
+    rate near each row's answer, which the rate search tries first (`_RateSearch.refine`)."""
     best = np.zeros(len(index))
     if not len(index):
         return best
@@ -363,7 +367,7 @@ def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[n
     ok, cap_margin = rates.at_cap(index[fine], period)
     best[fine[ok]] = capacity[index[fine[ok]]] * req.max_utilization
     pending = fine[~ok]
-    best[pending] = rates.refine(index[pending], cap_margin[~ok])
+    best[pending] = rates.refine(index[pending], cap_margin[~ok], None if guess is None else guess[pending])
     return best
 
 
