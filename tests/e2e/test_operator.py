@@ -164,6 +164,18 @@ def settled(cluster: dict[str, Any], name: str, quiet_s: float = 2.0) -> dict[st
     raise AssertionError(f"{name} kept changing for 30 s")
 
 
+def plan_until_ready(cluster: dict[str, Any], name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Create plan `name` of `spec`, run the operator until it has planned it, and return the object, which must
+    be Ready (the operator raising nothing)."""
+    cluster["objects"].create_namespaced_custom_object(GROUP, VERSION, cluster["namespace"], PLURAL,
+                                                       manifest(name, spec))
+    with runner() as kopf_run:
+        obj = wait_for(lambda: planned(cluster, name), timeout_s=60)
+    assert kopf_run.exception is None, kopf_run.output
+    assert condition(obj, "Ready")["status"] == "True", obj["status"]
+    return obj
+
+
 def test_restart_does_not_rewrite_unchanged_status(cluster: dict[str, Any]) -> None:
     objects, ns = cluster["objects"], cluster["namespace"]
     objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("steady", CHAT))
@@ -361,11 +373,7 @@ def test_a_disaggregated_recommendation_carries_its_roles_in_the_status(cluster:
     core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
     product = "NVIDIA-H100-80GB-HBM3"
     with own_nodes(core, product, {"pd-a": {}, "pd-b": {}}):
-        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pd-split", LONG_PROMPTS_8B))
-        with runner() as kopf_run:
-            obj = wait_for(lambda: planned(cluster, "pd-split"), timeout_s=60)
-        assert kopf_run.exception is None, kopf_run.output
-        assert condition(obj, "Ready")["status"] == "True", obj["status"]
+        obj = plan_until_ready(cluster, "pd-split", LONG_PROMPTS_8B)
         rec = obj["status"]["recommendation"]
         assert rec["shape"] == "disaggregated", rec
         roles = {r["role"]: r for r in rec["roles"]}
@@ -403,11 +411,7 @@ def test_a_pipelined_recommendation_carries_its_stages_in_the_status(cluster: di
     product = "NVIDIA-H100-NVL"  # a type of its own: every node of it is labelled
     with own_nodes(core, product, {"pp-a": {"inferplan.io/network-gbps": "200"},
                                    "pp-b": {"inferplan.io/network-gbps": "100"}}):
-        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("pp-405b", LLAMA_405B_TWO_NODES))
-        with runner() as kopf_run:
-            obj = wait_for(lambda: planned(cluster, "pp-405b"), timeout_s=60)
-        assert kopf_run.exception is None, kopf_run.output
-        assert condition(obj, "Ready")["status"] == "True", obj["status"]
+        obj = plan_until_ready(cluster, "pp-405b", LLAMA_405B_TWO_NODES)
         rec = obj["status"]["recommendation"]
         assert (rec["pipelineParallel"], rec["gpusPerReplica"], rec["nodesPerReplica"]) == (2, 16, 2), rec
         args = rec["engineArgs"]
