@@ -229,7 +229,7 @@ def _run_key(row: Scenario) -> tuple:
     return (row.source, row.model, row.gpu, row.gpus, row.tensor_parallel, row.pipeline_parallel, row.replicas,
             row.engine, row.engine_version, row.weights, row.kv_cache, row.input_tokens, row.output_tokens,
             row.dataset, row.load.model_dump_json(), row.gpu_memory_utilization, row.max_model_len,
-            row.max_num_seqs, row.max_num_batched_tokens, row.prefix_caching)
+            row.max_num_seqs, row.max_num_batched_tokens, row.prefix_caching, prompts_named(row.notes))
 
 
 SHORT_RUN_DRAWS = 10  # a run of fewer requests than the default is served this many times at most, in new orders
