@@ -127,13 +127,6 @@ def checkpoint_named(notes: str) -> str | None:
     return None
 
 
-def prompts_named(notes: str) -> int | None:
-    """The request count of the benchmark command a scenario's notes quote (`vllm bench serve ... --num-prompts
-    100`, SGLang's bench_serving has the same flag), or None when they quote none."""
-    match = re.search(r"--num[-_]prompts[= ](\d+)", notes)
-    return int(match.group(1)) if match else None
-
-
 def _factor_key(row: Scenario, r: _Resolved) -> str:
     return factor_key(r.engine.name, row.engine_version, r.gpu.vendor, row.published)
 
@@ -229,23 +222,13 @@ def _run_key(row: Scenario) -> tuple:
     return (row.source, row.model, row.gpu, row.gpus, row.tensor_parallel, row.pipeline_parallel, row.replicas,
             row.engine, row.engine_version, row.weights, row.kv_cache, row.input_tokens, row.output_tokens,
             row.dataset, row.load.model_dump_json(), row.gpu_memory_utilization, row.max_model_len,
-            row.max_num_seqs, row.max_num_batched_tokens, row.prefix_caching, prompts_named(row.notes))
+            row.max_num_seqs, row.max_num_batched_tokens, row.prefix_caching)
 
 
-SHORT_RUN_DRAWS = 10  # a run of fewer requests than the default is served this many times at most, in new orders
-
-
-def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings,
-                 factors: FactorSet) -> list[SimulationResult] | str:
+def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> SimulationResult | str:
     """Serve one row's online load (a burst, an offline run, a closed loop or Poisson arrivals) on one instance of
     its deployment in the simulator, scheduled as its engine schedules (`EngineSettings.scheduling`), with its
-    dataset's length spread; a reason instead when the deployment has no room for a KV cache.
-
-    A short run with spread lengths or random arrivals (fewer requests than `DEFAULT_NUM_PROMPTS`) depends on
-    which requests come last: one long reply started late stretches its duration, and its start (N clients at
-    once) is a large share of its requests. It is served in ceil(1000 / requests) orders of its lengths and
-    arrivals (at most `SHORT_RUN_DRAWS`), one result each, so that a metric can be their mean: what the run
-    gives on average over the order its requests came in."""
+    dataset's length spread; a reason instead when the deployment has no room for a KV cache."""
     memory = _memory(row, r, settings, factors)
     kv_tokens = int(memory.kv_cache_tokens)
     if not memory.fits or kv_tokens < 2:
@@ -259,58 +242,40 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings,
     prompt_mean, output_mean, dataset = _lengths(row)
     replicas = max(int(row.replicas or 1), 1)
     load = int(getattr(row.load, "value", 1))
-    rate = None
-    # The run's request count: the load's, else the one its quoted benchmark command sends, else the default.
-    named = getattr(row.load, "num_prompts", None) or prompts_named(row.notes)
+    arrivals = None
     if row.load.kind in ("burst", "offline"):
-        count = load if row.load.kind == "burst" else int(named or DEFAULT_NUM_PROMPTS)
+        count = load if row.load.kind == "burst" else int(row.load.num_prompts or DEFAULT_NUM_PROMPTS)
         requests, clients = max(count // replicas, 1), 0
     elif row.load.kind == "poisson":
-        requests, clients = max(int(named or DEFAULT_NUM_PROMPTS) // replicas, 1), 0
+        requests, clients = max(int(row.load.num_prompts or DEFAULT_NUM_PROMPTS) // replicas, 1), 0
         rate = float(row.load.rate) / replicas
+        arrivals = arrival_times(np.random.default_rng(0), rate, requests)
+        arrivals -= arrivals[0]
+        if requests > 1:  # the run's own rate is the stated one: a draw of 100 gaps is off by 10% on its own
+            arrivals *= (requests - 1) / rate / arrivals[-1]
     else:
         clients = max(load // replicas, 1)
         low, floor, cap = CLOSED_LOOP_REQUESTS
-        # A finite run starts with its N clients sending at once: in a short one that start is a share of
-        # the requests its percentiles are taken over, so the run's own count is served when it is known.
-        requests = max(int(named) // replicas, clients) if named else min(max(low * clients, floor), cap)
-    spread = rate is not None or (dataset is not None and (dataset.prompt_cv > 0 or dataset.output_cv > 0))
-    draws = min(-(-DEFAULT_NUM_PROMPTS // requests), SHORT_RUN_DRAWS) if spread else 1
+        requests = min(max(low * clients, floor), cap)
+    prompts, outputs = sample_lengths(requests, prompt_mean, output_mean, dataset)
+    longest = min(settings.max_model_len, kv_tokens - 1)
+    prompts = np.minimum(prompts, longest - 1)
+    outputs = np.maximum(np.minimum(outputs, longest - prompts), 1)
     hw = _hardware(row.model, row.gpu, r.engine.name, row.weights, _kv_bytes(row, r),
                    r.tp, r.pp, factors.engine(_factor_key(row, r)), factors.family(r.gpu.family))
-    longest = min(settings.max_model_len, kv_tokens - 1)
-    results = []
-    for draw in range(draws):
-        arrivals = np.zeros(requests)
-        if rate is not None:
-            arrivals = arrival_times(np.random.default_rng(draw), rate, requests)
-            arrivals -= arrivals[0]
-            if requests > 1:  # the run's own rate is the stated one: a draw of 100 gaps is off by 10% on its own
-                arrivals *= (requests - 1) / rate / arrivals[-1]
-        prompts, outputs = sample_lengths(requests, prompt_mean, output_mean, dataset, seed=2 * draw)
-        prompts = np.minimum(prompts, longest - 1)
-        outputs = np.maximum(np.minimum(outputs, longest - prompts), 1)
-        results.append(simulate(hw, trace_workload(arrivals, prompts, outputs), max_batch=int(settings.max_num_seqs),
-                                kv_tokens=kv_tokens, chunk_tokens=settings.step_tokens, policy=settings.scheduling,
-                                clients=clients, series_points=2))
-    return results
+    workload = trace_workload(np.zeros(requests) if arrivals is None else arrivals, prompts, outputs)
+    return simulate(hw, workload, max_batch=int(settings.max_num_seqs), kv_tokens=kv_tokens,
+                    chunk_tokens=settings.step_tokens, policy=settings.scheduling, clients=clients, series_points=2)
 
 
 def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet,
-                      runs: dict[tuple, list[SimulationResult] | str]) -> float | str | None:
-    """A row's metric from its run's simulation: the mean over the run's draws (`simulate_run`)."""
+                      runs: dict[tuple, SimulationResult | str]) -> float | str | None:
     key = _run_key(row)
     if key not in runs:
         runs[key] = simulate_run(row, r, settings, factors)
-    results = runs[key]
-    if isinstance(results, str):
-        return results
-    values = [_result_metric(row, result) for result in results]
-    known = [v for v in values if v is not None]
-    return float(np.mean(known)) if known else None
-
-
-def _result_metric(row: Scenario, result: SimulationResult) -> float | None:
+    result = runs[key]
+    if isinstance(result, str):
+        return result
     replicas = float(row.replicas or 1)
     m = row.metric
     if m == "output_tps_total":

@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from inferplan.planner import predict
 from inferplan.planner.architectures import resolve_model
 from inferplan.planner.engines import EngineSettings, Scheduling, engine_profile
-from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
-from inferplan.planner.predict import checkpoint_named, engine_settings, predict_scenarios, prompts_named
+from inferplan.planner.predict import checkpoint_named, engine_settings, predict_scenarios
 from inferplan.planner.scenarios import Scenario, parse_scenario_line
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inferplan" / "planner" / "data" / "example-scenarios.jsonl"
@@ -159,47 +157,6 @@ def test_more_clients_raise_throughput_and_waiting() -> None:
     few, many = at(4), at(64)
     assert many["output_tps_total"] > 4 * few["output_tps_total"]
     assert many["tpot_ms_mean"] > few["tpot_ms_mean"]  # bigger batches take longer steps
-
-
-def test_the_request_count_is_read_from_the_quoted_benchmark_command() -> None:
-    notes = "client `vllm bench serve --dataset-name sharegpt --num-prompts 100 --max-concurrency 8` ..."
-    assert prompts_named(notes) == 100
-    assert prompts_named("python bench_serving.py --num_prompts=3000") == 3000
-    assert prompts_named("100 successful requests") is None  # only the command's own flag counts
-
-
-def test_a_short_closed_loop_weighs_its_start() -> None:
-    # 8 clients start at once, so their first prompts share the first steps: in a run of 100 requests that
-    # start is 8% of the requests the mean and p99 are taken over, in the default 1000 less than 1%.
-    command = "benchmark client `vllm bench serve --num-prompts 100 --max-concurrency 8`"
-    load = {"kind": "concurrency", "value": 8}
-
-    def run(notes: str) -> dict[str, float]:
-        rows = [_online("concurrency", id=f"c8-{m}", metric=m, unit="ms", load=load, notes=notes)
-                for m in ("ttft_ms_mean", "ttft_ms_p99", "ttft_ms_p50")]
-        return {p.metric: p.predicted for p in predict_scenarios(rows)}
-
-    short, default = run(command), run("no command quoted")
-    assert short["ttft_ms_mean"] > 1.03 * default["ttft_ms_mean"]
-    assert short["ttft_ms_p99"] > 1.1 * default["ttft_ms_p99"]
-    assert short["ttft_ms_p50"] == pytest.approx(default["ttft_ms_p50"], rel=0.1)  # the typical request is alike
-
-
-def test_a_short_run_is_the_mean_over_orders_of_its_requests() -> None:
-    # One order of a 100-request run can put its longest reply last, alone at the end; the prediction is
-    # the mean over ten orders, so it does not hang on that one draw: it lies between their extremes and
-    # stays put when the order of the first draw changes.
-    row = _online("concurrency", id="c8-tps", metric="output_tps_total", unit="output tokens/s",
-                  load={"kind": "concurrency", "value": 8}, notes="`vllm bench serve --num-prompts 100`")
-    resolved = predict._resolve(row)
-    assert not isinstance(resolved, str)
-    settings = engine_settings(row, resolved.engine, resolved.arch, resolved.gpu, resolved.tp * resolved.pp)
-    results = predict.simulate_run(row, resolved, settings, load_factors())
-    assert not isinstance(results, str)
-    assert len(results) == 10 and all(len(r.ttft_s) == 100 for r in results)
-    each = [r.output_tokens_per_s for r in results]
-    assert max(each) > 1.05 * min(each)  # the order matters for a run this short
-    assert predict_scenarios([row])[0].predicted == pytest.approx(sum(each) / len(each))
 
 
 def test_a_row_naming_a_dataset_without_lengths_uses_the_preset() -> None:
