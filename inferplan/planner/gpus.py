@@ -57,6 +57,17 @@ REQUIRED_FIGURES = (
 )
 NULLABLE_FIGURES = ("fp8_tflops", "int8_tops", "tdp_w")
 FIGURES = REQUIRED_FIGURES + NULLABLE_FIGURES
+# Published kernel microbenchmarks a GPU without AIConfigurator profiles may state (each with its sources): the
+# step-time model's measured basis for AMD GPUs (`inferplan.planner.kernels`). Efficiencies are fractions of the
+# catalog's own peaks.
+KERNEL_FIGURES = (
+    "gemm_bf16_efficiency",          # large 16-bit GEMM throughput / fp16_tflops
+    "gemm_fp8_efficiency",           # large FP8 GEMM throughput / fp8_tflops
+    "hbm_stream_efficiency",         # STREAM-like bandwidth / memory_bandwidth_gb_s
+    "prefill_attention_efficiency",  # flash-attention forward throughput / fp16_tflops
+    "allreduce_busbw_gb_s",          # all-reduce bus bandwidth of a full node, large messages
+    "allreduce_latency_us",          # all-reduce latency of small messages
+)
 
 # Architectures with FP8 tensor cores; the others must have a null fp8_tflops.
 FP8_FAMILIES = frozenset({"ada", "hopper", "blackwell", "cdna3"})
@@ -149,6 +160,11 @@ class GpuSpec:
     gpus_per_node: int = 8  # in the common chassis `chassis` names (a plan or the cluster's nodes override it)
     chassis: str = ""
     sm_count: int | None = None  # streaming multiprocessors (AMD: compute units); None: unknown, no per-SM cap
+    # The AIConfigurator system whose measured kernel tables serve this GPU (data/kernels.json): its own
+    # (`kernel_tables_own`) or a sibling's of the same die or architecture, scaled to this GPU's peaks.
+    kernel_tables: str | None = None
+    kernel_tables_own: bool = False
+    kernel_figures: tuple[tuple[str, float], ...] = ()  # published microbenchmarks (KERNEL_FIGURES), where stated
 
     @property
     def product_label_key(self) -> str:
@@ -233,6 +249,14 @@ class _FigureModel(BaseModel):
     note: str | None = None
 
 
+class _KernelTablesModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    system: str = Field(min_length=1)
+    own: bool
+    note: str = Field(min_length=1)
+
+
 class _GpuModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -248,6 +272,7 @@ class _GpuModel(BaseModel):
     names: list[str]
     device_ids: list[str] = []
     figures: dict[str, _FigureModel]
+    kernel_tables: _KernelTablesModel | None = None
     notes: str | None = None
 
 
@@ -406,11 +431,11 @@ def parse_gpu_catalog(data: Mapping[str, Any]) -> GpuCatalog:
 
 
 def _check_figures(entry: _GpuModel, sources: Mapping[str, SourceRef]) -> dict[str, FigureProvenance]:
-    unknown = sorted(set(entry.figures) - set(FIGURES))
+    unknown = sorted(set(entry.figures) - set(FIGURES) - set(KERNEL_FIGURES))
     if unknown:
         raise GpuCatalogError("unknown figure", gpu=entry.key, field=unknown[0])
     result: dict[str, FigureProvenance] = {}
-    for field in FIGURES:
+    for field in FIGURES + tuple(f for f in KERNEL_FIGURES if f in entry.figures):
         figure = entry.figures.get(field)
         if figure is None:
             raise GpuCatalogError(
@@ -424,6 +449,8 @@ def _check_figures(entry: _GpuModel, sources: Mapping[str, SourceRef]) -> dict[s
                 raise GpuCatalogError("value is required", gpu=entry.key, field=field)
         elif not figure.value > 0:
             raise GpuCatalogError(f"must be positive, got {figure.value!r}", gpu=entry.key, field=field)
+        elif field.endswith("_efficiency") and figure.value > 1:
+            raise GpuCatalogError(f"an efficiency is at most 1, got {figure.value!r}", gpu=entry.key, field=field)
         refs = tuple(sources[s] for s in figure.sources)
         unverified = figure.status == "unverified" or any(ref.status == "unverified" for ref in refs)
         result[field] = FigureProvenance(
@@ -489,6 +516,10 @@ def _build_spec(entry: _GpuModel, figures: Mapping[str, FigureProvenance]) -> Gp
         gpus_per_node=entry.gpus_per_node,
         chassis=entry.chassis,
         sm_count=int(required["sm_count"]),
+        kernel_tables=entry.kernel_tables.system if entry.kernel_tables else None,
+        kernel_tables_own=bool(entry.kernel_tables and entry.kernel_tables.own),
+        kernel_figures=tuple((f, float(entry.figures[f].value)) for f in KERNEL_FIGURES
+                             if f in entry.figures and entry.figures[f].value is not None),
     )
 
 

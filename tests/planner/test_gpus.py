@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import date
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from inferplan.planner.gpus import (
     FIGURES,
+    KERNEL_FIGURES,
     GpuCatalogError,
     GpuProductLabel,
     load_gpu_catalog,
@@ -116,16 +118,54 @@ def test_catalog_has_every_required_gpu() -> None:
 
 
 def test_every_figure_has_dated_provenance() -> None:
+    """Every required and nullable figure, and the published kernel figures a GPU states (only those), has its
+    sources, a status and the date of its first source."""
     catalog = load_gpu_catalog()
+    stated_kernel_figures = 0
     for spec in catalog:
         provenance = catalog.provenance(spec.key)
-        assert set(provenance) == set(FIGURES), spec.key
+        kernel = set(provenance) - set(FIGURES)
+        assert set(provenance) >= set(FIGURES) and kernel <= set(KERNEL_FIGURES), spec.key
+        assert kernel == {name for name, _ in spec.kernel_figures}, spec.key
+        stated_kernel_figures += len(kernel)
         for field, figure in provenance.items():
             assert figure.sources, (spec.key, field)
             assert figure.status in ("sourced", "unverified"), (spec.key, field)
-            assert len(figure.as_of) == 10 and figure.as_of.startswith("2026-"), (spec.key, field)
+            assert figure.as_of == figure.sources[0].as_of, (spec.key, field)
+            assert date.fromisoformat(figure.as_of) <= date(2026, 12, 31), (spec.key, field)
             for source in figure.sources:
                 assert source.url or source.description, (spec.key, field, source.id)
+    assert stated_kernel_figures >= 12  # MI300X and MI325X state all six
+
+
+def test_published_kernel_figures_are_shares_of_the_catalogs_own_peaks() -> None:
+    """Efficiencies are fractions of the GPU's rated figures (at most 1); all-reduce figures are positive and within
+    the GPU's links; only GPUs without AIConfigurator tables of their own state them (their tables supersede them)."""
+    for spec in load_gpu_catalog():
+        figures = dict(spec.kernel_figures)
+        if not figures:
+            continue
+        assert not spec.kernel_tables_own, spec.key
+        for name, value in figures.items():
+            assert value > 0, (spec.key, name)
+            if name.endswith("_efficiency"):
+                assert value <= 1.0, (spec.key, name)
+        assert figures["allreduce_busbw_gb_s"] <= spec.interconnect_gb_s, spec.key  # a bus cannot beat its links
+    assert set(dict(resolve_gpu("MI300X").kernel_figures)) == set(KERNEL_FIGURES)
+
+
+def test_kernel_tables_cite_the_source_of_kernels_json() -> None:
+    """The GPUs that read AIConfigurator's tables rest on the catalog's `aiconfigurator-kernels` source, which
+    points where data/kernels.json says it was derived from."""
+    data = _raw_file()
+    source = data["sources"]["aiconfigurator-kernels"]
+    kernels = json.loads(resources.files("inferplan.planner").joinpath("data/kernels.json").read_text("ascii"))
+    assert source["url"] in kernels["meta"]["source"]
+    assert any(g.get("kernel_tables") for g in data["gpus"])
+    for gpu in data["gpus"]:
+        if gpu.get("kernel_tables"):
+            assert gpu["kernel_tables"]["system"] in kernels["systems"], gpu["key"]
+            assert gpu["kernel_tables"]["note"], gpu["key"]
 
 
 def test_unverified_fields_are_listed() -> None:
@@ -156,9 +196,14 @@ def test_engines_see_less_memory_than_nvml_reports() -> None:
 
 
 def test_every_source_is_used_and_dated() -> None:
+    """Every source backs a figure, or (aiconfigurator-kernels) the kernel tables GPUs read; each has a date."""
     data = _raw_file()
     used = {s for gpu in data["gpus"] for figure in gpu["figures"].values() for s in figure["sources"]}
+    if any(gpu.get("kernel_tables") for gpu in data["gpus"]):
+        used.add("aiconfigurator-kernels")
     assert used == set(data["sources"])
+    for key, source in data["sources"].items():
+        assert date.fromisoformat(source["as_of"]), key
 
 
 def test_data_file_is_ascii() -> None:
@@ -487,6 +532,27 @@ def test_fp8_must_match_the_family(tmp_path: Path) -> None:
     with pytest.raises(GpuCatalogError, match="ampere") as info:
         _load_from(tmp_path, data)
     assert (info.value.gpu, info.value.field) == ("A10", "fp8_tflops")
+
+
+def test_a_kernel_efficiency_above_one_or_an_unknown_kernel_figure_is_rejected(tmp_path: Path) -> None:
+    data = _raw_file()
+    _gpu(data, "MI300X")["figures"]["hbm_stream_efficiency"]["value"] = 1.2
+    with pytest.raises(GpuCatalogError, match="at most 1") as info:
+        _load_from(tmp_path, data)
+    assert (info.value.gpu, info.value.field) == ("MI300X", "hbm_stream_efficiency")
+    data = _raw_file()
+    _gpu(data, "MI300X")["figures"]["gemm_int4_efficiency"] = {"value": 0.5, "sources": ["ml-engineering"]}
+    with pytest.raises(GpuCatalogError, match="unknown figure") as info:
+        _load_from(tmp_path, data)
+    assert (info.value.gpu, info.value.field) == ("MI300X", "gemm_int4_efficiency")
+
+
+def test_a_gpu_without_kernel_figures_or_tables_parses_to_none() -> None:
+    data = _raw_file()
+    t4 = _gpu(data, "T4")
+    assert "kernel_tables" not in t4 and not set(t4["figures"]) & set(KERNEL_FIGURES)
+    spec = parse_gpu_catalog(data).get("T4")
+    assert (spec.kernel_tables, spec.kernel_tables_own, spec.kernel_figures) == (None, False, ())
 
 
 def test_bad_enum_and_bad_source_are_rejected(tmp_path: Path) -> None:

@@ -1,0 +1,378 @@
+"""Derive the planner's compact kernel tables from NVIDIA AIConfigurator's measured operator timings.
+
+Usage (from the repository root; needs `pip install aiconfigurator-core pandas pyarrow pyyaml`, none of which
+the project depends on):
+
+    python scripts/derive_kernel_tables.py [--aic-dir DIR] [--out inferplan/planner/data/kernels.json] [--check]
+
+`aiconfigurator-core` 0.12.0 (Apache-2.0, PyPI; data at ai-dynamo/aiconfigurator commit 095f58a5) ships
+per-operator latencies measured on each GPU under each engine's kernels:
+aiconfigurator_core/systems/data/<system>/<op>/<backend>/<version>/*.parquet, with each system's peaks in
+systems/<system>.yaml. This script reduces them to what `inferplan.planner.kernels` reads, per system:
+
+- `gemm[backend][dtype]`: latency [us] of y = x W on a grid of M (tokens) x N x K, the fastest kernel the
+  backend's table holds for each shape (the table's own values; a grid point the table lacks, the A100 tables'
+  missing large M, is interpolated log-log along M from its neighbours, or extended at the compute-bound slope
+  of the last two measured M, and counted in `filled`; a smaller M never takes longer than a larger one, which
+  a padded call would run in: the few table rows that do are replaced by the larger M's time);
+- `decode_attention[backend][kv dtype]`: latency [us] of one layer's decode attention on a grid of
+  log2(KV bytes read) x log2(batch x KV heads), each node the least-squares value of the measured rows around it
+  (bilinear in log space, head dims 64 and 128, full attention);
+- `prefill_attention[backend]`: the same for context (prefill) attention on log2(causal FLOPs) x
+  log2(batch x query heads), 16-bit KV;
+- `allreduce[tp]`: latency [us] of a 16-bit all-reduce of 2^i bytes on `tp` GPUs, the faster of NCCL and the
+  backends' custom all-reduce kernels (what the engines choose between);
+- `peaks`: the system file's HBM bandwidth and dense tensor FLOPS, which the planner uses to carry a system's
+  measured efficiency to a GPU of the same architecture without tables of its own.
+
+Rows that imply more than the HBM peak (the A100 trtllm 1.0.0 decode-attention table, docs/aic-tables.md) are
+dropped. `--check` prints, per table, the median and 90th-percentile error of the compact table against every
+measured row it was built from (what the reduction costs). The output is deterministic for the same package.
+Attribution and licence: NOTICE and inferplan/planner/data/LICENSE-aiconfigurator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "inferplan" / "planner" / "data" / "kernels.json"
+SYSTEMS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "l40s",
+           "rtx_pro_6000_server")
+BACKENDS = ("vllm", "sglang", "trtllm")
+GEMM_DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4", "int8_wo", "int4_wo", "sq")
+GEMM_M = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+GEMM_NK = (512, 1024, 2048, 4096, 8192, 16384, 65536)
+DECODE_BYTES_LOG2 = tuple(range(12, 37, 2))   # 4 KiB .. 64 GiB of KV read per layer
+DECODE_UNITS_LOG2 = tuple(range(0, 15))       # batch x KV heads 1 .. 16384
+PREFILL_FLOPS_LOG2 = tuple(range(20, 49, 2))  # 1 MFLOP .. 256 TFLOP per layer
+PREFILL_UNITS_LOG2 = tuple(range(0, 13))      # batch x query heads 1 .. 4096
+ALLREDUCE_BYTES_LOG2 = tuple(range(10, 31))   # 1 KiB .. 1 GiB
+TP_SIZES = (2, 4, 8)
+INSTALL_HINT = "pip install aiconfigurator-core pandas pyarrow pyyaml"
+SOURCE = ("NVIDIA AIConfigurator (aiconfigurator-core 0.12.0 on PyPI, Apache-2.0; data at "
+          "https://github.com/ai-dynamo/aiconfigurator/tree/095f58a51c4ca8e61b66ec108d86f223f8d559ce"
+          "/aic-core/src/aiconfigurator_core/systems/data)")
+
+
+def find_systems_dir(aic_dir: str | None) -> Path | None:
+    """The package's systems/ folder: under `aic_dir` (the package or a folder holding it) or the installed one."""
+    if aic_dir:
+        base = Path(aic_dir)
+        for candidate in (base / "systems", base / "aiconfigurator_core" / "systems"):
+            if candidate.is_dir():
+                return candidate
+        return None
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "systems"
+    return path if path.is_dir() else None
+
+
+def _version_key(version: str) -> tuple[tuple[int, ...], int, int]:
+    """Sort key of a version folder: the release numbers, then final above pre-release, then the pre-release number."""
+    numbers = tuple(int(x) for x in re.findall(r"\d+", version.split("rc")[0].split(".post")[0].split(".dev")[0]))
+    pre = re.search(r"rc(\d+)", version)
+    return numbers, 0 if pre else 1, int(pre.group(1)) if pre else 0
+
+
+def newest(folder: Path, filename: str) -> tuple[str, Path] | None:
+    """(version, file) of the newest version folder under `folder` that holds `filename`."""
+    if not folder.is_dir():
+        return None
+    versions = sorted((p.name for p in folder.iterdir() if (p / filename).is_file()), key=_version_key)
+    return (versions[-1], folder / versions[-1] / filename) if versions else None
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    if not math.isfinite(x) or x <= 0:
+        raise ValueError(f"not a positive latency: {x}")
+    return float(f"{x:.{digits}g}")
+
+
+def gemm_table(frame: Any, dtype: str) -> tuple[list[list[list[float]]], int, int] | None:
+    """The GEMM grid of one dtype [us], how many grid points were filled rather than measured, and how many were
+    replaced by a larger M's shorter time.
+
+    Per (N, K) the table's latencies over M, fastest kernel per shape. A grid M the table lacks is interpolated
+    log-log between its measured neighbours (below the smallest: that one's value; above the largest: the
+    compute-bound slope of the last two). Where the table skips a whole (N, K) (65536 x 65536), the largest
+    smaller K with the same N is scaled by K / K' (a shape that large is bound by its size)."""
+    import numpy as np
+
+    rows = frame[frame.gemm_dtype == dtype]
+    if rows.empty:
+        return None
+    best = rows.groupby(["n", "k", "m"]).latency.min()
+    curves: dict[tuple[int, int], tuple[Any, Any]] = {}
+    for (n, k), part in best.groupby(level=["n", "k"]):
+        ms = part.index.get_level_values("m").to_numpy(dtype=float)
+        curves[(int(n), int(k))] = (ms, part.to_numpy(dtype=float) * 1e3)
+    filled = 0
+    repaired = [0]  # a list: counted inside the loops below
+    grid = [[[0.0] * len(GEMM_NK) for _ in GEMM_NK] for _ in GEMM_M]
+    for ni, n in enumerate(GEMM_NK):
+        for ki, k in enumerate(GEMM_NK):
+            scale = 1.0
+            curve = curves.get((n, k))
+            if curve is None:
+                smaller = sorted(kk for nn, kk in curves if nn == n and kk < k)
+                if not smaller:
+                    return None
+                curve, scale = curves[(n, smaller[-1])], k / smaller[-1]
+                filled += len(GEMM_M)
+            ms, us = curve
+            order = np.argsort(ms)
+            ms, us = ms[order], us[order] * scale
+            for mi, m in enumerate(GEMM_M):
+                hit = np.nonzero(ms == m)[0]
+                if hit.size:
+                    value = float(us[hit[0]])
+                else:
+                    if scale == 1.0:
+                        filled += 1
+                    if m < ms[0]:
+                        value = float(us[0])
+                    elif m > ms[-1]:
+                        value = float(us[-1] + (us[-1] - us[-2]) / (ms[-1] - ms[-2]) * (m - ms[-1]))
+                    else:
+                        value = float(np.exp(np.interp(np.log(m), np.log(ms), np.log(us))))
+                grid[mi][ni][ki] = _sig(value)
+            # A call of more tokens is never faster: the smaller one can always run the larger one's kernel on
+            # padded rows. Where a table says otherwise (B200 vLLM FP8 at M <= 8: several times slower than at
+            # M = 16, docs/aic-tables.md), the larger M's time stands (a suffix minimum along M).
+            for mi in range(len(GEMM_M) - 2, -1, -1):
+                if grid[mi + 1][ni][ki] < grid[mi][ni][ki]:
+                    grid[mi][ni][ki] = grid[mi + 1][ni][ki]
+                    repaired[0] += 1
+    return grid, filled, repaired[0]
+
+
+def surface(x: Sequence[float], y: Sequence[float], t: Sequence[float], gx: Sequence[float],
+            gy: Sequence[float]) -> tuple[list[list[float]], float, float]:
+    """Node values [us] of a bilinear surface in (log2 x, log2 y) -> log latency fitted to the rows by least
+    squares with a light second-difference smoothing (nodes without rows follow their neighbours); the median and
+    90th-percentile absolute relative error of the surface on the rows."""
+    import numpy as np
+
+    lx, ly, lt = np.log2(np.asarray(x, float)), np.log2(np.asarray(y, float)), np.log(np.asarray(t, float))
+    gx_, gy_ = np.asarray(gx, float), np.asarray(gy, float)
+    fx = np.clip(np.interp(lx, gx_, np.arange(len(gx_))), 0, len(gx_) - 1)
+    fy = np.clip(np.interp(ly, gy_, np.arange(len(gy_))), 0, len(gy_) - 1)
+    x0 = np.minimum(np.floor(fx).astype(int), len(gx_) - 2)
+    y0 = np.minimum(np.floor(fy).astype(int), len(gy_) - 2)
+    wx, wy = fx - x0, fy - y0
+    nx, ny = len(gx_), len(gy_)
+    size = nx * ny
+    cols = [x0 * ny + y0, (x0 + 1) * ny + y0, x0 * ny + y0 + 1, (x0 + 1) * ny + y0 + 1]
+    weights = [(1 - wx) * (1 - wy), wx * (1 - wy), (1 - wx) * wy, wx * wy]
+    normal = np.zeros((size, size))
+    rhs = np.zeros(size)
+    for ci, wi in zip(cols, weights, strict=True):
+        np.add.at(rhs, ci, wi * lt)
+        for cj, wj in zip(cols, weights, strict=True):
+            np.add.at(normal, (ci, cj), wi * wj)
+    smooth = 0.02 * max(len(lt), 1) / size
+    for i in range(nx):
+        for j in range(ny):
+            for di, dj in ((1, 0), (0, 1)):
+                if i + 2 * di < nx and j + 2 * dj < ny:
+                    idx = [i * ny + j, (i + di) * ny + j + dj, (i + 2 * di) * ny + j + 2 * dj]
+                    coef = np.array([1.0, -2.0, 1.0])
+                    normal[np.ix_(idx, idx)] += smooth * np.outer(coef, coef)
+    nodes = np.linalg.solve(normal + 1e-9 * np.eye(size), rhs)
+    fitted = sum(w * nodes[c] for c, w in zip(cols, weights, strict=True))
+    error = np.abs(np.exp(fitted - lt) - 1.0)
+    table = [[_sig(float(np.exp(nodes[i * ny + j]))) for j in range(ny)] for i in range(nx)]
+    return table, float(np.median(error)), float(np.quantile(error, 0.9))
+
+
+def _full_attention(frame: Any) -> Any:
+    """Rows of full attention (no sliding window; older tables have no window column), beam 1, head dim 64/128."""
+    keep = (frame.beam_width == 1) & frame.head_dim.isin([64, 128])
+    if "window_size" in frame.columns:
+        keep &= frame.window_size == 0
+    return frame[keep]
+
+
+def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None:
+    import pandas as pd
+    import yaml
+
+    spec_path = systems / f"{name}.yaml"
+    data = systems / "data" / name
+    if not spec_path.is_file() or not data.is_dir():
+        return None
+    spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    gpu, node = spec["gpu"], spec.get("node", {})
+    out: dict[str, Any] = {
+        "device": None,
+        "peaks": {
+            "mem_bw_gb_s": gpu["mem_bw"] / 1e9,
+            "bf16_tflops": gpu["bfloat16_tc_flops"] / 1e12,
+            "fp8_tflops": (gpu.get("fp8_tc_flops") or 0) / 1e12 or None,
+            "fp4_tflops": (gpu.get("fp4_tc_flops") or 0) / 1e12 or None,
+            "int8_tops": (gpu.get("int8_tc_flops") or 0) / 1e12 or None,
+            "intra_node_gb_s": node.get("intra_node_bw", 0) / 1e9 or None,
+        },
+        "versions": {}, "gemm": {}, "decode_attention": {}, "prefill_attention": {}, "allreduce": {},
+        "filled": {}, "repaired": {},
+    }
+    peak_bytes_s = gpu["mem_bw"]
+    for backend in BACKENDS:
+        found = newest(data / "gemm" / backend, "gemm_perf.parquet")
+        if found:
+            version, path = found
+            frame = pd.read_parquet(path, columns=["device", "gemm_dtype", "m", "n", "k", "latency"])
+            out["device"] = out["device"] or str(frame.device.iloc[0])
+            tables = {}
+            for dtype in GEMM_DTYPES:
+                made = gemm_table(frame, dtype)
+                if made:
+                    tables[dtype], filled, repaired = made
+                    if filled:
+                        out["filled"][f"gemm/{backend}/{dtype}"] = filled
+                    if repaired:
+                        out["repaired"][f"gemm/{backend}/{dtype}"] = repaired
+            if tables:
+                out["gemm"][backend] = tables
+                out["versions"][f"gemm/{backend}"] = version
+        found = newest(data / "attention" / backend, "generation_attention_perf.parquet")
+        if found:
+            version, path = found
+            frame = _full_attention(pd.read_parquet(path))
+            tables = {}
+            for kv, rows in frame.groupby("kv_cache_dtype"):
+                kv_bytes = 2.0 if kv in ("bfloat16", "float16") else 1.0
+                tokens = rows.batch_size * (rows.isl + rows.step)
+                read = 2.0 * tokens * rows.num_key_value_heads * rows.head_dim * kv_bytes
+                seconds = rows.latency * 1e-3
+                keep = read / seconds <= peak_bytes_s  # faster than HBM allows: a collection artefact
+                if keep.sum() < 100:
+                    continue
+                units = rows.batch_size * rows.num_key_value_heads
+                table, med, p90 = surface(read[keep], units[keep], rows.latency[keep] * 1e3, DECODE_BYTES_LOG2,
+                                          DECODE_UNITS_LOG2)
+                key = "bf16" if kv_bytes == 2.0 else "fp8"
+                tables[key] = table
+                check.append(f"{name:20s} decode attention {backend:6s} {key:4s} rows {int(keep.sum()):6d} "
+                             f"dropped {int((~keep).sum()):5d}  median {100 * med:5.1f}%  p90 {100 * p90:5.1f}%")
+            if tables:
+                out["decode_attention"][backend] = tables
+                out["versions"][f"decode_attention/{backend}"] = version
+        found = newest(data / "attention" / backend, "context_attention_perf.parquet")
+        if found:
+            version, path = found
+            frame = _full_attention(pd.read_parquet(path))
+            rows = frame[(frame.kv_cache_dtype == "bfloat16") & (frame.attn_dtype == "bfloat16")]
+            if len(rows) >= 100:
+                flops = 2.0 * rows.batch_size * rows.num_heads * rows.head_dim * rows.isl.astype(float) ** 2
+                units = rows.batch_size * rows.num_heads
+                table, med, p90 = surface(flops, units, rows.latency * 1e3, PREFILL_FLOPS_LOG2, PREFILL_UNITS_LOG2)
+                out["prefill_attention"][backend] = table
+                out["versions"][f"prefill_attention/{backend}"] = version
+                check.append(f"{name:20s} prefill attention {backend:6s}      rows {len(rows):6d}"
+                             f"               median {100 * med:5.1f}%  p90 {100 * p90:5.1f}%")
+    # All-reduce: the faster of NCCL and any backend's custom kernel, per size.
+    curves: dict[int, list[tuple[Any, Any]]] = {tp: [] for tp in TP_SIZES}
+    found = newest(data / "comm" / "nccl", "nccl_perf.parquet")
+    if found:
+        frame = pd.read_parquet(found[1])
+        frame = frame[(frame.op_name == "all_reduce") & frame.nccl_dtype.isin(["half", "bfloat16"])]
+        out["versions"]["allreduce/nccl"] = found[0]
+        for tp in TP_SIZES:
+            rows = frame[frame.num_gpus == tp].groupby("message_size").latency.min()
+            if len(rows):
+                curves[tp].append((rows.index.values * 2.0, rows.values * 1e3))
+    for backend in BACKENDS:
+        found = newest(data / "comm" / backend, "custom_allreduce_perf.parquet")
+        if not found:
+            continue
+        frame = pd.read_parquet(found[1])
+        out["versions"][f"allreduce/{backend}"] = found[0]
+        for tp in TP_SIZES:
+            rows = frame[frame.num_gpus == tp].groupby("message_size").latency.min()
+            if len(rows):
+                curves[tp].append((rows.index.values * 2.0, rows.values * 1e3))
+    import numpy as np
+
+    for tp, measured in curves.items():
+        if not measured:
+            continue
+        sizes = 2.0 ** np.array(ALLREDUCE_BYTES_LOG2)
+        best = np.full(len(sizes), np.inf)
+        for size, us in measured:
+            order = np.argsort(size)
+            size, us = size[order], us[order]
+            inside = (sizes >= size[0]) & (sizes <= size[-1])
+            interp = np.exp(np.interp(np.log(sizes), np.log(size), np.log(us)))
+            best = np.where(inside, np.minimum(best, interp), best)
+        if np.all(np.isfinite(best)):
+            out["allreduce"][str(tp)] = [_sig(float(v)) for v in best]
+    return out
+
+
+def derive(systems: Path, check: list[str]) -> dict[str, Any]:
+    """Every system's tables, as `kernels.json` holds them."""
+    result: dict[str, Any] = {
+        "meta": {
+            "about": "Measured kernel latencies reduced for inferplan's step-time model (inferplan/planner/kernels.py)",
+            "source": SOURCE,
+            "licence": "Apache-2.0; see NOTICE and inferplan/planner/data/LICENSE-aiconfigurator",
+            "derived_by": "scripts/derive_kernel_tables.py",
+            "units": "latency in microseconds per call on one GPU",
+            "gemm_m": list(GEMM_M),
+            "gemm_nk": list(GEMM_NK),
+            "decode_attention_axes": {"log2_kv_bytes": list(DECODE_BYTES_LOG2),
+                                      "log2_batch_x_kv_heads": list(DECODE_UNITS_LOG2)},
+            "prefill_attention_axes": {"log2_causal_flops": list(PREFILL_FLOPS_LOG2),
+                                       "log2_batch_x_heads": list(PREFILL_UNITS_LOG2)},
+            "allreduce_log2_bytes": list(ALLREDUCE_BYTES_LOG2),
+        },
+        "systems": {},
+    }
+    for name in SYSTEMS:
+        made = _system(systems, name, check)
+        if made and made["gemm"]:
+            result["systems"][name] = made
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--aic-dir", help="an unpacked aiconfigurator-core (the package dir or a folder holding it)")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT.relative_to(REPO)})")
+    parser.add_argument("--check", action="store_true", help="print what the reduction costs per table")
+    args = parser.parse_args(argv)
+    try:
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError as exc:
+        print(f"{exc.name} is missing: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    systems = find_systems_dir(args.aic_dir)
+    if systems is None:
+        print(f"aiconfigurator-core not found: {INSTALL_HINT} (or pass --aic-dir)", file=sys.stderr)
+        return 2
+    check: list[str] = []
+    tables = derive(systems, check)
+    text = json.dumps(tables, separators=(",", ":"), sort_keys=True)
+    args.out.write_text(text + "\n", encoding="ascii")
+    print(f"wrote {args.out} ({len(text) / 1024:.0f} KiB): {', '.join(tables['systems'])}")
+    if args.check:
+        print("\n".join(check))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
