@@ -462,7 +462,7 @@ def planner_hardware(c: Case, factors: FactorSet) -> Hardware:
     kv = kv_dtype_bytes(row.kv_cache, row.weights, row.engine, checkpoint_named(row.notes))
     return build_hardware(c.arch, gpu, weight_precision(row.weights), kv, engine_profile(row.engine),
                           factors.engine(factor_key(row.engine, row.engine_version, gpu.vendor, row.published)),
-                          factors.family(gpu.family), c.tp, row.pipeline_parallel)
+                          c.tp, row.pipeline_parallel)
 
 
 @dataclass(frozen=True)

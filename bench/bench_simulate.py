@@ -35,7 +35,7 @@ import numpy as np
 
 from inferplan.planner.architectures import resolve_model
 from inferplan.planner.engines import engine_profile
-from inferplan.planner.factors import FamilyFactors, load_factors
+from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.memory import kv_cache_tokens
 from inferplan.planner.performance import Hardware, build_hardware
@@ -51,7 +51,7 @@ def deployment() -> tuple[Hardware, int, float]:
     arch = resolve_model("meta-llama/Meta-Llama-3-8B")
     engine = engine_profile("vllm")
     hw = build_hardware(arch, resolve_gpu("NVIDIA-H100-80GB-HBM3"), weight_precision("bf16"), 2.0, engine,
-                        load_factors().engine("vllm"), FamilyFactors())
+                        load_factors().engine("vllm"))
     kv = int(kv_cache_tokens(40 * 2**30, arch.kv_bytes_per_token(2.0), 16))
     slots = min(MAX_BATCH, kv // (PROMPT + OUTPUT))
     return hw, kv, float(poisson_capacity(hw, PROMPT, OUTPUT, slots, CHUNK)) * REPLICAS

@@ -163,7 +163,7 @@ def single_request_tpot_ms(request: PlanRequest) -> float:
     gpu = resolve_gpu(request.gpu_types[0])
     factors = load_factors()
     hw = build_hardware(request.arch, gpu, weight_precision(request.precisions[0]), 2.0, ENGINES[request.engine],
-                        factors.engine_on(request.engine, gpu.key, gpu.vendor), factors.family(gpu.family), 1)
+                        factors.engine_on(request.engine, gpu.key, gpu.vendor), 1)
     return float(single_stream(hw, request.prompt_mean, request.output_mean).tpot_mean) * 1e3
 
 

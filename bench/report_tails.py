@@ -50,7 +50,7 @@ def main() -> int:
     factors = load_factors()
     gpu = resolve_gpu("H100")
     hw = build_hardware(resolve_model("meta-llama/Llama-3.1-8B"), gpu, weight_precision("bf16"), 2.0,
-                        engine_profile("vllm"), factors.engine("vllm"), factors.family(gpu.family), 1)
+                        engine_profile("vllm"), factors.engine("vllm"), 1)
     capacity = float(poisson_capacity(hw, PROMPT, OUTPUT, MAX_BATCH, CHUNK))
     print(f"capacity per replica {capacity:.2f} requests/s; {args.requests} simulated requests per row, "
           f"{args.replicas} replica(s)")
@@ -82,7 +82,7 @@ def prefill_only(requests: int) -> int:
     factors = load_factors()
     gpu = resolve_gpu("NVIDIA-A100-SXM4-80GB")
     hw = build_hardware(resolve_model("meta-llama/Llama-2-13b-hf"), gpu, weight_precision("bf16"), 2.0,
-                        engine_profile("vllm"), factors.engine("vllm"), factors.family(gpu.family), 1)
+                        engine_profile("vllm"), factors.engine("vllm"), 1)
     print(f"prefill only: Llama-2-13B bf16, one A100 per replica, Poisson; {requests} simulated requests per row")
     header = (f"{'prompt':>6s} {'CV':>4s} {'rho':>4s} | {'TTFT p90 ana':>12s} {'sim':>8s} {'x':>5s} | "
               f"{'TTFT p99 ana':>12s} {'sim':>8s} {'x':>5s}")

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-FACTORS_HELP = "efficiency factors to use (default: the fitted ones shipped)"
+FACTORS_HELP = "engine factors to use (default: the fitted ones shipped; docs/calibration.md)"
 EXAMPLE_PLAN = "inferplan/planner/data/example-plan.yaml, the same as examples/plans/chat-assistant-8b.yaml"
 EXAMPLE = "bundled example (inferplan/planner/data/example-scenarios.jsonl)"
 
@@ -653,7 +653,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     a.set_defaults(func=_cmd_accuracy)
 
-    c = sub.add_parser("calibrate", help="fit the efficiency factors on scenario files (docs/calibration.md)")
+    c = sub.add_parser("calibrate",
+                       help="fit the engine terms and harness times on scenario files (docs/calibration.md)")
     c.add_argument("--scenarios", metavar="FILE.jsonl", required=True, nargs="+",
                    help="scenario files to fit on (their rows pooled)")
     c.add_argument("--write", metavar="FACTORS.json", help="write the fitted factors to this file")

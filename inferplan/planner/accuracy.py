@@ -1,19 +1,21 @@
 """Score predictions against measurements: per metric MAPE, median APE and the share within 25%.
 
 `suspect` rows (flagged unreliable by their source) are scored apart and never mixed into the
-headline figures; rows that cannot be predicted are counted with their reason.
+headline figures; so are rows of an architecture the step-time model does not represent yet
+(`predict.unmodelled`: MLA), listed under `unmodelled` with their own figures. Rows that cannot be predicted
+are counted with their reason.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from inferplan.planner.predict import Prediction
+from inferplan.planner.predict import Prediction, unmodelled
 from inferplan.planner.scenarios import Scenario
 
 WITHIN = 0.25
@@ -55,6 +57,7 @@ class AccuracyReport:
     skipped_reasons: dict[str, int]
     suspect: dict[str, MetricScore]
     outliers: list[Outlier]  # every non-suspect row outside +-25%, largest error first
+    unmodelled: dict[str, MetricScore] = field(default_factory=dict)  # per reason, over all its metrics
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +66,7 @@ class AccuracyReport:
             "skippedReasons": self.skipped_reasons,
             "suspect": {m: s.to_json() for m, s in self.suspect.items()},
             "outliers": [o.to_json() for o in self.outliers],
+            "unmodelled": {reason: s.to_json() for reason, s in self.unmodelled.items()},
         }
 
     @property
@@ -98,7 +102,13 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction]) -> A
     skipped: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     outliers: list[Outlier] = []
+    apart: dict[str, list[float]] = {}
     for row, pred in zip(scenarios, predictions, strict=True):
+        reason = None if row.suspect else unmodelled(row)
+        if reason is not None:
+            if pred.predicted is not None:
+                apart.setdefault(reason, []).append(absolute_percentage_error(pred.predicted, row.value))
+            continue
         if pred.predicted is None:
             if not row.suspect:  # suspect rows never enter the headline counts
                 skipped[row.metric] += 1
@@ -114,7 +124,8 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction]) -> A
     overall = _score([a for v in apes.values() for a in v], sum(skipped.values()))
     outliers.sort(key=lambda o: -abs(o.error))
     return AccuracyReport(metrics, overall, dict(reasons.most_common()),
-                          {m: _score(v, 0) for m, v in sorted(suspect_apes.items())}, outliers)
+                          {m: _score(v, 0) for m, v in sorted(suspect_apes.items())}, outliers,
+                          {r: _score(v, 0) for r, v in sorted(apart.items())})
 
 
 def format_report(report: AccuracyReport) -> str:
@@ -131,6 +142,12 @@ def format_report(report: AccuracyReport) -> str:
         lines.append("suspect rows (flagged by their source; not in the figures above):")
         for name, s in report.suspect.items():
             lines.append(f"  {name:20s} {s.scored:6d}         {pct(s.median_ape):>7s} {pct(s.mape):>8s}")
+    if report.unmodelled:
+        lines.append("")
+        lines.append("rows of an architecture the model does not represent yet (not in the figures above):")
+        for reason, s in report.unmodelled.items():
+            lines.append(f"  {s.scored:4d} rows, median APE {pct(s.median_ape)}, within 25% {pct(s.within25)}: "
+                         f"{reason}")
     if report.skipped_reasons:
         lines.append("")
         lines.append("skipped:")

@@ -1,21 +1,26 @@
-"""Fit the efficiency factors on measured scenarios.
+"""Fit the engine terms on measured scenarios; the kernel times under them are measured and never fitted.
 
-Procedure (docs/calibration.md): minimise, over the factors of every engine and GPU family present,
+Procedure (docs/calibration.md): minimise, over the engine terms of every engine release line present and the
+harness time of every scenario source and engine line with online runs,
 
-    sum over non-suspect rows of w x cauchy(log(predicted / measured))  +  weight x sum (log factor - log prior)^2
+    sum over non-suspect rows of w x cauchy(log(predicted / measured))  +  PRIOR_WEIGHT x sum (log term - log prior)^2
 
 with w = 1 / sqrt(rows of the row's source), scaled to average 1 (`source_weights`).
 
-Log errors make a 2x over- and under-prediction cost the same; the Cauchy loss log(1 + (e / 0.3)^2)
-grows only logarithmically beyond about 35% error, so rows with a physical caveat (an overloaded run
-whose queue the model places a little off) cannot drag the fit; the prior term pulls every factor
-towards the neutral starting value `default_engine` (and 1.0 for GPU families), so an engine with
-little data keeps values near it instead of fitting noise. The fit always starts from that prior, so
-refitting the same file reproduces the shipped factors. The search is coordinate descent in log space: each
-factor in turn is set to the best of a shrinking grid around its current value, re-evaluating only
-the rows that factor touches; a per-SM streaming cap moves on a grid together with its line's bandwidth
-efficiency (`JOINT_FACTORS`), and the GPTQ/AWQ dequantisation factors hold one value across an engine's
-release lines (`TIED_FACTORS`). Deterministic for the same input.
+What is fitted (`FITTED_ENGINE_FACTORS`, `BOUNDS`): per engine line its per-step CPU time, its per-sequence time,
+its memory outside the allocator and its activation peak (a stack line such as `vllm-rocm` keeps its engine's
+memory terms), and for engines with their own weight kernels (llama.cpp, ExLlama, MLC) their per-SM streaming
+rate; per scenario source and engine line the time its harness (client and server front end as deployed) adds to
+every online TTFT (`FactorSet.harness_ms`), which predictions of that source's rows carry and plans never do.
+Nothing of a GPU or GPU family is fitted: the step times come from measured kernels (`inferplan.planner.kernels`).
+
+Log errors make a 2x over- and under-prediction cost the same; the Cauchy loss log(1 + (e / 0.3)^2) grows only
+logarithmically beyond about 35% error, so a row with a physical caveat cannot drag the fit; the prior pulls every
+term towards `default_engine` (0 for a harness), so a line with little data keeps values near it. The search is
+coordinate descent in log space (linear for the harness), each term in turn walked out from its current value along
+a shrinking grid within its bounds while each step improves, re-evaluating only the rows that term touches; it
+always starts from the prior, so refitting the same files reproduces the shipped factors. Deterministic for the same
+input.
 """
 
 from __future__ import annotations
@@ -28,59 +33,32 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from inferplan.planner.engines import base_line, engine_of_line, engine_profile, factor_key
-from inferplan.planner.factors import (
-    ENGINE_FACTOR_NAMES,
-    FAMILY_FACTOR_NAMES,
-    NO_SM_CAP_GB_S,
-    EngineFactors,
-    FactorSet,
-    FamilyFactors,
-    load_factors,
-)
+from inferplan.planner.factors import FITTED_ENGINE_FACTORS, NO_SM_CAP_GB_S, FactorSet, harness_key, load_factors
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.predict import predict_scenarios
+from inferplan.planner.predict import ONLINE_LOADS, predict_scenarios, unmodelled
 from inferplan.planner.scenarios import Scenario
 
-# Physical bounds of each factor (the search never leaves them).
+# The range each fitted term may take: what the physics leaves room for. A fitted term that ends on a bound is a
+# defect to look into (tests/planner/test_factors.py fails on one).
 BOUNDS = {
-    "bandwidth_efficiency": (0.3, 0.95),
-    "decode_compute_efficiency": (0.1, 0.9),
-    "prefill_compute_efficiency": (0.2, 0.9),
-    "overlap_penalty": (0.0, 1.0),
-    "step_overhead_ms": (0.1, 30.0),
-    "sequence_overhead_ms": (0.005, 1.0),
-    "request_overhead_ms": (0.0, 100.0),
-    "quantized_bandwidth_scale": (0.3, 1.0),
-    "expert_quantized_bandwidth_scale": (0.3, 1.0),
-    "quantized_compute_scale": (0.3, 1.0),
-    "non_torch_gib": (0.05, 6.0),
-    "activation_scale": (0.2, 5.0),
+    "step_overhead_ms": (0.02, 40.0),
+    "sequence_overhead_ms": (0.001, 2.0),
+    "non_torch_gib": (0.05, 8.0),
+    "activation_scale": (0.1, 8.0),
     # GB/s one SM streams with the engine's own kernels: 3 is below any card's measured share, 100 (the prior)
     # caps nothing (rated bandwidth per SM is at most about 55 GB/s in the catalog).
     "sm_stream_gb_s": (3.0, NO_SM_CAP_GB_S),
-    # GPU-family corrections on top of the catalog's peaks and the engine's efficiencies: bounded to what
-    # the physics leaves room for (a family whose fit lands on a bound is a defect to look into).
-    "bandwidth_scale": (0.6, 1.4),
-    "compute_scale": (0.5, 1.5),
-    "attention_scale": (0.5, 1.5),
-    "overhead_scale": (0.5, 10.0),
+    "harness_ms": (0.0, 400.0),
 }
-# Factors whose prior is zero or whose scale is additive: searched and penalised on a linear scale. The
-# per-sequence overhead is searched in log space (its prior is 0.05 ms; a linear grid over 0-1 ms steps by
-# 0.06-0.25 ms and never resolves the values near the prior that large batches are sensitive to).
-LINEAR_FACTORS = ("overlap_penalty", "request_overhead_ms")
-PRIOR_WEIGHT = 0.5
+PRIOR_WEIGHT = 2.0  # chosen by leave-one-source-out among 0.5, 2 and 4 (docs/calibration.md)
 CAUCHY_SCALE = 0.3
 MIN_ROWS_FOR_ENGINE = 3
-# Factors searched together with a partner: a per-SM cap changes only the cards with many GB/s per SM, and it
-# pays only if the bandwidth efficiency rises on the others at the same time, a move one factor at a time
-# never makes. The cap's first sweep spans its whole range (its prior caps nothing).
-JOINT_FACTORS = {"sm_stream_gb_s": "bandwidth_efficiency"}
-# Factors of an engine's kernels rather than of one release: a single value for all CUDA release lines of an
-# engine, fitted on their rows together (vLLM's V0 and V1 lines dequantise GPTQ/AWQ with the same Marlin
-# kernels). The bandwidth scale is what small batches show, the compute scale what large ones do.
-TIED_FACTORS = ("quantized_bandwidth_scale", "quantized_compute_scale")
+# An engine line's terms are fitted only where at least this many sources measured it: a term one source sets is
+# that source's harness and machines as much as the engine's (a line of one source keeps the prior).
+MIN_SOURCES_FOR_ENGINE = 2
+HARNESS_PRIOR_SPAN_MS = 100.0  # the harness prior's scale: a 100 ms move costs PRIOR_WEIGHT
+MEMORY_FACTOR_NAMES = ("non_torch_gib", "activation_scale")
 
 
 @dataclass(frozen=True)
@@ -105,8 +83,8 @@ UNPREDICTABLE_LOSS = float(np.log1p((math.log(10.0) / CAUCHY_SCALE) ** 2))
 def source_weights(rows: Sequence[Scenario]) -> dict[str, float]:
     """Each row's weight in the loss: 1 / sqrt(rows of its source), scaled to average 1. A source is one
     harness on one set of machines, so its rows share its errors; weighting them this way keeps the largest
-    source (GPUStack's 177 lines) from setting the factors it shares with the others on its own, while a source
-    with more lines still counts for more."""
+    source from setting the terms it shares with the others on its own, while a source with more lines still
+    counts for more."""
     per_source = Counter(r.source_name for r in rows)
     raw = {r.id: 1.0 / math.sqrt(per_source[r.source_name]) for r in rows}
     mean = sum(raw.values()) / len(raw) if raw else 1.0
@@ -123,10 +101,6 @@ def _row_loss(rows: Sequence[Scenario], factors: FactorSet, weights: Mapping[str
         elif row.value > 0:
             out[i] = UNPREDICTABLE_LOSS
     return out * np.array([weights[row.id] for row in rows])
-
-
-# Factors of the memory a run takes, not of its speed: a stack line (`vllm-rocm`) keeps its engine's.
-MEMORY_FACTOR_NAMES = ("non_torch_gib", "activation_scale")
 
 
 def _gpu(row: Scenario) -> GpuSpec | None:
@@ -146,7 +120,7 @@ def row_line(row: Scenario) -> str | None:
     if not row.engine:
         return None
     gpu = _gpu(row)
-    return factor_key(row.engine, row.engine_version, gpu.vendor if gpu else "nvidia", row.published)
+    return factor_key(row.engine, row.version, gpu.vendor if gpu else "nvidia", row.published)
 
 
 def _rows_by_engine_family(rows: Sequence[Scenario], fitted_lines: set[str]) -> dict[str, dict[str, int]]:
@@ -170,18 +144,6 @@ def _inherit_memory(factors: FactorSet, lines: set[str]) -> FactorSet:
     return replace(factors, engines=engines)
 
 
-def identifiable_families(rows: Sequence[Scenario], fitted_lines: set[str]) -> set[str]:
-    """GPU families whose corrections the rows can tell apart from the engines' factors: those measured with at
-    least two fitted factor lines. A family seen through one line only (CDNA3: vLLM on ROCm) keeps 1.0, and
-    that line's factors carry what the rows show."""
-    lines: dict[str, set[str]] = {}
-    for row in rows:
-        family, line = _family(row), row_line(row)
-        if family and line in fitted_lines:
-            lines.setdefault(family, set()).add(line)
-    return {family for family, seen in lines.items() if len(seen) >= 2}
-
-
 def _own_kernels(line: str) -> bool:
     """Whether factor line `line`'s engine streams weights with its own kernels (the per-SM cap is fitted)."""
     try:
@@ -190,45 +152,73 @@ def _own_kernels(line: str) -> bool:
         return False
 
 
-def tied_lines(fitted_lines: set[str]) -> dict[str, list[str]]:
-    """The CUDA release lines of each engine among `fitted_lines` (`vllm`: vllm, vllm-v0), which share the
-    `TIED_FACTORS`; a stack line (`vllm-rocm`: other kernels) keeps its own."""
-    groups: dict[str, list[str]] = {}
-    for line in sorted(fitted_lines):
-        if base_line(line) == line:
-            groups.setdefault(engine_of_line(line), []).append(line)
-    return groups
-
-
 def training_rows(scenarios: Sequence[Scenario]) -> list[Scenario]:
-    """The rows a fit uses: not suspect, with an engine, a GPU and a positive value."""
-    return [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0]
+    """The rows a fit uses: not suspect, with an engine, a GPU and a positive value, of a modelled architecture."""
+    return [r for r in scenarios if not r.suspect and r.engine and r.gpu and r.value > 0 and not unmodelled(r)]
 
 
-def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 4) -> Calibration:
-    """Fit engine and GPU-family factors on the non-suspect rows of `scenarios`.
+def fittable_lines(rows: Sequence[Scenario]) -> set[str]:
+    """The engine lines whose terms `rows` fit: at least MIN_ROWS_FOR_ENGINE rows from at least
+    MIN_SOURCES_FOR_ENGINE sources."""
+    counts: Counter[str] = Counter()
+    sources: dict[str, set[str]] = {}
+    for row in rows:
+        line = row_line(row)
+        if line:
+            counts[line] += 1
+            sources.setdefault(line, set()).add(row.source_name)
+    return {line for line, n in counts.items()
+            if n >= MIN_ROWS_FOR_ENGINE and len(sources[line]) >= MIN_SOURCES_FOR_ENGINE}
 
-    Every engine with data starts from, and is pulled towards, `start.default_engine` (the shipped
-    neutral prior unless `start` is given); every GPU family with data from 1.0. Engines and families
-    without data keep their values in `start`.
+
+def harness_keys(rows: Sequence[Scenario]) -> dict[str, list[Scenario]]:
+    """The rows of each (source, engine line) with online runs (a server measured through a client), by
+    `harness_key`: each such pair has a harness time, and the pair's rows are what it moves."""
+    online = {harness_key(r.source_name, line) for r in rows if r.load.kind in ONLINE_LOADS
+              and (line := row_line(r))}
+    out: dict[str, list[Scenario]] = {key: [] for key in sorted(online)}
+    for row in rows:
+        line = row_line(row)
+        key = harness_key(row.source_name, line) if line else None
+        if key in out:
+            out[key].append(row)
+    return out
+
+
+def engine_targets(line: str) -> tuple[str, ...]:
+    """The terms fitted for factor line `line`: a stack line keeps its engine's memory terms, and only engines
+    with their own weight kernels have a per-SM streaming rate."""
+    return tuple(n for n in FITTED_ENGINE_FACTORS
+                 if not (n in MEMORY_FACTOR_NAMES and base_line(line) != line)
+                 and (n != "sm_stream_gb_s" or _own_kernels(line)))
+
+
+def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 3,
+              prior_weight: float = PRIOR_WEIGHT) -> Calibration:
+    """Fit the engine terms and harness times on the non-suspect rows of `scenarios`.
+
+    Every engine line with data starts from, and is pulled towards (with `prior_weight`), `start.default_engine`
+    (the shipped neutral prior unless `start` is given); every harness from 0. Engine lines without data keep their
+    values in `start`.
     """
+    if prior_weight < 0:
+        raise ValueError(f"prior_weight must be >= 0, got {prior_weight}")
     start = start or load_factors()
     rows = training_rows(scenarios)
     weights = source_weights(rows)
     lines = [row_line(r) for r in rows]
     engines = Counter(line for line in lines if line)
-    fitted_lines = {e for e, n in engines.items() if n >= MIN_ROWS_FOR_ENGINE}
+    fitted_lines = fittable_lines(rows)
     engine_rows = {e: [r for r, line in zip(rows, lines, strict=True) if line == e] for e in engines}
-    family_rows = {f: [r for r in rows if _family(r) == f] for f in identifiable_families(rows, fitted_lines)}
-    seen_families = {f for f in (_family(r) for r in rows) if f}
+    source_rows = harness_keys(rows)
+    sources = set(source_rows)
 
     current = FactorSet(
         engines={e: start.default_engine for e in fitted_lines} | {
             e: f for e, f in start.engines.items() if e not in engines},
-        families={f: FamilyFactors() for f in seen_families} | {
-            f: v for f, v in start.families.items() if f not in seen_families},
         default_engine=start.default_engine,
         meta=dict(start.meta),
+        harness_ms=dict.fromkeys(sorted(sources), 0.0),
     )
     prior = current
 
@@ -237,85 +227,63 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
 
     loss_before = total(current)
 
-    def penalty(value: float, prior_value: float, name: str) -> float:
-        if name in LINEAR_FACTORS:
-            lo, hi = BOUNDS[name]
-            return PRIOR_WEIGHT * ((value - prior_value) / (0.5 * (hi - lo))) ** 2
-        return PRIOR_WEIGHT * math.log(max(value, 1e-6) / max(prior_value, 1e-6)) ** 2
+    def penalty(name: str, value: float, prior_value: float) -> float:
+        if name == "sm_stream_gb_s":  # its prior is "no cap", not a rate to pull towards: flat within its bounds
+            return 0.0
+        if name == "harness_ms":
+            return prior_weight * ((value - prior_value) / HARNESS_PRIOR_SPAN_MS) ** 2
+        return prior_weight * math.log(max(value, 1e-9) / max(prior_value, 1e-9)) ** 2
 
-    def set_engine(fs: FactorSet, engine: str, name: str, value: float) -> FactorSet:
-        return replace(fs, engines=fs.engines | {engine: replace(fs.engines[engine], **{name: value})})
+    def get(fs: FactorSet, kind: str, key: str, name: str) -> float:
+        return fs.harness_ms[key] if kind == "harness" else float(getattr(fs.engines[key], name))
 
-    def set_family(fs: FactorSet, family: str, name: str, value: float) -> FactorSet:
-        return replace(fs, families=fs.families | {family: replace(fs.families[family], **{name: value})})
+    def put(fs: FactorSet, kind: str, key: str, name: str, value: float) -> FactorSet:
+        if kind == "harness":
+            return replace(fs, harness_ms=fs.harness_ms | {key: value})
+        return replace(fs, engines=fs.engines | {key: replace(fs.engines[key], **{name: value})})
 
-    groups = tied_lines(fitted_lines)
-    grouped = {line for members in groups.values() for line in members}
-
-    def set_group(fs: FactorSet, group: str, name: str, value: float) -> FactorSet:
-        for line in groups[group]:
-            fs = set_engine(fs, line, name, value)
-        return fs
-
-    targets: list[tuple[str, str, str]] = [
-        ("engine", e, n) for e in sorted(fitted_lines) for n in ENGINE_FACTOR_NAMES
-        if not (n in MEMORY_FACTOR_NAMES and base_line(e) != e) and (n != "sm_stream_gb_s" or _own_kernels(e))
-        and not (n in TIED_FACTORS and e in grouped)]
-    targets += [("group", g, n) for g in sorted(groups) for n in TIED_FACTORS]
-    targets += [("family", f, n) for f in sorted(family_rows) for n in FAMILY_FACTOR_NAMES]
+    targets = [("engine", e, n) for e in sorted(fitted_lines) for n in engine_targets(e)]
+    targets += [("harness", s, "harness_ms") for s in sorted(sources)]
     for sweep in range(sweeps):
         spread = 1.0 / (sweep + 1)
         current = _inherit_memory(current, fitted_lines)
         for kind, key, name in targets:
-            if kind == "family":
-                subset, setter, table, holder = family_rows[key], set_family, "families", key
-            elif kind == "engine":
-                subset, setter, table, holder = engine_rows[key], set_engine, "engines", key
-            else:  # a tied factor: every line of the group holds the same value
-                subset = [r for line in groups[key] for r in engine_rows[line]]
-                setter, table, holder = set_group, "engines", groups[key][0]
-
-            def getter(fs: FactorSet, table: str = table, holder: str = holder, name: str = name) -> float:
-                return float(getattr(getattr(fs, table)[holder], name))
-
-            prior_value = getter(prior)
+            subset = source_rows[key] if kind == "harness" else engine_rows[key]
             lo, hi = BOUNDS[name]
-            value = getter(current)
-            if name in JOINT_FACTORS:  # a grid over the pair (the cap's first sweep spans its bounds)
-                partner = JOINT_FACTORS[name]
-                first = np.geomspace(lo, hi, 13) if sweep == 0 else value * np.exp(np.linspace(-spread, spread, 9))
-                other = getattr(current.engines[key], partner)
-                seconds = other * np.exp(np.linspace(-spread, spread, 9))
-                pairs = [(float(a), float(b)) for a in np.unique(np.clip(first, lo, hi))
-                         for b in np.unique(np.clip(seconds, *BOUNDS[partner]))]
-                best_pair, best_loss = (value, other), math.inf
-                for a, b in [(value, other), *pairs]:
-                    trial = set_engine(set_engine(current, key, name, a), key, partner, b)
-                    loss = (float(_row_loss(subset, trial, weights).sum()) + penalty(a, prior_value, name)
-                            + penalty(b, getattr(prior.engines[key], partner), partner))
-                    if loss < best_loss - 1e-9:
-                        best_pair, best_loss = (a, b), loss
-                current = set_engine(set_engine(current, key, name, best_pair[0]), key, partner, best_pair[1])
-                continue
-            best = (float(_row_loss(subset, current, weights).sum()) + penalty(value, prior_value, name), value)
-            if name in LINEAR_FACTORS:
-                grid = value + np.linspace(-spread, spread, 9) * (hi - lo)
+            value, prior_value = get(current, kind, key, name), get(prior, kind, key, name)
+            if kind == "harness":  # additive: steps of up to 100 ms either way, shrinking
+                grid = value + np.linspace(-spread, spread, 9) * HARNESS_PRIOR_SPAN_MS
+            elif name == "sm_stream_gb_s" and sweep == 0:  # its prior caps nothing: the first sweep spans its range
+                grid = np.geomspace(lo, hi, 13)
             else:
-                grid = value * np.exp(np.linspace(-spread, spread, 9))  # first sweep: within e (2.7x) either way
-            for candidate in np.clip(grid, lo, hi):
-                trial = setter(current, key, name, float(candidate))
-                loss = float(_row_loss(subset, trial, weights).sum()) + penalty(float(candidate), prior_value, name)
-                if loss < best[0] - 1e-9:
-                    best = (loss, float(candidate))
-            current = setter(current, key, name, best[1])
+                grid = value * np.exp(np.linspace(-2.0 * spread, 2.0 * spread, 9))  # within e^2 (7.4x) either way
+            best = (float(_row_loss(subset, current, weights).sum()) + penalty(name, value, prior_value), value)
+            candidates = np.unique(np.clip(grid, lo, hi))
+            # Walk out from the current value, upwards first, while each step improves; downwards only if the first
+            # step up did not (the loss of one term is near enough unimodal that the far side is never better). The
+            # SM cap's first sweep scans its whole range: its loss is flat until the cap binds.
+            scan = name == "sm_stream_gb_s" and sweep == 0
+            sides = [[c] for c in candidates if c != value] if scan else [
+                candidates[candidates > value], candidates[candidates < value][::-1]]
+            for side in sides:
+                moved = False
+                for candidate in side:
+                    trial = put(current, kind, key, name, float(candidate))
+                    loss = float(_row_loss(subset, trial, weights).sum()) + penalty(name, float(candidate), prior_value)
+                    if loss >= best[0] - 1e-9:
+                        break
+                    best, moved = (loss, float(candidate)), True
+                if moved and not scan:
+                    break
+            current = put(current, kind, key, name, best[1])
     current = _inherit_memory(current, fitted_lines)
     meta = {
-        "about": "efficiency factors fitted by inferplan calibrate; default_engine is the neutral prior",
+        "about": "engine terms fitted by inferplan calibrate on measured kernel times; default_engine is the prior",
         "fitted_on_rows": len(rows),
         "rows_by_engine": dict(sorted(engines.items())),
         "rows_by_engine_family": _rows_by_engine_family(rows, fitted_lines),
         "procedure": "docs/calibration.md",
-        "prior_weight": PRIOR_WEIGHT,
+        "prior_weight": prior_weight,
         "cauchy_scale": CAUCHY_SCALE,
     }
     fitted = replace(current, meta=meta)
@@ -324,15 +292,14 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
 
 def format_calibration(result: Calibration) -> str:
     lines = [f"fitted on {result.rows} rows; loss {result.loss_before:.2f} -> {result.loss_after:.2f}"]
-    header = "engine".ljust(14) + " ".join(f"{n[:12]:>12s}" for n in ENGINE_FACTOR_NAMES)
-    lines.append(header)
+    lines.append("engine".ljust(16) + " ".join(f"{n[:14]:>14s}" for n in FITTED_ENGINE_FACTORS))
     for name, ef in sorted(result.factors.engines.items()):
-        lines.append(name.ljust(14) + " ".join(f"{getattr(ef, n):12.4g}" for n in ENGINE_FACTOR_NAMES))
-    lines.append("family".ljust(14) + " ".join(f"{n:>16s}" for n in FAMILY_FACTOR_NAMES))
-    for name, ff in sorted(result.factors.families.items()):
-        lines.append(name.ljust(14) + " ".join(f"{getattr(ff, n):16.4g}" for n in FAMILY_FACTOR_NAMES))
+        lines.append(name.ljust(16) + " ".join(f"{getattr(ef, n):14.4g}" for n in FITTED_ENGINE_FACTORS))
+    lines.append("harness (ms added to an online TTFT, per scenario source and engine line)")
+    for source, ms in sorted(result.factors.harness_ms.items()):
+        lines.append(f"  {source:40s} {ms:8.1f}")
     return "\n".join(lines)
 
 
-__all__ = ["Calibration", "EngineFactors", "FamilyFactors", "calibrate", "format_calibration", "identifiable_families",
-           "row_line", "source_weights", "tied_lines", "training_rows"]
+__all__ = ["BOUNDS", "Calibration", "calibrate", "engine_targets", "fittable_lines", "format_calibration",
+           "harness_keys", "row_line", "source_weights", "training_rows"]

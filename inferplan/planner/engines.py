@@ -1,8 +1,9 @@
 """Serving engines: how each one batches, sizes its KV pool and schedules prefill.
 
-Behaviour is fixed per engine (from the engines' documentation and defaults). The efficiency factors
-that turn hardware peaks into achieved speed are fitted on measurements and live in
-`data/factors.json` (see `inferplan.planner.factors`).
+Behaviour is fixed per engine (from the engines' documentation and defaults). The kernel times of a step are
+measured (`inferplan.planner.kernels`); the engine terms on top of them (per-step and per-sequence CPU time,
+memory outside the allocator) are fitted on measurements and live in `data/factors.json` (see
+`inferplan.planner.factors`).
 """
 
 from __future__ import annotations

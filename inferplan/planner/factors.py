@@ -1,8 +1,10 @@
-"""Efficiency factors: what fraction of the hardware peaks an engine achieves, fitted on measurements.
+"""Engine factors: what an engine adds on top of its kernels, fitted on measurements.
 
-Factors are per engine, with a multiplier per GPU family; they are plain data in
-`data/factors.json`, written by `inferplan calibrate` (procedure in docs/calibration.md) and never
-chosen per measurement row.
+The kernel times of a step are measured per GPU (`inferplan.planner.kernels`) and never fitted. What is fitted
+(`inferplan calibrate`, docs/calibration.md) is per engine release line: its per-step and per-sequence CPU time, its
+memory outside the allocator and its activation peak, and for engines with their own weight kernels their per-SM
+streaming rate; plus, per scenario source and engine line, what that measurement's harness adds to TTFT. Plain data in
+`data/factors.json`, never chosen per measurement row.
 """
 
 from __future__ import annotations
@@ -16,66 +18,73 @@ from typing import Any
 from inferplan.planner.engines import base_line, engine_of_line, factor_key
 
 ENGINE_FACTOR_NAMES = (
-    "bandwidth_efficiency",       # achieved / peak memory bandwidth on weight and KV reads [0-1]
-    "decode_compute_efficiency",  # achieved / peak tensor FLOPS on decode-step matmuls [0-1]
-    "prefill_compute_efficiency", # achieved / peak tensor FLOPS on prefill [0-1]
-    "overlap_penalty",            # share of the smaller of memory and compute time not hidden [0-1]
-    "step_overhead_ms",           # per engine step: scheduling, kernel launches, sampling [ms]
+    "step_overhead_ms",           # per engine step: scheduling, launches, sampling, Python [ms]
     "sequence_overhead_ms",       # per running sequence per step: sampler, detokenise, bookkeeping [ms]
-    "request_overhead_ms",        # per request on an online server: HTTP, tokenising, first stream chunk [ms]
-    "quantized_bandwidth_scale",  # weight-only int4/int8 kernels (GPTQ, AWQ): dequantisation cost on bandwidth [0-1]
-    "expert_quantized_bandwidth_scale",  # the same for MoE expert-only formats (MXFP4) on expert reads [0-1]
-    "quantized_compute_scale",    # GPTQ/AWQ matmuls: dequantisation cost on tensor throughput (large batches) [0-1]
+    "request_overhead_ms",        # per request on an online server: tokenising, scheduling, first chunk [ms];
+                                  # a sourced assumption (ENGINE_REQUEST_OVERHEAD_MS), never fitted
     "non_torch_gib",              # memory outside the PyTorch allocator: CUDA context, NCCL, cuBLAS [GiB]
     "activation_scale",           # profiled activation peak relative to the analytic estimate [-]
     "sm_stream_gb_s",             # most one SM streams from memory with the engine's own kernels [GB/s per SM]
+    "decode_speed",               # observed decode speed over the kernel model's on one deployment (online only) [-]
+    "prefill_speed",              # the same for prefill [-]
 )
+# Terms the offline fit (`calibrate`) moves: engine terms only. The kernel times under them are measured
+# (`inferplan.planner.kernels`) and never fitted; `decode_speed` and `prefill_speed` belong to online calibration
+# of one running deployment, `request_overhead_ms` is a sourced assumption.
+FITTED_ENGINE_FACTORS = ("step_overhead_ms", "sequence_overhead_ms", "non_torch_gib", "activation_scale",
+                         "sm_stream_gb_s")
 # A per-SM rate no GPU in the catalog comes near (rated bandwidth / SMs is at most about 55 GB/s): no cap. It is
 # the prior, and the value a factors file that predates the factor gets.
 NO_SM_CAP_GB_S = 100.0
-FAMILY_FACTOR_NAMES = (
-    "bandwidth_scale",   # multiplies the engine's bandwidth efficiency on this GPU family [-]
-    "compute_scale",     # multiplies the engine's compute efficiencies on this GPU family [-]
-    "attention_scale",   # efficiency of the paged-attention KV reads relative to weight reads [-]
-    "overhead_scale",    # multiplies the engine's per-step and per-sequence overheads on this family's
-                         # software stack (kernel launches, graph capture: ROCm stacks without HIP graphs) [-]
-)
 
 
 @dataclass(frozen=True)
 class EngineFactors:
-    bandwidth_efficiency: float
-    decode_compute_efficiency: float
-    prefill_compute_efficiency: float
-    overlap_penalty: float
     step_overhead_ms: float
     sequence_overhead_ms: float
     request_overhead_ms: float
-    quantized_bandwidth_scale: float
     non_torch_gib: float
     activation_scale: float
     sm_stream_gb_s: float = NO_SM_CAP_GB_S
-    expert_quantized_bandwidth_scale: float = 0.8
-    quantized_compute_scale: float = 1.0
+    decode_speed: float = 1.0
+    prefill_speed: float = 1.0
 
 
-@dataclass(frozen=True)
-class FamilyFactors:
-    bandwidth_scale: float = 1.0
-    compute_scale: float = 1.0
-    attention_scale: float = 1.0
-    overhead_scale: float = 1.0
+def harness_key(source: str, line: str) -> str:
+    """The key of a harness time in `FactorSet.harness_ms`: the scenario source and the engine line it measured."""
+    return f"{source}/{line}"
+
+
+def _median(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
 @dataclass(frozen=True)
 class FactorSet:
     engines: dict[str, EngineFactors]
-    families: dict[str, FamilyFactors]
     default_engine: EngineFactors
     meta: dict[str, Any]
+    # What a measurement's harness adds to every online TTFT it measures [ms]: the benchmark client (tokenising,
+    # HTTP, streaming) and the server front end as that source deployed it, keyed `source/engine line`
+    # (`harness_key`); part of the measurement, fitted per source and engine line, never charged to plans.
+    harness_ms: dict[str, float] = field(default_factory=dict)
     # (engine, GPU key) -> that engine's factors on that GPU type, fitted online from a deployment's
     # observed latencies (inferplan.planner.online); they replace the engine's factors for that GPU only.
     overrides: dict[tuple[str, str], EngineFactors] = field(default_factory=dict)
+
+    def harness_for(self, source: str, line: str) -> float:
+        """The harness time of `source` measuring engine line `line`: fitted, or for a pair the factors were not
+        fitted on (a user's own file, a held-out source) the median over the fitted sources of that engine line,
+        else over all, what a typical client and front end add."""
+        key = harness_key(source, line)
+        if key in self.harness_ms:
+            return self.harness_ms[key]
+        same = [v for k, v in self.harness_ms.items() if k.rsplit("/", 1)[-1] == line]
+        return _median(same or list(self.harness_ms.values()))
 
     def engine(self, name: str) -> EngineFactors:
         """The factors of factor line `name` (`engines.factor_key`); a stack line without factors of its own
@@ -94,9 +103,6 @@ class FactorSet:
         return {line: int(by_family[family]) for line, by_family in sorted(counts.items())
                 if engine_of_line(line) == engine and by_family.get(family)}
 
-    def family(self, name: str) -> FamilyFactors:
-        return self.families.get(name, FamilyFactors())
-
     def to_json(self) -> dict[str, Any]:
         def as_dict(obj: object) -> dict[str, float]:
             return {f.name: round(float(getattr(obj, f.name)), 5) for f in fields(obj)}  # type: ignore[arg-type]
@@ -105,36 +111,34 @@ class FactorSet:
             "meta": self.meta,
             "default_engine": as_dict(self.default_engine),
             "engines": {k: as_dict(v) for k, v in sorted(self.engines.items())},
-            "families": {k: as_dict(v) for k, v in sorted(self.families.items())},
+            "harness_ms": {k: round(v, 3) for k, v in sorted(self.harness_ms.items())},
         }
 
 
 def parse_factors(data: dict[str, Any]) -> FactorSet:
-    """Build a FactorSet from its JSON form; a missing or non-positive factor is an error naming it."""
+    """Build a FactorSet from its JSON form; a missing or negative factor is an error naming it. Factors of the
+    earlier model (efficiencies, GPU-family corrections) are not read: the kernel tables replace them."""
 
     def engine(name: str, raw: dict[str, Any]) -> EngineFactors:
-        # Files written before these factors existed: no per-SM cap; one dequantisation scale for every format,
-        # on bandwidth only.
-        raw = {"sm_stream_gb_s": NO_SM_CAP_GB_S, "quantized_compute_scale": 1.0,
-               "expert_quantized_bandwidth_scale": raw.get("quantized_bandwidth_scale", 0.8)} | raw
+        raw = {"sm_stream_gb_s": NO_SM_CAP_GB_S, "decode_speed": 1.0, "prefill_speed": 1.0} | raw
         missing = [f for f in ENGINE_FACTOR_NAMES if f not in raw]
         if missing:
             raise ValueError(f"factors for engine {name!r}: missing {', '.join(missing)}")
         values = {f: float(raw[f]) for f in ENGINE_FACTOR_NAMES}
-        bad = [f for f, v in values.items() if v < 0 or (v == 0 and f.endswith(("efficiency", "scale")))]
+        bad = [f for f, v in values.items() if v < 0 or (v == 0 and f.endswith(("scale", "speed", "gb_s")))]
         if bad:
             raise ValueError(f"factors for engine {name!r}: out of range: {', '.join(bad)}")
         return EngineFactors(**values)
 
-    families = {
-        name: FamilyFactors(**{f: float(raw.get(f, 1.0)) for f in FAMILY_FACTOR_NAMES})
-        for name, raw in data.get("families", {}).items()
-    }
+    harness = {str(k): float(v) for k, v in data.get("harness_ms", {}).items()}
+    negative = sorted(k for k, v in harness.items() if v < 0)
+    if negative:
+        raise ValueError(f"harness_ms for {negative[0]!r}: must not be negative")
     return FactorSet(
         engines={name: engine(name, raw) for name, raw in data["engines"].items()},
-        families=families,
         default_engine=engine("default", data["default_engine"]),
         meta=dict(data.get("meta", {})),
+        harness_ms=harness,
     )
 
 

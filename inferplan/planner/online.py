@@ -1,14 +1,15 @@
-"""Online calibration: fit one engine's efficiency on one GPU type from a deployment's observed latencies.
+"""Online calibration: fit one engine's speed on one GPU type from a deployment's observed latencies.
 
-Two multipliers on the shipped factors (inferplan/planner/data/factors.json) are fitted per plan:
-- `decode`: scales the engine's bandwidth and decode compute efficiency, fitted so that the predicted mean
-  time per output token equals the observed one (vLLM's histogram `_sum / _count`: exact, no bucket error);
-- `prefill`: scales its prefill compute efficiency, fitted to the mean time to first token, only when TTFT is
+Two multipliers on the kernel model's speed (inferplan.planner.kernels, with the engine terms of
+inferplan/planner/data/factors.json) are fitted per plan:
+- `decode`: scales the speed of the decode step's kernels (weights, KV and compute), fitted so that the predicted
+  mean time per output token equals the observed one (vLLM's histogram `_sum / _count`: exact, no bucket error);
+- `prefill`: scales the speed of prefill, fitted to the mean time to first token, only when TTFT is
   not dominated by queueing (then prefill speed cannot be told apart from the wait).
 
 The estimator is bounded and smoothed:
-- each fit is a bisection for the multiplier in [MIN_SCALE, MAX_SCALE] (efficiencies capped at 1); a fit that
-  ends at a bound is rejected: no efficiency within the bounds explains the data, which points at a wrong
+- each fit is a bisection for the multiplier in [MIN_SCALE, MAX_SCALE]; a fit that
+  ends at a bound is rejected: no speed within the bounds explains the data, which points at a wrong
   description of the deployment (spec.observe.current) rather than at the engine;
 - a window with fewer than MIN_REQUESTS completed requests updates nothing;
 - the update moves the multiplier towards the fit in log space by n / (n + PRIOR_REQUESTS) for n requests,
@@ -51,7 +52,7 @@ class Calibration:
 
 
 def calibrated_factors(factors: FactorSet, engine: str, gpu_key: str, calibration: Calibration) -> FactorSet:
-    """`factors` with `engine`'s efficiencies on `gpu_key` multiplied by the calibration (capped at 1)."""
+    """`factors` with `engine`'s decode and prefill speed on `gpu_key` multiplied by the calibration."""
     if calibration.decode == 1.0 and calibration.prefill == 1.0:
         return factors
     base = factors.engine_on(engine, gpu_key, load_gpu_catalog().get(gpu_key).vendor)
@@ -60,12 +61,8 @@ def calibrated_factors(factors: FactorSet, engine: str, gpu_key: str, calibratio
 
 
 def _scaled(base: EngineFactors, decode: float, prefill: float) -> EngineFactors:
-    return dataclasses.replace(
-        base,
-        bandwidth_efficiency=min(1.0, base.bandwidth_efficiency * decode),
-        decode_compute_efficiency=min(1.0, base.decode_compute_efficiency * decode),
-        prefill_compute_efficiency=min(1.0, base.prefill_compute_efficiency * prefill),
-    )
+    return dataclasses.replace(base, decode_speed=base.decode_speed * decode,
+                               prefill_speed=base.prefill_speed * prefill)
 
 
 def _solve(predicted: Callable[[float], float], observed: float) -> float | None:
@@ -113,7 +110,7 @@ def update_calibration(req: PlanRequest, shape: CurrentShape, observed_mean: dic
     decode_fit = _solve(lambda s: predict(s, previous.prefill)["tpot"], tpot)
     if decode_fit is None:
         return dataclasses.replace(previous, note=(
-            f"rejected: an observed mean TPOT of {tpot * 1e3:.1f} ms needs a decode efficiency outside "
+            f"rejected: an observed mean TPOT of {tpot * 1e3:.1f} ms needs a decode speed outside "
             f"{MIN_SCALE:g}-{MAX_SCALE:g}x the catalog's; check spec.observe.current"))
     decode = _smoothed(previous.decode, decode_fit, requests)
     prefill, prefill_note = previous.prefill, ""
@@ -126,7 +123,7 @@ def update_calibration(req: PlanRequest, shape: CurrentShape, observed_mean: dic
         prefill_fit = _solve(lambda s: predict(decode, s)["ttft"], ttft)
         if prefill_fit is None:
             prefill_note = (f"; prefill not fitted (an observed mean TTFT of {ttft * 1e3:.0f} ms needs a prefill "
-                            f"efficiency outside {MIN_SCALE:g}-{MAX_SCALE:g}x the catalog's)")
+                            f"speed outside {MIN_SCALE:g}-{MAX_SCALE:g}x the catalog's)")
         else:
             prefill = _smoothed(previous.prefill, prefill_fit, requests)
     return Calibration(decode=decode, prefill=prefill, samples=previous.samples + int(requests),

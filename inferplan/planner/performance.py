@@ -3,10 +3,14 @@
 Every function broadcasts over numpy arrays: a `Hardware` may hold one deployment (floats) or many
 (arrays of one length), and batch sizes or token counts may be arrays too. Times are seconds.
 
-The decode step reads the weights once plus every running sequence's KV (memory time) and runs
-2 x active parameters x batch FLOPs (compute time); the step takes the larger of the two plus the
-share of the smaller that does not overlap (`overlap_penalty`), plus the all-reduces of tensor
-parallelism and the engine's per-step and per-sequence overheads.
+The numbers of a `Hardware` come from measured kernel times (`inferplan.planner.kernels`): each layer's GEMMs
+(QKV, output, gate/up, down, the experts, the LM head once) looked up at the deployment's per-rank shapes and
+weight format, decode attention by KV bytes read, prefill attention by causal FLOPs, the all-reduces by message
+size and TP, and the elementwise kernels at their floor. `build_hardware` reduces them to a roofline in the
+batch: the time of a batch-1 step's weight reads with every kernel's floor (`dense_weights_s`), the marginal time
+of a token in the GEMMs at decode and at prefill batch sizes, decode attention as a floor plus KV bytes at the
+measured rate, and the overlap of memory and compute time at their crossover that the GEMM tables show. The
+engine adds its per-step and per-sequence CPU time (`factors`), the only fitted terms.
 """
 
 from __future__ import annotations
@@ -19,24 +23,36 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.architectures import ModelArchitecture
-from inferplan.planner.engines import EngineProfile
-from inferplan.planner.factors import EngineFactors, FamilyFactors
+from inferplan.planner.engines import ENGINES, EngineProfile
+from inferplan.planner.factors import EngineFactors
 from inferplan.planner.gpus import GpuSpec
+from inferplan.planner.kernels import (
+    ELEMENTWISE_FLOOR_S,
+    ELEMENTWISE_KERNELS_PER_LAYER,
+    gemm_format,
+    gpu_kernels,
+)
 from inferplan.planner.memory import kv_bytes_per_token_per_gpu, weight_bytes, weight_split
 from inferplan.planner.precisions import WeightPrecision
 
 FloatArray = NDArray[np.float64]
 Number = float | FloatArray
 
-# All-reduce latency per call by interconnect [s]: NVLink/xGMI custom all-reduce kernels take a few
-# microseconds for decode-sized messages; over PCIe the NCCL ring is several times slower.
+# All-reduce latency per call by interconnect [s] where no measured table covers the GPU and TP size: NVLink/xGMI
+# custom all-reduce kernels take a few microseconds for decode-sized messages; over PCIe the NCCL ring is several
+# times slower.
 ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "xgmi": 12e-6, "pcie": 30e-6}
 
-# FP8 GEMMs reach a smaller share of their (doubled) peak than 16-bit ones: the median over large GEMMs
-# (m, n, k >= 4096) in AIConfigurator's measured tables is 0.62 (H100) and 0.63 (H200) of the FP8 peak
-# against 0.80 and 0.78 of the BF16 peak (`python bench/aic_tables.py`, docs/aic-tables.md). The engine's
-# compute efficiency is fitted on 16-bit rows; FP8 compute is that times this ratio.
-FP8_GEMM_RELATIVE_EFFICIENCY = 0.79
+# Batch sizes (tokens through the GEMMs) at which the kernel tables are read: a batch-1 step, the compute-bound
+# slope of decode (512 -> 1024 tokens) and of prefill chunks (2048 -> 8192 tokens).
+DECODE_SLOPE_M = (512.0, 1024.0)
+PREFILL_SLOPE_M = (2048.0, 8192.0)
+# Decode attention is read at a batch of 64 sequences, between 64 MiB and 1 GiB of KV per layer (its rate), and
+# at 64 KiB for one sequence (its floor); prefill attention at a 16384-token prompt.
+ATTENTION_BATCH = 64.0
+ATTENTION_SLOPE_BYTES = (2.0**26, 2.0**30)
+ATTENTION_FLOOR_BYTES = 2.0**16
+PREFILL_ATTENTION_TOKENS = 16384.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +61,9 @@ class Hardware:
 
     Per-GPU quantities are per tensor-parallel rank; a pipeline stage runs after the previous one,
     so per-step times add up over the `pp` stages (llama.cpp's layer split behaves this way).
+    `bandwidth_bytes_s` is what turns the weights a step reads into the measured time of a batch-1 step's
+    kernels (every GEMM with its floor, attention and elementwise floors included); `decode_flops_s` and
+    `prefill_flops_s` turn a token's FLOPs into its measured marginal GEMM time at decode and prefill batch sizes.
     """
 
     tp: Number
@@ -62,14 +81,15 @@ class Hardware:
     attention_window_flops_per_pair_per_gpu: Number  # the same over the sliding-window layers
     allreduce_bytes_per_token: Number         # hidden x 2 bytes, per all-reduce
     allreduces_per_step: Number
-    bandwidth_bytes_s: Number                 # achieved on weight reads: peak x efficiency
-    expert_bandwidth_bytes_s: Number          # ... on MoE expert reads (an expert-only format has its own kernels)
-    kv_bandwidth_bytes_s: Number              # achieved on paged-attention KV reads
-    decode_flops_s: Number
-    prefill_flops_s: Number
+    bandwidth_bytes_s: Number                 # dense weight bytes / measured batch-1 step kernel time
+    expert_bandwidth_bytes_s: Number          # the measured streaming rate of a large weight (experts, added reads)
+    kv_bandwidth_bytes_s: Number              # measured decode-attention rate on KV reads
+    decode_flops_s: Number                    # a token's GEMM FLOPs / its measured marginal time at decode
+    prefill_flops_s: Number                   # ... at prefill chunk sizes
+    attention_flops_s: Number                 # measured prefill-attention rate
     link_bytes_s: Number
     link_latency_s: Number
-    overlap_penalty: Number
+    overlap_penalty: Number                   # share of the smaller of memory and compute time not hidden
     step_overhead_s: Number
     sequence_overhead_s: Number
     request_overhead_s: Number               # online serving only: added to TTFT
@@ -89,27 +109,193 @@ def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
 
 
 @dataclass(frozen=True)
-class Dequantisation:
-    """What dequantising weights on the fly leaves of the bandwidth on dense and on expert reads and of the tensor
-    throughput (1.0: nothing lost)."""
+class LayerShapes:
+    """The GEMMs of one model on `tp` ranks: (N, K, count per layer) of the dense layers' linear layers, of the
+    MoE layers' non-expert ones, of one routed expert, and the LM head's (N, K)."""
 
-    dense_bandwidth: float = 1.0
-    expert_bandwidth: float = 1.0
-    compute: float = 1.0
+    dense: tuple[tuple[float, float, float], ...]
+    moe_shared: tuple[tuple[float, float, float], ...]
+    expert: tuple[tuple[float, float, float], ...]
+    lm_head: tuple[float, float]
+    dense_layers: int
+    moe_layers: int
 
 
-def dequantisation(precision: WeightPrecision, factors: EngineFactors) -> Dequantisation:
-    """The dequantisation cost of `precision` with `factors`' kernels. Weight-only formats of the linear layers
-    (GPTQ, AWQ) pay `quantized_bandwidth_scale` on every weight read and `quantized_compute_scale` on the tensor
-    throughput (a large batch unpacks every weight tile before the 16-bit MMA); expert-only formats (MXFP4, read
-    by MoE kernels of their own) pay `expert_quantized_bandwidth_scale` on the expert reads and nothing on the
-    16-bit rest; 16-bit, 8-bit-compute and whole-model formats (GGUF, MLC: the engine's own kernels) pay nothing."""
-    if precision.compute != "fp16" or precision.bits_per_param >= 16 or precision.quantizes == "all":
-        return Dequantisation()
-    if precision.quantizes == "experts":
-        return Dequantisation(expert_bandwidth=factors.expert_quantized_bandwidth_scale)
-    scale = factors.quantized_bandwidth_scale
-    return Dequantisation(scale, scale, factors.quantized_compute_scale)
+@lru_cache(maxsize=4096)
+def layer_shapes(arch: ModelArchitecture, tp: int) -> LayerShapes:
+    """Per-rank GEMM shapes of `arch` at tensor parallelism `tp` (KV heads replicated below one per rank; an MLA
+    or other attention block as one GEMM of its parameters)."""
+    h = float(arch.hidden_size)
+    gated = arch._mlp_params(1) >= 3 * arch.hidden_size
+    if arch.is_mla:
+        attention = ((arch._attention_params() / h / tp, h, 1.0),)
+    else:
+        kv_heads = max(arch.num_kv_heads / tp, 1.0)
+        q_heads = arch.num_attention_heads / tp
+        attention = (((q_heads + 2.0 * kv_heads) * arch.head_dim, h, 1.0), (h, q_heads * arch.head_dim, 1.0))
+
+    def mlp(width: float) -> tuple[tuple[float, float, float], ...]:
+        if width <= 0:
+            return ()
+        return (((2.0 if gated else 1.0) * width / tp, h, 1.0), (h, width / tp, 1.0))
+
+    moe_layers = arch.num_layers - arch.first_dense_layers if arch.is_moe else 0
+    shared = float(arch.num_shared_experts * arch.shared_expert_intermediate_size)
+    router = ((float(arch.num_experts), h, 1.0),) if arch.is_moe else ()
+    return LayerShapes(
+        dense=attention + mlp(float(arch.intermediate_size)),
+        moe_shared=attention + mlp(shared) + router,
+        expert=mlp(float(arch.expert_intermediate_size)) if arch.is_moe else (),
+        lm_head=(arch.vocab_size / tp, h),
+        dense_layers=arch.num_layers - moe_layers,
+        moe_layers=moe_layers,
+    )
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """A deployment's measured kernel times reduced for the roofline (`build_hardware`), per pipeline stage, one
+    value per TP size of the `tps` it was read for (arrays) [s unless stated]."""
+
+    weights_s: FloatArray          # batch-1 step: every dense GEMM at M = 1, the LM head, attention, elementwise floors
+    decode_token_s: FloatArray     # marginal GEMM (and elementwise) time of one more token at decode batch sizes
+    prefill_token_s: FloatArray    # ... at prefill chunk sizes
+    overlap: FloatArray            # the GEMM curve's excess over max(memory, compute) at their crossover
+    expert_bytes_s: float          # streaming rate of a large weight: the experts' and added reads' [bytes/s]
+    kv_bytes_s: FloatArray         # decode attention's rate on KV bytes [bytes/s]
+    attention_flops_s: FloatArray  # prefill attention's rate [FLOP/s]
+    allreduce_latency_s: FloatArray  # one token's all-reduce; NaN: no measured table (rated link figures)
+    allreduce_bytes_s: FloatArray    # ring bandwidth between decode and prefill message sizes (NaN: none)
+
+
+def _shape_arrays(arch: ModelArchitecture, tps: tuple[int, ...], pp: int
+                  ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, LayerShapes]:
+    """(N, K, calls per stage) of every non-expert GEMM of a stage, and (N, K) of one routed expert's, per TP size
+    (axis 0), from `layer_shapes`; the LM head is the last non-expert GEMM (once per step, its share per stage)."""
+    every = [layer_shapes(arch, tp) for tp in tps]
+    rows = []
+    experts = []
+    for shapes in every:
+        calls = [(n, k, shapes.dense_layers / pp * c) for n, k, c in shapes.dense]
+        calls += [(n, k, shapes.moe_layers / pp * c) for n, k, c in shapes.moe_shared]
+        calls.append((*shapes.lm_head, 1.0 / pp))
+        rows.append(calls)
+        experts.append([(n, k) for n, k, _ in shapes.expert] or [(1.0, 1.0)])
+    table = np.array(rows, dtype=float)
+    expert = np.array(experts, dtype=float)
+    return table[..., 0], table[..., 1], table[..., 2], expert[..., 0], expert[..., 1], every[0]
+
+
+@lru_cache(maxsize=4096)
+def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, engine: str,
+                tps: tuple[int, ...], pp: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, float]:
+    """(batch-1 GEMM and elementwise time, decode token time, prefill token time, overlap) per TP size, and the
+    large-weight streaming rate: every GEMM of every TP size looked up in one call per format."""
+    kernels = gpu_kernels(gpu, engine)
+    fmt = gemm_format(precision, gpu)
+    dense_fmt = fmt if precision.quantizes != "experts" else "bfloat16"
+    n, k, calls, expert_n, expert_k, first = _shape_arrays(arch, tps, pp)
+    head = np.zeros(n.shape, dtype=bool)
+    head[:, -1] = True
+    layers_per_stage = arch.num_layers / pp
+    # Engines with their own weight kernels (llama.cpp, ExLlama, MLC) read the weights of a small batch with their
+    # own matrix-vector kernels, whose speed is the bytes at the GPU's streaming rate (`GpuKernels.stream_s`), not
+    # the vendor GEMMs' (whose weight-only int4 calls on the A100 have floors of 17-20 us).
+    own = ENGINES[engine].own_weight_kernels if engine in ENGINES else False
+    per_weight = np.where(head, precision.bytes_per_param if precision.quantizes == "all" else 2.0,
+                          precision.bytes_per_param if precision.quantizes in ("all", "linear") else 2.0)
+
+    def gemms(m: FloatArray) -> FloatArray:
+        """Every non-expert GEMM of a stage at M = m tokens ([..., len(m)] per TP size), with the elementwise
+        kernels of its layers: shape (TP sizes, len(m))."""
+        m = np.asarray(m, dtype=float)
+        m3 = m if m.ndim == 2 else np.broadcast_to(m, (len(tps), m.size))
+        seconds = kernels.gemm_s(dense_fmt, m3[:, None, :], n[..., None], k[..., None])
+        if dense_fmt != "bfloat16":  # the LM head stays 16-bit
+            lm = kernels.gemm_s("bfloat16", m3[:, None, :], n[..., None], k[..., None])
+            seconds = np.where(head[..., None], lm, seconds)
+        if own:
+            streamed = kernels.stream_s(per_weight * n * k)[..., None]
+            seconds = np.where(m3[:, None, :] <= 1.0, streamed, seconds)
+        moved = 2.0 * 2.0 * arch.hidden_size * m3  # elementwise: read and write 16-bit activations
+        rate = gpu.memory_bandwidth_gb_s * 1e9
+        elementwise = layers_per_stage * ELEMENTWISE_KERNELS_PER_LAYER * (ELEMENTWISE_FLOOR_S + moved / rate)
+        return (calls[..., None] * seconds).sum(axis=1) + elementwise
+
+    m = np.array([1.0, *DECODE_SLOPE_M, *PREFILL_SLOPE_M])
+    dense = gemms(m)
+    if first.expert:
+        # The routed experts' GEMMs at M tokens: every expert busy with its share of the M x top-k routed tokens
+        # (uniform routing). Their weight reads are the experts' own term (`expert_bytes_per_gpu`); their compute
+        # per token is read where their GEMMs are compute-bound (prefill sizes), for decode too: at decode sizes
+        # each expert's few tokens ride on its weight read, which that term charges.
+        experts = float(arch.num_experts)
+        per_expert = np.array(PREFILL_SLOPE_M) * arch.experts_per_token / experts
+        seconds = kernels.gemm_s(fmt, per_expert[None, None, :], expert_n[..., None], expert_k[..., None]).sum(axis=1)
+        expert_token = first.moe_layers / pp * experts * (seconds[:, 1] - seconds[:, 0]) / (
+            PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0])
+    else:
+        expert_token = np.zeros(len(tps))
+    weights = dense[:, 0]
+    dense_token = (dense[:, 2] - dense[:, 1]) / (DECODE_SLOPE_M[1] - DECODE_SLOPE_M[0])
+    decode_token = dense_token + expert_token
+    prefill_token = (dense[:, 4] - dense[:, 3]) / (PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0]) + expert_token
+    # The overlap at the crossover of memory (the batch-1 time) and compute (tokens x the decode slope), read on the
+    # dense GEMMs' curve (an MoE model's experts have their own term).
+    cross = np.maximum(weights / np.maximum(dense_token, 1e-12), 1.0)
+    at_cross = gemms(cross[:, None])[:, 0]
+    overlap = np.where(cross > 1.0, np.clip(at_cross / weights - 1.0, 0.0, 1.0), 0.0)
+    # Experts and the weights a layout adds to a step's reads (data-parallel attention) stream at the rate this
+    # GPU's tables read a large weight at M = 1 (the fused MoE kernels load only the routed experts, each of which
+    # is too small for the GEMM tables' grid).
+    return weights, decode_token, prefill_token, overlap, kernels.stream_bytes_s()
+
+
+@lru_cache(maxsize=4096)
+def _attention_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str, tps: tuple[int, ...],
+                     pp: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(decode attention floor of a stage's layers, its rate on KV bytes, prefill attention's rate) per TP size."""
+    kernels = gpu_kernels(gpu, engine)
+    tp = np.array(tps, dtype=float)
+    kv_heads = np.ones_like(tp) if arch.is_mla else np.maximum(arch.num_kv_heads / tp, 1.0)
+    units = np.stack([kv_heads, ATTENTION_BATCH * kv_heads, ATTENTION_BATCH * kv_heads], axis=1)
+    read = np.array([ATTENTION_FLOOR_BYTES, *ATTENTION_SLOPE_BYTES])[None, :]
+    attention = kernels.decode_attention_s(kv, read, units)
+    kv_rate = (read[0, 2] - read[0, 1]) / np.maximum(attention[:, 2] - attention[:, 1], 1e-12)
+    floor = attention[:, 0] * arch.num_layers / pp
+    # Prefill attention: the measured rate at a long prompt over this rank's heads (where attention is a large share
+    # of a prefill; a short prompt's attention is a small share whatever its rate).
+    heads = np.maximum(arch.num_attention_heads / tp, 1.0)
+    flops = 2.0 * heads * (arch.head_dim + (arch.v_head_dim if arch.is_mla else arch.head_dim)) \
+        * PREFILL_ATTENTION_TOKENS**2 / 2.0
+    return floor, kv_rate, flops / kernels.prefill_attention_s(flops, heads)
+
+
+@lru_cache(maxsize=4096)
+def _allreduce_terms(arch: ModelArchitecture, gpu: GpuSpec, engine: str, tps: tuple[int, ...]
+                     ) -> tuple[FloatArray, FloatArray]:
+    """(latency of one token's all-reduce, ring bandwidth between 1 and 16 MiB) per TP size; NaN where no measured
+    table covers the GPU and TP size."""
+    kernels = gpu_kernels(gpu, engine)
+    latency = np.full(len(tps), np.nan)
+    bandwidth = np.full(len(tps), np.nan)
+    for t, tp in enumerate(tps):
+        ar = kernels.allreduce_s(np.array([2.0 * arch.hidden_size, 2.0**20, 2.0**24]), tp) if tp > 1 else None
+        if ar is not None:
+            latency[t] = ar[0]
+            bandwidth[t] = 2.0 * (tp - 1) / tp * (2.0**24 - 2.0**20) / max(ar[2] - ar[1], 1e-12)
+    return latency, bandwidth
+
+
+def step_kernels(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, kv_bytes: float, engine: str,
+                 tps: tuple[int, ...], pp: int = 1) -> StepKernels:
+    """Read `engine`'s kernels on `gpu` for `arch` at `precision` with KV elements of `kv_bytes`, on each TP size of
+    `tps` x `pp` GPUs (module docstring)."""
+    weights, decode_token, prefill_token, overlap, stream = _gemm_terms(arch, gpu, precision, engine, tps, pp)
+    floor, kv_rate, attention_rate = _attention_terms(arch, gpu, "fp8" if kv_bytes < 2.0 else "bf16", engine, tps, pp)
+    latency, bandwidth = _allreduce_terms(arch, gpu, engine, tps)
+    return StepKernels(weights + floor, decode_token, prefill_token, overlap, stream, kv_rate, attention_rate,
+                       latency, bandwidth)
 
 
 @lru_cache(maxsize=16384)
@@ -120,12 +306,11 @@ def build_hardware(
     kv_bytes: float,
     engine: EngineProfile,
     factors: EngineFactors,
-    family: FamilyFactors,
     tp: int = 1,
     pp: int = 1,
 ) -> Hardware:
     """Reduce (model, GPU, precision, engine, parallelism) to a `Hardware` of floats."""
-    grid = hardware_grid(arch, [gpu], [precision], [[kv_bytes]], [factors], [family], [tp], pp)
+    grid = hardware_grid(arch, [gpu], [precision], [[kv_bytes]], engine, [factors], [tp], pp)
     return Hardware(**{f.name: float(getattr(grid, f.name)[0, 0, 0, 0]) for f in fields(Hardware)})
 
 
@@ -134,17 +319,16 @@ def hardware_grid(
     gpus: Sequence[GpuSpec],
     precisions: Sequence[WeightPrecision],
     kv_bytes: ArrayLike,
+    engine: EngineProfile,
     factors: Sequence[EngineFactors],
-    families: Sequence[FamilyFactors],
     tps: Sequence[int],
     pp: int = 1,
 ) -> Hardware:
     """`build_hardware` for every (GPU, TP size, precision, KV dtype) at once.
 
-    `factors` and `families` are per GPU (the engine's factors on that GPU, its family's), `kv_bytes` is
-    (precision, KV dtype): bytes of one KV element. Every field comes back as an array of shape
-    (len(gpus), len(tps), len(precisions), KV dtypes), so the search builds its hardware without a Python
-    loop over shapes; `build_hardware` is the one-element case, so the two always agree.
+    `factors` are per GPU (the engine's factors on that GPU), `kv_bytes` is (precision, KV dtype): bytes of one
+    KV element. Every field comes back as an array of shape (len(gpus), len(tps), len(precisions), KV dtypes);
+    `build_hardware` is the one-element case, so the two always agree.
     """
     split = weight_split(arch)
     # Per precision (axis 2): bytes of the weights and what a decode step reads of them.
@@ -159,78 +343,73 @@ def hardware_grid(
     windows = [w for w in arch.layer_windows if w is not None]
     tp = np.array(tps)[None, :, None, None]
     shards = tp * pp
-    kv = np.asarray(kv_bytes, dtype=float)[None, None, :, :]
-    per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv, tp, pp) / max(arch.num_layers, 1)
+    kv = np.asarray(kv_bytes, dtype=float)
+    per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv[None, None, :, :], tp, pp) / max(arch.num_layers, 1)
     # One new token attending to one context token, per layer (QK^T and the weighted sum of V).
     attention_per_layer = arch.attention_flops_per_token(1.0) / arch.num_layers
     matmul_params = arch.active_param_count() - split.input_embedding - (
         0.0 if arch.tie_word_embeddings else split.lm_head
     )
+    decode_flops = 2.0 * (matmul_params + split.lm_head) / shards
+    prefill_flops = 2.0 * matmul_params / shards
+    dense_per_gpu = dense_read[None, None, :, None] / shards
 
-    # Per (GPU, precision): achieved bandwidth on weight (and expert) reads and peak compute of the matmuls' dtype.
-    bandwidth = np.empty((len(gpus), len(precisions)))
-    expert_bandwidth = np.empty((len(gpus), len(precisions)))
-    peak_flops = np.empty((len(gpus), len(precisions)))
-    for i, (gpu, factor, family) in enumerate(zip(gpus, factors, families, strict=True)):
+    shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
+    sizes = tuple(int(t) for t in tps)
+    weights_s, decode_s, prefill_s_, overlap, kv_rate, attention_rate = (np.empty(shape) for _ in range(6))
+    stream, latency, ring = np.empty((len(gpus), len(precisions))), np.empty(shape[:2]), np.empty(shape[:2])
+    for i, gpu in enumerate(gpus):
+        latency[i], ring[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
         for j, precision in enumerate(precisions):
-            rated = gpu.memory_bandwidth_gb_s * 1e9 * factor.bandwidth_efficiency * family.bandwidth_scale
-            cost = dequantisation(precision, factor)
-            cap = sm_stream_cap(gpu, factor)
-            bandwidth[i, j] = min(rated * cost.dense_bandwidth, cap)
-            expert_bandwidth[i, j] = min(rated * cost.expert_bandwidth, cap)
-            peak = gpu.fp16_tflops
-            if precision.compute == "fp8" and gpu.fp8_tflops:
-                peak = gpu.fp8_tflops * FP8_GEMM_RELATIVE_EFFICIENCY
-            elif precision.compute == "int8" and gpu.int8_tops:
-                peak = gpu.int8_tops
-            peak_flops[i, j] = peak * 1e12 * family.compute_scale * cost.compute
-    link_latency = np.array([[ALLREDUCE_LATENCY_S.get(gpu.interconnect if t > 1 else "nvlink", 30e-6) for t in tps]
-                             for gpu in gpus])
+            w, d, p_, o, stream[i, j] = _gemm_terms(arch, gpu, precision, engine.name, sizes, pp)
+            for k in range(kv.shape[-1]):
+                floor, kv_rate[i, :, j, k], attention_rate[i, :, j, k] = _attention_terms(
+                    arch, gpu, "fp8" if kv[j, k] < 2.0 else "bf16", engine.name, sizes, pp)
+                weights_s[i, :, j, k] = w + floor
+                decode_s[i, :, j, k], prefill_s_[i, :, j, k], overlap[i, :, j, k] = d, p_, o
+    cap = np.array([sm_stream_cap(g, f) for g, f in zip(gpus, factors, strict=True)])[:, None, None, None]
+    decode = np.array([f.decode_speed for f in factors])[:, None, None, None]
+    prefill = np.array([f.prefill_speed for f in factors])[:, None, None, None]
+    rated = np.array([g.memory_bandwidth_gb_s * 1e9 for g in gpus])[:, None, None, None]
+    links = np.array([[ALLREDUCE_LATENCY_S.get(g.interconnect if t > 1 else "nvlink", 30e-6) for t in sizes]
+                      for g in gpus])
+    rated_link = np.array([g.interconnect_gb_s * 1e9 for g in gpus])[:, None]
+    measured = {
+        "bandwidth_bytes_s": np.minimum(dense_per_gpu / weights_s, cap) * decode,
+        "expert_bandwidth_bytes_s": np.minimum(stream[:, None, :, None], cap) * decode,
+        "kv_bandwidth_bytes_s": np.minimum(kv_rate, np.minimum(cap, rated)) * decode,
+        "decode_flops_s": decode_flops / decode_s * decode,
+        "prefill_flops_s": prefill_flops / prefill_s_ * prefill,
+        "attention_flops_s": attention_rate * prefill,
+        "overlap_penalty": overlap,
+        "link_latency_s": np.where(np.isnan(latency), links, latency)[:, :, None, None],
+        "link_bytes_s": np.where(np.isnan(ring), rated_link, ring)[:, :, None, None],
+    }
 
     def per_gpu(values: Sequence[float]) -> FloatArray:
         return np.array(values, dtype=float)[:, None, None, None]
 
-    def per_gpu_precision(values: FloatArray) -> FloatArray:
-        return values[:, None, :, None]
-
-    def per_precision(values: FloatArray) -> FloatArray:
-        return values[None, None, :, None]
-
-    peak = per_gpu_precision(peak_flops)
-    kv_bandwidth = [min(gpu.memory_bandwidth_gb_s * 1e9 * f.bandwidth_efficiency * fam.bandwidth_scale
-                        * fam.attention_scale, sm_stream_cap(gpu, f))
-                    for gpu, f, fam in zip(gpus, factors, families, strict=True)]
     grid = Hardware(
         tp=tp.astype(float),
         pp=float(pp),
-        decode_dense_bytes_per_gpu=per_precision(dense_read) / shards,
-        expert_bytes_per_gpu=per_precision(expert_bytes) / shards,
+        decode_dense_bytes_per_gpu=dense_per_gpu,
+        expert_bytes_per_gpu=expert_bytes[None, None, :, None] / shards,
         num_experts=float(arch.num_experts),
         experts_per_token=float(arch.experts_per_token),
         kv_full_bytes_per_token_per_gpu=per_layer_kv * full_layers,
         kv_window_bytes_per_token_per_gpu=per_layer_kv * len(windows),
         window_tokens=float(max(windows) if windows else 0),
-        decode_flops_per_token_per_gpu=2.0 * (matmul_params + split.lm_head) / shards,
-        prefill_flops_per_token_per_gpu=2.0 * matmul_params / shards,
+        decode_flops_per_token_per_gpu=decode_flops,
+        prefill_flops_per_token_per_gpu=prefill_flops,
         attention_full_flops_per_pair_per_gpu=attention_per_layer * full_layers / shards,
         attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
-        bandwidth_bytes_s=per_gpu_precision(bandwidth),
-        expert_bandwidth_bytes_s=per_gpu_precision(expert_bandwidth),
-        kv_bandwidth_bytes_s=per_gpu(kv_bandwidth),
-        decode_flops_s=peak * per_gpu([f.decode_compute_efficiency for f in factors]),
-        prefill_flops_s=peak * per_gpu([f.prefill_compute_efficiency for f in factors]),
-        link_bytes_s=per_gpu([gpu.interconnect_gb_s * 1e9 for gpu in gpus]),
-        link_latency_s=link_latency[:, :, None, None],
-        overlap_penalty=per_gpu([f.overlap_penalty for f in factors]),
-        step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 * fam.overhead_scale
-                                 for f, fam in zip(factors, families, strict=True)]),
-        sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 * fam.overhead_scale
-                                     for f, fam in zip(factors, families, strict=True)]),
+        step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
+        sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 for f in factors]),
         request_overhead_s=per_gpu([f.request_overhead_ms / 1e3 for f in factors]),
+        **measured,
     )
-    shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
     return Hardware(**{f.name: np.broadcast_to(np.asarray(getattr(grid, f.name), dtype=float), shape)
                        for f in fields(Hardware)})
 
@@ -346,8 +525,8 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
         dense_weights_s=np.asarray(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
         expert_weights_s=np.asarray(hw.expert_bytes_per_gpu / hw.expert_bandwidth_bytes_s, dtype=float),
         kv_s_per_sequence=kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s,
-        compute_s_per_sequence=(hw.decode_flops_per_token_per_gpu + attention_flops(hw, context_tokens))
-        / hw.decode_flops_s,
+        # Decode attention is a read of the KV (its measured rate, `kv_s_per_sequence`), not tensor-core work.
+        compute_s_per_sequence=np.asarray(hw.decode_flops_per_token_per_gpu / hw.decode_flops_s, dtype=float),
         allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_per_token + hw.stage_send_s_per_token,
                                          dtype=float),
         allreduce_latency_s=np.asarray(hw.allreduces_per_step * hw.link_latency_s + hw.stage_send_latency_s,
@@ -364,8 +543,8 @@ def decode_step_s(hw: Hardware, batch: ArrayLike, context_tokens: ArrayLike) -> 
 def prefill_compute_s_per_token(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
     """Marginal compute time of one prompt token in a prompt of `prompt_tokens` (causal attention)."""
     mean_context = np.asarray(prompt_tokens, dtype=float) / 2.0
-    flops = hw.prefill_flops_per_token_per_gpu + attention_flops(hw, mean_context)
-    return hw.pp * flops / hw.prefill_flops_s
+    return hw.pp * (hw.prefill_flops_per_token_per_gpu / hw.prefill_flops_s
+                    + attention_flops(hw, mean_context) / hw.attention_flops_s)
 
 
 def prefill_s(

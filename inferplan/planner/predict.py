@@ -15,7 +15,7 @@ import numpy as np
 from inferplan.planner.architectures import ModelArchitecture, resolve_model
 from inferplan.planner.datasets import DatasetLengths, dataset_lengths, sample_lengths
 from inferplan.planner.engines import EngineProfile, EngineSettings, engine_profile, factor_key, version_defaults
-from inferplan.planner.factors import EngineFactors, FactorSet, FamilyFactors, load_factors
+from inferplan.planner.factors import EngineFactors, FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.memory import GIB, MemoryPlan, max_concurrency, plan_memory
 from inferplan.planner.names import CatalogLookupError
@@ -23,7 +23,7 @@ from inferplan.planner.performance import Hardware, build_hardware, stack_hardwa
 from inferplan.planner.precisions import kv_dtype_bytes, weight_precision
 from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.scenarios import Scenario
-from inferplan.planner.serving import LoadResult, single_stream, static_batch
+from inferplan.planner.serving import LoadResult, poisson, poisson_capacity, single_stream, static_batch
 from inferplan.planner.simulate import SimulationResult, arrival_times, simulate, trace_workload
 
 DEFAULT_NUM_PROMPTS = 1000  # vLLM benchmark_serving's default
@@ -42,6 +42,22 @@ class Prediction:
     skipped: str | None = None
 
 
+def unmodelled(row: Scenario) -> str | None:
+    """Why the step-time model cannot stand for `row`'s deployment, or None: multi-head latent attention
+    (DeepSeek-V2/V3/R1: absorbed decode weights, the latent KV, expert and data parallelism) is not modelled yet, so
+    its rows are scored apart and never fitted on, which would push what the model lacks into the engine terms."""
+    return _unmodelled_model(row.model)
+
+
+@lru_cache(maxsize=1024)
+def _unmodelled_model(model: str) -> str | None:
+    try:
+        arch = resolve_model(model)
+    except CatalogLookupError:
+        return None
+    return "multi-head latent attention (MLA) is not modelled" if arch.is_mla else None
+
+
 def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitecture, gpu: GpuSpec,
                     gpus_per_instance: int = 1) -> EngineSettings:
     """Fill the settings a scenario leaves unstated with what the engine, at its version and on its GPU,
@@ -51,7 +67,7 @@ def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitectur
     turned on (vLLM V0 needed `--enable-chunked-prefill` for a budget below max_model_len).
     """
     max_len = row.max_model_len or arch.max_position_embeddings
-    defaults = version_defaults(engine, row.engine_version, float(gpu.usable_memory_bytes), gpu.key,
+    defaults = version_defaults(engine, row.version, float(gpu.usable_memory_bytes), gpu.key,
                                 gpus_per_instance, max_len)
     seqs = row.max_num_seqs or defaults.max_num_seqs
     budget = float(row.max_num_batched_tokens or defaults.step_tokens)
@@ -110,11 +126,27 @@ def _resolve(row: Scenario) -> _Resolved | str:
 
 @lru_cache(maxsize=8192)
 def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: int, pp: int,
-              engine_factors: EngineFactors, family_factors: FamilyFactors) -> Hardware:
+              engine_factors: EngineFactors) -> Hardware:
     return build_hardware(resolve_model(model), resolve_gpu(gpu), weight_precision(weights), kv,
-                          engine_profile(engine), engine_factors, family_factors, tp, pp)
+                          engine_profile(engine), engine_factors, tp, pp)
 
 
+def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactors:
+    """The engine factors that predict `row`: its engine line's, with the per-request time of an online run being
+    the engine's own (a sourced assumption) plus what the row's harness adds (`FactorSet.harness_for`: fitted per
+    source and engine line; for a pair the factors were not fitted on, the typical one of that engine line)."""
+    line = _factor_key(row, r)
+    engine = factors.engine(line)
+    harness = factors.harness_for(row.source_name, line) if row.load.kind in ONLINE_LOADS else 0.0
+    return replace(engine, request_overhead_ms=engine.request_overhead_ms + harness) if harness else engine
+
+
+def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
+    return _hardware(row.model, row.gpu, r.engine.name, row.weights, _kv_bytes(row, r), r.tp, r.pp,
+                     row_factors(row, r, factors))
+
+
+@lru_cache(maxsize=4096)
 def checkpoint_named(notes: str) -> str | None:
     """The checkpoint a scenario's notes name (`FP8 checkpoint nvidia/Llama-3.1-8B-Instruct-FP8 ...`), or the
     toolkit that made it (ModelOpt, NIM); None when they name neither."""
@@ -128,7 +160,7 @@ def checkpoint_named(notes: str) -> str | None:
 
 
 def _factor_key(row: Scenario, r: _Resolved) -> str:
-    return factor_key(r.engine.name, row.engine_version, r.gpu.vendor, row.published)
+    return factor_key(r.engine.name, row.version, r.gpu.vendor, row.published)
 
 
 def _kv_bytes(row: Scenario, r: _Resolved) -> float:
@@ -206,11 +238,21 @@ def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None
 
 
 SIMULATED_LOADS = ("burst", "offline", "concurrency", "poisson")
+ONLINE_LOADS = ("burst", "concurrency", "poisson")  # measured through a server's client: a harness adds its time
+# A measured run's per-request time (its harness and front end) is served one request at a time, so that requests
+# sent together queue for it (`simulate(front_end=True)`).
+SERIAL_FRONT_END = True
+# An offline run of unstated length is served as a queue that stays full: all its requests at once, three times the
+# sequences the engine runs at a time (at most OFFLINE_REQUESTS_CAP), scored over the time its queue is not empty
+# (`steady_throughput`).
+OFFLINE_RUNS_PER_SLOT = 3
+OFFLINE_REQUESTS_CAP = 6000
 CLOSED_LOOP_REQUESTS = (8, DEFAULT_NUM_PROMPTS, 4000)  # N clients: clamp(8 N, 1000, 4000) requests in all
 
 
 def _lengths(row: Scenario) -> tuple[float, float, DatasetLengths | None]:
-    """Mean prompt and output tokens of a row and its dataset's length shape (None: fixed lengths)."""
+    """Mean prompt and output tokens of a row and its dataset's length shape (None: fixed lengths); an unstated
+    prompt is empty and an unstated output one token (a decode speed's lengths set only the context it reads)."""
     dataset = dataset_lengths(row.dataset) if row.dataset else None
     prompt = row.input_tokens if row.input_tokens is not None else (dataset.prompt_mean if dataset else 0.0)
     output = row.output_tokens if row.output_tokens is not None else (dataset.output_mean if dataset else 1.0)
@@ -231,7 +273,9 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
     dataset's length spread; a reason instead when the deployment has no room for a KV cache."""
     memory = _memory(row, r, settings, factors)
     kv_tokens = int(memory.kv_cache_tokens)
-    if not memory.fits or kv_tokens < 2:
+    # A measured run started, so what it needed beside the pool fitted (the CUDA-graph headroom a plan keeps free
+    # is not a reason to refuse it: a run at gpu_memory_utilization 1.0 is predicted like any other).
+    if kv_tokens < 2:
         return "the weights and activations leave no KV cache at the row's settings"
     if r.engine.name == "vllm" and row.max_model_len is not None:
         # vLLM refuses to start when its pool cannot hold one request of max_model_len tokens, so a run that was
@@ -243,7 +287,13 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
     replicas = max(int(row.replicas or 1), 1)
     load = int(getattr(row.load, "value", 1))
     arrivals = None
-    if row.load.kind in ("burst", "offline"):
+    if row.load.kind == "offline" and row.load.num_prompts is None:
+        # A maximum-throughput run of unstated length (trtllm-bench, MLPerf Offline): the engine's ceiling, which a
+        # queue that stays full gives (SCENARIOS.md): OFFLINE_RUNS_PER_SLOT times the sequences it runs at once.
+        requests = min(max(OFFLINE_RUNS_PER_SLOT * int(settings.max_num_seqs), DEFAULT_NUM_PROMPTS),
+                       OFFLINE_REQUESTS_CAP)
+        clients = 0
+    elif row.load.kind in ("burst", "offline"):
         count = load if row.load.kind == "burst" else int(row.load.num_prompts or DEFAULT_NUM_PROMPTS)
         requests, clients = max(count // replicas, 1), 0
     elif row.load.kind == "poisson":
@@ -261,15 +311,87 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
     longest = min(settings.max_model_len, kv_tokens - 1)
     prompts = np.minimum(prompts, longest - 1)
     outputs = np.maximum(np.minimum(outputs, longest - prompts), 1)
-    hw = _hardware(row.model, row.gpu, r.engine.name, row.weights, _kv_bytes(row, r),
-                   r.tp, r.pp, factors.engine(_factor_key(row, r)), factors.family(r.gpu.family))
+    hw = _row_hardware(row, r, factors)
     workload = trace_workload(np.zeros(requests) if arrivals is None else arrivals, prompts, outputs)
     return simulate(hw, workload, max_batch=int(settings.max_num_seqs), kv_tokens=kv_tokens,
-                    chunk_tokens=settings.step_tokens, policy=settings.scheduling, clients=clients, series_points=2)
+                    chunk_tokens=settings.step_tokens, policy=settings.scheduling, clients=clients, series_points=2,
+                    front_end=SERIAL_FRONT_END)
+
+
+def _ceiling_run(row: Scenario) -> bool:
+    """A maximum-throughput run of unstated length (its rate is the engine's ceiling, not one run's average)."""
+    return row.load.kind == "offline" and row.load.num_prompts is None
+
+
+def steady_throughput(result: SimulationResult) -> tuple[float, float]:
+    """(output tokens/s, requests/s) of a run sent all at once, while its queue was full and its batch turned over:
+    the tokens generated between the first completion (before it, the first batch is still in its prompts) and the
+    last first token (no request waits after it, and the batch drains), over that time; requests at the same rate
+    divided by their mean output. The whole run's rates where that window is empty."""
+    first, done = result.ttft_s, result.e2e_s  # every request arrived at 0
+    start, until = float(done.min()), float(first.max())
+    if not until > start:
+        return result.output_tokens_per_s, result.requests_per_s
+    decoding = np.isfinite(result.tpot_s)
+    tpot = np.where(decoding, result.tpot_s, 1.0)
+    outputs = np.where(decoding, (done - first) / tpot + 1.0, 1.0)
+
+    def made(t: float) -> np.ndarray:
+        return np.where(decoding, np.clip((t - first) / tpot + 1.0, 0.0, outputs), (first <= t).astype(float))
+
+    tokens_per_s = float((made(until) - made(start)).sum()) / (until - start)
+    return tokens_per_s, tokens_per_s / float(outputs.mean())
+
+
+_SLO = re.compile(r"\b(TTFT|TPOT) p99 <= ([\d.]+) ?(ms|s)\b")
+
+
+def slo_limits(notes: str) -> dict[str, float]:
+    """The p99 limits [s] a highest-SLO-compliant-rate run states in its notes (`TTFT p99 <= 2 s, TPOT p99 <= 200
+    ms`, MLPerf Server's rule), by metric ("ttft", "tpot"); empty unless both are there."""
+    found = {m.group(1).lower(): float(m.group(2)) * (1e-3 if m.group(3) == "ms" else 1.0)
+             for m in _SLO.finditer(notes)}
+    return found if set(found) == {"ttft", "tpot"} else {}
+
+
+SLO_RATE_STEPS = 30  # bisection steps on the rate: a 2^-30 bracket, far finer than any measurement
+
+
+def slo_rate(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> float | str:
+    """The highest Poisson rate [requests/s per instance] at which the planner's own queueing model (`serving.poisson`,
+    what a plan's rate search uses) keeps TTFT and TPOT p99 within the limits the row's notes state (MLPerf Server:
+    the SUT serves the highest rate that meets them)."""
+    limits = slo_limits(row.notes)
+    memory = _memory(row, r, settings, factors)
+    if memory.kv_cache_tokens < 2:  # as `simulate_run`: the run started, so its headroom sufficed
+        return "the weights and activations leave no KV cache at the row's settings"
+    prompt, output, dataset = _lengths(row)
+    hw = _row_hardware(row, r, factors)
+    slots = memory.slots(int(settings.max_num_seqs), prompt + output / 2.0)
+    chunk = settings.step_tokens
+    prompt_cv = dataset.prompt_cv if dataset else 0.0
+    output_cv = dataset.output_cv if dataset else 0.0
+    capacity = float(poisson_capacity(hw, prompt, output, slots, chunk))
+    low, high = 0.0, capacity
+    for _ in range(SLO_RATE_STEPS):
+        mid = 0.5 * (low + high)
+        result = poisson(hw, mid, prompt, output, slots, chunk, prompt_cv, output_cv, metrics=("ttft", "tpot"))
+        ok = (float(result.ttft_q[QUANTILE_VALUES["p99"]]) <= limits["ttft"]
+              and float(result.tpot_q[QUANTILE_VALUES["p99"]]) <= limits["tpot"])
+        low, high = (mid, high) if ok else (low, mid)
+    return low
 
 
 def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet,
                       runs: dict[tuple, SimulationResult | str]) -> float | str | None:
+    if row.load.kind == "poisson" and row.load.rate is None:
+        if row.metric not in ("output_tps_total", "requests_per_s"):
+            return f"metric {row.metric} of a highest-SLO-compliant-rate run is not predicted"
+        rate = slo_rate(row, r, settings, factors)
+        if isinstance(rate, str):
+            return rate
+        per_request = _lengths(row)[1] if row.metric == "output_tps_total" else 1.0
+        return rate * per_request * float(row.replicas or 1)
     key = _run_key(row)
     if key not in runs:
         runs[key] = simulate_run(row, r, settings, factors)
@@ -278,6 +400,9 @@ def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, fac
         return result
     replicas = float(row.replicas or 1)
     m = row.metric
+    if m in ("output_tps_total", "requests_per_s") and _ceiling_run(row):
+        tokens_per_s, requests_per_s = steady_throughput(result)
+        return (tokens_per_s if m == "output_tps_total" else requests_per_s) * replicas
     if m == "output_tps_total":
         return result.output_tokens_per_s * replicas
     if m == "requests_per_s":
@@ -296,7 +421,12 @@ def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, fac
     if latency is None:
         return None
     field = {"mean": "mean_s", "p50": "p50_s", "p90": "p90_s", "p95": "p95_s", "p99": "p99_s"}.get(which)
-    return None if field is None else 1e3 * float(getattr(latency, field))
+    if field is None:
+        return None
+    value = 1e3 * float(getattr(latency, field))
+    if not math.isfinite(value):  # TPOT of a run whose KV cache left every request a single output token
+        return "no simulated request generated more than one token at the row's KV capacity"
+    return value
 
 
 def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
@@ -306,12 +436,16 @@ def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
         except CatalogLookupError as exc:
             return f"dataset without a length preset: {exc}"
     preset = row.dataset is not None  # a named dataset's preset gives the lengths a row leaves out
-    if row.input_tokens is None and not preset:
+    # A decode speed that excludes the prefill needs no lengths: they only set the context its steps read (a short
+    # one where unstated).
+    decode_speed = row.metric == "decode_tps_single" and row.includes_prefill is False
+    if row.input_tokens is None and not preset and not decode_speed:
         return "prompt token count not stated"
-    if row.output_tokens is None and not preset and not (row.metric.startswith("ttft") and row.load.kind != "poisson"):
+    if row.output_tokens is None and not preset and not decode_speed and not (
+            row.metric.startswith("ttft") and row.load.kind != "poisson"):
         return "output token count not stated"
-    if row.load.kind == "poisson" and row.load.rate is None:
-        return "MLPerf Server run (highest SLO-compliant rate): the SLO limits are not in the scenario format"
+    if row.load.kind == "poisson" and row.load.rate is None and not slo_limits(row.notes):
+        return "highest SLO-compliant rate (MLPerf Server) without its TTFT and TPOT p99 limits in the notes"
     if not r.engine.continuous_batching and row.load.kind in ("burst", "concurrency", "poisson", "offline") and \
             getattr(row.load, "value", None) != 1:
         return f"{r.engine.name} serves one stream at a time; concurrent loads are not modelled for it"
@@ -319,11 +453,7 @@ def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
 
 
 def _predict_kind(kind: str, items: list, factors: FactorSet) -> list[float | None]:
-    hw = stack_hardware([
-        _hardware(row.model, row.gpu, r.engine.name, row.weights, _kv_bytes(row, r),
-                  r.tp, r.pp, factors.engine(_factor_key(row, r)), factors.family(r.gpu.family))
-        for _, row, r, _ in items
-    ])
+    hw = stack_hardware([_row_hardware(row, r, factors) for _, row, r, _ in items])
     rows = [row for _, row, _, _ in items]
     lengths = [_lengths(row) for row in rows]
     p = np.array([prompt for prompt, _, _ in lengths])
@@ -335,6 +465,17 @@ def _predict_kind(kind: str, items: list, factors: FactorSet) -> list[float | No
         result = static_batch(hw, np.array([float(row.load.value) for row in rows]), p, o)
     else:  # pragma: no cover - every other load is simulated
         raise ValueError(f"load {kind!r} is simulated, not computed here")
+    # A run of one request at a time through an online server (a closed loop, a burst or Poisson arrivals of one)
+    # pays the per-request time on its TTFT like any online run; an offline harness does not.
+    online = np.array([row.load.kind in ONLINE_LOADS for row in rows])
+    extra = np.where(online, np.asarray(hw.request_overhead_s, dtype=float), 0.0)
+    if np.any(extra):
+        slower = result.e2e_mean / (result.e2e_mean + extra)
+        result = replace(result, ttft_mean=result.ttft_mean + extra, e2e_mean=result.e2e_mean + extra,
+                         requests_per_s=result.requests_per_s * slower,
+                         output_tokens_per_s=result.output_tokens_per_s * slower,
+                         ttft_q={q: v + extra for q, v in result.ttft_q.items()},
+                         e2e_q={q: v + extra for q, v in result.e2e_q.items()})
     return [_metric(result, row, j, replicas[j]) for j, row in enumerate(rows)]
 
 

@@ -144,6 +144,15 @@ class Scenario(_Strict):
         return notes_date(self.notes) or self._revision_published
 
     @property
+    def version(self) -> str | None:
+        """The engine version the line ran: `engine_version`, else an approximate release the notes give in
+        parentheses where the field is null (`vLLM V0 (~0.6.4, version not stated)`)."""
+        if self.engine_version:
+            return self.engine_version
+        match = re.search(r"\(~(\d+\.\d+(?:\.\d+)?)[,;)]", self.notes)
+        return f"~{match.group(1)}" if match else None
+
+    @property
     def source_revision(self) -> str:
         """The document the line was read from, at its revision: a GitHub file's repository and commit
         (`github.com/owner/repo@commit`), any other URL without its fragment."""

@@ -38,6 +38,7 @@ from inferplan.planner.engines import (
 )
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, load_gpu_catalog
+from inferplan.planner.kernels import kernel_basis
 from inferplan.planner.memory import (
     GIB,
     MemoryPlan,
@@ -366,9 +367,8 @@ def _shape_hardware(req: PlanRequest, gpus: list[GpuSpec], precisions: list[Weig
     one `hardware_grid` per number of stages."""
     out: Hardware | None = None
     for stages in np.unique(pp):
-        grid = hardware_grid(req.arch, gpus, precisions, kv_bytes,
-                             [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus],
-                             [factors.family(g.family) for g in gpus], req.tp_sizes, int(stages))
+        grid = hardware_grid(req.arch, gpus, precisions, kv_bytes, engine,
+                             [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus], req.tp_sizes, int(stages))
         flat = take_hardware(Hardware(**{name: np.ravel(value) for name, value in vars(grid).items()}), cell)
         mine = pp == stages
         out = flat if out is None else Hardware(**{name: np.where(mine, getattr(flat, name), getattr(out, name))
@@ -438,9 +438,13 @@ def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDAr
     tp = np.asarray(hw.tp, dtype=float)
     share = np.where(dp, 1.0 / tp, 1.0)
     extra = np.where(dp, np.asarray(attention_bytes, dtype=float) * (1.0 - 1.0 / tp), 0.0)
+    # The added reads stream at the GPU's large-weight rate (`expert_bandwidth_bytes_s`), not at the layout's
+    # batch-1 rate, which carries every kernel's floor.
+    dense = np.asarray(hw.decode_dense_bytes_per_gpu, dtype=float)
+    seconds = dense / hw.bandwidth_bytes_s + extra / hw.expert_bandwidth_bytes_s
     return replace(hw, kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
                    kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,
-                   decode_dense_bytes_per_gpu=hw.decode_dense_bytes_per_gpu + extra)
+                   decode_dense_bytes_per_gpu=dense + extra, bandwidth_bytes_s=(dense + extra) / seconds)
 
 
 def pipeline_possible(req: PlanRequest) -> bool:
@@ -933,6 +937,11 @@ def _assumptions(req: PlanRequest, settings: EngineSettings) -> list[str]:
                      + (f"the model's context, which holds {covers:.2%} of requests"
                         if settings.max_model_len == req.arch.max_position_embeddings
                         else "the shortest power of two that holds 99.9% of requests (engine.maxModelLen sets it)"))
+    overhead = load_factors().engine(req.engine).request_overhead_ms
+    notes.append(f"TTFT as the engine measures it, from a request's arrival at the server (vLLM's "
+                 f"vllm:time_to_first_token_seconds): {overhead:g} ms of per-request time on top of the step model; "
+                 "no benchmark client's tokenising, HTTP or streaming time, which published clients add on top "
+                 "(docs/calibration.md)")
     notes.append(f"at least {req.min_replicas} replica{'s' if req.min_replicas > 1 else ''} and "
                  f"{req.min_headroom:.0%} headroom (constraints.minReplicas, minHeadroom)")
     if req.network_from != "plan" and (req.max_nodes_per_replica > 1 or "disaggregated" in req.shapes):
@@ -1289,13 +1298,17 @@ def _candidate(
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
     if _tail_warning(req):
         warnings.append(_tail_warning(req))
-    # The measured lines behind the factors a plan (the current release) uses: its line on this vendor's stack.
+    # What the step times rest on: kernels measured on this GPU, or a sibling's scaled, published figures, or none.
+    basis = kernel_basis(gpu)
+    if basis.kind != "measured":
+        warnings.append(f"{gpu.key}: {basis.note}; step times are extrapolated (docs/model.md#kernel-basis)")
+    # The measured serving runs behind the engine terms a plan (the current release) uses: its line on this stack.
     line = factor_key(engine.name, None, gpu.vendor)
     measured_lines = lines_on_family.get(line, 0)
     if not measured_lines:
         older = ", ".join(f"{other} {n}" for other, n in lines_on_family.items() if other != line)
-        warnings.append(f"{engine.name} on {gpu.family} GPUs ({gpu.key}): no measured line behind the efficiency "
-                        "factors; latency and throughput are extrapolated from other GPU families and engines"
+        warnings.append(f"{engine.name} on {gpu.family} GPUs ({gpu.key}): no measured serving run of this release "
+                        "line on this GPU family; its per-step overheads come from runs on other GPUs"
                         + (f" (measured on {gpu.family} only as other release lines, not used: {older}; "
                            "docs/engines.md#factor-lines-factor_key)" if older else ""))
     if checkpoint.note and checkpoint.source == "plan":
@@ -1345,6 +1358,7 @@ def _candidate(
         provenance={
             "predicted": "calibrated" if measured_lines else "extrapolated",
             "measuredLines": str(measured_lines),
+            "kernels": basis.kind,
             "cost": "spec" if gpu.key in req.prices else "catalog",
             "memory": "calibrated",
             "engineDefaults": "assumed",
@@ -1466,6 +1480,9 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
         keep = non_dominated(np.array([_objectives(req, c) for c in candidates]))
         candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
     shown = tag_candidates(req, distinct(req, sorted(candidates, key=by_cost)))
+    if shown:  # each shape's search bounded its own; merged, the bound is the cheapest of all (`_select`)
+        bound = PRACTICAL_COST_FACTOR * shown[0].cost.dollars_per_hour
+        shown = [shown[0], *(c for c in shown[1:] if c.cost.dollars_per_hour <= bound)]
     if len(shown) > req.alternatives + 1:
         # Each shape's search chose its own few; beside the recommendation keep the tagged ones, then the cheapest.
         tagged = [c for c in shown[1:] if c.tags]
@@ -1580,8 +1597,7 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
                                       tp, pp, dp_attention=candidate.data_parallel_attention)[0]
     hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
-                              factors.engine_on(engine.name, gpu.key, gpu.vendor), factors.family(gpu.family),
-                              tp, pp)
+                              factors.engine_on(engine.name, gpu.key, gpu.vendor), tp, pp)
     if tp > req.gpus_per_node.get(gpu.key, 8):
         hardware = over_the_network(hardware, np.array(True), req.network_gbps)
     if pp > 1:

@@ -186,11 +186,9 @@ class _StepModel:
         self.kv_full_s = ratio("kv_full_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s")
         self.kv_window_s = ratio("kv_window_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s")
         self.decode_s = ratio("decode_flops_per_token_per_gpu", "decode_flops_s")
-        self.attn_full_decode_s = ratio("attention_full_flops_per_pair_per_gpu", "decode_flops_s")
-        self.attn_window_decode_s = ratio("attention_window_flops_per_pair_per_gpu", "decode_flops_s")
         self.prefill_token_s = ratio("prefill_flops_per_token_per_gpu", "prefill_flops_s")
-        self.attn_full_prefill_s = ratio("attention_full_flops_per_pair_per_gpu", "prefill_flops_s")
-        self.attn_window_prefill_s = ratio("attention_window_flops_per_pair_per_gpu", "prefill_flops_s")
+        self.attn_full_prefill_s = ratio("attention_full_flops_per_pair_per_gpu", "attention_flops_s")
+        self.attn_window_prefill_s = ratio("attention_window_flops_per_pair_per_gpu", "attention_flops_s")
         self.allreduce_token_s = self.allreduce_latency_s = 0.0
         if hw:
             tp = f["tp"]
@@ -229,8 +227,7 @@ class _StepModel:
         if batch:
             windowed = self._windowed(context)
             memory += batch * (self.kv_full_s * context + self.kv_window_s * windowed)
-            compute += batch * (self.decode_s + self.attn_full_decode_s * context
-                                + self.attn_window_decode_s * windowed)
+            compute += batch * self.decode_s
         else:
             tokens = max(tokens, 1.0)
         if self.moe:
@@ -308,7 +305,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     ceil = math.ceil
     pp, overlap, moe, miss, experts_s = model.pp, model.overlap, model.moe, model.miss, model.experts_s
     weights_s, kv_full_s, kv_window_s = model.weights_s, model.kv_full_s, model.kv_window_s
-    decode_s, attn_full_s, attn_window_s = model.decode_s, model.attn_full_decode_s, model.attn_window_decode_s
+    decode_s = model.decode_s
     allreduce_s, allreduce_token_s = model.allreduce_latency_s, model.allreduce_token_s
     step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
     computed = model.prompts_computed
@@ -374,7 +371,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 c = context_sum / b
                 w = c if c < window else window
                 memory = weights_s + b * (kv_full_s * c + kv_window_s * w)
-                compute = need * req[4] + b * (decode_s + attn_full_s * c + attn_window_s * w)
+                compute = need * req[4] + b * decode_s
             else:
                 memory = weights_s
                 compute = need * req[4]
@@ -481,7 +478,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     c = context_sum / b
                     w = c if c < window else window
                     memory += b * (kv_full_s * c + kv_window_s * w)
-                    compute += b * (decode_s + attn_full_s * c + attn_window_s * w)
+                    compute += b * decode_s
                 elif tokens < 1:
                     tokens = 1
                 if moe:
@@ -545,7 +542,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 m = c + (k - 1) / 2.0
                 w = m if m < window else window
                 memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
-                compute = b * (decode_s + attn_full_s * m + attn_window_s * w)
+                compute = b * decode_s
                 step = pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) \
                     + outside[b]
                 if next_arrival < inf and not queue and n_running < max_batch \
@@ -557,7 +554,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         m = c + (k - 1) / 2.0
                         w = m if m < window else window
                         memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
-                        compute = b * (decode_s + attn_full_s * m + attn_window_s * w)
+                        compute = b * decode_s
                         step = pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) \
                             + outside[b]
                 duration = k * step
@@ -662,13 +659,19 @@ def _serve(model: _StepModel, arrival: FloatArray, prompt: IntArray, output: Int
             raise ValueError("a closed loop runs on one replica")
         arrivals = memoryview(arrival)
         successors = list(range(clients, n)) + [-1] * min(clients, n)
+        # A closed loop makes its requests one at a time: their fields as plain lists, computed once (the same
+        # floats `requests` gives, element by element).
+        every = np.arange(n)
+        compute_of = (model.prefill_token_compute_array(prompt[every]) if prefill_s_per_token is None
+                      else prefill_s_per_token[every]).tolist()
+        prompt_of, output_of = prompt.tolist(), output.tolist()
 
         def follow(i: int, now: float) -> Request | None:
             j = successors[i]
             if j < 0:
                 return None
             arrivals[j] = now
-            return requests(np.array([j]))[0]
+            return [j, now, prompt_of[j], output_of[j], compute_of[j], 0, 0, -1.0, 0]
 
     loops = [_replica_loop(model, max_batch, kv_cap, chunk, pending[r], counted, r, first_s, done_s, preempted,
                            series_points, policy, follow) for r in range(replicas)]
@@ -785,6 +788,7 @@ def simulate(
     series_points: int = 256,
     policy: Scheduling | None = None,
     clients: int = 0,
+    front_end: bool = False,
 ) -> SimulationResult:
     """Serve `workload` on `replicas` copies of the engine on `hw` (one deployment, scalar fields).
 
@@ -795,7 +799,10 @@ def simulate(
     of that many clients on one replica (each sends its next request, the next one of the workload, when
     its last one completes; the workload's arrival times count only for the first `clients` requests, and
     the result's latencies are measured from the times the loop sent them).
-    TTFT and end-to-end latency include the engine's per-request overhead.
+    TTFT and end-to-end latency include the engine's per-request overhead: a constant delay, or with `front_end`
+    (an open loop only) the service time of a first-in, first-out stage every request passes one at a time before
+    the engine sees it (a server front end or a client that prepares one request after another), so that requests
+    sent together queue for it.
 
     Closed forms: with `max_batch=1`, `chunk_tokens=math.inf` and room in the KV cache, a replica serves
     one request at a time, FIFO, for its prefill step plus one jump over its remaining output tokens, a
@@ -820,10 +827,25 @@ def simulate(
     if clients < 0:
         raise ValueError("clients must be at least 0")
     arrival_s = workload.arrival_s.copy() if clients else workload.arrival_s
-    served = _serve(model, arrival_s, workload.prompt_tokens, workload.output_tokens, None, replicas,
+    engine_s, overhead = arrival_s, model.request_overhead_s
+    if front_end and not clients and overhead > 0 and n:
+        engine_s, overhead = serial_stage(arrival_s, overhead), 0.0
+    served = _serve(model, engine_s, workload.prompt_tokens, workload.output_tokens, None, replicas,
                     max_batch, kv_tokens, chunk, assigned, series_points, policy, clients)
 
-    return _result(arrival_s, workload.output_tokens, model.request_overhead_s, served)
+    return _result(arrival_s, workload.output_tokens, overhead, served)
+
+
+def serial_stage(arrival_s: FloatArray, service_s: float) -> FloatArray:
+    """When each request leaves a first-in, first-out stage of one server with a fixed `service_s`, requests
+    arriving at `arrival_s` (workload order; ties keep it): d_i = max(a_i, d_(i-1)) + s, which is
+    (i + 1) s + max over j <= i of (a_j - j s) in arrival order."""
+    order = np.argsort(arrival_s, kind="stable")
+    ranks = np.arange(len(order), dtype=float)
+    leave = (ranks + 1.0) * service_s + np.maximum.accumulate(arrival_s[order] - ranks * service_s)
+    out = np.empty_like(leave)
+    out[order] = leave
+    return out
 
 
 def _result(arrival: FloatArray, outputs: IntArray, overhead: float, served: _Served) -> SimulationResult:

@@ -31,7 +31,7 @@ from inferplan.planner.engine_args import DEFAULT_VERSIONS, flag_problems, route
 from inferplan.planner.gpus import GPU_VENDORS, load_gpu_catalog
 from inferplan.planner.results import Candidate
 from inferplan.planner.spec import PlanError, PlanRequest, load_plan_file, parse_plan, resolve_plan
-from tests.support.plans import EXAMPLES, IN_A_NODE, disaggregated, over_two_nodes, planned
+from tests.support.plans import DISAGGREGATED, EXAMPLES, IN_A_NODE, disaggregated, over_two_nodes, planned
 from tests.support.schemas import assert_valid
 
 AMD_IMAGE = "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"  # vLLM names no ROCm image by version: the user gives one
@@ -64,6 +64,14 @@ def as_pod(spec: dict[str, Any]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------------------------
 # What runs is the plan
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p.stem in DISAGGREGATED], ids=lambda p: p.stem)
+def test_a_disaggregated_vllm_recommendation_is_refused_with_what_it_needs(path: Path) -> None:
+    request, candidate = planned(path)
+    assert candidate.roles and request.engine == "vllm"
+    with pytest.raises(ValueError, match="P/D proxy"):
+        rendered(path)
 
 
 @pytest.mark.parametrize("path", IN_A_NODE, ids=lambda p: p.stem)

@@ -172,6 +172,23 @@ def test_every_row_outside_25_percent_is_listed_with_its_caveat() -> None:
     assert report.worst[0][0] == "d3"
 
 
+def test_rows_of_an_unmodelled_architecture_are_scored_apart() -> None:
+    """DeepSeek-V3 (multi-head latent attention, not represented by the step model yet): its rows get their own
+    figures under the reason and never enter the headline ones, nor the outliers; a suspect one stays suspect."""
+    rows, preds = _case()
+    mla = [_row(DECODE, f"m{i}", 100.0).model_copy(update={"model": "deepseek-ai/DeepSeek-V3"}) for i in range(3)]
+    suspect = _row(DECODE, "m9", 100.0, suspect=True).model_copy(update={"model": "deepseek-ai/DeepSeek-V3"})
+    report = score([*rows, *mla, suspect], [*preds, _pred(mla[0], 150.0), _pred(mla[1], 100.0),
+                                            _pred(mla[2], None, "no KV cache"), _pred(suspect, 300.0)])
+    assert report.metrics == score(rows, preds).metrics
+    assert all(not o.id.startswith("m") for o in report.outliers)
+    (reason, apart), = report.unmodelled.items()
+    assert "MLA" in reason
+    assert apart.scored == 2 and apart.mape == pytest.approx((0.5 + 0.0) / 2) and apart.within25 == pytest.approx(0.5)
+    assert report.suspect["decode_tps_single"].mape == pytest.approx(2.0)
+    assert reason in format_report(report)
+
+
 def test_zero_measurement_does_not_crash_scoring() -> None:
     row = _row(DECODE, "z1", 0.0)
     report = score([row], [_pred(row, 0.0)])
@@ -183,7 +200,8 @@ def test_to_json_has_documented_keys_and_fractions() -> None:
     bad = _row(DECODE, "s1", 10.0, suspect=True)
     skip = _row(E2E, "k1", 1.0)
     data = score([*rows, bad, skip], [*preds, _pred(bad, 20.0), _pred(skip, None, "GPU not stated")]).to_json()
-    assert set(data) == {"metrics", "overall", "skippedReasons", "suspect", "outliers"}
+    assert set(data) == {"metrics", "overall", "skippedReasons", "suspect", "outliers", "unmodelled"}
+    assert data["unmodelled"] == {}  # no row of an unmodelled architecture here
     assert set(data["metrics"]) == {"decode_tps_single", "e2e_ms_mean"}
     for entry in [*data["metrics"].values(), data["overall"], *data["suspect"].values()]:
         assert set(entry) == METRIC_KEYS

@@ -1,7 +1,7 @@
 """The model's accuracy on the published measurements never falls more than 3 points below the README.
 
-The README holds one table per published file, between `<!-- accuracy-table:begin -->` markers (scenarios.jsonl)
-and `<!-- accuracy-table-load:begin -->` markers (latency-under-load.jsonl).
+The README holds one table per published file between markers (`TABLES`: `<!-- accuracy-table:begin -->` for
+scenarios.jsonl, and so on), written by `python scripts/readme_tables.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from inferplan.planner.scenarios import read_scenarios
 README = Path(__file__).resolve().parents[2] / "README.md"
 SLACK = 0.03
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "accuracy"
-TABLES = {"scenarios.jsonl": "accuracy-table", "latency-under-load.jsonl": "accuracy-table-load"}
+TABLES = {"scenarios.jsonl": "accuracy-table", "latency-under-load.jsonl": "accuracy-table-load",
+          "offline-and-online.jsonl": "accuracy-table-offline-online",
+          "large-models-under-load.jsonl": "accuracy-table-large"}
 
 
 def readme_table(marker: str) -> str:
@@ -41,6 +43,10 @@ def test_readme_states_a_figure_for_every_target_metric() -> None:
     under_load = readme_figures("accuracy-table-load")
     for metric in ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "output_tps_total", "overall"):
         assert metric in under_load
+    for marker in ("accuracy-table-offline-online", "accuracy-table-large"):
+        figures = readme_figures(marker)
+        for metric in ("output_tps_total", "ttft_ms_p50", "overall"):
+            assert metric in figures, (marker, metric)
 
 
 _reports: dict[str, AccuracyReport] = {}

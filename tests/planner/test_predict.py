@@ -35,8 +35,6 @@ def example(of_metric: str, **changes: object) -> Scenario:
 KNOWN_GAPS = {
     # Ray across two nodes: the measured TP2 run is no faster than TP1; the model counts NVLink.
     "dennislee-qwen2-7b-instruct-a100-sxm4-80gbx2-vllm-bf16-1024-1024-burst50-gmu0.25-len16384-output_tps_total",
-    # Hopper's compute correction is a compromise between these batched runs and the GPUStack H100 bursts.
-    "argonne-meta-llama-3-8b-h100-80gb-hbm3x1-tensorrt-llm-fp16-128-128-bs64-e2e_ms_mean",
 }
 
 
@@ -189,3 +187,62 @@ def test_predictions_are_deterministic() -> None:
     assert len(shown) == len(here)
     for a, b in zip(shown, here, strict=True):
         assert (a is None) == (b is None) and (a is None or a == pytest.approx(b, rel=1e-3))
+
+
+def test_a_sources_harness_time_is_on_the_ttft_of_its_online_runs_only() -> None:
+    """`FactorSet.harness_ms` is what a source's benchmark client adds to every TTFT it measures of an engine line:
+    a run of one request at a time through llama.cpp's server (a burst of one) pays it once on its TTFT; the same
+    measurement taken offline (llama-bench: no client) does not. A source the factors were not fitted on pays the
+    median of that engine line's fitted sources."""
+    from dataclasses import replace
+
+    from inferplan.planner.factors import harness_key, load_factors
+
+    fields = {"input_tokens": 512, "output_tokens": 128, "metric": "ttft_ms_mean", "unit": "ms"}
+    base = example("decode_tps_single", **fields)
+    online = example("decode_tps_single", **fields, load={"kind": "burst", "value": 1}, id="online")
+    assert online.engine == "llama.cpp" and online.source_name
+    plain = replace(load_factors(), harness_ms={})
+    own = replace(plain, harness_ms={harness_key(online.source_name, "llama.cpp"): 50.0})
+    others = replace(plain, harness_ms={harness_key("a", "llama.cpp"): 20.0, harness_key("b", "llama.cpp"): 60.0,
+                                        harness_key("c", "llama.cpp"): 90.0, harness_key("a", "vllm"): 400.0})
+    before, after, typical = (predict_scenarios([online, base], f) for f in (plain, own, others))
+    assert after[0].predicted == pytest.approx(before[0].predicted + 50.0)
+    assert typical[0].predicted == pytest.approx(before[0].predicted + 60.0)
+    assert before[1].predicted == after[1].predicted == typical[1].predicted
+
+
+def test_a_run_at_the_whole_memory_is_predicted_like_any_other() -> None:
+    """A measured run started, so the CUDA-graph headroom a plan keeps free is no reason to refuse it: a run at
+    gpu_memory_utilization 1.0 gets a prediction, no smaller than the same run's at 0.9 (its pool is larger)."""
+    at = {g: predict_scenarios([_online("burst", id=f"gmu-{g}", gpu_memory_utilization=g, metric="output_tps_total",
+                                        unit="output tokens/s")])[0] for g in (0.9, 1.0)}
+    assert at[1.0].skipped is None and at[1.0].predicted is not None
+    assert at[1.0].predicted >= at[0.9].predicted * 0.99
+
+
+def test_a_highest_slo_compliant_rate_is_the_rate_the_planners_queueing_model_holds_within_the_stated_limits() -> None:
+    notes = "MLPerf Server style: the highest rate that met TTFT p99 <= 20 s, TPOT p99 <= 2000 ms."
+    served = _online("poisson", id="slo", load={"kind": "poisson", "rate": None, "num_prompts": None},
+                     metric="output_tps_total", unit="output tokens/s", notes=notes)
+    tight = _online("poisson", id="slo-tight", load={"kind": "poisson", "rate": None, "num_prompts": None},
+                    metric="output_tps_total", unit="output tokens/s",
+                    notes="the highest rate that met TTFT p99 <= 2 s, TPOT p99 <= 200 ms (MLPerf's rule)")
+    unstated = _online("poisson", id="slo-unstated", load={"kind": "poisson", "rate": None, "num_prompts": None},
+                       metric="output_tps_total", unit="output tokens/s", notes="highest SLO-compliant rate")
+    loose, strict, none = predict_scenarios([served, tight, unstated])
+    assert loose.predicted is not None and strict.predicted is not None
+    assert 0 < strict.predicted < loose.predicted  # tighter limits hold at a lower rate
+    assert none.predicted is None and "limits" in (none.skipped or "")
+
+
+def test_an_offline_run_of_unstated_length_is_the_engines_ceiling() -> None:
+    """A maximum-throughput run whose length is not stated is scored at the steady state of a full queue, which no
+    finite burst of the same requests exceeds (its drain at the end runs at a smaller batch)."""
+    ceiling = _online("burst", id="ceiling", load={"kind": "offline", "num_prompts": None},
+                      metric="output_tps_total", unit="output tokens/s")
+    finite = _online("burst", id="finite", load={"kind": "offline", "num_prompts": 300},
+                     metric="output_tps_total", unit="output tokens/s")
+    steady, short = predict_scenarios([ceiling, finite])
+    assert steady.predicted is not None and short.predicted is not None
+    assert steady.predicted > short.predicted

@@ -29,7 +29,10 @@ from inferplan.planner.serving import (
     static_batch,
 )
 from inferplan.planner.simulate import generate_workload, simulate
-from tests.support.hardware import hardware
+from tests.support.hardware import hardware, measured_hardware
+
+# Round rates (hand-checkable) and the rates the kernel tables give (with their overlap of memory and compute).
+BOTH = pytest.mark.parametrize("hw", [hardware(), measured_hardware()], ids=["round", "measured"])
 
 
 def test_normal_ppf_matches_known_quantiles() -> None:
@@ -47,23 +50,23 @@ def test_lognormal_sample_keeps_mean_and_cap() -> None:
     assert lognormal_sample(200.0, 0.0, u) == pytest.approx(np.full(1000, 200.0))
 
 
-def test_batch_one_tpot_equals_single_stream() -> None:
-    hw = hardware()
+@BOTH
+def test_batch_one_tpot_equals_single_stream(hw) -> None:
     alone = single_stream(hw, 512, 256)
     batch1 = static_batch(hw, 1, 512, 256)
     assert batch1.tpot_mean == pytest.approx(alone.tpot_mean)
     assert batch1.e2e_mean == pytest.approx(alone.e2e_mean)
 
 
-def test_static_batch_trades_latency_for_throughput() -> None:
-    hw = hardware()
+@BOTH
+def test_static_batch_trades_latency_for_throughput(hw) -> None:
     small, large = static_batch(hw, 1, 128, 128), static_batch(hw, 64, 128, 128)
     assert large.tpot_mean > small.tpot_mean
     assert large.output_tokens_per_s > 10 * small.output_tokens_per_s
 
 
-def test_poisson_at_low_rate_is_single_stream_plus_little_wait() -> None:
-    hw = hardware()
+@BOTH
+def test_poisson_at_low_rate_is_single_stream_plus_little_wait(hw) -> None:
     light = poisson(hw, 0.01, 512, 256, slots=256, chunk_tokens=2048.0)
     alone = single_stream(hw, 512, 256)
     assert float(light.ttft_q[0.5]) == pytest.approx(float(alone.ttft_mean), rel=0.25)
@@ -71,8 +74,8 @@ def test_poisson_at_low_rate_is_single_stream_plus_little_wait() -> None:
     assert not bool(light.overloaded)
 
 
-def test_poisson_percentiles_are_ordered_and_grow_with_load() -> None:
-    hw = hardware()
+@BOTH
+def test_poisson_percentiles_are_ordered_and_grow_with_load(hw) -> None:
     rates = np.array([0.5, 2.0, 8.0])
     result = poisson(hw, rates, 300, 300, slots=256, chunk_tokens=2048.0, prompt_cv=1.0, output_cv=1.0)
     for stat in (result.ttft_q, result.tpot_q):
@@ -109,7 +112,7 @@ def test_poisson_model_gives_what_poisson_gives() -> None:
     arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
     gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")]
     hw = stack_hardware([build_hardware(arch, g, weight_precision("bf16"), 2.0, ENGINES["vllm"],
-                                        factors.engine("vllm"), factors.family(g.family), tp)
+                                        factors.engine("vllm"), tp)
                          for g in gpus for tp in (1, 2)])
     slots = np.array([8.0, 64.0, 256.0, 32.0, 128.0, 512.0])
     capacity = poisson_capacity(hw, 700, 300, slots, 2048.0, 0.8)
@@ -135,8 +138,7 @@ def test_a_replica_of_several_streams_is_that_many_queues_sharing_its_arrivals()
     factors = load_factors()
     arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
     g = resolve_gpu("NVIDIA-H100-80GB-HBM3")
-    hw = build_hardware(arch, g, weight_precision("bf16"), 2.0, ENGINES["vllm"], factors.engine("vllm"),
-                        factors.family(g.family), 1, 2)
+    hw = build_hardware(arch, g, weight_precision("bf16"), 2.0, ENGINES["vllm"], factors.engine("vllm"), 1, 2)
     one = poisson_capacity(hw, 700, 300, 32.0, 2048.0)
     assert poisson_capacity(hw, 700, 300, 32.0, 2048.0, 1.0, 3.0) == pytest.approx(3 * one)
     args = (700, 300, 32.0, 2048.0, 0.9, 0.6, 1.0)
@@ -161,8 +163,7 @@ def test_concurrency_is_little_fixed_point() -> None:
     factors = load_factors()
     arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
     gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")]
-    hw = stack_hardware([build_hardware(arch, g, weight_precision(p), 2.0, ENGINES["vllm"], factors.engine("vllm"),
-                                        factors.family(g.family), tp)
+    hw = stack_hardware([build_hardware(arch, g, weight_precision(p), 2.0, ENGINES["vllm"], factors.engine("vllm"), tp)
                          for g in gpus for tp in (1, 2) for p in ("bf16", "int4-awq")])
     slots = np.full(12, 256.0)
     capacity = poisson_capacity(hw, 500, 250, slots, 2048.0)

@@ -7,14 +7,14 @@ import heapq
 import json
 import math
 import tracemalloc
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 
 from inferplan.planner import simulate as simulate_module
 from inferplan.planner.engines import Scheduling
-from inferplan.planner.performance import decode_step_s, prefill_s
+from inferplan.planner.performance import attention_flops, decode_step_s, prefill_s
 from inferplan.planner.serving import single_stream
 from inferplan.planner.simulate import (
     SimulationResult,
@@ -25,7 +25,7 @@ from inferplan.planner.simulate import (
     simulate_queue,
     trace_workload,
 )
-from tests.support.hardware import hardware
+from tests.support.hardware import hardware, measured_hardware
 
 HW = hardware()
 
@@ -34,16 +34,34 @@ def busy_workload(seed: int = 3, requests: int = 2000):
     return generate_workload(40.0, requests, 400, 150, prompt_cv=1.0, output_cv=1.0, seed=seed)
 
 
-def test_step_model_matches_decode_and_prefill_of_the_step_model() -> None:
+@pytest.mark.parametrize("build", [hardware, measured_hardware], ids=["round", "measured"])
+def test_step_model_matches_decode_and_prefill_of_the_step_model(build) -> None:
+    """The simulator's step times are the step model's: with round rates, and with measured ones (an overlap of
+    memory and compute, prefill attention at its own rate, decode attention as a KV read only)."""
     for name in ("meta-llama/Meta-Llama-3-8B", "mistralai/Mixtral-8x7B-v0.1", "openai/gpt-oss-20b"):
         for tp in (1, 2):
-            hw = hardware(name, tp=tp)
+            hw = build(name, tp=tp)
             model = _StepModel(hw)
             for batch, ctx in ((1, 100.0), (37, 2500.0), (256, 9000.0)):
                 assert model.time(batch, ctx, 0, 0.0, batch) == pytest.approx(float(decode_step_s(hw, batch, ctx)))
             for prompt in (1, 700, 8000):
                 compute = prompt * model.prefill_token_compute_s(prompt)
                 assert model.time(0, 0.0, prompt, compute, 1) == pytest.approx(float(prefill_s(hw, prompt)))
+
+
+def test_step_model_charges_prefill_attention_at_the_attention_rate_only() -> None:
+    """Halving the prefill-attention rate slows a long prompt by its attention time and leaves decode steps (whose
+    attention is a KV read) and the GEMM part of the prompt alone."""
+    hw = measured_hardware()
+    slow = replace(hw, attention_flops_s=hw.attention_flops_s / 2)
+    base_model, slow_model = _StepModel(hw), _StepModel(slow)
+    for batch, ctx in ((1, 100.0), (64, 8000.0)):
+        assert slow_model.time(batch, ctx, 0, 0.0, batch) == base_model.time(batch, ctx, 0, 0.0, batch)
+    prompt = 16000
+    extra = prompt * (slow_model.prefill_token_compute_s(prompt) - base_model.prefill_token_compute_s(prompt))
+    attention = float(attention_flops(hw, prompt / 2)) * prompt / hw.attention_flops_s
+    assert extra == pytest.approx(attention, rel=1e-9)
+    assert float(prefill_s(slow, prompt)) > float(prefill_s(hw, prompt))
 
 
 def test_same_seed_same_result_other_seed_differs() -> None:

@@ -36,7 +36,10 @@ EXAMPLES = [REPO / "examples" / "plans" / "chat-assistant-8b.yaml",
             *sorted(p for p in (REPO / "examples" / "platform").glob("*.yaml") if p.stem != "infeasible-ask")]
 """The example plans that have a recommendation: the chat example first, then the platform set."""
 OVER_NODES = {"llama-405b-bf16-h100"}  # the examples whose recommendation spans nodes (a LeaderWorkerSet)
-IN_A_NODE = [p for p in EXAMPLES if p.stem not in OVER_NODES]
+# The examples whose recommendation is separate prefill and decode pools: vLLM's, which inferplan does not render
+# (its pools need a P/D proxy, docs/deploy.md).
+DISAGGREGATED = {"long-prompts-70b-shapes"}
+IN_A_NODE = [p for p in EXAMPLES if p.stem not in OVER_NODES | DISAGGREGATED]
 
 
 @functools.cache
