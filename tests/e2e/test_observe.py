@@ -213,9 +213,8 @@ def test_calibration_fits_the_slower_engine_and_removes_the_drift(loop: dict[str
     def fitted() -> dict[str, Any] | None:  # the smoothed fit converges over several windows
         status = _status(loop, "calibrating")
         calibration = status.get("calibration") or {}
-        tpot = ((status.get("prediction") or {}).get("errorRatio") or {}).get("tpot", {}).get("p50", 1.0)
         converged = calibration.get("updates", 0) >= 3 and 0.6 < calibration.get("decode", 1.0) < 0.8
-        return status if converged and abs(tpot) < 0.15 else None
+        return status if converged and abs(_mean_tpot_error(status)) < 0.15 else None
 
     try:
         status = wait_for(fitted, timeout_s=120, interval_s=1)
@@ -225,8 +224,18 @@ def test_calibration_fits_the_slower_engine_and_removes_the_drift(loop: dict[str
     assert calibration["provenance"] == "observed" and calibration["gpuType"] == "H100-SXM5-80GB"
     assert 0.6 < calibration["decode"] < 0.8, calibration
     assert calibration["samples"] > 0 and calibration["lastUpdateTime"]
-    tpot_error = abs(status["prediction"]["errorRatio"]["tpot"]["p50"])
-    assert tpot_error < 0.15, status["prediction"]  # uncalibrated it is 1 - 0.7 = 30%
+    # The mean (a histogram's sum over its count) is exact, where a quantile is known only to its bucket: TPOT's
+    # p50 of 13 ms lies in vLLM's 10-25 ms bucket, which Prometheus interpolates to 17.5 ms. Uncalibrated, the
+    # mean is predicted about 30% low.
+    assert abs(_mean_tpot_error(status)) < 0.15, (status["observed"]["meanLatencyMs"], status["prediction"])
+    assert _condition(status, "PredictionAccurate")["status"] == "True", status["conditions"]
+
+
+def _mean_tpot_error(status: dict[str, Any]) -> float:
+    """Predicted over observed mean TPOT, less one (1.0 while either is missing)."""
+    observed = ((status.get("observed") or {}).get("meanLatencyMs") or {}).get("tpot")
+    predicted = ((status.get("prediction") or {}).get("meanLatencyMs") or {}).get("tpot")
+    return predicted / observed - 1.0 if observed and predicted else 1.0
 
 
 def test_a_plan_following_observed_traffic_plans_for_it(loop: dict[str, Any]) -> None:
