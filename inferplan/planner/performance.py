@@ -323,12 +323,15 @@ def hardware_grid(
     factors: Sequence[EngineFactors],
     tps: Sequence[int],
     pp: int = 1,
+    needed: NDArray[np.bool_] | None = None,
 ) -> Hardware:
     """`build_hardware` for every (GPU, TP size, precision, KV dtype) at once.
 
     `factors` are per GPU (the engine's factors on that GPU), `kv_bytes` is (precision, KV dtype): bytes of one
     KV element. Every field comes back as an array of shape (len(gpus), len(tps), len(precisions), KV dtypes);
-    `build_hardware` is the one-element case, so the two always agree.
+    `build_hardware` is the one-element case, so the two always agree. `needed` (GPUs x precisions), where given,
+    says which pairs any shape will read: the kernels of the others are not looked up and their step-time
+    fields are NaN.
     """
     split = weight_split(arch)
     # Per precision (axis 2): bytes of the weights and what a decode step reads of them.
@@ -361,6 +364,11 @@ def hardware_grid(
     for i, gpu in enumerate(gpus):
         latency[i], ring[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
         for j, precision in enumerate(precisions):
+            if needed is not None and not needed[i, j]:  # no shape of this pair is evaluated: its kernels unread
+                for unread in (weights_s, decode_s, prefill_s_, kv_rate, attention_rate):
+                    unread[i, :, j] = np.nan
+                overlap[i, :, j], stream[i, j] = 0.0, np.nan
+                continue
             w, d, p_, o, stream[i, j] = _gemm_terms(arch, gpu, precision, engine.name, sizes, pp)
             for k in range(kv.shape[-1]):
                 floor, kv_rate[i, :, j, k], attention_rate[i, :, j, k] = _attention_terms(

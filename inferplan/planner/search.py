@@ -346,8 +346,10 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
 
     row_shape, row_batch = np.nonzero(fitting)
     # factors.engine_on: the engine's factors on each GPU type (an online calibration may override them).
+    needed = np.zeros((len(gpus), len(precisions)), dtype=bool)  # the (GPU, precision) pairs any row evaluates
+    needed[gpu[row_shape], pi[row_shape]] = True
     flat = _shape_hardware(req, gpus, precisions, kv_bytes, engine, factors, pp,
-                           np.ravel_multi_index((gpu, ti, pi, ki), axes))
+                           np.ravel_multi_index((gpu, ti, pi, ki), axes), needed)
     if np.any(over_nodes & placed):
         flat = over_the_network(flat, over_nodes, req.network_gbps)
     if np.any(pp > 1):
@@ -362,13 +364,15 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
 
 def _shape_hardware(req: PlanRequest, gpus: list[GpuSpec], precisions: list[WeightPrecision],
                     kv_bytes: NDArray[np.float64], engine: EngineProfile, factors: FactorSet, pp: NDArray[np.int_],
-                    cell: NDArray[np.intp]) -> Hardware:
+                    cell: NDArray[np.intp], needed: NDArray[np.bool_] | None = None) -> Hardware:
     """The hardware of every shape: cell `cell` (of the flat (GPU, TP, precision, KV dtype) grid) at `pp` stages,
-    one `hardware_grid` per number of stages."""
+    one `hardware_grid` per number of stages; step times only of the (GPU, precision) pairs `needed` (all if
+    None), NaN for the rest."""
     out: Hardware | None = None
-    for stages in np.unique(pp):
+    for stages in sorted(set(pp.tolist())):  # not np.unique: without its indices it imports numpy.ma (5 ms)
         grid = hardware_grid(req.arch, gpus, precisions, kv_bytes, engine,
-                             [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus], req.tp_sizes, int(stages))
+                             [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus], req.tp_sizes, int(stages),
+                             needed)
         flat = take_hardware(Hardware(**{name: np.ravel(value) for name, value in vars(grid).items()}), cell)
         mine = pp == stages
         out = flat if out is None else Hardware(**{name: np.where(mine, getattr(flat, name), getattr(out, name))
