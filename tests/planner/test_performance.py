@@ -296,6 +296,25 @@ def test_hardware_grid_agrees_with_one_deployment() -> None:
             assert all(getattr(grid, f.name)[g, t, p, k] == getattr(one, f.name) for f in fields(one))
 
 
+def test_a_grid_of_some_pairs_reads_only_those_and_gives_them_the_same_step_times() -> None:
+    """The search passes the (GPU, precision) pairs some shape evaluates: theirs are what the whole grid gives, the
+    others' step times are NaN (never a number a row could be judged on)."""
+    factors = load_factors().engine("vllm")
+    arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-H100-80GB-HBM3")]
+    precisions = [weight_precision(name) for name in ("bf16", "fp8")]
+    kv = np.array([[2.0, 1.0]] * len(precisions))
+    needed = np.array([[True, False], [False, True]])
+    whole = hardware_grid(arch, gpus, precisions, kv, ENGINES["vllm"], [factors] * 2, [1, 4])
+    some = hardware_grid(arch, gpus, precisions, kv, ENGINES["vllm"], [factors] * 2, [1, 4], needed=needed)
+    for g, p in itertools.product(range(2), range(2)):
+        if needed[g, p]:
+            assert all(np.array_equal(getattr(some, f.name)[g, :, p], getattr(whole, f.name)[g, :, p])
+                       for f in fields(some))
+        else:
+            assert np.isnan(some.bandwidth_bytes_s[g, :, p]).all() and np.isnan(some.decode_flops_s[g, :, p]).all()
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     bandwidth=st.floats(100, 8000),
