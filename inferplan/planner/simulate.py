@@ -789,6 +789,7 @@ def simulate(
     policy: Scheduling | None = None,
     clients: int = 0,
     front_end: bool = False,
+    front_end_max_s: float = math.inf,
 ) -> SimulationResult:
     """Serve `workload` on `replicas` copies of the engine on `hw` (one deployment, scalar fields).
 
@@ -802,7 +803,8 @@ def simulate(
     TTFT and end-to-end latency include the engine's per-request overhead: a constant delay, or with `front_end`
     (an open loop only) the service time of a first-in, first-out stage every request passes one at a time before
     the engine sees it (a server front end or a client that prepares one request after another), so that requests
-    sent together queue for it.
+    sent together queue for it; of an overhead above `front_end_max_s` only that much is served one at a time and
+    the rest is a constant delay.
 
     Closed forms: with `max_batch=1`, `chunk_tokens=math.inf` and room in the KV cache, a replica serves
     one request at a time, FIFO, for its prefill step plus one jump over its remaining output tokens, a
@@ -829,7 +831,8 @@ def simulate(
     arrival_s = workload.arrival_s.copy() if clients else workload.arrival_s
     engine_s, overhead = arrival_s, model.request_overhead_s
     if front_end and not clients and overhead > 0 and n:
-        engine_s, overhead = serial_stage(arrival_s, overhead), 0.0
+        serial = min(overhead, front_end_max_s)
+        engine_s, overhead = serial_stage(arrival_s, serial), overhead - serial
     served = _serve(model, engine_s, workload.prompt_tokens, workload.output_tokens, None, replicas,
                     max_batch, kv_tokens, chunk, assigned, series_points, policy, clients)
 

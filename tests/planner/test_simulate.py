@@ -470,3 +470,21 @@ def test_low_load_single_replica_matches_single_stream() -> None:
     assert r.ttft.p50_s == pytest.approx(float(analytic.ttft_mean), rel=0.10)
     assert r.tpot.p50_s == pytest.approx(float(analytic.tpot_mean), rel=0.10)
     assert r.preemptions == 0
+
+
+def test_a_front_end_serves_at_most_its_serial_share_one_request_at_a_time() -> None:
+    """A per-request overhead passed through a front end: alone, a request pays all of it either way; in a burst,
+    the requests queue only for the share served one at a time (`front_end_max_s`), the rest is a delay each
+    pays in parallel."""
+    hw = replace(HW, request_overhead_s=0.05)
+
+    def served(n: int, cap: float) -> SimulationResult:
+        return simulate(hw, trace_workload(np.zeros(n), np.full(n, 16), np.full(n, 2)), max_batch=256,
+                        kv_tokens=1_000_000, front_end=True, front_end_max_s=cap)
+
+    alone_serial, alone_capped = served(1, math.inf), served(1, 0.005)
+    assert alone_capped.ttft.mean_s == pytest.approx(alone_serial.ttft.mean_s, rel=1e-9)
+    assert alone_serial.ttft.mean_s >= 0.05
+    serial, capped = served(200, math.inf), served(200, 0.005)
+    assert serial.ttft.p99_s >= 0.98 * 200 * 0.05  # the last ones waited for every one before them
+    assert capped.ttft.p99_s < 200 * 0.005 + 0.05 + 1.0 and capped.ttft.p99_s > 0.9 * 200 * 0.005
