@@ -245,8 +245,8 @@ ONLINE_LOADS = ("burst", "concurrency", "poisson")  # measured through a server'
 # harness time per request: GPUStack's 1000 ShareGPT requests sent at once to vLLM 0.11 on one H100 had a mean
 # TTFT of 4.9 s with their 215k prompt tokens' prefill in it, where a 50 ms harness served one at a time would
 # queue the last for 50 s. Chosen by leave-one-source-out over the four published files (docs/calibration.md):
-# median 14.7% and worst 58.9% at 2 ms, 15.0% and 62.0% at 5 ms, 14.8% and 63.6% with all of it served one at a
-# time.
+# median 14.7% and worst 58.9% at 2 ms, 14.7% and 60.5% at 1 ms, 15.0% and 62.0% at 5 ms, 14.8% and 63.6% with
+# all of it served one at a time.
 SERIAL_FRONT_END = True
 FRONT_END_SERIAL_MAX_S = 0.002
 # An offline run of unstated length is served as a queue that stays full: all its requests at once, three times the
