@@ -217,6 +217,27 @@ class EngineSettings:
     step_tokens: float = math.inf  # token budget of one step, chunked or not (the simulator's)
     scheduling: Scheduling = Scheduling()
     activation_scale: float | None = None  # replaces the engine's fitted activation factor (None: keep it)
+    sampler_bytes: float | None = None  # the profile's sampler peak per sequence and vocabulary entry (vLLM V1)
+
+
+# vLLM V1 (0.8 on) profiles its sampler after the forward pass, on max_num_seqs dummy requests with top-k and
+# top-p set, and every TP rank holds the whole vocabulary's logits (all-gathered): the 16-bit logits, their fp32
+# copy, the sort's fp32 values and int64 indices, the softmax and cumulative sum, the masks, the scattered result
+# (v1/worker/gpu_model_runner.py `_dummy_sampler_run`, v1/sample/ops/topk_topp_sampler.py `apply_top_k_top_p` in
+# vLLM 0.11.0) and the sort's scratch: about 39 bytes per sequence and vocabulary entry. llm-d's empirical
+# profiles of vLLM 0.11 on one H100 measured 38.5-39.6 (activation peak over max_num_seqs 1024 x vocabulary,
+# Qwen3-0.6B, Llama-3.1-8B, Qwen3-32B, gpt-oss-20b/120b, Llama-3.3-70B at TP 2). The forward pass's own
+# activations are freed by then, so the peak is the larger of the two.
+VLLM_V1_SAMPLER_BYTES = 39.0
+
+
+def sampler_profile_bytes(engine: str, version: str | None) -> float | None:
+    """Bytes per sequence and vocabulary entry that `engine` at `version` (None: its current release) holds when
+    it profiles its sampler apart from the forward pass (vLLM V1); None where the sampler is not profiled apart."""
+    v = parse_version(version)
+    if engine == "vllm" and (v is None or v >= (0, 8)):
+        return VLLM_V1_SAMPLER_BYTES
+    return None
 
 
 def engine_profile(name: str) -> EngineProfile:

@@ -73,21 +73,27 @@ def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, kv_bytes: Number, tp: Nu
 
 
 def activation_peak_bytes(
-    arch: ModelArchitecture, profile_tokens: Number, max_num_seqs: Number, tp: Number, scale: float = 1.0
+    arch: ModelArchitecture, profile_tokens: Number, max_num_seqs: Number, tp: Number, scale: float = 1.0,
+    sampler_bytes: float | None = None,
 ) -> Number:
     """Peak activation memory of the engine's profiling forward pass, per GPU (arrays broadcast).
 
     One forward pass of `profile_tokens` tokens keeps the MLP's gate/up output and its activation
     (3 x intermediate / tp per token) and a few hidden-size buffers (4 x hidden) in 16 bits; the
     sampler then holds fp32 logits and probabilities for `max_num_seqs` dummy sequences
-    (2 x 4 bytes x vocab / tp). `scale` is the fitted correction of the engine.
+    (2 x 4 bytes x vocab / tp). An engine that profiles its sampler apart (`sampler_bytes`, vLLM V1:
+    `engines.sampler_profile_bytes`) peaks at the larger of the forward pass and `sampler_bytes` x
+    sequences x the whole vocabulary. `scale` is the fitted correction of the engine.
     """
     width = arch.intermediate_size
     if arch.is_moe:
         width = max(width if arch.first_dense_layers else 0, arch.experts_per_token * arch.expert_intermediate_size)
     forward = profile_tokens * (3.0 * width / tp + 4.0 * arch.hidden_size) * 2.0
     # A step samples one token per sequence in it, and holds no more sequences than tokens.
-    sampler = np.minimum(max_num_seqs, profile_tokens) * arch.vocab_size / tp * 8.0
+    sequences = np.minimum(max_num_seqs, profile_tokens)
+    if sampler_bytes is not None:
+        return scale * np.maximum(forward, sequences * arch.vocab_size * sampler_bytes)
+    sampler = sequences * arch.vocab_size / tp * 8.0
     return scale * (forward + sampler)
 
 
@@ -187,6 +193,7 @@ def plan_memory_for_settings(
         memory_fraction=np.array([s.memory_fraction for s in settings], dtype=float),
         max_model_len=np.array([s.max_model_len for s in settings], dtype=float),
         pp=pp,
+        sampler_bytes=settings[0].sampler_bytes,
     )
     plans = [grid.plan(k) for k in range(len(settings))]
     return [replace(p, kv_cache_tokens=p.kv_cache_tokens * tp) for p in plans] if dp_attention else plans
@@ -247,6 +254,7 @@ def memory_grid(
     memory_fraction: ArrayLike,
     max_model_len: ArrayLike,
     pp: ArrayLike = 1,
+    sampler_bytes: float | None = None,
 ) -> MemoryGrid:
     """What `plan_memory` computes, for arrays that broadcast together: the usable memory of the GPU
     (`gpu_bytes`), the whole model's weights (`weight_bytes` of its precision), the KV element size, the TP
@@ -260,7 +268,8 @@ def memory_grid(
     non_torch = factors.non_torch_gib * GIB
     per_token = np.asarray(kv_bytes_per_token_per_gpu(arch, np.asarray(kv_bytes, dtype=float), tp_, pp_))
     graphs = engine.cuda_graph_gib * GIB
-    activation = activation_peak_bytes(arch, profile_tokens, max_num_seqs, tp_, factors.activation_scale)
+    activation = activation_peak_bytes(arch, profile_tokens, max_num_seqs, tp_, factors.activation_scale,
+                                       sampler_bytes)
     if engine.memory_mode == "context":
         context = np.asarray(max_model_len, dtype=float)
         kv = per_token * context

@@ -14,7 +14,14 @@ import numpy as np
 
 from inferplan.planner.architectures import ModelArchitecture, resolve_model
 from inferplan.planner.datasets import DatasetLengths, dataset_lengths, sample_lengths
-from inferplan.planner.engines import EngineProfile, EngineSettings, engine_profile, factor_key, version_defaults
+from inferplan.planner.engines import (
+    EngineProfile,
+    EngineSettings,
+    engine_profile,
+    factor_key,
+    sampler_profile_bytes,
+    version_defaults,
+)
 from inferplan.planner.factors import EngineFactors, FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.memory import GIB, MemoryPlan, max_concurrency, plan_memory
@@ -87,6 +94,7 @@ def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitectur
         step_tokens=budget,
         scheduling=scheduling,
         activation_scale=defaults.activation_scale,
+        sampler_bytes=sampler_profile_bytes(engine.name, row.version),
     )
 
 

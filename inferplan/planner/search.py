@@ -34,6 +34,7 @@ from inferplan.planner.engines import (
     EngineProfile,
     EngineSettings,
     factor_key,
+    sampler_profile_bytes,
     scheduling_of,
 )
 from inferplan.planner.factors import FactorSet, load_factors
@@ -168,6 +169,7 @@ def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> Engine
         profile_tokens=budget,
         step_tokens=float(budget),
         scheduling=scheduling,
+        sampler_bytes=sampler_profile_bytes(engine.name, None),
     )
 
 
@@ -318,7 +320,8 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     memory = memory_grid(req.arch, usable[:, None], weights[:, None], kv_bytes[pi, ki][:, None], engine,
                          factors.engine(engine.name), tp[:, None], profile_tokens=settings.profile_tokens,
                          max_num_seqs=batch_sizes[None, :], memory_fraction=settings.memory_fraction,
-                         max_model_len=settings.max_model_len, pp=pp[:, None])
+                         max_model_len=settings.max_model_len, pp=pp[:, None],
+                         sampler_bytes=settings.sampler_bytes)
     fixed = (memory.weights_per_gpu + memory.activation_per_gpu + memory.non_torch_per_gpu) / GIB
     problem = ((fixed >= (settings.memory_fraction * (usable / GIB))[:, None])
                | (memory.kv_cache_tokens < settings.max_model_len) | (memory.headroom_per_gpu < 0))

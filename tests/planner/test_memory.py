@@ -11,11 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplan.planner.architectures import resolve_model
-from inferplan.planner.engines import ENGINES, EngineSettings, engine_profile
+from inferplan.planner.engines import (
+    ENGINES,
+    VLLM_V1_SAMPLER_BYTES,
+    EngineSettings,
+    engine_profile,
+    sampler_profile_bytes,
+)
 from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.memory import (
     GIB,
+    activation_peak_bytes,
     kv_bytes_per_token_per_gpu,
     kv_cache_tokens,
     kv_pool_bytes,
@@ -116,3 +123,20 @@ def test_memory_grid_agrees_with_one_deployment() -> None:
                                  memory_fraction=0.9, max_model_len=8192)
             assert memory.plan(0) == plan_memory(arch, gpu, precision, kv_bytes, engine, engine_settings,
                                                  engine_factors, tp)
+
+
+def test_vllm_v1_profiles_its_sampler_over_the_whole_vocabulary_on_every_rank() -> None:
+    # vLLM V1 samples max_num_seqs dummy requests after the forward pass, with the whole vocabulary's logits on
+    # every TP rank: the peak is the sampler's, the same at TP 1 and 2, for a small model at 1024 sequences.
+    assert sampler_profile_bytes("vllm", "0.11.0") == sampler_profile_bytes("vllm", None) == VLLM_V1_SAMPLER_BYTES
+    assert sampler_profile_bytes("vllm", "0.6.3") is None and sampler_profile_bytes("sglang", None) is None
+    small = resolve_model("Qwen/Qwen3-0.6B")
+    one, two = (activation_peak_bytes(small, 8192, 1024, tp, 1.0, VLLM_V1_SAMPLER_BYTES) for tp in (1, 2))
+    assert one == two == 1024 * small.vocab_size * VLLM_V1_SAMPLER_BYTES
+    # llm-d's empirical profile of vLLM 0.11 on one H100 (max_num_seqs 1024, budget 8192) measured 5.56 GiB.
+    assert one / GIB == pytest.approx(5.56, rel=0.05)
+    # A forward pass larger than the sampler's peak is the peak: a 70B model's 65k-token profile at 8 sequences.
+    big = resolve_model("meta-llama/Llama-3.1-70B-Instruct")
+    forward = activation_peak_bytes(big, 65536, 8, 1, 1.0, VLLM_V1_SAMPLER_BYTES)
+    assert forward > 8 * big.vocab_size * VLLM_V1_SAMPLER_BYTES
+    assert forward == activation_peak_bytes(big, 65536, 1, 1, 1.0, VLLM_V1_SAMPLER_BYTES)
