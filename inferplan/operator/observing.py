@@ -45,7 +45,8 @@ DeploymentReader = Callable[[str], Mapping[str, Any] | None]  # name -> the Depl
 GPU_LABELS = tuple(vendor.product_label for vendor in GPU_VENDORS.values())
 GPU_TYPE_ANNOTATION = "inferplan.io/gpu-type"
 _QUANTIZATION = {"fp8": "fp8", "awq": "int4-awq", "awq_marlin": "int4-awq", "gptq": "int4-gptq",
-                 "gptq_marlin": "int4-gptq", "mxfp4": "mxfp4", "compressed-tensors": "int8-w8a8"}
+                 "gptq_marlin": "int4-gptq", "mxfp4": "mxfp4", "compressed-tensors": "int8-w8a8",
+                 "modelopt_fp4": "nvfp4"}
 
 
 class CurrentError(Exception):

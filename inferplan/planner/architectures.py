@@ -46,6 +46,10 @@ _ATTENTION_SINKS = {"GptOssForCausalLM"}  # one learned sink logit per attention
 _EXPERT_BIAS = {"GptOssForCausalLM"}  # expert projections and router carry biases
 _ROUTER_CORRECTION_BIAS = {"DeepseekV3ForCausalLM"}  # e_score_correction_bias, one per expert
 _SHARED_EXPERT_GATE = {"Qwen2MoeForCausalLM"}  # a hidden -> 1 gate on the shared expert
+_LLAMA4 = {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"}
+# One shared expert of the routed experts' width in every MoE layer, which the config does not state
+# (transformers `Llama4TextMoe.shared_expert = Llama4TextMLP(config)`).
+_SHARED_EXPERT_UNSTATED = _LLAMA4
 _QK_NORM = {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", *_GEMMA3}  # RMSNorm over head_dim on q and k
 _FOUR_NORMS_PER_LAYER = {"Gemma2ForCausalLM", *_GEMMA3}  # pre and post norms around attention and FFN
 _ALTERNATING_SLIDING = {"Gemma2ForCausalLM"}  # even layers slide, odd layers are global
@@ -60,7 +64,7 @@ _CONFIG_KEY = {
     "experts_per_token": "num_experts_per_tok",
     "expert_intermediate_size": "moe_intermediate_size",
     "num_shared_experts": "n_shared_experts",
-    "first_dense_layers": "first_k_dense_replace",
+    "first_dense_layers": "first_k_dense_replace / mlp_only_layers / interleave_moe_layer_step",
     "layer_windows": "sliding_window / layer_types",
 }
 
@@ -75,8 +79,12 @@ class ModelArchitecture:
     """The shape of a decoder-only transformer, enough to size weights, KV cache and FLOPs.
 
     `intermediate_size` is the dense FFN width. In MoE models the experts use
-    `expert_intermediate_size`; `intermediate_size` only matters for the
-    `first_dense_layers` dense layers (DeepSeek) and is kept as the config states it.
+    `expert_intermediate_size`; `intermediate_size` only matters for the dense layers and is
+    the config's (Llama 4's `intermediate_size_mlp`, where its `intermediate_size` is the experts').
+    `first_dense_layers` is the number of layers of an MoE model whose FFN is dense: DeepSeek's
+    leading `first_k_dense_replace`, Qwen's `mlp_only_layers`, or the layers an interleave leaves
+    dense (Llama-4 Maverick, `interleave_moe_layer_step` 2: every other layer). Sizes, memory and
+    step times depend on the count only, not on where the dense layers sit.
     `head_dim` is the query/key head size; for MLA it is `qk_nope_head_dim + qk_rope_head_dim`
     and the value head is `v_head_dim`. `layer_windows` holds one entry per layer (None for
     full attention, an int for a sliding window in tokens), or is empty when every layer
@@ -126,6 +134,11 @@ class ModelArchitecture:
     def is_moe(self) -> bool:
         """True when the FFN is a routed mixture of experts."""
         return self.num_experts > 0
+
+    @property
+    def moe_layer_count(self) -> int:
+        """Layers whose FFN is a routed mixture of experts (0 for a dense model)."""
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
 
     @property
     def is_mla(self) -> bool:
@@ -200,7 +213,7 @@ class ModelArchitecture:
 
     def _count(self, routed_experts: int) -> int:
         """Total with `routed_experts` experts per MoE layer (all of them, or the active ones)."""
-        moe_layers = self.num_layers - self.first_dense_layers if self.is_moe else 0
+        moe_layers = self.moe_layer_count
         dense_layers = self.num_layers - moe_layers
         per_moe_layer = (
             routed_experts * self._mlp_params(self.expert_intermediate_size)
@@ -433,6 +446,8 @@ def _layer_windows(config: Mapping[str, Any], architecture: str, num_layers: int
             else:
                 raise ValueError(f"config.json field 'layer_types' has unknown type {kind!r}")
         return _drop_useless_windows(tuple(windows), config)
+    if architecture in _LLAMA4:
+        return _llama4_windows(config, num_layers)
     if not window:
         return ()
     if "use_sliding_window" in config:  # Qwen2 / Qwen3: off unless switched on, then only upper layers
@@ -452,6 +467,25 @@ def _layer_windows(config: Mapping[str, Any], architecture: str, num_layers: int
     return _drop_useless_windows(windows, config)
 
 
+def _llama4_windows(config: Mapping[str, Any], num_layers: int) -> tuple[int | None, ...]:
+    """Llama 4: chunked local attention (`attention_chunk_size` tokens) on the RoPE layers, global attention on
+    the NoPE ones. `no_rope_layers` holds 1 for a RoPE layer; absent or empty, every `no_rope_layer_interval`-th
+    layer (default 4) is NoPE, as transformers' `Llama4TextConfig` builds it. A chunk keeps at most its length of
+    KV per sequence, so it is a window here."""
+    chunk = _optional_int(config, "attention_chunk_size")
+    if chunk <= 0:
+        return ()
+    rope = config.get("no_rope_layers") or None
+    if rope is None:
+        interval = _optional_int(config, "no_rope_layer_interval") or 4
+        if interval <= 0:
+            raise ValueError("config.json field 'no_rope_layer_interval' must be > 0")
+        rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    elif not (isinstance(rope, list) and len(rope) == num_layers and all(v in (0, 1) for v in rope)):
+        raise ValueError(f"config.json field 'no_rope_layers' must list 0 or 1 for each layer ({num_layers})")
+    return _drop_useless_windows(tuple(chunk if uses_rope else None for uses_rope in rope), config)
+
+
 def _drop_useless_windows(
     windows: tuple[int | None, ...], config: Mapping[str, Any]
 ) -> tuple[int | None, ...]:
@@ -462,7 +496,8 @@ def _drop_useless_windows(
     return () if all(w is None for w in windows) else windows
 
 
-def _moe_fields(config: Mapping[str, Any], intermediate_size: int, num_layers: int) -> dict[str, int]:
+def _moe_fields(config: Mapping[str, Any], architecture: str, intermediate_size: int,
+                num_layers: int) -> dict[str, int]:
     num_experts = _optional_int(config, "num_local_experts", "num_experts", "n_routed_experts")
     if not num_experts:
         return {}
@@ -471,19 +506,11 @@ def _moe_fields(config: Mapping[str, Any], intermediate_size: int, num_layers: i
     num_shared = _optional_int(config, "n_shared_experts")
     if shared_width and not num_shared:
         num_shared = 1  # Qwen2-MoE: one shared expert of shared_expert_intermediate_size
+    if not num_shared and config.get("n_shared_experts") is None and architecture in _SHARED_EXPERT_UNSTATED:
+        num_shared = 1
     if num_shared and not shared_width:
-        shared_width = expert_width  # DeepSeek: shared experts are expert-sized
+        shared_width = expert_width  # DeepSeek, Llama 4: shared experts are expert-sized
     first_dense = _optional_int(config, "first_k_dense_replace")
-    dense_only = config.get("mlp_only_layers") or []
-    if not isinstance(dense_only, list) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                   for i in dense_only):
-        raise ValueError("config.json field 'mlp_only_layers' must be a list of layer indices")
-    if dense_only:  # Qwen MoE: only a leading run of dense layers is supported
-        if sorted(dense_only) != list(range(len(dense_only))):
-            raise ValueError("config.json field 'mlp_only_layers' other than a leading run is not supported")
-        first_dense = max(first_dense, len(dense_only))
-    if _optional_int(config, "decoder_sparse_step") > 1:
-        raise ValueError("config.json field 'decoder_sparse_step' > 1 is not supported")
     if first_dense > num_layers:
         raise ValueError(
             f"config.json field 'first_k_dense_replace' ({first_dense}) exceeds num_hidden_layers"
@@ -494,8 +521,31 @@ def _moe_fields(config: Mapping[str, Any], intermediate_size: int, num_layers: i
         "expert_intermediate_size": expert_width,
         "num_shared_experts": num_shared,
         "shared_expert_intermediate_size": shared_width,
-        "first_dense_layers": first_dense,
+        "first_dense_layers": num_layers - len(_moe_layers(config, first_dense, num_layers)),
     }
+
+
+def _layer_indices(config: Mapping[str, Any], key: str) -> list[int]:
+    value = config.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise ValueError(f"config.json field {key!r} must be a list of layer indices")
+    return value
+
+
+def _moe_layers(config: Mapping[str, Any], first_dense: int, num_layers: int) -> set[int]:
+    """Indices of the MoE layers: Llama 4's `moe_layers` where listed, else every layer from `first_dense` on whose
+    number is a multiple of the interleave step (`interleave_moe_layer_step`, Qwen's `decoder_sparse_step`:
+    layer i is MoE when (i + 1) % step == 0), less Qwen's `mlp_only_layers`."""
+    stated = _get(config, "interleave_moe_layer_step", "decoder_sparse_step")
+    step = 1 if stated is None else _as_int(stated, "interleave_moe_layer_step")
+    if step < 1:
+        raise ValueError(f"config.json field 'interleave_moe_layer_step' / 'decoder_sparse_step' must be >= 1, "
+                         f"got {step}")
+    listed = _layer_indices(config, "moe_layers")
+    if listed and not all(0 <= i < num_layers for i in listed):
+        raise ValueError(f"config.json field 'moe_layers' has an index outside 0..{num_layers - 1}")
+    moe = set(listed) if listed else {i for i in range(first_dense, num_layers) if (i + 1) % step == 0}
+    return moe - set(_layer_indices(config, "mlp_only_layers"))
 
 
 def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> ModelArchitecture:
@@ -533,6 +583,9 @@ def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> Mod
         heads if config.get("num_key_value_heads") is None else _require_int(config, "num_key_value_heads")
     )
     intermediate_size = _require_int(config, "intermediate_size", "ffn_dim", "n_inner")
+    moe = _moe_fields(config, architecture, intermediate_size, num_layers)
+    if moe and config.get("intermediate_size_mlp") is not None:  # Llama 4: intermediate_size is the experts'
+        intermediate_size = _as_int(config["intermediate_size_mlp"], "intermediate_size_mlp")
     kv_lora_rank = _optional_int(config, "kv_lora_rank")
     qk_rope = _optional_int(config, "qk_rope_head_dim")
     v_head_dim = _optional_int(config, "v_head_dim")
@@ -574,7 +627,7 @@ def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> Mod
         q_lora_rank=_optional_int(config, "q_lora_rank"),
         qk_rope_head_dim=qk_rope if kv_lora_rank else 0,
         v_head_dim=v_head_dim if kv_lora_rank else 0,
-        **_moe_fields(config, intermediate_size, num_layers),
+        **moe,
     )
 
 

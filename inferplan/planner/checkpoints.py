@@ -5,7 +5,9 @@ Rules of `checkpoint_for`, in order:
    entry's source names the engine. The `engines` lists name the engines a model card or tag mentions; they
    are not complete (the nvidia/*-FP8 ModelOpt repositories are TensorRT-LLM's own format even where the card
    names only vLLM), so they only rank: repositories whose source names the engine come first, then data order.
-   A pre-quantised repository is preferred over quantising at load (static scales, no start-up cost).
+   AMD Quark repositories come after all others: AMD publishes them for Instinct GPUs (the ROCm vLLM guide) and
+   the choice here does not know the GPU. A pre-quantised repository is preferred over quantising at load (static
+   scales, no start-up cost).
 2. Quantising at load (`ONLINE`): FP8 from a 16-bit repository, by vLLM and SGLang (`--quantization fp8`) and
    TGI (`--quantize fp8`). TensorRT-LLM's trtllm-serve and LMDeploy's TurboMind load pre-quantised weights only.
 3. bf16 and fp16 are served from the native repository when it is 16-bit (the engine casts with `--dtype`).
@@ -16,6 +18,13 @@ Rules of `checkpoint_for`, in order:
    repository: a precision none of its repositories hold is refused, declared or not.
 A model outside the catalog is served at bf16/fp16 from the name as given, and at FP8 by engines that quantise
 at load (its repository is assumed 16-bit).
+
+A repository quantised from another model of the same architecture (nvidia/DeepSeek-R1-0528-FP4 beside
+DeepSeek-V3) names that model in `quantizedFrom`: it serves only a plan naming that model, never its siblings.
+
+Which GPUs an engine runs a checkpoint on (`gpu_problem`): FP4 formats need FP4 tensor cores except where an engine
+dequantises them (vLLM's Marlin kernels for compressed-tensors NVFP4), and some formats are newer than the older
+release lines (`FORMAT_SUPPORT`).
 """
 
 from __future__ import annotations
@@ -27,8 +36,8 @@ from importlib import resources
 from typing import Any
 
 from inferplan.planner.architectures import resolve_model
-from inferplan.planner.engines import engine_profile
-from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.engines import engine_profile, parse_version
+from inferplan.planner.names import CatalogLookupError, normalize_name
 from inferplan.planner.precisions import weight_precision
 
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -40,6 +49,10 @@ SIXTEEN_BIT = ("bf16", "fp16")
 # blocked fp8, mxfp4, compressed-tensors pack-quantized int4 only; anything else fails an assert).
 # Not read: TensorRT-LLM (ModelOpt is its own format; FP8 block scales for DeepSeek-V3 and Qwen FP8, and
 # gpt-oss MXFP4, per its model docs), TGI (awq and gptq from its launcher's --quantize list), ExLlama (GPTQ).
+# NVFP4 and AMD Quark, read in vLLM 0.11.0 and 0.11.2 `quantization/__init__.py` (modelopt_fp4, compressed-tensors,
+# quark), SGLang 0.5.2 (`modelopt_fp4`; `quark` is its Quark loader only on ROCm gfx95x, on CUDA it names the
+# gpt-oss MXFP4 loader; compressed-tensors has no FP4 scheme there), and TensorRT-LLM's deployment guides
+# (ModelOpt NVFP4 repositories, shared/catalog-facts/checkpoints.json).
 FORMAT_LOADERS: dict[str, frozenset[str]] = {
     "native-16bit": frozenset({"vllm", "sglang", "tgi", "tensorrt-llm", "lmdeploy", "mlc-llm"}),
     "native-fp8": frozenset({"vllm", "sglang", "tensorrt-llm", "lmdeploy"}),
@@ -51,7 +64,60 @@ FORMAT_LOADERS: dict[str, frozenset[str]] = {
     "autofp8": frozenset({"vllm", "sglang"}),
     "awq": frozenset({"vllm", "sglang", "tgi", "lmdeploy"}),
     "gptq": frozenset({"vllm", "sglang", "tgi", "lmdeploy", "exllama"}),
+    "modelopt-nvfp4": frozenset({"vllm", "sglang", "tensorrt-llm"}),
+    "compressed-tensors-nvfp4": frozenset({"vllm"}),
+    "quark-fp8": frozenset({"vllm"}),
+    "quark-mxfp4": frozenset({"vllm", "sglang"}),
 }
+
+_BLACKWELL = frozenset({"blackwell"})
+_CDNA4 = frozenset({"cdna4"})
+_CUDA_SM80_UP = frozenset({"ampere", "ada", "hopper", "blackwell"})
+
+
+@dataclass(frozen=True)
+class FormatSupport:
+    """Where one engine runs one checkpoint format: GPU families (None: any the precision allows) and the first
+    release read to load it (None: every pinned release line)."""
+
+    families: frozenset[str] | None
+    since: tuple[int, ...] | None
+    source: str
+
+
+# (format, engine) -> support, for the formats whose GPUs or releases an engine restricts. Read from the release
+# wheels (`pip download --no-deps`) unless the source says otherwise; vLLM 0.6.3.post1 has none of these formats
+# (`quantization/modelopt.py` holds ModelOptFp8Config only, and there is no quark package).
+FORMAT_SUPPORT: dict[tuple[str, str], FormatSupport] = {
+    ("modelopt-nvfp4", "tensorrt-llm"): FormatSupport(
+        _BLACKWELL, None, "TensorRT-LLM deployment guides (Llama 3.3 70B, DeepSeek-R1, Llama 4 Scout): 'NVFP4 is only "
+        "supported on NVIDIA Blackwell'; the nvidia/*-FP4 model cards: Blackwell"),
+    ("modelopt-nvfp4", "vllm"): FormatSupport(
+        _BLACKWELL, (0, 11), "vLLM 0.11.0/0.11.2 `quantization/modelopt.py` ModelOptNvFp4LinearMethod: the linear "
+        "layers take FlashInfer's FP4 GEMM whenever FlashInfer is installed (a requirement of 0.11.2), which needs "
+        "SM100; the Marlin fallback for older GPUs (min capability 80) is reached only without FlashInfer"),
+    ("modelopt-nvfp4", "sglang"): FormatSupport(
+        _BLACKWELL, (0, 5, 2), "SGLang 0.5.2 `quantization/modelopt_quant.py` ModelOptFp4Config.get_min_capability 100 "
+        "(0.4.6.post5: linear layers only, no NVFP4 MoE method)"),
+    ("compressed-tensors-nvfp4", "vllm"): FormatSupport(
+        _CUDA_SM80_UP, (0, 9, 1), "vLLM 0.11.2 `compressed_tensors/compressed_tensors.py`: W4A4 NVFP4 on GPUs with "
+        "CUTLASS FP4 (Blackwell), else CompressedTensorsW4A16Fp4 (Marlin, weight-only, min capability 80) with a "
+        "warning; MoE layers likewise (`nvfp4_moe_support.py`); 'vLLM>=0.9.1' per the RedHatAI NVFP4 card"),
+    ("quark-mxfp4", "vllm"): FormatSupport(
+        _CDNA4, (0, 11, 2), "vLLM 0.11.2 `quark/schemes/quark_w4a4_mxfp4.py` and `quark/quark_moe.py`: "
+        "native MXFP4 (AITER) only where `supports_mx()` (ROCm gfx95x); elsewhere weights are dequantised and "
+        "activations fake-quantised in 16-bit math ('emulation'), not planned here; 0.11.0 emulates the MoE experts "
+        "on gfx950 too"),
+    ("quark-mxfp4", "sglang"): FormatSupport(
+        _CDNA4, (0, 5, 2), "SGLang 0.5.2 `quantization/__init__.py`: the Quark loader is registered only "
+        "on ROCm where `mxfp_supported()` (gfx95x)"),
+    ("quark-fp8", "vllm"): FormatSupport(
+        None, (0, 11), "vLLM 0.11.2 `quark/schemes/quark_w8a8_fp8.py` (min capability 89); 'quark' is in the ROCm "
+        "platform's supported_quantization"),
+}
+# Where the checkpoint is only declared by the plan (its format unknown): the precision's own GPUs.
+_PRECISION_FAMILIES: dict[str, frozenset[str]] = {"nvfp4": _BLACKWELL, "mxfp4-w4a4": _CDNA4}
+
 
 # Engines that quantise a 16-bit repository at load: precision -> engine -> (how, source).
 ONLINE: dict[str, dict[str, tuple[str, str]]] = {
@@ -88,10 +154,26 @@ class Checkpoint:
         return "fp8-native" if self.format == "native" and self.precision == "fp8" else self.format
 
 
+def gpu_problem(checkpoint: Checkpoint, engine: str, gpu_family: str, version: str | None = None) -> str | None:
+    """Why `engine` (at `version`, None: its current release) cannot run `checkpoint` on a GPU of `gpu_family`, or
+    None when it can (`FORMAT_SUPPORT`; for a format not listed there, the precision's FP4 GPUs)."""
+    support = FORMAT_SUPPORT.get((checkpoint.format, engine))
+    families = support.families if support is not None else _PRECISION_FAMILIES.get(checkpoint.precision)
+    if families is not None and gpu_family not in families:
+        return (f"{engine} runs {checkpoint.precision} ({checkpoint.format}) only on {', '.join(sorted(families))} "
+                f"GPUs, not {gpu_family}")
+    released = parse_version(version)
+    if support is not None and support.since is not None and released is not None and released < support.since:
+        return (f"{engine} {version} does not load {checkpoint.format} checkpoints (first read in "
+                f"{'.'.join(map(str, support.since))})")
+    return None
+
+
 @dataclass(frozen=True)
 class _Entry:
     checkpoint: Checkpoint
     engines: tuple[str, ...]
+    quantized_from: str | None = None  # another model of the key's architecture whose weights these are
 
 
 @cache
@@ -105,7 +187,7 @@ def _catalog() -> dict[str, dict[str, tuple[_Entry, ...]]]:
                 _Entry(Checkpoint(repo=row["repo"], precision=precision, format=row["format"],
                                   kv_cache=row["kvCache"], online=False, source=row["source"],
                                   note=row.get("note", "")),
-                       tuple(row["engines"]))
+                       tuple(row["engines"]), row.get("quantizedFrom"))
                 for row in rows)
             for precision, rows in by_precision.items()
         }
@@ -125,6 +207,16 @@ def _loader_key(entry: Checkpoint) -> str:
     if entry.format != "native":
         return entry.format
     return "native-16bit" if entry.precision in SIXTEEN_BIT else f"native-{entry.precision}"
+
+
+def _names_model(name: str, repo: str) -> bool:
+    """Whether `name` (a repo id or its last part, case and separators ignored) is the repository `repo`."""
+    return normalize_name(name) in (normalize_name(repo), normalize_name(repo.rsplit("/", 1)[-1]))
+
+
+def _serves(entry: _Entry, model: str) -> bool:
+    """A repository quantised from a sibling model serves only a plan that names that model."""
+    return entry.quantized_from is None or _names_model(model, entry.quantized_from)
 
 
 def known_precisions(model: str) -> dict[str, list[Checkpoint]]:
@@ -178,9 +270,9 @@ def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = 
     entries = _catalog()[key]
     native = _native(entries)
     lookup = "bf16" if precision in SIXTEEN_BIT else precision  # the catalog keeps 16-bit repos under bf16
-    candidates = [e for e in entries.get(lookup, ())
-                  if engine in FORMAT_LOADERS.get(_loader_key(e.checkpoint), frozenset()) or engine in e.engines]
-    candidates.sort(key=lambda e: engine not in e.engines)  # stable: data order within each group
+    candidates = [e for e in entries.get(lookup, ()) if _serves(e, model) and (
+        engine in FORMAT_LOADERS.get(_loader_key(e.checkpoint), frozenset()) or engine in e.engines)]
+    candidates.sort(key=lambda e: (e.checkpoint.format.startswith("quark-"), engine not in e.engines))  # stable
     # A repository id as the plan gives it (an -Instruct variant the catalog keys under its base model, a
     # fine-tune, DeepSeek-R1 beside DeepSeek-V3) is what the engine loads in the format the model is published in
     # (16-bit, or DeepSeek's block-scaled FP8), and what it quantises at load.
@@ -204,13 +296,14 @@ def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = 
     # precisions of a catalogued model are not taken on the plan's word: the model name is the public repository.
     if declared and precision.startswith(UNCATALOGUED):
         return _plan_checkpoint(model, precision, "the plan lists this precision; no such repository is catalogued")
-    return _reason(key, precision, engine, entries, native)
+    return _reason(key, model, precision, engine, entries, native)
 
 
-def _reason(key: str, precision: str, engine: str, entries: dict[str, tuple[_Entry, ...]],
+def _reason(key: str, model: str, precision: str, engine: str, entries: dict[str, tuple[_Entry, ...]],
             native: Checkpoint | None) -> str:
     lookup = "bf16" if precision in SIXTEEN_BIT else precision
-    listed = entries.get(lookup, ())
+    listed = [e for e in entries.get(lookup, ()) if _serves(e, model)]
+    siblings = [e for e in entries.get(lookup, ()) if not _serves(e, model)]
     if listed:
         head = (f"no {precision} checkpoint of {key} that {engine} loads is known "
                 f"(listed: {', '.join(f'{e.checkpoint.repo} [{e.checkpoint.format}]' for e in listed)})")
@@ -218,6 +311,9 @@ def _reason(key: str, precision: str, engine: str, entries: dict[str, tuple[_Ent
         head = f"no public {precision} checkpoint of {key} is known"
         if native is not None and native.precision not in SIXTEEN_BIT:
             head += f" (its weights ship as {native.precision.upper()})"
+        if siblings:
+            head += (" (other models of its architecture have: "
+                     + ", ".join(f"{e.checkpoint.repo} of {e.quantized_from}" for e in siblings) + ")")
     online_engines = sorted(ONLINE.get(precision, {}))
     if precision.startswith(("gguf-", "mlc-")):
         tail = "GGUF and MLC builds are not in the checkpoint catalog"

@@ -50,7 +50,8 @@ VERSION_LINES: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {
 }
 
 CHECKPOINT_FORMATS = ("native", "fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8",
-                      "autofp8", "awq", "gptq", "online")
+                      "autofp8", "awq", "gptq", "online", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8",
+                      "quark-mxfp4")
 _FORMAT_ALIASES = {"bf16-native": "native", "fp16-native": "native", "mxfp4-native": "native",
                    "compressed-tensors-w8a8-int8": "compressed-tensors-int8", "w8a8-int8": "compressed-tensors-int8"}
 
@@ -58,12 +59,14 @@ _FORMAT_ALIASES = {"bf16-native": "native", "fp16-native": "native", "mxfp4-nati
 _FORMATS_OF: dict[str, frozenset[str]] = {
     "bf16": frozenset({"native"}),
     "fp16": frozenset({"native"}),
-    "fp8": frozenset({"fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "autofp8", "online"}),
+    "fp8": frozenset({"fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "autofp8", "online", "quark-fp8"}),
     "int8-w8a8": frozenset({"compressed-tensors-int8"}),
     "int4-awq": frozenset({"awq"}),
     "int4-gptq": frozenset({"gptq"}),
     "int8-gptq": frozenset({"gptq"}),
     "mxfp4": frozenset({"native"}),  # gpt-oss ships MXFP4 experts in its own repository
+    "nvfp4": frozenset({"modelopt-nvfp4", "compressed-tensors-nvfp4"}),
+    "mxfp4-w4a4": frozenset({"quark-mxfp4"}),
 }
 _SIXTEEN_BIT_KV = ("auto", "bf16", "fp16", "bfloat16", "float16")
 _TGI_DEFAULT_MAX_CONCURRENT = 128  # launcher/src/main.rs default (engine-defaults.md)
@@ -220,7 +223,7 @@ def _problems(parser: str, flags: dict[str, dict[str, Any]], args: list[str]) ->
 # The formats of `checkpoints.Checkpoint` that name no loader of their own: a repository whose config declares
 # the quantisation (published in FP8 by the model's vendor, block-scaled), or one the plan says holds it.
 _DECLARED_FORMAT = {"fp8": "fp8-native", "int8-w8a8": "compressed-tensors-int8", "int4-awq": "awq",
-                    "int4-gptq": "gptq", "int8-gptq": "gptq"}
+                    "int4-gptq": "gptq", "int8-gptq": "gptq", "nvfp4": "modelopt-nvfp4", "mxfp4-w4a4": "quark-mxfp4"}
 
 
 def _format(checkpoint_format: str, precision: str) -> str:
@@ -461,6 +464,11 @@ def _sglang(c: _Ctx) -> EngineLaunch:
     args = ["--model-path", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
             "--mem-fraction-static", c.fraction, "--context-length", str(s.max_model_len)]
     args += _dtype_and_online(c)
+    if c.fmt == "modelopt-nvfp4":
+        args += [flags.quantization[0], "modelopt_fp4"]
+        notes.append("--quantization modelopt_fp4: SGLang detects a ModelOpt checkpoint as 'modelopt' (FP8), whose "
+                     "config refuses NVFP4 ('For FP4 quantization, use ModelOptFp4Config': "
+                     "layers/quantization/modelopt_quant.py and configs/model_config.py in 0.5.2)")
     if c.fp8_kv:
         args += [flags.kv_cache_dtype[0], "fp8_e4m3"]
         notes.append("FP8 KV cache: --kv-cache-dtype fp8_e4m3, the format FP8 checkpoints calibrate their k/v "

@@ -171,12 +171,14 @@ ENGINES: dict[str, EngineProfile] = {
 
 
 # Weight formats each engine serves (the first ones are what a plan tries when it names none), from the
-# engines' quantisation docs. GGUF and MLC formats belong to llama.cpp and MLC-LLM only.
+# engines' quantisation docs. GGUF and MLC formats belong to llama.cpp and MLC-LLM only. NVFP4 and Quark's MXFP4
+# run only on some GPUs and releases: `checkpoints.gpu_problem` says which.
 SERVED_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "vllm": ("bf16", "fp8", "int4-awq", "int8-w8a8", "fp16", "int4-gptq", "int8-gptq", "mxfp4"),
-    "sglang": ("bf16", "fp8", "int4-awq", "int8-w8a8", "fp16", "int4-gptq", "mxfp4"),
+    "vllm": ("bf16", "fp8", "int4-awq", "int8-w8a8", "fp16", "int4-gptq", "int8-gptq", "mxfp4", "nvfp4",
+             "mxfp4-w4a4"),
+    "sglang": ("bf16", "fp8", "int4-awq", "int8-w8a8", "fp16", "int4-gptq", "mxfp4", "nvfp4", "mxfp4-w4a4"),
     "tgi": ("bf16", "fp8", "int4-awq", "int4-gptq", "fp16"),
-    "tensorrt-llm": ("bf16", "fp8", "int8-w8a8", "int4-awq", "fp16", "mxfp4"),
+    "tensorrt-llm": ("bf16", "fp8", "int8-w8a8", "int4-awq", "fp16", "mxfp4", "nvfp4"),
     "lmdeploy": ("bf16", "int4-awq", "int8-w8a8", "fp16"),
     "mlc-llm": ("mlc-q4f16_1", "fp16"),
     "llama.cpp": ("gguf-q4_k_m", "gguf-q8_0", "gguf-f16", "gguf-q6_k", "gguf-q5_k_m", "gguf-q4_0"),

@@ -2,7 +2,8 @@
 
 Units: memory in bytes (`memory_bytes`, as the card reports it) and marketing GB (`memory_gb`), bandwidths in
 decimal GB/s (`memory_bandwidth_gb_s`; `interconnect_gb_s` and `pcie_gb_s` per GPU and per direction),
-dense tensor throughput in TFLOPS / TOPS, power in W, price in USD per GPU-hour.
+dense tensor throughput in TFLOPS / TOPS, power in W, price in USD per GPU-hour. `nvlink_domain_gpus` is the
+number of GPUs one NVLink domain joins where it spans nodes (GB200 NVL72: 72 GPUs, trays of 4).
 
 The data lives in `data/gpus.json` (format and provenance rules: docs/catalogs-gpus.md). Every figure points
 to source entries with a date and a status (`sourced` or `unverified`); the loader rejects a file where a
@@ -57,6 +58,10 @@ REQUIRED_FIGURES = (
 )
 NULLABLE_FIGURES = ("fp8_tflops", "int8_tops", "tdp_w")
 FIGURES = REQUIRED_FIGURES + NULLABLE_FIGURES
+# Figures a GPU states only where it has them (each with its sources); absent means None on the spec.
+OPTIONAL_FIGURES = (
+    "fp4_tflops",  # dense FP4 tensor throughput: NVFP4 on NVIDIA Blackwell, MXFP4 on AMD CDNA 4
+)
 # Published kernel microbenchmarks a GPU without AIConfigurator profiles may state (each with its sources): the
 # step-time model's measured basis for AMD GPUs (`inferplan.planner.kernels`). Efficiencies are fractions of the
 # catalog's own peaks.
@@ -70,7 +75,9 @@ KERNEL_FIGURES = (
 )
 
 # Architectures with FP8 tensor cores; the others must have a null fp8_tflops.
-FP8_FAMILIES = frozenset({"ada", "hopper", "blackwell", "cdna3"})
+FP8_FAMILIES = frozenset({"ada", "hopper", "blackwell", "cdna3", "cdna4"})
+# Architectures with FP4 tensor cores; only they may state an fp4_tflops.
+FP4_FAMILIES = frozenset({"blackwell", "cdna4"})
 
 # Leading words a name may carry or drop ("NVIDIA-GeForce-RTX-4090" == "RTX 4090", "Tesla-T4" == "T4").
 _VENDOR_WORDS = re.compile(r"^(?:nvidia|geforce|tesla|amd|instinct)+")
@@ -139,7 +146,7 @@ class GpuSpec:
     key: str
     display_name: str
     vendor: str  # "nvidia" | "amd"
-    family: str  # "turing" | "ampere" | "ada" | "hopper" | "blackwell" | "cdna3"
+    family: str  # "turing" | "ampere" | "ada" | "hopper" | "blackwell" | "cdna3" | "cdna4"
     segment: str  # "datacenter" | "workstation" | "consumer"
     memory_bytes: int  # total memory as the card reports it (nvidia-smi MiB x 2**20)
     memory_bandwidth_gb_s: float
@@ -165,11 +172,19 @@ class GpuSpec:
     kernel_tables: str | None = None
     kernel_tables_own: bool = False
     kernel_figures: tuple[tuple[str, float], ...] = ()  # published microbenchmarks (KERNEL_FIGURES), where stated
+    fp4_tflops: float | None = None  # dense FP4 (NVFP4 on NVIDIA, MXFP4 on AMD); None where not stated
+    # GPUs one NVLink domain joins across nodes (GB200 NVL72: 72, in trays of 4); None where it ends at the node.
+    nvlink_domain_gpus: int | None = None
 
     @property
     def product_label_key(self) -> str:
         """The node label that carries `product_label`."""
         return (AMD if self.vendor == "amd" else NVIDIA).product_label
+
+    def link_domain_gpus(self, gpus_per_node: int) -> int:
+        """GPUs a replica reaches without the nodes' network, on nodes of `gpus_per_node`: the node's, or the
+        NVLink domain's where it spans nodes (GB200 NVL72)."""
+        return max(gpus_per_node, self.nvlink_domain_gpus or 0)
 
     @property
     def usable_memory_bytes(self) -> int:
@@ -263,11 +278,12 @@ class _GpuModel(BaseModel):
     key: str = Field(min_length=1)
     display_name: str = Field(min_length=1)
     vendor: Literal["nvidia", "amd"]
-    family: Literal["turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+    family: Literal["turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
     segment: Literal["datacenter", "workstation", "consumer"]
     interconnect: Literal["nvlink", "xgmi", "pcie"]
     product_label: str = Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
     gpus_per_node: int = Field(ge=1, le=64)
+    nvlink_domain_gpus: int | None = Field(default=None, ge=2, le=576)
     chassis: str = Field(min_length=1)
     names: list[str]
     device_ids: list[str] = []
@@ -408,6 +424,10 @@ def parse_gpu_catalog(data: Mapping[str, Any]) -> GpuCatalog:
         if entry.key in provenance:
             raise GpuCatalogError("duplicate key", gpu=entry.key, field="key")
         figures = _check_figures(entry, sources)
+        if entry.nvlink_domain_gpus is not None and (
+                entry.interconnect != "nvlink" or entry.nvlink_domain_gpus <= entry.gpus_per_node):
+            raise GpuCatalogError("an NVLink domain across nodes needs interconnect 'nvlink' and more GPUs than "
+                                  "gpus_per_node", gpu=entry.key, field="nvlink_domain_gpus")
         provenance[entry.key] = figures
         spec = _build_spec(entry, figures)
         for name in spec.names:
@@ -431,11 +451,11 @@ def parse_gpu_catalog(data: Mapping[str, Any]) -> GpuCatalog:
 
 
 def _check_figures(entry: _GpuModel, sources: Mapping[str, SourceRef]) -> dict[str, FigureProvenance]:
-    unknown = sorted(set(entry.figures) - set(FIGURES) - set(KERNEL_FIGURES))
+    unknown = sorted(set(entry.figures) - set(FIGURES) - set(OPTIONAL_FIGURES) - set(KERNEL_FIGURES))
     if unknown:
         raise GpuCatalogError("unknown figure", gpu=entry.key, field=unknown[0])
     result: dict[str, FigureProvenance] = {}
-    for field in FIGURES + tuple(f for f in KERNEL_FIGURES if f in entry.figures):
+    for field in FIGURES + tuple(f for f in OPTIONAL_FIGURES + KERNEL_FIGURES if f in entry.figures):
         figure = entry.figures.get(field)
         if figure is None:
             raise GpuCatalogError(
@@ -461,6 +481,9 @@ def _check_figures(entry: _GpuModel, sources: Mapping[str, SourceRef]) -> dict[s
     if has_fp8 != (entry.family in FP8_FAMILIES):
         expected = "a value" if entry.family in FP8_FAMILIES else "null"
         raise GpuCatalogError(f"family {entry.family!r} needs {expected}", gpu=entry.key, field="fp8_tflops")
+    fp4 = entry.figures.get("fp4_tflops")
+    if fp4 is not None and fp4.value is not None and entry.family not in FP4_FAMILIES:
+        raise GpuCatalogError(f"family {entry.family!r} has no FP4 tensor cores", gpu=entry.key, field="fp4_tflops")
     memory_mib = entry.figures["memory_mib"].value
     if memory_mib is not None and memory_mib != int(memory_mib):
         raise GpuCatalogError("must be a whole number of MiB", gpu=entry.key, field="memory_mib")
@@ -520,6 +543,8 @@ def _build_spec(entry: _GpuModel, figures: Mapping[str, FigureProvenance]) -> Gp
         kernel_tables_own=bool(entry.kernel_tables and entry.kernel_tables.own),
         kernel_figures=tuple((f, float(entry.figures[f].value)) for f in KERNEL_FIGURES
                              if f in entry.figures and entry.figures[f].value is not None),
+        fp4_tflops=_value(entry, "fp4_tflops") if "fp4_tflops" in entry.figures else None,
+        nvlink_domain_gpus=entry.nvlink_domain_gpus,
     )
 
 

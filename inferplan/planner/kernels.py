@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from inferplan.planner.gpus import GpuSpec
+from inferplan.planner.gpus import FP4_FAMILIES, GpuSpec
 from inferplan.planner.precisions import WeightPrecision
 
 FloatArray = NDArray[np.float64]
@@ -80,8 +80,10 @@ def gemm_format(precision: WeightPrecision, gpu: GpuSpec) -> str:
     """The kernel table that serves a precision's linear layers: 16-bit, FP8 (per tensor), INT8 W8A8 (`sq`), NVFP4,
     or a weight-only kernel of 4 or 8 bits (GPTQ, AWQ, MXFP4 experts on pre-Blackwell GPUs, GGUF and MLC formats)."""
     name = precision.name
-    if name == "nvfp4":
-        return "nvfp4"
+    if precision.compute == "fp4":
+        # W4A4 (NVFP4, Quark MXFP4) on FP4 tensor cores; elsewhere an engine that runs the format dequantises the
+        # weights to 16-bit math (vLLM's FP4 Marlin kernels), a weight-only kernel of 4 bits.
+        return "nvfp4" if gpu.family in FP4_FAMILIES else "int4_wo"
     # An 8-bit format on a GPU without 8-bit tensor cores of that kind (FP8 on Ampere) runs as a weight-only
     # kernel with 16-bit math (vLLM's FP8 Marlin).
     if precision.compute == "fp8":
@@ -91,7 +93,7 @@ def gemm_format(precision: WeightPrecision, gpu: GpuSpec) -> str:
     bits = precision.bits_per_param
     if bits >= 12:
         return "bfloat16"
-    if name == "mxfp4" and gpu.family == "blackwell":
+    if name == "mxfp4" and gpu.family in FP4_FAMILIES:
         return "nvfp4"
     return "int8_wo" if bits > 6 else "int4_wo"
 
@@ -170,16 +172,21 @@ def _bilinear(grid: FloatArray, axis_x: FloatArray, axis_y: FloatArray, x: Array
     return np.exp(out) * beyond
 
 
-def _peak_flops(gpu: GpuSpec, fmt: str) -> float:
-    """Dense tensor throughput of `gpu` for a GEMM of kernel format `fmt` [FLOP/s]."""
+def _peak_flops(gpu: GpuSpec, fmt: str, fp4: bool = True) -> float:
+    """Dense tensor throughput of `gpu` for a GEMM of kernel format `fmt` [FLOP/s]: FP4 GEMMs at the catalog's FP4
+    peak where it states one (and `fp4`), else at the FP8 peak, the conservative one."""
+    if fmt == "nvfp4" and fp4 and gpu.fp4_tflops:
+        return gpu.fp4_tflops * 1e12
     if fmt in ("fp8", "nvfp4") and gpu.fp8_tflops:
-        return gpu.fp8_tflops * 1e12  # NVFP4 peaks are not in the catalog: FP8's is the conservative one
+        return gpu.fp8_tflops * 1e12
     if fmt == "sq" and gpu.int8_tops:
         return gpu.int8_tops * 1e12
     return gpu.fp16_tflops * 1e12
 
 
-def _system_peak_flops(peaks: dict[str, Any], fmt: str) -> float:
+def _system_peak_flops(peaks: dict[str, Any], fmt: str, fp4: bool = True) -> float:
+    if fmt == "nvfp4" and fp4 and peaks.get("fp4_tflops"):
+        return peaks["fp4_tflops"] * 1e12
     if fmt in ("fp8", "nvfp4") and peaks.get("fp8_tflops"):
         return peaks["fp8_tflops"] * 1e12
     if fmt == "sq" and peaks.get("int8_tops"):
@@ -293,8 +300,10 @@ class GpuKernels:
         if self.basis.kind == "measured":
             return seconds
         peaks = self._peaks
-        source = gemm_roofline_s(peaks["mem_bw_gb_s"] * 1e9, _system_peak_flops(peaks, fmt), fmt, m, n, k)
-        target = gemm_roofline_s(self.gpu.memory_bandwidth_gb_s * 1e9, _peak_flops(self.gpu, fmt), fmt, m, n, k)
+        # FP4 peaks only where both GPUs state one, so that the two rooflines compare like with like.
+        fp4 = bool(peaks.get("fp4_tflops") and self.gpu.fp4_tflops)
+        source = gemm_roofline_s(peaks["mem_bw_gb_s"] * 1e9, _system_peak_flops(peaks, fmt, fp4), fmt, m, n, k)
+        target = gemm_roofline_s(self.gpu.memory_bandwidth_gb_s * 1e9, _peak_flops(self.gpu, fmt, fp4), fmt, m, n, k)
         return floor + np.maximum(seconds - floor, 0.0) * target / source
 
     def _relative_gemm(self, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray | None:

@@ -1,8 +1,13 @@
 """Weight precisions and KV-cache dtypes: bytes per parameter including quantisation scales.
 
-A quantised checkpoint keeps some tensors unquantised: AWQ/GPTQ/FP8 checkpoints keep the token embedding
+A quantised checkpoint keeps some tensors unquantised: AWQ/GPTQ/FP8/NVFP4 checkpoints keep the token embedding
 and the LM head in 16 bits, MXFP4 (gpt-oss) quantises only the MoE experts, GGUF and MLC quantise
 everything (GGUF mixes block types per tensor; the figure here is the file's average bits per weight).
+
+MXFP4 comes under two names because what it quantises differs and the weight bytes follow the name: `mxfp4` is
+gpt-oss's (the MoE experts only, the scenario format's `mxfp4`), `mxfp4-w4a4` AMD Quark's (every linear layer,
+weights and activations in MXFP4 on CDNA 4). The checkpoint catalog keeps Quark's repositories under
+`mxfp4-w4a4` (format `quark-mxfp4`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ class WeightPrecision:
     quantizes: which parameters use `bits_per_param`; the rest stay 16-bit:
       "all" (GGUF, MLC), "linear" (every linear layer but embedding and LM head), "experts" (MoE experts).
     compute: the tensor-core dtype of the matmuls: "fp16" (16-bit activations, weight-only quantisation
-      dequantises on the fly), "fp8" or "int8" (weights and activations in 8 bits).
+      dequantises on the fly), "fp8" or "int8" (weights and activations in 8 bits), "fp4" (weights and activations
+      in 4 bits on FP4 tensor cores: NVFP4 on Blackwell, MXFP4 on CDNA 4; on other GPUs an engine that runs the
+      format at all dequantises the weights to 16-bit math, which `checkpoints.gpu_problem` says where).
     """
 
     name: str
@@ -39,7 +46,8 @@ def _p(name: str, bits: float, quantizes: str, compute: str, description: str) -
 
 
 # Scale overheads: AWQ/GPTQ group 128 with an fp16 scale and a packed zero point per group
-# (4 + (16 + 4) / 128 bits); MXFP4 blocks of 32 with an 8-bit shared exponent (4 + 8 / 32);
+# (4 + (16 + 4) / 128 bits); MXFP4 blocks of 32 with an 8-bit shared exponent (4 + 8 / 32); NVFP4 blocks of 16
+# with an FP8 E4M3 scale (4 + 8 / 16) and one FP32 scale per tensor (nothing per parameter);
 # MLC q4f16_1 groups of 32 with an fp16 scale (4 + 16 / 32); GGUF figures are llama.cpp's quoted
 # bits per weight for the whole model file (ggml quantize table).
 WEIGHT_PRECISIONS: dict[str, WeightPrecision] = {
@@ -61,6 +69,11 @@ WEIGHT_PRECISIONS: dict[str, WeightPrecision] = {
         _p("gguf-q3_k_m", 3.91, "all", "fp16", "GGUF Q3_K_M"),
         _p("gguf-q2_k", 3.35, "all", "fp16", "GGUF Q2_K"),
         _p("mxfp4", 4.25, "experts", "fp16", "MXFP4 MoE experts (gpt-oss); other weights bf16"),
+        _p("mxfp4-w4a4", 4 + 8 / 32, "linear", "fp4",
+           "MXFP4 weights and activations on every linear layer (AMD Quark), blocks of 32 with an E8M0 scale"),
+        _p("nvfp4", 4 + 8 / 16, "linear", "fp4",
+           "NVFP4 (E2M1) weights and activations on every linear layer, an FP8 scale per 16 and an FP32 scale per "
+           "tensor; embedding and LM head 16-bit"),
         _p("mlc-q4f16_1", 4.5, "all", "fp16", "MLC-LLM 4-bit groups of 32 with fp16 scale"),
     )
 }
@@ -88,15 +101,20 @@ def resolve_kv_dtype(kv_dtype: str, weights: str, engine: str | None = None, che
       declare an FP8 KV cache. A model vendor's own FP8 repository (Qwen/*-FP8, fine-grained block
       scales) declares none. `checkpoint`: the repository or format when known; None on FP8 weights
       means ModelOpt, TensorRT-LLM's quantisation toolkit.
+      On NVFP4 weights it is FP8 only where the checkpoint is known to declare it (`checkpoint` "modelopt":
+      the catalog read `kv_cache_quant_algo: FP8` in its hf_quant_config.json); two of the nvidia/*-NVFP4
+      repositories read do, the others were not read.
     - vLLM, SGLang and the rest use the model's activation dtype: vLLM reads checkpoint KV scales but
       keeps a 16-bit cache unless `--kv-cache-dtype fp8` is given.
     """
     if kv_dtype != "auto":
         return kv_dtype
+    name = (checkpoint or "").lower()
     if engine == "tensorrt-llm" and weights == "fp8":
-        name = (checkpoint or "").lower()
         if not name or "modelopt" in name or name.startswith("nvidia/") or "nim" in name.split():
             return "fp8"
+    if engine == "tensorrt-llm" and weights == "nvfp4" and "modelopt" in name:
+        return "fp8"
     return "bf16"
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.architectures import ModelArchitecture
-from inferplan.planner.checkpoints import Checkpoint, checkpoint_for
+from inferplan.planner.checkpoints import Checkpoint, checkpoint_for, gpu_problem
 from inferplan.planner.engine_args import ENGINE_FLAGS, engine_flags, engine_launch, version_line
 from inferplan.planner.engines import (
     ENGINES,
@@ -226,7 +226,7 @@ def kv_hint(checkpoint: Checkpoint | str) -> str | None:
 
 
 def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision: WeightPrecision,
-                       checkpoint: Checkpoint | str) -> str | None:
+                       checkpoint: Checkpoint | str, version: str | None = None) -> str | None:
     if name not in SERVED_PRECISIONS.get(engine.name, ()):
         return f"{engine.name} does not serve {name} weights"
     if isinstance(checkpoint, str):
@@ -235,7 +235,8 @@ def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision
         return f"{name} needs FP8 tensor cores; {gpu.key} has none"
     if precision.compute == "int8" and not gpu.int8_tops:
         return f"{name} needs INT8 tensor cores; {gpu.key} has none in the catalog"
-    return None
+    problem = gpu_problem(checkpoint, engine.name, gpu.family, version)  # FP4 formats: GPUs and releases
+    return f"{problem} ({gpu.key})" if problem else None
 
 
 def _memory_problem(req: PlanRequest, shape: _Shape, memory: MemoryPlan, settings: EngineSettings) -> str | None:
@@ -282,6 +283,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     gpu, ti, pi, ki, ai, si = (axis.ravel() for axis in np.indices((*axes, len(modes), len(stages))))
     dp, ep, pp = np.array([m[0] for m in modes])[ai], np.array([m[1] for m in modes])[ai], stages[si]
     node_gpus = np.array([req.gpus_per_node.get(g.key, 8) for g in gpus])
+    domain_gpus = np.array([link_domain_gpus(req, g) for g in gpus])
     exists = (~dp | (np.array(req.tp_sizes)[ti] > 1)) & (
         (pp == 1) | (~dp & (np.array(req.tp_sizes)[ti] == node_gpus[gpu]) & (pp <= req.arch.num_layers)))
     gpu, ti, pi, ki, dp, ep, pp = (a[exists] for a in (gpu, ti, pi, ki, dp, ep, pp))
@@ -338,7 +340,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
         "memory", too_big, too_big, np.full(len(too_big), batch_sizes[0]), replica_price[too_big],
         lambda s: _memory_problem(req, shape(s), memory.plan((s, 0)), settings) or ""))
 
-    problems = [[_precision_problem(engine, g, name, p, c)
+    problems = [[_precision_problem(engine, g, name, p, c, req.engine_version)
                  for name, p, c in zip(req.precisions, precisions, checkpoints, strict=True)] for g in gpus]
     unsupported = np.array([[problem is not None for problem in row] for row in problems], dtype=bool)[gpu, pi]
     unserved = np.flatnonzero(unsupported)
@@ -353,14 +355,17 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     needed[gpu[row_shape], pi[row_shape]] = True
     flat = _shape_hardware(req, gpus, precisions, kv_bytes, engine, factors, pp,
                            np.ravel_multi_index((gpu, ti, pi, ki), axes), needed)
-    if np.any(over_nodes & placed):
-        flat = over_the_network(flat, over_nodes, req.network_gbps)
+    # Over nodes, a replica's collectives cross the network unless one NVLink domain joins its nodes (GB200 NVL72).
+    domain = domain_gpus[gpu]
+    over_network = over_nodes & (tp > domain)
+    if np.any(over_network & placed):
+        flat = over_the_network(flat, over_network, req.network_gbps)
     if np.any(pp > 1):
-        flat = over_the_pipeline(flat, req.network_gbps)
+        flat = over_the_pipeline(flat, req.network_gbps, tp * pp > domain)
     if np.any(dp):
         flat = with_dp_attention(flat, dp, attention)
     if np.any(ep):
-        flat = with_expert_parallel(flat, ep, req.arch, per_node)
+        flat = with_expert_parallel(flat, ep, req.arch, domain)
     return _Grid(gpus, gpu, tp, pi, ki, dp, pp, ep, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
                  tokens[row_shape, row_batch], rejected, checkpoints)
 
@@ -425,9 +430,10 @@ def with_expert_parallel(hw: Hardware, ep: NDArray[np.bool_], arch: ModelArchite
     rank holds 1/tp of the experts whole and sends its own tokens (1/tp of the replica's) to the ranks of their
     `experts_per_token` experts and back (DeepEP's dispatch in FP8, combine in BF16), in place of the all-reduces
     of tensor-parallel MoE layers; two such all-to-alls per layer, each with the link's latency. The bytes that
-    leave a GPU over its link: the share of destinations elsewhere, on other nodes for a replica over nodes
-    (whose link is then the NIC, `over_the_network`), else on the other GPUs of the node. Expressed in the
-    all-reduce terms of `performance.allreduce_s` (per token, per collective, before its ring factor)."""
+    leave a GPU over its link: the share of destinations elsewhere, outside its NVLink domain (`per_node`: the
+    node's GPUs, or `link_domain_gpus`) for a replica beyond it (whose link is then the NIC, `over_the_network`),
+    else on the other GPUs of the domain. Expressed in the all-reduce terms of `performance.allreduce_s` (per
+    token, per collective, before its ring factor)."""
     tp = np.asarray(hw.tp, dtype=float)
     remote = np.where(tp > per_node, (tp - per_node) / tp, (tp - 1.0) / np.maximum(tp, 1.0))
     per_token = arch.experts_per_token * arch.hidden_size * (EP_DISPATCH_BYTES + EP_COMBINE_BYTES) / 2.0
@@ -463,6 +469,12 @@ def pipeline_possible(req: PlanRequest) -> bool:
             and flags.pp[0] in engine_flags()[req.engine][line]["flags"])
 
 
+def link_domain_gpus(req: PlanRequest, gpu: GpuSpec) -> int:
+    """GPUs one replica of `gpu` reaches without the nodes' network: a node's (`req.gpus_per_node`), or the NVLink
+    domain that joins several nodes (GB200 NVL72: 72 GPUs in trays of 4, `GpuSpec.nvlink_domain_gpus`)."""
+    return gpu.link_domain_gpus(req.gpus_per_node.get(gpu.key, 8))
+
+
 def _placement_problem(req: PlanRequest, tp: int, key: str, per_node: int) -> str:
     if req.max_nodes_per_replica == 1:
         return (f"TP {tp} needs {tp} {key} in one node; nodes have {per_node} (constraints.maxNodesPerReplica "
@@ -487,17 +499,21 @@ def over_the_network(hw: Hardware, over_nodes: NDArray[np.bool_], network_gbps: 
                    link_latency_s=np.where(over_nodes, INTER_NODE_ALLREDUCE_LATENCY_S, hw.link_latency_s))
 
 
-def over_the_pipeline(hw: Hardware, network_gbps: float) -> Hardware:
+def over_the_pipeline(hw: Hardware, network_gbps: float,
+                      over_network: NDArray[np.bool_] | bool = True) -> Hardware:
     """`hw` (one row per shape) with the sends between pipeline stages on separate nodes: a stage sends each
     token's hidden state (the all-reduce's bytes) to the next at the NIC's rate (`network_gbps` at
-    LINK_EFFICIENCY) after INTER_NODE_ALLREDUCE_LATENCY_S; pp - 1 sends per pass, counted per stage."""
+    LINK_EFFICIENCY) after INTER_NODE_ALLREDUCE_LATENCY_S; pp - 1 sends per pass, counted per stage. On the rows
+    not `over_network` (all stages within one NVLink domain, `link_domain_gpus`) at the link's rate and latency."""
     from inferplan.planner.disaggregated import LINK_EFFICIENCY
 
     nic = network_gbps * 1e9 / 8.0 * LINK_EFFICIENCY
     pp = np.asarray(hw.pp, dtype=float)
     share = (pp - 1.0) / pp
-    return replace(hw, stage_send_latency_s=share * INTER_NODE_ALLREDUCE_LATENCY_S,
-                   stage_send_s_per_token=share * np.asarray(hw.allreduce_bytes_per_token) / nic)
+    rate = np.where(over_network, nic, hw.link_bytes_s)
+    latency = np.where(over_network, INTER_NODE_ALLREDUCE_LATENCY_S, hw.link_latency_s)
+    return replace(hw, stage_send_latency_s=share * latency,
+                   stage_send_s_per_token=share * np.asarray(hw.allreduce_bytes_per_token) / rate)
 
 
 def _grid_rate(low: NDArray[np.float64], high: NDArray[np.float64], k: NDArray[np.int_]) -> NDArray[np.float64]:
@@ -936,8 +952,9 @@ def _assumptions(req: PlanRequest, settings: EngineSettings) -> list[str]:
         notes.append("GPU types: the catalog's datacenter and workstation GPUs; consumer (GeForce) cards are left "
                      "out, their driver licence forbids datacenter use: name them in constraints.gpuTypes to plan "
                      "them")
-    notes.append("GPUs per node: the catalog's common chassis (HGX and OAM boards 8, GH200 1, PCIe servers 8, "
-                 "workstations 4) unless constraints.gpusPerNode or the cluster's nodes say otherwise")
+    notes.append("GPUs per node: the catalog's common chassis (HGX and OAM boards 8, GB200 NVL72 trays 4 in one "
+                 "NVLink domain of 72, GH200 1, PCIe servers 8, workstations 4) unless constraints.gpusPerNode or the "
+                 "cluster's nodes say otherwise")
     if req.max_model_len is None:
         covers = 1.0 - context_overflow(req, settings.max_model_len)
         notes.append(f"max model length {settings.max_model_len}: "
@@ -1605,13 +1622,13 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
                                       tp, pp, dp_attention=candidate.data_parallel_attention)[0]
     hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
                               factors.engine_on(engine.name, gpu.key, gpu.vendor), tp, pp)
-    if tp > req.gpus_per_node.get(gpu.key, 8):
+    domain = link_domain_gpus(req, gpu)
+    if tp > domain:
         hardware = over_the_network(hardware, np.array(True), req.network_gbps)
     if pp > 1:
-        hardware = over_the_pipeline(hardware, req.network_gbps)
+        hardware = over_the_pipeline(hardware, req.network_gbps, np.array(tp * pp > domain))
     if candidate.data_parallel_attention:
         hardware = with_dp_attention(hardware, np.array(True), attention_weight_bytes(req.arch, precision))
     if candidate.expert_parallel:
-        hardware = with_expert_parallel(hardware, np.array(True), req.arch,
-                                        np.array(req.gpus_per_node.get(gpu.key, 8)))
+        hardware = with_expert_parallel(hardware, np.array(True), req.arch, np.array(domain))
     return Deployment(hardware, settings, memory)

@@ -278,3 +278,9 @@ def test_a_deployment_with_data_parallel_attention_reads_back_as_such() -> None:
     assert current.shape.expert_parallel == rec.expert_parallel == ("--ep-size" in rec.engine_args)
     plain = [a for a in rec.engine_args if a != "--enable-dp-attention"]  # the switch is what says it
     assert "data_parallel_attention" not in read_deployment(vllm_deployment(plain), "sglang")
+
+
+def test_an_sglang_nvfp4_launch_reads_back_as_nvfp4() -> None:
+    # The planner launches SGLang on a ModelOpt NVFP4 checkpoint with --quantization modelopt_fp4.
+    body = vllm_deployment(["--model-path", "nvidia/DeepSeek-R1-0528-FP4", "--quantization", "modelopt_fp4"])
+    assert read_deployment(body, "sglang")["precision"] == "nvfp4"

@@ -26,6 +26,8 @@ CATALOG = load_model_catalog()
 # gpt-oss's published active counts (3.61B, 5.13B in its model card) leave out the input embedding,
 # which a token only indexes; our active count includes both embedding tables like the other families.
 ACTIVE_EXCLUDES_INPUT_EMBEDDING = {"openai/gpt-oss-20b", "openai/gpt-oss-120b"}
+# Kimi-K2's README rounds its counts to "1T" and "32B"; the config gives 1.026T and 32.9B (+2.6%, +2.7%).
+PUBLISHED_TOLERANCE = {"moonshotai/Kimi-K2-Instruct": 0.03}
 
 # -- catalog -------------------------------------------------------------------------------------
 
@@ -76,19 +78,24 @@ def test_catalog_has_at_least_30_models() -> None:
         "deepseek-ai/DeepSeek-R1",
         "openai/gpt-oss-20b",
         "openai/gpt-oss-120b",
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+        "Qwen/Qwen3-235B-A22B-Instruct-2507",
+        "deepseek-ai/DeepSeek-V3.1",
+        "moonshotai/Kimi-K2-Instruct",
     ],
 )
 def test_required_model_is_in_catalog(name: str) -> None:
     assert resolve_model(name).num_layers > 0
 
 
-# Added to catalog-facts on 2026-12-03; the catalog takes them with the issue on today's models (35): Llama 4's
-# interleaved MoE and chunked attention, MLA variants, the 2507 release.
-PENDING_MODELS = {"meta-llama/Llama-4-Scout-17B-16E-Instruct", "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
-                  "Qwen/Qwen3-235B-A22B-Instruct-2507", "deepseek-ai/DeepSeek-V3.1", "moonshotai/Kimi-K2-Instruct"}
+# Facts models the catalog does not hold yet (none since the issue on today's models, 35).
+PENDING_MODELS: set[str] = set()
 # Repositories of an architecture the catalog holds under another name: they resolve to it.
+# Qwen3-235B-A22B-Instruct-2507 is not one: its context (262144) differs from the base model's (40960).
 SAME_ARCHITECTURE = {"deepseek-ai/DeepSeek-R1": "deepseek-ai/DeepSeek-V3",
                      "deepseek-ai/DeepSeek-R1-0528": "deepseek-ai/DeepSeek-V3",
+                     "deepseek-ai/DeepSeek-V3.1": "deepseek-ai/DeepSeek-V3",
                      "Qwen/Qwen2.5-72B-Instruct": "Qwen/Qwen2.5-72B"}
 
 
@@ -127,6 +134,9 @@ def test_every_facts_model_is_in_catalog_or_pending() -> None:
         ("gpt-oss-120b", "openai/gpt-oss-120b"),
         ("deepseek-r1", "deepseek-ai/DeepSeek-V3"),
         ("DeepSeek-R1", "deepseek-ai/DeepSeek-V3"),
+        ("deepseek-v3.1", "deepseek-ai/DeepSeek-V3"),
+        ("llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E-Instruct"),
+        ("Kimi-K2", "moonshotai/Kimi-K2-Instruct"),
     ],
 )
 def test_alias_resolves_ignoring_case_and_separators(alias: str, repo_id: str) -> None:
@@ -167,7 +177,8 @@ PUBLISHED_ACTIVE = [m for m in CATALOG if m.params_active_published]
 
 @pytest.mark.parametrize("model", PUBLISHED_TOTAL, ids=lambda m: m.repo_id)
 def test_param_count_within_2_percent_of_published(model: ModelArchitecture) -> None:
-    assert model.param_count() == pytest.approx(model.params_total_published, rel=0.02)
+    tolerance = PUBLISHED_TOLERANCE.get(model.repo_id, 0.02)
+    assert model.param_count() == pytest.approx(model.params_total_published, rel=tolerance)
 
 
 @pytest.mark.parametrize("model", PUBLISHED_ACTIVE, ids=lambda m: m.repo_id)
@@ -175,7 +186,7 @@ def test_active_param_count_within_2_percent_of_published(model: ModelArchitectu
     active = model.active_param_count()
     if model.repo_id in ACTIVE_EXCLUDES_INPUT_EMBEDDING:
         active -= model.vocab_size * model.hidden_size
-    assert active == pytest.approx(model.params_active_published, rel=0.02)
+    assert active == pytest.approx(model.params_active_published, rel=PUBLISHED_TOLERANCE.get(model.repo_id, 0.02))
 
 
 def test_every_catalog_model_has_a_published_total() -> None:
@@ -193,6 +204,10 @@ def test_every_catalog_model_has_a_published_total() -> None:
         ("mistralai/Mixtral-8x7B-v0.1", 46.7e9, 12.9e9),
         ("deepseek-ai/DeepSeek-V3", 671e9, 37e9),
         ("Qwen/Qwen3-235B-A22B", 235e9, 22e9),
+        ("Qwen/Qwen3-235B-A22B-Instruct-2507", 235e9, 22e9),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 109e9, 17e9),
+        ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", 400e9, 17e9),
+        ("deepseek-ai/DeepSeek-V3.1", 671e9, 37e9),
     ],
 )
 def test_headline_counts(name: str, total: float, active: float) -> None:
@@ -232,6 +247,11 @@ def test_qwen2_counts_qkv_bias() -> None:
         ("meta-llama/Llama-2-7b-hf", 2, 32 * 2 * 32 * 128 * 2),
         ("Qwen/Qwen2-7B", 2, 28 * 2 * 4 * 128 * 2),
         ("deepseek-ai/DeepSeek-V3", 2, 61 * 576 * 2),
+        ("deepseek-ai/DeepSeek-V3.1", 2, 61 * 576 * 2),
+        ("moonshotai/Kimi-K2-Instruct", 2, 61 * 576 * 2),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 2, 48 * 2 * 8 * 128 * 2),
+        ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", 2, 48 * 2 * 8 * 128 * 2),
+        ("Qwen/Qwen3-235B-A22B-Instruct-2507", 2, 94 * 2 * 4 * 128 * 2),
     ],
 )
 def test_kv_bytes_per_token(name: str, dtype_bytes: float, expected: int) -> None:
@@ -610,3 +630,117 @@ def test_qwen3_14b_matches_its_published_parameter_count() -> None:
     arch = resolve_model("Qwen/Qwen3-14B")
     assert arch.param_count() == pytest.approx(14.8e9, rel=0.01)  # model card: 14.8B, 13.2B non-embedding
     assert arch.param_count() - 2 * arch.vocab_size * arch.hidden_size == pytest.approx(13.2e9, rel=0.01)
+
+
+# -- today's models (issue 35) -------------------------------------------------------------------
+# Hand counts from the config fields (sources in models.json); published figures in the comments.
+
+LLAMA4_ATTENTION = 2 * 5120 * 40 * 128 + 2 * 5120 * 8 * 128  # q, o; k, v (no bias; the L2 qk-norm has no weights)
+LLAMA4_EXPERT = 3 * 5120 * 8192  # gate, up, down of one expert (and of the shared expert)
+LLAMA4_EMBEDDINGS = 2 * 202048 * 5120  # untied
+LLAMA4_NORMS = 48 * 2 * 5120 + 5120
+
+
+def test_llama4_scout_counts_and_kv() -> None:
+    scout = resolve_model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    per_layer = LLAMA4_ATTENTION + (16 + 1) * LLAMA4_EXPERT + 5120 * 16  # 16 routed + 1 shared, router
+    assert scout.param_count() == LLAMA4_EMBEDDINGS + LLAMA4_NORMS + 48 * per_layer  # 107.77B; card: 109B
+    active_layer = LLAMA4_ATTENTION + (1 + 1) * LLAMA4_EXPERT + 5120 * 16
+    assert scout.active_param_count() == LLAMA4_EMBEDDINGS + LLAMA4_NORMS + 48 * active_layer  # 17.17B; card: 17B
+    assert (scout.moe_layer_count, scout.first_dense_layers, scout.num_shared_experts) == (48, 0, 1)
+    assert scout.kv_bytes_per_token(2) == 48 * 2 * 8 * 128 * 2 == 196608
+
+
+def test_llama4_maverick_interleaves_dense_and_moe_layers() -> None:
+    maverick = resolve_model("meta-llama/Llama-4-Maverick-17B-128E-Instruct")
+    assert (maverick.moe_layer_count, maverick.first_dense_layers) == (24, 24)
+    assert maverick.intermediate_size == 16384 and maverick.expert_intermediate_size == 8192
+    dense = 3 * 5120 * 16384
+    moe = (128 + 1) * LLAMA4_EXPERT + 5120 * 128
+    attention = 48 * LLAMA4_ATTENTION
+    assert maverick.param_count() == LLAMA4_EMBEDDINGS + LLAMA4_NORMS + attention + 24 * dense + 24 * moe  # 400.71B
+    active_moe = 2 * LLAMA4_EXPERT + 5120 * 128
+    assert maverick.active_param_count() == (LLAMA4_EMBEDDINGS + LLAMA4_NORMS + attention + 24 * dense
+                                             + 24 * active_moe)  # 17.18B; card: 17B
+    assert maverick.kv_bytes_per_token(2) == 196608
+
+
+def test_llama4_chunked_layers_hold_one_chunk() -> None:
+    for name in ("llama-4-scout", "llama-4-maverick"):
+        model = resolve_model(name)
+        assert model.layer_windows[:4] == (8192, 8192, 8192, None)  # NoPE global attention on every 4th layer
+        assert model.full_attention_layers() == 12
+        per_layer = 2 * 8 * 128 * 2
+        assert model.kv_bytes_for_context(100_000, 2) == (12 * 100_000 + 36 * 8192) * per_layer
+        assert model.kv_bytes_for_context(4000, 2) == 4000 * model.kv_bytes_per_token(2)
+
+
+def test_kimi_k2_is_deepseek_v3_with_more_experts_and_fewer_heads() -> None:
+    kimi = resolve_model("moonshotai/Kimi-K2-Instruct")
+    v3 = resolve_model("deepseek-ai/DeepSeek-V3")
+    assert kimi.architecture == v3.architecture and kimi.is_mla
+    assert (kimi.num_attention_heads, kimi.num_experts, kimi.experts_per_token, kimi.num_shared_experts,
+            kimi.first_dense_layers) == (64, 384, 8, 1, 1)
+    attention = (7168 * 1536 + 1536 + 1536 * 64 * 192  # q_a, q_a norm, q_b
+                 + 7168 * 576 + 512 + 512 * 64 * 256  # kv_a (latent + rope key), kv_a norm, kv_b
+                 + 64 * 128 * 7168)  # o
+    expert = 3 * 7168 * 2048
+    router = 7168 * 384 + 384  # gate and e_score_correction_bias
+    base = 2 * 163840 * 7168 + 61 * (attention + 2 * 7168) + 7168 + 3 * 7168 * 18432
+    assert kimi.param_count() == base + 60 * ((384 + 1) * expert + router)  # 1.026T; README: 1T
+    assert kimi.active_param_count() == base + 60 * ((8 + 1) * expert + router)  # 32.86B; README: 32B
+    assert kimi.kv_bytes_per_token(2) == 61 * (512 + 64) * 2 == 70272
+
+
+def test_qwen3_2507_differs_from_its_base_only_in_context() -> None:
+    new = resolve_model("Qwen/Qwen3-235B-A22B-Instruct-2507")
+    base = resolve_model("Qwen/Qwen3-235B-A22B")
+    assert new is not base
+    assert (new.max_position_embeddings, base.max_position_embeddings) == (262144, 40960)
+    assert dataclasses.replace(new, repo_id=base.repo_id, aliases=base.aliases, max_position_embeddings=40960,
+                               unverified_fields=base.unverified_fields, sources=base.sources) == base
+    assert new.param_count() == base.param_count()  # 235.09B; 235B by name
+    assert new.kv_bytes_per_token(2) == 94 * 2 * 4 * 128 * 2 == 192512
+
+
+def test_deepseek_v31_is_an_alias_of_v3() -> None:
+    assert resolve_model("deepseek-ai/DeepSeek-V3.1") is resolve_model("deepseek-ai/DeepSeek-V3")
+
+
+LLAMA4_TEXT = {
+    "num_hidden_layers": 8, "hidden_size": 512, "intermediate_size": 256, "intermediate_size_mlp": 1024,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000,
+    "max_position_embeddings": 65536, "num_local_experts": 4, "num_experts_per_tok": 1, "attention_chunk_size": 512,
+}
+
+
+def _llama4(**text: object) -> ModelArchitecture:
+    return from_hf_config({"architectures": ["Llama4ForConditionalGeneration"],
+                           "text_config": {**LLAMA4_TEXT, **text}})
+
+
+def test_llama4_config_parsing() -> None:
+    every = _llama4()
+    assert (every.moe_layer_count, every.num_shared_experts, every.shared_expert_intermediate_size) == (8, 1, 256)
+    assert every.layer_windows == (512, 512, 512, None) * 2
+    interleaved = _llama4(interleave_moe_layer_step=2)
+    assert (interleaved.moe_layer_count, interleaved.first_dense_layers, interleaved.intermediate_size) == (4, 4, 1024)
+    assert _llama4(moe_layers=[0, 5]).moe_layer_count == 2  # an explicit list wins over the step
+    assert _llama4(no_rope_layers=[1, 0] * 4).layer_windows == (512, None) * 4
+    assert _llama4(no_rope_layer_interval=2).full_attention_layers() == 4
+    assert _llama4(attention_chunk_size=None).layer_windows == ()
+    assert _llama4(n_shared_experts=0).num_shared_experts == 0  # a stated count is kept
+    for bad, field in (({"no_rope_layers": [1, 0]}, "no_rope_layers"), ({"moe_layers": [9]}, "moe_layers"),
+                       ({"interleave_moe_layer_step": 0}, "interleave_moe_layer_step")):
+        with pytest.raises(ValueError, match=field):
+            _llama4(**bad)
+
+
+def test_qwen_sparse_step_and_dense_layers_anywhere_are_counted() -> None:
+    config = {"architectures": ["Qwen2MoeForCausalLM"], "num_hidden_layers": 8, "hidden_size": 512,
+              "intermediate_size": 1024, "moe_intermediate_size": 128, "num_attention_heads": 8,
+              "num_key_value_heads": 8, "vocab_size": 1000, "max_position_embeddings": 4096, "num_experts": 4,
+              "num_experts_per_tok": 2}
+    assert from_hf_config({**config, "decoder_sparse_step": 2}).moe_layer_count == 4  # layers 1, 3, 5, 7
+    assert from_hf_config({**config, "mlp_only_layers": [2, 6]}).first_dense_layers == 2
+    assert from_hf_config({**config, "decoder_sparse_step": 2, "mlp_only_layers": [1, 2]}).moe_layer_count == 3

@@ -32,7 +32,7 @@ PINNED: list[tuple[str, str]] = [
 FORMATS: dict[str, list[str]] = {
     "bf16": ["native"], "fp16": ["native"], "fp8": ["online", "modelopt-fp8", "compressed-tensors-fp8", "autofp8"],
     "int8-w8a8": ["compressed-tensors-int8"], "int4-awq": ["awq"], "int4-gptq": ["gptq"], "int8-gptq": ["gptq"],
-    "mxfp4": ["native"],
+    "mxfp4": ["native"], "nvfp4": ["modelopt-nvfp4", "compressed-tensors-nvfp4"], "mxfp4-w4a4": ["quark-mxfp4"],
 }
 
 

@@ -9,6 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from inferplan.planner.gpus import (
     FIGURES,
     KERNEL_FIGURES,
+    OPTIONAL_FIGURES,
     GpuCatalogError,
     GpuProductLabel,
     load_gpu_catalog,
@@ -23,6 +25,7 @@ from inferplan.planner.gpus import (
     parse_gpu_product,
     resolve_gpu,
 )
+from inferplan.planner.kernels import gpu_kernels, kernel_basis, kernel_tables
 from inferplan.planner.names import CatalogLookupError
 
 
@@ -34,9 +37,9 @@ def _raw_file() -> dict[str, Any]:
 REQUIRED_KEYS = [
     "A100-SXM4-40GB", "A100-SXM4-80GB", "A100-PCIe-40GB", "A100-PCIe-80GB",
     "H100-SXM5-80GB", "H100-PCIe-80GB", "H100-NVL-94GB", "H200-SXM-141GB", "H200-NVL-141GB",
-    "GH200-96GB-HBM3", "GH200-144GB-HBM3e", "B200", "L40S", "L40", "L4", "T4", "A10G", "A10", "A40",
-    "RTX-A6000", "RTX-6000-Ada", "RTX-3080-10GB", "RTX-3090", "RTX-3090-Ti", "RTX-4080-16GB", "RTX-4090",
-    "RTX-5090", "MI300X", "MI325X",
+    "GH200-96GB-HBM3", "GH200-144GB-HBM3e", "H20-96GB", "B200", "B300-SXM6-AC", "GB200-NVL72", "L40S", "L40",
+    "L4", "T4", "A10G", "A10", "A40", "RTX-A6000", "RTX-6000-Ada", "RTX-3080-10GB", "RTX-3090", "RTX-3090-Ti",
+    "RTX-4080-16GB", "RTX-4090", "RTX-5090", "MI300X", "MI325X", "MI355X",
 ]  # fmt: skip
 
 # GFD nvidia.com/gpu.product values, old-driver and in-the-wild names, AMD labeller names -> canonical key.
@@ -68,12 +71,17 @@ LABELS = {
     "NVIDIA-A10": "A10",
     "NVIDIA-L4": "L4",
     "NVIDIA-B200": "B200",
+    "NVIDIA-B300-SXM6-AC": "B300-SXM6-AC",
+    "NVIDIA-GB200": "GB200-NVL72",
+    "NVIDIA-H20": "H20-96GB",
     "A100-SXM4-40GB": "A100-SXM4-40GB",
     "NVIDIA-A100-PCIE-80GB": "A100-PCIe-80GB",
     "NVIDIA-H100-SXM5-80GB": "H100-SXM5-80GB",
     "AMD_Instinct_MI300X_OAM": "MI300X",
     "AMD-Instinct-MI300X": "MI300X",
     "AMD-Instinct-MI325X": "MI325X",
+    "AMD_Instinct_MI355_OAM": "MI355X",
+    "AMD-Instinct-MI355X": "MI355X",
 }
 
 MARKETING = {
@@ -102,6 +110,13 @@ MARKETING = {
     "A10": "A10",
     "A10G": "A10G",
     "B200": "B200",
+    "B300": "B300-SXM6-AC",
+    "HGX B300": "B300-SXM6-AC",
+    "GB200": "GB200-NVL72",
+    "GB200 NVL72": "GB200-NVL72",
+    "H20": "H20-96GB",
+    "H20 96GB": "H20-96GB",
+    "MI355X": "MI355X",
 }
 
 
@@ -124,8 +139,9 @@ def test_every_figure_has_dated_provenance() -> None:
     stated_kernel_figures = 0
     for spec in catalog:
         provenance = catalog.provenance(spec.key)
-        kernel = set(provenance) - set(FIGURES)
+        kernel = set(provenance) - set(FIGURES) - set(OPTIONAL_FIGURES)
         assert set(provenance) >= set(FIGURES) and kernel <= set(KERNEL_FIGURES), spec.key
+        assert ("fp4_tflops" in provenance) == (spec.fp4_tflops is not None), spec.key
         assert kernel == {name for name, _ in spec.kernel_figures}, spec.key
         stated_kernel_figures += len(kernel)
         for field, figure in provenance.items():
@@ -150,7 +166,8 @@ def test_published_kernel_figures_are_shares_of_the_catalogs_own_peaks() -> None
             assert value > 0, (spec.key, name)
             if name.endswith("_efficiency"):
                 assert value <= 1.0, (spec.key, name)
-        assert figures["allreduce_busbw_gb_s"] <= spec.interconnect_gb_s, spec.key  # a bus cannot beat its links
+        if "allreduce_busbw_gb_s" in figures:  # a bus cannot beat its links
+            assert figures["allreduce_busbw_gb_s"] <= spec.interconnect_gb_s, spec.key
     assert set(dict(resolve_gpu("MI300X").kernel_figures)) == set(KERNEL_FIGURES)
 
 
@@ -214,7 +231,7 @@ def test_data_file_is_ascii() -> None:
 def test_field_ranges_and_enums() -> None:
     for spec in load_gpu_catalog():
         assert spec.vendor in ("nvidia", "amd")
-        assert spec.family in ("turing", "ampere", "ada", "hopper", "blackwell", "cdna3")
+        assert spec.family in ("turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
         assert spec.segment in ("datacenter", "workstation", "consumer")
         assert spec.interconnect in ("nvlink", "xgmi", "pcie")
         assert spec.memory_bytes > 0 and spec.memory_bytes % 2**20 == 0
@@ -223,6 +240,11 @@ def test_field_ranges_and_enums() -> None:
         assert spec.key in spec.names
         if spec.interconnect == "pcie":
             assert spec.interconnect_gb_s == spec.pcie_gb_s
+        if spec.fp4_tflops is not None:  # FP4 runs at least at the FP8 rate where a GPU has it
+            assert spec.family in ("blackwell", "cdna4") and spec.fp8_tflops, spec.key
+            assert spec.fp4_tflops >= spec.fp8_tflops, spec.key
+        if spec.nvlink_domain_gpus is not None:
+            assert spec.interconnect == "nvlink" and spec.nvlink_domain_gpus > spec.gpus_per_node, spec.key
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -283,6 +305,151 @@ def test_prices_from_quotes_and_estimates() -> None:
     assert resolve_gpu("A10G").usd_per_hour == pytest.approx(1.006)
     estimate = resolve_gpu("RTX 4090")
     assert "usd_per_hour" in estimate.unverified_fields and estimate.price_as_of
+
+
+# GPUs added from the facts of 2026-12-03: each resolves by its node label and common names, states its sourced
+# figures and price, and says what its kernel times rest on.
+
+
+def _system_peaks(system: str) -> dict[str, float]:
+    return kernel_tables()["systems"][system]["peaks"]
+
+
+def test_b300_figures_and_its_own_measured_kernels() -> None:
+    b300 = resolve_gpu("NVIDIA-B300-SXM6-AC")
+    assert b300.key == "B300-SXM6-AC" and resolve_gpu("B300") is b300 and resolve_gpu("nvidia b300 sxm6 ac") is b300
+    assert (b300.family, b300.product_label, b300.gpus_per_node) == ("blackwell", "NVIDIA-B300-SXM6-AC", 8)
+    assert b300.memory_bytes == 275040 * 2**20 and b300.memory_gb == 288  # nvidia-smi MiB, per aiconfigurator
+    assert (b300.memory_bandwidth_gb_s, b300.fp16_tflops, b300.fp8_tflops, b300.int8_tops, b300.fp4_tflops) == (
+        7750, 2250, 4500, 153.5, 14000)
+    assert (b300.interconnect, b300.interconnect_gb_s, b300.nvlink_domain_gpus) == ("nvlink", 900, None)
+    assert (b300.usd_per_hour, b300.price_as_of) == (5.0, "2026-01-01")
+    # The figures the sources disagree on say so; the memory and the peaks do not.
+    assert {"int8_tops", "fp4_tflops", "pcie_gb_s"} <= set(b300.unverified_fields)
+    assert not {"memory_bytes", "memory_bandwidth_gb_s", "fp16_tflops", "fp8_tflops"} & set(b300.unverified_fields)
+    basis = kernel_basis(b300)
+    assert (basis.kind, basis.system) == ("measured", "b300_sxm")
+    peaks = _system_peaks("b300_sxm")  # the catalog's figures are the ones its measured tables were taken with
+    assert (peaks["mem_bw_gb_s"], peaks["bf16_tflops"], peaks["fp8_tflops"], peaks["fp4_tflops"]) == (
+        b300.memory_bandwidth_gb_s, b300.fp16_tflops, b300.fp8_tflops, b300.fp4_tflops)
+
+
+def test_gb200_is_per_gpu_in_trays_of_four_with_one_nvlink_domain_of_72() -> None:
+    gb200 = resolve_gpu("NVIDIA-GB200")
+    assert gb200.key == "GB200-NVL72" and resolve_gpu("GB200") is gb200 and resolve_gpu("GB200 NVL72") is gb200
+    assert gb200.memory_bytes == 189471 * 2**20 and gb200.memory_gb == 186
+    assert (gb200.memory_bandwidth_gb_s, gb200.fp16_tflops, gb200.fp8_tflops, gb200.int8_tops,
+            gb200.fp4_tflops) == (8000, 2500, 5000, 5000, 10000)
+    assert (gb200.gpus_per_node, gb200.nvlink_domain_gpus, gb200.interconnect_gb_s) == (4, 72, 900)
+    assert gb200.link_domain_gpus(4) == 72 and gb200.link_domain_gpus(8) == 72
+    assert resolve_gpu("B200").link_domain_gpus(8) == 8 and resolve_gpu("B200").link_domain_gpus(4) == 4
+    # No per-GPU quote exists: a Superchip's (2 GPUs and a Grace CPU), halved, and flagged as such.
+    assert gb200.usd_per_hour == pytest.approx(9.08 / 2) and "usd_per_hour" in gb200.unverified_fields
+    assert "tdp_w" in gb200.unverified_fields
+    basis = kernel_basis(gb200)
+    assert (basis.kind, basis.system) == ("measured", "gb200")
+    peaks = _system_peaks("gb200")
+    assert (peaks["mem_bw_gb_s"], peaks["bf16_tflops"], peaks["fp8_tflops"], peaks["fp4_tflops"]) == (
+        gb200.memory_bandwidth_gb_s, gb200.fp16_tflops, gb200.fp8_tflops, gb200.fp4_tflops)
+
+
+def test_h20_scales_the_h100s_kernels_to_its_own_peaks() -> None:
+    """The H20 is the GH100 die with a fraction of the H100's tensor throughput and more bandwidth: on the H100's
+    tables scaled to its peaks, a compute-bound GEMM takes the ratio of the peaks longer, a weight read less."""
+    h20, h100 = resolve_gpu("NVIDIA-H20"), resolve_gpu("H100")
+    assert h20.key == "H20-96GB" and resolve_gpu("H20") is h20 and resolve_gpu("H20 96GB") is h20
+    assert (h20.family, h20.product_label, h20.memory_gb) == ("hopper", "NVIDIA-H20", 96)
+    assert (h20.memory_bandwidth_gb_s, h20.fp16_tflops, h20.fp8_tflops, h20.int8_tops) == (4000, 148, 296, 296)
+    assert (h20.interconnect, h20.interconnect_gb_s, h20.sm_count, h20.tdp_w) == ("nvlink", 450, 78, 400)
+    assert h20.usd_per_hour > 0 and "usd_per_hour" in h20.unverified_fields
+    # Third-party figures only (the facts rate them low): flagged, so a plan on the H20 warns.
+    assert {"memory_bandwidth_gb_s", "fp16_tflops", "fp8_tflops"} <= set(h20.unverified_fields)
+    basis = kernel_basis(h20)
+    assert (basis.kind, basis.system) == ("scaled", "h100_sxm") and h20.display_name in basis.note
+    slow, fast = gpu_kernels(h20, "vllm"), gpu_kernels(h100, "vllm")
+    assert slow.gemm_s("bfloat16", 8192, 8192, 8192) / fast.gemm_s("bfloat16", 8192, 8192, 8192) == pytest.approx(
+        989 / 148, rel=0.02)
+    assert slow.gemm_s("bfloat16", 1, 8192, 8192) < fast.gemm_s("bfloat16", 1, 8192, 8192)
+    # It takes no name of the H200, nor the 141 GB H20-3e's label.
+    assert resolve_gpu("H200").key == "H200-SXM-141GB"
+    with pytest.raises(CatalogLookupError):
+        resolve_gpu("NVIDIA-H20-3e")
+
+
+def test_mi355x_rests_on_its_published_gemm_figures_and_the_defaults_for_the_rest() -> None:
+    mi355x = resolve_gpu("AMD_Instinct_MI355_OAM")
+    assert mi355x.key == "MI355X"
+    for name in ("MI355X", "AMD-Instinct-MI355X", "amd instinct mi355x", "0x75a3"):
+        assert resolve_gpu(name) is mi355x, name
+    assert (mi355x.vendor, mi355x.family, mi355x.product_label_key) == ("amd", "cdna4", "amd.com/gpu.product-name")
+    assert mi355x.memory_gb == 288 and mi355x.memory_gib == pytest.approx(288, abs=0.1)
+    assert (mi355x.memory_bandwidth_gb_s, mi355x.fp16_tflops, mi355x.fp8_tflops, mi355x.int8_tops,
+            mi355x.fp4_tflops) == (8000, 2500, 5000, 5000, 10100)
+    assert (mi355x.interconnect, mi355x.interconnect_gb_s, mi355x.tdp_w) == ("xgmi", 535.5, 1400)
+    assert mi355x.usd_per_hour > 0 and "usd_per_hour" in mi355x.unverified_fields
+    # Only what was published: MAMF 1565 TFLOPS BF16 and hipBLASLt 3130 TFLOPS FP8, as shares of the catalog peaks.
+    figures = dict(mi355x.kernel_figures)
+    assert figures == {"gemm_bf16_efficiency": 0.626, "gemm_fp8_efficiency": 0.626}
+    assert figures["gemm_bf16_efficiency"] * mi355x.fp16_tflops == pytest.approx(1565.0, rel=1e-3)
+    assert figures["gemm_fp8_efficiency"] * mi355x.fp8_tflops == pytest.approx(3130.2, rel=1e-3)
+    basis = kernel_basis(mi355x)
+    assert (basis.kind, basis.system) == ("published", None) and mi355x.display_name in basis.note
+    kernels = gpu_kernels(mi355x, "vllm")
+    reached = 2.0 * 8192**3 / float(kernels.gemm_s("bfloat16", 8192, 8192, 8192)) / (mi355x.fp16_tflops * 1e12)
+    assert 0.55 < reached <= figures["gemm_bf16_efficiency"]
+    # No single-node all-reduce was published: none is made up, the links' rated figures serve instead.
+    assert kernels.allreduce_s(np.array([2.0**20]), 8) is None
+
+
+def test_fp4_peaks_where_the_facts_give_them() -> None:
+    """Dense FP4 (NVFP4 / MXFP4) for the Blackwell datacenter GPUs and the MI355X; None elsewhere."""
+    fp4 = {spec.key: spec.fp4_tflops for spec in load_gpu_catalog() if spec.fp4_tflops is not None}
+    assert fp4 == {"B200": 9000, "B300-SXM6-AC": 14000, "GB200-NVL72": 10000, "MI355X": 10100}
+    assert resolve_gpu("H100").fp4_tflops is None and resolve_gpu("MI300X").fp4_tflops is None
+
+
+def test_a_gb200_replica_over_trays_all_reduces_over_nvlink_not_the_network() -> None:
+    """TP 8 spans two nodes of 4 GPUs either way, but on GB200 both trays are in the rack's NVLink domain: the
+    replica keeps NVLink's all-reduce figures (no measured 8-GPU table: the rated 900 GB/s and NVLink latency),
+    where on B200 nodes of 4 it crosses the NICs; pipeline stages on GB200 trays send over NVLink too."""
+    from inferplan.planner.disaggregated import LINK_EFFICIENCY
+    from inferplan.planner.engines import ENGINES
+    from inferplan.planner.factors import load_factors
+    from inferplan.planner.performance import ALLREDUCE_LATENCY_S
+    from inferplan.planner.search import INTER_NODE_ALLREDUCE_LATENCY_S, _grid, link_domain_gpus
+    from inferplan.planner.spec import parse_plan, resolve_plan
+    from tests.support.plans import spec
+
+    req = resolve_plan(parse_plan(spec(gpuTypes=["NVIDIA-GB200", "NVIDIA-B200"], tensorParallelSizes=[4, 8],
+                                       maxNodesPerReplica=2, gpusPerNode={"NVIDIA-B200": 4})))
+    assert link_domain_gpus(req, resolve_gpu("GB200")) == 72 and link_domain_gpus(req, resolve_gpu("B200")) == 4
+    grid = _grid(req, ENGINES["vllm"], load_factors())
+    keys = np.array([grid.gpus[g].key for g in grid.gpu])
+
+    def row(key: str, tp: int, pp: int) -> int:
+        (index,) = np.flatnonzero((keys == key) & (grid.tp == tp) & (grid.pp == pp) & ~grid.dp)
+        return int(index)
+
+    hw = grid.hardware
+    nic = req.network_gbps * 1e9 / 8.0 * LINK_EFFICIENCY
+    gb200, b200 = row("GB200-NVL72", 8, 1), row("B200", 8, 1)
+    assert hw.link_bytes_s[gb200] == pytest.approx(900e9) and hw.link_latency_s[gb200] == ALLREDUCE_LATENCY_S["nvlink"]
+    assert hw.link_bytes_s[b200] <= nic and hw.link_latency_s[b200] == INTER_NODE_ALLREDUCE_LATENCY_S
+    staged, crossing = row("GB200-NVL72", 4, 2), row("B200", 4, 2)
+    assert hw.stage_send_latency_s[staged] < hw.stage_send_latency_s[crossing] == 0.5 * INTER_NODE_ALLREDUCE_LATENCY_S
+    assert hw.stage_send_s_per_token[staged] < hw.stage_send_s_per_token[crossing]
+
+
+def test_gpt_oss_120b_plans_on_gb200() -> None:
+    from inferplan.planner.search import plan
+    from inferplan.planner.spec import parse_plan, resolve_plan
+    from tests.support.plans import spec
+
+    data = spec(gpuTypes=["NVIDIA-GB200"])
+    data["model"] = {"name": "openai/gpt-oss-120b", "precisions": ["mxfp4"]}
+    rec = plan(resolve_plan(parse_plan(data))).recommendation
+    assert rec is not None and rec.gpu_type == "GB200-NVL72"
+    assert rec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-GB200"}
 
 
 def test_price_is_overridable() -> None:
@@ -380,6 +547,7 @@ def test_suffixed_labels_resolve_to_the_base_gpu() -> None:
 def test_amd_device_ids() -> None:
     assert resolve_gpu("74a1").key == "MI300X"
     assert resolve_gpu("0x74A5").key == "MI325X"
+    assert resolve_gpu("75a3").key == "MI355X"
 
 
 def test_ambiguous_device_id_is_refused() -> None:
@@ -545,6 +713,28 @@ def test_a_kernel_efficiency_above_one_or_an_unknown_kernel_figure_is_rejected(t
     with pytest.raises(GpuCatalogError, match="unknown figure") as info:
         _load_from(tmp_path, data)
     assert (info.value.gpu, info.value.field) == ("MI300X", "gemm_int4_efficiency")
+
+
+def test_fp4_only_on_gpus_with_fp4_tensor_cores_and_with_provenance(tmp_path: Path) -> None:
+    data = _raw_file()
+    _gpu(data, "H100-SXM5-80GB")["figures"]["fp4_tflops"] = {"value": 3958, "sources": ["ml-engineering"]}
+    with pytest.raises(GpuCatalogError, match="FP4") as info:
+        _load_from(tmp_path, data)
+    assert (info.value.gpu, info.value.field) == ("H100-SXM5-80GB", "fp4_tflops")
+    data = _raw_file()
+    _gpu(data, "B200")["figures"]["fp4_tflops"] = {"value": 9000, "sources": []}
+    with pytest.raises(GpuCatalogError, match="provenance") as info:
+        _load_from(tmp_path, data)
+    assert (info.value.gpu, info.value.field) == ("B200", "fp4_tflops")
+
+
+@pytest.mark.parametrize(("key", "domain"), [("GB200-NVL72", 4), ("MI355X", 16), ("B200", 8)])
+def test_an_nvlink_domain_must_join_more_gpus_than_a_node_over_nvlink(tmp_path: Path, key: str, domain: int) -> None:
+    data = _raw_file()
+    _gpu(data, key)["nvlink_domain_gpus"] = domain
+    with pytest.raises(GpuCatalogError, match="NVLink domain") as info:
+        _load_from(tmp_path, data)
+    assert (info.value.gpu, info.value.field) == (key, "nvlink_domain_gpus")
 
 
 def test_a_gpu_without_kernel_figures_or_tables_parses_to_none() -> None:

@@ -312,3 +312,26 @@ def test_a_gpu_without_fp8_tensor_cores_never_beats_its_16_bit_peak_with_fp8_wei
     assert fmt == "int8_wo"  # FP8 weights with 16-bit math (FP8 Marlin), as vLLM runs them on Ampere
     m = np.array([512.0, 1024.0, 2048.0, 8192.0])
     assert np.all(2.0 * m * 8192.0**2 / kernels.gemm_s(fmt, m, 8192, 8192) <= gpu.fp16_tflops * 1e12)
+
+
+def test_fp4_formats_run_on_fp4_tensor_cores_only_where_the_gpu_has_them() -> None:
+    # NVFP4 and Quark's MXFP4 are W4A4 on Blackwell and CDNA 4; on Hopper vLLM dequantises NVFP4 (FP4 Marlin), a
+    # 4-bit weight-only kernel.
+    nvfp4, quark = weight_precision("nvfp4"), weight_precision("mxfp4-w4a4")
+    assert gemm_format(nvfp4, resolve_gpu("NVIDIA-B200")) == "nvfp4"
+    assert gemm_format(nvfp4, resolve_gpu("NVIDIA-H100-80GB-HBM3")) == "int4_wo"
+    assert gemm_format(quark, resolve_gpu("MI355X")) == "nvfp4"
+    assert gemm_format(quark, resolve_gpu("MI300X")) == "int4_wo"
+    assert gemm_format(weight_precision("mxfp4"), resolve_gpu("MI355X")) == "nvfp4"
+
+
+def test_fp4_gemms_use_the_fp4_peak_where_the_catalog_states_one() -> None:
+    # MI355X rests on published figures: a compute-bound FP4 GEMM runs at its MXFP4 peak times the FP8 GEMM
+    # efficiency measured on it (no FP4 efficiency is published), twice as fast as the same GEMM in FP8.
+    mi355x = resolve_gpu("MI355X")
+    kernels = gpu_kernels(mi355x, "vllm")
+    efficiency = dict(mi355x.kernel_figures)["gemm_fp8_efficiency"]
+    size = 16384.0
+    fp4 = float(kernels.gemm_s("nvfp4", size, size, size))
+    assert fp4 == pytest.approx(2.0 * size**3 / (mi355x.fp4_tflops * 1e12 * efficiency), rel=0.01)
+    assert float(kernels.gemm_s("fp8", size, size, size)) == pytest.approx(2.0 * fp4, rel=0.01)
