@@ -22,6 +22,15 @@ systems/<system>.yaml. This script reduces them to what `inferplan.planner.kerne
   log2(batch x query heads), 16-bit KV;
 - `allreduce[tp]`: latency [us] of a 16-bit all-reduce of 2^i bytes on `tp` GPUs, the faster of NCCL and the
   backends' custom all-reduce kernels (what the engines choose between);
+- `moe[backend][dtype]`: the fused MoE layer (routing, the experts' two grouped GEMMs, the combine) reduced to
+  three curves over log2(bytes of one expert's weights on one GPU, 3 x hidden x intermediate / TP x bytes per
+  weight), each the median over the measured model shapes in that bin (AIConfigurator's default power-law routing
+  with alpha 1.01, so expert load imbalance is in them; tensor-parallel experts, no expert parallelism; the
+  fastest kernel per shape): `floor_us`, the layer's time less its weight reads at few tokens (the intercept of
+  a least-squares line of latency on the bytes of the experts a batch of up to 32 tokens routes to, uniform
+  routing assumed as the planner assumes it); `stream`, that line's rate over the HBM peak; `compute`, the
+  experts' FLOPs per routed token over the marginal time per token at 4096 tokens and more, as a share of the
+  dtype's tensor peak (16-bit for weight-only formats);
 - `peaks`: the system file's HBM bandwidth and dense tensor FLOPS, which the planner uses to carry a system's
   measured efficiency to a GPU of the same architecture without tables of its own.
 
@@ -57,6 +66,13 @@ PREFILL_FLOPS_LOG2 = tuple(range(20, 49, 2))  # 1 MFLOP .. 256 TFLOP per layer
 PREFILL_UNITS_LOG2 = tuple(range(0, 13))      # batch x query heads 1 .. 4096
 ALLREDUCE_BYTES_LOG2 = tuple(range(10, 31))   # 1 KiB .. 1 GiB
 TP_SIZES = (2, 4, 8)
+MOE_SHARD_LOG2 = tuple(range(16, 31))  # log2 bytes of one expert's weights on one GPU
+# Bytes per weight of AIConfigurator's MoE dtypes (4-bit formats with their block scales); the dtype whose tensor
+# peak the compute share is of (weight-only formats run 16-bit math).
+MOE_DTYPES = {"bfloat16": (2.0, "bf16_tflops"), "fp8": (1.0, "fp8_tflops"), "fp8_block": (1.0, "fp8_tflops"),
+              "int4_wo": (0.5 + 2.0 / 128, "bf16_tflops"), "w4a16_mxfp4": (0.5 + 1.0 / 32, "bf16_tflops"),
+              "nvfp4": (0.5 + 1.0 / 16, "fp4_tflops")}
+MOE_DISTRIBUTION = "power_law_1.01"  # AIConfigurator's default routing (sdk/models: power-law alpha 1.01)
 INSTALL_HINT = "pip install aiconfigurator-core pandas pyarrow pyyaml"
 SOURCE = ("NVIDIA AIConfigurator (aiconfigurator-core 0.12.0 on PyPI, Apache-2.0; data at "
           "https://github.com/ai-dynamo/aiconfigurator/tree/095f58a51c4ca8e61b66ec108d86f223f8d559ce"
@@ -196,6 +212,49 @@ def surface(x: Sequence[float], y: Sequence[float], t: Sequence[float], gx: Sequ
     return table, float(np.median(error)), float(np.quantile(error, 0.9))
 
 
+def moe_curves(frame: Any, peaks: dict[str, Any], label: str, check: list[str]) -> dict[str, dict[str, list[float]]]:
+    """`moe[backend]` of one system from its moe_perf table (module docstring), per dtype with at least three
+    shapes; bins without a shape take the nearest bin's values."""
+    import numpy as np
+
+    frame = frame[(frame.distribution == MOE_DISTRIBUTION) & (frame.moe_ep_size == 1)]
+    keys = ["moe_dtype", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size"]
+    fastest = frame.groupby([*keys, "num_tokens"]).latency.min().reset_index()
+    out: dict[str, dict[str, list[float]]] = {}
+    for dtype, (per_weight, peak_name) in MOE_DTYPES.items():
+        peak = (peaks.get(peak_name) or peaks.get("fp8_tflops") or peaks["bf16_tflops"]) * 1e12
+        fits = []
+        for (_, h, inter, experts, topk, tp), rows in fastest[fastest.moe_dtype == dtype].groupby(keys):
+            rows = rows.sort_values("num_tokens")
+            n = rows.num_tokens.to_numpy(float)
+            t = rows.latency.to_numpy(float) * 1e-3
+            shard = 3.0 * h * inter / tp * per_weight
+            small, large = n <= 32, n >= 4096
+            if small.sum() < 4 or large.sum() < 2:
+                continue
+            touched = experts * (1.0 - (1.0 - topk / experts) ** n[small]) * shard
+            (floor, per_byte), *_ = np.linalg.lstsq(np.vstack([np.ones(small.sum()), touched]).T, t[small],
+                                                     rcond=None)
+            slope = np.polyfit(n[large], t[large], 1)[0]
+            if floor <= 0 or per_byte <= 0 or slope <= 0:
+                continue  # a shape whose small calls do not follow the line (noise): left out
+            fits.append((math.log2(shard), floor * 1e6, 1.0 / per_byte / (peaks["mem_bw_gb_s"] * 1e9),
+                         topk * 6.0 * h * inter / tp / slope / peak))
+        if len(fits) < 3:
+            continue
+        table = np.array(fits)
+        curves: dict[str, list[float]] = {"floor_us": [], "stream": [], "compute": []}
+        for b in MOE_SHARD_LOG2:
+            near = np.abs(np.round(table[:, 0]) - b)
+            chosen = table[near == near.min()]
+            for name, column in (("floor_us", 1), ("stream", 2), ("compute", 3)):
+                curves[name].append(_sig(float(np.median(chosen[:, column]))))
+        out[dtype] = curves
+        check.append(f"{label} moe {dtype:12s} shapes {len(fits):4d}  floor {np.median(table[:, 1]):5.1f} us  "
+                     f"stream {np.median(table[:, 2]):.2f}  compute {np.median(table[:, 3]):.2f}")
+    return out
+
+
 def _full_attention(frame: Any) -> Any:
     """Rows of full attention (no sliding window; older tables have no window column), beam 1, head dim 64/128."""
     keep = (frame.beam_width == 1) & frame.head_dim.isin([64, 128])
@@ -224,7 +283,7 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
             "int8_tops": (gpu.get("int8_tc_flops") or 0) / 1e12 or None,
             "intra_node_gb_s": node.get("intra_node_bw", 0) / 1e9 or None,
         },
-        "versions": {}, "gemm": {}, "decode_attention": {}, "prefill_attention": {}, "allreduce": {},
+        "versions": {}, "gemm": {}, "decode_attention": {}, "prefill_attention": {}, "allreduce": {}, "moe": {},
         "filled": {}, "repaired": {},
     }
     peak_bytes_s = gpu["mem_bw"]
@@ -282,6 +341,13 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
                 out["versions"][f"prefill_attention/{backend}"] = version
                 check.append(f"{name:20s} prefill attention {backend:6s}      rows {len(rows):6d}"
                              f"               median {100 * med:5.1f}%  p90 {100 * p90:5.1f}%")
+        found = newest(data / "moe" / backend, "moe_perf.parquet")
+        if found:
+            version, path = found
+            curves = moe_curves(pd.read_parquet(path), out["peaks"], f"{name:20s} {backend:6s}", check)
+            if curves:
+                out["moe"][backend] = curves
+                out["versions"][f"moe/{backend}"] = version
     # All-reduce: the faster of NCCL and any backend's custom kernel, per size.
     curves: dict[int, list[tuple[Any, Any]]] = {tp: [] for tp in TP_SIZES}
     found = newest(data / "comm" / "nccl", "nccl_perf.parquet")
@@ -337,6 +403,8 @@ def derive(systems: Path, check: list[str]) -> dict[str, Any]:
             "prefill_attention_axes": {"log2_causal_flops": list(PREFILL_FLOPS_LOG2),
                                        "log2_batch_x_heads": list(PREFILL_UNITS_LOG2)},
             "allreduce_log2_bytes": list(ALLREDUCE_BYTES_LOG2),
+            "moe_shard_log2_bytes": list(MOE_SHARD_LOG2),
+            "moe_distribution": MOE_DISTRIBUTION,
         },
         "systems": {},
     }

@@ -98,6 +98,30 @@ def gemm_format(precision: WeightPrecision, gpu: GpuSpec) -> str:
     return "int8_wo" if bits > 6 else "int4_wo"
 
 
+# What each AIConfigurator MoE dtype's compute share is of (`moe` in data/kernels.json): 16-bit math for the
+# weight-only formats.
+MOE_PEAK_OF = {"bfloat16": "bf16", "int4_wo": "bf16", "w4a16_mxfp4": "bf16", "fp8": "fp8", "fp8_block": "fp8",
+               "nvfp4": "fp4"}
+
+
+def moe_formats(precision: WeightPrecision, gpu: GpuSpec) -> tuple[str, ...]:
+    """The measured fused-MoE tables that can serve `precision`'s experts on `gpu`, in order of preference: FP8
+    block scales first (the MoE FP8 checkpoints, Qwen3 and DeepSeek, use them; `GpuKernels.moe_layer` puts
+    per-tensor first for TensorRT-LLM, whose ModelOpt checkpoints are), FP4 W4A4 only on FP4 tensor cores,
+    gpt-oss's MXFP4 as weight-only MXFP4 (Marlin, triton), AWQ/GPTQ as 4-bit weight-only; none for INT8 W8A8."""
+    if precision.compute == "fp4":
+        return ("nvfp4",) if gpu.family in FP4_FAMILIES else ("int4_wo",)
+    if precision.name == "mxfp4":
+        return ("w4a16_mxfp4",)
+    if precision.compute == "fp8":
+        return ("fp8_block", "fp8") if gpu.fp8_tflops else ()
+    if precision.compute == "int8":
+        return ()
+    if precision.bits_per_param >= 12:
+        return ("bfloat16",)
+    return ("int4_wo",) if precision.bits_per_param < 5 else ()
+
+
 def _log_axis(grid: FloatArray, x: FloatArray, base: float = math.e) -> tuple[NDArray[np.intp], FloatArray, FloatArray]:
     """Cell index and weight of `x` on a sorted axis of logarithms to `base`, and the factor beyond its last node:
     below the first node the weight is 0 (clamped); above the last it is 1 and the factor base^(x - last) > 1 (a
@@ -343,6 +367,43 @@ class GpuKernels:
         not the vendor GEMMs the tables time): one call's floor plus the bytes at `stream_bytes_s`."""
         return UNMEASURED_GEMM_FLOOR_S + np.asarray(nbytes, dtype=float) / self.stream_bytes_s()
 
+    # -- MoE -------------------------------------------------------------------------------------------------
+
+    def moe_layer(self, formats: tuple[str, ...], expert_bytes: float) -> tuple[float, float, float] | None:
+        """One fused MoE layer whose experts hold `expert_bytes` each on this GPU, from the first of `formats` that
+        a measured table has (the engine's backend, else another's on the same GPU): (its floor [s], the rate at
+        which it reads the experts a batch routes to [bytes/s], its compute on routed tokens [FLOP/s]). A scaled
+        GPU carries the profiled GPU's shares of bandwidth and peak to its own. None where no table serves
+        (AMD, typical GPUs): the experts then stream at the GEMM tables' rate."""
+        if self._system is None:
+            return None
+        tables = kernel_tables()
+        moe = tables["systems"][self._system].get("moe", {})
+        if self.backend == "trtllm" and formats[:2] == ("fp8_block", "fp8"):
+            formats = ("fp8", "fp8_block", *formats[2:])  # ModelOpt's FP8 checkpoints, TensorRT-LLM's, are per-tensor
+        for fmt in formats:
+            curves = next((moe[b][fmt] for b in (self.backend, *BACKENDS) if fmt in moe.get(b, {})), None)
+            if curves is None:
+                continue
+            axis = np.asarray(tables["meta"]["moe_shard_log2_bytes"], dtype=float)
+            x = math.log2(max(expert_bytes, 1.0))
+            floor, stream, compute = (float(np.interp(x, axis, np.asarray(curves[name], dtype=float)))
+                                      for name in ("floor_us", "stream", "compute"))
+            kind = MOE_PEAK_OF[fmt]
+            if self.basis.kind == "measured":
+                peaks = self._peaks
+                bandwidth = peaks["mem_bw_gb_s"] * 1e9
+                peak = (peaks.get(f"{kind}_tflops") or peaks.get("fp8_tflops") or peaks["bf16_tflops"]) * 1e12
+            else:
+                bandwidth = self.gpu.memory_bandwidth_gb_s * 1e9
+                peak = {"bf16": self.gpu.fp16_tflops, "fp8": self.gpu.fp8_tflops,
+                        "fp4": self.gpu.fp4_tflops or self.gpu.fp8_tflops}[kind] or self.gpu.fp16_tflops
+                peak *= 1e12
+            # A share above the rated bandwidth is a small call served from L2 or fewer experts touched than
+            # uniform routing counts: never faster than the HBM.
+            return floor * 1e-6, min(stream, 1.0) * bandwidth, compute * peak
+        return None
+
     # -- attention -------------------------------------------------------------------------------------------
 
     def _attention_surface_s(self, kind: str, backend: str, kv: str | None, axis_names: tuple[str, str], x: ArrayLike,
@@ -391,6 +452,8 @@ class GpuKernels:
             return np.zeros(np.shape(nbytes))
         if (self._system is not None and self.basis.kind == "measured") or self._same_fabric():
             curve = kernel_tables()["systems"][self._system]["allreduce"].get(str(tp))
+            if curve is None:
+                curve = self._fabric_sibling_allreduce(tp)
             if curve is not None:
                 axis = np.asarray(kernel_tables()["meta"]["allreduce_log2_bytes"], float)
                 lb = np.log2(np.maximum(np.asarray(nbytes, float), 1.0))
@@ -402,6 +465,19 @@ class GpuKernels:
         if busbw and latency:
             ring = 2.0 * (tp - 1) / tp * np.asarray(nbytes, float)
             return latency * 1e-6 + ring / (busbw * 1e9)
+        return None
+
+    def _fabric_sibling_allreduce(self, tp: int) -> list[float] | None:
+        """The all-reduce curve over `tp` GPUs of another profiled system on the same link at the same speed, for a
+        size this system's tables lack: GB200's were collected on 4 GPUs (one tray); its NVL72 domain joins trays
+        through the same NVLink 5 switches as an HGX B200's 8 GPUs, whose 8-GPU curve stands in."""
+        systems = kernel_tables()["systems"]
+        link = self._peaks.get("intra_node_gb_s")
+        for name, entry in systems.items():
+            other = entry["peaks"].get("intra_node_gb_s")
+            if name != self._system and link and other and math.isclose(link, other, rel_tol=0.05) \
+                    and str(tp) in entry["allreduce"]:
+                return entry["allreduce"][str(tp)]
         return None
 
     def _same_fabric(self) -> bool:
@@ -436,5 +512,6 @@ def gpu_kernels(gpu: GpuSpec, engine: str) -> GpuKernels:
     return GpuKernels(gpu, BACKEND_OF_ENGINE.get(engine, "vllm"), kernel_basis(gpu))
 
 
-__all__ = ["BACKEND_OF_ENGINE", "ELEMENTWISE_FLOOR_S", "ELEMENTWISE_KERNELS_PER_LAYER", "GpuKernels", "KernelBasis",
-           "gemm_format", "gemm_roofline_s", "gpu_kernels", "kernel_basis", "kernel_tables", "typical_efficiencies"]
+__all__ = ["BACKEND_OF_ENGINE", "ELEMENTWISE_FLOOR_S", "ELEMENTWISE_KERNELS_PER_LAYER", "MOE_PEAK_OF", "GpuKernels",
+           "KernelBasis", "gemm_format", "gemm_roofline_s", "gpu_kernels", "kernel_basis", "kernel_tables",
+           "moe_formats", "typical_efficiencies"]

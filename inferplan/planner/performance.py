@@ -31,6 +31,7 @@ from inferplan.planner.kernels import (
     ELEMENTWISE_KERNELS_PER_LAYER,
     gemm_format,
     gpu_kernels,
+    moe_formats,
 )
 from inferplan.planner.memory import kv_bytes_per_token_per_gpu, weight_bytes, weight_split
 from inferplan.planner.precisions import WeightPrecision
@@ -161,7 +162,7 @@ class StepKernels:
     decode_token_s: FloatArray     # marginal GEMM (and elementwise) time of one more token at decode batch sizes
     prefill_token_s: FloatArray    # ... at prefill chunk sizes
     overlap: FloatArray            # the GEMM curve's excess over max(memory, compute) at their crossover
-    expert_bytes_s: float          # streaming rate of a large weight: the experts' and added reads' [bytes/s]
+    expert_bytes_s: FloatArray     # streaming rate of the experts and added reads [bytes/s]
     kv_bytes_s: FloatArray         # decode attention's rate on KV bytes [bytes/s]
     attention_flops_s: FloatArray  # prefill attention's rate [FLOP/s]
     allreduce_latency_s: FloatArray  # one token's all-reduce; NaN: no measured table (rated link figures)
@@ -188,7 +189,7 @@ def _shape_arrays(arch: ModelArchitecture, tps: tuple[int, ...], pp: int
 
 @lru_cache(maxsize=4096)
 def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, engine: str,
-                tps: tuple[int, ...], pp: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, float]:
+                tps: tuple[int, ...], pp: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """(batch-1 GEMM and elementwise time, decode token time, prefill token time, overlap) per TP size, and the
     large-weight streaming rate: every GEMM of every TP size looked up in one call per format."""
     kernels = gpu_kernels(gpu, engine)
@@ -224,6 +225,11 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
 
     m = np.array([1.0, *DECODE_SLOPE_M, *PREFILL_SLOPE_M])
     dense = gemms(m)
+    weights = dense[:, 0]
+    moe_floor = np.zeros(len(tps))
+    # Experts stream at the rate this GPU's tables read a large weight at M = 1, unless a fused-MoE table says
+    # otherwise (below).
+    stream = np.full(len(tps), kernels.stream_bytes_s())
     if first.expert:
         # The routed experts' GEMMs at M tokens: every expert busy with its share of the M x top-k routed tokens
         # (uniform routing). Their weight reads are the experts' own term (`expert_bytes_per_gpu`); their compute
@@ -234,9 +240,20 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
         seconds = kernels.gemm_s(fmt, per_expert[None, None, :], expert_n[..., None], expert_k[..., None]).sum(axis=1)
         expert_token = first.moe_layers / pp * experts * (seconds[:, 1] - seconds[:, 0]) / (
             PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0])
+        # Where the engine's fused MoE kernels were measured on this GPU (`GpuKernels.moe_layer`), the layer as
+        # they run it: a floor per layer (routing, permutation, two grouped GEMMs and the combine, under
+        # power-law routing), the rate at which they read the routed experts, and their compute per routed token.
+        moe_layers = first.moe_layers / pp
+        formats = moe_formats(precision, gpu)
+        for t, tp in enumerate(tps):
+            flops = 6.0 * arch.hidden_size * arch.expert_intermediate_size / tp  # one routed token, one expert
+            layer = kernels.moe_layer(formats, flops / 2.0 * precision.bytes_per_param) if formats else None
+            if layer is not None:
+                floor, stream[t], compute = layer
+                moe_floor[t] = moe_layers * floor
+                expert_token[t] = moe_layers * arch.experts_per_token * flops / compute
     else:
         expert_token = np.zeros(len(tps))
-    weights = dense[:, 0]
     dense_token = (dense[:, 2] - dense[:, 1]) / (DECODE_SLOPE_M[1] - DECODE_SLOPE_M[0])
     decode_token = dense_token + expert_token
     prefill_token = (dense[:, 4] - dense[:, 3]) / (PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0]) + expert_token
@@ -245,10 +262,10 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
     cross = np.maximum(weights / np.maximum(dense_token, 1e-12), 1.0)
     at_cross = gemms(cross[:, None])[:, 0]
     overlap = np.where(cross > 1.0, np.clip(at_cross / weights - 1.0, 0.0, 1.0), 0.0)
-    # Experts and the weights a layout adds to a step's reads (data-parallel attention) stream at the rate this
-    # GPU's tables read a large weight at M = 1 (the fused MoE kernels load only the routed experts, each of which
-    # is too small for the GEMM tables' grid).
-    return weights, decode_token, prefill_token, overlap, kernels.stream_bytes_s()
+    # Experts and the weights a layout adds to a step's reads (data-parallel attention) stream at `stream` per TP
+    # size: the fused MoE tables' rate, else the rate this GPU's tables read a large weight at M = 1 (the fused MoE
+    # kernels load only the routed experts, each of which is too small for the GEMM tables' grid).
+    return weights + moe_floor, decode_token, prefill_token, overlap, stream
 
 
 @lru_cache(maxsize=4096)
@@ -360,16 +377,16 @@ def hardware_grid(
     shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
     sizes = tuple(int(t) for t in tps)
     weights_s, decode_s, prefill_s_, overlap, kv_rate, attention_rate = (np.empty(shape) for _ in range(6))
-    stream, latency, ring = np.empty((len(gpus), len(precisions))), np.empty(shape[:2]), np.empty(shape[:2])
+    stream, latency, ring = np.empty(shape[:3]), np.empty(shape[:2]), np.empty(shape[:2])
     for i, gpu in enumerate(gpus):
         latency[i], ring[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
         for j, precision in enumerate(precisions):
             if needed is not None and not needed[i, j]:  # no shape of this pair is evaluated: its kernels unread
                 for unread in (weights_s, decode_s, prefill_s_, kv_rate, attention_rate):
                     unread[i, :, j] = np.nan
-                overlap[i, :, j], stream[i, j] = 0.0, np.nan
+                overlap[i, :, j], stream[i, :, j] = 0.0, np.nan
                 continue
-            w, d, p_, o, stream[i, j] = _gemm_terms(arch, gpu, precision, engine.name, sizes, pp)
+            w, d, p_, o, stream[i, :, j] = _gemm_terms(arch, gpu, precision, engine.name, sizes, pp)
             for k in range(kv.shape[-1]):
                 floor, kv_rate[i, :, j, k], attention_rate[i, :, j, k] = _attention_terms(
                     arch, gpu, "fp8" if kv[j, k] < 2.0 else "bf16", engine.name, sizes, pp)
@@ -384,7 +401,7 @@ def hardware_grid(
     rated_link = np.array([g.interconnect_gb_s * 1e9 for g in gpus])[:, None]
     measured = {
         "bandwidth_bytes_s": np.minimum(dense_per_gpu / weights_s, cap) * decode,
-        "expert_bandwidth_bytes_s": np.minimum(stream[:, None, :, None], cap) * decode,
+        "expert_bandwidth_bytes_s": np.minimum(stream[..., None], cap) * decode,
         "kv_bandwidth_bytes_s": np.minimum(kv_rate, np.minimum(cap, rated)) * decode,
         "decode_flops_s": decode_flops / decode_s * decode,
         "prefill_flops_s": prefill_flops / prefill_s_ * prefill,

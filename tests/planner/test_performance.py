@@ -20,6 +20,7 @@ from inferplan.planner.kernels import (
     ELEMENTWISE_KERNELS_PER_LAYER,
     gemm_format,
     gpu_kernels,
+    moe_formats,
 )
 from inferplan.planner.memory import weight_bytes, weight_split
 from inferplan.planner.performance import (
@@ -193,11 +194,20 @@ def test_moe_decode_reads_only_routed_experts_at_batch_one() -> None:
 
 def test_an_expert_only_format_changes_the_experts_kernels_only() -> None:
     """gpt-oss in MXFP4: its attention and embeddings stay 16-bit, read by the same 16-bit GEMMs as the bf16
-    checkpoint (the same bytes at the same rate); only the experts are fewer bytes through their own kernels,
-    so they stream in less time than the 16-bit experts."""
+    checkpoint (the same bytes in the same time, but for the floors of the two formats' fused MoE kernels, which
+    a batch-1 step carries with it); only the experts are fewer bytes through their own kernels, so they stream
+    in less time than the 16-bit experts."""
     mxfp4, bf16 = (measured_hardware("openai/gpt-oss-20b", weights=w) for w in ("mxfp4", "bf16"))
     assert mxfp4.decode_dense_bytes_per_gpu == bf16.decode_dense_bytes_per_gpu
-    assert mxfp4.bandwidth_bytes_s == bf16.bandwidth_bytes_s
+    arch, gpu = resolve_model("openai/gpt-oss-20b"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    kernels = gpu_kernels(gpu, "vllm")
+    expert = 3.0 * arch.hidden_size * arch.expert_intermediate_size
+    floors = [kernels.moe_layer(moe_formats(weight_precision(w), gpu), expert * weight_precision(w).bytes_per_param)[0]
+              for w in ("mxfp4", "bf16")]
+    moe_layers = arch.num_layers - arch.first_dense_layers
+    assert (mxfp4.decode_dense_bytes_per_gpu / mxfp4.bandwidth_bytes_s
+            - bf16.decode_dense_bytes_per_gpu / bf16.bandwidth_bytes_s) == pytest.approx(
+        moe_layers * (floors[0] - floors[1]), rel=1e-6, abs=1e-9)
     assert mxfp4.expert_bytes_per_gpu == pytest.approx(bf16.expert_bytes_per_gpu * 4.25 / 16)
     assert (mxfp4.expert_bytes_per_gpu / mxfp4.expert_bandwidth_bytes_s
             < bf16.expert_bytes_per_gpu / bf16.expert_bandwidth_bytes_s)
@@ -334,3 +344,35 @@ def test_more_bandwidth_never_slows_decode(bandwidth: float, extra: float, batch
 def test_bigger_batch_never_shortens_a_step(batch: int, context: int) -> None:
     hw = measured_hardware(factors=load_factors().engine("vllm"))
     assert decode_step_s(hw, batch + 1, context) >= decode_step_s(hw, batch, context)
+
+
+def test_a_moe_layer_as_the_engines_fused_kernels_ran_it_where_they_were_measured() -> None:
+    """Qwen3-30B-A3B on one H200 under vLLM: its 48 MoE layers carry the measured fused-MoE floor each in a batch-1
+    step, read the routed experts no faster than the HBM allows, and compute a routed token no faster than the
+    16-bit peak; on a GPU without MoE tables (MI300X) the experts stream at the GEMM tables' rate as before."""
+    arch, gpu = resolve_model("Qwen/Qwen3-30B-A3B"), resolve_gpu("NVIDIA-H200")
+    kernels = gpu_kernels(gpu, "vllm")
+    expert = 3.0 * arch.hidden_size * arch.expert_intermediate_size * 2.0
+    floor, stream, compute = kernels.moe_layer(moe_formats(weight_precision("bf16"), gpu), expert)
+    assert 10e-6 < floor < 100e-6
+    assert 0.3 * gpu.memory_bandwidth_gb_s * 1e9 < stream <= gpu.memory_bandwidth_gb_s * 1e9
+    assert 0.05 * gpu.fp16_tflops * 1e12 < compute <= gpu.fp16_tflops * 1e12
+    hw = measured_hardware("Qwen/Qwen3-30B-A3B", "NVIDIA-H200")
+    assert float(hw.expert_bandwidth_bytes_s) == pytest.approx(stream)
+    moe_layers = arch.num_layers - arch.first_dense_layers
+    assert float(decode_step_s(hw, 1, 100)) > moe_layers * floor
+    amd = gpu_kernels(resolve_gpu("MI300X"), "vllm")
+    assert amd.moe_layer(moe_formats(weight_precision("bf16"), resolve_gpu("MI300X")), expert) is None
+    assert float(measured_hardware("Qwen/Qwen3-30B-A3B", "MI300X").expert_bandwidth_bytes_s) == pytest.approx(
+        amd.stream_bytes_s())
+
+
+def test_moe_formats_follow_what_the_engines_run_on_each_gpu() -> None:
+    h100, b200, a100 = (resolve_gpu(g) for g in ("NVIDIA-H100-80GB-HBM3", "NVIDIA-B200", "NVIDIA-A100-SXM4-80GB"))
+    assert moe_formats(weight_precision("fp8"), h100) == ("fp8_block", "fp8")
+    assert moe_formats(weight_precision("fp8"), a100) == ()
+    assert moe_formats(weight_precision("nvfp4"), b200) == ("nvfp4",)
+    assert moe_formats(weight_precision("nvfp4"), h100) == ("int4_wo",)
+    assert moe_formats(weight_precision("mxfp4"), h100) == ("w4a16_mxfp4",)
+    assert moe_formats(weight_precision("int4-awq"), h100) == ("int4_wo",)
+    assert moe_formats(weight_precision("int8-w8a8"), h100) == ()
