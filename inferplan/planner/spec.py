@@ -648,7 +648,7 @@ class Constraints(_SpecModel):
     (catalog keys, marketing names, node labels such as NVIDIA-H100-80GB-HBM3)."""
 
     gpu_types: list[GpuName] | None = Field(
-        default=None, min_length=1, max_length=32,
+        default=None, min_length=1, max_length=64,
         description="GPU types allowed. Default: every catalog GPU (operator: every type found in the cluster). "
         "In the cluster, listed types the cluster lacks are left out unless planAbsentGpuTypes is true.",
     )
