@@ -227,6 +227,13 @@ def known_precisions(model: str) -> dict[str, list[Checkpoint]]:
     return {p: [e.checkpoint for e in entries] for p, entries in _catalog()[key].items()}
 
 
+def native_precision(model: str) -> str | None:
+    """The precision of the weights `model` is published in (its native checkpoint's), None for a model outside
+    the catalog."""
+    native = [c for rows in known_precisions(model).values() for c in rows if c.format == "native"]
+    return native[0].precision if native else None
+
+
 def _native(entries: dict[str, tuple[_Entry, ...]]) -> Checkpoint | None:
     for rows in entries.values():
         for entry in rows:

@@ -44,6 +44,7 @@ from inferplan.planner.architectures import (
     load_config_json,
     resolve_model,
 )
+from inferplan.planner.checkpoints import native_precision
 from inferplan.planner.datasets import DatasetLengths, dataset_lengths
 from inferplan.planner.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS
 from inferplan.planner.gpus import load_gpu_catalog, parse_gpu_product, resolve_gpu
@@ -1247,6 +1248,10 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
 
     if spec.model.precisions is None:
         precisions = DEFAULT_PRECISIONS[engine.name]
+        # A model published only in a format outside the engine's defaults (gpt-oss: MXFP4) is planned in it too.
+        native = native_precision(spec.model.name or arch.repo_id)
+        if native and native not in precisions and native in SERVED_PRECISIONS[engine.name]:
+            precisions = (*precisions, native)
     else:
         precisions = tuple(weight_precision(name).name for name in spec.model.precisions)
     workload = spec.workload

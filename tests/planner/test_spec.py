@@ -324,6 +324,20 @@ def test_default_precisions_per_engine(engine: str, precisions: tuple[str, ...])
     assert resolve_plan(parse_plan(with_(MINIMAL, "engine.name", engine))).precisions == precisions
 
 
+def test_a_model_published_in_another_format_is_planned_in_it_by_default() -> None:
+    # gpt-oss ships only as MXFP4: a plan that names no precision tries it after the engine's four, and finds a
+    # deployment (before, every default precision lacked a checkpoint and the plan had none).
+    from inferplan.planner.search import plan
+
+    oss = with_(with_(MINIMAL, "model.name", "openai/gpt-oss-20b"), "constraints", {"gpuTypes": ["H100-SXM5-80GB"]})
+    req = resolve_plan(parse_plan(oss))
+    assert req.precisions == ("bf16", "fp8", "int4-awq", "int8-w8a8", "mxfp4")
+    assert plan(req).recommendation.precision == "mxfp4"
+    # TGI does not serve MXFP4: its defaults stay.
+    assert resolve_plan(parse_plan(with_(oss, "engine.name", "tgi"))).precisions == ("bf16", "fp8", "int4-awq",
+                                                                                       "int4-gptq")
+
+
 @pytest.mark.parametrize(("preset", "cv2"), [("steady", 0.25), ("chatbot", 1.0), ("bursty", 4.0), ("agent", 8.0)])
 def test_burstiness_presets(preset: str, cv2: float) -> None:
     request = resolve_plan(parse_plan(with_(MINIMAL, "workload.burstiness", {"preset": preset})))
