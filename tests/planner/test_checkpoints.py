@@ -25,8 +25,8 @@ SHARED_FACTS = Path(__file__).resolve().parents[3] / "shared" / "catalog-facts" 
 PENDING_FORMATS: set[str] = set()  # the NVFP4 and AMD Quark formats came with the issue on today's models (35)
 # Repositories and KV schemes added to the facts on 2026-12-03 that the catalog takes with the issue on deployable
 # answers (36): checkpoints that exist but the catalog does not list yet, and an FP8 KV scheme read since.
-PENDING_REPOS = {"nvidia/Llama-3.3-70B-Instruct-FP8", "Qwen/Qwen3-235B-A22B-FP8"}
-PENDING_KV = {"nvidia/Llama-3.1-70B-Instruct-FP8"}
+PENDING_REPOS: set[str] = set()
+PENDING_KV: set[str] = set()
 FORMATS = {"native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8", "autofp8", "fp8-block",
            "awq", "gptq", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8", "quark-mxfp4"}
 # catalog-facts keeps AMD Quark's all-linear MXFP4 under "mxfp4"; the planner calls it "mxfp4-w4a4".
@@ -277,3 +277,16 @@ def test_fp4_formats_need_a_release_that_loads_them() -> None:
     assert gpu_problem(nvfp4, "tensorrt-llm", "blackwell", "0.18.2") is None
     for (fmt, engine), support in FORMAT_SUPPORT.items():
         assert engine in FORMAT_LOADERS[fmt] and support.source.isascii()
+
+
+def test_public_fp8_repositories_are_served_not_refused_or_quantised_at_load() -> None:
+    # TensorRT-LLM FP8 Llama-3.3-70B was refused for want of a checkpoint, though NVIDIA's recipe names one; Qwen3-235B
+    # in FP8 was quantised at load from 470 GB of bf16, though Qwen publishes its block-scaled FP8 weights.
+    llama = checkpoint_for("meta-llama/Llama-3.3-70B-Instruct", "fp8", "tensorrt-llm")
+    assert isinstance(llama, Checkpoint) and llama.repo == "nvidia/Llama-3.3-70B-Instruct-FP8"
+    assert llama.format == "modelopt-fp8"
+    qwen = checkpoint_for("Qwen/Qwen3-235B-A22B", "fp8", "vllm")
+    assert isinstance(qwen, Checkpoint) and qwen.repo == "Qwen/Qwen3-235B-A22B-FP8" and not qwen.online
+    # vLLM keeps the compressed-tensors repository first for Llama-3.3 (its loader on every platform).
+    vllm = checkpoint_for("meta-llama/Llama-3.3-70B-Instruct", "fp8", "vllm")
+    assert isinstance(vllm, Checkpoint) and vllm.repo.startswith("RedHatAI/")
