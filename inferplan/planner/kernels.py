@@ -104,17 +104,19 @@ MOE_PEAK_OF = {"bfloat16": "bf16", "int4_wo": "bf16", "w4a16_mxfp4": "bf16", "fp
                "nvfp4": "fp4"}
 
 
-def moe_formats(precision: WeightPrecision, gpu: GpuSpec) -> tuple[str, ...]:
-    """The measured fused-MoE tables that can serve `precision`'s experts on `gpu`, in order of preference: FP8
-    block scales first (the MoE FP8 checkpoints, Qwen3 and DeepSeek, use them; `GpuKernels.moe_layer` puts
-    per-tensor first for TensorRT-LLM, whose ModelOpt checkpoints are), FP4 W4A4 only on FP4 tensor cores,
+def moe_formats(precision: WeightPrecision, gpu: GpuSpec, engine: str = "vllm") -> tuple[str, ...]:
+    """The measured fused-MoE tables that can serve `precision`'s experts on `gpu` under `engine`, in order of
+    preference: FP8 block scales first (the MoE FP8 checkpoints, Qwen3 and DeepSeek, use them), per-tensor first on
+    TensorRT-LLM's kernels (its ModelOpt checkpoints are per-tensor), FP4 W4A4 only on FP4 tensor cores,
     gpt-oss's MXFP4 as weight-only MXFP4 (Marlin, triton), AWQ/GPTQ as 4-bit weight-only; none for INT8 W8A8."""
     if precision.compute == "fp4":
         return ("nvfp4",) if gpu.family in FP4_FAMILIES else ("int4_wo",)
     if precision.name == "mxfp4":
         return ("w4a16_mxfp4",)
     if precision.compute == "fp8":
-        return ("fp8_block", "fp8") if gpu.fp8_tflops else ()
+        if not gpu.fp8_tflops:
+            return ()
+        return ("fp8", "fp8_block") if BACKEND_OF_ENGINE.get(engine) == "trtllm" else ("fp8_block", "fp8")
     if precision.compute == "int8":
         return ()
     if precision.bits_per_param >= 12:
@@ -379,8 +381,6 @@ class GpuKernels:
             return None
         tables = kernel_tables()
         moe = tables["systems"][self._system].get("moe", {})
-        if self.backend == "trtllm" and formats[:2] == ("fp8_block", "fp8"):
-            formats = ("fp8", "fp8_block", *formats[2:])  # ModelOpt's FP8 checkpoints, TensorRT-LLM's, are per-tensor
         for fmt in formats:
             curves = next((moe[b][fmt] for b in (self.backend, *BACKENDS) if fmt in moe.get(b, {})), None)
             if curves is None:

@@ -231,20 +231,12 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
     # otherwise (below).
     stream = np.full(len(tps), kernels.stream_bytes_s())
     if first.expert:
-        # The routed experts' GEMMs at M tokens: every expert busy with its share of the M x top-k routed tokens
-        # (uniform routing). Their weight reads are the experts' own term (`expert_bytes_per_gpu`); their compute
-        # per token is read where their GEMMs are compute-bound (prefill sizes), for decode too: at decode sizes
-        # each expert's few tokens ride on its weight read, which that term charges.
-        experts = float(arch.num_experts)
-        per_expert = np.array(PREFILL_SLOPE_M) * arch.experts_per_token / experts
-        seconds = kernels.gemm_s(fmt, per_expert[None, None, :], expert_n[..., None], expert_k[..., None]).sum(axis=1)
-        expert_token = first.moe_layers / pp * experts * (seconds[:, 1] - seconds[:, 0]) / (
-            PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0])
         # Where the engine's fused MoE kernels were measured on this GPU (`GpuKernels.moe_layer`), the layer as
         # they run it: a floor per layer (routing, permutation, two grouped GEMMs and the combine, under
         # power-law routing), the rate at which they read the routed experts, and their compute per routed token.
         moe_layers = first.moe_layers / pp
-        formats = moe_formats(precision, gpu)
+        formats = moe_formats(precision, gpu, engine)
+        expert_token = np.full(len(tps), np.nan)
         for t, tp in enumerate(tps):
             flops = 6.0 * arch.hidden_size * arch.expert_intermediate_size / tp  # one routed token, one expert
             layer = kernels.moe_layer(formats, flops / 2.0 * precision.bytes_per_param) if formats else None
@@ -252,6 +244,18 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
                 floor, stream[t], compute = layer
                 moe_floor[t] = moe_layers * floor
                 expert_token[t] = moe_layers * arch.experts_per_token * flops / compute
+        if np.isnan(expert_token).any():
+            # Elsewhere the routed experts' GEMMs at M tokens: every expert busy with its share of the M x top-k
+            # routed tokens (uniform routing). Their weight reads are the experts' own term (`expert_bytes_per_gpu`);
+            # their compute per token is read where their GEMMs are compute-bound (prefill sizes), for decode too: at
+            # decode sizes each expert's few tokens ride on its weight read, which that term charges.
+            experts = float(arch.num_experts)
+            per_expert = np.array(PREFILL_SLOPE_M) * arch.experts_per_token / experts
+            seconds = kernels.gemm_s(fmt, per_expert[None, None, :], expert_n[..., None],
+                                     expert_k[..., None]).sum(axis=1)
+            gemm_token = moe_layers * experts * (seconds[:, 1] - seconds[:, 0]) / (
+                PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0])
+            expert_token = np.where(np.isnan(expert_token), gemm_token, expert_token)
     else:
         expert_token = np.zeros(len(tps))
     dense_token = (dense[:, 2] - dense[:, 1]) / (DECODE_SLOPE_M[1] - DECODE_SLOPE_M[0])

@@ -370,6 +370,7 @@ def test_a_moe_layer_as_the_engines_fused_kernels_ran_it_where_they_were_measure
 def test_moe_formats_follow_what_the_engines_run_on_each_gpu() -> None:
     h100, b200, a100 = (resolve_gpu(g) for g in ("NVIDIA-H100-80GB-HBM3", "NVIDIA-B200", "NVIDIA-A100-SXM4-80GB"))
     assert moe_formats(weight_precision("fp8"), h100) == ("fp8_block", "fp8")
+    assert moe_formats(weight_precision("fp8"), h100, "tensorrt-llm") == ("fp8", "fp8_block")  # ModelOpt: per-tensor
     assert moe_formats(weight_precision("fp8"), a100) == ()
     assert moe_formats(weight_precision("nvfp4"), b200) == ("nvfp4",)
     assert moe_formats(weight_precision("nvfp4"), h100) == ("int4_wo",)
