@@ -8,10 +8,11 @@ Usage (from the repository root):
 
 It runs `calibrate(...)` (the shipped procedure) once on all rows of the scenario files (by default the four
 published files in ../shared/accuracy, pooled) and once per source without that source's rows (sources =
-`Scenario.source_name`), `--jobs` fits at a time (default: one per core). Every fit starts from the neutral prior
-alone, so an engine line or a harness seen only in the held-out source is unknown to its fold (a held-out source's
-harness is the fold's typical one for its engine line, `FactorSet.harness_for`). Step times come from measured
-kernels and are the same in every fold: only engine terms and harness times are fitted. It prints:
+`Scenario.source_name`), `--jobs` fits at a time (default: one per core), showing the fits done and the time left
+on stderr (`inferplan.progress`; Ctrl-C stops it with exit status 130 and ends the pool's workers). Every fit starts
+from the neutral prior alone, so an engine line or a harness seen only in the held-out source is unknown to its fold
+(a held-out source's harness is the fold's typical one for its engine line, `FactorSet.harness_for`). Step times
+come from measured kernels and are the same in every fold: only engine terms and harness times are fitted. It prints:
 
   (i)   per engine term, the all-rows value and its largest relative change over the folds that still fit it;
   (ii)  per held-out source and metric, the median APE of its rows predicted with the fold's factors (held out),
@@ -25,13 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +42,7 @@ from inferplan.planner.calibrate import calibrate, engine_targets, fittable_line
 from inferplan.planner.factors import FactorSet, load_factors, parse_factors
 from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import Scenario, read_scenarios
+from inferplan.progress import ProgressLine, write_atomically
 
 REPO = Path(__file__).resolve().parents[1]
 ACCURACY = REPO.parent / "shared" / "accuracy"
@@ -47,10 +50,20 @@ PUBLISHED = tuple(ACCURACY / f"{name}.jsonl" for name in
                   ("scenarios", "latency-under-load", "offline-and-online", "large-models-under-load"))
 
 
+def _ignore_interrupts() -> None:
+    """A pool worker leaves Ctrl-C to the parent: the terminal sends SIGINT to the whole process group, and the
+    parent ends the workers (Pool.terminate) instead of each printing a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _fit_fold(job: tuple[str, list[Scenario], FactorSet, int]) -> tuple[str, FactorSet, float]:
     source, train, start, sweeps = job
     t0 = time.perf_counter()
     return source, calibrate(train, start, sweeps=sweeps).factors, time.perf_counter() - t0
+
+
+def _fit_name(source: str) -> str:
+    return "all rows" if source == "(all rows)" else f"without {source}"
 
 
 def _pct(x: float | None) -> str:
@@ -76,6 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--save", type=Path, metavar="DIR",
                         help="write every fit's factors to DIR (all-rows.json, <source>.json)")
     args = parser.parse_args(argv)
+    try:
+        return _leave_one_source_out(args)
+    except KeyboardInterrupt:
+        print("leave_one_source_out: interrupted", file=sys.stderr)
+        return 130
+
+
+def _leave_one_source_out(args: argparse.Namespace) -> int:
     missing = [str(p) for p in args.scenarios if not p.is_file()]
     if missing:
         print(f"scenario file not found: {', '.join(missing)}", file=sys.stderr)
@@ -92,16 +113,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = [] if args.full else [("(all rows)", rows, initial, args.sweeps)]
     jobs += [(source, [r for r in rows if r.source_name != source], initial, args.sweeps) for source in sources]
     folds: dict[str, FactorSet] = {}
-    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        for source, fitted, seconds in pool.map(_fit_fold, jobs):
+    # The fits are reported as they end; a fit's time grows with its rows, so rows measure the share done.
+    work = {job[0]: len(job[1]) for job in jobs}
+    workers = max(args.jobs, 1)
+    # Leaving the pool's block terminates its workers, on an interrupt too.
+    with multiprocessing.Pool(workers, initializer=_ignore_interrupts) as pool, \
+            ProgressLine(sys.stderr, every_s=0.0) as bar:
+        bar.update(0, sum(work.values()), f"0/{len(jobs)} fits, {workers} at a time")
+        for source, fitted, seconds in pool.imap_unordered(_fit_fold, jobs):
             folds[source] = fitted
             held = len(by_source.get(source, ()))
+            bar.clear()
             print(f"fit without {source:22s} ({held:3d} rows held out): {seconds:6.1f} s", flush=True)
+            # Workers take the fits in order: those running are the first unfinished ones.
+            running = [_fit_name(job[0]) for job in jobs[:len(folds) + workers] if job[0] not in folds]
+            bar.update(sum(work[s] for s in folds), sum(work.values()),
+                       f"{len(folds)}/{len(jobs)} fits, last {_fit_name(source)}"
+                       + (f"; running: {', '.join(running)}" if running else ""))
             if args.save:
                 args.save.mkdir(parents=True, exist_ok=True)
                 name = "all-rows" if source == "(all rows)" else source
-                (args.save / f"{name}.json").write_text(json.dumps(fitted.to_json(), indent=2) + "\n",
-                                                        encoding="utf-8")
+                write_atomically(args.save / f"{name}.json", json.dumps(fitted.to_json(), indent=2) + "\n")
     full = parse_factors(json.loads(args.full.read_text(encoding="utf-8"))) if args.full else folds.pop("(all rows)")
 
     # (i) stability of the engine terms
@@ -161,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for source, n, median in apart:
         print(f"scored apart: {source}, {n} rows, held-out median APE {_pct(median)}")
     if args.predictions:
-        args.predictions.write_text("".join(line + "\n" for line in dumped), encoding="utf-8")
+        write_atomically(args.predictions, "".join(line + "\n" for line in dumped))
         print(f"\nheld-out predictions of {len(dumped)} rows written to {args.predictions}")
     print(f"\ntotal {time.perf_counter() - start:.1f} s")
     return 0

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -68,6 +68,24 @@ class Calibration:
     loss_after: float
     rows: int
     rows_by_engine: dict[str, int]
+
+
+@dataclass(frozen=True)
+class CalibrationProgress:
+    """Where a fit stands after one term's walk: what `calibrate` passes to its `progress` callback.
+
+    `done` and `total` count rows: each term walked adds the rows it moves, about what its walk costs, so that
+    `done / total` is the share of the fit's time spent. `loss` is the loss without the prior's terms (what
+    `Calibration.loss_before` and `loss_after` report) of the factors as they stand, each row as last evaluated:
+    exact as each sweep ends (and after the last one, `loss_after`)."""
+
+    sweep: int  # 1-based
+    sweeps: int
+    term: int  # 1-based, within the sweep
+    terms: int
+    done: int
+    total: int
+    loss: float
 
 
 def _cauchy(x: np.ndarray) -> np.ndarray:
@@ -194,12 +212,14 @@ def engine_targets(line: str) -> tuple[str, ...]:
 
 
 def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 3,
-              prior_weight: float = PRIOR_WEIGHT) -> Calibration:
+              prior_weight: float = PRIOR_WEIGHT,
+              progress: Callable[[CalibrationProgress], None] | None = None) -> Calibration:
     """Fit the engine terms and harness times on the non-suspect rows of `scenarios`.
 
     Every engine line with data starts from, and is pulled towards (with `prior_weight`), `start.default_engine`
     (the shipped neutral prior unless `start` is given); every harness from 0. Engine lines without data keep their
-    values in `start`.
+    values in `start`. `progress`, if given, is called after each term's walk; it only observes (the fit is the same
+    with or without it), and an exception it raises (KeyboardInterrupt) ends the fit.
     """
     if prior_weight < 0:
         raise ValueError(f"prior_weight must be >= 0, got {prior_weight}")
@@ -211,6 +231,12 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     fitted_lines = fittable_lines(rows)
     engine_rows = {e: [r for r, line in zip(rows, lines, strict=True) if line == e] for e in engines}
     source_rows = harness_keys(rows)
+    position = {id(r): i for i, r in enumerate(rows)}
+    # Rows a walk moves without evaluating them: a stack line without terms of its own follows its engine line's,
+    # and a fitted stack line takes its engine line's memory terms as each sweep starts. `progress` evaluates them
+    # again as each sweep ends.
+    followers = [i for i, line in enumerate(lines)
+                 if line and base_line(line) != line and base_line(line) in fitted_lines]
     sources = set(source_rows)
 
     current = FactorSet(
@@ -225,7 +251,8 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     def total(factors: FactorSet) -> float:
         return float(_row_loss(rows, factors, weights).sum())
 
-    loss_before = total(current)
+    row_losses = _row_loss(rows, current, weights)  # each row as last evaluated: what `progress` reports
+    loss_before = float(row_losses.sum())
 
     def penalty(name: str, value: float, prior_value: float) -> float:
         if name == "sm_stream_gb_s":  # its prior is "no cap", not a rate to pull towards: flat within its bounds
@@ -244,10 +271,12 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
 
     targets = [("engine", e, n) for e in sorted(fitted_lines) for n in engine_targets(e)]
     targets += [("harness", s, "harness_ms") for s in sorted(sources)]
+    per_sweep = sum(len(source_rows[key] if kind == "harness" else engine_rows[key]) for kind, key, _ in targets)
+    done = 0
     for sweep in range(sweeps):
         spread = 1.0 / (sweep + 1)
         current = _inherit_memory(current, fitted_lines)
-        for kind, key, name in targets:
+        for term, (kind, key, name) in enumerate(targets, start=1):
             subset = source_rows[key] if kind == "harness" else engine_rows[key]
             lo, hi = BOUNDS[name]
             value, prior_value = get(current, kind, key, name), get(prior, kind, key, name)
@@ -257,7 +286,8 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
                 grid = np.geomspace(lo, hi, 13)
             else:
                 grid = value * np.exp(np.linspace(-2.0 * spread, 2.0 * spread, 9))  # within e^2 (7.4x) either way
-            best = (float(_row_loss(subset, current, weights).sum()) + penalty(name, value, prior_value), value)
+            best_rows = _row_loss(subset, current, weights)
+            best = (float(best_rows.sum()) + penalty(name, value, prior_value), value)
             candidates = np.unique(np.clip(grid, lo, hi))
             # Walk out from the current value, upwards first, while each step improves; downwards only if the first
             # step up did not (the loss of one term is near enough unimodal that the far side is never better). The
@@ -269,13 +299,22 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
                 moved = False
                 for candidate in side:
                     trial = put(current, kind, key, name, float(candidate))
-                    loss = float(_row_loss(subset, trial, weights).sum()) + penalty(name, float(candidate), prior_value)
+                    trial_rows = _row_loss(subset, trial, weights)
+                    loss = float(trial_rows.sum()) + penalty(name, float(candidate), prior_value)
                     if loss >= best[0] - 1e-9:
                         break
-                    best, moved = (loss, float(candidate)), True
+                    best, best_rows, moved = (loss, float(candidate)), trial_rows, True
                 if moved and not scan:
                     break
             current = put(current, kind, key, name, best[1])
+            if progress is not None:
+                row_losses[[position[id(r)] for r in subset]] = best_rows
+                if term == len(targets) and followers:
+                    row_losses[followers] = _row_loss([rows[i] for i in followers],
+                                                      _inherit_memory(current, fitted_lines), weights)
+                done += len(subset)
+                progress(CalibrationProgress(sweep + 1, sweeps, term, len(targets), done, per_sweep * sweeps,
+                                             float(row_losses.sum())))
     current = _inherit_memory(current, fitted_lines)
     meta = {
         "about": "engine terms fitted by inferplan calibrate on measured kernel times; default_engine is the prior",
@@ -301,5 +340,5 @@ def format_calibration(result: Calibration) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BOUNDS", "Calibration", "calibrate", "engine_targets", "fittable_lines", "format_calibration",
-           "harness_keys", "row_line", "source_weights", "training_rows"]
+__all__ = ["BOUNDS", "Calibration", "CalibrationProgress", "calibrate", "engine_targets", "fittable_lines",
+           "format_calibration", "harness_keys", "row_line", "source_weights", "training_rows"]

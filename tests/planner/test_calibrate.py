@@ -8,6 +8,7 @@ import json
 import math
 from dataclasses import fields, replace
 from importlib import resources
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from inferplan.planner.architectures import resolve_model
 from inferplan.planner.calibrate import (
     BOUNDS,
+    CalibrationProgress,
     calibrate,
     engine_targets,
     harness_keys,
@@ -274,3 +276,26 @@ def _weight_rows(counts: dict[str, int]) -> list[Scenario]:
     base = json.loads(next(line for line in text.splitlines() if line.strip()))
     return [Scenario.model_validate({**base, "id": f"{source.split('/')[3]}-{i}", "source": source})
             for source, n in counts.items() for i in range(n)]
+
+
+def test_a_progress_callback_only_observes_and_can_stop_the_fit(published_scenarios: Path) -> None:
+    """`progress` is called after every term's walk, with the rows walked so far growing to the total and the loss
+    of the factors as they stand; the fit is the same with it as without, and what it raises ends the fit."""
+    prior = _prior()
+    made = replace(prior.default_engine, step_overhead_ms=2.0)
+    rows = synthetic(published_scenarios, replace(prior, engines={"vllm": made, "vllm-v0": made}))
+    seen: list[CalibrationProgress] = []
+    watched = calibrate(rows, prior, sweeps=2, progress=seen.append)
+    assert watched == calibrate(rows, prior, sweeps=2)
+    terms = seen[0].terms
+    assert terms > 1
+    assert [(s.sweep, s.sweeps, s.term) for s in seen] == [(w, 2, t) for w in (1, 2) for t in range(1, terms + 1)]
+    assert all(a.done < b.done for a, b in pairwise(seen)) and seen[-1].done == seen[-1].total
+    assert seen[-1].loss == watched.loss_after
+    assert seen[0].loss <= watched.loss_before
+
+    def stop(_: CalibrationProgress) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        calibrate(rows, prior, sweeps=2, progress=stop)

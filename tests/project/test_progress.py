@@ -1,0 +1,174 @@
+"""Progress of long runs and files written whole (inferplan/progress.py), and their use by
+bench/leave_one_source_out.py: a redrawn bar on a terminal, plain rate-limited lines elsewhere, the time left from
+the share done; a file written through a temporary file, so that an error or an interrupt leaves the old one; the
+leave-one-source-out run reporting fits as they end and stopping on Ctrl-C with its workers ended."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import stat
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from inferplan.planner.scenarios import read_scenarios
+from inferplan.progress import ProgressLine, format_duration, write_atomically
+
+EXAMPLE = Path(str(resources.files("inferplan.planner").joinpath("data/example-scenarios.jsonl")))
+
+
+class Stream(io.StringIO):
+    def __init__(self, terminal: bool) -> None:
+        super().__init__()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_terminal_gets_one_line_redrawn_with_a_bar_and_the_time_left() -> None:
+    stream, clock = Stream(terminal=True), Clock()
+    with ProgressLine(stream, clock=clock, columns=200) as bar:
+        clock.now += 10
+        bar.update(1, 4, "sweep 1/3 term 10/55  loss 12.50")
+        clock.now += 10
+        bar.update(2, 4, "sweep 2/3")
+    drawn = stream.getvalue()
+    first = "\r[#####...............] sweep 1/3 term 10/55  loss 12.50  ~30 s left"
+    second = "\r[##########..........] sweep 2/3  ~20 s left"
+    assert drawn == first + second.ljust(len(first)) + "\n"  # the longer line before is blanked out
+    assert "\n" not in drawn[:-1]
+
+
+def test_a_terminal_line_is_cut_to_the_width_and_redrawn_at_most_every_tenth_of_a_second() -> None:
+    stream, clock = Stream(terminal=True), Clock()
+    bar = ProgressLine(stream, clock=clock, columns=50)  # 49 characters: the last column would wrap
+    bar.update(0, 10, "x" * 100)
+    bar.update(2, 10, "not drawn: too soon")
+    assert stream.getvalue() == "\r[....................] " + "x" * 23 + "..."
+    clock.now += 1
+    bar.update(1, 10, "x" * 100)  # the text is cut, not the time left
+    assert stream.getvalue().endswith("\r[##..................] " + "x" * 12 + "...  ~9 s left")
+    bar.update(10, 10, "done")  # the end is always drawn, however soon
+    assert stream.getvalue().endswith("\r" + "[####################] done  done in 1 s".ljust(49))
+    bar.clear()
+    assert stream.getvalue().endswith("\r" + " " * 40 + "\r")
+    bar.close()
+    assert not stream.getvalue().endswith("\n")  # nothing left on the line to end
+
+
+def test_elsewhere_plain_lines_at_most_every_few_seconds_and_always_the_last() -> None:
+    stream, clock = Stream(terminal=False), Clock()
+    with ProgressLine(stream, every_s=5.0, clock=clock) as bar:
+        for step in range(1, 11):
+            clock.now += 2
+            bar.update(step, 10, f"fold {step}/10 (sourc\u00e9)")
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        " 10% fold 1/10 (sourc?)  ~18 s left",
+        " 40% fold 4/10 (sourc?)  ~12 s left",
+        " 70% fold 7/10 (sourc?)  ~6 s left",
+        "100% fold 10/10 (sourc?)  done in 20 s",
+    ]
+    assert "\r" not in stream.getvalue()
+
+
+def test_nothing_done_yet_has_no_estimate_and_no_total_no_share() -> None:
+    bar = ProgressLine(Stream(terminal=False), clock=Clock())
+    assert bar.line(0, 10, "starting") == "  0% starting"
+    assert bar.line(3, 0, "nothing to do") == "  0% nothing to do"
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.4, "0 s"), (40, "40 s"), (89, "89 s"), (420, "7 min"),
+                                               (3900, "1 h 05 min"), (-3, "0 s")])
+def test_durations_read_as_a_person_would_say_them(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def _left_behind(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_file_written_whole_replaces_the_old_one_and_keeps_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "factors.json"
+    write_atomically(target, "new\n")
+    assert target.read_text(encoding="utf-8") == "new\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask  # as open() makes it, not mkstemp's 0600
+    target.chmod(0o640)
+    write_atomically(str(target), "newer\n")
+    assert target.read_text(encoding="utf-8") == "newer\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert _left_behind(tmp_path) == []
+
+
+def test_a_write_that_fails_halfway_leaves_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "factors.json"
+    target.write_text("old\n", encoding="utf-8")
+    with pytest.raises(UnicodeEncodeError):
+        write_atomically(target, "half" * 10_000 + "\u00e9", encoding="ascii")
+    assert target.read_text(encoding="utf-8") == "old\n"
+    assert _left_behind(tmp_path) == []
+
+
+def test_an_interrupt_before_the_rename_leaves_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "factors.json"
+    target.write_text("old\n", encoding="utf-8")
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(target, "new\n")
+    assert target.read_text(encoding="utf-8") == "old\n"
+    assert _left_behind(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# bench/leave_one_source_out.py
+
+
+def test_leave_one_source_out_reports_each_fit_as_it_ends(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.leave_one_source_out import main
+
+    assert main(["--scenarios", str(EXAMPLE), "--sweeps", "1", "--jobs", "2", "--save", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()  # not a terminal: a line per fit
+    fits = 1 + len({row.source_name for row in read_scenarios(EXAMPLE).scenarios})  # all rows, then each left out
+    assert fits >= 3
+    assert lines[0] == f"  0% 0/{fits} fits, 2 at a time"
+    assert [line.split("% ")[1].split(",")[0] for line in lines[1:]] == [f"{n}/{fits} fits" for n in
+                                                                          range(1, fits + 1)]
+    assert lines[-1].startswith("100% ") and "done in" in lines[-1] and "running" not in lines[-1]
+    assert captured.out.count("fit without") == fits  # the report on stdout is unchanged
+    assert _left_behind(tmp_path) == [] and len(list(tmp_path.glob("*.json"))) == fits
+
+
+def test_leave_one_source_out_stops_on_ctrl_c_and_ends_its_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.leave_one_source_out import main
+
+    def interrupted(self: ProgressLine, done: float, total: float, text: str) -> None:
+        if done:  # after the first fit ends, while the others run
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ProgressLine, "update", interrupted)
+    assert main(["--scenarios", str(EXAMPLE), "--sweeps", "1", "--jobs", "2", "--save", str(tmp_path)]) == 130
+    assert multiprocessing.active_children() == []
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err
+    assert _left_behind(tmp_path) == []
