@@ -109,14 +109,29 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from inferplan.planner.calibrate import calibrate, format_calibration
+    """The fit with its progress on stderr; Ctrl-C ends it with exit status 130 and `--write`'s file as it was."""
+    from inferplan.progress import ProgressLine, write_atomically
 
-    scenarios = [row for path in args.scenarios for row in _read(path)[0]]
-    result = calibrate(scenarios, _factors(args.factors))
-    print(format_calibration(result))
-    if args.write:
-        Path(args.write).write_text(json.dumps(result.factors.to_json(), indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.write}")
+    written = False
+    try:
+        from inferplan.planner.calibrate import CalibrationProgress, calibrate, format_calibration
+
+        scenarios = [row for path in args.scenarios for row in _read(path)[0]]
+        with ProgressLine(sys.stderr) as bar:
+            def show(step: CalibrationProgress) -> None:
+                bar.update(step.done, step.total,
+                           f"sweep {step.sweep}/{step.sweeps} term {step.term}/{step.terms}  loss {step.loss:.2f}")
+
+            result = calibrate(scenarios, _factors(args.factors), progress=show)
+        print(format_calibration(result))
+        if args.write:
+            write_atomically(args.write, json.dumps(result.factors.to_json(), indent=2) + "\n")
+            written = True
+            print(f"wrote {args.write}")
+    except KeyboardInterrupt:
+        kept = f"; {args.write} left as it was" if args.write and not written else ""
+        print(f"inferplan calibrate: interrupted{kept}", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -304,21 +319,11 @@ def _first_error(exc) -> str:  # exc: pydantic.ValidationError
 
 
 def _status_recommendation(raw: dict):  # -> Candidate | None
-    """status.recommendation of a manifest read back from the cluster, as the Candidate it holds (the status's
-    extra keys, such as its manifests reference, left out); None when there is none. Raises ValueError."""
-    from pydantic import ValidationError
+    """status.recommendation of a manifest read back from the cluster, as the Candidate it holds; None when there is
+    none. Raises ValueError."""
+    from inferplan.deploy.reviewed import status_candidate
 
-    from inferplan.planner.results import Candidate
-
-    status = raw.get("status") if isinstance(raw, dict) else None
-    recommendation = status.get("recommendation") if isinstance(status, dict) else None
-    if not isinstance(recommendation, dict):
-        return None
-    fields = {field.alias or name for name, field in Candidate.model_fields.items()}
-    try:
-        return Candidate.model_validate({k: v for k, v in recommendation.items() if k in fields})
-    except ValidationError as exc:
-        raise ValueError(f"status.recommendation is not a recommendation: {_first_error(exc)}") from None
+    return status_candidate(raw)
 
 
 def _status_result(raw: dict):  # -> PlanResult | None
@@ -342,20 +347,24 @@ def _status_result(raw: dict):  # -> PlanResult | None
 
 
 def _render_candidate(args: argparse.Namespace, raw, request):  # -> Candidate | None
-    """The recommendation to render: the manifest's status.recommendation when it has one (said on stderr), else
-    a new plan, as `inferplan plan` makes it. None (reasons printed) when the plan has no feasible deployment."""
+    """The recommendation to render (or compare): for a plan read back from the cluster, the one in its reviewed
+    status, never a new plan (inferplan/deploy/reviewed.py); for a plan file, a new plan, as `inferplan plan` makes
+    it. Which one is said on stderr. Raises StatusRefused for a read-back plan whose status has no recommendation or
+    answers an earlier generation of its spec (unless --allow-stale-status); None (reasons printed) for a plan file
+    without a feasible deployment."""
+    from inferplan.deploy.reviewed import reviewed_recommendation
     from inferplan.planner.verification import planned
 
-    candidate = _status_recommendation(raw)
-    if candidate is not None:
-        meta, status = raw.get("metadata") or {}, raw.get("status") or {}
-        print("inferplan: rendering the recommendation in the manifest's status (not planning again)",
+    reviewed = reviewed_recommendation(raw, allow_stale=args.allow_stale_status)
+    if reviewed is not None:
+        print(f"inferplan: rendering the recommendation in {reviewed.describe()}, not planning again",
               file=sys.stderr)
-        seen, generation = status.get("observedGeneration"), meta.get("generation")
-        if seen is not None and generation is not None and seen != generation:
-            print(f"inferplan: warning: the status answers generation {seen} of the spec, which is at generation "
-                  f"{generation} now", file=sys.stderr)
-        return candidate
+        if reviewed.stale:
+            print(f"inferplan: warning: the status answers generation {reviewed.observed_generation} of the spec, "
+                  f"which is at generation {reviewed.generation} now (--allow-stale-status)", file=sys.stderr)
+        return reviewed.candidate
+    source = "the bundled example plan" if not args.file else "standard input" if args.file == "-" else args.file
+    print(f"inferplan: planning {source} (a plan file, not read back from a cluster)", file=sys.stderr)
     result = planned(request, _factors(args.factors), verify_default=args.verify)
     if result.recommendation is None:
         print("inferplan: the plan has no feasible deployment to render", file=sys.stderr)
@@ -367,10 +376,19 @@ def _render_candidate(args: argparse.Namespace, raw, request):  # -> Candidate |
     return result.recommendation
 
 
+def _refused(exc) -> int:  # exc: reviewed.StatusRefused
+    """Exit 2 after saying why a read-back plan's status is not rendered, with the status's suggestions."""
+    print(f"inferplan: error: {_ascii(str(exc))}", file=sys.stderr)
+    for line in exc.suggestions:
+        print(f"  suggestion: {_ascii(line)}", file=sys.stderr)
+    return 2
+
+
 def _cmd_render(args: argparse.Namespace) -> int:
     """Render the recommendation as Kubernetes objects (and an autoscaler), as multi-document YAML or a v1 List."""
     from inferplan.deploy.autoscaling import PROMETHEUS_URL, autoscaling, hand_replicas_to_autoscaler, replica_bounds
     from inferplan.deploy.manifests import dns_label, manifests_digest, render, to_yaml
+    from inferplan.deploy.reviewed import StatusRefused
 
     read = _read_manifest(args.file)
     if read is None:
@@ -378,6 +396,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
     raw, request = read
     try:
         candidate = _render_candidate(args, raw, request)
+    except StatusRefused as exc:
+        return _refused(exc)
     except ValueError as exc:
         print(f"inferplan: error: {exc}", file=sys.stderr)
         return 2
@@ -436,6 +456,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     merge patch. Exit 0 when in sync, 1 when it differs, 2 on trouble (as diff does)."""
     from inferplan.deploy.diff import deployment_change
     from inferplan.deploy.manifests import deployment, dns_label
+    from inferplan.deploy.reviewed import StatusRefused
 
     if args.file == "-" and args.deployment == "-":
         print("inferplan: error: the plan and the Deployment cannot both come from standard input", file=sys.stderr)
@@ -456,6 +477,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         desired = deployment(request, candidate, name=meta.get("name") or dns_label(request.served_model),
                              image=args.image)
         change = deployment_change(current, desired)
+    except StatusRefused as exc:
+        return _refused(exc)
     except ValueError as exc:
         print(f"inferplan: error: {exc}", file=sys.stderr)
         return 2
@@ -569,8 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
     ren = sub.add_parser("render", help="the recommendation as Kubernetes manifests (and autoscaling), multi-document "
                          "YAML for kubectl apply (docs/deploy.md)")
     ren.add_argument("file", nargs="?", metavar="PLAN",
-                     help="plan file, or - for standard input; a manifest read back with kubectl get -o yaml renders "
-                     "its status.recommendation as it is (default: the bundled example plan)")
+                     help="plan file, or - for standard input; a plan read back with kubectl get -o yaml renders "
+                     "its reviewed status.recommendation as it is, or is refused (exit 2) when the status has none or "
+                     "answers an earlier generation; never planned again (default: the bundled example plan)")
     ren.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
                      help="yaml (documents separated by ---) or json (a v1 List)")
     ren.add_argument("--target", choices=("deployment", "kserve"), default="deployment",
@@ -590,13 +614,16 @@ def build_parser() -> argparse.ArgumentParser:
     ren.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     ren.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                      help="render the recommendation inferplan plan prints with the same option (default on)")
+    ren.add_argument("--allow-stale-status", action="store_true",
+                     help="render a read-back plan's status even when it answers an earlier generation of the spec "
+                     "(status.observedGeneration behind metadata.generation); refused by default")
     ren.set_defaults(func=_cmd_render)
 
     dif = sub.add_parser("diff", help="what applying the recommendation changes in a running Deployment: lines and a "
                          "strategic merge patch; exit 0 in sync, 1 different, 2 trouble (docs/deploy.md)")
     dif.add_argument("file", nargs="?", metavar="PLAN",
-                     help="plan file, or - for standard input; a manifest read back with kubectl get -o yaml compares "
-                     "its status.recommendation (default: the bundled example plan)")
+                     help="plan file, or - for standard input; a plan read back with kubectl get -o yaml compares "
+                     "its reviewed status.recommendation, as render does (default: the bundled example plan)")
     dif.add_argument("--deployment", required=True, metavar="FILE",
                      help="the running Deployment, e.g. from kubectl get deployment NAME -o yaml (- for standard "
                      "input)")
@@ -607,6 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     dif.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                      help="compare with the recommendation inferplan plan prints with the same option (default on)")
+    dif.add_argument("--allow-stale-status", action="store_true",
+                     help="compare with a read-back plan's status even when it answers an earlier generation of the "
+                     "spec; refused by default")
     dif.set_defaults(func=_cmd_diff)
 
     op = sub.add_parser("operator", help="run the Kubernetes operator (settings: INFERPLAN_* variables, see docs)")

@@ -46,7 +46,7 @@ from inferplan.observe.prometheus import EndpointsFile
 from inferplan.operator import kube, metrics
 from inferplan.operator.cluster_spec import error_reason, with_config_map
 from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory
-from inferplan.operator.observing import CurrentError, assess, measure, observe_status
+from inferplan.operator.observing import CurrentError, assess, measure, observe_status, only_sample_time_moved
 from inferplan.operator.pool import PlannerPool
 from inferplan.operator.reconcile import Outcome, current_deployment_name, with_current_change
 from inferplan.operator.retry import RetryLater
@@ -376,7 +376,10 @@ class Controller:
             # status keeps its ranges (true still, for the counts it names); this process checks with the new.
             logger.info("%s/%s: planned again for the GPU inventory, the same answer: nothing written (holds "
                         "for %s)", plan.namespace, plan.name, ranges_text(new["inventory"]))
-        patch = {} if kept else status_patch(old, new)
+        # An observation that found what the last one did changes only status.observed.sampleTime: not written either
+        # (a write per observation would be churn for every watcher and GitOps diff of the plan).
+        unchanged = only_sample_time_moved(old, new)
+        patch = {} if kept or unchanged else status_patch(old, new)
         if patch:  # nothing when nothing changed: no GitOps churn
             try:
                 written = await kube.with_retries(
@@ -399,7 +402,7 @@ class Controller:
             registry.last_planned[uid] = now
             registry.answered[uid] = Answer(generation, new["inventory"], now, written=not kept)
         latest = registry.plans.get(uid)
-        if latest is not None and latest.generation == generation and not kept:
+        if latest is not None and latest.generation == generation and not kept and not unchanged:
             latest.status = new  # what the server has now, before its event comes back
         if patch or uid not in registry.recorded:
             self._record(plan, new)

@@ -196,7 +196,10 @@ PRINTER_COLUMNS = [
     _column("TTFT-ms", "number", ".status.ttftAtSloMs",
             "Predicted time to first token at the plan's TTFT SLO percentile (p95 without one) [ms]."),
     _column("USD/h", "number", ".status.recommendation.cost.dollarsPerHour", "Cost of the recommendation."),
-    _column("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Whether the plan is current."),
+    _column("Feasible", "string", '.status.conditions[?(@.type=="Feasible")].status',
+            "Whether a deployment meets every target (False: no recommendation, the columns before are empty)."),
+    _column("Ready", "string", '.status.conditions[?(@.type=="Ready")].status',
+            "Whether the plan is answered for its spec (True also when that answer is infeasible)."),
     _column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
 ]
 

@@ -7,6 +7,8 @@ Both are pure: plain data in, plain data out.
 What counts: allocatable GPUs on schedulable, ready nodes whose product label the GPU catalog knows.
 MIG slices and shared (time-sliced / MPS) GPUs are not whole GPUs for serving a model, so they are reported
 in the warnings but never counted; products the catalog does not know are reported the same way, never raised.
+GPU nodes left out for another reason (cordoned, not Ready or without a Ready condition, no allocatable GPUs)
+are named in the warnings with the reason, at most MAX_NAMED of them.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class NodeGpus:
     schedulable: bool  # not spec.unschedulable
     ready: bool  # condition Ready == "True"
     network_gbps: float | None = None  # the NETWORK_LABEL label, where it is a positive number
+    # What the node object lacks for its GPUs to count, in words ("no Ready condition", "no allocatable
+    # nvidia.com/gpu"): the reasons the inventory names it with (node_gpus fills it in).
+    problems: tuple[str, ...] = ()
 
 
 def _count(value: object) -> int:
@@ -92,9 +97,20 @@ def node_gpus(
         gpus = _count(allocatable[vendor.resource])
     else:
         gpus = _count(labels.get(vendor.count_label))
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    problems = []
+    if unschedulable:
+        problems.append("unschedulable")
+    ready_condition = next((c for c in conditions if c.get("type") == "Ready"), None)
+    ready = ready_condition is not None and ready_condition.get("status") == "True"
+    if ready_condition is None:
+        problems.append("no Ready condition")
+    elif not ready:
+        problems.append(f"Ready={ready_condition.get('status') or 'unset'}")
+    if gpus <= 0:
+        problems.append(f"no allocatable {vendor.resource}" if vendor.resource not in allocatable
+                        and vendor.count_label not in labels else f"0 allocatable {vendor.resource}")
     return NodeGpus(node=name, product=product, gpus=gpus, schedulable=not unschedulable, ready=ready,
-                    network_gbps=_gbps(labels.get(NETWORK_LABEL)))
+                    network_gbps=_gbps(labels.get(NETWORK_LABEL)), problems=tuple(problems))
 
 
 def _gbps(value: object) -> float | None:
@@ -106,14 +122,21 @@ def _gbps(value: object) -> float | None:
     return gbps if math.isfinite(gbps) and gbps > 0 else None
 
 
+MAX_NAMED = 10
+"""Skipped nodes named in the warnings (the rest are counted: "and N more")."""
+_MAX_WARNING = 1024  # characters of one status warning (PlanStatus.warnings)
+
+
 @dataclass(frozen=True)
 class Inventory:
-    """Whole GPUs per catalog type on schedulable, ready nodes, and the labels that were not counted."""
+    """Whole GPUs per catalog type on schedulable, ready nodes, and the labels and nodes that were not counted."""
 
     entries: tuple[InventoryEntry, ...]  # per canonical GPU type, sorted by key
     unknown_products: tuple[str, ...]  # product labels the catalog does not know (sorted, unique)
     shared_or_mig: tuple[str, ...]  # product labels with -MIG-<profile> / -SHARED suffixes (sorted, unique)
     restricted: bool = False  # entries limited to the GPU types one plan may use (`usable`)
+    # GPU nodes left out, as (node, why), sorted: cordoned, not ready, no allocatable GPUs
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def usable(self, gpu_types: frozenset[str] | None) -> Inventory:
         """The entries of the catalog GPU types `gpu_types` only (a plan's constraints.gpuTypes; None: every
@@ -157,14 +180,41 @@ class Inventory:
                 "MIG slices and shared GPUs are not whole GPUs for serving a model and are not counted: "
                 + ", ".join(self.shared_or_mig)
             )
+        if self.skipped:
+            warnings.append(_skipped_text(self.skipped))
         return warnings
+
+
+def _skipped_text(skipped: Sequence[tuple[str, str]]) -> str:
+    """"GPU nodes not counted (2): a (no Ready condition), b (unschedulable)": at most MAX_NAMED nodes, within a
+    status warning's length, then "and N more"."""
+    head = f"GPU nodes not counted ({len(skipped)}): "
+    text = head
+    for count in range(1, min(len(skipped), MAX_NAMED) + 1):
+        more = len(skipped) - count
+        longer = head + ", ".join(f"{node} ({why})" for node, why in skipped[:count]) + (
+            f", and {more} more" if more else "")
+        if len(longer) > _MAX_WARNING:
+            break
+        text = longer
+    return text
+
+
+def _why_skipped(node: NodeGpus) -> str:
+    """Why a node's GPUs do not count, in words (from what node_gpus found, else from its flags)."""
+    if node.problems:
+        return ", ".join(node.problems)
+    reasons = [*(["unschedulable"] if not node.schedulable else []), *(["not Ready"] if not node.ready else []),
+               *(["no allocatable GPUs"] if node.gpus <= 0 else [])]
+    return ", ".join(reasons)
 
 
 def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     """Fold per-node GPU facts into the inventory.
 
-    Unschedulable or not-ready nodes do not count (nor do their labels appear in the warnings: they are not
-    part of what the plan could use). A node with 0 allocatable GPUs contributes nothing. Each type's
+    Unschedulable or not-ready nodes do not count (nor do their product labels appear in the warnings: they are
+    not part of what the plan could use); they are listed in `skipped` with the reason. A node with 0 allocatable
+    GPUs contributes nothing and is listed the same way. Each type's
     `product_label` is the label value its nodes carry (the one with the most GPUs where nodes disagree on
     the spelling), so it is the value that selects them in this cluster.
     """
@@ -175,8 +225,10 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     network: dict[str, list[float | None]] = {}
     unknown: set[str] = set()
     shared_or_mig: set[str] = set()
+    skipped: set[tuple[str, str]] = set()
     for node in nodes:
         if not (node.schedulable and node.ready):
+            skipped.add((node.node, _why_skipped(node)))
             continue
         label = parse_gpu_product(node.product)
         if label.mig_profile or label.shared:
@@ -188,6 +240,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
             unknown.add(node.product)
             continue
         if node.gpus <= 0:
+            skipped.add((node.node, _why_skipped(node)))
             continue
         gpus[key] = gpus.get(key, 0) + node.gpus
         node_count[key] = node_count.get(key, 0) + 1
@@ -207,4 +260,4 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
         for key in sorted(gpus)
     )
     return Inventory(entries=entries, unknown_products=tuple(sorted(unknown)),
-                     shared_or_mig=tuple(sorted(shared_or_mig)))
+                     shared_or_mig=tuple(sorted(shared_or_mig)), skipped=tuple(sorted(skipped)))

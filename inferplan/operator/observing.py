@@ -14,12 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens
+from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens, split_launch
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.observe.observation import Observation, ObserveError, read_observation
 from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
 from inferplan.operator.cluster_spec import ConfigMapReader, parse_and_resolve
 from inferplan.operator.status import condition
+from inferplan.planner.checkpoint_repos import checkpoint_of_repo
+from inferplan.planner.checkpoints import SIXTEEN_BIT, Checkpoint
 from inferplan.planner.engine_args import flag_spellings
 from inferplan.planner.engines import ENGINES
 from inferplan.planner.factors import load_factors
@@ -47,6 +49,11 @@ GPU_TYPE_ANNOTATION = "inferplan.io/gpu-type"
 _QUANTIZATION = {"fp8": "fp8", "awq": "int4-awq", "awq_marlin": "int4-awq", "gptq": "int4-gptq",
                  "gptq_marlin": "int4-gptq", "mxfp4": "mxfp4", "compressed-tensors": "int8-w8a8",
                  "modelopt_fp4": "nvfp4"}
+
+
+MODEL_FLAGS = ("--model", "--model-path", "--model-id")
+"""The flags that give vLLM, SGLang and TGI the repository to serve (trtllm-serve, LMDeploy and `vllm serve REPO`
+take it as a positional argument)."""
 
 
 class CurrentError(Exception):
@@ -79,11 +86,23 @@ def _positive_int(text: Any) -> int | None:
 DP_ATTENTION_FLAG = "--enable-dp-attention"  # search.dp_attention_args writes it
 
 
+def served_checkpoint(tokens: Sequence[str]) -> Checkpoint | None:
+    """The catalog checkpoint an engine's command line serves (`--model REPO` and the like, or a positional
+    `vllm serve REPO`), None when it names none the checkpoint catalog lists."""
+    positional, _ = split_launch(tokens)
+    for name in (_flag(tokens, MODEL_FLAGS), *positional):
+        if name and (checkpoint := checkpoint_of_repo(name)) is not None:
+            return checkpoint
+    return None
+
+
 def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
     """What a Deployment says about the serving fleet: replicas (ready replicas when it has a status), GPU type
     (node selector, required node affinity, or the inferplan.io/gpu-type annotation), and the engine's tensor-
     parallel size, max batch, precision and KV dtype from the container's arguments (GPU limit for the TP
     size), read by the flags of `engine_args.ENGINE_FLAGS`, `engine`'s first (both --flag value and --flag=value).
+    Without a quantisation flag, a pre-quantised checkpoint the engine serves gives the precision (its method is in
+    its own config, so `inferplan render` writes no flag for it; a --dtype then sets only the activations').
     Only fields it finds are returned."""
     found: dict[str, Any] = {}
     spec = body.get("spec") or {}
@@ -124,9 +143,14 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         found["max_batch"] = batch
     quantization = _flag(tokens, flag_spellings("quantization", engine))
     dtype = _flag(tokens, flag_spellings("dtype", engine))
-    precision = _QUANTIZATION.get((quantization or "").lower()) or (
-        {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}.get(
-            (dtype or "").lower()) if not quantization else None)
+    checkpoint = None if quantization else served_checkpoint(tokens)
+    if quantization:
+        precision = _QUANTIZATION.get(quantization.lower())
+    elif checkpoint is not None and checkpoint.precision not in SIXTEEN_BIT:
+        precision = checkpoint.precision
+    else:
+        precision = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}.get(
+            (dtype or "").lower())
     if precision:
         found["precision"] = precision
     kv = (_flag(tokens, flag_spellings("kv_cache_dtype", engine)) or "").lower()
@@ -437,6 +461,22 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         status.pop("calibration", None)
     status["conditions"] = _replace_conditions(previous, made)
     return status
+
+
+def only_sample_time_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether `new` differs from `old` in nothing but `observed.sampleTime`: an observation that found what the
+    last one did. The operator writes no such status: `sampleTime` then stays the time of the observation that
+    first found these figures."""
+    if not old or old == new:
+        return False
+
+    def without_time(status: Mapping[str, Any]) -> dict[str, Any]:
+        observed = status.get("observed")
+        if not isinstance(observed, Mapping):
+            return dict(status)
+        return {**status, "observed": {k: v for k, v in observed.items() if k != "sampleTime"}}
+
+    return without_time(old) == without_time(new)
 
 
 def _without_none(value: Any) -> Any:

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,7 +99,7 @@ def _fetch(url: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def loop(k8s: dict[str, Any], namespace: str) -> Iterator[dict[str, Any]]:
+def loop(k8s: dict[str, Any], namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     require_prometheus()
     standins = [
         _standin("llama-match", _latency(), quirk=QUIRK),
@@ -109,7 +108,7 @@ def loop(k8s: dict[str, Any], namespace: str) -> Iterator[dict[str, Any]]:
                                                           Calibration(decode=0.7, prefill=0.6)))),
     ]
     metrics_port = free_port()
-    run_dir = Path(tempfile.mkdtemp(prefix="inferplan-observe-"))
+    run_dir = tmp_path_factory.mktemp("observe")  # pytest keeps the last few sessions' (the operator's log)
     prometheus = PrometheusServer(run_dir / "prometheus", [s.target for s in standins], extra_scrape_configs=[
         {"job_name": "inferplan", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}])
     operator: subprocess.Popen[str] | None = None
@@ -339,7 +338,7 @@ def test_the_status_carries_the_change_that_applies_and_then_reads_in_sync(loop:
     read_back = loop["objects"].get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gitops")
     rendered = subprocess.run([str(Path(sys.executable).with_name("inferplan")), "render", "-"],
                               input=yaml.safe_dump(read_back), capture_output=True, text=True, check=True)
-    assert "rendering the recommendation in the manifest's status" in rendered.stderr
+    assert "rendering the recommendation in the reviewed status of " in rendered.stderr
     assert manifests["digest"] in rendered.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(rendered.stdout)]
     assert [f"{k}/gitops" for k in kinds] == manifests["objects"]

@@ -75,7 +75,9 @@ def test_names_scope_version(built: dict[str, Any]) -> None:
 
 def test_printer_columns(built: dict[str, Any]) -> None:
     columns = {c["name"]: c for c in built["spec"]["versions"][0]["additionalPrinterColumns"]}
-    assert list(columns) == ["GPU", "GPUs", "Replicas", "Batch", "TTFT-ms", "USD/h", "Ready", "Age"]
+    assert list(columns) == ["GPU", "GPUs", "Replicas", "Batch", "TTFT-ms", "USD/h", "Feasible", "Ready", "Age"]
+    # An infeasible plan is answered (Ready=True) without a recommendation: Feasible says so.
+    assert columns["Feasible"]["jsonPath"] == '.status.conditions[?(@.type=="Feasible")].status'
     assert columns["TTFT-ms"] == {**columns["TTFT-ms"], "type": "number", "jsonPath": ".status.ttftAtSloMs"}
     assert columns["USD/h"]["jsonPath"] == ".status.recommendation.cost.dollarsPerHour"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'

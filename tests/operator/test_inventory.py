@@ -175,7 +175,37 @@ def test_nodes_with_no_allocatable_gpus_contribute_nothing() -> None:
     inventory = build_inventory([node("a", H100, 0), node("b", H100, 4)])
     assert inventory.available() == {"H100-SXM5-80GB": 4}
     assert inventory.entries[0].nodes == 1
-    assert build_inventory([node("a", H100, 0)]) == Inventory((), (), ())
+    assert build_inventory([node("a", H100, 0)]) == Inventory((), (), (), skipped=(("a", "no allocatable GPUs"),))
+
+
+def test_skipped_gpu_nodes_are_named_with_the_reason() -> None:
+    """A GPU node whose GPUs do not count says so in the status (a warning), named with what it lacks: a node
+    without a Ready condition or without allocatable GPUs used to vanish from the inventory without a word."""
+    nodes = [parsed({"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "8"}, name="fine"),
+             parsed({"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "8"}, conditions=[], name="no-ready"),
+             parsed({"nvidia.com/gpu.product": H100}, None, name="no-allocatable"),
+             parsed({"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "0"}, name="zero"),
+             parsed({"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "8"}, conditions=NOT_READY,
+                    unschedulable=True, name="drained")]
+    inventory = build_inventory(nodes)
+    assert inventory.available() == {"H100-SXM5-80GB": 8}
+    assert inventory.skipped == (("drained", "unschedulable, Ready=False"),
+                                 ("no-allocatable", "no allocatable nvidia.com/gpu"),
+                                 ("no-ready", "no Ready condition"), ("zero", "0 allocatable nvidia.com/gpu"))
+    assert inventory.warnings() == [
+        "GPU nodes not counted (4): drained (unschedulable, Ready=False), no-allocatable (no allocatable "
+        "nvidia.com/gpu), no-ready (no Ready condition), zero (0 allocatable nvidia.com/gpu)"]
+    assert inventory.usable(frozenset({"L4"})).warnings() == inventory.warnings()  # about the cluster's nodes
+
+
+def test_the_skipped_nodes_warning_is_bounded() -> None:
+    many = [node(f"gpu-{i:03d}", ready=False) for i in range(25)]
+    [warning] = build_inventory(many).warnings()
+    assert warning.startswith("GPU nodes not counted (25): gpu-000 (not Ready), ")
+    assert warning.count("(not Ready)") == 10 and warning.endswith(", and 15 more")
+    long_names = [node("n" * 250 + str(i), ready=False) for i in range(10)]
+    [warning] = build_inventory(long_names).warnings()
+    assert len(warning) <= 1024 and warning.endswith(" more")
 
 
 def test_product_label_is_the_spelling_the_nodes_carry() -> None:

@@ -136,6 +136,23 @@ def test_a_matching_deployment_is_accurate_and_its_figures_are_in_status(req) ->
     assert status["prediction"]["errorRatio"]["ttft"]["p99"] == pytest.approx(1 / 1.05 - 1, abs=1e-3)
 
 
+def test_an_observation_that_finds_the_same_figures_changes_only_the_sample_time(req) -> None:
+    """The operator writes a status only when it changed: the next observation of the same figures differs in
+    observed.sampleTime alone, which is not a change (a write per observation churned every GitOps diff)."""
+    from inferplan.operator.observing import only_sample_time_moved
+
+    prediction = predict_current(req, SHAPE)
+    first = observe_status({"conditions": []}, _outcome(req, _observation(prediction)), now="2026-11-30T10:00:00Z",
+                           generation=1)
+    again = observe_status(first, _outcome(req, _observation(prediction)), now="2026-11-30T10:00:30Z", generation=1)
+    assert again != first and again["observed"]["sampleTime"] == "2026-11-30T10:00:30Z"
+    assert only_sample_time_moved(first, again)
+    busier = observe_status(first, _outcome(req, _observation(prediction, requests=2000.0)),
+                            now="2026-11-30T10:00:30Z", generation=1)
+    assert not only_sample_time_moved(first, busier)
+    assert not only_sample_time_moved(None, first) and not only_sample_time_moved(first, first)
+
+
 def test_drift_turns_the_condition_false_only_after_drift_seconds(req) -> None:
     prediction = predict_current(req, SHAPE)
     slow = _outcome(req, _observation(prediction, 2.0))
@@ -284,3 +301,29 @@ def test_an_sglang_nvfp4_launch_reads_back_as_nvfp4() -> None:
     # The planner launches SGLang on a ModelOpt NVFP4 checkpoint with --quantization modelopt_fp4.
     body = vllm_deployment(["--model-path", "nvidia/DeepSeek-R1-0528-FP4", "--quantization", "modelopt_fp4"])
     assert read_deployment(body, "sglang")["precision"] == "nvfp4"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tensorrt-llm"])
+def test_a_rendered_deployment_of_a_pre_quantised_checkpoint_reads_back_at_its_precision(engine: str) -> None:
+    """`inferplan render` gives the engine a pre-quantised repository and no quantisation flag (the method is in
+    the checkpoint's own config): the precision is read from the checkpoint, not taken as the plan's first (bf16)."""
+    from inferplan.deploy.manifests import deployment
+    from inferplan.planner.search import plan
+
+    data = spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"])
+    data["model"] = {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16", "fp8"]}
+    data["engine"] = {"name": engine}
+    request = resolve_plan(parse_plan(data))
+    rec = plan(dataclasses.replace(request, precisions=("fp8",))).recommendation
+    assert rec is not None and rec.precision == "fp8"
+    body = deployment(request, rec, name="llama")
+    args = " ".join(body["spec"]["template"]["spec"]["containers"][0].get("args", []))
+    assert "quantization" not in args and "FP8" in args  # what render writes: the repository, no flag
+    assert read_deployment(body, engine)["precision"] == "fp8"
+    current = resolve_current({"deployment": "llama"}, {**body, "status": {"readyReplicas": 1}}, request)
+    assert current.shape.precision == "fp8" and current.sources["precision"] == "Deployment"
+    # A 16-bit repository still reads its --dtype, and a quantisation flag wins over the repository.
+    assert read_deployment(vllm_deployment(["--model", "meta-llama/Llama-3.1-70B", "--dtype", "float16"]),
+                           "vllm")["precision"] == "fp16"
+    assert read_deployment(vllm_deployment(["--model", "nvidia/Llama-3.1-70B-Instruct-FP8", "-q", "awq"]),
+                           "vllm")["precision"] == "int4-awq"
