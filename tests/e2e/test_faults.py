@@ -36,6 +36,7 @@ from inferplan.operator.inventory import Inventory, InventoryEntry
 from inferplan.operator.reconcile import reconcile_plan
 from inferplan.operator.status import next_status
 from inferplan.resource import GROUP, PLURAL, VERSION
+from tests.support.plans import example_spec
 
 from .conftest import EXTERNAL_KUBECONFIG, REPO, TESTENV, _missing_prerequisite, _skip_or_fail, wait_for
 
@@ -43,8 +44,8 @@ REPLICAS = ("replica-a", "replica-b")  # token users of the peering test (group 
 NODES = {"faults-h100-0": ("NVIDIA-H100-80GB-HBM3", 8), "faults-h100-1": ("NVIDIA-H100-80GB-HBM3", 8),
          "faults-l40s-0": ("NVIDIA-L40S", 4), "faults-l40s-1": ("NVIDIA-L40S", 4),
          "faults-a100-0": ("NVIDIA-A100-SXM4-80GB", 8)}
-CHAT = yaml.safe_load((REPO / "examples" / "plans" / "chat-assistant-8b.yaml").read_text())
-BURSTY = yaml.safe_load((REPO / "examples" / "plans" / "bursty-agent.yaml").read_text())  # verified: slower
+CHAT = example_spec(REPO / "examples" / "plans" / "chat-assistant-8b.yaml")
+BURSTY = example_spec(REPO / "examples" / "plans" / "bursty-agent.yaml")  # verified: slower
 INVALID_MODEL = "acme/not-a-real-model"
 
 

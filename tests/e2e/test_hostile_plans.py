@@ -26,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,6 +38,7 @@ import pytest
 import yaml
 
 from inferplan.resource import GROUP, KIND, PLURAL, VERSION
+from tests.support import tempdirs
 from tests.support.engine_standin import StandinProcess, standin_config
 from tests.support.prometheus import PrometheusServer, require_prometheus
 
@@ -351,7 +351,7 @@ def env(k8s: dict[str, Any]) -> Iterator[dict[str, Any]]:
     require_prometheus()
     core = kubernetes.client.CoreV1Api(k8s["admin"])
     namespace, other = f"inferplan-hostile-{uuid.uuid4().hex[:6]}", f"inferplan-other-{uuid.uuid4().hex[:6]}"
-    run_dir = Path(tempfile.mkdtemp(prefix="inferplan-hostile-"))
+    run_dir = tempdirs.make("hostile")
     for name in (namespace, other):
         core.create_namespace({"metadata": {"name": name}})
     for name, text in CONFIG_MAPS.items():

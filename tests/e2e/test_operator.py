@@ -30,12 +30,12 @@ from inferplan.operator.inventory import NodeGpus, build_inventory
 from inferplan.operator.reconcile import reconcile_plan
 from inferplan.planner.gpus import resolve_gpu
 from inferplan.resource import GROUP, PLURAL, VERSION
-from tests.support.plans import LONG_PROMPTS_PD
+from tests.support.plans import LONG_PROMPTS_PD, example_spec
 
 from .conftest import REPO, wait_for
 
-CHAT = yaml.safe_load((REPO / "examples" / "plans" / "chat-assistant-8b.yaml").read_text())
-AGENT = yaml.safe_load((REPO / "examples" / "plans" / "bursty-agent.yaml").read_text())
+CHAT = example_spec(REPO / "examples" / "plans" / "chat-assistant-8b.yaml")
+AGENT = example_spec(REPO / "examples" / "plans" / "bursty-agent.yaml")
 NODES = {
     "h100-a": ("NVIDIA-H100-80GB-HBM3", 8),
     "h100-b": ("NVIDIA-H100-80GB-HBM3", 8),
@@ -306,7 +306,7 @@ def test_kubectl_get_shows_the_printer_columns(cluster: dict[str, Any]) -> None:
     out = subprocess.run([str(kubectl), "--kubeconfig", str(cluster["kubeconfig"]), "get", "icp", "-n",
                           cluster["namespace"], "steady"], capture_output=True, text=True, check=True).stdout
     header, row = out.splitlines()[:2]
-    for column in ("GPU", "GPUS", "REPLICAS", "BATCH", "TTFT-MS", "USD/H", "READY", "AGE"):
+    for column in ("GPU", "GPUS", "REPLICAS", "BATCH", "TTFT-MS", "USD/H", "FEASIBLE", "READY", "AGE"):
         assert column in header
     assert "True" in row
 

@@ -427,7 +427,7 @@ def summary(run: Run) -> str:
 
 
 @pytest.fixture(scope="module")
-def ctx(k8s: dict[str, Any]) -> Iterator[Context]:
+def ctx(k8s: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Context]:
     if k8s["run_dir"] is None:
         pytest.skip("needs the k8s-testenv: its token user for the ServiceAccount and its audit log")
     run_dir = Path(k8s["run_dir"])
@@ -450,7 +450,7 @@ def ctx(k8s: dict[str, Any]) -> Iterator[Context]:
                       "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}}, "status": status})
         core.patch_node_status(name, {"status": status})
     observe_skip = observe_unavailable()
-    observe = None if observe_skip else start_observe(Path(tempfile.mkdtemp(prefix="inferplan-rbac-")))
+    observe = None if observe_skip else start_observe(tmp_path_factory.mktemp("rbac-observe"))
     context = Context(admin, run_dir, kubeconfig, run_dir / "audit.log", chart, observe, observe_skip)
     try:
         yield context

@@ -14,11 +14,10 @@ from typing import Any
 
 import kubernetes
 import pytest
-import yaml
 
 from inferplan.deploy.manifests import render
 from inferplan.resource import GROUP, KIND, PLURAL, VERSION
-from tests.support.plans import EXAMPLES, disaggregated, planned
+from tests.support.plans import EXAMPLES, disaggregated, example_spec, planned
 
 TRTLLM = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")  # ConfigMap + Deployment + Service
 SGLANG = next(p for p in EXAMPLES if p.stem == "moe-qwen3-30b-a3b")
@@ -87,7 +86,7 @@ def test_a_dry_run_into_a_missing_namespace_is_refused(k8s: dict[str, Any]) -> N
 def test_the_crd_checks_spec_engine_image(k8s: dict[str, Any], namespace: str, image: str, accepted: bool) -> None:
     """The CRD's pattern for engine.image (Go's regexp on the server, pydantic's in the CLI) takes the same images."""
 
-    spec = yaml.safe_load(EXAMPLES[0].read_text())
+    spec = example_spec(EXAMPLES[0])
     spec["engine"]["image"] = image
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "engine-image-check"}, "spec": spec}
     api = kubernetes.client.CustomObjectsApi(k8s["admin"])

@@ -71,7 +71,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -566,7 +565,9 @@ class StandinProcess:
         raise RuntimeError(f"engine stand-in did not become ready on {self.target}:\n{self.log[-3000:]}")
 
     def _launch(self, timeout_s: float) -> bool:
-        self._dir = Path(tempfile.mkdtemp(prefix="inferplan-standin-"))
+        from tests.support import tempdirs  # here: the stand-in process itself does not import pytest
+
+        self._dir = tempdirs.make("standin")
         config_file = self._dir / "config.json"
         config_file.write_text(json.dumps(self.config.to_dict()))
         log_path = self._dir / "standin.log"

@@ -21,13 +21,13 @@ passed or not.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import tempdirs
 from tests.support.engine_standin import StandinConfig, StandinProcess
 from tests.support.prometheus import PrometheusServer, require_prometheus
 
@@ -59,7 +59,7 @@ def prometheus() -> Iterator[PrometheusFactory]:
     started: list[tuple[PrometheusServer, Path]] = []
 
     def start(targets: Sequence[str | Any], **kwargs: Any) -> PrometheusServer:
-        run_dir = Path(tempfile.mkdtemp(prefix="inferplan-prometheus-"))
+        run_dir = tempdirs.make("prometheus")
         addresses = [t if isinstance(t, str) else t.target for t in targets]
         server = PrometheusServer(run_dir, addresses, **kwargs)
         started.append((server, run_dir))

@@ -13,12 +13,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.support import tempdirs
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "inferplan"
@@ -81,7 +82,7 @@ def helm_binary() -> str:
 
 @functools.cache
 def _helm_home() -> dict[str, str]:
-    home = Path(tempfile.mkdtemp(prefix="inferplan-helm-home-"))
+    home = tempdirs.for_the_session("helm-home")
     return {f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")}
 
 

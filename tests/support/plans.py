@@ -8,6 +8,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from inferplan.planner.results import Candidate
 from inferplan.planner.search import plan
 from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
@@ -30,6 +32,11 @@ def spec(**constraints: Any) -> dict[str, Any]:
     if constraints:
         data["constraints"] = constraints
     return data
+
+
+def example_spec(path: Path) -> dict[str, Any]:
+    """The spec of an example plan (each is a whole InferenceCapacityPlan manifest), a fresh copy."""
+    return yaml.safe_load(path.read_text())["spec"]
 
 
 EXAMPLES = [REPO / "examples" / "plans" / "chat-assistant-8b.yaml",

@@ -1,0 +1,126 @@
+"""The plan as text (inferplan/tables.py, what `inferplan plan` prints): the shapes, GPU names, units, shares and
+counts a reader takes from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+from inferplan.planner.results import Candidate, Infeasible, PlanResult
+from inferplan.planner.search import plan
+from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
+from inferplan.tables import format_plan, latency_figures
+
+REPO = Path(__file__).resolve().parents[2]
+CHAT = REPO / "examples" / "plans" / "chat-assistant-8b.yaml"  # constraints.gpuTypes by node label
+TRTLLM = REPO / "examples" / "platform" / "trtllm-70b-fp8.yaml"  # constraints.gpuTypes by catalog key
+
+
+@functools.cache
+def planned(path: Path) -> tuple[PlanRequest, PlanResult]:
+    request = resolve_plan(load_plan_file(path), path.parent)
+    return request, plan(request)
+
+
+def _table(text: str) -> tuple[list[str], list[list[str]]]:
+    """The alternatives table's header cells and rows (cells split on runs of two spaces or more)."""
+    lines = text.splitlines()
+    start = lines.index("Alternatives (Pareto frontier over cost, latency and headroom):") + 1
+    header = re.split(r"\s{2,}", lines[start].strip())
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("  ") or line.startswith("  ("):
+            break
+        rows.append(re.split(r"\s{2,}", line.strip()))
+    return header, rows
+
+
+def _with_e2e_p95(c: Candidate, value_ms: float) -> Candidate:
+    e2e = c.predicted.e2e_ms.model_copy(update={"p95": value_ms})
+    return c.model_copy(update={"predicted": c.predicted.model_copy(update={"e2e_ms": e2e})})
+
+
+def test_headroom_and_utilization_are_each_said_against_what_they_are_a_share_of() -> None:
+    request, result = planned(CHAT)
+    rec = result.recommendation
+    assert rec is not None
+    lines = format_plan(result, request).splitlines()
+    assert not [line for line in lines if "utilization" in line and "headroom" in line]
+    capacity = request.rate_rps / (1 - rec.headroom)
+    assert any(line.startswith(f"  headroom {rec.headroom:.0%}: every SLO holds up to {capacity:.1f} requests/s, ")
+               for line in lines)
+    (load,) = [line for line in lines if line.startswith("  utilization ")]
+    assert f"utilization {rec.predicted.utilization:.2f}: the planned rate over the rate that keeps every batch" in load
+
+
+@pytest.mark.parametrize("values_ms", [[5064.0, 10_400.0, 8000.0], [36.4, 175.0, 7.5]])
+def test_a_latency_column_has_one_unit_in_its_header(values_ms: list[float]) -> None:
+    """The e2e column of "10.4 s" beside "5064 ms" reads "e2e s" over 5.1 and 10.4."""
+    request, result = planned(CHAT)
+    assert len(result.alternatives) >= 3
+    alternatives = [_with_e2e_p95(a, v) for a, v in zip(result.alternatives, values_ms, strict=False)]
+    header, rows = _table(format_plan(result.model_copy(update={"alternatives": alternatives}), request))
+    unit = "s" if max(values_ms) >= 10_000 else "ms"
+    assert header[5:8] == ["TTFT ms", "TPOT ms", f"e2e {unit}"]
+    for row, value in zip(rows, values_ms, strict=False):
+        assert all(re.fullmatch(r"[0-9.]+", cell) for cell in row[5:8]), row  # figures, no unit in a cell
+        assert float(row[7]) == pytest.approx(value / (1000 if unit == "s" else 1), rel=0.06)
+
+
+def test_latency_figures_keep_small_values_readable_in_seconds() -> None:
+    assert latency_figures([36.4, 12_000.0]) == ("s", ["0.036", "12.0"])
+    assert latency_figures([7.54, 175.2, 9_999.0]) == ("ms", ["7.5", "175", "9999"])
+
+
+def test_gpus_are_named_as_the_plan_named_them() -> None:
+    """The chat plan lists node labels (NVIDIA-H100-80GB-HBM3): the shape and the GPU column say those; a plan that
+    lists catalog keys (H100-SXM5-80GB) reads keys."""
+    request, result = planned(CHAT)
+    rec = result.recommendation
+    assert rec is not None
+    text = format_plan(result, request)
+    label = rec.node_selector["nvidia.com/gpu.product"]
+    assert label != rec.gpu_type and f"replica(s) x {label} = " in text
+    _, rows = _table(text)
+    assert {row[0] for row in rows} <= {a.node_selector["nvidia.com/gpu.product"] for a in result.alternatives}
+    assert all(f"why {a.replicas} x " in text for a in result.alternatives)
+    request, result = planned(TRTLLM)
+    assert result.recommendation is not None
+    _, rows = _table(format_plan(result, request))
+    assert {row[0] for row in rows} <= {"H100-SXM5-80GB", "H200-SXM-141GB"}
+
+
+def test_a_replica_of_one_gpu_reads_without_a_count() -> None:
+    """"2 x H100" for a replica of one GPU, "2 x 2 H100" for two: never "x1" or "x 1 "."""
+    request, result = planned(CHAT)
+    rec = result.recommendation
+    assert rec is not None and rec.gpus_per_replica == 1
+    own = [line for line in format_plan(result, request).splitlines()
+           if "replica(s) x" in line or line.startswith("  why ")]
+    label = rec.node_selector["nvidia.com/gpu.product"]
+    assert f"  {rec.replicas} replica(s) x {label} = {rec.gpus} GPU(s), " in own[0]
+    for a in result.alternatives:
+        name = a.node_selector["nvidia.com/gpu.product"]
+        shape = f"{a.replicas} x {name}" if a.gpus_per_replica == 1 else f"{a.replicas} x {a.gpus_per_replica} {name}"
+        assert any(line.startswith(f"  why {shape} (") for line in own), shape
+    assert not [line for line in own if re.search(r"\bx ?1 ", line.split(": ")[0]) or re.search(r"\bx1\b", line)]
+
+
+def test_fewer_alternatives_than_asked_say_why() -> None:
+    """`alternatives: 5` showing 3 says so, and why, in one line; as many as asked need no word."""
+    request, result = planned(CHAT)
+    shown = len(result.alternatives)
+    assert request.alternatives == 5 and 0 < shown < 5
+    (why,) = [line for line in format_plan(result, request).splitlines() if "alternatives asked" in line]
+    assert why.startswith(f"  {shown} of the 5 alternatives asked: each other feasible candidate costs over 3x ")
+    assert "simulation" not in why
+    missed = Infeasible(gpu_type="L40S", gpus_per_replica=1, precision="bf16", kv_cache_dtype="auto", max_batch=64,
+                        gate="verify", reason="simulated TTFT p95 of 3 x 1 L40S is 600 ms > 500 ms target")
+    text = format_plan(result.model_copy(update={"alternatives": [], "infeasible": [missed]}), request)
+    assert "Alternatives:\n  0 of the 5 alternatives asked: " in text
+    assert "; 1 missed an SLO in simulation (gate verify, below)" in text
+    assert "alternatives asked" not in format_plan(result, dataclasses.replace(request, alternatives=shown))
