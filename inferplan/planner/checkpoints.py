@@ -25,6 +25,10 @@ DeepSeek-V3) names that model in `quantizedFrom`: it serves only a plan naming t
 Which GPUs an engine runs a checkpoint on (`gpu_problem`): FP4 formats need FP4 tensor cores except where an engine
 dequantises them (vLLM's Marlin kernels for compressed-tensors NVFP4), and some formats are newer than the older
 release lines (`FORMAT_SUPPORT`).
+
+What an engine downloads from a repository (`download_bytes`, which sizes the pod's cache): every weight file its
+download rule takes (`DOWNLOAD_RULES`), which includes the extra copies some repositories hold
+(`repository_files`: Mistral AI's consolidated.safetensors beside the Hugging Face shards).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ FORMAT_LOADERS: dict[str, frozenset[str]] = {
 _BLACKWELL = frozenset({"blackwell"})
 _CDNA4 = frozenset({"cdna4"})
 _CUDA_SM80_UP = frozenset({"ampere", "ada", "hopper", "blackwell"})
+_NVIDIA = frozenset({"volta", "turing", "ampere", "ada", "hopper", "blackwell"})
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,17 @@ FORMAT_SUPPORT: dict[tuple[str, str], FormatSupport] = {
     ("quark-mxfp4", "sglang"): FormatSupport(
         _CDNA4, (0, 5, 2), "SGLang 0.5.2 `quantization/__init__.py`: the Quark loader is registered only "
         "on ROCm where `mxfp_supported()` (gfx95x)"),
+    ("modelopt-fp8", "vllm"): FormatSupport(
+        _NVIDIA, None, "vLLM 0.11.0, 0.11.2 and 0.12.0 `platforms/rocm.py` supported_quantization (awq, gptq, fp8, "
+        "compressed-tensors, fbgemm_fp8, gguf, quark, ptpc_fp8, mxfp4, petit_nvfp4, torchao) has no 'modelopt': "
+        "ROCm refuses ModelOpt checkpoints; on AMD GPUs FP8 is quantised at load or read from a compressed-tensors "
+        "or Quark repository"),
+    ("compressed-tensors-int8", "vllm"): FormatSupport(
+        frozenset({"turing", "ampere", "ada", "hopper", "cdna3", "cdna4"}), None,
+        "vLLM 0.11.0-0.12.0 `quantization/kernels/scaled_mm/__init__.py`: on CUDA the only W8A8 kernel is CUTLASS "
+        "(min capability 75), whose SM100/SM120 entry raises 'Int8 not supported for this architecture' (0.11.0 "
+        "`_C.abi3.so`; 'Int8 not supported on SM' in 0.11.2 and 0.12.0): no INT8 W8A8 on Blackwell; on ROCm the "
+        "AITER and Triton kernels run it"),
     ("quark-fp8", "vllm"): FormatSupport(
         None, (0, 11), "vLLM 0.11.2 `quark/schemes/quark_w8a8_fp8.py` (min capability 89); 'quark' is in the ROCm "
         "platform's supported_quantization"),
@@ -259,8 +275,11 @@ def _online(repo: str, precision: str, engine: str, source_note: str) -> Checkpo
 UNCATALOGUED = ("gguf-", "mlc-")  # precision families the catalog does not list
 
 
-def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = False) -> Checkpoint | str:
-    """The checkpoint `engine` loads to serve `model` at `precision`, or the reason there is none (a string)."""
+def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = False, gpu_family: str | None = None,
+                   version: str | None = None) -> Checkpoint | str:
+    """The checkpoint `engine` loads to serve `model` at `precision`, or the reason there is none (a string). With
+    `gpu_family`, the first catalogued one that `engine` (at `version`) runs on that family (`gpu_problem`), else
+    the engine's quantisation at load, else the first catalogued one (whose problem the precision gate states)."""
     precision = weight_precision(precision).name
     engine = engine_profile(engine).name
     key = _model_key(model)
@@ -284,6 +303,13 @@ def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = 
     # fine-tune, DeepSeek-R1 beside DeepSeek-V3) is what the engine loads in the format the model is published in
     # (16-bit, or DeepSeek's block-scaled FP8), and what it quantises at load.
     own = model if "/" in model else None
+    if gpu_family is not None and candidates:
+        runs = [e for e in candidates if gpu_problem(e.checkpoint, engine, gpu_family, version) is None]
+        if runs:
+            candidates = runs
+        elif native is not None and native.precision in SIXTEEN_BIT and (
+                online := _online(own or native.repo, precision, engine, "")) is not None:
+            return online
     if candidates:
         chosen = candidates[0].checkpoint
         if own and own != chosen.repo and chosen.format == "native":
@@ -335,3 +361,76 @@ def _reason(key: str, model: str, precision: str, engine: str, entries: dict[str
            else "plan it from its config.json (model.configFile) and list "
                 f"{precision} in model.precisions")
     return f"{head}; {tail}. Known: {known}. If your own repository holds {precision} weights, {own}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What an engine downloads
+
+@dataclass(frozen=True)
+class DownloadRule:
+    """Which weight files of a Hugging Face repository an engine downloads (config and tokenizer files aside,
+    which are small): every `*.safetensors`, in the top level only or also in folders other than `original/`."""
+
+    top_level_only: bool
+    source: str
+
+    def takes(self, path: str) -> bool:
+        """Whether the repository file `path` is downloaded."""
+        if not path.endswith(".safetensors"):
+            return False
+        return "/" not in path if self.top_level_only else not path.startswith("original/")
+
+
+# vLLM and SGLang list the repository, download every file matching the first pattern that matches one
+# (`*.safetensors`; fnmatch's `*` crosses `/`) except under `original/`, and only then drop the files
+# model.safetensors.index.json does not name: a consolidated.safetensors beside the shards is downloaded, then
+# ignored.
+DOWNLOAD_RULES: dict[str, DownloadRule] = {
+    "vllm": DownloadRule(False, "vllm 0.11.2 model_loader/default_loader.py _prepare_weights (allow_patterns "
+                                "['*.safetensors', '*.bin'], filter_duplicate_safetensors_files after the download), "
+                                "model_loader/weight_utils.py download_weights_from_hf (snapshot_download), "
+                                "config/load.py (ignore_patterns default ['original/**/*'])"),
+    "sglang": DownloadRule(False, "sglang 0.5.2 srt/model_loader/loader.py _prepare_weights, "
+                                  "srt/model_loader/weight_utils.py download_weights_from_hf, "
+                                  "srt/configs/load_config.py (ignore_patterns default ['original/**/*'])"),
+    "tgi": DownloadRule(True, "inferplan issue 36: TGI 3.3.7 downloads every top-level *.safetensors, "
+                              "consolidated.safetensors included (its download code was not read)"),
+    "tensorrt-llm": DownloadRule(False, "not read: assumed as vLLM's"),
+    "lmdeploy": DownloadRule(False, "not read: assumed as vLLM's"),
+}
+
+
+@dataclass(frozen=True)
+class RepositoryFile:
+    """A weight file of a repository besides the ones the catalog sizes from the architecture."""
+
+    path: str                 # within the repository
+    size_bytes: float | None  # None: a copy of the weights (e.g. Mistral's consolidated.safetensors)
+    source: str
+    note: str = ""
+
+
+@cache
+def _repository_files() -> dict[str, tuple[RepositoryFile, ...]]:
+    text = resources.files("inferplan.planner").joinpath("data/checkpoints.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return {normalize_name(repo): tuple(
+        RepositoryFile(path=row["path"], size_bytes=None if row["size"] == "weights" else float(row["size"]),
+                       source=row["source"], note=row.get("note", ""))
+        for row in rows) for repo, rows in data.get("repositoryFiles", {}).items()}
+
+
+def repository_files(repo: str) -> tuple[RepositoryFile, ...]:
+    """The extra weight files the catalog knows `repo` holds (case and separators ignored); () for others."""
+    return _repository_files().get(normalize_name(repo), ())
+
+
+def download_bytes(repo: str, engine: str, weights_bytes: Any) -> Any:
+    """Bytes `engine` downloads from `repo` [bytes]: its weights (`weights_bytes`, sized from the architecture)
+    plus every extra weight file of `repository_files(repo)` the engine's `DOWNLOAD_RULES` takes (a copy of the
+    weights counts `weights_bytes` again; an engine without a rule is taken as vLLM). Accepts a scalar or an
+    array of weight sizes."""
+    rule = DOWNLOAD_RULES.get(engine, DOWNLOAD_RULES["vllm"])
+    extra = [f for f in repository_files(repo) if rule.takes(f.path)]
+    copies = sum(1 for f in extra if f.size_bytes is None)
+    return weights_bytes * (1 + copies) + sum(f.size_bytes or 0.0 for f in extra)

@@ -23,7 +23,7 @@ import numpy as np
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.quantiles import QUANTILE_NAMES, QUANTILES
 from inferplan.planner.search import REPORT_SAMPLES, deployment_of
-from inferplan.planner.serving import poisson, poisson_capacity
+from inferplan.planner.serving import poisson, poisson_capacity, running_context
 from inferplan.planner.spec import PlanRequest
 
 METRICS = ("ttft", "tpot", "e2e")
@@ -104,10 +104,11 @@ def predict_current(req: PlanRequest, shape: CurrentShape, factors: FactorSet | 
     hw = deployment.hardware
     p, o = req.prompt_mean, req.output_mean
     pp = shape.pipeline_parallel  # one stream per stage (search._Rows)
-    slots = max(min(float(shape.max_batch), deployment.memory.kv_cache_tokens / (p + o / 2.0)) / pp, 1.0)
+    context = float(running_context(p, o, req.output_cv))
+    slots = max(min(float(shape.max_batch), deployment.memory.kv_cache_tokens / context) / pp, 1.0)
     chunk = deployment.settings.chunk_tokens
     fraction = 1.0 - req.prefix_hit_rate
-    capacity = float(np.asarray(poisson_capacity(hw, p, o, slots, chunk, fraction, pp)))
+    capacity = float(np.asarray(poisson_capacity(hw, p, o, slots, chunk, fraction, pp, req.output_cv)))
     rate = req.rate_rps / shape.replicas
     result = poisson(hw, rate, p, o, slots, chunk, req.prompt_cv, req.output_cv, req.arrival_cv2,
                      service_cv2=req.service_cv2, prefill_fraction=fraction, capacity=capacity,

@@ -348,8 +348,9 @@ def hardware_grid(
 ) -> Hardware:
     """`build_hardware` for every (GPU, TP size, precision, KV dtype) at once.
 
-    `factors` are per GPU (the engine's factors on that GPU), `kv_bytes` is (precision, KV dtype): bytes of one
-    KV element. Every field comes back as an array of shape (len(gpus), len(tps), len(precisions), KV dtypes);
+    `factors` are per GPU (the engine's factors on that GPU), `kv_bytes` is (precision, KV dtype) or (GPU,
+    precision, KV dtype): bytes of one KV element (a checkpoint's KV format may differ by GPU). Every field
+    comes back as an array of shape (len(gpus), len(tps), len(precisions), KV dtypes);
     `build_hardware` is the one-element case, so the two always agree. `needed` (GPUs x precisions), where given,
     says which pairs any shape will read: the kernels of the others are not looked up and their step-time
     fields are NaN.
@@ -368,7 +369,8 @@ def hardware_grid(
     tp = np.array(tps)[None, :, None, None]
     shards = tp * pp
     kv = np.asarray(kv_bytes, dtype=float)
-    per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv[None, None, :, :], tp, pp) / max(arch.num_layers, 1)
+    kv = np.broadcast_to(kv, (len(gpus), *kv.shape[-2:]))  # (GPU, precision, KV dtype)
+    per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv[:, None, :, :], tp, pp) / max(arch.num_layers, 1)
     # One new token attending to one context token, per layer (QK^T and the weighted sum of V).
     attention_per_layer = arch.attention_flops_per_token(1.0) / arch.num_layers
     matmul_params = arch.active_param_count() - split.input_embedding - (
@@ -393,7 +395,7 @@ def hardware_grid(
             w, d, p_, o, stream[i, :, j] = _gemm_terms(arch, gpu, precision, engine.name, sizes, pp)
             for k in range(kv.shape[-1]):
                 floor, kv_rate[i, :, j, k], attention_rate[i, :, j, k] = _attention_terms(
-                    arch, gpu, "fp8" if kv[j, k] < 2.0 else "bf16", engine.name, sizes, pp)
+                    arch, gpu, "fp8" if kv[i, j, k] < 2.0 else "bf16", engine.name, sizes, pp)
                 weights_s[i, :, j, k] = w + floor
                 decode_s[i, :, j, k], prefill_s_[i, :, j, k], overlap[i, :, j, k] = d, p_, o
     cap = np.array([sm_stream_cap(g, f) for g, f in zip(gpus, factors, strict=True)])[:, None, None, None]

@@ -30,7 +30,14 @@ from inferplan.planner.performance import Hardware, build_hardware, stack_hardwa
 from inferplan.planner.precisions import kv_dtype_bytes, weight_precision
 from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.scenarios import Scenario
-from inferplan.planner.serving import LoadResult, poisson, poisson_capacity, single_stream, static_batch
+from inferplan.planner.serving import (
+    LoadResult,
+    poisson,
+    poisson_capacity,
+    running_context,
+    single_stream,
+    static_batch,
+)
 from inferplan.planner.simulate import SimulationResult, arrival_times, simulate, trace_workload
 
 DEFAULT_NUM_PROMPTS = 1000  # vLLM benchmark_serving's default
@@ -382,11 +389,11 @@ def slo_rate(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fac
         return "the weights and activations leave no KV cache at the row's settings"
     prompt, output, dataset = _lengths(row)
     hw = _row_hardware(row, r, factors)
-    slots = memory.slots(int(settings.max_num_seqs), prompt + output / 2.0)
-    chunk = settings.step_tokens
     prompt_cv = dataset.prompt_cv if dataset else 0.0
     output_cv = dataset.output_cv if dataset else 0.0
-    capacity = float(poisson_capacity(hw, prompt, output, slots, chunk))
+    slots = memory.slots(int(settings.max_num_seqs), float(running_context(prompt, output, output_cv)))
+    chunk = settings.step_tokens
+    capacity = float(poisson_capacity(hw, prompt, output, slots, chunk, output_cv=output_cv))
     low, high = 0.0, capacity
     for _ in range(SLO_RATE_STEPS):
         mid = 0.5 * (low + high)

@@ -67,7 +67,15 @@ from inferplan.planner.results import (
     ShapeOption,
     rounded,
 )
-from inferplan.planner.serving import LoadResult, PoissonModel, normal_ppf, poisson, poisson_capacity, poisson_model
+from inferplan.planner.serving import (
+    LoadResult,
+    PoissonModel,
+    normal_ppf,
+    poisson,
+    poisson_capacity,
+    poisson_model,
+    running_context,
+)
 from inferplan.planner.spec import PlanRequest, SloTarget
 from inferplan.planner.validity import tp_mask, tp_problem
 
@@ -148,7 +156,7 @@ class _Grid:
     row_batch: NDArray[np.int_]
     row_kv_tokens: NDArray[np.float64]
     rejected: list[_Rejections]
-    checkpoints: list[Checkpoint | str]  # per precision of the request: what the engine loads, or why nothing
+    checkpoints: list[list[Checkpoint | str]]  # per GPU and precision: what the engine loads there, or why nothing
 
     def shape(self, req: PlanRequest, s: int) -> _Shape:
         return _Shape(self.gpus[self.gpu[s]], int(self.tp[s]), req.precisions[self.precision[s]],
@@ -212,10 +220,22 @@ def _candidate_gpus(req: PlanRequest) -> list[GpuSpec]:
     return [gpu for gpu in catalog if gpu.segment != "consumer"]
 
 
-def checkpoints_of(req: PlanRequest) -> list[Checkpoint | str]:
-    """Per precision of `req`: the checkpoint its engine loads (`checkpoints.checkpoint_for`), or why none."""
-    return [checkpoint_for(req.served_model, name, req.engine, declared=req.precisions_listed)
-            for name in req.precisions]
+SANITY_REPLICAS = 10_000
+"""A candidate with more replicas is warned about: `constraints.maxReplicas` and the rendered autoscaler stop there,
+and no one cluster runs that many (a plan for 606,992 GPUs was printed as feasible without a word)."""
+
+
+def checkpoints_of(req: PlanRequest, gpu: GpuSpec) -> list[Checkpoint | str]:
+    """Per precision of `req`: the checkpoint its engine loads on `gpu` (`checkpoints.checkpoint_for`: a ModelOpt
+    FP8 repository on NVIDIA, FP8 quantised at load on AMD where the engine's ROCm build refuses ModelOpt), or
+    why none."""
+    return [checkpoint_of(req, name, gpu) for name in req.precisions]
+
+
+def checkpoint_of(req: PlanRequest, precision: str, gpu: GpuSpec) -> Checkpoint | str:
+    """What `req`'s engine loads to serve `precision` on `gpu`, or why nothing."""
+    return checkpoint_for(req.served_model, precision, req.engine, declared=req.precisions_listed,
+                          gpu_family=gpu.family, version=req.engine_version)
 
 
 def kv_hint(checkpoint: Checkpoint | str) -> str | None:
@@ -290,9 +310,9 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     tp = np.array(req.tp_sizes)[ti]
     price = np.array([req.prices.get(g.key, g.usd_per_hour) for g in gpus])[gpu]
     per_node = node_gpus[gpu]
-    checkpoints = checkpoints_of(req)
-    kv_bytes = np.array([[kv_dtype_bytes(kv, name, req.engine, kv_hint(c)) for kv in req.kv_dtypes]
-                         for name, c in zip(req.precisions, checkpoints, strict=True)])
+    checkpoints = [checkpoints_of(req, g) for g in gpus]
+    kv_bytes = np.array([[[kv_dtype_bytes(kv, name, req.engine, kv_hint(c)) for kv in req.kv_dtypes]
+                          for name, c in zip(req.precisions, row, strict=True)] for row in checkpoints])
     rejected: list[_Rejections] = []
 
     def shape(s: int) -> _Shape:
@@ -319,7 +339,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     weights = np.array([weight_bytes(req.arch, p) for p in precisions])[pi]
     attention = np.array([attention_weight_bytes(req.arch, p) for p in precisions])[pi]
     weights = weights + np.where(dp, attention * (tp - 1), 0.0)  # dp_attention_weights, per shape
-    memory = memory_grid(req.arch, usable[:, None], weights[:, None], kv_bytes[pi, ki][:, None], engine,
+    memory = memory_grid(req.arch, usable[:, None], weights[:, None], kv_bytes[gpu, pi, ki][:, None], engine,
                          factors.engine(engine.name), tp[:, None], profile_tokens=settings.profile_tokens,
                          max_num_seqs=batch_sizes[None, :], memory_fraction=settings.memory_fraction,
                          max_model_len=settings.max_model_len, pp=pp[:, None],
@@ -331,7 +351,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     # first whose cap the KV pool already binds (from there on the pool, not the cap, bounds concurrency).
     # A replica's tokens: every rank holds the same ones, or with data-parallel attention its own.
     tokens = memory.kv_cache_tokens * np.where(dp, tp, 1)[:, None]
-    kv_bound = tokens / (req.prompt_mean + req.output_mean / 2.0) <= batch_sizes
+    kv_bound = tokens / running_context(req.prompt_mean, req.output_mean, req.output_cv) <= batch_sizes
     bound_before = np.zeros_like(kv_bound)
     bound_before[:, 1:] = np.logical_or.accumulate(kv_bound, axis=1)[:, :-1]
     fitting = np.logical_and.accumulate(~problem, axis=1) & ~bound_before & placed[:, None]
@@ -341,7 +361,8 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
         lambda s: _memory_problem(req, shape(s), memory.plan((s, 0)), settings) or ""))
 
     problems = [[_precision_problem(engine, g, name, p, c, req.engine_version)
-                 for name, p, c in zip(req.precisions, precisions, checkpoints, strict=True)] for g in gpus]
+                 for name, p, c in zip(req.precisions, precisions, row, strict=True)]
+                for g, row in zip(gpus, checkpoints, strict=True)]
     unsupported = np.array([[problem is not None for problem in row] for row in problems], dtype=bool)[gpu, pi]
     unserved = np.flatnonzero(unsupported)
     rejected.append(_Rejections(
@@ -738,11 +759,12 @@ class _Rows:
         self.gpus = self.tp * self.pp  # per replica
         self.chunk = grid.settings[0].chunk_tokens
         p, o = req.prompt_mean, req.output_mean
-        self.slots = np.maximum(np.minimum(self.batch, grid.row_kv_tokens / (p + o / 2.0)) / self.pp, 1.0)
+        context = running_context(p, o, req.output_cv)
+        self.slots = np.maximum(np.minimum(self.batch, grid.row_kv_tokens / context) / self.pp, 1.0)
         self.fraction = 1.0 - req.prefix_hit_rate
         every = np.arange(len(rows))
         self.capacity = poisson_capacity(self.hardware(every), p, o, self.slots, self.chunk, self.fraction,
-                                         self.pp)
+                                         self.pp, req.output_cv)
         new_shape = np.r_[True, rows[1:] != rows[:-1]]
         first_row, self.shape_of_row = np.flatnonzero(new_shape), np.cumsum(new_shape) - 1
         self.first_row = first_row  # each shape's first row
@@ -1147,7 +1169,8 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
         _candidate(req, engine, row_shape(i), int(batch[i]), grid.settings[grid.row_batch[i]], int(replicas[k]),
                    report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i] * rows.pp[i]),
                    factors.lines_measured_on(engine.name, row_shape(i).gpu.family),
-                   grid.checkpoints[grid.precision[rows.shape[i]]], float(grid.row_kv_tokens[i]))
+                   grid.checkpoints[grid.gpu[rows.shape[i]]][grid.precision[rows.shape[i]]],
+                   float(grid.row_kv_tokens[i]))
         for j, (k, i) in enumerate(zip(chosen, shown, strict=True))
     ]
     return finish(candidates)
@@ -1333,6 +1356,10 @@ def _candidate(
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
     if _tail_warning(req):
         warnings.append(_tail_warning(req))
+    if replicas > SANITY_REPLICAS:
+        warnings.append(f"{replicas:,} replicas ({gpus:,} GPUs): more than the {SANITY_REPLICAS:,} that "
+                        "constraints.maxReplicas and the rendered autoscaler allow; check workload.requestsPerSecond "
+                        f"({req.rate_rps:g}/s) and the token lengths, or split the traffic over several plans")
     # What the step times rest on: kernels measured on this GPU, or a sibling's scaled, published figures, or none.
     basis = kernel_basis(gpu)
     if basis.kind != "measured":
@@ -1623,7 +1650,7 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     engine = ENGINES[req.engine]
     gpu = load_gpu_catalog().get(candidate.gpu_type)
     precision = weight_precision(candidate.precision)
-    checkpoint = checkpoint_for(req.served_model, candidate.precision, req.engine, declared=req.precisions_listed)
+    checkpoint = checkpoint_of(req, candidate.precision, gpu)
     kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine, kv_hint(checkpoint))
     settings = _settings(req, engine, candidate.max_batch)
     engine_factors = factors.engine(engine.name)

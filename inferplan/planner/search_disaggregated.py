@@ -173,7 +173,7 @@ class _Pools:
         self.pre_floor = np.where(rows.pp[self.pre_row] > 1, np.inf,
                                   _replicas(req, bound * req.max_utilization) * self.pre_cost_per_replica)
         self.dec_capacity = poisson_capacity(rows.hardware(np.arange(len(rows.shape))), p, o, rows.slots,
-                                             rows.chunk, 0.0)
+                                             rows.chunk, 0.0, output_cv=req.output_cv)
         self.dec_cost_per_replica = rows.tp * rows.price
         self.dec_floor = np.where(rows.pp > 1, np.inf,
                                   _replicas(req, self.dec_capacity * req.max_utilization) * self.dec_cost_per_replica)
@@ -417,7 +417,7 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
                         q["e2e"])
     dec_shape, pre_shape = grid.shape(req, int(rows.shape[dec])), grid.shape(req, int(rows.shape[pre]))
     settings = grid.settings[grid.row_batch[dec]]
-    checkpoint = grid.checkpoints[grid.precision[rows.shape[dec]]]
+    checkpoint = grid.checkpoints[grid.gpu[rows.shape[dec]]][grid.precision[rows.shape[dec]]]
     lines = factors.lines_measured_on(engine.name, dec_shape.gpu.family)
     base = aggregated_candidate(req, engine, dec_shape, int(rows.batch[dec]), settings, dec_replicas, report, 0,
                                 dec_best, dec_capacity, float(rows.slots[dec]), lines, checkpoint,

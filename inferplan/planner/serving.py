@@ -248,6 +248,17 @@ def _concurrency(curve: DecodeStep, x: FloatArray, own_prefill: FloatArray, o: F
     return np.where(light <= 1.0, light, np.minimum(n, slots))
 
 
+def running_context(prompt_tokens: ArrayLike, output_tokens: ArrayLike, output_cv: ArrayLike = 0.0) -> FloatArray:
+    """The mean context [tokens] of a sequence in the running batch: its prompt and the tokens it has generated.
+    A sequence stays in the batch for as many steps as it generates, so the batch holds long outputs longer than
+    short ones: averaged over the batch's steps the generated part is E[O^2] / (2 E[O]) = o (1 + cv^2) / 2 for
+    outputs of mean o and coefficient of variation cv (length-biased), not o / 2. The KV cache it fills and the
+    attention each decode step reads grow with it."""
+    o = np.asarray(output_tokens, dtype=float)
+    cv = np.asarray(output_cv, dtype=float)
+    return np.asarray(prompt_tokens, dtype=float) + o * (1.0 + cv * cv) / 2.0
+
+
 def poisson_capacity(
     hw: Hardware,
     prompt_tokens: ArrayLike,
@@ -256,6 +267,7 @@ def poisson_capacity(
     chunk_tokens: ArrayLike,
     prefill_fraction: ArrayLike = 1.0,
     streams: ArrayLike = 1.0,
+    output_cv: ArrayLike = 0.0,
 ) -> FloatArray:
     """Requests/s one instance sustains with every slot busy: X solving X (TTFT + O TPOT(slots, X)) = slots.
 
@@ -276,7 +288,7 @@ def poisson_capacity(
     computed = p * np.asarray(prefill_fraction, dtype=float)
     w = computed * prefill_compute_s_per_token(hw, p)
     a = prefill_s(hw, np.maximum(computed, 1.0), 1.0, chunk_tokens)
-    b = o * decode_step(hw, p + o / 2.0).at(c)
+    b = o * decode_step(hw, running_context(p, o, output_cv)).at(c)
     linear = a + b + c * w
     x = 2.0 * c / (linear + np.sqrt(linear * linear - 4.0 * a * w * c))
     x = np.where(x * w <= 0.95, x, c / (a + b / (1.0 - 0.95)))
@@ -512,12 +524,12 @@ def poisson_model(
     p, o, c = (np.broadcast_to(x, shape).astype(float) for x in (p, o, c))
     o_cv = np.broadcast_to(np.asarray(output_cv, dtype=float), shape)
     fraction = np.broadcast_to(np.asarray(prefill_fraction, dtype=float), shape)
-    ctx = p + o / 2.0
+    ctx = running_context(p, o, o_cv)
 
     prompt_work = p * fraction * prefill_compute_s_per_token(hw, p)
     own_prefill = prefill_s(hw, np.maximum(p * fraction, 1.0), 1.0, chunk_tokens)
     if capacity is None:
-        capacity = poisson_capacity(hw, p, o, c, chunk_tokens, fraction, k)
+        capacity = poisson_capacity(hw, p, o, c, chunk_tokens, fraction, k, o_cv)
     k = np.broadcast_to(k, shape)
     capacity = np.broadcast_to(np.asarray(capacity, dtype=float), shape) / k  # one stream's
 

@@ -737,7 +737,7 @@ class Latency:
     p99_s: float
 
 
-def _latency(values: FloatArray) -> Latency:
+def latency_stats(values: FloatArray) -> Latency:
     finite = values[np.isfinite(values)]
     if not len(finite):
         return Latency(*(math.nan,) * 5)
@@ -869,7 +869,7 @@ def _result(arrival: FloatArray, outputs: IntArray, overhead: float, served: _Se
     rate = 1.0 / duration if duration > 0 else math.nan
     return SimulationResult(
         ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, replica=served.replica, preempted=served.preempted,
-        ttft=_latency(ttft), tpot=_latency(tpot), e2e=_latency(e2e),
+        ttft=latency_stats(ttft), tpot=latency_stats(tpot), e2e=latency_stats(e2e),
         duration_s=duration,
         output_tokens_per_s=float(outputs.sum()) * rate,
         requests_per_s=n * rate,

@@ -29,6 +29,7 @@ from inferplan.planner.simulate import (
     SimulationResult,
     Workload,
     generate_workload,
+    latency_stats,
     simulate,
     simulate_disaggregated,
     trace_workload,
@@ -59,11 +60,40 @@ objects). Round robin then thins the arrival stream over fewer replicas, so each
 it would among all of them: the check errs on the safe side."""
 
 
+def simulated_rate(req: PlanRequest, candidate: Candidate) -> float:
+    """The arrival rate [requests/s] `simulate_candidate` serves the plan's workload at: the plan's, scaled down
+    with the replicas beyond MAX_SIMULATED_REPLICAS (of the larger pool for a disaggregated candidate)."""
+    largest = max((r.replicas for r in candidate.roles), default=candidate.replicas)
+    return req.rate_rps * min(1.0, MAX_SIMULATED_REPLICAS / largest)
+
+
+def steady_state(result: SimulationResult, arrival_s: np.ndarray, warmup_s: float) -> SimulationResult:
+    """`result` with its latency statistics over the requests that arrive in steady state only: after the
+    first `warmup_s` seconds (the replicas start empty and fill) and before the last `warmup_s` seconds of
+    arrivals (once arrivals stop, the batch drains and steps speed up). The per-request arrays stay whole.
+    Where the window holds no request, `result` as it is."""
+    start, end = float(arrival_s[0]) + warmup_s, float(arrival_s[-1]) - warmup_s
+    inside = (arrival_s >= start) & (arrival_s <= end)
+    if not inside.any():
+        return result
+    return replace(result, ttft=latency_stats(result.ttft_s[inside]), tpot=latency_stats(result.tpot_s[inside]),
+                   e2e=latency_stats(result.e2e_s[inside]))
+
+
 def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int = 20_000, seed: int = 0,
                        router: str = "round_robin", workload: Workload | None = None,
-                       factors: FactorSet | None = None) -> SimulationResult:
+                       factors: FactorSet | None = None, warmup_s: float = 0.0) -> SimulationResult:
     """Simulate `candidate`'s replicas serving the plan's workload (or `workload`, e.g. a replayed trace).
-    Beyond MAX_SIMULATED_REPLICAS replicas, that many serve the plan's rate scaled to them (not for a trace)."""
+    Beyond MAX_SIMULATED_REPLICAS replicas, that many serve the plan's rate scaled to them (not for a trace).
+    `warmup_s` > 0: the latency statistics are those of the steady state (`steady_state`)."""
+    result, served = _simulate_served(req, candidate, requests=requests, seed=seed, router=router,
+                                      workload=workload, factors=factors)
+    return steady_state(result, served.arrival_s, warmup_s) if warmup_s > 0 else result
+
+
+def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int, router: str,
+                     workload: Workload | None, factors: FactorSet | None) -> tuple[SimulationResult, Workload]:
+    """`simulate_candidate`'s run and the requests it served."""
     if candidate.roles:
         return _simulate_disaggregated(req, candidate, requests=requests, seed=seed, workload=workload,
                                        factors=factors)
@@ -81,11 +111,12 @@ def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int 
     kv_tokens = max(deployment.memory.kv_cache_tokens // pp, max_len + 1)
     return simulate(deployment.hardware, served, replicas=replicas * pp, max_batch=max(candidate.max_batch // pp, 1),
                     kv_tokens=kv_tokens, chunk_tokens=deployment.settings.step_tokens, router=router,
-                    policy=deployment.settings.scheduling)
+                    policy=deployment.settings.scheduling), served
 
 
 def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int,
-                            workload: Workload | None, factors: FactorSet | None) -> SimulationResult:
+                            workload: Workload | None, factors: FactorSet | None
+                            ) -> tuple[SimulationResult, Workload]:
     """`simulate_candidate` of a disaggregated candidate: its prefill and decode pools
     (`simulate.simulate_disaggregated`), each pool at most MAX_SIMULATED_REPLICAS replicas at its own rate per
     replica (both scaled by the same factor, rounded down: each replica serves at least its planned rate, so
@@ -111,7 +142,7 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
         decode_replicas=counts["decode"], prefill_max_batch=pools["prefill"].max_batch,
         decode_max_batch=pools["decode"].max_batch, prefill_kv_tokens=prefill.memory.kv_cache_tokens,
         decode_kv_tokens=decode.memory.kv_cache_tokens, chunk_tokens=prefill.settings.step_tokens,
-        policy=decode.settings.scheduling)
+        policy=decode.settings.scheduling), served
 
 
 @dataclass(frozen=True)
@@ -139,12 +170,23 @@ def compare(candidate: Candidate, result: SimulationResult) -> list[Comparison]:
     return rows
 
 
-VERIFY_REQUESTS = 5_000  # per candidate: enough for a stable p99 at a few hundred ms per candidate
-# A pass this close to a target (a share of it) is confirmed on CONFIRM_REQUESTS, what `inferplan simulate` serves:
-# 5,000 requests that start from an empty replica put a p95 about 2% low where outputs are long (DeepSeek-R1's
-# example: 59.7 ms on 5,000 requests, 61.0 ms on 20,000, against 60 ms).
+VERIFY_REQUESTS = 5_000  # per candidate, in steady state: enough for a stable p99 at a few hundred ms per candidate
+# A pass this close to a target (a share of it) is confirmed on CONFIRM_REQUESTS in steady state (what
+# `inferplan simulate` serves in all): a p95 of 5,000 requests is a little noisy where outputs are long.
 EDGE = 0.03
 CONFIRM_REQUESTS = 20_000
+# Replicas start empty: the running batch, and with it the step time, grows for about one request lifetime, and
+# shrinks again once arrivals stop. Verification serves WARMUP_LIFETIMES x the candidate's analytic e2e p95 of
+# arrivals before and after the requests it judges (`steady_state`), at most MAX_VERIFY_REQUESTS requests in all.
+# Without it, a plan with 2,000-token outputs (Qwen3-32B on SGLang at 20 requests/s, examples/platform/) was
+# verified at TPOT p95 26.8 ms on 5,000 requests that never reached the planned output rate; served long
+# enough, its recommendation ran at 37 ms against a 30 ms target.
+WARMUP_LIFETIMES = 1.0
+# The running batch of long requests changes slowly: over one lifetime its percentiles move by several percent
+# (the same plan's TPOT p95 over ten consecutive 360-second spans of 40,000 requests: 29.2-32.0 ms). The
+# requests judged therefore span at least JUDGED_LIFETIMES x the warm-up, whatever their count.
+JUDGED_LIFETIMES = 10.0
+MAX_VERIFY_REQUESTS = 60_000
 MAX_REPLICA_STEPS = 3    # a candidate missing an SLO in simulation is tried with up to this many more replica steps
 
 
@@ -175,15 +217,31 @@ def _on_the_edge(req: PlanRequest, sim: SimulationResult) -> bool:
     return any(value > (1.0 - EDGE) * slo.max_s for slo, value in _values(req, sim))
 
 
-def _simulate_verdict(req: PlanRequest, candidate: Candidate, requests: int, seed: int, factors: FactorSet | None
+def warmup_s(candidate: Candidate) -> float:
+    """How long verification lets `candidate`'s replicas fill before (and drain after) the requests it judges [s]."""
+    return WARMUP_LIFETIMES * candidate.predicted.e2e_ms.p95 / 1e3
+
+
+def steady_requests(req: PlanRequest, candidate: Candidate, judged: int) -> int:
+    """Requests to simulate so that about `judged` of them, and at least JUDGED_LIFETIMES warm-ups' worth, arrive in
+    steady state (at most MAX_VERIFY_REQUESTS in all)."""
+    rate, warm = simulated_rate(req, candidate), warmup_s(candidate)
+    judged = max(judged, math.ceil(JUDGED_LIFETIMES * warm * rate))
+    return min(judged + math.ceil(2 * warm * rate), MAX_VERIFY_REQUESTS)
+
+
+def _simulate_verdict(req: PlanRequest, candidate: Candidate, judged: int, seed: int, factors: FactorSet | None
                       ) -> tuple[SimulationResult, list[tuple[SloTarget, float]], int]:
-    """`candidate` simulated on `requests` (on CONFIRM_REQUESTS where that passes on the edge): the simulation, the
-    SLOs it misses and the requests it served."""
-    sim = simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors)
+    """`candidate` simulated with `judged` requests in steady state (CONFIRM_REQUESTS where that passes on the
+    edge): the simulation (its statistics of the steady state), the SLOs it misses and the requests it served."""
+    def run(judged: int) -> tuple[SimulationResult, int]:
+        requests = steady_requests(req, candidate, judged)
+        return simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors,
+                                  warmup_s=warmup_s(candidate)), requests
+    sim, requests = run(judged)
     misses = _misses(req, sim)
-    if not misses and requests < CONFIRM_REQUESTS and _on_the_edge(req, sim):
-        requests = CONFIRM_REQUESTS
-        sim = simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors)
+    if not misses and judged < CONFIRM_REQUESTS and _on_the_edge(req, sim):
+        sim, requests = run(CONFIRM_REQUESTS)
         misses = _misses(req, sim)
     return sim, misses, requests
 
@@ -297,5 +355,9 @@ __all__ = [
     "planned",
     "should_verify",
     "simulate_candidate",
+    "simulated_rate",
+    "steady_requests",
+    "steady_state",
     "verify_plan",
+    "warmup_s",
 ]

@@ -6,19 +6,23 @@ import json
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from inferplan.planner.architectures import load_model_catalog, resolve_model
 from inferplan.planner.checkpoints import (
+    DOWNLOAD_RULES,
     FORMAT_LOADERS,
     FORMAT_SUPPORT,
     Checkpoint,
     checkpoint_for,
+    download_bytes,
     gpu_problem,
     known_precisions,
+    repository_files,
 )
 from inferplan.planner.engines import ENGINES
-from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.names import CatalogLookupError, normalize_name
 from inferplan.planner.precisions import WEIGHT_PRECISIONS
 
 SHARED_FACTS = Path(__file__).resolve().parents[3] / "shared" / "catalog-facts" / "checkpoints.json"
@@ -66,6 +70,13 @@ def test_bundled_data_is_well_formed() -> None:
                 assert row["kvCache"] in (None, "fp8")
                 assert set(row["engines"]) <= set(ENGINES)
                 assert set(row) <= {"repo", "format", "kvCache", "engines", "source", "note", "quantizedFrom"}
+    names = {normalize_name(name) for name in load_model_catalog().names()}
+    for repo, files in data["repositoryFiles"].items():
+        assert normalize_name(repo) in names, repo  # a repository a plan can name
+        for row in files:
+            assert row["source"].startswith("https://") and row["note"].isascii(), row
+            assert row["size"] == "weights" or (isinstance(row["size"], int) and row["size"] > 0), row
+            assert set(row) <= {"path", "size", "source", "note"}
 
 
 def test_llama31_8b_fp8_prefers_a_prequantised_repo_over_online() -> None:
@@ -279,6 +290,32 @@ def test_fp4_formats_need_a_release_that_loads_them() -> None:
         assert engine in FORMAT_LOADERS[fmt] and support.source.isascii()
 
 
+@pytest.mark.parametrize("version", ["0.11.0", "0.11.2", "0.12.0", None])
+def test_vllm_on_rocm_does_not_load_modelopt_and_blackwell_runs_no_int8_w8a8(version: str | None) -> None:
+    # vLLM's ROCm platform lists no 'modelopt' among its quantisations; its only CUDA INT8 W8A8 kernel (CUTLASS)
+    # refuses SM100. Both were recommended: nvidia/Llama-3.1-70B-Instruct-FP8 on MI300X, INT8 W8A8 on B200.
+    modelopt = _checkpoint("modelopt-fp8", "fp8")
+    assert "cdna3" in (gpu_problem(modelopt, "vllm", "cdna3", version) or "")
+    assert gpu_problem(modelopt, "vllm", "hopper", version) is None
+    assert gpu_problem(modelopt, "tensorrt-llm", "hopper", version) is None
+    int8 = _checkpoint("compressed-tensors-int8", "int8-w8a8")
+    assert "blackwell" in (gpu_problem(int8, "vllm", "blackwell", version) or "")
+    assert gpu_problem(int8, "vllm", "ampere", version) is None and gpu_problem(int8, "vllm", "cdna3", version) is None
+
+
+def test_the_checkpoint_is_chosen_for_the_gpu_it_runs_on() -> None:
+    # The same FP8 plan loads NVIDIA's ModelOpt repository on an H100 and one ROCm loads on an MI300X.
+    on_h100 = checkpoint_for("meta-llama/Llama-3.1-70B-Instruct", "fp8", "vllm", gpu_family="hopper")
+    on_mi300x = checkpoint_for("meta-llama/Llama-3.1-70B-Instruct", "fp8", "vllm", gpu_family="cdna3",
+                               version="0.11.0")
+    assert isinstance(on_h100, Checkpoint) and on_h100.format == "modelopt-fp8"
+    assert isinstance(on_mi300x, Checkpoint) and on_mi300x.format != "modelopt-fp8"
+    assert gpu_problem(on_mi300x, "vllm", "cdna3", "0.11.0") is None
+    # Where no catalogued repository runs there and the engine quantises at load, it does so.
+    llama33 = checkpoint_for("meta-llama/Llama-3.3-70B-Instruct", "fp8", "vllm", gpu_family="cdna3")
+    assert isinstance(llama33, Checkpoint) and gpu_problem(llama33, "vllm", "cdna3") is None
+
+
 def test_public_fp8_repositories_are_served_not_refused_or_quantised_at_load() -> None:
     # TensorRT-LLM FP8 Llama-3.3-70B was refused for want of a checkpoint, though NVIDIA's recipe names one; Qwen3-235B
     # in FP8 was quantised at load from 470 GB of bf16, though Qwen publishes its block-scaled FP8 weights.
@@ -290,3 +327,25 @@ def test_public_fp8_repositories_are_served_not_refused_or_quantised_at_load() -
     # vLLM keeps the compressed-tensors repository first for Llama-3.3 (its loader on every platform).
     vllm = checkpoint_for("meta-llama/Llama-3.3-70B-Instruct", "fp8", "vllm")
     assert isinstance(vllm, Checkpoint) and vllm.repo.startswith("RedHatAI/")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What an engine downloads
+
+
+def test_every_engine_downloads_a_mistral_repositorys_consolidated_copy_too() -> None:
+    weights = 14.5e9
+    assert [f.path for f in repository_files("mistralai/Mistral-7B-Instruct-v0.3")] == ["consolidated.safetensors"]
+    for engine in ("vllm", "sglang", "tgi", "tensorrt-llm", "lmdeploy"):
+        assert download_bytes("mistralai/Mistral-7B-Instruct-v0.3", engine, weights) == 2 * weights, engine
+    assert download_bytes("meta-llama/Llama-3.1-8B-Instruct", "vllm", weights) == weights  # one copy
+    assert list(download_bytes("mistralai/mistral-7b-instruct-v0.2", "tgi", np.array([1.0, 2.0]))) == [2.0, 4.0]
+
+
+def test_download_rules_follow_each_engines_patterns() -> None:
+    assert set(DOWNLOAD_RULES) == {"vllm", "sglang", "tgi", "tensorrt-llm", "lmdeploy"}
+    vllm, tgi = DOWNLOAD_RULES["vllm"], DOWNLOAD_RULES["tgi"]
+    assert vllm.takes("consolidated.safetensors") and vllm.takes("subfolder/model.safetensors")
+    assert not vllm.takes("original/consolidated.00.safetensors")  # vLLM's default --ignore-patterns
+    assert not vllm.takes("consolidated.00.pth") and not vllm.takes("pytorch_model.bin")
+    assert tgi.takes("consolidated.safetensors") and not tgi.takes("subfolder/model.safetensors")

@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from inferplan.cli import main
+from inferplan.planner.checkpoints import Checkpoint, gpu_problem
 from inferplan.planner.engine_args import flag_problems
 from inferplan.planner.gpus import load_gpu_catalog
 from inferplan.planner.results import Candidate, PlanResult
-from inferplan.planner.search import CONTEXT_LIMIT_SHARE, PRACTICAL_COST_FACTOR, context_overflow, plan
+from inferplan.planner.search import CONTEXT_LIMIT_SHARE, PRACTICAL_COST_FACTOR, checkpoint_of, context_overflow, plan
 from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
 from inferplan.planner.verification import planned as plan_answer
 
@@ -68,6 +69,25 @@ def test_every_shown_argument_list_passes_the_engine_pinned_parser(path: Path) -
     for c in shown(result):
         assert flag_problems(req.engine, req.engine_version, c.engine_args) == [], c.engine_args
         assert c.checkpoint and c.engine_command
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_shown_checkpoint_runs_on_its_gpu_with_the_planned_release(path: Path) -> None:
+    # The engine release the plan assumes loads the checkpoint's format on that vendor and architecture (vLLM's ROCm
+    # build refuses ModelOpt repositories; its CUDA build has no INT8 W8A8 kernel for Blackwell).
+    req, result = planned(path)
+    catalog = load_gpu_catalog()
+    for c in shown(result):
+        checkpoint = checkpoint_of(req, c.precision, catalog.get(c.gpu_type))
+        assert isinstance(checkpoint, Checkpoint) and checkpoint.repo == c.checkpoint
+        assert gpu_problem(checkpoint, req.engine, catalog.get(c.gpu_type).family, req.engine_version) is None
+
+
+def test_an_fp8_plan_on_amd_loads_a_repository_rocm_reads() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "amd-only-cluster.yaml")
+    rec = result.recommendation
+    assert rec is not None and rec.gpu_type == "MI300X" and rec.precision == "fp8"
+    assert not rec.checkpoint.startswith("nvidia/"), rec.checkpoint  # ModelOpt: not on vLLM's ROCm platform
 
 
 def test_open_gpu_types_leave_out_consumer_cards_unless_named() -> None:
@@ -208,3 +228,17 @@ def test_quantised_weights_come_from_a_repository_that_holds_them() -> None:
     refused = plan(resolve_plan(parse_plan(spec)))
     assert refused.recommendation is None
     assert any(i.gate == "precision" and "no public int4-awq checkpoint" in i.reason for i in refused.infeasible)
+
+
+def test_a_plan_beyond_any_autoscaler_says_so() -> None:
+    # 500,000 requests/s of a 70B model: hundreds of thousands of GPUs. The answer is printed, with a warning
+    # that no maxReplicas or autoscaler reaches it (it was "Feasible" without a word).
+    req = resolve_plan(parse_plan({
+        "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}, "engine": {"name": "vllm"},
+        "workload": {"requestsPerSecond": "500000", "promptTokens": {"mean": 2000}, "outputTokens": {"mean": 500}},
+        "slo": {"tpot": {"maxMs": 50, "percentile": "p95"}}, "constraints": {"gpuTypes": ["H100-SXM5-80GB"]}}))
+    rec = plan(req).recommendation
+    assert rec is not None and rec.replicas > 10_000
+    assert any("more than the 10,000" in w and "requestsPerSecond" in w for w in rec.warnings)
+    small = resolve_plan(parse_plan({**spec_of(ROOT / "examples/platform/chat-8b-open-gpus.yaml")}))
+    assert not any("more than the 10,000" in w for c in shown(plan(small)) for w in c.warnings)

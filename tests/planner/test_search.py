@@ -70,7 +70,8 @@ def test_utilisation_bound_case_matches_first_principles() -> None:
     hw = build_hardware(arch, gpu, weight_precision("bf16"), 2.0, engine, load_factors().engine("vllm"), 1)
     chunk = float(engine.default_max_batched_tokens)
     slots = min(c.max_batch, c.predicted.max_concurrency)
-    capacity = float(poisson_capacity(hw, req.prompt_mean, req.output_mean, slots, chunk))
+    capacity = float(poisson_capacity(hw, req.prompt_mean, req.output_mean, slots, chunk,
+                                      output_cv=req.output_cv))
     assert c.predicted.max_requests_per_second_per_replica == pytest.approx(0.8 * capacity, rel=0.01)
     assert c.replicas == math.ceil(50 / (0.8 * capacity * (1 - req.min_headroom)) - 1e-9)
     assert c.predicted.utilization <= 0.8 + 1e-9
