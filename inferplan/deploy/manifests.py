@@ -20,7 +20,9 @@ from typing import Any
 
 import yaml
 
+from inferplan.planner.checkpoints import download_bytes
 from inferplan.planner.engine_args import DEFAULT_VERSIONS, router_flags, version_line
+from inferplan.planner.engines import parse_version
 from inferplan.planner.gpus import GPU_VENDORS, GpuSpec, load_gpu_catalog
 from inferplan.planner.memory import weight_bytes
 from inferplan.planner.precisions import weight_precision
@@ -42,27 +44,54 @@ GIB = 2**30
 # The engines' published server images, by (engine, GPU vendor); `{v}` is the version without a leading "v".
 # Where the names come from (each engine's own install / deployment docs):
 # - vLLM: docs.vllm.ai "Using Docker" (deployment/docker.md): Docker Hub vllm/vllm-openai, tagged v<version>.
-#   For AMD, vLLM's ROCm docs point to AMD's rocm/vllm images, tagged by ROCm version and build date (e.g.
-#   rocm6.4.1_vllm_0.10.1_20250909), not by the vLLM version alone: no entry, pass an image.
-# - SGLang: docs "Install SGLang", method "Using docker": Docker Hub lmsysorg/sglang, tagged v<version>; the AMD
-#   page (platforms/amd_gpu.md) names the ROCm builds v<version>-rocm630 (0.4 line) and
-#   v<version>-rocm630-mi30x (0.5 line, for MI300X/MI325X).
+# - SGLang: docs "Install SGLang", method "Using docker": Docker Hub lmsysorg/sglang, tagged v<version>.
 # - TGI: docs "Quick Tour" and "Using TGI with AMD GPUs": ghcr.io/huggingface/text-generation-inference:<version>
 #   and :<version>-rocm.
 # - TensorRT-LLM: docs "Pre-built release container images on NGC": nvcr.io/nvidia/tensorrt-llm/release:<version>
 #   (NVIDIA only).
 # - LMDeploy: docs "Installation", Docker: Docker Hub openmmlab/lmdeploy, tagged v<version>-cu12.
 # llama.cpp, MLC-LLM and ExLlama publish no server image that takes the planned arguments: not rendered.
-_IMAGES: dict[tuple[str, str], str | dict[str, str]] = {
+# AMD images are built per GPU architecture: `_AMD_IMAGES`.
+_IMAGES: dict[tuple[str, str], str] = {
     ("vllm", "nvidia"): "vllm/vllm-openai:v{v}",
     ("sglang", "nvidia"): "lmsysorg/sglang:v{v}",
-    ("sglang", "amd"): {"0.4": "lmsysorg/sglang:v{v}-rocm630", "0.5": "lmsysorg/sglang:v{v}-rocm630-mi30x"},
     ("tgi", "nvidia"): "ghcr.io/huggingface/text-generation-inference:{v}",
-    ("tgi", "amd"): "ghcr.io/huggingface/text-generation-inference:{v}-rocm",
     ("tensorrt-llm", "nvidia"): "nvcr.io/nvidia/tensorrt-llm/release:{v}",
     ("lmdeploy", "nvidia"): "openmmlab/lmdeploy:v{v}-cu12",
 }
-RENDERABLE_ENGINES = tuple(sorted({engine for engine, _ in _IMAGES}))
+
+# ROCm images by (engine, pinned version line) and GPU family: CDNA 3 (MI300X, MI325X: gfx942), CDNA 4 (MI355X:
+# gfx950). A family missing from a line has no image that runs on it (give one with --image).
+# - vLLM 0.11 line: upstream vLLM publishes vllm/vllm-openai-rocm:v<version> from 0.16.0 on (read in the vllm
+#   0.16.0 sdist: .buildkite/scripts/annotate-release.sh pushes `vllm/vllm-openai-rocm:v${RELEASE_VERSION}`, and
+#   docs/getting_started/installation/gpu.rocm.inc.md: "official docker images ... on upstream vLLM docker hub"
+#   since 2026-01-20; docker/Dockerfile.rocm_base builds gfx942 and gfx950; the image's entry point is
+#   `vllm serve`). The 0.11.2, 0.12.0, 0.14.0 and 0.14.1 sdists publish no ROCm image (0.15 has no sdist to read):
+#   their docs point to AMD's rocm/vllm images, tagged by ROCm version and build date, none of which could be
+#   checked here. A version before 0.16.0 (the pinned 0.11.2 among them) is therefore rendered with the 0.16.0
+#   image (`_AMD_FIRST_VERSION`); every flag the planner and rendering give vLLM 0.11 is an EngineArgs field of
+#   0.16.0 (vllm/engine/arg_utils.py: model, tensor_parallel_size, pipeline_parallel_size, max_num_seqs,
+#   gpu_memory_utilization, max_model_len, dtype, quantization, kv_cache_dtype, max_num_batched_tokens,
+#   enable_chunked_prefill, distributed_executor_backend). An AMD build of the exact release goes through --image.
+# - vLLM 0.6 line: the one tag vLLM's own docs name (deployment/k8s.md, ROCm example, read in the 0.11.2 sdist),
+#   ROCm 6.2 for MI300, vLLM 0.6.4; ROCm 6.2 predates gfx950, so no MI355X image.
+# - SGLang: docs platforms/amd_gpu.md: v<version>-rocm630 (0.4 line) and v<version>-rocm630-mi30x (0.5 line, for
+#   MI300X/MI325X). The MI355X build of the 0.5 line, v<version>-rocm700-mi35x (ROCm 7.0, gfx950), follows the
+#   tag scheme of SGLang's docker/Dockerfile.rocm; it is NOT verified here (the sglang sdist ships no Dockerfile).
+# - TGI: "Using TGI with AMD GPUs": :<version>-rocm (one ROCm build; rendered for every AMD family as before).
+_AMD_IMAGES: dict[tuple[str, str], dict[str, str]] = {
+    ("vllm", "0.6"): {"cdna3": "rocm/vllm:rocm6.2_mi300_ubuntu20.04_py3.9_vllm_0.6.4"},
+    ("vllm", "0.11"): {"cdna3": "vllm/vllm-openai-rocm:v{v}", "cdna4": "vllm/vllm-openai-rocm:v{v}"},
+    ("sglang", "0.4"): {"cdna3": "lmsysorg/sglang:v{v}-rocm630"},
+    ("sglang", "0.5"): {"cdna3": "lmsysorg/sglang:v{v}-rocm630-mi30x", "cdna4": "lmsysorg/sglang:v{v}-rocm700-mi35x"},
+    ("tgi", "2"): {"cdna3": "ghcr.io/huggingface/text-generation-inference:{v}-rocm",
+                   "cdna4": "ghcr.io/huggingface/text-generation-inference:{v}-rocm"},
+    ("tgi", "3"): {"cdna3": "ghcr.io/huggingface/text-generation-inference:{v}-rocm",
+                   "cdna4": "ghcr.io/huggingface/text-generation-inference:{v}-rocm"},
+}
+_AMD_FIRST_VERSION = {("vllm", "0.11"): "0.16.0"}
+"""The first release with a ROCm image of the line's tag scheme: an older version is rendered with it."""
+RENDERABLE_ENGINES = tuple(sorted({engine for engine, _ in (*_IMAGES, *_AMD_IMAGES)}))
 
 # Flags that make the engine listen on every address at PORT and export Prometheus metrics (checked against
 # the pinned parsers in the tests). vLLM, TGI and TensorRT-LLM serve /metrics on their own; SGLang and LMDeploy
@@ -91,22 +120,33 @@ def _bare_version(engine: str, version: str | None) -> str:
     return (version or DEFAULT_VERSIONS[engine]).removeprefix("v")
 
 
-def engine_image(engine: str, version: str | None, vendor: str) -> str:
+def engine_image(engine: str, version: str | None, vendor: str, family: str | None = None) -> str:
     """The engine's published server image for `version` (None: the pinned release, `DEFAULT_VERSIONS`) on
-    GPUs of `vendor` ("nvidia" | "amd"). Raises ValueError for an engine or vendor without one, naming what
-    can be rendered and that an image can be given instead."""
+    GPUs of `vendor` ("nvidia" | "amd") and, for AMD, of GPU `family` ("cdna3": MI300X, MI325X; "cdna4": MI355X;
+    None: "cdna3"). Raises ValueError for an engine, vendor or family without one, naming what can be rendered
+    and that an image can be given instead."""
     if engine not in RENDERABLE_ENGINES:
         raise ValueError(f"no server image known for engine {engine!r}: manifests can be rendered for "
                          f"{', '.join(RENDERABLE_ENGINES)}")
-    template = _IMAGES.get((engine, vendor))
-    if template is None:
-        hint = (" (AMD publishes rocm/vllm images tagged by ROCm version and build date, not by the vLLM version)"
-                if engine == "vllm" and vendor == "amd" else "")
-        raise ValueError(f"{engine} publishes no {vendor.upper()} image that inferplan can name{hint}; give one "
-                         "with --image or spec.engine.image")
-    if isinstance(template, dict):
-        template = template[version_line(engine, version)]
-    return template.format(v=_bare_version(engine, version))
+    bare = _bare_version(engine, version)
+    if vendor != "amd":
+        template = _IMAGES.get((engine, vendor))
+        if template is None:
+            raise ValueError(f"{engine} publishes no {vendor.upper()} image that inferplan can name; give one "
+                             "with --image or spec.engine.image")
+        return template.format(v=bare)
+    line = version_line(engine, version)
+    family = family or "cdna3"
+    by_family = _AMD_IMAGES.get((engine, line))
+    if by_family is None or family not in by_family:
+        built = "" if by_family is None else (f" for {family} GPUs (its ROCm images are built for "
+                                              f"{', '.join(sorted(by_family))})")
+        raise ValueError(f"{engine} {bare} publishes no AMD image{built} that inferplan can name; give one with "
+                         "--image or spec.engine.image")
+    first = _AMD_FIRST_VERSION.get((engine, line))
+    if first is not None and (parse_version(bare) or (0,)) < (parse_version(first) or (0,)):
+        bare = first
+    return by_family[family].format(v=bare)
 
 
 def _gpu(candidate: Candidate) -> GpuSpec:
@@ -117,16 +157,28 @@ def _gib(value_bytes: float) -> int:
     return max(1, math.ceil(value_bytes / GIB))
 
 
-def checkpoint_gib(request: PlanRequest, candidate: Candidate) -> int:
-    """Size of the checkpoint on disk [GiB]: the weights at the planned precision, or at 16 bits when the engine
-    quantises the model's own (16-bit) repository while loading."""
+def _checkpoint_bytes(request: PlanRequest, candidate: Candidate) -> float:
     precision = candidate.precision
     if precision not in ("bf16", "fp16") and candidate.checkpoint in (request.served_model, request.arch.repo_id):
         precision = "bf16"  # "online" quantisation: the repository holds 16-bit weights
     try:
-        return _gib(weight_bytes(request.arch, weight_precision(precision)))
+        return float(weight_bytes(request.arch, weight_precision(precision)))
     except Exception:  # a precision the catalog does not size (GGUF, MLC): the 16-bit size bounds it
-        return _gib(weight_bytes(request.arch, weight_precision("bf16")))
+        return float(weight_bytes(request.arch, weight_precision("bf16")))
+
+
+def checkpoint_gib(request: PlanRequest, candidate: Candidate) -> int:
+    """Size of the checkpoint's weights on disk [GiB]: the weights at the planned precision, or at 16 bits when the
+    engine quantises the model's own (16-bit) repository while loading."""
+    return _gib(_checkpoint_bytes(request, candidate))
+
+
+def download_gib(request: PlanRequest, candidate: Candidate) -> int:
+    """What the engine downloads from the checkpoint's repository [GiB]: its weights plus the extra weight files
+    the repository holds that the engine's download rule takes (`checkpoints.download_bytes`: Mistral AI's
+    consolidated.safetensors, a second copy of the weights, is downloaded by every engine)."""
+    return _gib(download_bytes(candidate.checkpoint or request.served_model, request.engine,
+                               _checkpoint_bytes(request, candidate)))
 
 
 @dataclass(frozen=True)
@@ -151,14 +203,16 @@ def pod_sizing(request: PlanRequest, candidate: Candidate, gpus: int, nodes: int
     thread). Memory: 4 GiB plus 4 GiB per GPU process (CUDA context, pinned buffers) plus the shared memory,
     which counts against the pod; the limit adds this pod's share of the checkpoint, which passes through host
     memory while it loads. Shared memory: 1 GiB per GPU, at least 2 (NCCL's buffers between the GPUs of a
-    replica). Cache: the checkpoint plus 10% and 2 GiB. Start-up: 10 minutes plus 30 s per GiB of checkpoint
-    (a download at about 35 MB/s, then loading and CUDA-graph capture)."""
+    replica). Cache: what the engine downloads (`download_gib`: the weights, and a second copy where the
+    repository holds one the engine also takes) plus 10% and 2 GiB. Start-up: 10 minutes plus 30 s per GiB
+    downloaded (a download at about 35 MB/s, then loading and CUDA-graph capture)."""
     ckpt = checkpoint_gib(request, candidate)
+    download = download_gib(request, candidate)
     shm = max(2, gpus)
     memory = 4 + 4 * gpus + shm
     share = math.ceil(ckpt / nodes)
     return PodSizing(gpus=gpus, cpu=2 + 2 * gpus, memory_gib=memory, memory_limit_gib=memory + share, shm_gib=shm,
-                     cache_gib=math.ceil(ckpt * 1.1) + 2, startup_s=60 * math.ceil((600 + 30 * ckpt) / 60))
+                     cache_gib=math.ceil(download * 1.1) + 2, startup_s=60 * math.ceil((600 + 30 * download) / 60))
 
 
 def nodes_per_replica(request: PlanRequest, candidate: Candidate) -> int:
@@ -228,8 +282,9 @@ def files_config_map_name(name: str) -> str:
 
 
 def _image(request: PlanRequest, candidate: Candidate, image: str | None) -> str:
-    return image or request.engine_image or engine_image(request.engine, request.engine_version,
-                                                         _gpu(candidate).vendor)
+    gpu = _gpu(candidate)
+    return image or request.engine_image or engine_image(request.engine, request.engine_version, gpu.vendor,
+                                                         gpu.family)
 
 
 def _quantity_gib(gib: int) -> str:

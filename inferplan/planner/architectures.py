@@ -720,6 +720,21 @@ def architecture_from_inline(data: Mapping[str, Any]) -> ModelArchitecture:
 # -- the packaged catalog --------------------------------------------------------------------
 
 
+class _ServedConfig(BaseModel):
+    """The config.json fields in which one of an entry's aliases (a repository of the same weights' architecture,
+    e.g. the -Instruct model of a base model) differs from the entry's: its own context. `rope_scaling` is the
+    repository's as published (null: none, so the engines allow `max_position_embeddings` tokens; a YaRN
+    extension is the user's to set, in a config.json given with model.configFile)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_position_embeddings: int = Field(gt=0)
+    rope_scaling: None = None
+    sources: list[str] = Field(min_length=1)
+    unverified_fields: list[str] = []
+    notes: str = ""
+
+
 class _CatalogEntry(BaseModel):
     """One model in `data/models.json`: its config.json fields plus provenance."""
 
@@ -727,6 +742,7 @@ class _CatalogEntry(BaseModel):
 
     repo_id: str = Field(min_length=3)
     aliases: list[str] = []
+    served_configs: dict[str, _ServedConfig] = {}
     config: dict[str, Any]
     params_total_published: float | None = Field(default=None, gt=0)
     params_active_published: float | None = Field(default=None, gt=0)
@@ -744,9 +760,14 @@ class _CatalogFile(BaseModel):
 
 
 class ModelCatalog:
-    """The packaged model architectures, looked up by repo id or alias (case and separators ignored)."""
+    """The packaged model architectures, looked up by repo id or alias (case and separators ignored).
 
-    def __init__(self, models: list[ModelArchitecture]) -> None:
+    `served` maps an alias to the architecture as that repository's own config.json states it, where it differs
+    from the entry's (an -Instruct model's shorter context): the alias, and a short alias naming the same
+    repository, resolve to it."""
+
+    def __init__(self, models: list[ModelArchitecture],
+                 served: Mapping[str, ModelArchitecture] | None = None) -> None:
         self._models = list(models)
         self._by_key: dict[str, ModelArchitecture] = {}
         for model in self._models:
@@ -756,10 +777,21 @@ class ModelCatalog:
                 if other is not None and other is not model:
                     raise ValueError(f"model name {name!r} is claimed by {other.repo_id} and {model.repo_id}")
                 self._by_key[key] = model
+        self._served: dict[str, ModelArchitecture] = {}
+        for repo, arch in (served or {}).items():
+            base = self._by_key.get(normalize_name(repo))
+            if base is None or base.repo_id != arch.repo_id:
+                raise ValueError(f"served config {repo!r} is not an alias of {arch.repo_id}")
+            short = normalize_name(repo.rsplit("/", 1)[-1])
+            for name in base.aliases:
+                if normalize_name(name) in (normalize_name(repo), short):
+                    self._served[normalize_name(name)] = arch
 
     def resolve(self, name: str) -> ModelArchitecture:
-        """The model a repo id or alias names; unknown names raise CatalogLookupError with close names."""
-        model = self._by_key.get(normalize_name(name))
+        """The model a repo id or alias names, with that repository's own context where the catalog records one
+        that differs from the entry's (`served`); unknown names raise CatalogLookupError with close names."""
+        key = normalize_name(name)
+        model = self._served.get(key) or self._by_key.get(key)
         if model is None:
             raise CatalogLookupError("model", name, closest_names(name, self.names()))
         return model
@@ -796,12 +828,19 @@ def load_model_catalog() -> ModelCatalog:
     except ValidationError as exc:
         raise ValueError(f"packaged models.json is invalid: {exc}") from exc
     models = []
+    served: dict[str, ModelArchitecture] = {}
     for entry in data.models:
         try:
-            models.append(_architecture_from_entry(entry))
+            arch = _architecture_from_entry(entry)
+            for repo, own in entry.served_configs.items():
+                served[repo] = dataclasses.replace(
+                    arch, max_position_embeddings=own.max_position_embeddings,
+                    unverified_fields=(*arch.unverified_fields, *own.unverified_fields),
+                    sources=(*own.sources, *arch.sources))
         except ValueError as exc:
             raise ValueError(f"packaged models.json entry {entry.repo_id}: {exc}") from exc
-    return ModelCatalog(models)
+        models.append(arch)
+    return ModelCatalog(models, served)
 
 
 def resolve_model(name: str) -> ModelArchitecture:

@@ -151,6 +151,25 @@ def test_shared_memory_cache_and_token() -> None:
     assert int(requests["cpu"]) >= 2
 
 
+def test_the_cache_holds_every_copy_of_the_weights_the_engine_downloads() -> None:
+    # TGI (like vLLM and SGLang) downloads every *.safetensors: from a Mistral repository both the shards and
+    # consolidated.safetensors, two copies of the weights (about 29 GB for Mistral-7B, issue 36).
+    path = next(p for p in EXAMPLES if p.stem == "tgi-mistral-7b")
+    request, candidate = planned(path)
+    assert candidate.checkpoint == "mistralai/Mistral-7B-Instruct-v0.2"
+    weights_gib = request.arch.params_total_published * 2 / 2**30  # the repository's 16-bit weights
+
+    def cache_gib(objects: list[dict[str, Any]]) -> int:
+        pod = pod_spec(by_kind(objects)["Deployment"])
+        size = next(v for v in pod["volumes"] if v["name"] == "hf-cache")["emptyDir"]["sizeLimit"]
+        assert pod["containers"][0]["resources"]["requests"]["ephemeral-storage"] == size  # the kubelet evicts above
+        return int(size.removesuffix("Gi"))
+
+    assert cache_gib(rendered(path)) >= 2 * weights_gib * 1.1
+    chat_request, _ = planned(EXAMPLES[0])  # a repository with one copy of its weights keeps a cache of one
+    assert cache_gib(rendered(EXAMPLES[0])) < 2 * chat_request.arch.params_total_published * 2 / 2**30
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Valid objects
 
@@ -171,12 +190,12 @@ def test_a_recommendation_renders_to_the_same_bytes_in_any_process() -> None:
     path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")  # engine files: a ConfigMap too
     request, candidate = planned(path)
     before = candidate.model_copy(deep=True)
-    objects = render(request, candidate, name="llm", namespace="platform")  # the manifest's namespace
+    objects = render(request, candidate, name="llm", namespace="platform")  # the plan's, as the operator renders
     assert candidate == before
     text = to_yaml(objects)
     for seed in ("1", "2"):
         done = subprocess.run([sys.executable, "-m", "inferplan.cli", "render", str(path), "--no-verify", "--name",
-                               "llm"], capture_output=True, text=True, check=True,
+                               "llm", "--namespace", "platform"], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONHASHSEED": seed})
         assert done.stdout == text, f"inferplan render differs with PYTHONHASHSEED={seed}"
         digest = "sha256:" + hashlib.sha256(done.stdout.encode("utf-8")).hexdigest()
@@ -378,7 +397,8 @@ def test_published_images_for_each_engine_and_vendor() -> None:
     assert engine_image("vllm", None, "nvidia") == f"vllm/vllm-openai:v{DEFAULT_VERSIONS['vllm']}"
     assert engine_image("vllm", "v0.6.3.post1", "nvidia") == "vllm/vllm-openai:v0.6.3.post1"
     assert engine_image("sglang", "0.5.2", "nvidia") == "lmsysorg/sglang:v0.5.2"
-    assert engine_image("sglang", "0.5.2", "amd") == "lmsysorg/sglang:v0.5.2-rocm630-mi30x"
+    assert engine_image("sglang", "0.5.2", "amd", "cdna3") == "lmsysorg/sglang:v0.5.2-rocm630-mi30x"
+    assert engine_image("sglang", "0.5.2", "amd", "cdna4") == "lmsysorg/sglang:v0.5.2-rocm700-mi35x"  # MI355X
     assert engine_image("sglang", "0.4.6.post5", "amd") == "lmsysorg/sglang:v0.4.6.post5-rocm630"
     assert engine_image("tgi", "3.3.7", "nvidia") == "ghcr.io/huggingface/text-generation-inference:3.3.7"
     assert engine_image("tgi", "3.3.7", "amd") == "ghcr.io/huggingface/text-generation-inference:3.3.7-rocm"
@@ -394,13 +414,36 @@ def test_engines_without_a_server_image_say_which_can_be_rendered(engine: str) -
     assert engine in str(raised.value) and "tensorrt-llm" in str(raised.value)
 
 
+def test_vllm_on_amd_runs_a_rocm_image_of_the_pinned_release_or_the_first_published_one() -> None:
+    # vLLM publishes vllm/vllm-openai-rocm:v<version> from 0.16.0 on, for gfx942 and gfx950 alike; an older
+    # release of the 0.11 line (the pinned 0.11.2) runs the first one. The 0.6 line has AMD's MI300 build only.
+    for family in ("cdna3", "cdna4"):
+        assert engine_image("vllm", None, "amd", family) == "vllm/vllm-openai-rocm:v0.16.0"
+        assert engine_image("vllm", "0.17.1", "amd", family) == "vllm/vllm-openai-rocm:v0.17.1"
+    assert engine_image("vllm", "0.6.3.post1", "amd", "cdna3") == "rocm/vllm:rocm6.2_mi300_ubuntu20.04_py3.9_vllm_0.6.4"
+    with pytest.raises(ValueError, match="cdna4"):
+        engine_image("vllm", "0.6.3.post1", "amd", "cdna4")
+
+
+@pytest.mark.parametrize("path", [p for p in IN_A_NODE if p.stem in ("amd-only-cluster", "qwen3-235b-mi355x")],
+                         ids=lambda p: p.stem)
+def test_a_recommendation_on_amd_gpus_renders_with_a_rocm_image_and_amd_resources(path: Path) -> None:
+    request, candidate = planned(path)
+    gpu = load_gpu_catalog().get(candidate.gpu_type)
+    assert gpu.vendor == "amd"
+    pod = pod_spec(by_kind(render(request, candidate, name="llm"))["Deployment"])  # no image given
+    container = pod["containers"][0]
+    assert container["image"].startswith("vllm/vllm-openai-rocm:v")
+    assert container["resources"]["limits"]["amd.com/gpu"] == str(candidate.gpus_per_replica)
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    assert pod["nodeSelector"] == {"amd.com/gpu.product-name": gpu.product_label}
+
+
 def test_no_image_for_a_vendor_says_how_to_give_one() -> None:
     with pytest.raises(ValueError, match=r"--image or spec\.engine\.image"):
         engine_image("tensorrt-llm", None, "amd")
-    path = next(p for p in EXAMPLES if p.stem == "amd-only-cluster")
-    request, candidate = planned(path)
-    with pytest.raises(ValueError, match="rocm/vllm"):
-        render(request, candidate, name="llm")
+    with pytest.raises(ValueError, match=r"--image or spec\.engine\.image"):
+        engine_image("sglang", "0.4.6.post5", "amd", "cdna4")  # ROCm 6.3 builds predate MI355X
 
 
 def test_image_given_to_render_wins_over_the_plan_which_wins_over_the_published_one() -> None:

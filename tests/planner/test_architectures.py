@@ -146,7 +146,10 @@ def test_alias_resolves_ignoring_case_and_separators(alias: str, repo_id: str) -
 def test_every_alias_resolves_to_its_entry() -> None:
     for model in CATALOG:
         for name in (model.repo_id, *model.aliases):
-            assert CATALOG.resolve(name) is model
+            resolved = CATALOG.resolve(name)  # or the entry with that repository's own context (served_configs)
+            assert resolved is model or dataclasses.replace(
+                resolved, max_position_embeddings=model.max_position_embeddings, sources=model.sources,
+                unverified_fields=model.unverified_fields) == model, name
 
 
 def test_mistral_v02_and_v03_are_not_aliases_of_v01() -> None:
@@ -701,6 +704,28 @@ def test_qwen3_2507_differs_from_its_base_only_in_context() -> None:
                                unverified_fields=base.unverified_fields, sources=base.sources) == base
     assert new.param_count() == base.param_count()  # 235.09B; 235B by name
     assert new.kv_bytes_per_token(2) == 94 * 2 * 4 * 128 * 2 == 192512
+
+
+def test_an_instruct_repository_is_planned_with_its_own_configs_context() -> None:
+    # Qwen2.5 Instruct configs state 32768 where the base config states 131072 (YaRN only when the user sets
+    # rope_scaling): vLLM refuses a --max-model-len above the served config's without an override.
+    instruct = resolve_model("Qwen/Qwen2.5-72B-Instruct")
+    base = resolve_model("Qwen/Qwen2.5-72B")
+    assert (instruct.max_position_embeddings, base.max_position_embeddings) == (32768, 131072)
+    assert resolve_model("qwen2.5-72b-instruct") is instruct  # the short alias names the same repository
+    assert dataclasses.replace(instruct, max_position_embeddings=131072, sources=base.sources,
+                               unverified_fields=base.unverified_fields) == base  # the same weights otherwise
+    for size in ("1.5B", "7B", "14B", "32B"):
+        assert resolve_model(f"Qwen/Qwen2.5-{size}-Instruct").max_position_embeddings == 32768, size
+    assert resolve_model("meta-llama/Llama-3.1-8B-Instruct") is resolve_model("meta-llama/Llama-3.1-8B")
+
+
+def test_every_facts_repository_resolves_to_the_context_of_its_own_config() -> None:
+    facts = Path(__file__).resolve().parents[3] / "shared" / "catalog-facts" / "models.json"
+    if not facts.exists():
+        pytest.skip("catalog-facts not present on this machine")
+    for entry in json.loads(facts.read_text()):
+        assert resolve_model(entry["repo"]).max_position_embeddings == entry["max_position_embeddings"], entry["repo"]
 
 
 def test_deepseek_v31_is_an_alias_of_v3() -> None:

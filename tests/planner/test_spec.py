@@ -425,6 +425,25 @@ def test_config_file_is_read_relative_to_the_plan(tmp_path: Path) -> None:
         resolve_plan(parse_plan(too_long), base_dir=tmp_path)
 
 
+def test_an_instruct_model_is_held_to_its_own_configs_context() -> None:
+    from inferplan.planner.search import plan
+
+    spec = with_(MINIMAL, "model", {"name": "Qwen/Qwen2.5-72B-Instruct"})
+    spec["workload"] = {"requestsPerSecond": "1", "promptTokens": {"mean": 12000, "p95": 30000},
+                        "outputTokens": {"mean": 500}}
+    spec["slo"] = {"ttft": {"maxMs": 20000}}
+    spec["constraints"] = {"gpuTypes": ["H100"]}
+    request = resolve_plan(parse_plan(spec))
+    assert request.arch.max_position_embeddings == 32768  # the base config says 131072
+    recommended = plan(request).recommendation
+    assert recommended is not None
+    args = recommended.engine_args
+    assert int(args[args.index("--max-model-len") + 1]) <= 32768  # what vLLM accepts for this repository
+    spec["engine"]["maxModelLen"] = 65536
+    with pytest.raises(PlanError, match=r"engine.maxModelLen: must be <= the model's context length \(32768"):
+        resolve_plan(parse_plan(spec))
+
+
 def test_inline_architecture_resolves() -> None:
     arch = {"numLayers": 4, "hiddenSize": 512, "intermediateSize": 1024, "numAttentionHeads": 8, "numKvHeads": 2,
             "vocabSize": 32000, "maxPositionEmbeddings": 4096}
