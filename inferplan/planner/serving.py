@@ -109,6 +109,13 @@ def _normal_scores(samples: int) -> FloatArray:
     return normal_ppf(_uniforms(samples)[3])
 
 
+@cache
+def _batch_scores(samples: int) -> FloatArray:
+    """Standard normal scores, independent of the others, for how far the running batch over a sampled request's
+    decode lies from its mean."""
+    return normal_ppf(_stratified(59, samples))
+
+
 def lognormal_sample(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
     """Lognormal values of the given mean and coefficient of variation at uniform points `u`.
 
@@ -329,6 +336,7 @@ class PoissonModel:
     o: FloatArray
     c: FloatArray
     o_cv: FloatArray
+    context_cv2: FloatArray  # squared CV of the context of a sequence in the running batch
     prompt_work: FloatArray  # compute seconds of one request's prompt (the share not served from cache)
     own_prefill: FloatArray  # prefill time of a mean prompt on its own
     capacity: FloatArray     # one stream's
@@ -362,7 +370,8 @@ class PoissonModel:
         streams = rows(self.streams)
         return PoissonModel(
             hw=hw, curve=self.curve.take(idx, hw), shape=idx.shape, p=rows(self.p), o=rows(self.o), c=c,
-            o_cv=rows(self.o_cv), prompt_work=rows(self.prompt_work), own_prefill=rows(self.own_prefill),
+            o_cv=rows(self.o_cv), context_cv2=rows(self.context_cv2), prompt_work=rows(self.prompt_work),
+            own_prefill=rows(self.own_prefill),
             capacity=rows(self.capacity) if capacity is None else np.asarray(capacity, dtype=float) / streams,
             outputs=rows(self.outputs), gaps=rows(self.gaps), service_pf=rows(self.service_pf),
             extra_steps=rows(self.extra_steps) if np.ndim(self.extra_steps) else self.extra_steps,
@@ -488,7 +497,29 @@ class PoissonModel:
         np.maximum(stalls, 0.0, out=stalls)
         stalls /= self.gaps
         stalls += load.step[..., None]
+        stalls += self._batch_spread(load)
         return stalls
+
+    def _batch_spread(self, load: _Load) -> FloatArray:
+        """How much a sampled request's mean step lies above (or below) the step at the mean batch, because the batch
+        it decodes beside is not the mean one [s]. The other sequences come and go as in an M/G/inf system: n on
+        average with variance n, correlated over the mean residual life d = o (1 + cv^2) / 2 TPOT of a running
+        sequence. Averaged over this request's decode of length T, the batch varies by n g(T / d) with
+        g(x) = 2 (x - 1 + e^-x) / x^2 (1 for a short decode, 2 d / T for a long one); it stays within 1 and the
+        slots. The step grows by the curve's slope per sequence; the KV-read share of it with the batch's total
+        context, whose variance is (1 + cv^2) times the count's for contexts of squared CV cv^2 (compound
+        Poisson)."""
+        n = np.maximum(load.n, 1.0)
+        slope = self.curve.at(n + 1.0) - self.curve.at(n)
+        kv_share = np.clip(self.curve.kv_s_per_sequence / np.maximum(slope, 1e-15), 0.0, 1.0)
+        variance = load.n * (1.0 + kv_share * self.context_cv2)
+        life = self.outputs * load.tpot_bar[..., None]
+        residual = (self.o * (1.0 + self.o_cv * self.o_cv) / 2.0 * load.tpot_bar)[..., None]
+        x = np.maximum(life / np.maximum(residual, 1e-12), 1e-6)
+        g = np.where(x < 1e-3, 1.0, 2.0 * (x + np.expm1(-x)) / (x * x))
+        batch = n[..., None] + _batch_scores(self.samples) * np.sqrt(variance[..., None] * g)
+        batch = np.clip(batch, 1.0, np.maximum(self.c, 1.0)[..., None])
+        return slope[..., None] * (batch - n[..., None])
 
 
 def poisson_model(
@@ -554,8 +585,16 @@ def poisson_model(
     service_pf = np.broadcast_to(prefill_s(hardware_column(hw), computed, 1.0, chunk_col), (*shape, samples))
     extra = np.maximum(np.ceil(computed / chunk_col) - 1.0, 0.0)
     extra_steps = np.broadcast_to(extra, (*shape, samples)) if np.any(extra) else np.zeros(())
+    # A running sequence's context: its prompt and the K tokens it has generated, K uniform over its output O drawn
+    # length-biased (E[K] = E[O^2] / 2 E[O], E[K^2] = E[O^3] / 3 E[O]; lognormal O: E[O^k] = o^k (1 + cv^2)^(k(k-1)/2)).
+    q = 1.0 + o_cv * o_cv
+    p1 = np.broadcast_to(prompts.mean(axis=-1), shape)
+    p2 = np.broadcast_to((prompts * prompts).mean(axis=-1), shape)
+    k1, k2 = o * q / 2.0, o * o * q**3 / 3.0
+    context_cv2 = np.maximum((p2 + 2.0 * p1 * k1 + k2) / np.maximum((p1 + k1) ** 2, 1e-12) - 1.0, 0.0)
     return PoissonModel(
-        hw=hw, curve=decode_step(hw, ctx), shape=shape, p=p, o=o, c=c, o_cv=o_cv, prompt_work=prompt_work,
+        hw=hw, curve=decode_step(hw, ctx), shape=shape, p=p, o=o, c=c, o_cv=o_cv, context_cv2=context_cv2,
+        prompt_work=prompt_work,
         own_prefill=own_prefill, capacity=capacity, outputs=every_row(outputs), gaps=every_row(gaps),
         service_pf=service_pf, extra_steps=extra_steps,
         chunk_share=np.broadcast_to(np.mean(computed / chunk_col, axis=-1), shape),
