@@ -209,6 +209,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    from inferplan.planner.results import replica_shape
     from inferplan.planner.simulate import read_trace
     from inferplan.planner.verification import compare, planned, simulate_candidate
 
@@ -231,7 +232,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     # What the plan predicted: the analytic model, or its own shorter simulation for a verified plan.
     planned_by = candidate.provenance.get("predicted", "analytic")
     pools = candidate.pools()
-    summary = {"deployment": f"{pools or f'{candidate.replicas} x {candidate.gpus_per_replica} {candidate.gpu_type}'}"
+    shape = pools or replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)
+    summary = {"deployment": f"{shape}"
                              f", {'decode ' if pools else ''}max batch {candidate.max_batch}, {candidate.precision}",
                "plannedBy": "simulated" if planned_by == "simulated" else "analytic",
                "requests": len(result.ttft_s), "outputTokensPerSecond": round(result.output_tokens_per_s, 1),
@@ -252,6 +254,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """Plan (as `inferplan plan`), simulate the recommendation (as `inferplan simulate`) and write the HTML report."""
+    from inferplan.deploy.reviewed import is_read_back, plan_name
     from inferplan.planner.verification import planned, simulate_candidate
     from inferplan.report import render_report
 
@@ -266,6 +269,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return 2
     if result is not None:
         print("inferplan: reporting the answer in the manifest's status (not planning again)", file=sys.stderr)
+    elif is_read_back(raw):
+        # Planning it here would answer another question (the whole GPU catalog, not the cluster's GPUs).
+        print(f"inferplan: error: {plan_name(raw)} was read back from the cluster and its status holds no answer yet; "
+              "wait for the operator's status, or report the plan file", file=sys.stderr)
+        return 2
     else:
         result = planned(request, _factors(args.factors), verify_default=args.verify)
     simulation = None
@@ -369,7 +377,8 @@ def _render_candidate(args: argparse.Namespace, raw, request):  # -> Candidate |
     if result.recommendation is None:
         print("inferplan: the plan has no feasible deployment to render", file=sys.stderr)
         for item in result.infeasible[:5]:
-            print(f"  {item.gpu_type} x{item.gpus_per_replica} {item.precision}: {item.gate}: {item.reason}",
+            layout = f" ({item.layout()})" if item.layout() else ""
+            print(f"  {item.gpu_type} x{item.gpus_per_replica} {item.precision}{layout}: {item.gate}: {item.reason}",
                   file=sys.stderr)
         for line in result.suggestions:
             print(f"  suggestion: {line}", file=sys.stderr)
@@ -457,6 +466,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from inferplan.deploy.diff import deployment_change
     from inferplan.deploy.manifests import deployment, dns_label
     from inferplan.deploy.reviewed import StatusRefused
+    from inferplan.planner.results import replica_shape
 
     if args.file == "-" and args.deployment == "-":
         print("inferplan: error: the plan and the Deployment cannot both come from standard input", file=sys.stderr)
@@ -491,8 +501,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     elif change.in_sync:
         print(f"Deployment {name} already runs the recommendation")
     else:
-        print(f"Deployment {name} -> {candidate.replicas} x {candidate.gpus_per_replica} {candidate.gpu_type} "
-              f"({candidate.precision}, max batch {candidate.max_batch}):")
+        shape = replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)
+        print(f"Deployment {name} -> {shape} ({candidate.precision}, max batch {candidate.max_batch}):")
         print("\n".join(f"  {line}" for line in change.summary))
         print(f"patch (kubectl patch deployment {name} --type strategic --patch-file PATCH.json):")
         print(change.patch_json())

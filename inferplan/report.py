@@ -19,11 +19,11 @@ import numpy as np
 
 from inferplan import __version__
 from inferplan.planner.quantiles import QUANTILE_NAMES
-from inferplan.planner.results import Candidate, Infeasible, PlanResult
+from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 from inferplan.planner.simulate import SimulationResult
 from inferplan.planner.spec import PlanRequest, SloTarget
-from inferplan.planner.verification import compare
-from inferplan.tables import _ms, _slo_text, gpu_column, parallelism_column, role_column
+from inferplan.planner.verification import compare, simulated_rate
+from inferplan.tables import _ms, _slo_text, gpu_column, parallelism_column, role_column, unmeasured_text
 
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end latency"}
 DEFAULT_QUANTILE = 0.95  # a metric without an SLO is shown at p95, as the search and `inferplan plan` do
@@ -132,7 +132,7 @@ def _deployment(c: Candidate) -> str:
         pools = c.pools()
         return f"{pools} ({c.precision}, KV {c.kv_cache_dtype}, decode max batch {c.max_batch})"
     stages = f", {c.pipeline_parallel} pipeline stages" if c.pipeline_parallel > 1 else ""
-    return (f"{c.replicas} x {c.gpus_per_replica} {c.gpu_type} ({c.precision}, KV {c.kv_cache_dtype}, "
+    return (f"{replica_shape(c.replicas, c.gpus_per_replica, c.gpu_type)} ({c.precision}, KV {c.kv_cache_dtype}, "
             f"max batch {c.max_batch}{stages})")
 
 
@@ -153,6 +153,8 @@ def _summary(req: PlanRequest, result: PlanResult) -> str:
         lines.append(f'<p class="verdict">Recommended: <b>{_e(_deployment(c))}</b> = {c.gpus} GPU(s), '
                      f"<b>${c.cost.dollars_per_hour:.2f}/h</b>, headroom {c.headroom:.0%}; "
                      f"{len(result.alternatives)} alternative(s) on the Pareto frontier.</p>")
+        if not c.measured:  # beside the verdict: every figure of the page rests on it
+            lines.append(f'<p class="flag">{_e(unmeasured_text(c))}</p>')
     return "\n".join(lines)
 
 
@@ -440,8 +442,32 @@ def _simulation_section(req: PlanRequest, result: PlanResult, simulation: Simula
     charts = "\n".join(cdf_chart(req, simulation, c, metric) for metric in _metrics(req))
     summary = (f"<p>{len(simulation.ttft_s)} requests of the plan's workload on {_e(_deployment(c))}: "
                f"{simulation.output_tokens_per_s:.0f} output tokens/s, {simulation.preemptions} preemption(s).</p>")
+    summary += "".join(f'\n<p class="flag">{_e(flag)}</p>' for flag in simulation_flags(req, c, simulation))
     return f'{head}\n{summary}\n<div class="charts">\n{charts}\n</div>\n{_comparison_table(c, simulation)}\n' \
            f"</section>"
+
+
+STEADY_SHARE = 0.9
+"""A simulated run whose output rate stays below this share of the planned one ended before the replicas filled."""
+
+
+def simulation_flags(req: PlanRequest, c: Candidate, simulation: SimulationResult) -> list[str]:
+    """What a reader of the simulated run must not miss: each SLO it misses at its percentile, and a run too short
+    to reach the planned output rate (its percentiles then describe replicas still filling: optimistic)."""
+    stats = {"ttft": simulation.ttft, "tpot": simulation.tpot, "e2e": simulation.e2e}
+    flags = []
+    for slo in req.slos:
+        name = f"p{round(slo.quantile * 100)}"
+        value_ms = float(getattr(stats[slo.metric], f"{name}_s")) * 1e3
+        if not value_ms <= slo.max_s * 1e3:
+            flags.append(f"MISSED: simulated {slo.metric.upper()} {name} {_ms(value_ms)} > {_ms(slo.max_s * 1e3)} "
+                         "target.")
+    planned = simulated_rate(req, c) * req.output_mean
+    if simulation.output_tokens_per_s < STEADY_SHARE * planned:
+        flags.append(f"NOT STEADY: the run produced {simulation.output_tokens_per_s:,.0f} output tokens/s of the "
+                     f"{planned:,.0f} planned for the replicas simulated; it ended before they filled, so its "
+                     "percentiles are optimistic. Simulate more requests (--requests).")
+    return flags
 
 
 def _comparison_table(c: Candidate, simulation: SimulationResult) -> str:
@@ -536,8 +562,9 @@ def _infeasible_section(infeasible: Sequence[Infeasible]) -> str:
     for i in infeasible:
         batch = f", max batch {i.max_batch}" if i.max_batch is not None else ""
         reason = _e(i.reason) + "".join(f'<br><span class="also">also {_e(a)}</span>' for a in i.also)
-        rows.append([i.gate, f"{i.gpu_type} x{i.gpus_per_replica} ({i.precision}, KV {i.kv_cache_dtype}{batch})",
-                     reason])
+        layout = f", {i.layout(with_kv=False)}" if i.layout(with_kv=False) else ""
+        rows.append([i.gate, f"{i.gpu_type} x{i.gpus_per_replica} ({i.precision}, KV {i.kv_cache_dtype}{batch}"
+                             f"{layout})", reason])
     table = _table(["gate", "candidate", "reason"], rows, "infeasible", raw=(2,))
     return f'<section id="infeasible">\n<h2>Nearest infeasible candidates</h2>\n{table}\n</section>'
 
@@ -581,7 +608,8 @@ table.candidates td{white-space:nowrap}
 table.candidates tr.note-row td{white-space:normal}
 tr.recommendation td{background:#eef4fc}
 tr.note-row td{color:#4a5262;border-top:none;padding-top:0}.scroll{overflow-x:auto}.also{color:#4a5262}
-.note,.none,footer{font-size:.85em;color:#4a5262}dl{display:grid;grid-template-columns:max-content 1fr;
+.note,.none,footer{font-size:.85em;color:#4a5262}.flag{font-weight:bold;color:#a4262c}
+dl{display:grid;grid-template-columns:max-content 1fr;
 gap:4px 12px}dt{font-weight:bold}dd{margin:0}pre{white-space:pre-wrap;word-break:break-all;margin:0;
 background:#f3f5f8;padding:4px 6px}footer{margin-top:2em;border-top:1px solid #d8dce3;padding-top:6px}
 """.strip()

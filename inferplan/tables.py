@@ -115,11 +115,31 @@ def fewer_alternatives(result: PlanResult, req: PlanRequest) -> str | None:
             + (f"; {missed} missed an SLO in simulation (gate verify, below)" if missed else ""))
 
 
+def unmeasured_text(c: Candidate) -> str:
+    """The line that opens a plan whose recommendation rests on no measurement (`Candidate.measured`): what is
+    missing and the cost range it implies (`Candidate.upper_cost`)."""
+    cost = f"${c.cost.dollars_per_hour:.2f}/h"
+    if c.upper_cost is not None:
+        cost += f", {c.upper_cost.words()}"
+    kernels, lines = c.provenance.get("kernels", "unknown"), c.provenance.get("measuredLines", "0")
+    return (f"UNMEASURED: the recommendation rests on no measurement of its GPU (kernels {kernels}, measured serving "
+            f"lines {lines}): {cost}; docs/planning.md#unmeasured-candidates")
+
+
+def _upper_dollars(c: Candidate) -> str:
+    upper = c.upper_cost
+    if upper is None or upper.dollars_per_hour is None:
+        return ""
+    return f", up to ${upper.dollars_per_hour:.2f}/h if its steps are {upper.step_slowdown - 1:.0%} slower"
+
+
 def format_plan(result: PlanResult, req: PlanRequest) -> str:
     """The recommendation, the alternatives and the nearest infeasible candidates as text."""
     lines = [f"{req.served_model} on {req.engine}: {req.rate_rps:g} requests/s, "
              f"prompt {req.prompt_mean:.0f} / output {req.output_mean:.0f} tokens (mean); SLO {_slo_text(req)}", ""]
     c = result.recommendation
+    if c is not None and not c.measured:  # said before anything else: every figure below rests on it
+        lines += [unmeasured_text(c), ""]
     if c is None:
         lines.append("No deployment meets every gate.")
     else:
@@ -177,7 +197,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
                   for row in _table(header, rows, [False, *[True] * 3, False, *[True] * 5, False, False])]
         lines.append("  (latencies at each SLO's percentile, p95 where the metric has no SLO)")
         lines += [f"  why {shape_text(a, req)} ({','.join(a.tags) or 'frontier'}): {a.why}"
-                  for a in result.alternatives]
+                  + ("" if a.measured else f"; unmeasured{_upper_dollars(a)}") for a in result.alternatives]
         if any(a.roles for a in result.alternatives):
             lines.append("  (disaggregated rows: prefill / decode pool, each GPU type, TP, replicas and batch cap)")
     if (fewer := fewer_alternatives(result, req)) is not None:
@@ -185,7 +205,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
     if result.infeasible:
         lines += ["", "Nearest infeasible candidates:"]
         for i in result.infeasible:
-            lines.append(f"  [{i.gate}] {i.reason}")
+            lines.append(f"  [{i.gate}] {f'{i.layout()}: ' if i.layout() else ''}{i.reason}")
             lines += [f"      also {also}" for also in i.also]
     if result.shapes:
         lines += ["", "Deployment shapes compared (cheapest of each):", *(f"  {line}" for line in result.shapes)]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from inferplan.operator.inventory import Inventory
-from inferplan.planner.results import Candidate, Infeasible, PlanResult
+from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
 
@@ -263,11 +263,16 @@ def condition(
 
 
 def _recommendation_text(candidate: Candidate) -> str:
-    """`2 x 1 H100-SXM5-80GB, $5.90/h`: replicas x GPUs per replica, GPU type, cost."""
-    return (
-        f"{candidate.replicas} x {candidate.gpus_per_replica} {candidate.gpu_type}, "
+    """`2 x H100-SXM5-80GB, $5.90/h` (`3 x 2 H100-SXM5-80GB` for two GPUs a replica): replicas, GPU type, cost; for
+    one that rests on no measurement (`measured` false), that first, with its cost range (`upperCost`)."""
+    text = (
+        f"{replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)}, "
         f"${candidate.cost.dollars_per_hour:.2f}/h"
     )
+    if candidate.measured:
+        return text
+    upper = candidate.upper_cost
+    return f"unmeasured: {text}" + (f", {upper.words()}" if upper is not None else "")
 
 
 def _plural(count: int, noun: str) -> str:

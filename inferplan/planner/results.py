@@ -22,6 +22,11 @@ _Arg = Annotated[str, Field(max_length=256)]
 _Text = Annotated[str, Field(max_length=1024)]
 
 
+def replica_shape(replicas: int, gpus_per_replica: int, gpu: str) -> str:
+    """Replicas and the GPUs of each in words: "3 x H100-SXM5-80GB" (one GPU a replica), "3 x 2 H100-SXM5-80GB"."""
+    return f"{replicas} x {gpu}" if gpus_per_replica == 1 else f"{replicas} x {gpus_per_replica} {gpu}"
+
+
 def rounded(value: float) -> float:
     """`value` to four significant digits (0 stays 0; never NaN or infinite in output)."""
     if not math.isfinite(value):
@@ -63,6 +68,29 @@ class Predicted(_Result):
 class Cost(_Result):
     dollars_per_hour: float = Field(description="GPUs x price per GPU-hour.")
     dollars_per_million_tokens: float = Field(description="Cost of a million generated tokens at the planned rate.")
+
+
+class UpperCost(_Result):
+    """What an unmeasured candidate (`Candidate.measured` false) needs if every step of it takes `stepSlowdown`
+    times as long as predicted: the planner's held-out error where a GPU's kernels were not measured
+    (docs/planning.md#unmeasured-candidates). Its replicas searched again with the slower steps, the same batch cap,
+    SLOs and utilisation cap."""
+
+    step_slowdown: float = Field(description="Every step's time x this (1.83: 83% slower).")
+    replicas: int | None = Field(default=None, description="Replicas needed then; absent where no count meets every "
+                                                            "SLO (`missed`).")
+    gpus: int | None = Field(default=None, description="replicas x gpusPerReplica.")
+    dollars_per_hour: float | None = Field(default=None, description="Their cost [$/h].")
+    missed: str = Field(default="", max_length=256,
+                        description="Where no replica count meets every SLO: the SLO missed even at light load.")
+    evidence: str = Field(default="", max_length=256, description="Where `stepSlowdown` comes from, in words.")
+
+    def words(self) -> str:
+        """"up to $10.72/h (5 replicas) if its steps are 83% slower (EVIDENCE)", or the SLO no count meets then."""
+        slower = f"if its steps are {self.step_slowdown - 1:.0%} slower ({self.evidence})"
+        if self.dollars_per_hour is None:
+            return f"no replica count meets {self.missed} {slower}"
+        return f"up to ${self.dollars_per_hour:.2f}/h ({self.replicas} replicas) {slower}"
 
 
 class Role(_Result):
@@ -125,6 +153,13 @@ class Candidate(_Result):
                               description="Disaggregated: the prefill and the decode pool.")
     predicted: Predicted
     cost: Cost
+    measured: bool = Field(
+        default=True, description="False where the predictions rest on no measurement: neither the GPU's kernels nor "
+                                  "a sibling's were measured (provenance kernels published or typical) and no serving "
+                                  "run of the engine's release line on its GPU family was (measuredLines 0).")
+    upper_cost: UpperCost | None = Field(
+        default=None, description="Unmeasured: what it needs if its steps are as far off as the planner's held-out "
+                                  "error on unmeasured GPUs (absent for a disaggregated candidate).")
     headroom: float = Field(description="Share of the SLO-compliant capacity the planned rate leaves unused.")
     tags: list[_Name] = Field(default_factory=list, max_length=8, description="cheapest, lowestTtft, lowestTpot, ...")
     engine_args: list[_Arg] = Field(max_length=64, description="Arguments that make the engine run this deployment.")
@@ -144,7 +179,7 @@ class Candidate(_Result):
     def pools(self) -> str:
         """A disaggregated candidate's pools in a few words ("11 x 8 H100-SXM5-80GB prefill + 2 x 8 ... decode");
         "" for an aggregated one."""
-        return " + ".join(f"{r.replicas} x {r.gpus_per_replica} {r.gpu_type} {r.role}" for r in self.roles)
+        return " + ".join(f"{replica_shape(r.replicas, r.gpus_per_replica, r.gpu_type)} {r.role}" for r in self.roles)
 
 
 class Infeasible(_Result):
@@ -159,6 +194,23 @@ class Infeasible(_Result):
     reason: str = Field(max_length=1024)
     also: list[_Text] = Field(default_factory=list, max_length=8,
                               description="The other gates it fails, each as 'gate: reason'.")
+    pipeline_parallel: int = Field(default=1, ge=1, le=64, description="Pipeline stages of a replica.")
+    data_parallel_attention: bool = Field(default=False, description="Attention runs data-parallel.")
+    expert_parallel: bool = Field(default=False, description="The MoE layers run expert-parallel.")
+
+    def layout(self, with_kv: bool = True) -> str:
+        """What sets this candidate apart beyond its GPU type, TP, precision and batch cap (which its reason names),
+        in a few words: "DP attention + EP", "2 pipeline stages", "KV fp8" (`with_kv`, where not auto); "" for none
+        of them. Two rows of one GPU type, TP and precision can otherwise read alike but for their numbers."""
+        words = []
+        if self.data_parallel_attention or self.expert_parallel:
+            words.append(" + ".join(name for name, on in (("DP attention", self.data_parallel_attention),
+                                                          ("EP", self.expert_parallel)) if on))
+        if self.pipeline_parallel > 1:
+            words.append(f"{self.pipeline_parallel} pipeline stages")
+        if with_kv and self.kv_cache_dtype != "auto":
+            words.append(f"KV {self.kv_cache_dtype}")
+        return ", ".join(words)
 
 
 class ShapeOption(_Result):

@@ -40,7 +40,7 @@ from inferplan.planner.factors import FactorSet
 from inferplan.planner.performance import prefill_s
 from inferplan.planner.precisions import resolve_kv_dtype
 from inferplan.planner.quantiles import QUANTILES
-from inferplan.planner.results import Candidate, Cost, Role, rounded
+from inferplan.planner.results import Candidate, Cost, Role, replica_shape, rounded
 from inferplan.planner.search import (
     _COUNTED,
     FIRST_PASS_ROWS,
@@ -453,8 +453,9 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
                + dec_replicas * float(rows.tp[dec] * rows.price[dec]))
     tokens_per_hour = req.rate_rps * o * 3600.0
     headroom = min(1.0 - req.rate_rps / (pre_replicas * pre_best), 1.0 - req.rate_rps / (dec_replicas * dec_best))
-    notes = [f"disaggregated: {pre_replicas} prefill x {pre_shape.tp} {pre_shape.gpu.key} send each prompt's KV "
-             f"cache to {dec_replicas} decode x {dec_shape.tp} {dec_shape.gpu.key} at {req.network_gbps:g} "
+    notes = [f"disaggregated: {replica_shape(pre_replicas, pre_shape.tp, pre_shape.gpu.key)} prefill send each "
+             f"prompt's KV cache to {replica_shape(dec_replicas, dec_shape.tp, dec_shape.gpu.key)} decode at "
+             f"{req.network_gbps:g} "
              "Gb/s per GPU (constraints.networkGbps); needs RDMA between the pods and a P/D router in front"]
     return base.model_copy(update={
         "shape": "disaggregated", "roles": roles, "gpus": gpus,

@@ -12,7 +12,15 @@ import numpy as np
 from inferplan.planner.disaggregated import transfer_s
 from inferplan.planner.factors import FactorSet
 from inferplan.planner.quantiles import QUANTILE_NAMES
-from inferplan.planner.results import Candidate, Infeasible, Percentiles, PlanResult, ShapeOption, rounded
+from inferplan.planner.results import (
+    Candidate,
+    Infeasible,
+    Percentiles,
+    PlanResult,
+    ShapeOption,
+    replica_shape,
+    rounded,
+)
 from inferplan.planner.search import (
     HIGH_VARIANCE_CV2,
     by_cost,
@@ -22,8 +30,10 @@ from inferplan.planner.search import (
     plan,
     shape_layout_of,
     shape_lines,
+    suggestions_for,
     tag_candidates,
     with_replicas,
+    with_upper_cost,
 )
 from inferplan.planner.simulate import (
     SimulationResult,
@@ -293,9 +303,12 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
             dropped.append(Infeasible(
                 gpu_type=candidate.gpu_type, gpus_per_replica=candidate.gpus_per_replica,
                 precision=candidate.precision, kv_cache_dtype=candidate.kv_cache_dtype, max_batch=candidate.max_batch,
-                gate="verify",
-                reason=f"simulated {slo.metric.upper()} p{round(slo.quantile * 100)} of {candidate.replicas} x "
-                       f"{candidate.gpus_per_replica} {candidate.gpu_type} is {value * 1e3:.0f} ms > "
+                pipeline_parallel=candidate.pipeline_parallel,
+                data_parallel_attention=candidate.data_parallel_attention,
+                expert_parallel=candidate.expert_parallel, gate="verify",
+                reason=f"simulated {slo.metric.upper()} p{round(slo.quantile * 100)} of "
+                       f"{replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)} is "
+                       f"{value * 1e3:.0f} ms > "
                        f"{slo.max_s * 1e3:.0f} ms target ({served} simulated requests)"))
             continue
         predicted = candidate.predicted.model_copy(update={
@@ -316,10 +329,10 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
         warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")
     rec = kept[0] if kept else None
     options = [_option_verified(option, kept, missed) for option in result.shape_options]
-    return result.model_copy(update={"recommendation": rec, "alternatives": kept[1:],
-                                     "infeasible": [*dropped, *result.infeasible][:20], "warnings": warnings,
-                                     "shapes": shape_lines(options, rec) if options else result.shapes,
-                                     "shape_options": options})
+    return with_upper_cost(req, result.model_copy(update={
+        "recommendation": rec, "alternatives": kept[1:], "infeasible": [*dropped, *result.infeasible][:20],
+        "warnings": warnings, "shapes": shape_lines(options, rec) if options else result.shapes,
+        "shape_options": options}))
 
 
 def _option_verified(option: ShapeOption, kept: list[Candidate], missed: dict[str, str]) -> ShapeOption:
@@ -340,9 +353,16 @@ def _option_verified(option: ShapeOption, kept: list[Candidate], missed: dict[st
 def planned(req: PlanRequest, factors: FactorSet | None = None, *, verify_default: bool = True) -> PlanResult:
     """The plan's answer as `inferplan plan` and the operator give it: the candidates verified in the simulator
     when `should_verify(req, verify_default)` says so (the search then leaves the rows it shows to the
-    simulator), else the analytic answer, whose rows shown each meet every SLO by their own numbers."""
+    simulator), else the analytic answer, whose rows shown each meet every SLO by their own numbers. Without a
+    recommendation, the suggestions are each judged the same way (`search.suggestions_for`)."""
     if should_verify(req, verify_default):
-        return verify_plan(req, plan(req, factors, confirm=False), factors=factors)
+        def answer(changed: PlanRequest) -> PlanResult:
+            return verify_plan(changed, plan(changed, factors, suggest=False, confirm=False), factors=factors)
+
+        result = answer(req)
+        if result.recommendation is None:  # also where the simulator dropped every candidate the search found
+            result = result.model_copy(update={"suggestions": suggestions_for(req, answer, factors)})
+        return result
     return plan(req, factors)
 
 

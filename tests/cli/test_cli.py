@@ -22,7 +22,7 @@ import yaml
 from inferplan.cli import main
 from inferplan.deploy.manifests import manifests_digest
 from inferplan.planner.factors import parse_factors
-from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.results import Candidate, PlanResult, replica_shape
 from tests.support.plans import EXAMPLES, example_spec, planned
 
 REPO = Path(__file__).resolve().parents[2]
@@ -345,7 +345,8 @@ def test_simulate_serves_the_recommendation_plan_prints(tmp_path: Path, capsys: 
     assert main(["simulate", str(spec), "--requests", "2000", "-o", "json"]) == 0
     simulated = json.loads(capsys.readouterr().out)
     assert simulated["plannedBy"] == "simulated"
-    assert simulated["deployment"].startswith(f"{rec['replicas']} x {rec['gpusPerReplica']} {rec['gpuType']},")
+    shape = replica_shape(rec["replicas"], rec["gpusPerReplica"], rec["gpuType"])
+    assert simulated["deployment"].startswith(f"{shape},")
     assert main(["simulate", str(CHAT), "--requests", "2000", "--no-verify", "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["plannedBy"] == "analytic"
 

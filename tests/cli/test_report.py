@@ -25,7 +25,7 @@ from inferplan.planner.search import plan
 from inferplan.planner.simulate import SimulationResult
 from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
 from inferplan.planner.verification import simulate_candidate
-from inferplan.report import frontier_in_plane, nice_ticks, render_report
+from inferplan.report import frontier_in_plane, nice_ticks, render_report, simulation_flags
 from tests.support.plans import example_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -378,3 +378,38 @@ def test_a_plan_read_back_with_its_status_reports_the_reviewed_answer(
     assert "reporting the answer in the manifest's status" in err
     for chart in parse(out).all("svg", "frontier"):
         assert len(chart.all("circle", "point")) == 3
+
+
+def test_a_plan_read_back_without_an_answer_is_not_planned_over_the_catalog(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Read back before the operator answered (server-set metadata, no status): planning it offline would answer for
+    # the whole GPU catalog, not the cluster's GPUs.
+    import io
+
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    manifest = {"apiVersion": "inferplan.io/v1alpha1", "kind": "InferenceCapacityPlan",
+                "metadata": {"name": "chat", "namespace": "serving", "uid": "1234", "resourceVersion": "7"},
+                "spec": spec.get("spec", spec)}
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(manifest)))
+    assert main(["report", "-", "--requests", "500"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "serving/chat was read back from the cluster" in err
+
+
+def test_a_short_run_and_a_missed_slo_are_flagged() -> None:
+    # Long outputs: 5,000 requests from empty replicas end before the batch fills (the run reached 17k of
+    # 40k output tokens/s); the page says so, and says when a simulated percentile misses its target.
+    path = EXAMPLE.parents[1] / "platform" / "qwen3-32b-long-outputs.yaml"
+    request = _resolve(path)
+    result = plan(request, confirm=False)
+    rec = result.recommendation
+    assert rec is not None
+    short = simulate_candidate(request, rec, requests=5000, seed=0)
+    flags = simulation_flags(request, rec, short)
+    assert any(f.startswith("NOT STEADY") for f in flags)
+    assert 'class="flag">NOT STEADY' in render_report(request, result, short, title="t")
+    fewer = rec.model_copy(update={"replicas": max(1, rec.replicas * 2 // 3)})
+    missed = simulation_flags(request, fewer, simulate_candidate(request, fewer, requests=20_000, seed=0))
+    assert any(f.startswith("MISSED: simulated TPOT p95") for f in missed)
+    long_run = simulate_candidate(request, rec, requests=60_000, seed=0)
+    assert not [f for f in simulation_flags(request, rec, long_run) if f.startswith("NOT STEADY")]

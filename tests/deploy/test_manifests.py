@@ -67,11 +67,16 @@ def as_pod(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("path", [p for p in EXAMPLES if p.stem in DISAGGREGATED], ids=lambda p: p.stem)
-def test_a_disaggregated_vllm_recommendation_is_refused_with_what_it_needs(path: Path) -> None:
+def test_a_disaggregated_example_renders_its_pools_behind_a_router(path: Path) -> None:
     request, candidate = planned(path)
-    assert candidate.roles and request.engine == "vllm"
-    with pytest.raises(ValueError, match="P/D proxy"):
-        rendered(path)
+    assert candidate.roles and request.engine == "sglang"
+    objects = rendered(path)
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    pools = {r.role: r for r in candidate.roles}
+    for role, pool in pools.items():
+        (name,) = [n for n in deployments if n.endswith(f"-{role}")]
+        assert deployments[name]["spec"]["replicas"] == pool.replicas
+    assert any(n.endswith("-router") for n in deployments)
 
 
 @pytest.mark.parametrize("path", IN_A_NODE, ids=lambda p: p.stem)

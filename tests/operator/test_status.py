@@ -20,7 +20,7 @@ from inferplan.operator.status import (
     ranges_text,
     status_patch,
 )
-from inferplan.planner.results import PlanResult
+from inferplan.planner.results import PlanResult, replica_shape
 from inferplan.planner.search import plan
 from inferplan.planner.spec import parse_plan, resolve_plan
 from tests.support.plans import spec
@@ -123,7 +123,7 @@ def test_feasible_result() -> None:
     feasible = conditions["Feasible"]
     assert (feasible["status"], feasible["reason"]) == ("True", "Feasible")
     assert feasible["message"] == (
-        f"{c.replicas} x {c.gpus_per_replica} H100-SXM5-80GB, ${c.cost.dollars_per_hour:.2f}/h"
+        f"{replica_shape(c.replicas, c.gpus_per_replica, 'H100-SXM5-80GB')}, ${c.cost.dollars_per_hour:.2f}/h"
     )
     assert feasible["message"].endswith("/h") and "$" in feasible["message"]
     inventory = conditions["InventoryAvailable"]

@@ -3,7 +3,9 @@ context limits, distinct alternatives, infeasibility that helps, arguments the e
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +20,14 @@ from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search import CONTEXT_LIMIT_SHARE, PRACTICAL_COST_FACTOR, checkpoint_of, context_overflow, plan
 from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
 from inferplan.planner.verification import planned as plan_answer
+from inferplan.tables import format_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [*sorted((ROOT / "examples" / "plans").glob("*.yaml")),
             *sorted((ROOT / "examples" / "platform").glob("*.yaml"))]
 INFEASIBLE = ROOT / "examples" / "platform" / "infeasible-ask.yaml"
+BURSTY_72B = ROOT / "examples" / "platform" / "infeasible-bursty-agent-72b.yaml"
+INFEASIBLE_EXAMPLES = {INFEASIBLE, BURSTY_72B}  # no recommendation: the answer is the suggestions
 CONSUMER = {g.key for g in load_gpu_catalog() if g.segment == "consumer"}
 
 
@@ -50,7 +55,7 @@ def test_the_platform_example_set_covers_what_teams_ask() -> None:
     assert any(s.get("constraints", {}).get("availableGpus", {}).keys() == {"MI300X"} for s in specs)  # AMD only
 
 
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if p != INFEASIBLE], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p not in INFEASIBLE_EXAMPLES], ids=lambda p: p.stem)
 def test_every_example_recommendation_passes_the_simulator_at_its_slo_percentiles(
         path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # `inferplan simulate` serves 20,000 requests of the plan on the recommendation `inferplan plan` prints
@@ -140,7 +145,7 @@ def test_a_context_far_below_the_tail_is_infeasible_and_says_what_would_fit() ->
 
 def test_alternatives_are_distinct_bounded_and_each_says_why() -> None:
     for path in EXAMPLES:
-        if path == INFEASIBLE:
+        if path in INFEASIBLE_EXAMPLES:
             continue
         _, result = planned(path)
         rows = shown(result)
@@ -156,7 +161,7 @@ def test_alternatives_are_distinct_bounded_and_each_says_why() -> None:
         assert len(keys) == len(set(keys)), path.name
 
 
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if p != INFEASIBLE], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p not in INFEASIBLE_EXAMPLES], ids=lambda p: p.stem)
 def test_no_alternative_costs_more_than_the_practical_bound_of_the_recommendation(path: Path) -> None:
     _, result = planned(path)
     rec = result.recommendation
@@ -242,3 +247,103 @@ def test_a_plan_beyond_any_autoscaler_says_so() -> None:
     assert any("more than the 10,000" in w and "requestsPerSecond" in w for w in rec.warnings)
     small = resolve_plan(parse_plan({**spec_of(ROOT / "examples/platform/chat-8b-open-gpus.yaml")}))
     assert not any("more than the 10,000" in w for c in shown(plan(small)) for w in c.warnings)
+
+
+# Infeasible answers that help (issue 36, points 4 and 8): suggestions that change the precision, TP or context,
+# suggestions where verification drops every candidate, nearest misses nearest first, rows that say their layout.
+
+LLAMA_70B_ON_ONE_H100 = {
+    "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16"]}, "engine": {"name": "vllm"},
+    "workload": {"requestsPerSecond": "2", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
+    "slo": {"tpot": {"maxMs": 100, "percentile": "p95"}},
+    "constraints": {"gpuTypes": ["H100"], "tensorParallelSizes": [1]}}
+
+
+def _suggestion(result: PlanResult, kind: str) -> str:
+    found = [s for s in result.suggestions if s.startswith(f"{kind}: ")]
+    assert found, result.suggestions
+    return found[0]
+
+
+def test_a_suggestion_changes_the_precision_and_names_the_checkpoint_it_loads() -> None:
+    # 70B in bf16 fills no single H100 (131 GiB of weights); the plan lists bf16 only: FP8 holds it.
+    result = plan(resolve_plan(parse_plan(copy.deepcopy(LLAMA_70B_ON_ONE_H100))))
+    assert result.recommendation is None
+    line = _suggestion(result, "precision")
+    precision = line.split()[1]
+    assert precision != "bf16" and "model.precisions" in line
+    changed = copy.deepcopy(LLAMA_70B_ON_ONE_H100)
+    changed["model"]["precisions"] = [precision]
+    rec = plan(resolve_plan(parse_plan(changed))).recommendation
+    assert rec is not None and rec.checkpoint in line and f"({precision})" in line
+
+
+def test_a_suggestion_changes_the_tensor_parallel_size_beyond_the_plan_list() -> None:
+    result = plan(resolve_plan(parse_plan(copy.deepcopy(LLAMA_70B_ON_ONE_H100))))
+    line = _suggestion(result, "TP")
+    tp = int(line.split()[1])
+    assert tp > 1 and "tensorParallelSizes" in line
+    changed = copy.deepcopy(LLAMA_70B_ON_ONE_H100)
+    changed["constraints"]["tensorParallelSizes"] = [tp]
+    rec = plan(resolve_plan(parse_plan(changed))).recommendation
+    assert rec is not None and rec.gpus_per_replica == tp and f"{rec.replicas} x {tp} " in line
+
+
+def test_a_context_the_kv_cache_cannot_hold_gets_a_shorter_one() -> None:
+    # maxModelLen 131072 on one L4: the KV cache holds fewer tokens than one sequence; 1,200-token requests
+    # need far less.
+    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+            "engine": {"name": "vllm", "maxModelLen": 131072},
+            "workload": {"requestsPerSecond": "1", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
+            "slo": {"tpot": {"maxMs": 100, "percentile": "p95"}},
+            "constraints": {"gpuTypes": ["L4"], "tensorParallelSizes": [1]}}
+    result = plan(resolve_plan(parse_plan(copy.deepcopy(spec))))
+    assert result.recommendation is None
+    line = _suggestion(result, "context")
+    length = int(line.split("maxModelLen ")[1].split()[0])
+    assert length < 131072 and "(now 131072" in line
+    spec["engine"]["maxModelLen"] = length
+    assert plan(resolve_plan(parse_plan(spec))).recommendation is not None
+
+
+def test_a_plan_verification_leaves_empty_gets_suggestions_that_pass_the_simulator() -> None:
+    # The analytic search finds 14 x 8 H100 within maxReplicas 14; the simulator finds its E2E p95 over the target
+    # at every replica count the limit allows. The answer was "no deployment" with no suggestion at all.
+    _, result = planned(BURSTY_72B)
+    assert result.recommendation is None and any(i.gate == "verify" for i in result.infeasible)
+    line = _suggestion(result, "limits")
+    replicas = int(line.split("maxReplicas ")[1].split()[0])
+    assert replicas > 14 and "(now 14)" in line
+    spec = spec_of(BURSTY_72B)
+    spec["constraints"]["maxReplicas"] = replicas
+    rec = plan_answer(resolve_plan(parse_plan(spec))).recommendation
+    assert rec is not None and rec.provenance["predicted"] == "simulated" and rec.replicas <= replicas
+
+
+def test_nearest_infeasible_candidates_are_the_nearest_to_their_targets_first() -> None:
+    # Llama-3.1-8B at a 3 ms TPOT: every shape misses at light load. The cheapest (one GPU) misses by the most.
+    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "vllm"},
+            "workload": {"requestsPerSecond": "5", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
+            "slo": {"tpot": {"maxMs": 3, "percentile": "p95"}}, "constraints": {"gpuTypes": ["H100"]}}
+    result = plan(resolve_plan(parse_plan(spec)))
+    slow = [float(i.reason.split(" is ")[1].split(" ms")[0]) for i in result.infeasible if i.gate == "slo"]
+    assert len(slow) >= 2 and slow == sorted(slow)
+    assert result.infeasible[0].gpus_per_replica > 1
+
+
+def test_nearest_infeasible_rows_never_read_alike() -> None:
+    # DeepSeek-R1 on H100 at an 8 ms TPOT: TP 16 with and without data-parallel attention (and EP), two pipeline
+    # stages of 8; each row says which, so no two print the same words with different numbers.
+    spec = spec_of(ROOT / "examples/platform/deepseek-r1-shapes.yaml")
+    spec["slo"]["tpot"]["maxMs"] = 8
+    spec["constraints"].update(gpuTypes=["H100"], shapes=["aggregated"])
+    req = resolve_plan(parse_plan(spec))
+    result = plan(req)
+    assert result.recommendation is None
+    assert any(i.data_parallel_attention for i in result.infeasible)
+    assert any(not i.data_parallel_attention and i.gpus_per_replica == 16 for i in result.infeasible)
+    printed = format_plan(result, req).split("Nearest infeasible candidates:\n")[1].split("\n\n")[0].splitlines()
+    rows = [line for line in printed if line.startswith("  [")]
+    assert len(rows) == len(result.infeasible) >= 3
+    words = [re.sub(r"[0-9.]+", "#", line) for line in rows]
+    assert len(words) == len(set(words)), rows

@@ -40,11 +40,12 @@ def example_spec(path: Path) -> dict[str, Any]:
 
 
 EXAMPLES = [REPO / "examples" / "plans" / "chat-assistant-8b.yaml",
-            *sorted(p for p in (REPO / "examples" / "platform").glob("*.yaml") if p.stem != "infeasible-ask")]
+            *sorted(p for p in (REPO / "examples" / "platform").glob("*.yaml")
+                    if not p.stem.startswith("infeasible-"))]
 """The example plans that have a recommendation: the chat example first, then the platform set."""
 OVER_NODES = {"llama-405b-bf16-h100"}  # the examples whose recommendation spans nodes (a LeaderWorkerSet)
-# The examples whose recommendation is separate prefill and decode pools: vLLM's, which inferplan does not render
-# (its pools need a P/D proxy, docs/deploy.md).
+# The examples whose recommendation is separate prefill and decode pools (SGLang's: two Deployments behind
+# sglang-router, docs/deploy.md).
 DISAGGREGATED = {"long-prompts-70b-shapes"}
 IN_A_NODE = [p for p in EXAMPLES if p.stem not in OVER_NODES | DISAGGREGATED]
 
