@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "fitted by `inferplan calibrate` on the same files): read instead of fitted again")
     parser.add_argument("--predictions", type=Path, metavar="FILE.jsonl",
                         help="also write every held-out row's prediction (source, id, metric, measured, held-out, "
-                             "in-sample) as JSON lines")
+                             "in-sample; rows of unmodelled architectures marked `unmodelled`) as JSON lines")
     parser.add_argument("--save", type=Path, metavar="DIR",
                         help="write every fit's factors to DIR (all-rows.json, <source>.json)")
     args = parser.parse_args(argv)
@@ -163,8 +163,14 @@ def _leave_one_source_out(args: argparse.Namespace) -> int:
         held = [r for r in held_all if not unmodelled(r)]
         aside = [r for r in held_all if unmodelled(r)]
         if aside:
-            for reason, figures in score(aside, predict_scenarios(aside, folds[source])).unmodelled.items():
+            aside_out = predict_scenarios(aside, folds[source])
+            for reason, figures in score(aside, aside_out).unmodelled.items():
                 apart.append((f"{source} ({reason})", figures.scored, figures.median_ape))
+            # Written too (marked `unmodelled`): prediction intervals cover these rows as well.
+            dumped += [json.dumps({"source": source, "id": row.id, "metric": row.metric, "measured": row.value,
+                                   "held_out": out.predicted, "in_sample": ins.predicted, "suspect": row.suspect,
+                                   "unmodelled": True})
+                       for row, out, ins in zip(aside, aside_out, predict_scenarios(aside, full), strict=True)]
         if not held:
             continue
         predictions = [predict_scenarios(held, f) for f in (folds[source], full, shipped)]

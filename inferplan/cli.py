@@ -96,7 +96,10 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     from inferplan.planner.predict import predict_scenarios
 
     scenarios, errors = _read(args.scenarios)
-    report = score(scenarios, predict_scenarios(scenarios, _factors(args.factors)))
+    from inferplan.planner.factors import load_factors
+
+    factors = _factors(args.factors) or load_factors()
+    report = score(scenarios, predict_scenarios(scenarios, factors), factors)
     if args.json:
         data = report.to_json()
         data["badLines"] = len(errors)

@@ -46,6 +46,21 @@ def _percentiles_text(name: str, stats: Percentiles, quantiles: Sequence[str]) -
     return f"{name} {'/'.join(quantiles)} {' / '.join(figures)} {unit}"
 
 
+def interval_text(c: Candidate, req: PlanRequest) -> str:
+    """"TTFT p95 82.2 ms (80%: 61-120 ms); TPOT p95 19.5 ms (80%: 16-25 ms); ...": each latency at its SLO's
+    percentile (p95 without one) with its prediction interval; empty without intervals."""
+    intervals, confidence = c.predicted.intervals, c.predicted.confidence
+    if intervals is None or confidence is None:
+        return ""
+    parts = []
+    for metric, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "e2e")):
+        q = QUANTILE_NAMES[{s.metric: s.quantile for s in req.slos}.get(metric, 0.95)]
+        low, high = getattr(getattr(intervals, f"{metric}_ms"), q)
+        unit, (value, low_text, high_text) = latency_figures([_percentile(c, metric, req), low, high])
+        parts.append(f"{name} {q} {value} {unit} ({confidence:.0%}: {low_text}-{high_text} {unit})")
+    return "; ".join(parts)
+
+
 def _slo_text(req: PlanRequest) -> str:
     names = QUANTILE_NAMES
     return ", ".join(f"{s.metric.upper()} {names[s.quantile]} <= {_ms(s.max_s * 1000)}" for s in req.slos)
@@ -161,6 +176,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             f"  {_percentiles_text('TTFT', c.predicted.ttft_ms, ('p50', 'p95', 'p99'))}; "
             f"{_percentiles_text('TPOT', c.predicted.tpot_ms, ('p50', 'p95', 'p99'))}; "
             f"{_percentiles_text('e2e', c.predicted.e2e_ms, ('p95',))}",
+            *([f"  intervals from held-out errors: {interval_text(c, req)}"] if interval_text(c, req) else []),
             # Two different shares, each said with its reference: headroom against the rate the SLOs allow,
             # utilization against the rate that saturates a replica.
             f"  headroom {c.headroom:.0%}: every SLO holds up to {req.rate_rps / (1 - c.headroom):.1f} requests/s, "

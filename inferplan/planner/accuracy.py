@@ -3,7 +3,9 @@
 `suspect` rows (flagged unreliable by their source) are scored apart and never mixed into the
 headline figures; so are rows of an architecture the step-time model does not represent yet
 (`predict.unmodelled`: MLA), listed under `unmodelled` with their own figures. Rows that cannot be predicted
-are counted with their reason.
+are counted with their reason. Given the factors that predicted them, each figure also says how many measured
+values fall inside the stated 80% prediction interval of their prediction (`intervals.py`: bounds from held-out
+residuals, applied here to whatever predictions are scored, in sample for `inferplan accuracy`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from inferplan.planner.factors import FactorSet
+from inferplan.planner.intervals import DEFAULT_CONFIDENCE, fitted_pairs, load_intervals, row_evidence
 from inferplan.planner.predict import Prediction, unmodelled
 from inferplan.planner.scenarios import Scenario
 
@@ -28,10 +32,11 @@ class MetricScore:
     mape: float | None
     median_ape: float | None
     within25: float | None
+    interval_coverage: float | None = None  # share of measured values inside the 80% interval
 
     def to_json(self) -> dict[str, Any]:
         return {"scored": self.scored, "skipped": self.skipped, "mape": self.mape, "medianApe": self.median_ape,
-                "within25": self.within25}
+                "within25": self.within25, "intervalCoverage": self.interval_coverage}
 
 
 @dataclass(frozen=True)
@@ -75,12 +80,13 @@ class AccuracyReport:
         return [(o.id, o.measured, o.predicted, o.error) for o in self.outliers[:10]]
 
 
-def _score(apes: Sequence[float], skipped: int) -> MetricScore:
+def _score(apes: Sequence[float], skipped: int, inside: Sequence[bool] = ()) -> MetricScore:
     if not apes:
         return MetricScore(0, skipped, None, None, None)
     a = np.asarray(apes, dtype=float)
     return MetricScore(len(a), skipped, round(float(a.mean()), 4), round(float(np.median(a)), 4),
-                       round(float(np.mean(a <= WITHIN + 1e-12)), 4))
+                       round(float(np.mean(a <= WITHIN + 1e-12)), 4),
+                       round(float(np.mean(inside)), 4) if len(inside) == len(a) else None)
 
 
 def absolute_percentage_error(predicted: float, measured: float) -> float:
@@ -95,8 +101,20 @@ def _caveat(notes: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction]) -> AccuracyReport:
-    """Score `predictions` (same order as `scenarios`)."""
+def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], factors: FactorSet | None = None
+          ) -> AccuracyReport:
+    """Score `predictions` (same order as `scenarios`); with the `factors` that made them, the coverage of the
+    shipped 80% intervals as well (`MetricScore.interval_coverage`; None without)."""
+    table, pairs = (load_intervals(), fitted_pairs(factors)) if factors is not None else (None, set())
+
+    def covered(row: Scenario, predicted: float) -> list[bool]:
+        if table is None:
+            return []
+        low, high = table.interval(row_evidence(row, pairs), predicted, DEFAULT_CONFIDENCE)
+        return [low <= row.value <= high]
+
+    inside: dict[str, list[bool]] = {}
+    apart_inside: dict[str, list[bool]] = {}
     apes: dict[str, list[float]] = {}
     suspect_apes: dict[str, list[float]] = {}
     skipped: Counter[str] = Counter()
@@ -108,6 +126,7 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction]) -> A
         if reason is not None:
             if pred.predicted is not None:
                 apart.setdefault(reason, []).append(absolute_percentage_error(pred.predicted, row.value))
+                apart_inside.setdefault(reason, []).extend(covered(row, pred.predicted))
             continue
         if pred.predicted is None:
             if not row.suspect:  # suspect rows never enter the headline counts
@@ -116,16 +135,19 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction]) -> A
             continue
         ape = absolute_percentage_error(pred.predicted, row.value)
         (suspect_apes if row.suspect else apes).setdefault(row.metric, []).append(ape)
+        if not row.suspect:
+            inside.setdefault(row.metric, []).extend(covered(row, pred.predicted))
         if not row.suspect and ape > WITHIN + 1e-12:
             signed = ape if pred.predicted >= row.value else -ape
             outliers.append(Outlier(row.id, row.metric, row.value, pred.predicted, signed, _caveat(row.notes)))
     metric_names = sorted(set(apes) | set(skipped))
-    metrics = {m: _score(apes.get(m, []), skipped[m]) for m in metric_names}
-    overall = _score([a for v in apes.values() for a in v], sum(skipped.values()))
+    metrics = {m: _score(apes.get(m, []), skipped[m], inside.get(m, [])) for m in metric_names}
+    overall = _score([a for v in apes.values() for a in v], sum(skipped.values()),
+                     [b for v in inside.values() for b in v])
     outliers.sort(key=lambda o: -abs(o.error))
     return AccuracyReport(metrics, overall, dict(reasons.most_common()),
                           {m: _score(v, 0) for m, v in sorted(suspect_apes.items())}, outliers,
-                          {r: _score(v, 0) for r, v in sorted(apart.items())})
+                          {r: _score(v, 0, apart_inside.get(r, [])) for r, v in sorted(apart.items())})
 
 
 def format_report(report: AccuracyReport) -> str:
@@ -133,10 +155,11 @@ def format_report(report: AccuracyReport) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
-    lines = [f"{'metric':22s} {'scored':>6s} {'skipped':>7s} {'MdAPE':>7s} {'MAPE':>8s} {'<=25%':>6s}"]
+    lines = [f"{'metric':22s} {'scored':>6s} {'skipped':>7s} {'MdAPE':>7s} {'MAPE':>8s} {'<=25%':>6s} "
+             f"{'in 80%':>6s}"]
     for name, s in [*report.metrics.items(), ("overall", report.overall)]:
         lines.append(f"{name:22s} {s.scored:6d} {s.skipped:7d} {pct(s.median_ape):>7s} {pct(s.mape):>8s} "
-                     f"{pct(s.within25):>6s}")
+                     f"{pct(s.within25):>6s} {pct(s.interval_coverage):>6s}")
     if report.suspect:
         lines.append("")
         lines.append("suspect rows (flagged by their source; not in the figures above):")
@@ -146,8 +169,8 @@ def format_report(report: AccuracyReport) -> str:
         lines.append("")
         lines.append("rows of an architecture the model does not represent yet (not in the figures above):")
         for reason, s in report.unmodelled.items():
-            lines.append(f"  {s.scored:4d} rows, median APE {pct(s.median_ape)}, within 25% {pct(s.within25)}: "
-                         f"{reason}")
+            lines.append(f"  {s.scored:4d} rows, median APE {pct(s.median_ape)}, within 25% {pct(s.within25)}, "
+                         f"in the 80% interval {pct(s.interval_coverage)}: {reason}")
     if report.skipped_reasons:
         lines.append("")
         lines.append("skipped:")

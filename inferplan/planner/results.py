@@ -50,6 +50,27 @@ class Percentiles(_Result):
     p99: float
 
 
+_Bounds = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class PercentileIntervals(_Result):
+    """[low, high] of each latency percentile [ms]."""
+
+    p50: _Bounds
+    p90: _Bounds
+    p95: _Bounds
+    p99: _Bounds
+
+
+class Intervals(_Result):
+    """Where the measured value of each predicted latency percentile falls with probability `confidence`:
+    bounds from the planner's held-out errors on published runs (docs/model.md#prediction-intervals)."""
+
+    ttft_ms: PercentileIntervals
+    tpot_ms: PercentileIntervals
+    e2e_ms: PercentileIntervals = Field(alias="e2eMs")
+
+
 class Predicted(_Result):
     """The model's predictions for one replica at the planned per-replica rate."""
 
@@ -63,6 +84,10 @@ class Predicted(_Result):
     max_requests_per_second_per_replica: float = Field(
         description="Highest rate per replica within every SLO and the utilisation cap."
     )
+    intervals: Intervals | None = Field(
+        default=None, description="[low, high] of each latency percentile at `confidence` (the recommendation and "
+                                  "alternatives; absent elsewhere).")
+    confidence: float | None = Field(default=None, description="The probability the intervals are stated at.")
 
 
 class Cost(_Result):

@@ -39,6 +39,7 @@ from inferplan.planner.engines import (
 )
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, load_gpu_catalog
+from inferplan.planner.intervals import DEFAULT_CONFIDENCE, Evidence, load_intervals
 from inferplan.planner.kernels import kernel_basis
 from inferplan.planner.memory import (
     GIB,
@@ -61,6 +62,8 @@ from inferplan.planner.results import (
     Candidate,
     Cost,
     Infeasible,
+    Intervals,
+    PercentileIntervals,
     Percentiles,
     PlanResult,
     Predicted,
@@ -957,7 +960,7 @@ def plan(req: PlanRequest, factors: FactorSet | None = None, *, suggest: bool = 
     else:
         result = _search(req, engine, factors, warnings, confirm)
         if confirm:  # the answer as shown; verification, which searches unconfirmed, ranges its own
-            result = with_upper_cost(req, result)
+            result = with_intervals(req, with_upper_cost(req, result))
     suggestions = (suggestions_for(req, lambda changed: plan(changed, factors, suggest=False), factors)
                    if suggest and not result.recommendation else [])
     return result.model_copy(update={"assumptions": _assumptions(req, settings), "suggestions": suggestions})
@@ -1582,6 +1585,48 @@ def with_upper_cost(req: PlanRequest, result: PlanResult) -> PlanResult:
     rest = [w for w in rec.warnings if not w.startswith("unmeasured: ")]
     return result.model_copy(update={"recommendation": rec.model_copy(update={
         "upper_cost": upper, "warnings": [first, *rest][:16]})})
+
+
+# The scenario metric whose held-out errors stand for each predicted percentile: the published runs measure TTFT and
+# TPOT at p50 and p99 (a p90 or p95 reads the p99's, the wider) and the end-to-end time as a mean only.
+INTERVAL_METRICS = {
+    "ttft_ms": {"p50": "ttft_ms_p50", "p90": "ttft_ms_p99", "p95": "ttft_ms_p99", "p99": "ttft_ms_p99"},
+    "tpot_ms": {"p50": "tpot_ms_p50", "p90": "tpot_ms_p99", "p95": "tpot_ms_p99", "p99": "tpot_ms_p99"},
+    "e2e_ms": {q: "e2e_ms_mean" for q in ("p50", "p90", "p95", "p99")},
+}
+
+
+def candidate_intervals(req: PlanRequest, candidate: Candidate, confidence: float = DEFAULT_CONFIDENCE) -> Intervals:
+    """The intervals of `candidate`'s predicted latencies (`intervals.py`): read for its model kind, its engine's
+    factor line on its GPU family, and whether that pair has measured lines (`provenance.measuredLines`)."""
+    gpu = load_gpu_catalog().get(candidate.gpu_type)
+    kind = "mla" if req.arch.is_mla else "moe" if req.arch.is_moe else "dense"
+    line = factor_key(req.engine, None, gpu.vendor)
+    measured = candidate.provenance.get("measuredLines", "0") != "0"
+    table = load_intervals()
+
+    def bounds(stats: Percentiles, metric: str) -> PercentileIntervals:
+        def pair(q: str) -> list[float]:
+            evidence = Evidence(INTERVAL_METRICS[metric][q], kind, line, gpu.family, "poisson", measured)
+            low, high = table.interval(evidence, getattr(stats, q), confidence)
+            return [rounded(low), rounded(high)]
+        return PercentileIntervals(p50=pair("p50"), p90=pair("p90"), p95=pair("p95"), p99=pair("p99"))
+
+    p = candidate.predicted
+    return Intervals(ttft_ms=bounds(p.ttft_ms, "ttft_ms"), tpot_ms=bounds(p.tpot_ms, "tpot_ms"),
+                     e2e_ms=bounds(p.e2e_ms, "e2e_ms"))
+
+
+def with_intervals(req: PlanRequest, result: PlanResult, confidence: float = DEFAULT_CONFIDENCE) -> PlanResult:
+    """`result` with the prediction intervals of its recommendation and alternatives (`Predicted.intervals`): worked
+    out once on the candidates shown, not in the search."""
+    def add(c: Candidate) -> Candidate:
+        return c.model_copy(update={"predicted": c.predicted.model_copy(update={
+            "intervals": candidate_intervals(req, c, confidence), "confidence": confidence})})
+
+    rec = result.recommendation
+    return result.model_copy(update={"recommendation": add(rec) if rec is not None else None,
+                                     "alternatives": [add(c) for c in result.alternatives]})
 
 
 MEASURED_KERNELS = frozenset({"measured", "scaled"})

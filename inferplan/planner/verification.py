@@ -32,6 +32,7 @@ from inferplan.planner.search import (
     shape_lines,
     suggestions_for,
     tag_candidates,
+    with_intervals,
     with_replicas,
     with_upper_cost,
 )
@@ -329,10 +330,10 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
         warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")
     rec = kept[0] if kept else None
     options = [_option_verified(option, kept, missed) for option in result.shape_options]
-    return with_upper_cost(req, result.model_copy(update={
+    return with_intervals(req, with_upper_cost(req, result.model_copy(update={
         "recommendation": rec, "alternatives": kept[1:], "infeasible": [*dropped, *result.infeasible][:20],
         "warnings": warnings, "shapes": shape_lines(options, rec) if options else result.shapes,
-        "shape_options": options}))
+        "shape_options": options})))
 
 
 def _option_verified(option: ShapeOption, kept: list[Candidate], missed: dict[str, str]) -> ShapeOption:

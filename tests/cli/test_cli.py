@@ -27,7 +27,7 @@ from tests.support.plans import EXAMPLES, example_spec, planned
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"
-METRIC_KEYS = {"scored", "skipped", "mape", "medianApe", "within25"}
+METRIC_KEYS = {"scored", "skipped", "mape", "medianApe", "within25", "intervalCoverage"}
 PLAN_EXAMPLES = sorted((REPO / "examples" / "plans").glob("*.yaml"))
 CHAT = EXAMPLES[0]
 
@@ -87,6 +87,8 @@ def _check_accuracy_json(data: dict) -> None:
     assert set(data["overall"]) == METRIC_KEYS
     for entry in [*data["metrics"].values(), *data["suspect"].values(), *data["unmodelled"].values()]:
         assert set(entry) == METRIC_KEYS
+    for entry in [*data["metrics"].values(), data["overall"]]:  # suspect rows are not covered
+        assert entry["scored"] == 0 or 0 <= entry["intervalCoverage"] <= 1
     assert data["overall"]["scored"] > 0
 
 

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from inferplan.planner.accuracy import AccuracyReport, absolute_percentage_error, format_report, score
+from inferplan.planner.factors import load_factors
 from inferplan.planner.predict import Prediction, predict_scenarios
 from inferplan.planner.scenarios import Scenario, parse_scenario_line, read_scenarios
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "shared" / "accuracy" / "scenarios.jsonl"
-METRIC_KEYS = {"scored", "skipped", "mape", "medianApe", "within25"}
+METRIC_KEYS = {"scored", "skipped", "mape", "medianApe", "within25", "intervalCoverage"}
 
 DECODE = 2  # example line: llama.cpp decode_tps_single
 E2E = 3     # example line: TensorRT-LLM static batch e2e_ms_mean
@@ -212,6 +213,17 @@ def test_to_json_has_documented_keys_and_fractions() -> None:
     assert data["skippedReasons"] == {"GPU not stated": 1}
     assert data["suspect"]["decode_tps_single"]["mape"] == pytest.approx(1.0)
     assert json.loads(json.dumps(data)) == data
+
+
+def test_interval_coverage_counts_measured_values_inside_the_80_percent_interval() -> None:
+    rows = [_row(DECODE, "d1", 100.0), _row(DECODE, "d2", 100.0), _row(E2E, "e1", 100.0)]
+    preds = [_pred(rows[0], 100.0), _pred(rows[1], 1.0), _pred(rows[2], 100.0)]  # d2: 100x off
+    assert score(rows, preds).overall.interval_coverage is None  # without the factors that predicted them
+    report = score(rows, preds, load_factors())
+    assert report.metrics["decode_tps_single"].interval_coverage == pytest.approx(0.5)
+    assert report.metrics["e2e_ms_mean"].interval_coverage == pytest.approx(1.0)
+    assert report.overall.interval_coverage == pytest.approx(2 / 3, abs=1e-4)
+    assert "in 80%" in format_report(report).splitlines()[0]
 
 
 def test_format_report_shows_percentages_and_sections() -> None:
