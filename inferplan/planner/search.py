@@ -244,8 +244,16 @@ def checkpoints_of(req: PlanRequest, gpu: GpuSpec) -> list[Checkpoint | str]:
 
 def checkpoint_of(req: PlanRequest, precision: str, gpu: GpuSpec) -> Checkpoint | str:
     """What `req`'s engine loads to serve `precision` on `gpu`, or why nothing."""
-    return checkpoint_for(req.served_model, precision, req.engine, declared=req.precisions_listed,
-                          gpu_family=gpu.family, version=req.engine_version)
+    return _checkpoint_for(req.served_model, precision, req.engine, req.precisions_listed, gpu.family,
+                           req.engine_version)
+
+
+@lru_cache(maxsize=4096)
+def _checkpoint_for(model: str, precision: str, engine: str, declared: bool, family: str,
+                    version: str | None) -> Checkpoint | str:
+    """`checkpoint_for`, once per argument set: a whole-catalog plan asks it for every GPU and precision (330
+    times, 9 ms), on a handful of GPU families. Checkpoints are frozen; the reasons are strings."""
+    return checkpoint_for(model, precision, engine, declared=declared, gpu_family=family, version=version)
 
 
 def kv_hint(checkpoint: Checkpoint | str) -> str | None:

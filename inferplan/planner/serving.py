@@ -337,6 +337,7 @@ class PoissonModel:
     c: FloatArray
     o_cv: FloatArray
     context_cv2: FloatArray  # squared CV of the context of a sequence in the running batch
+    batch_spread: FloatArray  # (*shape, samples): sqrt(g(T / d)) z of each sampled request (`_batch_spread`)
     prompt_work: FloatArray  # compute seconds of one request's prompt (the share not served from cache)
     own_prefill: FloatArray  # prefill time of a mean prompt on its own
     capacity: FloatArray     # one stream's
@@ -370,7 +371,8 @@ class PoissonModel:
         streams = rows(self.streams)
         return PoissonModel(
             hw=hw, curve=self.curve.take(idx, hw), shape=idx.shape, p=rows(self.p), o=rows(self.o), c=c,
-            o_cv=rows(self.o_cv), context_cv2=rows(self.context_cv2), prompt_work=rows(self.prompt_work),
+            o_cv=rows(self.o_cv), context_cv2=rows(self.context_cv2), batch_spread=rows(self.batch_spread),
+            prompt_work=rows(self.prompt_work),
             own_prefill=rows(self.own_prefill),
             capacity=rows(self.capacity) if capacity is None else np.asarray(capacity, dtype=float) / streams,
             outputs=rows(self.outputs), gaps=rows(self.gaps), service_pf=rows(self.service_pf),
@@ -510,16 +512,15 @@ class PoissonModel:
         context, whose variance is (1 + cv^2) times the count's for contexts of squared CV cv^2 (compound
         Poisson)."""
         n = np.maximum(load.n, 1.0)
-        slope = self.curve.at(n + 1.0) - self.curve.at(n)
+        slope = self.curve.at(n + 1.0) - load.step  # load.step is the step at max(n, 1)
         kv_share = np.clip(self.curve.kv_s_per_sequence / np.maximum(slope, 1e-15), 0.0, 1.0)
         variance = load.n * (1.0 + kv_share * self.context_cv2)
-        life = self.outputs * load.tpot_bar[..., None]
-        residual = (self.o * (1.0 + self.o_cv * self.o_cv) / 2.0 * load.tpot_bar)[..., None]
-        x = np.maximum(life / np.maximum(residual, 1e-12), 1e-6)
-        g = np.where(x < 1e-3, 1.0, 2.0 * (x + np.expm1(-x)) / (x * x))
-        batch = n[..., None] + _batch_scores(self.samples) * np.sqrt(variance[..., None] * g)
-        batch = np.clip(batch, 1.0, np.maximum(self.c, 1.0)[..., None])
-        return slope[..., None] * (batch - n[..., None])
+        g = np.sqrt(variance)[..., None] * self.batch_spread  # sqrt(n g(T / d)) z: T / d does not depend on the rate
+        g += n[..., None]
+        np.clip(g, 1.0, np.maximum(self.c, 1.0)[..., None], out=g)
+        g -= n[..., None]
+        g *= slope[..., None]
+        return g
 
 
 def poisson_model(
@@ -592,8 +593,13 @@ def poisson_model(
     p2 = np.broadcast_to((prompts * prompts).mean(axis=-1), shape)
     k1, k2 = o * q / 2.0, o * o * q**3 / 3.0
     context_cv2 = np.maximum((p2 + 2.0 * p1 * k1 + k2) / np.maximum((p1 + k1) ** 2, 1e-12) - 1.0, 0.0)
+    # T / d of each sampled request: its output over the others' mean residual life, both in steps (`_batch_spread`).
+    x = np.maximum(every_row(outputs) / np.maximum(o * q / 2.0, 1e-12)[..., None], 1e-3)
+    g = 2.0 * (x + np.expm1(-x)) / (x * x)  # 1 for x -> 0 (within 0.1% at the floor of 1e-3)
+    batch_spread = np.sqrt(g) * _batch_scores(samples)
     return PoissonModel(
         hw=hw, curve=decode_step(hw, ctx), shape=shape, p=p, o=o, c=c, o_cv=o_cv, context_cv2=context_cv2,
+        batch_spread=batch_spread,
         prompt_work=prompt_work,
         own_prefill=own_prefill, capacity=capacity, outputs=every_row(outputs), gaps=every_row(gaps),
         service_pf=service_pf, extra_steps=extra_steps,
