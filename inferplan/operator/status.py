@@ -208,7 +208,7 @@ class PlanStatus(_Status):
     assumptions: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=16, description="What the plan left open and the planner assumed.")
     suggestions: list[Annotated[str, Field(max_length=1024)]] = Field(
-        default_factory=list, max_length=8,
+        default_factory=list, max_length=12,
         description="Without a feasible candidate: the smallest changes that make the plan feasible.")
     shapes: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=4,
@@ -379,7 +379,7 @@ def next_status(
         planner_version=planner_version,
         warnings=warnings[:_MAX_WARNINGS],
         assumptions=list(result.assumptions[:16]) if result else [],
-        suggestions=list(result.suggestions[:8]) if result else [],
+        suggestions=list(result.suggestions[:12]) if result else [],
         shapes=list(result.shapes[:4]) if result else [],
         **_observation_fields(old),
     )

@@ -374,3 +374,13 @@ def test_the_reconciles_warnings_come_first_and_the_list_stays_capped() -> None:
     assert new["warnings"][:3] == ["warning 0", "warning 1", "warning 2"]
     assert len(new["warnings"]) == 32
     PlanStatus.model_validate(new)
+
+
+def test_every_suggestion_the_planner_makes_reaches_the_status() -> None:
+    # The planner tries the context, each limit, GPU types, precision, TP and each SLO: up to 9 suggestions
+    # (the bursty 72B example gets 4); the status kept 8, dropping the last SLO relaxation.
+    suggestions = [f"change {i}: gives 2 x 8 H100-SXM5-80GB at $59/h" for i in range(10)]
+    result = PlanResult(recommendation=None, alternatives=[], infeasible=[], warnings=[], suggestions=suggestions)
+    new = status(result=result)
+    assert new["suggestions"] == suggestions
+    PlanStatus.model_validate(new)  # within the schema the CRD is generated from
