@@ -314,6 +314,19 @@ def _point(frame: _Frame, key: str, c: Candidate, latency_ms: float, metric_labe
     return [circle, f'<text class="point-label {role}" x="{_px(x + 8)}" y="{_px(y - 8)}">{text}</text>']
 
 
+def _band(frame: _Frame, key: str, c: Candidate, metric: str, quantile: float) -> list[str]:
+    """The interval of a candidate's predicted `metric` at `quantile` as a bar through its point (class `band`),
+    cut at the chart's right edge; nothing where the candidate states no interval."""
+    if c.predicted.intervals is None:
+        return []
+    low, high = getattr(getattr(c.predicted.intervals, f"{metric}_ms"), QUANTILE_NAMES[quantile])
+    y = _px(frame.y(c.cost.dollars_per_hour))
+    share = f"{c.predicted.confidence or 0.8:.0%}"
+    return [f'<line class="band" x1="{_px(frame.x(low))}" y1="{y}" x2="{_px(frame.x(high))}" y2="{y}" '
+            f'data-candidate="{key}" data-low-ms="{low:g}" data-high-ms="{high:g}">'
+            f"<title>{share} interval: {_ms(low)} to {_ms(high)}</title></line>"]
+
+
 def frontier_chart(req: PlanRequest, result: PlanResult, metric: str) -> str:
     """Cost [$/h] against `metric` [ms] at its SLO percentile, one point per candidate shown, the region
     beyond the SLO limit (and above the budget) shaded."""
@@ -334,10 +347,15 @@ def frontier_chart(req: PlanRequest, result: PlanResult, metric: str) -> str:
     if _inside(frame, budget, "y"):
         parts += _shade_top(frame, budget, f"over budget (${budget:g}/h)")
     parts.append(_staircase(frame, points))
+    for key, c in shown:
+        parts += _band(frame, key, c, metric, quantile)
     for (key, c), (latency, _) in zip(shown, points, strict=True):
         parts += _point(frame, key, c, latency, metric_label)
-    return _figure(_svg(parts, kind="frontier", metric=metric, label=f"cost against {metric_label}"),
-                   _frontier_caption(metric_label, limit_ms, budget, frame))
+    caption = _frontier_caption(metric_label, limit_ms, budget, frame)
+    if any(c.predicted.intervals is not None for _, c in shown):
+        caption += _e(" Bars: where the measured value falls with the stated probability (80% unless the plan "
+                      "says otherwise), from the planner's held-out errors; cut at the right edge.")
+    return _figure(_svg(parts, kind="frontier", metric=metric, label=f"cost against {metric_label}"), caption)
 
 
 def _frontier_caption(metric_label: str, limit_ms: float | None, budget: float | None, frame: _Frame) -> str:
@@ -592,6 +610,7 @@ figcaption{font-size:.85em;color:#4a5262;margin-top:4px}
 .over-budget{fill:#f6dfb3;fill-opacity:.6}.budget{stroke:#a0661a;stroke-width:1.5;stroke-dasharray:6 4}
 .budget-label{fill:#a0661a;font-size:11px}
 .frontier-line{fill:none;stroke:#6b7382;stroke-width:1.2;stroke-dasharray:3 3}
+line.band{stroke:#1f5fbf;stroke-opacity:.3;stroke-width:6;stroke-linecap:round}
 circle.point.alternative{fill:#2a9d8f;stroke:#fff;stroke-width:1}
 circle.point.recommendation{fill:#1f5fbf;stroke:#0b2a5c;stroke-width:2}
 .point-label{font-size:11px;fill:#1d2330}.point-label.recommendation{font-weight:bold;fill:#1f5fbf}

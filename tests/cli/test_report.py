@@ -413,3 +413,18 @@ def test_a_short_run_and_a_missed_slo_are_flagged() -> None:
     assert any(f.startswith("MISSED: simulated TPOT p95") for f in missed)
     long_run = simulate_candidate(request, rec, requests=60_000, seed=0)
     assert not [f for f in simulation_flags(request, rec, long_run) if f.startswith("NOT STEADY")]
+
+
+def test_each_frontier_point_carries_its_prediction_interval(example, example_page: str) -> None:
+    # The band through each point is the candidate's stated interval at the chart's percentile: it brackets the
+    # point and says its bounds.
+    _, result, _ = example
+    for chart in parse(example_page).all("svg", "frontier"):
+        points = {p.attrs["data-candidate"]: p for p in chart.all("circle", "point")}
+        bands = {b.attrs["data-candidate"]: b for b in chart.all("line", "band")}
+        assert bands.keys() == points.keys()
+        for key, band in bands.items():
+            low, high = float(band.attrs["data-low-ms"]), float(band.attrs["data-high-ms"])
+            assert low <= float(points[key].attrs["data-latency-ms"]) <= high
+            assert float(band.attrs["x1"]) <= float(points[key].attrs["cx"]) <= float(band.attrs["x2"])
+    assert result.recommendation is not None and result.recommendation.predicted.intervals is not None
