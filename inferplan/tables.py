@@ -8,7 +8,7 @@ from inferplan.planner.architectures import ModelArchitecture
 from inferplan.planner.engine_args import DYNAMO_ENTRY_POINTS
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.quantiles import QUANTILE_NAMES
-from inferplan.planner.results import Candidate, Percentiles, PlanResult
+from inferplan.planner.results import Candidate, Percentiles, PlanResult, replica_shape
 from inferplan.planner.search import PRACTICAL_COST_FACTOR
 from inferplan.planner.spec import PlanRequest
 
@@ -102,9 +102,9 @@ def gpu_column(c: Candidate, req: PlanRequest | None = None) -> str:
 def shape_text(c: Candidate, req: PlanRequest) -> str:
     """Replicas and the GPUs of each: "3 x H100", "3 x 2 H100"; each pool's, prefill first, when disaggregated."""
     if c.roles:
-        return " / ".join(f"{r.role} {r.replicas} x {per_replica(r.gpus_per_replica, gpu_name(r.gpu_type, req))}"
+        return " / ".join(f"{r.role} {replica_shape(r.replicas, r.gpus_per_replica, gpu_name(r.gpu_type, req))}"
                           for r in c.roles)
-    return f"{c.replicas} x {per_replica(c.gpus_per_replica, gpu_name(c.gpu_type, req))}"
+    return replica_shape(c.replicas, c.gpus_per_replica, gpu_name(c.gpu_type, req))
 
 
 def role_column(c: Candidate, field: str) -> str:

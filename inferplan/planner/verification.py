@@ -112,7 +112,7 @@ def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, s
     max_len = deployment.settings.max_model_len
     replicas = candidate.replicas
     if workload is None and replicas > MAX_SIMULATED_REPLICAS:
-        req = replace(req, rate_rps=req.rate_rps * MAX_SIMULATED_REPLICAS / replicas)
+        req = replace(req, rate_rps=simulated_rate(req, candidate))
         replicas = MAX_SIMULATED_REPLICAS
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
     # A replica of pp pipeline stages serves as pp engines of its stages' steps, each with 1/pp of its batch cap
