@@ -1,18 +1,23 @@
-"""Rewrite the README's accuracy tables from `inferplan accuracy` on the four published files.
+"""Rewrite docs/accuracy.md's accuracy tables and the README's summary of them.
+
+They are what `inferplan accuracy` gives on the four published files.
 
 Usage (from the repository root, ../shared/accuracy beside it):
 
     python scripts/readme_tables.py [--check]
 
-Each table sits between `<!-- MARKER:begin -->` and `<!-- MARKER:end -->` (MARKER in `TABLES`); the rows are what
-`inferplan accuracy --scenarios FILE` prints with the shipped factors, in the same order. `--check` writes nothing
-and exits 1 when a table differs from what the model gives now. tests/planner/test_accuracy_regression.py holds
-the model to these tables (within 3 points).
+Each table of docs/accuracy.md sits between `<!-- MARKER:begin -->` and `<!-- MARKER:end -->` (MARKER in `TABLES`);
+the rows are what `inferplan accuracy --scenarios FILE` prints with the shipped factors, in the same order. The
+README's summary (between `<!-- accuracy-summary:begin -->` and `<!-- accuracy-summary:end -->`) carries each file's
+overall row; its held-out row comes from `bench/leave_one_source_out.py` and is left as it is. `--check` writes
+nothing and exits 1 when a table differs from what the model gives now. tests/planner/test_accuracy_regression.py
+holds the model to these tables (within 3 points) and the README's summary to docs/accuracy.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -21,6 +26,9 @@ from inferplan.planner.predict import predict_scenarios
 from inferplan.planner.scenarios import read_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "accuracy.md"
+README = REPO / "README.md"
+SUMMARY = "accuracy-summary"
 ACCURACY = REPO.parent / "shared" / "accuracy"
 TABLES = {
     "scenarios.jsonl": "accuracy-table",
@@ -52,33 +60,55 @@ def table(report: AccuracyReport) -> str:
     return "\n".join(lines)
 
 
+def summary_row(name: str, report: AccuracyReport) -> str:
+    """The README summary's row of one file: rows scored, MdAPE and share within 25% over all its metrics."""
+    o = report.overall
+    return f"| {name} | {o.scored} | {_pct(o.median_ape)} | {_pct(o.within25)} |"
+
+
+def _between(text: str, marker: str, where: str) -> tuple[str, str, str] | None:
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+    if begin not in text or end not in text:
+        print(f"{where} has no {marker} markers", file=sys.stderr)
+        return None
+    head, rest = text.split(begin, 1)
+    inside, tail = rest.split(end, 1)
+    return f"{head}{begin}", inside, f"{end}{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a table is out of date")
     args = parser.parse_args(argv)
-    readme = REPO / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    new = text
+    doc_text = DOC.read_text(encoding="utf-8")
+    readme_text = README.read_text(encoding="utf-8")
+    doc, readme = doc_text, readme_text
     for name, marker in TABLES.items():
         path = ACCURACY / name
         if not path.is_file():
             print(f"{path} not found", file=sys.stderr)
             return 2
-        rows = read_scenarios(path).scenarios
-        begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
-        if begin not in new or end not in new:
-            print(f"README.md has no {marker} markers", file=sys.stderr)
+        parts = _between(doc, marker, "docs/accuracy.md")
+        summary = _between(readme, SUMMARY, "README.md")
+        if parts is None or summary is None:
             return 2
-        head, rest = new.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        new = f"{head}{begin}\n{table(score(rows, predict_scenarios(rows)))}\n{end}{tail}"
+        rows = read_scenarios(path).scenarios
+        report = score(rows, predict_scenarios(rows))
+        doc = f"{parts[0]}\n{table(report)}\n{parts[2]}"
+        found = re.search(rf"^\| {re.escape(name)} \|.*$", summary[1], re.MULTILINE)
+        if found is None:
+            print(f"README.md's {SUMMARY} table has no row for {name}", file=sys.stderr)
+            return 2
+        inside = summary[1][:found.start()] + summary_row(name, report) + summary[1][found.end():]
+        readme = f"{summary[0]}{inside}{summary[2]}"
     if args.check:
-        if new != text:
-            print("README accuracy tables are out of date: python scripts/readme_tables.py")
+        if doc != doc_text or readme != readme_text:
+            print("accuracy tables are out of date: python scripts/readme_tables.py")
             return 1
         return 0
-    readme.write_text(new, encoding="utf-8")
-    print("README accuracy tables rewritten")
+    DOC.write_text(doc, encoding="utf-8")
+    README.write_text(readme, encoding="utf-8")
+    print("docs/accuracy.md tables and the README's summary rewritten")
     return 0
 
 
