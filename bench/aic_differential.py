@@ -30,12 +30,14 @@ and phase and the N largest deviations. `--csv FILE` writes every compared row. 
 
 Grid: GPUs a100_sxm, h100_sxm, h200_sxm, b200_sxm, l40s (b300_sxm and gb200 only if the planner's GPU
 catalog has them); engines vllm, sglang, tensorrt-llm (AIC backend trtllm); dense Llama-3.1 8B / 70B / 405B,
-Qwen3 8B / 32B and MoE Qwen3-30B-A3B, Qwen3-235B-A22B, Mixtral-8x7B; TP 1, 2, 4, 8 where the weights per GPU
+Qwen3 8B / 32B, MoE Qwen3-30B-A3B, Qwen3-235B-A22B, Mixtral-8x7B and MLA DeepSeek-V3 (a MoE whose attention is
+multi-head latent; AIC costs it with its measured MLA tables, the planner as attention over the latent KV);
+TP 1, 2, 4, 8 where the weights per GPU
 are at most 90% of its memory; bf16 weights with bf16 KV, and on Ada, Hopper and Blackwell FP8 weights
 (per-tensor W8A8) with FP8 KV; decode at batch 1, 16, 128, 512 for (isl, osl) = (128, 128), (1024, 1024),
 (4096, 512), (2048, 32768), (32768, 256); prefill of b prompts of isl tokens for b in 1, 4, 32, 256 with
 b * isl <= 32768. A point is skipped when weights plus the batch's KV at isl + osl tokens exceed 90% of the
-GPU memory. DeepSeek (MLA) and gpt-oss are listed as skipped models.
+GPU memory. gpt-oss is listed as a skipped model.
 
 Needs aiconfigurator-core (with pandas and pyarrow); without it the script prints how to install it
 (pip install aiconfigurator-core pyarrow pandas) and exits 0. Asserts nothing.
@@ -101,9 +103,10 @@ MODELS = (
     ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", "moe"),
     ("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-v0.1", "moe"),
     ("Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B", "moe"),
+    ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3", "mla"),
 )
+MOE_KINDS = ("moe", "mla")  # MLA: DeepSeek-V3, a mixture of experts with multi-head latent attention
 SKIPPED_MODELS = (
-    ("deepseek-ai/DeepSeek-V3", "MLA attention: the planner does not model MLA yet"),
     ("openai/gpt-oss-120b", "MXFP4 experts, attention sinks and sliding windows: out of scope here"),
 )
 # (name, planner weight precision, KV bytes per element, AIC GEMM/MoE quant mode, AIC KV-cache quant mode)
@@ -125,7 +128,7 @@ class Config:
     gpu: str          # AIC system
     engine: str       # planner engine
     model: str        # planner model
-    kind: str         # dense | moe
+    kind: str         # dense | moe | mla
     dtype: str
     tp: int
     phase: str        # decode | prefill
@@ -269,6 +272,8 @@ def arch_mismatches(arch: ModelArchitecture, config: dict[str, Any]) -> list[str
                 continue  # MoE: the dense width is unused
             out.append(f"{ours} {getattr(arch, ours)} vs {theirs} {config[theirs]}")
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // max(config.get("num_attention_heads", 1), 1)
+    if arch.is_mla:  # MLA's query/key head is qk_nope_head_dim + qk_rope_head_dim, not hidden_size / heads
+        head_dim = config.get("qk_nope_head_dim", 0) + config.get("qk_rope_head_dim", 0)
     if head_dim and head_dim != arch.head_dim:
         out.append(f"head_dim {arch.head_dim} vs {head_dim}")
     return out
@@ -352,7 +357,7 @@ def run(aic: Aic, phase_filter: str, progress: Callable[[str], None], only_gpus:
                             continue
                         where = f"{system} {engine} {kind} {dtype}"
                         try:
-                            handle = aic.compile(theirs, kind == "moe", system, backend, tp, quant, kv_mode)
+                            handle = aic.compile(theirs, kind in MOE_KINDS, system, backend, tp, quant, kv_mode)
                         except Exception as exc:  # counted by reason
                             failed[(f"compile: {failure_reason(exc)}", where)] += len(todo)
                             continue
@@ -474,7 +479,7 @@ def print_report(rows: Sequence[Row], skipped: Counter, failed: Counter, notes: 
 
     print("== per model kind and batch (decode), prompt length and prompt tokens per step (prefill) ==")
     shape_rows = []
-    for kind in ("dense", "moe"):
+    for kind in ("dense", *MOE_KINDS):
         sel = [r for r in rows if r.config.kind == kind]
         for label, phase, key in (("batch", "decode", lambda r: r.config.batch),
                                   ("isl", "prefill", lambda r: r.config.isl),
@@ -550,7 +555,7 @@ def explain(aic: Aic, rows: Sequence[Row], count: int) -> None:
         arch, gpu = resolve_model(c.model), resolve_gpu(gpus[c.gpu])
         hw = build_hardware(arch, gpu, weight_precision(precision_name), kv_bytes, engine_profile(c.engine), zero,
                             c.tp, 1)
-        handle = aic.compile(models[c.model], c.kind == "moe", c.gpu, backends[c.engine], c.tp, quant, kv_mode)
+        handle = aic.compile(models[c.model], c.kind in MOE_KINDS, c.gpu, backends[c.engine], c.tp, quant, kv_mode)
         print(f"{c.gpu} {c.engine} {c.phase} {c.label()}: planner {r.planner_ms:.3f}, AIC {r.aic_ms:.3f} "
               f"({pct(r.deviation)})")
         if c.phase == "decode":

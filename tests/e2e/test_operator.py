@@ -114,6 +114,14 @@ def test_plans_get_answers_and_follow_spec_and_inventory(cluster: dict[str, Any]
         assert {e["gpuType"] for e in status["inventory"]} >= {"L40S", "A100-SXM4-80GB", "H100-SXM5-80GB"}
         assert status["observedGeneration"] == 1 and status["plannerVersion"]
         assert status["ttftAtSloMs"] == rec["predicted"]["ttftMs"][CHAT["slo"]["ttft"]["percentile"]]
+        # Each predicted latency percentile carries its interval at the stated confidence, around the prediction,
+        # as the API server stored it (the CRD's schema keeps the fields).
+        predicted = rec["predicted"]
+        assert predicted["confidence"] == 0.8
+        for metric in ("ttftMs", "tpotMs", "e2eMs"):
+            for q in ("p50", "p90", "p95", "p99"):
+                low, high = predicted["intervals"][metric][q]
+                assert 0 < low <= predicted[metric][q] <= high, (metric, q, low, high)
 
         # A semantically bad plan: Ready=False with a reason, and the good plan is unaffected.
         broken = wait_for(lambda: planned(cluster, "bad-model"), timeout_s=20)
