@@ -493,7 +493,8 @@ def inference_service(request: PlanRequest, candidate: Candidate, *, name: str, 
     container = {**engine_container(request, candidate, image=image, sizing=sizing), "name": "kserve-container"}
     bounds = replica_bounds(request, candidate)
     annotations = {"serving.kserve.io/autoscalerClass": "external",
-                   "serving.kserve.io/deploymentMode": "RawDeployment"}
+                   "serving.kserve.io/deploymentMode": "RawDeployment",
+                   "inferplan.io/max-replicas-from": bounds.max_from}
     predictor = {"minReplicas": candidate.replicas, "maxReplicas": max(bounds.max, candidate.replicas),
                  **_pod_spec(name, candidate, container, sizing)}
     return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",

@@ -93,6 +93,14 @@ PREDICTED_LATENCY = PLAN_SERIES.family("inferplan_predicted_latency_seconds",
 OBSERVED_LATENCY = PLAN_SERIES.family("inferplan_observed_latency_seconds",
                                       "Latency observed (engine histograms through Prometheus) over the plan's "
                                       "window.", _LATENCY_LABELS)
+PREDICTED_LATENCY_LOW = PLAN_SERIES.family(
+    "inferplan_predicted_latency_low_seconds",
+    "Low end of the prediction interval around the predicted latency (the recommendation's interval at its "
+    "confidence, as ratios to its prediction; status.prediction.intervalMs): where one is stated.", _LATENCY_LABELS)
+PREDICTED_LATENCY_HIGH = PLAN_SERIES.family(
+    "inferplan_predicted_latency_high_seconds",
+    "High end of the prediction interval around the predicted latency (status.prediction.intervalMs): where one is "
+    "stated.", _LATENCY_LABELS)
 PREDICTION_ERROR = PLAN_SERIES.family("inferplan_prediction_error_ratio",
                                       "(predicted - observed) / observed latency.", _LATENCY_LABELS)
 OBSERVED_RATE = PLAN_SERIES.family("inferplan_observed_requests_per_second",
@@ -115,6 +123,18 @@ def _latencies(family: int, table: dict, scale: float) -> list[Row]:
             for metric, quantiles in (table or {}).items()
             for percentile, value in (quantiles or {}).items()
             if percentile in _QUANTILES and isinstance(value, int | float)]
+
+
+def _bounds(low: int, high: int, table: dict, scale: float) -> list[Row]:
+    """The rows of a [low, high] table by metric and percentile (`status.prediction.intervalMs`)."""
+    rows: list[Row] = []
+    for metric, quantiles in (table or {}).items():
+        for percentile, bounds in (quantiles or {}).items():
+            if percentile in _QUANTILES and isinstance(bounds, list) and len(bounds) == 2 and all(
+                    isinstance(value, int | float) for value in bounds):
+                labels = (metric, _QUANTILES[percentile])
+                rows += [(low, labels, bounds[0] * scale), (high, labels, bounds[1] * scale)]
+    return rows
 
 
 def _min_headroom(spec: Mapping | None) -> float:
@@ -155,6 +175,7 @@ def record_plan(namespace: str, name: str, status: dict, spec: Mapping | None = 
     prediction = status.get("prediction") or {}
     if prediction:
         rows += _latencies(PREDICTED_LATENCY, prediction.get("latencyMs") or {}, 1e-3)
+        rows += _bounds(PREDICTED_LATENCY_LOW, PREDICTED_LATENCY_HIGH, prediction.get("intervalMs") or {}, 1e-3)
         rows += _latencies(PREDICTION_ERROR, prediction.get("errorRatio") or {}, 1.0)
     calibration = status.get("calibration") or {}
     for factor in ("decode", "prefill"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from inferplan.planner.engine_args import flag_spellings
 from inferplan.planner.engines import ENGINES
 from inferplan.planner.factors import load_factors
 from inferplan.planner.gpus import GPU_VENDORS, resolve_gpu
+from inferplan.planner.intervals import gpu_family
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.observed import (
     QUANTILE_NAMES,
@@ -344,6 +346,127 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None) -> ObserveO
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Judging the prediction: against the recommendation's prediction interval, else the fixed ratio
+
+_INTERVAL_KEYS = {"ttft": "ttftMs", "tpot": "tpotMs", "e2e": "e2eMs"}  # observed metric -> recommendation key
+
+
+@dataclass(frozen=True)
+class Bands:
+    """The recommendation's prediction intervals as ratios to its own prediction, per observed metric and quantile:
+    (low / predicted, high / predicted). An interval is the prediction times bounds that depend on what the prediction
+    rests on (model kind, engine line, GPU family), not on the load (docs/model.md#prediction-intervals), so the same
+    ratios around the prediction for the observed workload on the current deployment are the interval the planner
+    gives that prediction, as long as the current deployment runs the recommendation's GPU family. `missing` says
+    why there are none (empty when there are)."""
+
+    ratios: dict[str, dict[float, tuple[float, float]]]
+    confidence: float | None
+    missing: str = ""
+
+    def band(self, metric: str, quantile: float, predicted_s: float) -> tuple[float, float] | None:
+        """[low, high] [s] around `predicted_s`, or None where the recommendation has no interval for it."""
+        ratio = self.ratios.get(metric, {}).get(quantile)
+        return None if ratio is None else (predicted_s * ratio[0], predicted_s * ratio[1])
+
+
+def recommendation_bands(status: Mapping[str, Any] | None, current_gpu_type: str | None) -> Bands:
+    """The `Bands` of `status.recommendation.predicted.intervals` (none where the status carries none, or where the
+    current deployment runs another GPU family than the recommendation, whose intervals then rest on other
+    evidence)."""
+    recommendation = (status or {}).get("recommendation")
+    predicted = (recommendation or {}).get("predicted") if isinstance(recommendation, Mapping) else None
+    intervals = (predicted or {}).get("intervals") if isinstance(predicted, Mapping) else None
+    if not isinstance(intervals, Mapping) or not intervals:
+        return Bands({}, None, "the status's recommendation carries no prediction interval")
+    assert isinstance(recommendation, Mapping) and isinstance(predicted, Mapping)
+    theirs, ours = gpu_family(recommendation.get("gpuType")), gpu_family(current_gpu_type)
+    if theirs != ours:
+        return Bands({}, None, f"the recommendation's intervals are for {recommendation.get('gpuType')} "
+                               f"({theirs or 'unknown'} family), the current deployment runs {current_gpu_type} "
+                               f"({ours or 'unknown'} family)")
+    ratios: dict[str, dict[float, tuple[float, float]]] = {}
+    for metric, key in _INTERVAL_KEYS.items():
+        for q, name in QUANTILE_NAMES.items():
+            bounds = (intervals.get(key) or {}).get(name) if isinstance(intervals.get(key), Mapping) else None
+            point = (predicted.get(key) or {}).get(name) if isinstance(predicted.get(key), Mapping) else None
+            if not (isinstance(bounds, Sequence) and len(bounds) == 2 and _positive(point)
+                    and all(_positive(b) for b in bounds)):
+                continue
+            low, high = float(bounds[0]) / float(point), float(bounds[1]) / float(point)
+            ratios.setdefault(metric, {})[q] = (min(low, 1.0), max(high, 1.0))  # rounding never excludes the point
+    confidence = predicted.get("confidence")
+    confidence = float(confidence) if _positive(confidence) else None
+    return Bands(ratios, confidence, "" if ratios else "the status's recommendation carries no usable interval")
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One percentile judged: against its prediction interval `band` [s] where it has one, else against the
+    fixed ratio; `outside` beyond the histogram's bucket resolution, by `beyond` (a ratio; 0 inside)."""
+
+    discrepancy: Discrepancy
+    band: tuple[float, float] | None
+    outside: bool
+    beyond: float
+
+    def describe(self, max_error_ratio: float, confidence: float | None) -> str:
+        d = self.discrepancy
+        if self.band is None:
+            return (f"{d.describe()}, {abs(d.resolved_error_ratio):.0%} beyond the bucket > {max_error_ratio:.0%} "
+                    "(maxErrorRatio)")
+        bucket = f"bucket {d.low_s * 1e3:.4g}-{d.high_s * 1e3:.4g} ms" if math.isfinite(d.high_s) \
+            else f"bucket above {d.low_s * 1e3:.4g} ms"
+        where = f"{self.beyond:.0%} beyond it" if self.outside else "inside it"
+        return (f"{d.metric.upper()} {QUANTILE_NAMES[d.quantile]} observed {d.observed_s * 1e3:.4g} ms ({bucket}), "
+                f"{_share(confidence)} prediction interval {self.band[0] * 1e3:.4g}-{self.band[1] * 1e3:.4g} ms "
+                f"around the predicted {d.predicted_s * 1e3:.4g} ms: {where}")
+
+
+def _share(confidence: float | None) -> str:
+    return f"{confidence:.0%}" if confidence is not None else "the"
+
+
+def judge(discrepancies: Sequence[Discrepancy], bands: Bands, max_error_ratio: float) -> list[Verdict]:
+    """Each percentile against its rule. With an interval, the observed quantile is outside when its whole bucket
+    (low, high] is: above the interval (low >= its high end) or below it (high < its low end). Without one, when the
+    smallest error the histogram allows exceeds `max_error_ratio` (`Discrepancy.resolved_error_ratio`)."""
+    verdicts = []
+    for d in discrepancies:
+        band = bands.band(d.metric, d.quantile, d.predicted_s)
+        if band is None:
+            excess = abs(d.resolved_error_ratio) - max_error_ratio
+            verdicts.append(Verdict(d, None, excess > 0, max(excess, 0.0)))
+        elif d.low_s >= band[1]:
+            verdicts.append(Verdict(d, band, True, (d.low_s - band[1]) / band[1]))
+        elif d.high_s < band[0]:
+            verdicts.append(Verdict(d, band, True, (band[0] - d.high_s) / band[0]))
+        else:
+            verdicts.append(Verdict(d, band, False, 0.0))
+    return verdicts
+
+
+def rules_text(verdicts: Sequence[Verdict], bands: Bands, max_error_ratio: float) -> str:
+    """Which rule judged which metrics, in words: "judged against the recommendation's 80% prediction intervals
+    (TTFT, TPOT, E2E)", "judged by maxErrorRatio 25% (TTFT, TPOT, E2E: <why no interval>)", or both."""
+    def metrics(by_interval: bool) -> str:
+        names = dict.fromkeys(v.discrepancy.metric.upper() for v in verdicts if (v.band is not None) == by_interval)
+        return ", ".join(names)
+
+    parts = []
+    if by_interval := metrics(True):
+        parts.append(f"against the recommendation's {_share(bands.confidence)} prediction intervals ({by_interval})")
+    if by_ratio := metrics(False):
+        why = bands.missing or "no interval for these percentiles"
+        parts.append(f"by maxErrorRatio {max_error_ratio:.0%} ({by_ratio}: {why})")
+    return "judged " + " and ".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The status it leads to
 
 
@@ -353,6 +476,16 @@ def _ms(value: float | None) -> float | None:
 
 def _latency(table: Mapping[str, Mapping[float, float]]) -> dict[str, Any]:
     return {metric: {QUANTILE_NAMES[q]: _ms(v) for q, v in quantiles.items()} for metric, quantiles in table.items()}
+
+
+def _intervals(latency: Mapping[str, Mapping[float, float]], bands: Bands) -> dict[str, dict[str, list[float]]]:
+    """`status.prediction.intervalMs`: the band of each predicted percentile that has one [ms]."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for metric, quantiles in latency.items():
+        for q, value in quantiles.items():
+            if q in QUANTILE_NAMES and (band := bands.band(metric, q, value)) is not None:
+                out.setdefault(metric, {})[QUANTILE_NAMES[q]] = [round(band[0] * 1e3, 4), round(band[1] * 1e3, 4)]
+    return out
 
 
 def _parse_time(text: str | None) -> datetime.datetime | None:
@@ -371,8 +504,10 @@ def _replace_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str
 
 def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, now: str,
                    generation: int) -> dict[str, Any]:
-    """The whole new status after one observation (pure; `old` is not modified). The thresholds
-    (observe.maxErrorRatio, driftSeconds, calibrate) are the spec's, as `outcome.settings` parsed them."""
+    """The whole new status after one observation (pure; `old` is not modified). Each observed percentile is judged
+    against the prediction interval of `old`'s recommendation where it carries one (`recommendation_bands`, `judge`),
+    else against observe.maxErrorRatio; the thresholds (observe.maxErrorRatio, driftSeconds, calibrate) are the
+    spec's, as `outcome.settings` parsed them."""
     status = dict(old or {})
     previous = status.get("conditions") or []
     made: list[dict[str, Any]] = []
@@ -422,30 +557,40 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         errors: dict[str, dict[str, float]] = {}
         for d in outcome.discrepancies:
             errors.setdefault(d.metric, {})[QUANTILE_NAMES[d.quantile]] = round(d.error_ratio, 4)
+        bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None)
+        verdicts = judge(outcome.discrepancies, bands, max_error_ratio)
+        outside = [v for v in verdicts if v.outside]
+        rules = rules_text(verdicts, bands, max_error_ratio)
         drift_since = None
         if largest is None:
             make("PredictionAccurate", "Unknown", "NoLatencyData", "the engine exports no latency histograms here")
-        elif abs(largest.resolved_error_ratio) <= max_error_ratio:
+        elif not outside:
+            bound = (f"within {max_error_ratio:.0%} of the prediction" if all(v.band is None for v in verdicts)
+                     else "inside its bound")
             make("PredictionAccurate", "True", "Accurate",
-                 f"every latency percentile within {max_error_ratio:.0%} of the prediction beyond the histogram's "
-                 f"bucket resolution; largest: {largest.describe()}")
+                 f"every latency percentile {bound} beyond the histogram's bucket resolution; largest error: "
+                 f"{largest.describe()}; {rules}")
         else:
             drift_since = old_prediction.get("driftSince") or now
             since = _parse_time(drift_since)
             elapsed = (_parse_time(now) - since).total_seconds() if since and _parse_time(now) else 0.0
-            text = (f"{largest.describe()}, {abs(largest.resolved_error_ratio):.0%} beyond the bucket > "
-                    f"{max_error_ratio:.0%} since {drift_since}")
+            farthest = max(outside, key=lambda v: v.beyond)
+            more = f" (and {len(outside) - 1} more outside)" if len(outside) > 1 else ""
+            text = f"{farthest.describe(max_error_ratio, bands.confidence)}{more} since {drift_since}; {rules}"
             if elapsed >= drift_seconds:
                 make("PredictionAccurate", "False", "PredictionDrift", text)
             else:
                 make("PredictionAccurate", "True", "DriftPending",
                      f"{text}; False after {drift_seconds:g} s (observe.driftSeconds)")
+        interval_ms = _intervals(outcome.prediction.latency, bands)
         status["prediction"] = _without_none({
             "latencyMs": _latency(outcome.prediction.latency),
             "meanLatencyMs": {m: _ms(v) for m, v in outcome.prediction.mean.items()},
             "errorRatio": errors,
             "worst": None if largest is None else largest.describe(),
             "utilization": round(outcome.prediction.utilization, 4),
+            "intervalMs": interval_ms or None,
+            "confidence": bands.confidence if interval_ms else None,
             "driftSince": drift_since,
         })
     if settings.calibrate and outcome.calibration is not None:

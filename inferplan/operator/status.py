@@ -53,6 +53,24 @@ class LatencyByMetric(_Status):
     e2e: LatencyQuantiles | None = Field(default=None, alias="e2e", description="End-to-end latency [ms].")
 
 
+_Bounds = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class QuantileBounds(_Status):
+    """[low, high] at each percentile [ms]; a percentile without bounds is absent."""
+
+    p50: _Bounds | None = None
+    p90: _Bounds | None = None
+    p95: _Bounds | None = None
+    p99: _Bounds | None = None
+
+
+class BoundsByMetric(_Status):
+    ttft: QuantileBounds | None = Field(default=None, description="Time to first token [ms].")
+    tpot: QuantileBounds | None = Field(default=None, description="Time per output token [ms].")
+    e2e: QuantileBounds | None = Field(default=None, alias="e2e", description="End-to-end latency [ms].")
+
+
 class MeanLatency(_Status):
     ttft: float | None = Field(default=None, description="Mean time to first token [ms].")
     tpot: float | None = Field(default=None, description="Mean time per output token [ms].")
@@ -104,9 +122,15 @@ class PredictionStatus(_Status):
         description="(predicted - observed) / observed per metric and percentile (a ratio, not ms).")
     worst: str | None = Field(default=None, max_length=1024, description="The largest error, in words.")
     utilization: float | None = Field(default=None, description="Predicted utilisation of the current replicas.")
+    interval_ms: BoundsByMetric | None = Field(
+        default=None, description="The band each observed percentile is judged against: the recommendation's "
+                                  "prediction interval, as ratios to its own prediction, around this prediction "
+                                  "[ms]. A percentile without one is judged by observe.maxErrorRatio.")
+    confidence: float | None = Field(default=None, description="The probability intervalMs is stated at.")
     drift_since: str | None = Field(
         default=None, max_length=64, json_schema_extra={"format": "date-time"},
-        description="Since when the error has exceeded observe.maxErrorRatio beyond the bucket resolution.")
+        description="Since when some percentile has been outside its bound (its interval, else "
+                    "observe.maxErrorRatio) beyond the bucket resolution.")
 
 
 class CalibrationStatus(_Status):

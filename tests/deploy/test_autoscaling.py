@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from inferplan.deploy.autoscaling import (
+    PESSIMISTIC_CEILING,
     adapter_metric,
     autoscaling,
     hand_replicas_to_autoscaler,
     keda_query,
     per_replica_target,
+    pessimistic_replicas,
     prometheus_adapter_rules,
     replica_bounds,
     target_requests_per_second,
@@ -22,6 +25,9 @@ from inferplan.deploy.autoscaling import (
 )
 from inferplan.deploy.manifests import render
 from inferplan.observe.engine_metrics import FAMILIES
+from inferplan.planner.observed import CurrentShape, predict_current
+from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.results import Candidate, Intervals, PercentileIntervals, Percentiles
 from inferplan.planner.spec import PlanRequest
 from tests.support.plans import EXAMPLES, over_two_nodes, planned
 from tests.support.schemas import assert_valid
@@ -50,10 +56,30 @@ def test_the_target_is_the_slo_capacity_less_the_plans_headroom() -> None:
     assert planned_running < running <= candidate.predicted.max_concurrency  # more load, more running sequences
 
 
+def point_only(candidate: Candidate) -> Candidate:
+    """`candidate` without prediction intervals (a plan or status made before them)."""
+    return candidate.model_copy(update={"predicted": candidate.predicted.model_copy(update={"intervals": None,
+                                                                                         "confidence": None})})
+
+
+def with_high_end(candidate: Candidate, factor: float) -> Candidate:
+    """`candidate` whose every latency percentile's 80% interval reaches `factor` x its prediction."""
+    p = candidate.predicted
+
+    def bounds(stats: Percentiles) -> PercentileIntervals:
+        return PercentileIntervals(**{q: [getattr(stats, q), getattr(stats, q) * factor]
+                                      for q in ("p50", "p90", "p95", "p99")})
+
+    intervals = Intervals(ttft_ms=bounds(p.ttft_ms), tpot_ms=bounds(p.tpot_ms), e2e_ms=bounds(p.e2e_ms))
+    return candidate.model_copy(update={"predicted": p.model_copy(update={"intervals": intervals,
+                                                                          "confidence": 0.8})})
+
+
 def test_bounds_floor_is_min_replicas_and_cap_the_tightest_limit() -> None:
     request, candidate = planned(CHAT)
-    bounds = replica_bounds(request, candidate)
+    bounds = replica_bounds(request, point_only(candidate))
     assert (bounds.min, bounds.max) == (min(request.min_replicas, candidate.replicas), 2 * candidate.replicas)
+    assert "no prediction interval" in bounds.basis
     assert replica_bounds(with_limits(request, max_replicas=7), candidate).max == 7
     price = request.prices.get(candidate.gpu_type) or candidate.cost.dollars_per_hour / candidate.gpus
     budget = with_limits(request, max_replicas=50, budget_usd_per_hour=5.5 * price * candidate.gpus_per_replica)
@@ -61,6 +87,89 @@ def test_bounds_floor_is_min_replicas_and_cap_the_tightest_limit() -> None:
     assert replica_bounds(budget, candidate).max_from == "constraints.budgetDollarsPerHour"
     assert replica_bounds(with_limits(request, max_gpus=3), candidate).max == max(3, candidate.replicas)
     assert replica_bounds(with_limits(request, min_replicas=1), candidate).min == 1
+
+
+FACTORS = (1.0, 1.5, 2.0, 3.0, 4.0, 4.5, 5.0, 5.5, 6.0, 8.0, 12.0, 100.0)
+"""High ends of every latency interval of the chat example (x its prediction) the bound tests walk through."""
+
+
+def test_max_replicas_hold_the_slos_at_the_high_end_of_the_intervals() -> None:
+    """Without a cap, maxReplicas is twice the recommendation, raised to the replicas that hold every SLO with each
+    latency at its interval's high end where those are more, at most 4x the recommendation. The wider the intervals,
+    the more replicas, until none holds (TPOT's light-load latency times the ratio over its SLO): then twice the
+    recommendation again, and the words say why."""
+    request, candidate = planned(CHAT)
+    twice, ceiling = 2 * candidate.replicas, PESSIMISTIC_CEILING * candidate.replicas
+    assert replica_bounds(request, point_only(candidate)).max == twice
+    counts = []
+    for factor in FACTORS:
+        wide = with_high_end(candidate, factor)
+        needed = pessimistic_replicas(request, wide)
+        assert needed is not None
+        bounds = replica_bounds(request, wide)
+        expected = twice if needed.replicas is None or needed.replicas <= twice else min(needed.replicas, ceiling)
+        assert bounds.max == expected, (factor, needed, bounds)
+        assert bounds.min == min(request.min_replicas, candidate.replicas)  # the point prediction's
+        assert "80% prediction intervals" in bounds.basis and "the point prediction" in bounds.basis
+        if needed.replicas is None:
+            assert "no replica count holds every SLO" in bounds.basis and bounds.max_from.startswith("twice")
+        elif needed.replicas > ceiling:
+            assert f"every SLO holds with {needed.replicas} replicas" in bounds.basis
+            assert f"maxReplicas stops at {ceiling}" in bounds.basis
+        elif needed.replicas > twice:
+            assert bounds.max_from == "the SLOs at the prediction intervals' high end"
+        counts.append(math.inf if needed.replicas is None else needed.replicas)
+    assert counts == sorted(counts) and counts[0] == candidate.replicas  # wider never needs fewer
+    # Every case is met along the way: the bound raised within the ceiling, stopped at it, and out of reach.
+    assert any(twice < c <= ceiling for c in counts) and any(ceiling < c < math.inf for c in counts)
+    assert counts[-1] == math.inf
+
+
+def test_the_count_at_the_high_end_is_the_least_that_holds() -> None:
+    """With each replica at the plan's rate / N, the model's latency (scaled to the candidate's prediction) times the
+    interval's high-end ratio is within every SLO at the count, and over one with a replica fewer (no headroom here,
+    so the count is exactly the rate over the highest rate that holds)."""
+    request = dataclasses.replace(planned(CHAT)[0], min_headroom=0.0)
+    candidate = planned(CHAT)[1]
+    factor, count = next((f, n) for f in FACTORS
+                         if (n := pessimistic_replicas(request, with_high_end(candidate, f)).replicas) is not None
+                         and n > max(candidate.replicas, request.min_replicas))
+    shape = CurrentShape(candidate.gpu_type, 1, candidate.gpus_per_replica, candidate.precision,
+                         candidate.kv_cache_dtype, candidate.max_batch)
+    per_replica = candidate.predicted.requests_per_second_per_replica
+    planned_at = predict_current(dataclasses.replace(request, rate_rps=per_replica), shape).latency
+
+    def holds(replicas: int) -> bool:
+        at = predict_current(dataclasses.replace(request, rate_rps=request.rate_rps / replicas), shape).latency
+        return all(at[s.metric][s.quantile] / planned_at[s.metric][s.quantile] * factor
+                   * getattr(getattr(candidate.predicted, f"{s.metric}_ms"), QUANTILE_NAMES[s.quantile]) * 1e-3
+                   <= s.max_s for s in request.slos)
+
+    assert holds(count) and not holds(count - 1)
+
+
+def test_a_cap_of_the_plan_is_never_raised_by_the_intervals() -> None:
+    request, candidate = planned(CHAT)
+    for factor in FACTORS:
+        wide = with_high_end(candidate, factor)
+        needed = pessimistic_replicas(request, wide).replicas
+        capped = replica_bounds(with_limits(request, max_replicas=5), wide)
+        assert (capped.max, capped.max_from) == (5, "constraints.maxReplicas")
+        assert ("maxReplicas stops at 5" in capped.basis) == (needed is not None and needed > 5)
+
+
+def test_the_autoscaler_says_what_its_bounds_rest_on() -> None:
+    request, candidate = planned(CHAT)
+    wide = next(w for w in (with_high_end(candidate, f) for f in FACTORS)
+                if replica_bounds(request, w).max > 2 * candidate.replicas)
+    bounds = replica_bounds(request, wide)
+    for kind in ("hpa", "keda"):
+        (scaler,) = autoscaling(request, wide, name="chat", namespace="serving", kind=kind)
+        annotations = scaler["metadata"]["annotations"]
+        assert annotations["inferplan.io/replica-bounds"] == bounds.basis
+        assert annotations["inferplan.io/max-replicas-from"] == bounds.max_from
+        spec = scaler["spec"]
+        assert (spec.get("maxReplicas") or spec.get("maxReplicaCount")) == bounds.max > 2 * candidate.replicas
 
 
 def test_hpa_scales_the_deployment_on_the_adapter_metric() -> None:

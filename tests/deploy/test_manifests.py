@@ -250,6 +250,12 @@ def test_inference_service_runs_the_same_container() -> None:
         assert predictor[field] == deployment_pod[field]
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
     assert_valid(as_pod({k: predictor[k] for k in POD_SPEC_FIELDS}))
+    # Its maximum is the autoscaling bound, which says where it comes from (the intervals' high end, here).
+    from inferplan.deploy.autoscaling import replica_bounds
+
+    bounds = replica_bounds(*planned(EXAMPLES[0]))
+    assert predictor["maxReplicas"] == bounds.max
+    assert isvc["metadata"]["annotations"]["inferplan.io/max-replicas-from"] == bounds.max_from
 
 
 def test_inference_service_keeps_the_config_map_of_engine_files() -> None:

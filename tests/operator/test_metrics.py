@@ -96,3 +96,23 @@ def test_a_condition_listed_twice_is_one_series() -> None:
     assert [s.labels for s in samples] == [{"namespace": "twice", "plan": "chat", "condition": "Ready",
                                             "status": "True", "reason": "Planned"}]
     metrics.forget_plan("twice", "chat")
+
+
+def test_the_prediction_interval_is_exported_where_the_status_states_one() -> None:
+    """status.prediction.intervalMs becomes a low and a high gauge per metric and percentile, labelled as the
+    predicted latency; a percentile without an interval has neither, and a status without one drops them."""
+    prediction = {"latencyMs": {"ttft": {"p95": 110.0}, "tpot": {"p95": 20.0}},
+                  "intervalMs": {"ttft": {"p95": [55.0, 800.0]}}, "confidence": 0.8}
+    metrics.record_plan("band", "chat", {**STATUS, "prediction": prediction})
+    labels = {"namespace": "band", "plan": "chat", "metric": "ttft", "quantile": "0.95"}
+    assert sample("inferplan_predicted_latency_seconds", **labels) == 0.11
+    assert sample("inferplan_predicted_latency_low_seconds", **labels) == 0.055
+    assert sample("inferplan_predicted_latency_high_seconds", **labels) == 0.8
+    tpot = {**labels, "metric": "tpot"}
+    assert sample("inferplan_predicted_latency_seconds", **tpot) == 0.02
+    assert sample("inferplan_predicted_latency_low_seconds", **tpot) is None
+    assert sample("inferplan_predicted_latency_high_seconds", **tpot) is None
+    metrics.record_plan("band", "chat", {**STATUS, "prediction": {"latencyMs": prediction["latencyMs"]}})
+    assert sample("inferplan_predicted_latency_low_seconds", **labels) is None
+    assert sample("inferplan_predicted_latency_seconds", **labels) == 0.11
+    metrics.forget_plan("band", "chat")

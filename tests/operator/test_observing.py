@@ -23,9 +23,10 @@ from inferplan.operator.observing import (
     read_deployment,
     resolve_current,
 )
-from inferplan.operator.status import PlanStatus
+from inferplan.operator.status import PlanStatus, PredictionStatus
 from inferplan.planner.engine_args import ENGINE_FLAGS
 from inferplan.planner.observed import CurrentShape, compare, predict_current
+from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.spec import Observe, load_plan_file, parse_plan, resolve_plan
 from tests.support.engine_standin import standin_config
 from tests.support.fixtures import PrometheusFactory, StandinFactory
@@ -204,6 +205,127 @@ def test_the_thresholds_are_the_plans_own_with_the_specs_defaults(req) -> None:
     assert _conditions(still)["PredictionAccurate"] == ("True", "DriftPending")
     drifted = observe_status(still, _outcome(req, observation, defaults), now="2026-11-30T10:15:00Z", generation=1)
     assert _conditions(drifted)["PredictionAccurate"] == ("False", "PredictionDrift")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Judged against the recommendation's prediction interval (issue 37), the fixed ratio as the fallback
+
+
+def _recommended(prediction, ratios: dict[str, tuple[float, float]], gpu: str = "H100-SXM5-80GB",
+                 scale: float = 1.0) -> dict:
+    """A status whose recommendation (on `gpu`) predicted `scale` x `prediction` and carries, for each metric of
+    `ratios`, the interval (low, high) x its prediction at every percentile, as the planner writes it."""
+    point = {f"{m}Ms": {QUANTILE_NAMES[q]: v * scale * 1e3 for q, v in qs.items()}
+             for m, qs in prediction.latency.items()}
+    intervals = {f"{m}Ms": {name: [v * low, v * high] for name, v in point[f"{m}Ms"].items()}
+                 for m, (low, high) in ratios.items()}
+    return {"conditions": [], "recommendation": {"gpuType": gpu, "predicted": {
+        **point, "intervals": intervals, "confidence": 0.8}}}
+
+
+def _accurate(status: dict) -> tuple[str, str, str]:
+    found = next(c for c in status["conditions"] if c["type"] == "PredictionAccurate")
+    return found["status"], found["reason"], found["message"]
+
+
+EVERY_METRIC = ("ttft", "tpot", "e2e")
+
+
+def test_inside_the_fixed_ratio_but_outside_a_narrow_interval_drifts(req) -> None:
+    """20% slower than predicted passes maxErrorRatio 25% but not an interval that reaches only 5% above the
+    prediction: the interval judges, with the duration of the old rule."""
+    prediction = predict_current(req, SHAPE)
+    slower = _outcome(req, _observation(prediction, 1.2))  # each observed bucket (1.08, 1.32] x predicted
+    without = observe_status({"conditions": []}, slower, now="2026-11-30T10:00:00Z", generation=1)
+    state, reason, message = _accurate(without)
+    assert (state, reason) == ("True", "Accurate") and "judged by maxErrorRatio 25%" in message
+    assert "intervalMs" not in without["prediction"]
+
+    narrow = _recommended(prediction, {m: (0.9, 1.05) for m in EVERY_METRIC})
+    first = observe_status(narrow, slower, now="2026-11-30T10:00:00Z", generation=1)
+    state, reason, message = _accurate(first)
+    assert (state, reason) == ("True", "DriftPending")
+    assert "judged against the recommendation's 80% prediction intervals (TTFT, TPOT, E2E)" in message
+    assert "maxErrorRatio" not in message
+    drifted = observe_status(first, slower, now="2026-11-30T10:10:00Z", generation=1)
+    state, reason, message = _accurate(drifted)
+    assert (state, reason) == ("False", "PredictionDrift")
+    # The message names the metric, the observed value and the interval it is outside of (every percentile is
+    # equally far out, 1.08 / 1.05 - 1: the first is named).
+    named = message.split(" observed ")[0]
+    metric, percentile = named.split()
+    q = {v: k for k, v in QUANTILE_NAMES.items()}[percentile]
+    value = prediction.latency[metric.lower()][q]
+    assert f"observed {value * 1.2 * 1e3:.4g} ms" in message
+    assert f"prediction interval {value * 0.9 * 1e3:.4g}-{value * 1.05 * 1e3:.4g} ms" in message
+    assert "3% beyond it" in message and "(and 11 more outside)" in message
+    assert drifted["prediction"]["driftSince"] == "2026-11-30T10:00:00Z"
+    PredictionStatus.model_validate(drifted["prediction"])  # the CRD's status schema accepts it
+
+
+def test_outside_the_fixed_ratio_but_inside_a_wide_interval_is_accurate(req) -> None:
+    """Twice as slow as predicted drifts by maxErrorRatio, but lies inside an interval up to 3x the prediction."""
+    prediction = predict_current(req, SHAPE)
+    slow = _outcome(req, _observation(prediction, 2.0))
+    old_rule = observe_status({"conditions": []}, slow, now="2026-11-30T10:00:00Z", generation=1)
+    assert _accurate(old_rule)[:2] == ("True", "DriftPending")
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+    status = observe_status(wide, slow, now="2026-11-30T10:00:00Z", generation=1)
+    state, reason, message = _accurate(status)
+    assert (state, reason) == ("True", "Accurate")
+    assert "inside its bound" in message and "80% prediction intervals (TTFT, TPOT, E2E)" in message
+    assert "driftSince" not in status["prediction"]
+    # The band each percentile was judged against is in the status, around the prediction for the observed workload.
+    p95 = prediction.latency["tpot"][0.95] * 1e3
+    assert status["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.5 * p95, 3.0 * p95], rel=1e-4)
+    assert status["prediction"]["confidence"] == 0.8
+    PredictionStatus.model_validate(status["prediction"])
+    # Below the interval is outside too: a third of the prediction, under its low end of a half.
+    fast = observe_status(wide, _outcome(req, _observation(prediction, 0.3)), now="2026-11-30T10:00:00Z",
+                          generation=1)
+    state, reason, message = _accurate(fast)
+    assert (state, reason) == ("True", "DriftPending") and "beyond it" in message
+
+
+def test_the_interval_is_carried_around_the_prediction_for_the_observed_workload(req) -> None:
+    """The recommendation was predicted at the planned rate; the current prediction is for the observed one. Its
+    interval (the same ratios to the prediction) moves with it: an observation at 0.6x the current prediction is
+    inside the band 0.5-1.5x around it, though below the recommendation's own interval, which was predicted twice
+    as high."""
+    prediction = predict_current(req, SHAPE)
+    quieter = _outcome(req, _observation(prediction, 0.6))
+    status = observe_status(_recommended(prediction, {m: (0.5, 1.5) for m in EVERY_METRIC}, scale=2.0), quieter,
+                            now="2026-11-30T10:00:00Z", generation=1)
+    assert _accurate(status)[:2] == ("True", "Accurate")
+    p50 = prediction.latency["ttft"][0.5] * 1e3
+    assert status["prediction"]["intervalMs"]["ttft"]["p50"] == pytest.approx([0.5 * p50, 1.5 * p50], rel=1e-4)
+
+
+def test_a_metric_without_an_interval_falls_back_to_the_fixed_ratio(req) -> None:
+    """Only TTFT has an interval: TPOT and E2E are judged by maxErrorRatio, and the message says which is which."""
+    prediction = predict_current(req, SHAPE)
+    slow = _outcome(req, _observation(prediction, 2.0))
+    status = observe_status(_recommended(prediction, {"ttft": (0.5, 3.0)}), slow, now="2026-11-30T10:00:00Z",
+                            generation=1)
+    state, reason, message = _accurate(status)
+    assert (state, reason) == ("True", "DriftPending")  # TPOT and E2E twice as slow: beyond 25%
+    assert "against the recommendation's 80% prediction intervals (TTFT)" in message
+    assert "by maxErrorRatio 25% (TPOT, E2E: no interval for these percentiles)" in message
+    assert "(maxErrorRatio)" in message  # the farthest is one the ratio judged
+    assert set(status["prediction"]["intervalMs"]) == {"ttft"}
+
+
+def test_intervals_of_another_gpu_family_do_not_judge_the_current_deployment(req) -> None:
+    """The recommendation runs on A100s (its intervals rest on that family's evidence); the deployment observed runs
+    H100s: the fixed ratio judges, and the message says why."""
+    prediction = predict_current(req, SHAPE)
+    slow = _outcome(req, _observation(prediction, 2.0))
+    status = observe_status(_recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC}, gpu="A100-SXM4-80GB"),
+                            slow, now="2026-11-30T10:00:00Z", generation=1)
+    state, reason, message = _accurate(status)
+    assert (state, reason) == ("True", "DriftPending")
+    assert "by maxErrorRatio 25%" in message and "A100-SXM4-80GB" in message and "H100-SXM5-80GB" in message
+    assert "intervalMs" not in status["prediction"]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -161,11 +161,48 @@ def test_dashboard_has_the_panels_the_issue_asks_for() -> None:
                  "inferplan_recommended_replicas", "inferplan_current_replicas",
                  "inferplan_recommended_cost_dollars_per_hour", "inferplan_plan_feasible", "inferplan_plan_condition",
                  "inferplan_calibration_factor", "inferplan_reconcile_duration_seconds_count",
-                 "inferplan_reconcile_duration_seconds_bucket", "inferplan_reconcile_errors_total"):
+                 "inferplan_reconcile_duration_seconds_bucket", "inferplan_reconcile_errors_total",
+                 "inferplan_predicted_latency_low_seconds", "inferplan_predicted_latency_high_seconds"):
         assert name in used, name
     latency = "\n".join(expr for _, expr in dashboard_expressions() if "_latency_seconds" in expr)
     for metric in ("ttft", "tpot", "e2e"):
         assert f'metric="{metric}"' in latency, metric
+
+
+def test_the_latency_panels_draw_the_predicted_band_with_the_observed_line() -> None:
+    """Each per-plan latency panel (TTFT, TPOT, E2E) fills between the prediction interval's low and high series
+    (Grafana's fillBelowTo, which needs fixed series names: one plan and one quantile, the `quantile` variable, per
+    panel) and draws the predicted and observed lines of the same metric and quantile."""
+    dashboard = load_dashboard()
+    variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
+    quantile = variables["quantile"]
+    assert quantile["type"] == "custom" and quantile["multi"] is False and quantile["includeAll"] is False
+    offered = [option["value"] for option in quantile["options"]]
+    assert offered == quantile["query"].split(",") == ["0.5", "0.9", "0.95", "0.99"]  # the exported label values
+    assert quantile["current"]["value"] in offered
+    series = {"inferplan_predicted_latency_seconds": "predicted", "inferplan_observed_latency_seconds": "observed",
+              "inferplan_predicted_latency_low_seconds": "low", "inferplan_predicted_latency_high_seconds": "high"}
+    banded = set()
+    for panel in dashboard_panels(dashboard):
+        targets = panel.get("targets") or []
+        if not any("inferplan_predicted_latency_high_seconds" in target["expr"] for target in targets):
+            continue
+        roles: dict[str, str] = {}  # role -> legend (the series name fillBelowTo refers to)
+        metrics_drawn = set()
+        for target in targets:
+            (name,) = metric_names(to_promql(target["expr"]))
+            roles[series[name]] = target["legendFormat"]
+            metrics_drawn |= set(re.findall(r'metric="(\w+)"', target["expr"]))
+            assert 'quantile=~"$quantile"' in target["expr"], (panel["title"], target["expr"])
+            assert "{{" not in target["legendFormat"], "fillBelowTo needs a fixed series name"
+        assert set(roles) == {"predicted", "observed", "low", "high"}, panel["title"]
+        (metric,) = metrics_drawn
+        fills = {override["matcher"]["options"]: prop["value"] for override in panel["fieldConfig"]["overrides"]
+                 if override["matcher"]["id"] == "byName"
+                 for prop in override["properties"] if prop["id"] == "custom.fillBelowTo"}
+        assert fills == {roles["high"]: roles["low"]}, panel["title"]
+        banded.add(metric)
+    assert banded == {"ttft", "tpot", "e2e"}
 
 
 def test_selection_variables_appear_only_in_regex_matchers() -> None:

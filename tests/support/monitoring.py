@@ -2,8 +2,8 @@
 (deploy/prometheus/), as plain PromQL that tests can check with promtool or run against a live Prometheus.
 
 Grafana variables in dashboard expressions are replaced so that each expression is valid PromQL and selects
-every plan: `$namespace` and `$plan` (also `${namespace}`, `${plan:regex}`, `[[plan]]`) become `.+` (they only
-appear inside regex matchers, `namespace=~"$namespace"`), and `$__rate_interval`, `$__interval` and
+every plan: `$namespace`, `$plan` and `$quantile` (also `${namespace}`, `${plan:regex}`, `[[plan]]`) become `.+`
+(they only appear inside regex matchers, `namespace=~"$namespace"`), and `$__rate_interval`, `$__interval` and
 `$__range` become `5m`. `${datasource}` is only a panel's data source, never part of an expression.
 """
 
@@ -21,8 +21,9 @@ DASHBOARD = REPO / "deploy" / "grafana" / "inferplan-dashboard.json"
 RULES = REPO / "deploy" / "prometheus" / "inferplan-rules.yaml"
 RULES_TESTS = REPO / "deploy" / "prometheus" / "inferplan-rules.test.yaml"
 
-SELECTION_VARIABLE = re.compile(r"\$\{(namespace|plan)(?::\w+)?\}|\$(namespace|plan)\b|\[\[(namespace|plan)\]\]")
-"""A reference to the dashboard's namespace or plan variable, in any of Grafana's syntaxes."""
+SELECTION_VARIABLE = re.compile(r"\$\{(namespace|plan|quantile)(?::\w+)?\}|\$(namespace|plan|quantile)\b"
+                                r"|\[\[(namespace|plan|quantile)\]\]")
+"""A reference to the dashboard's namespace, plan or quantile variable, in any of Grafana's syntaxes."""
 _INTERVAL_VARIABLE = re.compile(r"\$\{(__rate_interval|__interval|__range)\}|\$(__rate_interval|__interval|__range)\b")
 _LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?P<selector>.*?)\s*,\s*(?P<label>\w+)\s*\)\s*$", re.DOTALL)
 
