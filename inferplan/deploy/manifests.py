@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from inferplan.deploy.bounds import replica_bounds
 from inferplan.planner.checkpoints import download_bytes
 from inferplan.planner.engine_args import DEFAULT_VERSIONS, router_flags, version_line
 from inferplan.planner.engines import parse_version
@@ -479,12 +480,10 @@ def inference_service(request: PlanRequest, candidate: Candidate, *, name: str, 
 
     RawDeployment mode (a plain Deployment and Service, no Knative): the pod keeps its node selector, startup
     probe and memory volumes, which Knative restricts. `minReplicas` is the recommendation and `maxReplicas`
-    the autoscaling bound (autoscaling.replica_bounds); KServe's own autoscaler is switched off
+    the autoscaling bound (bounds.replica_bounds); KServe's own autoscaler is switched off
     (`autoscalerClass: external`), because it scales on CPU, which does not follow an engine's load: render
     `--autoscaling hpa|keda` to scale on requests. KServe names the container `kserve-container` itself, so
     it is rendered so. A replica over several nodes is not rendered for KServe (ValueError)."""
-    from inferplan.deploy.autoscaling import replica_bounds  # it imports this module
-
     check_name(name)
     if nodes_per_replica(request, candidate) > 1:
         raise ValueError("a replica that spans nodes is rendered as a LeaderWorkerSet (--target deployment), "

@@ -1,59 +1,37 @@
 """kopf's handlers: the glue between kopf and the controller (`controller.py`), nothing else.
 
 kopf watches the plans and the nodes and runs no per-plan handler state: nodes feed a small index of GPUs, and
-each plan's events go to the controller, which decides what to do and does it. The startup handler builds the
-controller from the INFERPLAN_* settings; the probe reports whether its loop runs.
+each plan's events go to the controller, which decides what to do and does it. Importing this module builds
+nothing: the startup handler reads the INFERPLAN_* settings (or takes those `main.run` read), makes the run's
+`Runtime` (settings, planner pool, thread pools, endpoints, controller) into kopf's `memo`, and the cleanup
+handler stops it. The handlers read it from `memo`; the probe reports whether the controller's loop runs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import getpass
 import logging
-import os
-import random
-import socket
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
-import kubernetes
 
 from inferplan import __version__
-from inferplan.observe.prometheus import EndpointsFile
-from inferplan.operator import kube, metrics
-from inferplan.operator.controller import Controller
+from inferplan.operator import metrics
 from inferplan.operator.inventory import NodeGpus, node_gpus
-from inferplan.operator.pool import PlannerPool
-from inferplan.operator.settings import load_settings
+from inferplan.operator.runtime import Runtime, own_identity
+from inferplan.operator.settings import OperatorSettings, SettingsError, load_settings
 from inferplan.resource import GROUP, PLURAL, VERSION
 
-SETTINGS = load_settings()
-# This process's name in the peering object (kopf.run gets it from main.py): POD_ID as kopf's own default, else
-# user@host/pid/random.
-IDENTITY = os.environ.get("POD_ID") or (
-    f"{getpass.getuser()}@{socket.gethostname()}/{os.getpid()}/{random.randrange(16**6):06x}")
-PLANNER = PlannerPool(SETTINGS.planner_processes, SETTINGS.planner_threads)
-# The operator's own API requests (status writes, ConfigMap and Deployment reads, events): blocking, in threads.
-API_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="api")
-# Prometheus queries wait on the network: their own pool, so a slow Prometheus never holds up planning.
-OBSERVE_EXECUTOR = ThreadPoolExecutor(max_workers=SETTINGS.observe_threads, thread_name_prefix="observe")
-ENDPOINTS = EndpointsFile(SETTINGS.prometheus_config)
+MEMO_SETTINGS = "operator_settings"
+"""The memo key of settings read before kopf runs (`main.run`); without them the startup handler reads them."""
+MEMO_IDENTITY = "identity"
+"""The memo key of the identity kopf was given (`main.run`); without it the startup handler makes one."""
+MEMO_RUNTIME = "runtime"
+"""The memo key of the run's `Runtime`, made by the startup handler."""
 
 
-class _Glue:
-    """What the handlers share within one kopf run: the controller and the node index kopf hands them."""
-
-    def __init__(self) -> None:
-        self.controller: Controller | None = None
-        self.index: kopf.Index | None = None
-        self.metrics_port: int | None = None  # the metrics server is started once per process
-
-    def nodes(self) -> list[NodeGpus]:
-        return [value for store in (self.index or {}).values() for value in store]
-
-
-_GLUE = _Glue()
+def runtime_of(memo: kopf.Memo) -> Runtime | None:
+    """The run's runtime, None before the startup handler made it."""
+    return memo.get(MEMO_RUNTIME)
 
 
 class _QuietSuccess(logging.Filter):
@@ -64,9 +42,6 @@ class _QuietSuccess(logging.Filter):
         message = record.msg if isinstance(record.msg, str) else ""
         return not (record.levelno == logging.INFO and message.endswith(" succeeded.")
                     and "'plan_event'" in message)
-
-
-_QUIET = _QuietSuccess()
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -89,77 +64,69 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+def _settings(memo: kopf.Memo) -> OperatorSettings:
+    """The settings `main.run` read, else read now (`kopf run -m inferplan.operator.handlers`): once per run."""
+    given = memo.get(MEMO_SETTINGS)
+    if given is not None:
+        return given
+    try:
+        return load_settings()
+    except SettingsError as exc:  # a bad setting stops the operator, named; kopf does not retry it
+        raise kopf.PermanentError(str(exc)) from None
+
+
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **kwargs: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger,
+                    gpu_nodes: kopf.Index, **_: Any) -> None:
+    own = _settings(memo)
     # Silent watch stalls are kopf's best-known failure: let the server end watches, the client notice.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
     settings.posting.level = logging.WARNING  # kopf's own events only for problems
     settings.persistence.diffbase_storage = _NoDiffBase()
-    logging.getLogger().setLevel(SETTINGS.log_level)
-    if _QUIET not in logging.getLogger("kopf.objects").filters:
-        logging.getLogger("kopf.objects").addFilter(_QUIET)
-    if SETTINGS.metrics_port and _GLUE.metrics_port is None:
-        from prometheus_client import start_http_server
+    logging.getLogger().setLevel(own.log_level)
+    objects_logger = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, _QuietSuccess) for f in objects_logger.filters):
+        objects_logger.addFilter(_QuietSuccess())
+    metrics.serve(own.metrics_port)  # once per process: kopf may be run again (main.run)
 
-        start_http_server(SETTINGS.metrics_port, registry=metrics.REGISTRY)
-        _GLUE.metrics_port = SETTINGS.metrics_port  # once per process: kopf may be run again (main.run)
+    def nodes() -> list[NodeGpus]:  # the GPU nodes as kopf's index has them now
+        return [value for store in gpu_nodes.values() for value in store]
+
+    # A fresh runtime per run (tests run the operator several times in one process): nothing carried over.
+    runtime = Runtime.build(own, identity=memo.get(MEMO_IDENTITY) or own_identity(),
+                            priority=settings.peering.priority, nodes=nodes)
+    memo[MEMO_RUNTIME] = runtime
     peering = "off"
-    if SETTINGS.peering:
-        settings.peering.lifetime = SETTINGS.peering_lifetime
+    if own.peering:
+        settings.peering.lifetime = own.peering_lifetime
         settings.peering.stealth = True  # no log line per keep-alive
-        peering = (f"{SETTINGS.peering} as {IDENTITY} priority={settings.peering.priority} "
+        peering = (f"{own.peering} as {runtime.identity} priority={settings.peering.priority} "
                    f"lifetime={settings.peering.lifetime}s")
-        await _check_peering_object(logger)
-    # A fresh controller per run (tests run the operator several times in one process): nothing carried over.
-    _GLUE.index = kwargs.get("gpu_nodes")
-    _GLUE.controller = Controller(SETTINGS, pool=PLANNER, api=API_EXECUTOR, observe=OBSERVE_EXECUTOR,
-                                  endpoints=ENDPOINTS, identity=IDENTITY, priority=settings.peering.priority,
-                                  nodes=_GLUE.nodes)
-    _GLUE.controller.start()
+        await runtime.check_peering_object(logger)
+    runtime.controller.start()
     logger.info("inferplan operator %s: namespaces=%s resync=%ss check=%ss metrics=:%s planner=%s peering=%s",
-                __version__, ",".join(SETTINGS.namespaces) or "all", SETTINGS.resync_seconds, SETTINGS.check_seconds,
-                SETTINGS.metrics_port or "off",
-                f"{SETTINGS.planner_processes} processes" if SETTINGS.planner_processes
-                else f"{SETTINGS.planner_threads} threads", peering)
+                __version__, ",".join(own.namespaces) or "all", own.resync_seconds, own.check_seconds,
+                own.metrics_port or "off",
+                f"{own.planner_processes} processes" if own.planner_processes
+                else f"{own.planner_threads} threads", peering)
 
 
 @kopf.on.cleanup()
-async def stop(**_: Any) -> None:
-    if _GLUE.controller is not None:
-        await _GLUE.controller.stop()
-    PLANNER.shutdown()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    runtime = runtime_of(memo)
+    if runtime is not None:
+        await runtime.stop()
 
 
 @kopf.on.probe(id="checker")
-async def checker_probe(**_: Any) -> str:
+async def checker_probe(memo: kopf.Memo, **_: Any) -> str:
     """Part of /healthz: a checker loop that ended (a bug) makes the operator unhealthy, to be restarted."""
-    if _GLUE.controller is None or not _GLUE.controller.running():
+    runtime = runtime_of(memo)
+    if runtime is None or not runtime.controller.running():
         raise kopf.PermanentError("the plans' checker loop is not running")
     return "running"
-
-
-async def _check_peering_object(logger: logging.Logger) -> None:
-    """kopf waits (does no work) until the peering object exists and it is the highest-priority replica in it;
-    it does not say so. Say it: an operator that silently does nothing is the worst outcome."""
-    try:
-        absent = await asyncio.get_running_loop().run_in_executor(
-            API_EXECUTOR, kube.missing_peering_objects, SETTINGS.peering, SETTINGS.namespaces)
-    except kubernetes.client.ApiException as exc:
-        if exc.status == 404:
-            logger.error("peering %s: the kopf peering CRDs are not installed (kubectl apply -f "
-                         "crds/kopf-peering.yaml); the operator waits until they are", SETTINGS.peering)
-        else:
-            logger.warning("peering %s: cannot check the peering object: %s %s", SETTINGS.peering, exc.status,
-                           exc.reason)
-        return
-    except Exception as exc:  # the check only helps; kopf's own peering goes on regardless
-        logger.warning("peering %s: cannot check the peering object: %s", SETTINGS.peering, exc)
-        return
-    if absent:
-        logger.error("peering %s: %s does not exist; the operator waits (does nothing) until it is created "
-                     "(docs/operator.md, High availability)", SETTINGS.peering, ", ".join(absent))
 
 
 @kopf.index("", "v1", "nodes")
@@ -172,13 +139,13 @@ def gpu_nodes(name: str, labels: dict, spec: dict, status: dict, **_: Any) -> di
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def plan_event(event: dict, meta: dict, spec: dict, status: dict, namespace: str, name: str,
-                     gpu_nodes: kopf.Index, **_: Any) -> None:
+                     memo: kopf.Memo, **_: Any) -> None:
     """Every event of every plan (the initial listing too), to the controller."""
-    _GLUE.index = gpu_nodes
-    controller = _GLUE.controller
-    if controller is None:
+    runtime = runtime_of(memo)  # each object's memo is kopf's copy of the run's, made after the startup
+    if runtime is None:
         return  # not started (kopf runs the startup handlers first)
     if event.get("type") == "DELETED":
-        controller.forget(meta["uid"], namespace, name)
+        runtime.controller.forget(meta["uid"], namespace, name)
     else:
-        controller.seen(meta["uid"], namespace, name, int(meta.get("generation") or 0), spec, status or None)
+        runtime.controller.seen(meta["uid"], namespace, name, int(meta.get("generation") or 0), spec,
+                                status or None)

@@ -51,7 +51,10 @@ def run() -> int:
         return 2
     import kopf
 
-    from inferplan.operator import handlers  # registers the handlers
+    from inferplan.operator import handlers  # registers the handlers (and builds nothing)
+    from inferplan.operator.runtime import own_identity
+
+    identity = own_identity()  # kopf's and the checker's: it finds this replica in the peering object by it
 
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     kopf.configure(verbose=settings.log_level == "DEBUG", log_format=kopf.LogFormat.JSON)
@@ -66,9 +69,12 @@ def run() -> int:
     while True:
         failures = _WatchFailures()
         logging.getLogger().addHandler(failures)
+        # The startup handler makes this run's runtime from these settings (read once, above) into the memo.
+        memo = kopf.Memo({handlers.MEMO_SETTINGS: settings, handlers.MEMO_IDENTITY: identity})
         try:
             kopf.run(
-                identity=handlers.IDENTITY,  # the checker finds this replica in the peering object by it
+                memo=memo,
+                identity=identity,
                 standalone=not settings.peering,
                 peering_name=settings.peering,
                 priority=priority,
@@ -83,6 +89,9 @@ def run() -> int:
                 raise
         finally:
             logging.getLogger().removeHandler(failures)
+            runtime = handlers.runtime_of(memo)
+            if runtime is not None:
+                runtime.close()  # kopf's cleanup may not have run (a run ended by a failed watch)
         pause = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
         attempt += 1
         logging.getLogger("inferplan").warning(

@@ -12,6 +12,20 @@ from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.spec import Constraints
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+_SERVED_PORTS: set[int] = set()  # where this process serves REGISTRY (`serve`)
+
+
+def serve(port: int) -> None:
+    """Serve REGISTRY at http://0.0.0.0:PORT/metrics (0: not at all), once per process and port: the server
+    belongs to the process, not to one kopf run (`main.run` runs kopf again after a watch answered 404, and
+    /metrics stays up meanwhile)."""
+    if not port or port in _SERVED_PORTS:
+        return
+    from prometheus_client import start_http_server
+
+    start_http_server(port, registry=REGISTRY)
+    _SERVED_PORTS.add(port)
+
 
 RECONCILE_DURATION = Histogram(
     "inferplan_reconcile_duration_seconds", "Time to plan one InferenceCapacityPlan and build its status.",

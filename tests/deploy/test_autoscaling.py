@@ -11,18 +11,16 @@ from pathlib import Path
 import pytest
 
 from inferplan.deploy.autoscaling import (
-    PESSIMISTIC_CEILING,
     adapter_metric,
     autoscaling,
     hand_replicas_to_autoscaler,
     keda_query,
     per_replica_target,
-    pessimistic_replicas,
     prometheus_adapter_rules,
-    replica_bounds,
     target_requests_per_second,
     target_running,
 )
+from inferplan.deploy.bounds import PESSIMISTIC_CEILING, pessimistic_replicas, replica_bounds
 from inferplan.deploy.manifests import render
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.planner.observed import CurrentShape, predict_current

@@ -251,7 +251,7 @@ def test_inference_service_runs_the_same_container() -> None:
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
     assert_valid(as_pod({k: predictor[k] for k in POD_SPEC_FIELDS}))
     # Its maximum is the autoscaling bound, which says where it comes from (the intervals' high end, here).
-    from inferplan.deploy.autoscaling import replica_bounds
+    from inferplan.deploy.bounds import replica_bounds
 
     bounds = replica_bounds(*planned(EXAMPLES[0]))
     assert predictor["maxReplicas"] == bounds.max

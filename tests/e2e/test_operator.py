@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-# Before the handlers module is imported (it reads its settings once): fast checks, no ports to bind.
+# Before the operator starts (its startup handler reads the settings): fast checks, no ports to bind.
 os.environ.update(INFERPLAN_CHECK_SECONDS="0.5", INFERPLAN_METRICS_PORT="0", INFERPLAN_HEALTH_PORT="0")
 
 import kubernetes

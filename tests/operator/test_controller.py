@@ -1,10 +1,29 @@
-"""The controller's registry (inferplan/operator/controller.py): what it keeps of a plan. The controller's loop
-and reconciles run against the real API server in tests/e2e."""
+"""The controller (inferplan/operator/controller.py): what its registry keeps of a plan, and one reconcile with
+fakes for what it is given. The controller's loop and reconciles also run against the real API server in
+tests/e2e."""
 
 from __future__ import annotations
 
-from inferplan.operator.controller import Plan
+import asyncio
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from inferplan.observe.prometheus import EndpointsFile
+from inferplan.operator import kube, metrics
+from inferplan.operator.controller import Controller, Plan
+from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory, node_gpus
+from inferplan.operator.pool import PlannerPool
+from inferplan.operator.reconcile import Outcome, reconcile_plan
+from inferplan.operator.retry import RetryLater
 from inferplan.operator.scheduling import unanswered, usable_gpu_types, work_due
+from inferplan.operator.settings import OperatorSettings
+from tests.support.plans import REPO, example_spec
 
 STATUS = {
     "observedGeneration": 3, "plannerVersion": "1.0",
@@ -45,3 +64,239 @@ def test_a_plan_keeps_its_spec_and_status_whole_and_what_the_checks_read_parsed(
     plan.status = None
     assert plan.status is None and plan.checked is None
     assert unanswered({}, plan.checked, 3, LIVE, "1.0") == "no status for generation 3"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Controller.reconcile, with fakes for what it is given: the planner pool (planning in this process, with the
+# real planner unless a test scripts its answer), the thread pools (calls run inline), the node index, and the
+# API server behind kube.write_status and kube.post_event (recorded). No kopf, no API server.
+
+CHAT = example_spec(REPO / "examples" / "plans" / "chat-assistant-8b.yaml")  # fits 4 L40S, not 1
+NAMESPACE, NAME, UID = "serving", "chat", "uid-chat"
+
+
+class InlineExecutor(Executor):
+    """A thread pool that runs each call at once, in the caller's thread."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # as a pool would: the caller gets it from the future
+            future.set_exception(exc)
+        return future
+
+
+Answer = Callable[[], Outcome]
+
+
+class FakePool:
+    """The planner pool: plans in this process with the real planner (`reconcile_plan`), or answers what a test
+    scripts (an Outcome, or an exception raised); records what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+        self.script: Answer | None = None
+
+    async def plan(self, spec: Mapping[str, Any], inventory: Inventory, verify: bool,
+                   status: Mapping[str, Any] | None, name: str, namespace: str,
+                   current_deployment: Mapping[str, Any] | None) -> Outcome:
+        self.asked.append({"spec": spec, "inventory": inventory.available(), "verify": verify, "status": status,
+                           "name": name, "namespace": namespace})
+        if self.script is not None:
+            return self.script()
+        return reconcile_plan(spec, inventory, None, verify, status, name=name, namespace=namespace,
+                              current_deployment=current_deployment)
+
+    async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+
+@dataclass
+class FakeApi:
+    """The API server as the controller's requests reach it: status patches and events, recorded."""
+
+    writes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    write_error: Exception | None = None
+
+    def write_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        if self.write_error is not None:
+            raise self.write_error
+        self.writes.append((namespace, name, copy.deepcopy(patch)))
+        return {"status": patch}
+
+    def post_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        self.events.append(event)
+        return event
+
+
+@dataclass
+class Cluster:
+    controller: Controller
+    pool: FakePool
+    api: FakeApi
+    nodes: list[NodeGpus]
+
+    def l40s(self, count: int) -> None:
+        """The cluster's GPU nodes: `count` nodes of one L40S each."""
+        self.nodes[:] = [node for node in (
+            node_gpus(f"l40s-{i}", {"nvidia.com/gpu.product": "NVIDIA-L40S"}, {"nvidia.com/gpu": "1"}, False,
+                      [{"type": "Ready", "status": "True"}]) for i in range(count)) if node is not None]
+
+    def add(self, spec: Mapping[str, Any], generation: int = 1, status: Mapping[str, Any] | None = None) -> Plan:
+        """The plan as an event shows it (kopf's handler calls `seen`), as the registry keeps it."""
+        self.controller.seen(UID, NAMESPACE, NAME, generation, spec, status)
+        return self.controller.registry.plans[UID]
+
+    def reconcile(self, replan: bool = True) -> None:
+        """One reconcile of the plan as the registry has it now."""
+        asyncio.run(self.controller.reconcile(self.controller.registry.plans[UID], replan, False))
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    api, pool, nodes = FakeApi(), FakePool(), []
+    monkeypatch.setattr(kube, "write_status", api.write_status)
+    monkeypatch.setattr(kube, "post_event", api.post_event)
+    inline = InlineExecutor()
+    controller = Controller(OperatorSettings(verify=False), pool=cast(PlannerPool, pool), api=inline,
+                            observe=inline, endpoints=EndpointsFile(None), identity="test", priority=0,
+                            nodes=lambda: nodes)
+    made = Cluster(controller, pool, api, nodes)
+    made.l40s(4)
+    yield made
+    controller.forget(UID, NAMESPACE, NAME)  # its metric series go: the registry is the process's
+
+
+def condition(status: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+def errors(reason: str) -> float:
+    return metrics.REGISTRY.get_sample_value("inferplan_reconcile_errors_total", {"reason": reason}) or 0.0
+
+
+def test_a_new_plan_is_planned_against_the_cluster_and_its_status_written(cluster: Cluster) -> None:
+    plan = cluster.add(CHAT)
+    cluster.reconcile()
+    # Planned once, with the cluster's GPUs and the operator's verify setting.
+    (asked,) = cluster.pool.asked
+    assert asked["inventory"] == {"L40S": 4} and asked["verify"] is False
+    assert (asked["name"], asked["namespace"], asked["spec"]) == (NAME, NAMESPACE, CHAT)
+    # One status write, to the plan, answering its generation.
+    ((namespace, name, patch),) = cluster.api.writes
+    assert (namespace, name) == (NAMESPACE, NAME)
+    assert patch["observedGeneration"] == 1
+    assert condition(patch, "Ready")["status"] == "True"
+    assert condition(patch, "Feasible")["status"] == "True"
+    recommendation = patch["recommendation"]
+    assert recommendation["gpuType"] == "L40S" and recommendation["gpus"] <= 4  # what the cluster has
+    assert [entry["gpuType"] for entry in patch["inventory"]] == ["L40S"]
+    # The registry holds what the server has now, and the answer; the metrics show the plan.
+    assert plan.status == patch
+    assert cluster.controller.registry.answered[UID].generation == 1
+    sample = metrics.REGISTRY.get_sample_value
+    assert sample("inferplan_recommended_replicas",
+                  {"namespace": NAMESPACE, "plan": NAME, "gpu_type": "L40S"}) == recommendation["replicas"]
+    assert sample("inferplan_plans", {"condition": "Ready", "status": "True"}) == 1
+
+
+def test_the_same_answer_is_not_written_again_and_a_new_one_is(cluster: Cluster) -> None:
+    cluster.add(CHAT)
+    cluster.reconcile()
+    assert len(cluster.api.writes) == 1
+    written = cluster.api.writes[0][2]
+    cluster.reconcile()  # a resync: planned again, the same status
+    assert len(cluster.pool.asked) == 2 and len(cluster.api.writes) == 1
+    # The same answer for a GPU count outside the range the status records (planned again for the inventory):
+    # not written; the controller keeps the new range to itself.
+    first = reconcile_plan(CHAT, build_inventory(cluster.nodes), None, False, None, name=NAME, namespace=NAMESPACE,
+                           current_deployment=None)
+    ((gpu, (low, high)),) = first.bounds.items()
+    assert high is not None
+    cluster.pool.script = lambda: dataclasses.replace(first, bounds={gpu: (low, high + 4)})
+    cluster.reconcile()
+    assert len(cluster.pool.asked) == 3 and len(cluster.api.writes) == 1
+    answer = cluster.controller.registry.answered[UID]
+    assert not answer.written and [e["maxGpus"] for e in answer.inventory] == [high + 4]
+    assert [e["maxGpus"] for e in written["inventory"]] == [high]
+    assert cluster.controller.registry.plans[UID].status == written  # what the server still has
+    # One GPU: no deployment fits any more: a new answer, written.
+    cluster.pool.script = None
+    cluster.l40s(1)
+    cluster.reconcile()
+    assert len(cluster.api.writes) == 2
+    patch = cluster.api.writes[1][2]
+    assert patch["recommendation"] is None
+    assert condition(patch, "Feasible")["status"] == "False"
+    assert cluster.controller.registry.answered[UID].written
+
+
+def test_a_spec_the_planner_cannot_use_is_a_condition_and_one_warning_event(cluster: Cluster) -> None:
+    before = errors("InvalidModel")
+    cluster.add({**CHAT, "model": {"name": "acme/not-a-real-model"}})
+    cluster.reconcile()
+    ((_, _, patch),) = cluster.api.writes
+    ready = condition(patch, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "InvalidModel"
+    assert "acme/not-a-real-model" in ready["message"]
+    assert patch["observedGeneration"] == 1 and "recommendation" not in patch
+    (event,) = cluster.api.events
+    assert event["type"] == "Warning" and event["reason"] == "InvalidModel"
+    assert event["involvedObject"]["name"] == NAME and event["metadata"]["namespace"] == NAMESPACE
+    assert errors("InvalidModel") == before + 1
+    # Planned again (a resync): the same problem is neither written nor announced again.
+    cluster.reconcile()
+    assert len(cluster.api.writes) == 1 and len(cluster.api.events) == 1
+
+
+def test_an_unexpected_planning_error_is_ready_false_planning_failed(cluster: Cluster) -> None:
+    def fails() -> Outcome:
+        raise RuntimeError("the planner broke")
+
+    cluster.pool.script = fails
+    before = errors("Unexpected")
+    cluster.add(CHAT)
+    cluster.reconcile()  # one plan's failure never escapes the reconcile
+    ((_, _, patch),) = cluster.api.writes
+    ready = condition(patch, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PlanningFailed")
+    assert "the planner broke" in ready["message"]
+    assert errors("Unexpected") == before + 1
+    assert [event["reason"] for event in cluster.api.events] == ["PlanningFailed"]
+
+
+def test_a_passing_failure_is_raised_to_be_retried_and_nothing_is_written(cluster: Cluster) -> None:
+    def dies() -> Outcome:
+        raise RetryLater("a planner process died; planning again", delay=1)
+
+    cluster.pool.script = dies
+    cluster.add(CHAT)
+    with pytest.raises(RetryLater):
+        cluster.reconcile()
+    assert cluster.api.writes == [] and cluster.api.events == []
+    assert UID not in cluster.controller.registry.answered
+
+
+def test_a_spec_changed_while_it_is_planned_is_not_answered_with_the_old_plan(cluster: Cluster) -> None:
+    def edited_meanwhile() -> Outcome:
+        cluster.add({**CHAT, "workload": {**CHAT["workload"], "requestsPerSecond": "40"}}, generation=2)
+        return reconcile_plan(CHAT, build_inventory(cluster.nodes), None, False, None, name=NAME,
+                              namespace=NAMESPACE, current_deployment=None)
+
+    cluster.pool.script = edited_meanwhile
+    cluster.add(CHAT)
+    cluster.reconcile()
+    assert cluster.api.writes == []  # generation 2's reconcile writes
+    assert UID not in cluster.controller.registry.answered
+
+
+def test_a_plan_deleted_while_its_status_is_written_is_let_go(cluster: Cluster) -> None:
+    cluster.api.write_error = kube.ApiException(status=404, reason="Not Found")
+    cluster.add(CHAT)
+    cluster.reconcile()  # no error: its DELETED event cleans up
+    assert UID not in cluster.controller.registry.answered
+    cluster.api.write_error = kube.ApiException(status=403, reason="Forbidden")
+    with pytest.raises(kube.ApiException):  # anything else is the reconcile's failure (logged, retried)
+        cluster.reconcile()

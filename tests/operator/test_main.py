@@ -75,3 +75,44 @@ def test_kopf_is_run_again_after_a_404_watch_and_anything_else_ends_the_operator
     endings[:] = [ValueError("a bug")]
     with pytest.raises(ValueError, match="a bug"):
         main.run()
+
+
+def test_the_settings_are_read_once_and_given_to_the_run_with_kopfs_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferplan.operator import handlers
+    from inferplan.operator.settings import load_settings
+
+    monkeypatch.setenv("INFERPLAN_METRICS_PORT", "0")
+    monkeypatch.setenv("INFERPLAN_RESYNC_SECONDS", "42")
+    reads: list[object] = []
+
+    def counted() -> object:
+        reads.append(None)
+        return load_settings()
+
+    monkeypatch.setattr(main, "load_settings", counted)
+    closed: list[str] = []
+
+    class Left:
+        """A runtime whose run ended without kopf's cleanup (a failed watch)."""
+
+        def close(self) -> None:
+            closed.append("closed")
+
+    runs: list[dict[str, Any]] = []
+
+    def run(**kwargs: Any) -> None:
+        runs.append(kwargs)
+        kwargs["memo"][handlers.MEMO_RUNTIME] = Left()
+        if len(runs) == 1:
+            raise _ended_by_a_404_watch()
+
+    monkeypatch.setattr(kopf, "run", run)
+    monkeypatch.setattr(main.time, "sleep", lambda _: None)
+    assert main.run() == 0
+    assert len(reads) == 1 and len(runs) == 2
+    for kwargs in runs:
+        memo = kwargs["memo"]
+        assert memo[handlers.MEMO_SETTINGS].resync_seconds == 42
+        assert memo[handlers.MEMO_IDENTITY] == kwargs["identity"] == runs[0]["identity"]
+    assert runs[0]["memo"] is not runs[1]["memo"]  # each run starts afresh
+    assert closed == ["closed", "closed"]  # released whether or not kopf's cleanup ran
