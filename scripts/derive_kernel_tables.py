@@ -30,7 +30,10 @@ systems/<system>.yaml. This script reduces them to what `inferplan.planner.kerne
   a least-squares line of latency on the bytes of the experts a batch of up to 32 tokens routes to, uniform
   routing assumed as the planner assumes it); `stream`, that line's rate over the HBM peak; `compute`, the
   experts' FLOPs per routed token over the marginal time per token at 4096 tokens and more, as a share of the
-  dtype's tensor peak (16-bit for weight-only formats);
+  dtype's tensor peak (16-bit for weight-only formats); and `shapes`, the same three figures of each measured
+  shape itself (key `HIDDENxINTERMEDIATExEXPERTSxTOPK/tpTP`), which the planner reads for a model of that shape
+  in place of the bin's medians (the narrow experts of a wide TP run far below the medians of their bin:
+  DeepSeek-V3's at TP 8 on the H200 stream at 0.84 of the HBM peak and compute at 0.21 of FP8's);
 - `peaks`: the system file's HBM bandwidth and dense tensor FLOPS, which the planner uses to carry a system's
   measured efficiency to a GPU of the same architecture without tables of its own.
 
@@ -212,7 +215,12 @@ def surface(x: Sequence[float], y: Sequence[float], t: Sequence[float], gx: Sequ
     return table, float(np.median(error)), float(np.quantile(error, 0.9))
 
 
-def moe_curves(frame: Any, peaks: dict[str, Any], label: str, check: list[str]) -> dict[str, dict[str, list[float]]]:
+def moe_shape_key(hidden: int, inter: int, experts: int, topk: int, tp: int) -> str:
+    """The key of one measured MoE shape in `moe[backend][dtype]["shapes"]` (the planner builds the same key)."""
+    return f"{hidden}x{inter}x{experts}x{topk}/tp{tp}"
+
+
+def moe_curves(frame: Any, peaks: dict[str, Any], label: str, check: list[str]) -> dict[str, dict[str, Any]]:
     """`moe[backend]` of one system from its moe_perf table (module docstring), per dtype with at least three
     shapes; bins without a shape take the nearest bin's values."""
     import numpy as np
@@ -224,6 +232,7 @@ def moe_curves(frame: Any, peaks: dict[str, Any], label: str, check: list[str]) 
     for dtype, (per_weight, peak_name) in MOE_DTYPES.items():
         peak = (peaks.get(peak_name) or peaks.get("fp8_tflops") or peaks["bf16_tflops"]) * 1e12
         fits = []
+        keys_of_fits: list[str] = []
         for (_, h, inter, experts, topk, tp), rows in fastest[fastest.moe_dtype == dtype].groupby(keys):
             rows = rows.sort_values("num_tokens")
             n = rows.num_tokens.to_numpy(float)
@@ -240,15 +249,17 @@ def moe_curves(frame: Any, peaks: dict[str, Any], label: str, check: list[str]) 
                 continue  # a shape whose small calls do not follow the line (noise): left out
             fits.append((math.log2(shard), floor * 1e6, 1.0 / per_byte / (peaks["mem_bw_gb_s"] * 1e9),
                          topk * 6.0 * h * inter / tp / slope / peak))
+            keys_of_fits.append(moe_shape_key(int(h), int(inter), int(experts), int(topk), int(tp)))
         if len(fits) < 3:
             continue
         table = np.array(fits)
-        curves: dict[str, list[float]] = {"floor_us": [], "stream": [], "compute": []}
+        curves: dict[str, Any] = {"floor_us": [], "stream": [], "compute": []}
         for b in MOE_SHARD_LOG2:
             near = np.abs(np.round(table[:, 0]) - b)
             chosen = table[near == near.min()]
             for name, column in (("floor_us", 1), ("stream", 2), ("compute", 3)):
                 curves[name].append(_sig(float(np.median(chosen[:, column]))))
+        curves["shapes"] = {key: [_sig(float(v)) for v in row[1:]] for key, row in zip(keys_of_fits, fits, strict=True)}
         out[dtype] = curves
         check.append(f"{label} moe {dtype:12s} shapes {len(fits):4d}  floor {np.median(table[:, 1]):5.1f} us  "
                      f"stream {np.median(table[:, 2]):.2f}  compute {np.median(table[:, 3]):.2f}")

@@ -371,12 +371,14 @@ class GpuKernels:
 
     # -- MoE -------------------------------------------------------------------------------------------------
 
-    def moe_layer(self, formats: tuple[str, ...], expert_bytes: float) -> tuple[float, float, float] | None:
+    def moe_layer(self, formats: tuple[str, ...], expert_bytes: float, shape: str | None = None
+                  ) -> tuple[float, float, float] | None:
         """One fused MoE layer whose experts hold `expert_bytes` each on this GPU, from the first of `formats` that
         a measured table has (the engine's backend, else another's on the same GPU): (its floor [s], the rate at
-        which it reads the experts a batch routes to [bytes/s], its compute on routed tokens [FLOP/s]). A scaled
-        GPU carries the profiled GPU's shares of bandwidth and peak to its own. None where no table serves
-        (AMD, typical GPUs): the experts then stream at the GEMM tables' rate."""
+        which it reads the experts a batch routes to [bytes/s], its compute on routed tokens [FLOP/s]). `shape`
+        (`moe_shape_key`): where the table measured that very shape, its own figures, else the medians of the
+        shapes of its expert size. A scaled GPU carries the profiled GPU's shares of bandwidth and peak to its
+        own. None where no table serves (AMD, typical GPUs): the experts then stream at the GEMM tables' rate."""
         if self._system is None:
             return None
         tables = kernel_tables()
@@ -385,10 +387,17 @@ class GpuKernels:
             curves = next((moe[b][fmt] for b in (self.backend, *BACKENDS) if fmt in moe.get(b, {})), None)
             if curves is None:
                 continue
-            axis = np.asarray(tables["meta"]["moe_shard_log2_bytes"], dtype=float)
-            x = math.log2(max(expert_bytes, 1.0))
-            floor, stream, compute = (float(np.interp(x, axis, np.asarray(curves[name], dtype=float)))
-                                      for name in ("floor_us", "stream", "compute"))
+            # The shape itself where these kernels measured it (another backend's kernels for the same shape can
+            # be several times apart: TensorRT-LLM's per-tensor FP8 against SGLang's block FP8), else the medians
+            # of the shapes of its expert size.
+            exact = curves.get("shapes", {}).get(shape) if shape else None
+            if exact is not None:
+                floor, stream, compute = (float(v) for v in exact)
+            else:
+                axis = np.asarray(tables["meta"]["moe_shard_log2_bytes"], dtype=float)
+                x = math.log2(max(expert_bytes, 1.0))
+                floor, stream, compute = (float(np.interp(x, axis, np.asarray(curves[name], dtype=float)))
+                                          for name in ("floor_us", "stream", "compute"))
             kind = MOE_PEAK_OF[fmt]
             if self.basis.kind == "measured":
                 peaks = self._peaks
@@ -488,6 +497,11 @@ class GpuKernels:
         link = peaks.get("intra_node_gb_s")
         return self.gpu.interconnect == "nvlink" and link is not None and math.isclose(
             link, self.gpu.interconnect_gb_s, rel_tol=0.05)
+
+
+def moe_shape_key(hidden: int, intermediate: int, experts: int, top_k: int, tp: int) -> str:
+    """The key of one MoE shape in the tables' `shapes` (scripts/derive_kernel_tables.py writes the same)."""
+    return f"{hidden}x{intermediate}x{experts}x{top_k}/tp{tp}"
 
 
 def kernel_basis(gpu: GpuSpec) -> KernelBasis:

@@ -16,7 +16,7 @@ engine adds its per-step and per-sequence CPU time (`factors`), the only fitted 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -32,6 +32,7 @@ from inferplan.planner.kernels import (
     gemm_format,
     gpu_kernels,
     moe_formats,
+    moe_shape_key,
 )
 from inferplan.planner.memory import kv_bytes_per_token_per_gpu, weight_bytes, weight_split
 from inferplan.planner.precisions import WeightPrecision
@@ -239,7 +240,9 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
         expert_token = np.full(len(tps), np.nan)
         for t, tp in enumerate(tps):
             flops = 6.0 * arch.hidden_size * arch.expert_intermediate_size / tp  # one routed token, one expert
-            layer = kernels.moe_layer(formats, flops / 2.0 * precision.bytes_per_param) if formats else None
+            shape = moe_shape_key(arch.hidden_size, arch.expert_intermediate_size, arch.num_experts,
+                                  arch.experts_per_token, tp)
+            layer = kernels.moe_layer(formats, flops / 2.0 * precision.bytes_per_param, shape) if formats else None
             if layer is not None:
                 floor, stream[t], compute = layer
                 moe_floor[t] = moe_layers * floor
@@ -597,3 +600,45 @@ def prefill_s(
                 + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, tokens_per_step) / hw.expert_bandwidth_bytes_s)
     per_step = hw.pp * (_roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, tokens_per_step))
     return steps * (per_step + hw.step_overhead_s) + hw.sequence_overhead_s * np.asarray(prompts, dtype=float)
+
+
+# -- layouts of a replica (SGLang, TensorRT-LLM): data-parallel attention, expert parallelism -----------------
+
+EP_DISPATCH_BYTES = 1.0  # DeepEP sends each token to its experts in FP8 (its default dispatch) ...
+EP_COMBINE_BYTES = 2.0   # ... and gathers their outputs back in BF16
+
+
+def with_expert_parallel(hw: Hardware, ep: NDArray[np.bool_], arch: ModelArchitecture,
+                         per_node: NDArray[np.int_]) -> Hardware:
+    """`hw` (one row per shape, data-parallel attention) with the MoE layers expert-parallel on the rows `ep`: each
+    rank holds 1/tp of the experts whole and sends its own tokens (1/tp of the replica's) to the ranks of their
+    `experts_per_token` experts and back (DeepEP's dispatch in FP8, combine in BF16), in place of the all-reduces
+    of tensor-parallel MoE layers; two such all-to-alls per layer, each with the link's latency. The bytes that
+    leave a GPU over its link: the share of destinations elsewhere, outside its NVLink domain (`per_node`: the
+    node's GPUs, or `link_domain_gpus`) for a replica beyond it (whose link is then the NIC, `over_the_network`),
+    else on the other GPUs of the domain. Expressed in the all-reduce terms of `performance.allreduce_s` (per
+    token, per collective, before its ring factor)."""
+    tp = np.asarray(hw.tp, dtype=float)
+    remote = np.where(tp > per_node, (tp - per_node) / tp, (tp - 1.0) / np.maximum(tp, 1.0))
+    per_token = arch.experts_per_token * arch.hidden_size * (EP_DISPATCH_BYTES + EP_COMBINE_BYTES) / 2.0
+    sent = per_token * remote / np.maximum(tp, 1.0)  # per replica token, per collective, per GPU
+    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
+    return replace(hw, allreduce_bytes_per_token=np.where(ep, sent / np.maximum(ring, 1e-9),
+                                                          hw.allreduce_bytes_per_token))
+
+
+def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64]) -> Hardware:
+    """`hw` (one row per shape) with data-parallel attention on the rows `dp`: a rank serves its own requests'
+    attention, so a step reads 1/tp of the replica's KV per GPU (the latent no longer replicated on every rank),
+    and every rank reads the whole attention's weights (`attention_bytes`, the model's, at its precision) instead
+    of 1/tp of them. The MoE and dense MLP layers stay split over all ranks."""
+    tp = np.asarray(hw.tp, dtype=float)
+    share = np.where(dp, 1.0 / tp, 1.0)
+    extra = np.where(dp, np.asarray(attention_bytes, dtype=float) * (1.0 - 1.0 / tp), 0.0)
+    # The added reads stream at the GPU's large-weight rate (`expert_bandwidth_bytes_s`), not at the layout's
+    # batch-1 rate, which carries every kernel's floor.
+    dense = np.asarray(hw.decode_dense_bytes_per_gpu, dtype=float)
+    seconds = dense / hw.bandwidth_bytes_s + extra / hw.expert_bandwidth_bytes_s
+    return replace(hw, kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
+                   kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,
+                   decode_dense_bytes_per_gpu=dense + extra, bandwidth_bytes_s=(dense + extra) / seconds)

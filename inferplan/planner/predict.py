@@ -24,9 +24,15 @@ from inferplan.planner.engines import (
 )
 from inferplan.planner.factors import EngineFactors, FactorSet, load_factors
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
-from inferplan.planner.memory import GIB, MemoryPlan, max_concurrency, plan_memory
+from inferplan.planner.memory import GIB, MemoryPlan, attention_weight_bytes, max_concurrency, plan_memory_for_settings
 from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.performance import Hardware, build_hardware, stack_hardware
+from inferplan.planner.performance import (
+    Hardware,
+    build_hardware,
+    stack_hardware,
+    with_dp_attention,
+    with_expert_parallel,
+)
 from inferplan.planner.precisions import kv_dtype_bytes, weight_precision
 from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.scenarios import Scenario
@@ -105,6 +111,14 @@ def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitectur
     )
 
 
+def per_rank_batches(settings: EngineSettings, ranks: int) -> EngineSettings:
+    """`settings` of an instance whose `ranks` attention ranks each schedule their own batch (TensorRT-LLM with
+    `enable_attention_dp`: `max_batch_size` and `max_num_tokens` are per rank), as one instance's limits."""
+    chunk = settings.chunk_tokens * ranks if math.isfinite(settings.chunk_tokens) else settings.chunk_tokens
+    return replace(settings, max_num_seqs=settings.max_num_seqs * ranks, step_tokens=settings.step_tokens * ranks,
+                   chunk_tokens=chunk)
+
+
 @dataclass(frozen=True)
 class _Resolved:
     arch: ModelArchitecture
@@ -112,6 +126,26 @@ class _Resolved:
     engine: EngineProfile
     tp: int
     pp: int
+    dp_attention: bool = False  # the attention data-parallel over the TP ranks (`replica_layout`)
+    expert_parallel: bool = False  # the MoE layers expert-parallel over them
+
+
+# How a run's notes state its layout: TensorRT-LLM's `enable_attention_dp: true` (LLM API options) and `--ep N`
+# (trtllm-bench), SGLang's `--enable-dp-attention` and `--ep-size N` / `--expert-parallel-size N` / `--enable-ep-moe`,
+# vLLM's `--enable-expert-parallel`.
+_DP_ATTENTION = re.compile(r"enable_attention_dp[\s:=`'\"]*(?:true|True)|--enable-dp-attention\b")
+_EXPERT_PARALLEL = re.compile(r"(?:--ep|--ep-size|--expert-parallel-size|--moe-ep-size)[\s=]+([2-9]|\d\d+)\b"
+                              r"|--enable-ep-moe\b|--enable-expert-parallel\b|enable_expert_parallel[\s:=`'\"]*"
+                              r"(?:true|True)")
+
+
+def replica_layout(notes: str, arch: ModelArchitecture) -> tuple[bool, bool]:
+    """(data-parallel attention, expert-parallel MoE) as a run's notes state its launch; expert parallelism only for
+    a mixture of experts. The scenario format has no field for either, so the engines' own flags in the notes are
+    read (`SCENARIOS.md`: the notes hold the command)."""
+    dp = bool(_DP_ATTENTION.search(notes))
+    ep = arch.is_moe and bool(_EXPERT_PARALLEL.search(notes))
+    return dp, ep
 
 
 def _resolve(row: Scenario) -> _Resolved | str:
@@ -136,14 +170,20 @@ def _resolve(row: Scenario) -> _Resolved | str:
         weight_precision(row.weights)
     except CatalogLookupError as exc:
         return f"weight format not supported: {exc}"
-    return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel)
+    dp, ep = replica_layout(row.notes, arch) if tp > 1 else (False, False)
+    return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep)
 
 
 @lru_cache(maxsize=8192)
 def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: int, pp: int,
-              engine_factors: EngineFactors) -> Hardware:
-    return build_hardware(resolve_model(model), resolve_gpu(gpu), weight_precision(weights), kv,
-                          engine_profile(engine), engine_factors, tp, pp)
+              engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False) -> Hardware:
+    arch, precision = resolve_model(model), weight_precision(weights)
+    hw = build_hardware(arch, resolve_gpu(gpu), precision, kv, engine_profile(engine), engine_factors, tp, pp)
+    if dp_attention:  # as the search lays a replica out (`search.dp_attention_possible`)
+        hw = with_dp_attention(hw, np.array(True), np.array(attention_weight_bytes(arch, precision)))
+    if expert_parallel:  # one node's GPUs
+        hw = with_expert_parallel(hw, np.array(True), arch, np.array(max(tp, 8)))
+    return hw
 
 
 def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactors:
@@ -158,7 +198,7 @@ def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactor
 
 def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
     return _hardware(row.model, row.gpu, r.engine.name, row.weights, _kv_bytes(row, r), r.tp, r.pp,
-                     row_factors(row, r, factors))
+                     row_factors(row, r, factors), r.dp_attention, r.expert_parallel)
 
 
 @lru_cache(maxsize=4096)
@@ -186,8 +226,10 @@ def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fact
     engine_factors = factors.engine(_factor_key(row, r))
     if settings.activation_scale is not None:
         engine_factors = replace(engine_factors, activation_scale=settings.activation_scale)
-    return plan_memory(r.arch, r.gpu, weight_precision(row.weights), _kv_bytes(row, r),
-                       r.engine, settings, engine_factors, r.tp, r.pp)
+    memory = plan_memory_for_settings(r.arch, r.gpu, weight_precision(row.weights), _kv_bytes(row, r), r.engine,
+                                      (settings,), engine_factors, r.tp, r.pp, r.dp_attention)[0]
+    # Data-parallel attention: each rank's pool holds its own sequences (as the search counts them).
+    return replace(memory, kv_cache_tokens=memory.kv_cache_tokens * r.tp) if r.dp_attention else memory
 
 
 def _startup(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> float | str:
@@ -217,6 +259,8 @@ def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None
             out[i] = Prediction(row.id, row.metric, row.value, None, resolved)
             continue
         settings = engine_settings(row, resolved.engine, resolved.arch, resolved.gpu, resolved.tp * resolved.pp)
+        if resolved.dp_attention and resolved.engine.name == "tensorrt-llm":
+            settings = per_rank_batches(settings, resolved.tp)
         if row.load.kind == "startup" or row.metric in STARTUP_METRICS:
             if row.load.kind != "startup":
                 value: float | str = "memory metric without a startup load"

@@ -25,7 +25,6 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from inferplan.planner.architectures import ModelArchitecture
 from inferplan.planner.checkpoints import Checkpoint, checkpoint_for, gpu_problem
 from inferplan.planner.engine_args import ENGINE_FLAGS, engine_flags, engine_launch, version_line
 from inferplan.planner.engines import (
@@ -49,7 +48,15 @@ from inferplan.planner.memory import (
     plan_memory_for_settings,
     weight_bytes,
 )
-from inferplan.planner.performance import Hardware, build_hardware, hardware_grid, stack_hardware, take_hardware
+from inferplan.planner.performance import (
+    Hardware,
+    build_hardware,
+    hardware_grid,
+    stack_hardware,
+    take_hardware,
+    with_dp_attention,
+    with_expert_parallel,
+)
 from inferplan.planner.precisions import (
     WEIGHT_PRECISIONS,
     WeightPrecision,
@@ -445,10 +452,6 @@ def dp_attention_possible(req: PlanRequest) -> bool:
             and "--enable-dp-attention" in engine_flags()["sglang"][line]["flags"])
 
 
-EP_DISPATCH_BYTES = 1.0  # DeepEP sends each token to its experts in FP8 (its default dispatch) ...
-EP_COMBINE_BYTES = 2.0   # ... and gathers their outputs back in BF16
-
-
 def expert_parallel_args(engine_version: str | None, tp: int) -> list[str]:
     """SGLang's arguments for expert parallelism over a replica's `tp` ranks with DeepEP's all-to-all (given with
     `dp_attention_args`): `--moe-a2a-backend deepep` from 0.5, `--enable-deepep-moe` before."""
@@ -464,42 +467,6 @@ def expert_parallel_possible(req: PlanRequest) -> bool:
         return False
     flags = engine_flags()["sglang"][version_line(req.engine, req.engine_version)]["flags"]
     return "--ep-size" in flags and ("--moe-a2a-backend" in flags or "--enable-deepep-moe" in flags)
-
-
-def with_expert_parallel(hw: Hardware, ep: NDArray[np.bool_], arch: ModelArchitecture,
-                         per_node: NDArray[np.int_]) -> Hardware:
-    """`hw` (one row per shape, data-parallel attention) with the MoE layers expert-parallel on the rows `ep`: each
-    rank holds 1/tp of the experts whole and sends its own tokens (1/tp of the replica's) to the ranks of their
-    `experts_per_token` experts and back (DeepEP's dispatch in FP8, combine in BF16), in place of the all-reduces
-    of tensor-parallel MoE layers; two such all-to-alls per layer, each with the link's latency. The bytes that
-    leave a GPU over its link: the share of destinations elsewhere, outside its NVLink domain (`per_node`: the
-    node's GPUs, or `link_domain_gpus`) for a replica beyond it (whose link is then the NIC, `over_the_network`),
-    else on the other GPUs of the domain. Expressed in the all-reduce terms of `performance.allreduce_s` (per
-    token, per collective, before its ring factor)."""
-    tp = np.asarray(hw.tp, dtype=float)
-    remote = np.where(tp > per_node, (tp - per_node) / tp, (tp - 1.0) / np.maximum(tp, 1.0))
-    per_token = arch.experts_per_token * arch.hidden_size * (EP_DISPATCH_BYTES + EP_COMBINE_BYTES) / 2.0
-    sent = per_token * remote / np.maximum(tp, 1.0)  # per replica token, per collective, per GPU
-    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
-    return replace(hw, allreduce_bytes_per_token=np.where(ep, sent / np.maximum(ring, 1e-9),
-                                                          hw.allreduce_bytes_per_token))
-
-
-def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64]) -> Hardware:
-    """`hw` (one row per shape) with data-parallel attention on the rows `dp`: a rank serves its own requests'
-    attention, so a step reads 1/tp of the replica's KV per GPU (the latent no longer replicated on every rank),
-    and every rank reads the whole attention's weights (`attention_bytes`, the model's, at its precision) instead
-    of 1/tp of them. The MoE and dense MLP layers stay split over all ranks."""
-    tp = np.asarray(hw.tp, dtype=float)
-    share = np.where(dp, 1.0 / tp, 1.0)
-    extra = np.where(dp, np.asarray(attention_bytes, dtype=float) * (1.0 - 1.0 / tp), 0.0)
-    # The added reads stream at the GPU's large-weight rate (`expert_bandwidth_bytes_s`), not at the layout's
-    # batch-1 rate, which carries every kernel's floor.
-    dense = np.asarray(hw.decode_dense_bytes_per_gpu, dtype=float)
-    seconds = dense / hw.bandwidth_bytes_s + extra / hw.expert_bandwidth_bytes_s
-    return replace(hw, kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
-                   kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,
-                   decode_dense_bytes_per_gpu=dense + extra, bandwidth_bytes_s=(dense + extra) / seconds)
 
 
 def pipeline_possible(req: PlanRequest) -> bool:

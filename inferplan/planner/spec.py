@@ -823,13 +823,15 @@ class Observe(_SpecModel):
                                                    "it does.")
     max_error_ratio: ErrorRatio = Field(
         default="0.25",
-        description="PredictionAccurate turns False when |predicted - observed| / observed of some latency "
-        "percentile exceeds this (beyond the histogram's bucket resolution) for driftSeconds. Default 0.25.",
+        description="For a latency percentile without a prediction interval in the status's recommendation: "
+        "PredictionAccurate turns False when |predicted - observed| / observed exceeds this (beyond the histogram's "
+        "bucket resolution) for driftSeconds; a percentile with an interval is judged against it instead. "
+        "Default 0.25.",
     )
     drift_seconds: int = Field(
         default=900, ge=0, le=604_800,
-        description="How long the error must exceed maxErrorRatio before PredictionAccurate is False [s]. "
-        "Default 900.",
+        description="How long an observed percentile must lie outside its prediction interval (or exceed "
+        "maxErrorRatio) before PredictionAccurate is False [s]. Default 900.",
     )
     min_requests: int = Field(
         default=50, ge=1, le=1_000_000,

@@ -20,7 +20,9 @@ from inferplan.planner.kernels import (
     ELEMENTWISE_KERNELS_PER_LAYER,
     gemm_format,
     gpu_kernels,
+    kernel_tables,
     moe_formats,
+    moe_shape_key,
 )
 from inferplan.planner.memory import weight_bytes, weight_split
 from inferplan.planner.performance import (
@@ -202,8 +204,9 @@ def test_an_expert_only_format_changes_the_experts_kernels_only() -> None:
     arch, gpu = resolve_model("openai/gpt-oss-20b"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
     kernels = gpu_kernels(gpu, "vllm")
     expert = 3.0 * arch.hidden_size * arch.expert_intermediate_size
-    floors = [kernels.moe_layer(moe_formats(weight_precision(w), gpu), expert * weight_precision(w).bytes_per_param)[0]
-              for w in ("mxfp4", "bf16")]
+    shape = moe_shape_key(arch.hidden_size, arch.expert_intermediate_size, arch.num_experts, arch.experts_per_token, 1)
+    floors = [kernels.moe_layer(moe_formats(weight_precision(w), gpu), expert * weight_precision(w).bytes_per_param,
+                                shape)[0] for w in ("mxfp4", "bf16")]
     moe_layers = arch.num_layers - arch.first_dense_layers
     assert (mxfp4.decode_dense_bytes_per_gpu / mxfp4.bandwidth_bytes_s
             - bf16.decode_dense_bytes_per_gpu / bf16.bandwidth_bytes_s) == pytest.approx(
@@ -349,11 +352,17 @@ def test_bigger_batch_never_shortens_a_step(batch: int, context: int) -> None:
 def test_a_moe_layer_as_the_engines_fused_kernels_ran_it_where_they_were_measured() -> None:
     """Qwen3-30B-A3B on one H200 under vLLM: its 48 MoE layers carry the measured fused-MoE floor each in a batch-1
     step, read the routed experts no faster than the HBM allows, and compute a routed token no faster than the
-    16-bit peak; on a GPU without MoE tables (MI300X) the experts stream at the GEMM tables' rate as before."""
+    16-bit peak; the figures are those measured for its own shape (not the medians of its expert size's bin); on a
+    GPU without MoE tables (MI300X) the experts stream at the GEMM tables' rate as before."""
     arch, gpu = resolve_model("Qwen/Qwen3-30B-A3B"), resolve_gpu("NVIDIA-H200")
     kernels = gpu_kernels(gpu, "vllm")
     expert = 3.0 * arch.hidden_size * arch.expert_intermediate_size * 2.0
-    floor, stream, compute = kernels.moe_layer(moe_formats(weight_precision("bf16"), gpu), expert)
+    shape = moe_shape_key(arch.hidden_size, arch.expert_intermediate_size, arch.num_experts, arch.experts_per_token, 1)
+    formats = moe_formats(weight_precision("bf16"), gpu)
+    floor, stream, compute = kernels.moe_layer(formats, expert, shape)
+    own = kernel_tables()["systems"]["h200_sxm"]["moe"]["vllm"]["bfloat16"]["shapes"][shape]
+    assert floor == pytest.approx(own[0] * 1e-6)
+    assert kernels.moe_layer(formats, expert) != (floor, stream, compute)  # the bin's medians differ
     assert 10e-6 < floor < 100e-6
     assert 0.3 * gpu.memory_bandwidth_gb_s * 1e9 < stream <= gpu.memory_bandwidth_gb_s * 1e9
     assert 0.05 * gpu.fp16_tflops * 1e12 < compute <= gpu.fp16_tflops * 1e12
