@@ -8,7 +8,7 @@ Usage (from the repository root):
         [--write inferplan/planner/data/intervals.json] [--min-rows 20]
 
 Each held-out row (not suspect, predicted, measured and predicted above 0; rows of unmodelled architectures too)
-gives `log(measured / held-out prediction)`, with the evidence its prediction rested on (`intervals.row_evidence`):
+gives `log(measured / held-out prediction)`, with the evidence its prediction rested on (`accuracy.row_evidence`):
 its (engine line, GPU family) pair counts as measured where the rows of the other sources (the fold's fit) had
 measured lines of it. `intervals.derive` groups them and writes the split-conformal bounds. The script then prints
 the held-out coverage of the 80% intervals: each source's residuals against bounds derived without that source's
@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from inferplan.planner.accuracy import row_evidence
 from inferplan.planner.calibrate import fittable_lines, row_line, training_rows
 from inferplan.planner.intervals import (
     DEFAULT_CONFIDENCE,
@@ -35,7 +36,6 @@ from inferplan.planner.intervals import (
     Residual,
     derive,
     gpu_family,
-    row_evidence,
 )
 from inferplan.planner.scenarios import Scenario, read_scenarios
 from inferplan.progress import write_atomically

@@ -11,14 +11,22 @@ residuals, applied here to whatever predictions are scored, in sample for `infer
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from inferplan.planner.calibrate import row_line
 from inferplan.planner.factors import FactorSet
-from inferplan.planner.intervals import DEFAULT_CONFIDENCE, fitted_pairs, load_intervals, row_evidence
+from inferplan.planner.intervals import (
+    DEFAULT_CONFIDENCE,
+    Evidence,
+    fitted_pairs,
+    gpu_family,
+    load_intervals,
+    model_kind,
+)
 from inferplan.planner.predict import Prediction, unmodelled
 from inferplan.planner.scenarios import Scenario
 
@@ -78,6 +86,14 @@ class AccuracyReport:
     def worst(self) -> list[tuple[str, float, float, float]]:
         """(id, measured, predicted, signed error) of the ten largest errors."""
         return [(o.id, o.measured, o.predicted, o.error) for o in self.outliers[:10]]
+
+
+def row_evidence(row: Scenario, measured_pairs: Iterable[tuple[str | None, str | None]]) -> Evidence:
+    """The evidence of scenario `row`'s prediction; `measured_pairs`: the (engine line, family) pairs with measured
+    lines in the fit that predicted it."""
+    line, family = row_line(row), gpu_family(row.gpu)
+    measured = (line, family) in set(measured_pairs)
+    return Evidence(row.metric, model_kind(row.model), line, family, row.load.kind, measured)
 
 
 def _score(apes: Sequence[float], skipped: int, inside: Sequence[bool] = ()) -> MetricScore:

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
-from inferplan.planner.serving import normal_ppf
+from inferplan.planner.quantiles import normal_ppf
 
 IntArray = NDArray[np.int64]
 

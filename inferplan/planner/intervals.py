@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -27,9 +27,8 @@ from inferplan.planner.architectures import resolve_model
 from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 
-if TYPE_CHECKING:  # a plan reads intervals without importing the scenario and fitting code
+if TYPE_CHECKING:
     from inferplan.planner.factors import FactorSet
-    from inferplan.planner.scenarios import Scenario
 
 CONFIDENCES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 """The levels whose bounds the data file stores; a level between two is interpolated linearly."""
@@ -107,16 +106,6 @@ def gpu_family(gpu: str | None) -> str | None:
         return resolve_gpu(gpu).family if gpu else None
     except CatalogLookupError:
         return None
-
-
-def row_evidence(row: Scenario, measured_pairs: Iterable[tuple[str | None, str | None]]) -> Evidence:
-    """The evidence of scenario `row`'s prediction; `measured_pairs`: the (engine line, family) pairs with measured
-    lines in the fit that predicted it."""
-    from inferplan.planner.calibrate import row_line
-
-    line, family = row_line(row), gpu_family(row.gpu)
-    measured = (line, family) in set(measured_pairs)
-    return Evidence(row.metric, model_kind(row.model), line, family, row.load.kind, measured)
 
 
 def fitted_pairs(factors: FactorSet) -> set[tuple[str | None, str | None]]:

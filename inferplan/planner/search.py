@@ -64,7 +64,7 @@ from inferplan.planner.precisions import (
     resolve_kv_dtype,
     weight_precision,
 )
-from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.quantiles import QUANTILE_NAMES, normal_ppf
 from inferplan.planner.results import (
     Candidate,
     Cost,
@@ -82,7 +82,6 @@ from inferplan.planner.results import (
 from inferplan.planner.serving import (
     LoadResult,
     PoissonModel,
-    normal_ppf,
     poisson,
     poisson_capacity,
     poisson_model,
