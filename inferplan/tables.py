@@ -9,7 +9,7 @@ from inferplan.planner.engine_args import DYNAMO_ENTRY_POINTS
 from inferplan.planner.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, Percentiles, PlanResult, replica_shape
-from inferplan.planner.search import PRACTICAL_COST_FACTOR
+from inferplan.planner.search_core import PRACTICAL_COST_FACTOR
 from inferplan.planner.spec import PlanRequest
 
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from inferplan.planner.factors import FactorSet, load_factors
 from inferplan.planner.quantiles import QUANTILE_NAMES, QUANTILES
-from inferplan.planner.search import REPORT_SAMPLES, deployment_of
+from inferplan.planner.search import deployment_of
+from inferplan.planner.search_core import REPORT_SAMPLES
 from inferplan.planner.serving import poisson, poisson_capacity, running_context
 from inferplan.planner.spec import PlanRequest
 

@@ -41,7 +41,7 @@ from inferplan.planner.performance import prefill_s
 from inferplan.planner.precisions import resolve_kv_dtype
 from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.results import Candidate, Cost, Role, replica_shape, rounded
-from inferplan.planner.search import (
+from inferplan.planner.search_core import (
     _COUNTED,
     FIRST_PASS_ROWS,
     PRACTICAL_COST_FACTOR,
@@ -57,7 +57,7 @@ from inferplan.planner.search import (
     kv_hint,
     node_selector,
 )
-from inferplan.planner.search import (
+from inferplan.planner.search_core import (
     _candidate as aggregated_candidate,
 )
 from inferplan.planner.serving import LoadResult, poisson_capacity, sample_quantiles

@@ -22,7 +22,6 @@ from inferplan.planner.results import (
     rounded,
 )
 from inferplan.planner.search import (
-    HIGH_VARIANCE_CV2,
     by_cost,
     deployment_of,
     describe_shape,
@@ -36,6 +35,7 @@ from inferplan.planner.search import (
     with_replicas,
     with_upper_cost,
 )
+from inferplan.planner.search_core import HIGH_VARIANCE_CV2
 from inferplan.planner.simulate import (
     SimulationResult,
     Workload,

@@ -17,7 +17,8 @@ from inferplan.planner.checkpoints import Checkpoint, gpu_problem
 from inferplan.planner.engine_args import flag_problems
 from inferplan.planner.gpus import load_gpu_catalog
 from inferplan.planner.results import Candidate, PlanResult
-from inferplan.planner.search import CONTEXT_LIMIT_SHARE, PRACTICAL_COST_FACTOR, checkpoint_of, context_overflow, plan
+from inferplan.planner.search import CONTEXT_LIMIT_SHARE, checkpoint_of, context_overflow, plan
+from inferplan.planner.search_core import PRACTICAL_COST_FACTOR
 from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
 from inferplan.planner.verification import planned as plan_answer
 from inferplan.tables import format_plan

@@ -18,20 +18,14 @@ from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.performance import build_hardware, take_hardware
 from inferplan.planner.precisions import weight_precision
 from inferplan.planner.results import Candidate, PlanResult
-from inferplan.planner.search import (
+from inferplan.planner.search import GATES, MLA_WARNING, _grid, _objectives, count_bounds, non_dominated, plan
+from inferplan.planner.search_core import (
     BISECTION_STEPS,
-    GATES,
     GRID_CELLS,
-    MLA_WARNING,
     PRACTICAL_COST_FACTOR,
-    _grid,
     _grid_rate,
-    _objectives,
     _RateSearch,
     _Rows,
-    count_bounds,
-    non_dominated,
-    plan,
 )
 from inferplan.planner.serving import (
     poisson_capacity,

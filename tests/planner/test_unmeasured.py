@@ -22,7 +22,8 @@ from inferplan.planner.gpus import resolve_gpu
 from inferplan.planner.performance import build_hardware, decode_step_s, prefill_s, stack_hardware
 from inferplan.planner.precisions import weight_precision
 from inferplan.planner.results import Candidate, PlanResult
-from inferplan.planner.search import UNMEASURED_STEP_SLOWDOWN, plan, slower_steps
+from inferplan.planner.search import plan, slower_steps
+from inferplan.planner.search_core import UNMEASURED_STEP_SLOWDOWN
 from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
 from inferplan.report import render_report
 from tests.support.plans import REPO, spec
