@@ -13,14 +13,30 @@ import datetime
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens, split_launch
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.observe.observation import Observation, ObserveError, read_observation
 from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
 from inferplan.operator.cluster_spec import ConfigMapReader, parse_and_resolve
-from inferplan.operator.status import condition
+from inferplan.operator.status import (
+    KEEP,
+    BoundsByMetric,
+    CalibrationStatus,
+    Condition,
+    CurrentStatus,
+    Keep,
+    LatencyByMetric,
+    LatencyQuantiles,
+    MeanLatency,
+    ObservationUpdate,
+    ObservedStatus,
+    PredictionStatus,
+    QuantileBounds,
+    assemble_status,
+    make_condition,
+)
 from inferplan.planner.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.checkpoints import SIXTEEN_BIT, Checkpoint
 from inferplan.planner.engine_args import flag_spellings
@@ -474,18 +490,25 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else round(value * 1e3, 4)
 
 
-def _latency(table: Mapping[str, Mapping[float, float]]) -> dict[str, Any]:
-    return {metric: {QUANTILE_NAMES[q]: _ms(v) for q, v in quantiles.items()} for metric, quantiles in table.items()}
+def _latency(table: Mapping[str, Mapping[float, float]]) -> LatencyByMetric:
+    """Latency [s] by metric and quantile as the status's `latencyMs` [ms]."""
+    return LatencyByMetric(**{metric: LatencyQuantiles(**{QUANTILE_NAMES[q]: _ms(v) for q, v in quantiles.items()})
+                              for metric, quantiles in table.items()})
 
 
-def _intervals(latency: Mapping[str, Mapping[float, float]], bands: Bands) -> dict[str, dict[str, list[float]]]:
-    """`status.prediction.intervalMs`: the band of each predicted percentile that has one [ms]."""
+def _mean(means: Mapping[str, float]) -> MeanLatency:
+    """Mean latency [s] by metric as the status's `meanLatencyMs` [ms]."""
+    return MeanLatency(**{metric: _ms(value) for metric, value in means.items()})
+
+
+def _intervals(latency: Mapping[str, Mapping[float, float]], bands: Bands) -> BoundsByMetric | None:
+    """`status.prediction.intervalMs`: the band of each predicted percentile that has one [ms] (None: no band)."""
     out: dict[str, dict[str, list[float]]] = {}
     for metric, quantiles in latency.items():
         for q, value in quantiles.items():
             if q in QUANTILE_NAMES and (band := bands.band(metric, q, value)) is not None:
                 out.setdefault(metric, {})[QUANTILE_NAMES[q]] = [round(band[0] * 1e3, 4), round(band[1] * 1e3, 4)]
-    return out
+    return BoundsByMetric(**{m: QuantileBounds(**qs) for m, qs in out.items()}) if out else None
 
 
 def _parse_time(text: str | None) -> datetime.datetime | None:
@@ -495,33 +518,45 @@ def _parse_time(text: str | None) -> datetime.datetime | None:
         return None
 
 
-def _replace_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`old` with the conditions of `new`'s types replaced in place (or appended)."""
-    by_type = {c["type"]: c for c in new}
-    out = [by_type.pop(c.get("type"), None) or dict(c) for c in old if isinstance(c, Mapping)]
-    return out + list(by_type.values())
+def _observed(outcome: ObserveOutcome, obs: Observation, now: str) -> ObservedStatus:
+    """`status.observed`: what the observation read, sampled at `now`."""
+    current = outcome.current
+    return ObservedStatus(
+        prometheus=outcome.prometheus, window=obs.window, sample_time=now,
+        requests_per_second=round(obs.requests_per_second, 6), requests_in_window=round(obs.requests_in_window, 3),
+        prompt_tokens_mean=None if obs.prompt_mean is None else round(obs.prompt_mean, 3),
+        output_tokens_mean=None if obs.output_mean is None else round(obs.output_mean, 3),
+        latency_ms=_latency({m: {q: v.value for q, v in qs.items()} for m, qs in obs.latency.items()}),
+        mean_latency_ms=_mean(obs.latency_mean),
+        running_requests=obs.running, waiting_requests=obs.waiting, kv_cache_usage=obs.kv_usage,
+        kv_cache_blocks=obs.kv_blocks, block_size=obs.block_size,
+        current=None if current is None else CurrentStatus(
+            deployment=current.deployment, gpu_type=current.shape.gpu_type, replicas=current.shape.replicas,
+            gpus_per_replica=current.shape.gpus_per_replica, max_batch=current.shape.max_batch,
+            precision=current.shape.precision, kv_cache_dtype=current.shape.kv_cache_dtype,
+            sources=current.sources))
 
 
 def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, now: str,
                    generation: int) -> dict[str, Any]:
-    """The whole new status after one observation (pure; `old` is not modified). Each observed percentile is judged
+    """The whole new status after one observation (pure; `old` is not modified): the observed, prediction and
+    calibration blocks and the MetricsAvailable and PredictionAccurate conditions, made as the status's typed models
+    (`status.ObservationUpdate`) and put into `old` by `status.assemble_status`. Each observed percentile is judged
     against the prediction interval of `old`'s recommendation where it carries one (`recommendation_bands`, `judge`),
     else against observe.maxErrorRatio; the thresholds (observe.maxErrorRatio, driftSeconds, calibrate) are the
     spec's, as `outcome.settings` parsed them."""
-    status = dict(old or {})
-    previous = status.get("conditions") or []
-    made: list[dict[str, Any]] = []
+    previous = (old or {}).get("conditions") or []
+    made: list[Condition] = []
 
     def make(type_: str, state: str, reason: str, message: str) -> None:
-        made.append(condition(type_, state, reason, message, generation, now, previous))
+        made.append(make_condition(type_, state, reason, message, generation, now, previous))
 
     if outcome.error is not None:
         reason, message = outcome.error
         make("MetricsAvailable", "False", reason, message)
         if not any(c.get("type") == "PredictionAccurate" for c in previous if isinstance(c, Mapping)):
             make("PredictionAccurate", "Unknown", "NoObservation", "nothing observed yet")
-        status["conditions"] = _replace_conditions(previous, made)
-        return status  # the last good observed / prediction / calibration stay
+        return assemble_status(old, observation=ObservationUpdate(made))  # the last good blocks stay
 
     obs, settings = outcome.observation, outcome.settings
     assert obs is not None and settings is not None
@@ -530,27 +565,12 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
          f"{obs.requests_in_window:.0f} requests in the last {obs.window} ({obs.requests_per_second:.3g} req/s) "
          f"from Prometheus {outcome.prometheus!r}")
     current = outcome.current
-    status["observed"] = {
-        "prometheus": outcome.prometheus, "window": obs.window, "sampleTime": now,
-        "requestsPerSecond": round(obs.requests_per_second, 6), "requestsInWindow": round(obs.requests_in_window, 3),
-        "promptTokensMean": None if obs.prompt_mean is None else round(obs.prompt_mean, 3),
-        "outputTokensMean": None if obs.output_mean is None else round(obs.output_mean, 3),
-        "latencyMs": _latency({m: {q: v.value for q, v in qs.items()} for m, qs in obs.latency.items()}),
-        "meanLatencyMs": {m: _ms(v) for m, v in obs.latency_mean.items()},
-        "runningRequests": obs.running, "waitingRequests": obs.waiting, "kvCacheUsage": obs.kv_usage,
-        "kvCacheBlocks": obs.kv_blocks, "blockSize": obs.block_size,
-        "current": None if current is None else {
-            "deployment": current.deployment, "gpuType": current.shape.gpu_type,
-            "replicas": current.shape.replicas, "gpusPerReplica": current.shape.gpus_per_replica,
-            "maxBatch": current.shape.max_batch, "precision": current.shape.precision,
-            "kvCacheDtype": current.shape.kv_cache_dtype, "sources": current.sources},
-    }
-    status["observed"] = _without_none(status["observed"])
+    observed = _observed(outcome, obs, now)
 
+    prediction: PredictionStatus | None = None
     if outcome.current_error is not None or outcome.prediction is None:
         make("PredictionAccurate", "Unknown", "NoCurrentDeployment",
              outcome.current_error or "the current deployment is unknown")
-        status.pop("prediction", None)
     else:
         old_prediction = (old or {}).get("prediction") or {}
         largest = worst(outcome.discrepancies)
@@ -583,29 +603,29 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
                 make("PredictionAccurate", "True", "DriftPending",
                      f"{text}; False after {drift_seconds:g} s (observe.driftSeconds)")
         interval_ms = _intervals(outcome.prediction.latency, bands)
-        status["prediction"] = _without_none({
-            "latencyMs": _latency(outcome.prediction.latency),
-            "meanLatencyMs": {m: _ms(v) for m, v in outcome.prediction.mean.items()},
-            "errorRatio": errors,
-            "worst": None if largest is None else largest.describe(),
-            "utilization": round(outcome.prediction.utilization, 4),
-            "intervalMs": interval_ms or None,
-            "confidence": bands.confidence if interval_ms else None,
-            "driftSince": drift_since,
-        })
+        prediction = PredictionStatus(
+            latency_ms=_latency(outcome.prediction.latency),
+            mean_latency_ms=_mean(outcome.prediction.mean),
+            error_ratio=LatencyByMetric(**{m: LatencyQuantiles(**qs) for m, qs in errors.items()}),
+            worst=None if largest is None else largest.describe(),
+            utilization=round(outcome.prediction.utilization, 4),
+            interval_ms=interval_ms,
+            confidence=bands.confidence if interval_ms else None,
+            drift_since=drift_since,
+        )
+
+    calibration: CalibrationStatus | Literal[Keep.KEEP] | None = KEEP  # calibrating, but nothing new: the last stays
     if settings.calibrate and outcome.calibration is not None:
         cal = outcome.calibration
         old_cal = (old or {}).get("calibration") or {}
         updated = cal.updates != old_cal.get("updates") or outcome.calibration_gpu != old_cal.get("gpuType")
-        status["calibration"] = _without_none({
-            "gpuType": outcome.calibration_gpu, "decode": round(cal.decode, 4), "prefill": round(cal.prefill, 4),
-            "provenance": cal.provenance, "samples": cal.samples, "updates": cal.updates, "note": cal.note[:1024],
-            "lastUpdateTime": now if updated and cal.updates else old_cal.get("lastUpdateTime"),
-        })
+        calibration = CalibrationStatus(
+            gpu_type=outcome.calibration_gpu, decode=round(cal.decode, 4), prefill=round(cal.prefill, 4),
+            provenance=cal.provenance, samples=cal.samples, updates=cal.updates, note=cal.note[:1024],
+            last_update_time=now if updated and cal.updates else old_cal.get("lastUpdateTime"))
     elif not settings.calibrate:
-        status.pop("calibration", None)
-    status["conditions"] = _replace_conditions(previous, made)
-    return status
+        calibration = None
+    return assemble_status(old, observation=ObservationUpdate(made, observed, prediction, calibration))
 
 
 def only_sample_time_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
@@ -623,8 +643,3 @@ def only_sample_time_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]
 
     return without_time(old) == without_time(new)
 
-
-def _without_none(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _without_none(v) for k, v in value.items() if v is not None}
-    return value

@@ -1,5 +1,7 @@
 """The status of an InferenceCapacityPlan: pydantic models (the CRD's status schema is generated from
-them) and the pure function that builds a plan's next status from its previous one.
+them), the pure function that builds a plan's next status from its previous one and the planner's answer
+(`next_status`), and the one function that assembles and serialises every status written (`assemble_status`),
+from that answer and/or an observation (the blocks and conditions `observing.observe_status` makes).
 
 Conditions follow metav1.Condition: a list keyed by `type`, `status` True/False/Unknown, a CamelCase
 `reason`, a human `message`, and a `lastTransitionTime` that changes only when `status` flips, so that a
@@ -8,7 +10,9 @@ re-plan with the same outcome writes nothing new.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -254,7 +258,12 @@ _MAX_CANDIDATES = 20
 _MAX_CONDITIONS = 16
 
 
-def condition(
+def serialised(model: BaseModel) -> dict[str, Any]:
+    """A status model as it is written: camelCase (by alias), without the fields that are None, JSON types."""
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def make_condition(
     type_: str,
     status: str,
     reason: str,
@@ -262,11 +271,12 @@ def condition(
     generation: int,
     now: str,
     previous: Sequence[Mapping[str, Any]] | None,
-) -> dict[str, Any]:
-    """One condition as a camelCase dict (metav1.Condition).
+) -> Condition:
+    """One condition (metav1.Condition).
 
     `lastTransitionTime` is that of the condition of the same type in `previous` (the old `conditions` list)
     when its status is unchanged, else `now` (an RFC 3339 time); `observedGeneration` is always `generation`.
+    A message longer than the schema allows is cut.
     """
     last_transition = now
     for old in previous or ():
@@ -283,7 +293,20 @@ def condition(
         message=message,
         last_transition_time=last_transition,
         observed_generation=generation,
-    ).model_dump(by_alias=True, exclude_none=True, mode="json")
+    )
+
+
+def condition(
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+    previous: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """One condition as a camelCase dict (metav1.Condition): `make_condition`, serialised."""
+    return serialised(make_condition(type_, status, reason, message, generation, now, previous))
 
 
 def _recommendation_text(candidate: Candidate) -> str:
@@ -303,19 +326,18 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _other_conditions(old: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def _other_conditions(old: Mapping[str, Any] | None) -> list[Condition]:
     """Valid conditions of types this module does not own, in their old order, first of each type."""
-    kept: list[dict[str, Any]] = []
+    kept: list[Condition] = []
     seen = set(CONDITION_TYPES)
     for item in (old or {}).get("conditions") or ():
         if not isinstance(item, Mapping) or item.get("type") in seen:
             continue
         try:
-            Condition.model_validate(item)
+            kept.append(Condition.model_validate(item))
         except ValidationError:
             continue  # a hand-edited condition the schema would reject must not make every reconcile fail
         seen.add(item["type"])
-        kept.append(dict(item))
     return kept
 
 
@@ -360,8 +382,8 @@ def next_status(
         raise ValueError("next_status takes a result or an error, not both")
     previous = (old or {}).get("conditions") or ()
 
-    def make(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
-        return condition(type_, status, reason, message, generation, now, previous)
+    def make(type_: str, status: str, reason: str, message: str) -> Condition:
+        return make_condition(type_, status, reason, message, generation, now, previous)
 
     if error is not None:
         reason, message = error
@@ -390,9 +412,9 @@ def next_status(
     conditions = [ready, feasible, available, *_other_conditions(old)][:_MAX_CONDITIONS]
 
     warnings = list(dict.fromkeys([*extra_warnings, *(result.warnings if result else ()), *inventory.warnings()]))
-    status = PlanStatus(
+    planned = PlanStatus(
         observed_generation=generation,
-        conditions=[Condition.model_validate(item) for item in conditions],
+        conditions=conditions,
         recommendation=Recommendation(**dict(result.recommendation), manifests=manifests, change=change)
         if result and result.recommendation else None,
         ttft_at_slo_ms=getattr(result.recommendation.predicted.ttft_ms, ttft_percentile)
@@ -405,9 +427,33 @@ def next_status(
         assumptions=list(result.assumptions[:16]) if result else [],
         suggestions=list(result.suggestions[:12]) if result else [],
         shapes=list(result.shapes[:4]) if result else [],
-        **_observation_fields(old),
     )
-    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return assemble_status(old, planned=planned)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The observing step's part, and the whole status assembled
+
+
+class Keep(enum.Enum):
+    """The value of an `ObservationUpdate` block that leaves the old one as it is."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
+@dataclass(frozen=True)
+class ObservationUpdate:
+    """What one observation sets in the status (`observing.observe_status` makes it): the conditions it made
+    (MetricsAvailable, PredictionAccurate), and each block it owns: a new value, None to remove it, or `KEEP` to
+    leave the old one (a failed query keeps the last good figures)."""
+
+    conditions: Sequence[Condition]
+    observed: ObservedStatus | Literal[Keep.KEEP] = KEEP
+    prediction: PredictionStatus | Literal[Keep.KEEP] | None = KEEP
+    calibration: CalibrationStatus | Literal[Keep.KEEP] | None = KEEP
 
 
 _OBSERVATION_FIELDS = {"observed": ObservedStatus, "prediction": PredictionStatus, "calibration": CalibrationStatus}
@@ -425,6 +471,52 @@ def _observation_fields(old: Mapping[str, Any] | None) -> dict[str, Any]:
         except ValidationError:
             continue
     return kept
+
+
+def _replace_conditions(old: Sequence[Any], new: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`old` with the conditions of `new`'s types replaced in place (or appended); entries that are no mapping
+    dropped."""
+    by_type = {c["type"]: c for c in new}
+    out = [by_type.pop(c.get("type"), None) or dict(c) for c in old if isinstance(c, Mapping)]
+    return out + list(by_type.values())
+
+
+def assemble_status(
+    old: Mapping[str, Any] | None,
+    *,
+    planned: PlanStatus | None = None,
+    observation: ObservationUpdate | None = None,
+) -> dict[str, Any]:
+    """The whole new `.status` as it is written (a camelCase dict; pure, `old` is not modified), from the planner's
+    answer and/or an observation, serialised by `serialised`: `next_status` and `observing.observe_status` both
+    return what it makes.
+
+    - `planned` (`next_status` makes it): the status is that model alone, with the blocks the observing step owns
+      (observed, prediction, calibration) that it leaves unset carried over from `old`, each dropped if the schema
+      rejects it; keys of `old` that PlanStatus does not know are not written.
+    - `observation` alone: `old` as it is, with the observation's blocks set or removed (`ObservationUpdate`) and
+      its conditions replacing those of the same types where they stand (appended when new).
+    - both: the observation on top of the planned status.
+    """
+    if planned is None and observation is None:
+        raise ValueError("assemble_status takes a planned status, an observation or both")
+    if planned is not None:
+        carried = {key: value for key, value in _observation_fields(old).items() if getattr(planned, key) is None}
+        status = serialised(planned.model_copy(update=carried))
+    else:
+        status = dict(old or {})
+    if observation is not None:
+        for key, block in (("observed", observation.observed), ("prediction", observation.prediction),
+                           ("calibration", observation.calibration)):
+            if block is KEEP:
+                continue
+            if block is None:
+                status.pop(key, None)
+            else:
+                status[key] = serialised(block)
+        status["conditions"] = _replace_conditions(status.get("conditions") or [],
+                                                   [serialised(c) for c in observation.conditions])
+    return status
 
 
 _OWNED_KEYS = tuple(field.alias or name for name, field in PlanStatus.model_fields.items())

@@ -302,9 +302,13 @@ def test_an_observed_plan_is_not_rewritten_when_nothing_changed(setup: Setup) ->
     setup.create("steady", {"observe": observe})
 
     def observed() -> dict[str, Any] | None:
+        # An observation made once the recommendation (with its prediction intervals) is in the status: it judges
+        # against the intervals and writes the band it used (`prediction.intervalMs`); one made before the plan
+        # was answered has none, and the next observation would add it.
         status = setup.status("steady")
         conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
-        return status if conditions.get("MetricsAvailable") == "True" and conditions.get("Ready") == "True" else None
+        ready = conditions.get("MetricsAvailable") == "True" and conditions.get("Ready") == "True"
+        return status if ready and (status.get("prediction") or {}).get("intervalMs") else None
 
     wait_for(observed, timeout_s=120, interval_s=0.5)
     # Once the status has the plan and its first observation, later observations find the same figures.
