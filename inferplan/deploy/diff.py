@@ -30,7 +30,7 @@ GPU_SELECTOR_LABELS = tuple(vendor.product_label for vendor in GPU_VENDORS.value
 
 
 @dataclass(frozen=True)
-class DeploymentChange:
+class DeploymentDiff:
     """The difference between the running Deployment and the recommended one."""
 
     summary: tuple[str, ...]
@@ -95,7 +95,7 @@ def split_launch(tokens: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str 
     return tuple(positional), flags
 
 
-def deployment_change(current: Mapping[str, Any], desired: Mapping[str, Any]) -> DeploymentChange:
+def deployment_change(current: Mapping[str, Any], desired: Mapping[str, Any]) -> DeploymentDiff:
     """What to change in `current` (a Deployment as it runs) so that it runs `desired` (a rendered one).
 
     Raises ValueError when `current` is not a Deployment with a container."""
@@ -127,7 +127,7 @@ def deployment_change(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
         pod_patch["nodeSelector"] = selector_patch
     if pod_patch:
         patch.setdefault("spec", {})["template"] = {"spec": pod_patch}
-    return DeploymentChange(tuple(summary), patch)
+    return DeploymentDiff(tuple(summary), patch)
 
 
 def _pod(deployment: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -62,7 +62,7 @@ MEMORY_FACTOR_NAMES = ("non_torch_gib", "activation_scale")
 
 
 @dataclass(frozen=True)
-class Calibration:
+class FactorFit:
     factors: FactorSet
     loss_before: float
     loss_after: float
@@ -76,7 +76,7 @@ class CalibrationProgress:
 
     `done` and `total` count rows: each term walked adds the rows it moves, about what its walk costs, so that
     `done / total` is the share of the fit's time spent. `loss` is the loss without the prior's terms (what
-    `Calibration.loss_before` and `loss_after` report) of the factors as they stand, each row as last evaluated:
+    `FactorFit.loss_before` and `loss_after` report) of the factors as they stand, each row as last evaluated:
     exact as each sweep ends (and after the last one, `loss_after`)."""
 
     sweep: int  # 1-based
@@ -213,7 +213,7 @@ def engine_targets(line: str) -> tuple[str, ...]:
 
 def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 3,
               prior_weight: float = PRIOR_WEIGHT,
-              progress: Callable[[CalibrationProgress], None] | None = None) -> Calibration:
+              progress: Callable[[CalibrationProgress], None] | None = None) -> FactorFit:
     """Fit the engine terms and harness times on the non-suspect rows of `scenarios`.
 
     Every engine line with data starts from, and is pulled towards (with `prior_weight`), `start.default_engine`
@@ -326,10 +326,10 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
         "cauchy_scale": CAUCHY_SCALE,
     }
     fitted = replace(current, meta=meta)
-    return Calibration(fitted, loss_before, total(fitted), len(rows), dict(engines))
+    return FactorFit(fitted, loss_before, total(fitted), len(rows), dict(engines))
 
 
-def format_calibration(result: Calibration) -> str:
+def format_calibration(result: FactorFit) -> str:
     lines = [f"fitted on {result.rows} rows; loss {result.loss_before:.2f} -> {result.loss_after:.2f}"]
     lines.append("engine".ljust(16) + " ".join(f"{n[:14]:>14s}" for n in FITTED_ENGINE_FACTORS))
     for name, ef in sorted(result.factors.engines.items()):
@@ -340,5 +340,5 @@ def format_calibration(result: Calibration) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BOUNDS", "Calibration", "CalibrationProgress", "calibrate", "engine_targets", "fittable_lines",
+__all__ = ["BOUNDS", "CalibrationProgress", "FactorFit", "calibrate", "engine_targets", "fittable_lines",
            "format_calibration", "harness_keys", "row_line", "source_weights", "training_rows"]

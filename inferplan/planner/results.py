@@ -8,10 +8,15 @@ only changes when a prediction really moves.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 SIGNIFICANT_DIGITS = 4
 
@@ -93,6 +98,31 @@ class Predicted(_Result):
 class Cost(_Result):
     dollars_per_hour: float = Field(description="GPUs x price per GPU-hour.")
     dollars_per_million_tokens: float = Field(description="Cost of a million generated tokens at the planned rate.")
+
+
+def dollars_per_hour(pools: Iterable[tuple[int, float]]) -> float:
+    """What `pools` cost an hour, each given as (count, price of one an hour): GPUs and the price per GPU-hour, or
+    replicas and the price of one replica. Summed in the order given, from 0."""
+    return sum(count * price for count, price in pools)
+
+
+def cost_of(pools: Iterable[tuple[int, float]], output_tokens_per_hour: float) -> Cost:
+    """The `Cost` of `pools` (as `dollars_per_hour` takes them) generating `output_tokens_per_hour`: [$/h] and
+    [$ per million output tokens], both `rounded` (from the unrounded $/h)."""
+    dollars = dollars_per_hour(pools)
+    return Cost(dollars_per_hour=rounded(dollars),
+                dollars_per_million_tokens=rounded(dollars / output_tokens_per_hour * 1e6))
+
+
+@overload
+def headroom(rate_rps: float, capacity_rps: float) -> float: ...
+@overload
+def headroom(rate_rps: float, capacity_rps: NDArray[np.float64]) -> NDArray[np.float64]: ...
+def headroom(rate_rps: float, capacity_rps: float | NDArray[np.float64]) -> float | NDArray[np.float64]:
+    """The share of `capacity_rps` [requests/s: replicas x the highest rate of one within the targets; a number or
+    an array] that serving `rate_rps` leaves unused: 1 - rate / capacity, below 0 over capacity (the reported
+    `Candidate.headroom` is this at least 0)."""
+    return 1.0 - rate_rps / capacity_rps
 
 
 class UpperCost(_Result):

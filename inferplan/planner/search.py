@@ -65,7 +65,6 @@ from inferplan.planner.precisions import (
 from inferplan.planner.quantiles import QUANTILE_NAMES, normal_ppf
 from inferplan.planner.results import (
     Candidate,
-    Cost,
     Infeasible,
     Intervals,
     PercentileIntervals,
@@ -73,6 +72,8 @@ from inferplan.planner.results import (
     PlanResult,
     ShapeOption,
     UpperCost,
+    cost_of,
+    headroom,
     replica_shape,
     rounded,
 )
@@ -95,6 +96,7 @@ from inferplan.planner.search_core import (
     _tail_warning,
     _unmeasured_warning,
     kv_hint,
+    output_tokens_per_hour,
 )
 from inferplan.planner.serving import (
     PoissonModel,
@@ -536,9 +538,9 @@ def _shown_rows(req: PlanRequest, rows: _Rows, searched: NDArray[np.bool_], conf
             return index, replicas, np.zeros(0, dtype=np.intp)
         planned = req.rate_rps / replicas
         latencies = rows.model_of(index).quantiles(planned, _objective_latencies(req))
-        headroom = np.maximum(0.0, 1.0 - req.rate_rps / (replicas * rows.best_rate[index]))
-        objectives = np.column_stack([cost, latencies.T, -headroom])
-        chosen = _select(objectives, headroom, gpus, req.alternatives)
+        spare = np.maximum(0.0, headroom(req.rate_rps, replicas * rows.best_rate[index]))
+        objectives = np.column_stack([cost, latencies.T, -spare])
+        chosen = _select(objectives, spare, gpus, req.alternatives)
         todo = index[chosen][~confirmed[index[chosen]]]
         if not len(todo):
             return index, replicas, chosen
@@ -937,7 +939,7 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
     node_gpus = np.array([req.gpus_per_node.get(g.key, 8) for g in grid.gpus])
     shape_layout = np.where(grid.pp > 1, 2, np.where(grid.tp > node_gpus[grid.gpu], 1, 0))
     layout = shape_layout[rows.shape[index]]
-    headroom = 1.0 - req.rate_rps / np.maximum(replicas * rows.best_rate[index], 1e-12)
+    spare = headroom(req.rate_rps, np.maximum(replicas * rows.best_rate[index], 1e-12))
     options = []
     for name, kind in kinds:
         if kind is None:
@@ -948,7 +950,7 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
         else:
             mine = np.flatnonzero(layout == kind)
             # The cheapest, ties to the most headroom (the recommendation's order).
-            k = mine[np.lexsort((-headroom[mine], cost[mine]))[0]] if len(mine) else None
+            k = mine[np.lexsort((-spare[mine], cost[mine]))[0]] if len(mine) else None
             shape = None if k is None else grid.shape(req, int(rows.shape[index[k]]))
             found = None if k is None or shape is None else (float(cost[k]), _shape_words(
                 int(replicas[k]), shape.gpus, shape.gpu.key, shape.precision, int(rows.batch[index[k]]),
@@ -1395,12 +1397,11 @@ def with_replicas(req: PlanRequest, c: Candidate, replicas: int) -> Candidate | 
     per_replica = req.rate_rps / replicas
     predicted = c.predicted.model_copy(update={"utilization": rounded(per_replica / capacity),
                                                "requests_per_second_per_replica": rounded(per_replica)})
-    tokens_per_hour = req.rate_rps * req.output_mean * 3600.0
     best = c.predicted.max_requests_per_second_per_replica
     return c.model_copy(update={
         "replicas": replicas, "gpus": gpus, "predicted": predicted,
-        "cost": Cost(dollars_per_hour=rounded(cost), dollars_per_million_tokens=rounded(cost / tokens_per_hour * 1e6)),
-        "headroom": rounded(max(0.0, 1.0 - req.rate_rps / (replicas * best)))})
+        "cost": cost_of([(gpus, price)], output_tokens_per_hour(req)),
+        "headroom": rounded(max(0.0, headroom(req.rate_rps, replicas * best)))})
 
 
 def _only(r: _Rejections, mask: NDArray[np.bool_]) -> _Rejections:

@@ -32,10 +32,11 @@ from inferplan.planner.precisions import (
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import (
     Candidate,
-    Cost,
     Percentiles,
     Predicted,
     UpperCost,
+    cost_of,
+    headroom,
     rounded,
 )
 from inferplan.planner.serving import (
@@ -334,6 +335,11 @@ def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[n
     return first
 
 
+def output_tokens_per_hour(req: PlanRequest) -> float:
+    """The output tokens the plan's rate generates an hour (what a cost per million tokens divides by)."""
+    return req.rate_rps * req.output_mean * 3600.0
+
+
 def _replicas(req: PlanRequest, rate: NDArray[np.float64]) -> NDArray[np.int_]:
     """Replicas of `rate` (> 0) requests/s each that serve the plan's rate with its minimum headroom left and
     no fewer than its minimum replicas."""
@@ -440,8 +446,6 @@ def _candidate(
     price = req.prices.get(gpu.key, gpu.usd_per_hour)
     gpus = replicas * shape.gpus
     per_replica = req.rate_rps / replicas
-    dollars_per_hour = gpus * price
-    tokens_per_hour = req.rate_rps * req.output_mean * 3600.0
     label_key, label = node_selector(gpu)
     warnings = [f"{gpu.key}: figures not yet verified against a datasheet: {', '.join(gpu.unverified_fields)}"
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
@@ -501,10 +505,9 @@ def _candidate(
             requests_per_second_per_replica=rounded(per_replica),
             max_requests_per_second_per_replica=rounded(best_rate),
         ),
-        cost=Cost(dollars_per_hour=rounded(dollars_per_hour),
-                  dollars_per_million_tokens=rounded(dollars_per_hour / tokens_per_hour * 1e6)),
+        cost=cost_of([(gpus, price)], output_tokens_per_hour(req)),
         measured=measured,
-        headroom=rounded(max(0.0, 1.0 - req.rate_rps / (replicas * best_rate))),
+        headroom=rounded(max(0.0, headroom(req.rate_rps, replicas * best_rate))),
         engine_args=launch.args,
         engine_command=launch.entry_point,
         engine_files=launch.files,

@@ -40,7 +40,7 @@ from inferplan.planner.factors import FactorSet
 from inferplan.planner.performance import prefill_s
 from inferplan.planner.precisions import resolve_kv_dtype
 from inferplan.planner.quantiles import QUANTILES
-from inferplan.planner.results import Candidate, Cost, Role, replica_shape, rounded
+from inferplan.planner.results import Candidate, Role, cost_of, dollars_per_hour, headroom, replica_shape, rounded
 from inferplan.planner.search_core import (
     _COUNTED,
     FIRST_PASS_ROWS,
@@ -56,6 +56,7 @@ from inferplan.planner.search_core import (
     expert_parallel_args,
     kv_hint,
     node_selector,
+    output_tokens_per_hour,
 )
 from inferplan.planner.search_core import (
     _candidate as aggregated_candidate,
@@ -377,11 +378,10 @@ def _within_limits(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_rep
     they share it) against what is available and maxGpusPerType; all GPUs against maxGpus; cost against the
     budget. Each need compared with an available count is recorded for the count ranges (`count_bounds`)."""
     need: dict[str, int] = {}
-    cost = 0.0
     for row, replicas in ((pre, pre_replicas), (dec, dec_replicas)):
         key = grid.gpus[grid.gpu[rows.shape[row]]].key
         need[key] = need.get(key, 0) + replicas * int(rows.tp[row])
-        cost += replicas * float(rows.tp[row] * rows.price[row])
+    cost = dollars_per_hour(_pool_prices(rows, pre, pre_replicas, dec, dec_replicas))
     available = req.available_gpus or {}
     recorder = _COUNTED.get()
     if recorder is not None:
@@ -398,12 +398,17 @@ def _within_limits(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_rep
     return req.budget_usd_per_hour is None or cost <= req.budget_usd_per_hour
 
 
+def _pool_prices(rows: _Rows, pre: int, pre_replicas: int, dec: int, dec_replicas: int) -> list[tuple[int, float]]:
+    """(replicas, price of one replica an hour) of the prefill pool (row `pre`), then of the decode pool."""
+    pools = ((pre, pre_replicas), (dec, dec_replicas))
+    return [(replicas, float(rows.tp[row] * rows.price[row])) for row, replicas in pools]
+
+
 def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid: _Grid, rows: _Rows,
                pools: tuple[Pool, Pool], pre: int, pre_replicas: int, pre_best: float, pre_capacity: float, dec: int,
                dec_replicas: int, dec_best: float, dec_capacity: float) -> Candidate | None:
     """The pair (prefill row `pre`, decode row `dec`) as a candidate, its latencies from the two pools' samples
     (`pools`, one row each, the report's sample) at their planned rates; None where that misses a target."""
-    o = req.output_mean
     pre_pool, dec_pool = pools
     samples = combined(pre_pool.latency_samples(req.rate_rps / pre_replicas, {"ttft"}),
                        dec_pool.latency_samples(req.rate_rps / dec_replicas, {"ttft", "tpot"}),
@@ -449,10 +454,7 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
              role("decode", dec_shape, dec_replicas, int(rows.batch[dec]), dec_best, dec_capacity,
                   [*base.engine_args, *dec_args])]
     gpus = sum(r.gpus for r in roles)
-    dollars = (pre_replicas * float(rows.tp[pre] * rows.price[pre])
-               + dec_replicas * float(rows.tp[dec] * rows.price[dec]))
-    tokens_per_hour = req.rate_rps * o * 3600.0
-    headroom = min(1.0 - req.rate_rps / (pre_replicas * pre_best), 1.0 - req.rate_rps / (dec_replicas * dec_best))
+    spare = min(headroom(req.rate_rps, pre_replicas * pre_best), headroom(req.rate_rps, dec_replicas * dec_best))
     notes = [f"disaggregated: {replica_shape(pre_replicas, pre_shape.tp, pre_shape.gpu.key)} prefill send each "
              f"prompt's KV cache to {replica_shape(dec_replicas, dec_shape.tp, dec_shape.gpu.key)} decode at "
              f"{req.network_gbps:g} "
@@ -460,9 +462,8 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
     return base.model_copy(update={
         "shape": "disaggregated", "roles": roles, "gpus": gpus,
         "engine_args": roles[1].engine_args,
-        "cost": Cost(dollars_per_hour=rounded(dollars),
-                     dollars_per_million_tokens=rounded(dollars / tokens_per_hour * 1e6)),
-        "headroom": rounded(max(0.0, headroom)),
+        "cost": cost_of(_pool_prices(rows, pre, pre_replicas, dec, dec_replicas), output_tokens_per_hour(req)),
+        "headroom": rounded(max(0.0, spare)),
         "engine_notes": [*base.engine_notes, *notes][:8],
         "provenance": base.provenance | {"kvTransfer": f"{req.network_gbps:g}Gbps-per-gpu"},
     })

@@ -57,7 +57,7 @@ ROUTERS = ("round_robin", "least_outstanding")
 
 
 @dataclass(frozen=True)
-class Workload:
+class RequestTrace:
     """Requests in arrival order: arrival time [s], prompt and output lengths [tokens]."""
 
     arrival_s: FloatArray
@@ -68,7 +68,7 @@ class Workload:
         return len(self.arrival_s)
 
 
-def trace_workload(arrival_s: ArrayLike, prompt_tokens: ArrayLike, output_tokens: ArrayLike) -> Workload:
+def trace_workload(arrival_s: ArrayLike, prompt_tokens: ArrayLike, output_tokens: ArrayLike) -> RequestTrace:
     """A workload replayed from arrays (arrival times non-decreasing, lengths at least 1)."""
     t = np.asarray(arrival_s, dtype=float)
     p = np.asarray(prompt_tokens, dtype=np.int64)
@@ -79,10 +79,10 @@ def trace_workload(arrival_s: ArrayLike, prompt_tokens: ArrayLike, output_tokens
         raise ValueError("arrival times must be finite and non-decreasing")
     if np.any(p < 1) or np.any(o < 1):
         raise ValueError("prompt and output lengths must be at least 1 token")
-    return Workload(t, p, o)
+    return RequestTrace(t, p, o)
 
 
-def read_trace(path: str | Path) -> Workload:
+def read_trace(path: str | Path) -> RequestTrace:
     """A trace from JSON lines `{"t": seconds, "prompt": tokens, "output": tokens}`; blank lines skipped.
 
     Errors name the file and line.
@@ -146,11 +146,11 @@ def generate_workload(
     output_cv: float = 0.0,
     arrival_cv2: float = 1.0,
     seed: int = 0,
-) -> Workload:
+) -> RequestTrace:
     """`requests` requests at `rate` per second with lognormal lengths (mean, CV); deterministic per seed."""
     rng = np.random.default_rng(seed)
     t = arrival_times(rng, rate, requests, arrival_cv2)
-    return Workload(t, lognormal_lengths(rng, prompt_tokens, prompt_cv, requests),
+    return RequestTrace(t, lognormal_lengths(rng, prompt_tokens, prompt_cv, requests),
                     lognormal_lengths(rng, output_tokens, output_cv, requests))
 
 
@@ -778,7 +778,7 @@ class SimulationResult:
 
 def simulate(
     hw: Hardware,
-    workload: Workload,
+    workload: RequestTrace,
     *,
     replicas: int = 1,
     max_batch: int = 256,
@@ -885,7 +885,7 @@ def _result(arrival: FloatArray, outputs: IntArray, overhead: float, served: _Se
 def simulate_disaggregated(
     prefill_hw: Hardware,
     decode_hw: Hardware,
-    workload: Workload,
+    workload: RequestTrace,
     transfer_s: FloatArray,
     *,
     prefill_replicas: int,

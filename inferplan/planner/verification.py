@@ -37,8 +37,8 @@ from inferplan.planner.search import (
 )
 from inferplan.planner.search_core import HIGH_VARIANCE_CV2
 from inferplan.planner.simulate import (
+    RequestTrace,
     SimulationResult,
-    Workload,
     generate_workload,
     latency_stats,
     simulate,
@@ -50,7 +50,7 @@ from inferplan.planner.spec import PlanRequest, SloTarget
 QUANTILE_FIELDS = tuple((name, f"{name}_s") for name in QUANTILE_NAMES.values())  # result name, Latency field
 
 
-def plan_workload(req: PlanRequest, requests: int, seed: int, max_model_len: int) -> Workload:
+def plan_workload(req: PlanRequest, requests: int, seed: int, max_model_len: int) -> RequestTrace:
     """`requests` requests of the plan's workload (rate, lognormal lengths, arrival CV^2), deterministic per
     seed. Lengths are cut so that prompt + output fits `max_model_len`, as the engine would enforce."""
     generated = generate_workload(req.rate_rps, requests, req.prompt_mean, req.output_mean, req.prompt_cv,
@@ -58,7 +58,7 @@ def plan_workload(req: PlanRequest, requests: int, seed: int, max_model_len: int
     return fit_to_context(generated, max_model_len)
 
 
-def fit_to_context(workload: Workload, max_model_len: int) -> Workload:
+def fit_to_context(workload: RequestTrace, max_model_len: int) -> RequestTrace:
     prompts = np.minimum(workload.prompt_tokens, max_model_len - 1)
     outputs = np.maximum(np.minimum(workload.output_tokens, max_model_len - prompts), 1)
     return trace_workload(workload.arrival_s, prompts, outputs)
@@ -92,7 +92,7 @@ def steady_state(result: SimulationResult, arrival_s: np.ndarray, warmup_s: floa
 
 
 def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int = 20_000, seed: int = 0,
-                       router: str = "round_robin", workload: Workload | None = None,
+                       router: str = "round_robin", workload: RequestTrace | None = None,
                        factors: FactorSet | None = None, warmup_s: float = 0.0) -> SimulationResult:
     """Simulate `candidate`'s replicas serving the plan's workload (or `workload`, e.g. a replayed trace).
     Beyond MAX_SIMULATED_REPLICAS replicas, that many serve the plan's rate scaled to them (not for a trace).
@@ -103,7 +103,7 @@ def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int 
 
 
 def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int, router: str,
-                     workload: Workload | None, factors: FactorSet | None) -> tuple[SimulationResult, Workload]:
+                     workload: RequestTrace | None, factors: FactorSet | None) -> tuple[SimulationResult, RequestTrace]:
     """`simulate_candidate`'s run and the requests it served."""
     if candidate.roles:
         return _simulate_disaggregated(req, candidate, requests=requests, seed=seed, workload=workload,
@@ -126,8 +126,8 @@ def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, s
 
 
 def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int,
-                            workload: Workload | None, factors: FactorSet | None
-                            ) -> tuple[SimulationResult, Workload]:
+                            workload: RequestTrace | None, factors: FactorSet | None
+                            ) -> tuple[SimulationResult, RequestTrace]:
     """`simulate_candidate` of a disaggregated candidate: its prefill and decode pools
     (`simulate.simulate_disaggregated`), each pool at most MAX_SIMULATED_REPLICAS replicas at its own rate per
     replica (both scaled by the same factor, rounded down: each replica serves at least its planned rate, so
