@@ -101,9 +101,6 @@ def _positive_int(text: Any) -> int | None:
     return value if value > 0 else None
 
 
-DP_ATTENTION_FLAG = "--enable-dp-attention"  # search.dp_attention_args writes it
-
-
 def served_checkpoint(tokens: Sequence[str]) -> Checkpoint | None:
     """The catalog checkpoint an engine's command line serves (`--model REPO` and the like, or a positional
     `vllm serve REPO`), None when it names none the checkpoint catalog lists."""
@@ -176,7 +173,7 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         found["kv_cache_dtype"] = "fp8"
     elif kv in ("auto", "fp16", "bf16"):
         found["kv_cache_dtype"] = kv
-    if DP_ATTENTION_FLAG in tokens:  # SGLang's data-parallel attention (a switch)
+    if any(flag in tokens for flag in flag_spellings("dp_attention", engine)):  # a switch (SGLang's)
         found["data_parallel_attention"] = True
     if (ep := _positive_int(_flag(tokens, flag_spellings("ep", engine)))) and ep > 1:
         found["expert_parallel"] = True

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
@@ -88,33 +89,49 @@ class EngineFlags:
     kv_cache_dtype: tuple[str, ...] = ()
     pp: tuple[str, ...] = ()  # pipeline stages
     ep: tuple[str, ...] = ()  # expert-parallel size
+    dp_attention: tuple[str, ...] = ()  # the switch that makes the attention data-parallel over the TP ranks
+    dp_size: tuple[str, ...] = ()  # the data-parallel size given with it
+    ep_switch: tuple[str, ...] = ()  # a switch that makes the MoE layers expert-parallel (no size: over the TP ranks);
+    # read only, and only where its release has it (vLLM's from 0.10): `READ_ONLY_ROLES`
+    option_keys: tuple[str, ...] = ()  # the same switches as keys of the engine's options file (`key: true`)
+    bench_ep: tuple[str, ...] = ()  # the expert-parallel size as the engine's benchmark tool spells it (trtllm-bench)
 
     @property
     def roles(self) -> dict[str, tuple[str, ...]]:
         return {"tp": self.tp, "batch": self.batch, "quantization": self.quantization, "dtype": self.dtype,
-                "kv_cache_dtype": self.kv_cache_dtype, "pp": self.pp, "ep": self.ep}
+                "kv_cache_dtype": self.kv_cache_dtype, "pp": self.pp, "ep": self.ep, "dp_attention": self.dp_attention,
+                "dp_size": self.dp_size, "ep_switch": self.ep_switch}
 
+
+READ_ONLY_ROLES = frozenset({"ep_switch"})
+"""Roles the planner never writes: a spelling of theirs need only exist in some pinned release of its engine."""
 
 ENGINE_FLAGS: dict[str, EngineFlags] = {
     # vLLM's short aliases -tp and -q (vllm/engine/arg_utils.py) are read, never written.
     "vllm": EngineFlags(tp=("--tensor-parallel-size", "-tp"), batch=("--max-num-seqs",),
                         quantization=("--quantization", "-q"), dtype=("--dtype",),
-                        kv_cache_dtype=("--kv-cache-dtype",), pp=("--pipeline-parallel-size", "-pp")),
+                        kv_cache_dtype=("--kv-cache-dtype",), pp=("--pipeline-parallel-size", "-pp"),
+                        ep_switch=("--enable-expert-parallel",)),
     "sglang": EngineFlags(tp=("--tp-size", "--tensor-parallel-size"), batch=("--max-running-requests",),
                           quantization=("--quantization",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",),
-                          pp=("--pp-size", "--pipeline-parallel-size"), ep=("--ep-size", "--expert-parallel-size")),
+                          pp=("--pp-size", "--pipeline-parallel-size"), ep=("--ep-size", "--expert-parallel-size"),
+                          dp_attention=("--enable-dp-attention",), dp_size=("--dp-size", "--data-parallel-size"),
+                          ep_switch=("--enable-ep-moe",)),
     # TGI: --max-batch-size caps the running batch; --max-concurrent-requests only bounds admission (read as a
     # fallback when no batch cap is given).
     "tgi": EngineFlags(tp=("--num-shard",), batch=("--max-batch-size", "--max-concurrent-requests"),
                        quantization=("--quantize",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",)),
     # trtllm-serve has no precision or KV dtype flag (they come from the checkpoint and the options file).
-    "tensorrt-llm": EngineFlags(tp=("--tp_size",), batch=("--max_batch_size",), pp=("--pp_size",)),
+    # trtllm-serve: `--ep_size` (`--ep` in trtllm-bench) and the LLM API options file's `enable_attention_dp: true`
+    # (--extra_llm_api_options).
+    "tensorrt-llm": EngineFlags(tp=("--tp_size",), batch=("--max_batch_size",), pp=("--pp_size",),
+                                ep=("--ep_size",), option_keys=("enable_attention_dp",), bench_ep=("--ep",)),
     "lmdeploy": EngineFlags(tp=("--tp",), batch=("--max-batch-size",), dtype=("--dtype",)),
 }
 
 
 def flag_spellings(role: str, engine: str | None = None) -> tuple[str, ...]:
-    """Every spelling of `role` ("tp", "batch", "quantization", "dtype", "kv_cache_dtype", "pp", "ep") in ENGINE_FLAGS,
+    """Every spelling of `role` (`EngineFlags.roles`: "tp", "batch", ..., "dp_attention") in ENGINE_FLAGS,
     `engine`'s first (a Deployment may run another engine than its plan names: all are read)."""
     order = [engine] if engine in ENGINE_FLAGS else []
     order += [name for name in ENGINE_FLAGS if name != engine]
@@ -122,6 +139,23 @@ def flag_spellings(role: str, engine: str | None = None) -> tuple[str, ...]:
     for name in order:
         spellings += [flag for flag in ENGINE_FLAGS[name].roles[role] if flag not in spellings]
     return tuple(spellings)
+
+
+def stated_layout(text: str) -> tuple[bool, bool]:
+    """(data-parallel attention, expert parallelism) as a command line or a description of one states them, read
+    with the spellings of ENGINE_FLAGS only: a data-parallel-attention switch or option key (`key: true`), an
+    expert-parallel size above 1 or an expert-parallel switch (any engine's, since a text may name any)."""
+    def switch(flags: tuple[str, ...]) -> bool:
+        return any(re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text) for flag in flags)
+
+    keys = tuple(key for flags in ENGINE_FLAGS.values() for key in flags.option_keys)
+    dp = switch(flag_spellings("dp_attention")) or any(
+        re.search(rf"\b{re.escape(key)}[\s:=`'\"]*(?:true|True)\b", text) for key in keys)
+    bench = tuple(flag for flags in ENGINE_FLAGS.values() for flag in flags.bench_ep)
+    sizes = [int(m.group(1)) for flag in (*flag_spellings("ep"), *bench)
+             for m in re.finditer(rf"(?<![\w-]){re.escape(flag)}[\s=]+(\d+)", text)]
+    ep = any(size > 1 for size in sizes) or switch(flag_spellings("ep_switch"))
+    return dp, ep
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import numpy as np
 
 from inferplan.planner.architectures import ModelArchitecture, resolve_model
 from inferplan.planner.datasets import DatasetLengths, dataset_lengths, sample_lengths
+from inferplan.planner.engine_args import stated_layout
 from inferplan.planner.engines import (
     EngineProfile,
     EngineSettings,
@@ -130,22 +131,13 @@ class _Resolved:
     expert_parallel: bool = False  # the MoE layers expert-parallel over them
 
 
-# How a run's notes state its layout: TensorRT-LLM's `enable_attention_dp: true` (LLM API options) and `--ep N`
-# (trtllm-bench), SGLang's `--enable-dp-attention` and `--ep-size N` / `--expert-parallel-size N` / `--enable-ep-moe`,
-# vLLM's `--enable-expert-parallel`.
-_DP_ATTENTION = re.compile(r"enable_attention_dp[\s:=`'\"]*(?:true|True)|--enable-dp-attention\b")
-_EXPERT_PARALLEL = re.compile(r"(?:--ep|--ep-size|--expert-parallel-size|--moe-ep-size)[\s=]+([2-9]|\d\d+)\b"
-                              r"|--enable-ep-moe\b|--enable-expert-parallel\b|enable_expert_parallel[\s:=`'\"]*"
-                              r"(?:true|True)")
-
-
 def replica_layout(notes: str, arch: ModelArchitecture) -> tuple[bool, bool]:
     """(data-parallel attention, expert-parallel MoE) as a run's notes state its launch; expert parallelism only for
     a mixture of experts. The scenario format has no field for either, so the engines' own flags in the notes are
-    read (`SCENARIOS.md`: the notes hold the command)."""
-    dp = bool(_DP_ATTENTION.search(notes))
-    ep = arch.is_moe and bool(_EXPERT_PARALLEL.search(notes))
-    return dp, ep
+    read (`SCENARIOS.md`: the notes hold the command), with the spellings of the launch table
+    (`engine_args.stated_layout`)."""
+    dp, ep = stated_layout(notes)
+    return dp, ep and arch.is_moe
 
 
 def _resolve(row: Scenario) -> _Resolved | str:

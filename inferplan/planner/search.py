@@ -374,7 +374,7 @@ def dp_attention_possible(req: PlanRequest) -> bool:
     tensor-parallel rank would otherwise hold whole."""
     line = version_line(req.engine, req.engine_version)
     return (req.engine == "sglang" and req.arch.is_mla and bool(line)
-            and "--enable-dp-attention" in engine_flags()["sglang"][line]["flags"])
+            and ENGINE_FLAGS["sglang"].dp_attention[0] in engine_flags()["sglang"][line]["flags"])
 
 
 def expert_parallel_possible(req: PlanRequest) -> bool:
@@ -383,7 +383,7 @@ def expert_parallel_possible(req: PlanRequest) -> bool:
     if not dp_attention_possible(req) or req.arch.num_experts <= 0:
         return False
     flags = engine_flags()["sglang"][version_line(req.engine, req.engine_version)]["flags"]
-    return "--ep-size" in flags and ("--moe-a2a-backend" in flags or "--enable-deepep-moe" in flags)
+    return ENGINE_FLAGS["sglang"].ep[0] in flags and ("--moe-a2a-backend" in flags or "--enable-deepep-moe" in flags)
 
 
 def pipeline_possible(req: PlanRequest) -> bool:

@@ -153,7 +153,8 @@ def kv_hint(checkpoint: Checkpoint | str) -> str | None:
 
 def dp_attention_args(tp: int) -> list[str]:
     """SGLang's arguments for data-parallel attention over a replica's `tp` ranks."""
-    return ["--enable-dp-attention", "--dp-size", str(tp)]
+    flags = ENGINE_FLAGS["sglang"]
+    return [flags.dp_attention[0], flags.dp_size[0], str(tp)]
 
 
 def expert_parallel_args(engine_version: str | None, tp: int) -> list[str]:
