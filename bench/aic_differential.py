@@ -62,13 +62,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from inferplan.planner.architectures import ModelArchitecture, resolve_model
-from inferplan.planner.engines import engine_profile
-from inferplan.planner.factors import EngineFactors, load_factors
-from inferplan.planner.gpus import GpuSpec, resolve_gpu
-from inferplan.planner.memory import kv_bytes_per_token_per_gpu, weight_bytes
-from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.performance import (
+from inferplan.planner.catalog.architectures import ModelArchitecture, resolve_model
+from inferplan.planner.catalog.engines import engine_profile
+from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.factors import EngineFactors, load_factors
+from inferplan.planner.model.memory import kv_bytes_per_token_per_gpu, weight_bytes
+from inferplan.planner.model.performance import (
     allreduce_s,
     attention_flops,
     build_hardware,
@@ -77,7 +77,7 @@ from inferplan.planner.performance import (
     experts_touched_fraction,
     prefill_s,
 )
-from inferplan.planner.precisions import weight_precision
+from inferplan.planner.names import CatalogLookupError
 
 INSTALL_HINT = "pip install aiconfigurator-core pyarrow pandas"
 

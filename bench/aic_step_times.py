@@ -11,7 +11,7 @@ B200) and an engine it has a backend for (vllm, sglang, trtllm), the script prin
 
   * measured: the line's value, as ms (decode_tps_single becomes 1000 / value);
   * planner: `decode_step_s(hw, batch, context)` or `prefill_s(hw, prompt, batch)` with `hw` built as
-    inferplan.planner.predict builds it and the shipped fitted factors (`load_factors()`);
+    inferplan.planner.calibration.predict builds it and the shipped fitted factors (`load_factors()`);
   * AIC: the step assembled from AIConfigurator's measured tables (best kernel per shape) for the line's
     GPU and engine, newest table version (found as bench/aic_tables.py finds it):
       decode at batch b, context c, per layer times the number of layers: QKV GEMM (m=b, n=(H/TP+2*KVr)*d,
@@ -60,16 +60,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferplan.planner.architectures import ModelArchitecture, resolve_model
-from inferplan.planner.datasets import dataset_lengths
-from inferplan.planner.engines import engine_profile, factor_key
-from inferplan.planner.factors import FactorSet, load_factors
-from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.calibration.predict import checkpoint_named
+from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
+from inferplan.planner.catalog.architectures import ModelArchitecture, resolve_model
+from inferplan.planner.catalog.datasets import dataset_lengths
+from inferplan.planner.catalog.engines import engine_profile, factor_key
+from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.precisions import kv_dtype_bytes, resolve_kv_dtype, weight_precision
+from inferplan.planner.model.factors import FactorSet, load_factors
+from inferplan.planner.model.performance import Hardware, build_hardware, decode_step_s, prefill_s
 from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.performance import Hardware, build_hardware, decode_step_s, prefill_s
-from inferplan.planner.precisions import kv_dtype_bytes, resolve_kv_dtype, weight_precision
-from inferplan.planner.predict import checkpoint_named
-from inferplan.planner.scenarios import Scenario, read_scenarios
 
 
 def _load_aic_tables() -> ModuleType:
@@ -455,7 +455,7 @@ def aic_step_ms(aic: AicData, c: Case, tokens: float, batch: int, context: float
 
 
 def planner_hardware(c: Case, factors: FactorSet) -> Hardware:
-    """`hw` as inferplan.planner.predict._hardware builds it."""
+    """`hw` as inferplan.planner.calibration.predict._hardware builds it."""
     row = c.row
     assert row.gpu is not None and row.engine is not None
     gpu = resolve_gpu(row.gpu)

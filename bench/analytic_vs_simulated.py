@@ -19,10 +19,10 @@ import math
 import statistics
 from pathlib import Path
 
-from inferplan.planner import serving
-from inferplan.planner.search import plan
+from inferplan.planner.model import serving
+from inferplan.planner.search.plan import plan
+from inferplan.planner.simulation.verification import VERIFY_REQUESTS, simulate_candidate, steady_requests, warmup_s
 from inferplan.planner.spec import load_plan_file, resolve_plan
-from inferplan.planner.verification import VERIFY_REQUESTS, simulate_candidate, steady_requests, warmup_s
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -139,7 +139,7 @@ def _scaled(dist: dict[str, Any], factor: float) -> dict[str, Any]:
 
 def make_plans(count: int, namespaces: list[str], seed: int) -> list[dict[str, Any]]:
     """`count` plans with `expected` (None: Ready=True; else the Ready=False reason) and `l40s` (can use L40S)."""
-    from inferplan.planner.gpus import resolve_gpu
+    from inferplan.planner.catalog.gpus import resolve_gpu
 
     rng = random.Random(seed)
     bases = example_specs()
@@ -427,7 +427,7 @@ def churn(seconds: float, core: Any, layout: dict[str, tuple[int, int]], by_key:
     """Step 6: a node joins and another leaves every second for `seconds` (never L40S, whose count step 5 set),
     then wait until every plan's answer holds the final inventory (the operator's log); print the writes, how
     many changed no answer, and the re-plans that wrote nothing."""
-    from inferplan.planner.gpus import resolve_gpu
+    from inferplan.planner.catalog.gpus import resolve_gpu
 
     rng = random.Random(seed + 1)
     live = {product: [node_name(product, n) for n in range(count)] for product, (count, _) in layout.items()

@@ -32,10 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from inferplan.planner.architectures import load_model_catalog
-from inferplan.planner.engines import SERVED_PRECISIONS
-from inferplan.planner.gpus import load_gpu_catalog
-from inferplan.planner.search import BATCH_SIZES, plan
+from inferplan.planner.catalog.architectures import load_model_catalog
+from inferplan.planner.catalog.engines import SERVED_PRECISIONS
+from inferplan.planner.catalog.gpus import load_gpu_catalog
+from inferplan.planner.search.plan import BATCH_SIZES, plan
 from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_plan
 
 REPO = Path(__file__).resolve().parents[1]

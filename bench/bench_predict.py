@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
-from inferplan.planner.predict import predict_scenarios
-from inferplan.planner.scenarios import Scenario, read_scenarios
+from inferplan.planner.calibration.predict import predict_scenarios
+from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "accuracy" / "scenarios.jsonl"

@@ -16,8 +16,8 @@ while it simulates N/4, N/2 and N requests with round robin, and the growth per 
 simulator keeps Python objects only for the requests in flight plus one chunk; what grows with N is its
 numpy results and their temporaries (about a dozen 8-byte values per request).
 
-`--spread SEEDS`: the closed-form checks of tests/planner/test_simulate.py (mean waits of M/M/1, M/D/1, M/M/4 and
-of the engine simulator as M/D/1 and M/G/1, 100k requests each) over that many seeds: mean, standard
+`--spread SEEDS`: the closed-form checks of tests/planner/simulation/test_simulate.py (mean waits of M/M/1, M/D/1,
+M/M/4 and of the engine simulator as M/D/1 and M/G/1, 100k requests each) over that many seeds: mean, standard
 deviation and largest absolute value of the relative error, plain and with the control variate, which is
 what justifies their 3% tolerance.
 """
@@ -33,15 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-from inferplan.planner.architectures import resolve_model
-from inferplan.planner.engines import engine_profile
-from inferplan.planner.factors import load_factors
-from inferplan.planner.gpus import resolve_gpu
-from inferplan.planner.memory import kv_cache_tokens
-from inferplan.planner.performance import Hardware, build_hardware
-from inferplan.planner.precisions import weight_precision
-from inferplan.planner.serving import poisson_capacity
-from inferplan.planner.simulate import generate_workload, simulate
+from inferplan.planner.catalog.architectures import resolve_model
+from inferplan.planner.catalog.engines import engine_profile
+from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.factors import load_factors
+from inferplan.planner.model.memory import kv_cache_tokens
+from inferplan.planner.model.performance import Hardware, build_hardware
+from inferplan.planner.model.serving import poisson_capacity
+from inferplan.planner.simulation.simulate import generate_workload, simulate
 
 REPLICAS, MAX_BATCH, CHUNK, PROMPT, OUTPUT, LOAD = 8, 256, 8192, 1000, 250, 0.8
 
@@ -108,7 +108,7 @@ def main() -> None:
 
 def spread(seeds: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checks live in the tests
-    from tests.planner.test_simulate import engine_md1_case, engine_mg1_case, md1_case, mm1_case, mmc_case
+    from tests.planner.simulation.test_simulate import engine_md1_case, engine_mg1_case, md1_case, mm1_case, mmc_case
 
     print(f"relative error of the mean wait over {seeds} seeds (100k requests each): mean, sd, max |error|")
     for case in (mm1_case, md1_case, mmc_case, engine_md1_case, engine_mg1_case):

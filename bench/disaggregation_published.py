@@ -37,15 +37,15 @@ import argparse
 import copy
 from typing import Any
 
-from inferplan.planner.engines import ENGINES
-from inferplan.planner.factors import load_factors
-from inferplan.planner.gpus import resolve_gpu
-from inferplan.planner.performance import build_hardware
-from inferplan.planner.precisions import weight_precision
+from inferplan.planner.catalog.engines import ENGINES
+from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.factors import load_factors
+from inferplan.planner.model.performance import build_hardware
+from inferplan.planner.model.serving import single_stream
 from inferplan.planner.results import Candidate
-from inferplan.planner.serving import single_stream
+from inferplan.planner.simulation.verification import planned
 from inferplan.planner.spec import PlanRequest, parse_plan, resolve_plan
-from inferplan.planner.verification import planned
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "distserve-chatbot": {

@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from inferplan.planner.calibrate import calibrate, unmodelled
-from inferplan.planner.factors import load_factors
-from inferplan.planner.gpus import resolve_gpu
-from inferplan.planner.kernels import kernel_basis
-from inferplan.planner.predict import predict_scenarios
-from inferplan.planner.scenarios import Scenario, read_scenarios
+from inferplan.planner.calibration.calibrate import calibrate, unmodelled
+from inferplan.planner.calibration.predict import predict_scenarios
+from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
+from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.model.factors import load_factors
+from inferplan.planner.model.kernels import kernel_basis
 
 REPO = Path(__file__).resolve().parents[1]
 ACCURACY = REPO.parent / "shared" / "accuracy"

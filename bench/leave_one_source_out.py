@@ -37,11 +37,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from inferplan.planner.accuracy import score
-from inferplan.planner.calibrate import calibrate, engine_targets, fittable_lines, training_rows, unmodelled
-from inferplan.planner.factors import FactorSet, load_factors, parse_factors
-from inferplan.planner.predict import predict_scenarios
-from inferplan.planner.scenarios import Scenario, read_scenarios
+from inferplan.planner.calibration.accuracy import score
+from inferplan.planner.calibration.calibrate import calibrate, engine_targets, fittable_lines, training_rows, unmodelled
+from inferplan.planner.calibration.predict import predict_scenarios
+from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
+from inferplan.planner.model.factors import FactorSet, load_factors, parse_factors
 from inferplan.progress import ProgressLine, write_atomically
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from inferplan.planner.calibrate import row_line
-from inferplan.planner.engines import base_line
-from inferplan.planner.factors import load_factors, parse_factors
-from inferplan.planner.predict import predict_scenarios
-from inferplan.planner.scenarios import read_scenarios
+from inferplan.planner.calibration.calibrate import row_line
+from inferplan.planner.calibration.predict import predict_scenarios
+from inferplan.planner.calibration.scenarios import read_scenarios
+from inferplan.planner.catalog.engines import base_line
+from inferplan.planner.model.factors import load_factors, parse_factors
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = (REPO.parent / "shared" / "accuracy" / "scenarios.jsonl",

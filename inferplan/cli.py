@@ -28,7 +28,7 @@ def _importing() -> Iterator[None]:
     otherwise. pydantic looks for plugins (a scan of every installed package's entry points, about 13 ms) when
     the first model is built; the command line uses none, so they are off unless PYDANTIC_DISABLE_PLUGINS says
     otherwise. Nothing changes for a process that has imported the planner already (a second command)."""
-    if "inferplan.planner.search" in sys.modules:
+    if "inferplan.planner.search.plan" in sys.modules:
         yield
         return
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -50,7 +50,7 @@ def _example_path() -> Path:
 
 
 def _read(path: str | None) -> tuple[list, list]:
-    from inferplan.planner.scenarios import read_scenarios
+    from inferplan.planner.calibration.scenarios import read_scenarios
 
     source = Path(path) if path else _example_path()
     parsed = read_scenarios(source)
@@ -62,13 +62,13 @@ def _read(path: str | None) -> tuple[list, list]:
 def _factors(path: str | None):  # -> FactorSet | None
     if not path:
         return None
-    from inferplan.planner.factors import parse_factors
+    from inferplan.planner.model.factors import parse_factors
 
     return parse_factors(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from inferplan.planner.predict import predict_scenarios
+    from inferplan.planner.calibration.predict import predict_scenarios
 
     scenarios, _ = _read(args.scenarios)
     predictions = predict_scenarios(scenarios, _factors(args.factors))
@@ -92,11 +92,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_accuracy(args: argparse.Namespace) -> int:
-    from inferplan.planner.accuracy import format_report, score
-    from inferplan.planner.predict import predict_scenarios
+    from inferplan.planner.calibration.accuracy import format_report, score
+    from inferplan.planner.calibration.predict import predict_scenarios
 
     scenarios, errors = _read(args.scenarios)
-    from inferplan.planner.factors import load_factors
+    from inferplan.planner.model.factors import load_factors
 
     factors = _factors(args.factors) or load_factors()
     report = score(scenarios, predict_scenarios(scenarios, factors), factors)
@@ -117,7 +117,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     written = False
     try:
-        from inferplan.planner.calibrate import CalibrationProgress, calibrate, format_calibration
+        from inferplan.planner.calibration.calibrate import CalibrationProgress, calibrate, format_calibration
 
         scenarios = [row for path in args.scenarios for row in _read(path)[0]]
         with ProgressLine(sys.stderr) as bar:
@@ -159,7 +159,7 @@ def _load_plan(file: str | None):  # -> PlanRequest | None
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     with _importing():
-        from inferplan.planner.verification import planned
+        from inferplan.planner.simulation.verification import planned
 
     request = _load_plan(args.file)
     if request is None:
@@ -184,7 +184,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
     if args.kind == "gpus":
-        from inferplan.planner.gpus import load_gpu_catalog
+        from inferplan.planner.catalog.gpus import load_gpu_catalog
         from inferplan.tables import format_gpus
 
         gpus = list(load_gpu_catalog())
@@ -196,7 +196,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
         else:
             print(format_gpus(gpus))
         return 0
-    from inferplan.planner.architectures import load_model_catalog
+    from inferplan.planner.catalog.architectures import load_model_catalog
     from inferplan.tables import format_models
 
     models = list(load_model_catalog())
@@ -213,8 +213,8 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from inferplan.planner.results import replica_shape
-    from inferplan.planner.simulate import read_trace
-    from inferplan.planner.verification import compare, planned, simulate_candidate
+    from inferplan.planner.simulation.simulate import read_trace
+    from inferplan.planner.simulation.verification import compare, planned, simulate_candidate
 
     request = _load_plan(args.file)
     if request is None:
@@ -258,7 +258,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     """Plan (as `inferplan plan`), simulate the recommendation (as `inferplan simulate`) and write the HTML report."""
     from inferplan.deploy.reviewed import is_read_back, plan_name
-    from inferplan.planner.verification import planned, simulate_candidate
+    from inferplan.planner.simulation.verification import planned, simulate_candidate
     from inferplan.report import render_report
 
     read = _read_manifest(args.file)
@@ -364,7 +364,7 @@ def _render_candidate(args: argparse.Namespace, raw, request):  # -> Candidate |
     answers an earlier generation of its spec (unless --allow-stale-status); None (reasons printed) for a plan file
     without a feasible deployment."""
     from inferplan.deploy.reviewed import reviewed_recommendation
-    from inferplan.planner.verification import planned
+    from inferplan.planner.simulation.verification import planned
 
     reviewed = reviewed_recommendation(raw, allow_stale=args.allow_stale_status)
     if reviewed is not None:

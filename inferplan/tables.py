@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from inferplan.planner.architectures import ModelArchitecture
-from inferplan.planner.engine_args import DYNAMO_ENTRY_POINTS
-from inferplan.planner.gpus import GpuSpec, resolve_gpu
+from inferplan.planner.catalog.architectures import ModelArchitecture
+from inferplan.planner.catalog.engine_args import DYNAMO_ENTRY_POINTS
+from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, Percentiles, PlanResult, replica_shape
-from inferplan.planner.search_core import PRACTICAL_COST_FACTOR
+from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
 from inferplan.planner.spec import PlanRequest
 
 

@@ -27,9 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inferplan.planner.accuracy import row_evidence
-from inferplan.planner.calibrate import fittable_lines, row_line, training_rows
-from inferplan.planner.intervals import (
+from inferplan.planner.calibration.accuracy import row_evidence
+from inferplan.planner.calibration.calibrate import fittable_lines, row_line, training_rows
+from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
+from inferplan.planner.model.intervals import (
     DEFAULT_CONFIDENCE,
     MIN_ROWS,
     IntervalTable,
@@ -37,7 +38,6 @@ from inferplan.planner.intervals import (
     derive,
     gpu_family,
 )
-from inferplan.planner.scenarios import Scenario, read_scenarios
 from inferplan.progress import write_atomically
 
 REPO = Path(__file__).resolve().parents[1]

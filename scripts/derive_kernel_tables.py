@@ -8,7 +8,7 @@ the project depends on):
 `aiconfigurator-core` 0.12.0 (Apache-2.0, PyPI; data at ai-dynamo/aiconfigurator commit 095f58a5) ships
 per-operator latencies measured on each GPU under each engine's kernels:
 aiconfigurator_core/systems/data/<system>/<op>/<backend>/<version>/*.parquet, with each system's peaks in
-systems/<system>.yaml. This script reduces them to what `inferplan.planner.kernels` reads, per system:
+systems/<system>.yaml. This script reduces them to what `inferplan.planner.model.kernels` reads, per system:
 
 - `gemm[backend][dtype]`: latency [us] of y = x W on a grid of M (tokens) x N x K, the fastest kernel the
   backend's table holds for each shape (the table's own values; a grid point the table lacks, the A100 tables'
@@ -402,7 +402,8 @@ def derive(systems: Path, check: list[str]) -> dict[str, Any]:
     """Every system's tables, as `kernels.json` holds them."""
     result: dict[str, Any] = {
         "meta": {
-            "about": "Measured kernel latencies reduced for inferplan's step-time model (inferplan/planner/kernels.py)",
+            "about": ("Measured kernel latencies reduced for inferplan's step-time model "
+                      "(inferplan/planner/model/kernels.py)"),
             "source": SOURCE,
             "licence": "Apache-2.0; see NOTICE and inferplan/planner/data/LICENSE-aiconfigurator",
             "derived_by": "scripts/derive_kernel_tables.py",

@@ -10,8 +10,9 @@ Each table of docs/accuracy.md sits between `<!-- MARKER:begin -->` and `<!-- MA
 the rows are what `inferplan accuracy --scenarios FILE` prints with the shipped factors, in the same order. The
 README's summary (between `<!-- accuracy-summary:begin -->` and `<!-- accuracy-summary:end -->`) carries each file's
 overall row; its held-out row comes from `bench/leave_one_source_out.py` and is left as it is. `--check` writes
-nothing and exits 1 when a table differs from what the model gives now. tests/planner/test_accuracy_regression.py
-holds the model to these tables (within 3 points) and the README's summary to docs/accuracy.md.
+nothing and exits 1 when a table differs from what the model gives now.
+tests/planner/calibration/test_accuracy_regression.py holds the model to these tables (within 3 points) and the
+README's summary to docs/accuracy.md.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import re
 import sys
 from pathlib import Path
 
-from inferplan.planner.accuracy import AccuracyReport, score
-from inferplan.planner.predict import predict_scenarios
-from inferplan.planner.scenarios import read_scenarios
+from inferplan.planner.calibration.accuracy import AccuracyReport, score
+from inferplan.planner.calibration.predict import predict_scenarios
+from inferplan.planner.calibration.scenarios import read_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "accuracy.md"

@@ -17,8 +17,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from inferplan.planner.gpus import load_gpu_catalog
-from inferplan.planner.observed import CurrentShape, predict_current
+from inferplan.planner.calibration.observed import CurrentShape, predict_current
+from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, rounded
 from inferplan.planner.spec import PlanRequest

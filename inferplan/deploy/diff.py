@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferplan.planner.gpus import GPU_VENDORS
+from inferplan.planner.catalog.gpus import GPU_VENDORS
 
 GPU_RESOURCES = tuple(vendor.resource for vendor in GPU_VENDORS.values())
 """Extended resources a GPU container asks for; the engine's container is the one that asks for one."""

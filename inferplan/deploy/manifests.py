@@ -21,12 +21,12 @@ from typing import Any
 import yaml
 
 from inferplan.deploy.bounds import replica_bounds
-from inferplan.planner.checkpoints import download_bytes
-from inferplan.planner.engine_args import DEFAULT_VERSIONS, router_flags, version_line
-from inferplan.planner.engines import parse_version
-from inferplan.planner.gpus import GPU_VENDORS, GpuSpec, load_gpu_catalog
-from inferplan.planner.memory import weight_bytes
-from inferplan.planner.precisions import weight_precision
+from inferplan.planner.catalog.checkpoints import download_bytes
+from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, router_flags, version_line
+from inferplan.planner.catalog.engines import parse_version
+from inferplan.planner.catalog.gpus import GPU_VENDORS, GpuSpec, load_gpu_catalog
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.memory import weight_bytes
 from inferplan.planner.results import Candidate
 from inferplan.planner.spec import PlanRequest
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from inferplan.planner.gpus import AMD, NVIDIA, GpuVendor, parse_gpu_product, resolve_gpu
+from inferplan.planner.catalog.gpus import AMD, NVIDIA, GpuVendor, parse_gpu_product, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.spec import NETWORK_LABEL
 

@@ -37,15 +37,7 @@ from inferplan.operator.status import (
     assemble_status,
     make_condition,
 )
-from inferplan.planner.checkpoint_repos import checkpoint_of_repo
-from inferplan.planner.checkpoints import SIXTEEN_BIT, Checkpoint
-from inferplan.planner.engine_args import flag_spellings
-from inferplan.planner.engines import ENGINES
-from inferplan.planner.factors import load_factors
-from inferplan.planner.gpus import GPU_VENDORS, resolve_gpu
-from inferplan.planner.intervals import gpu_family
-from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.observed import (
+from inferplan.planner.calibration.observed import (
     QUANTILE_NAMES,
     CurrentPrediction,
     CurrentShape,
@@ -56,8 +48,16 @@ from inferplan.planner.observed import (
     with_workload,
     worst,
 )
-from inferplan.planner.online import Calibration, calibrated_factors, update_calibration
-from inferplan.planner.precisions import weight_precision
+from inferplan.planner.calibration.online import Calibration, calibrated_factors, update_calibration
+from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
+from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
+from inferplan.planner.catalog.engine_args import flag_spellings
+from inferplan.planner.catalog.engines import ENGINES
+from inferplan.planner.catalog.gpus import GPU_VENDORS, resolve_gpu
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.factors import load_factors
+from inferplan.planner.model.intervals import gpu_family
+from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.spec import Observe, PlanError, PlanRequest
 
 DeploymentReader = Callable[[str], Mapping[str, Any] | None]  # name -> the Deployment (dict) or None if absent

@@ -21,16 +21,16 @@ from inferplan.operator.cluster_spec import ConfigMapReader, error_reason, parse
 from inferplan.operator.inventory import Inventory
 from inferplan.operator.observing import recorded_calibration
 from inferplan.operator.status import DeploymentChange, ManifestsRef
-from inferplan.planner.factors import FactorSet, load_factors
-from inferplan.planner.observed import ObservedWorkload, planning_request
-from inferplan.planner.online import calibrated_factors
+from inferplan.planner.calibration.observed import ObservedWorkload, planning_request
+from inferplan.planner.calibration.online import calibrated_factors
+from inferplan.planner.model.factors import FactorSet, load_factors
 from inferplan.planner.results import Candidate, PlanResult
-from inferplan.planner.search import count_bounds
+from inferplan.planner.search.plan import count_bounds
+from inferplan.planner.simulation.verification import planned
 from inferplan.planner.spec import (
     PlanError,
     PlanRequest,
 )
-from inferplan.planner.verification import planned
 
 MAX_PATCH_CHARS = 16384  # DeploymentChange.patch's bound in the status schema
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.catalog.gpus import resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 
 REPLAN_TOLERANCE = 0.05

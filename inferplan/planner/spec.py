@@ -38,18 +38,18 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from inferplan.planner.architectures import (
+from inferplan.planner.catalog.architectures import (
     ModelArchitecture,
     architecture_from_inline,
     load_config_json,
     resolve_model,
 )
-from inferplan.planner.checkpoints import native_precision
-from inferplan.planner.datasets import DatasetLengths, dataset_lengths
-from inferplan.planner.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS
-from inferplan.planner.gpus import load_gpu_catalog, parse_gpu_product, resolve_gpu
+from inferplan.planner.catalog.checkpoints import native_precision
+from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
+from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS
+from inferplan.planner.catalog.gpus import load_gpu_catalog, parse_gpu_product, resolve_gpu
+from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.precisions import weight_precision
 from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.resource import API_VERSION, KIND
 

@@ -21,7 +21,7 @@ import yaml
 
 from inferplan.cli import main
 from inferplan.deploy.manifests import manifests_digest
-from inferplan.planner.factors import parse_factors
+from inferplan.planner.model.factors import parse_factors
 from inferplan.planner.results import Candidate, PlanResult, replica_shape
 from tests.support.plans import EXAMPLES, example_spec, planned
 

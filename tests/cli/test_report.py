@@ -21,10 +21,10 @@ import yaml
 
 from inferplan.cli import main
 from inferplan.planner.results import PlanResult
-from inferplan.planner.search import plan
-from inferplan.planner.simulate import SimulationResult
+from inferplan.planner.search.plan import plan
+from inferplan.planner.simulation.simulate import SimulationResult
+from inferplan.planner.simulation.verification import simulate_candidate
 from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
-from inferplan.planner.verification import simulate_candidate
 from inferplan.report import frontier_in_plane, nice_ticks, render_report, simulation_flags
 from tests.support.plans import example_spec
 

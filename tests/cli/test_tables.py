@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.results import Candidate, Infeasible, PlanResult
-from inferplan.planner.search import plan
+from inferplan.planner.search.plan import plan
 from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
 from inferplan.tables import format_plan, latency_figures
 

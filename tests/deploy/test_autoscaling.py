@@ -23,7 +23,7 @@ from inferplan.deploy.autoscaling import (
 from inferplan.deploy.bounds import PESSIMISTIC_CEILING, pessimistic_replicas, replica_bounds
 from inferplan.deploy.manifests import render
 from inferplan.observe.engine_metrics import FAMILIES
-from inferplan.planner.observed import CurrentShape, predict_current
+from inferplan.planner.calibration.observed import CurrentShape, predict_current
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import Candidate, Intervals, PercentileIntervals, Percentiles
 from inferplan.planner.spec import PlanRequest

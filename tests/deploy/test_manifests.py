@@ -27,8 +27,8 @@ from inferplan.deploy.manifests import (
     render,
     to_yaml,
 )
-from inferplan.planner.engine_args import DEFAULT_VERSIONS, flag_problems, router_flag_problems
-from inferplan.planner.gpus import GPU_VENDORS, load_gpu_catalog
+from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, flag_problems, router_flag_problems
+from inferplan.planner.catalog.gpus import GPU_VENDORS, load_gpu_catalog
 from inferplan.planner.results import Candidate
 from inferplan.planner.spec import PlanError, PlanRequest, load_plan_file, parse_plan, resolve_plan
 from tests.support.plans import DISAGGREGATED, EXAMPLES, IN_A_NODE, disaggregated, over_two_nodes, planned
@@ -509,7 +509,7 @@ def test_a_name_that_cannot_name_a_service_is_refused() -> None:
 
 @pytest.mark.parametrize("engine", sorted(manifests.SERVING_FLAGS))
 def test_listen_and_metrics_flags_are_accepted_by_every_pinned_engine_line(engine: str) -> None:
-    from inferplan.planner.engine_args import VERSION_LINES, engine_flags
+    from inferplan.planner.catalog.engine_args import VERSION_LINES, engine_flags
 
     for line in engine_flags()[engine]:
         version = engine_flags()[engine][line]["version"]

@@ -24,9 +24,9 @@ import kubernetes
 import pytest
 import yaml
 
-from inferplan.planner.factors import load_factors
-from inferplan.planner.observed import CurrentShape, ObservedWorkload, predict_current, with_workload
-from inferplan.planner.online import Calibration, calibrated_factors
+from inferplan.planner.calibration.observed import CurrentShape, ObservedWorkload, predict_current, with_workload
+from inferplan.planner.calibration.online import Calibration, calibrated_factors
+from inferplan.planner.model.factors import load_factors
 from inferplan.planner.spec import parse_plan, resolve_plan
 from inferplan.resource import GROUP, PLURAL, VERSION
 from tests.support.engine_standin import StandinProcess, free_port, standin_config

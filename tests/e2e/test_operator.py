@@ -28,7 +28,7 @@ from kopf.testing import KopfRunner
 
 from inferplan.operator.inventory import NodeGpus, build_inventory
 from inferplan.operator.reconcile import reconcile_plan
-from inferplan.planner.gpus import resolve_gpu
+from inferplan.planner.catalog.gpus import resolve_gpu
 from inferplan.resource import GROUP, PLURAL, VERSION
 from tests.support.plans import LONG_PROMPTS_PD, example_spec
 

@@ -1,6 +1,6 @@
 """spec.observe (inferplan/operator/observing.py): the current deployment from a Deployment, the comparison and
 its status, and an observation measured in one process and assessed in another. The observed-workload floor
-and online calibration: tests/planner/test_observed.py and tests/planner/test_online.py."""
+and online calibration: tests/planner/calibration/test_observed.py and tests/planner/calibration/test_online.py."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from inferplan.operator.observing import (
     resolve_current,
 )
 from inferplan.operator.status import PlanStatus, PredictionStatus
-from inferplan.planner.engine_args import ENGINE_FLAGS
-from inferplan.planner.observed import CurrentShape, compare, predict_current
+from inferplan.planner.calibration.observed import CurrentShape, compare, predict_current
+from inferplan.planner.catalog.engine_args import ENGINE_FLAGS
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.spec import Observe, load_plan_file, parse_plan, resolve_plan
 from tests.support.engine_standin import standin_config
@@ -66,7 +66,7 @@ def test_a_vllm_deployment_tells_replicas_gpu_tp_batch_precision_and_kv() -> Non
 def test_the_batch_of_a_tgi_deployment_the_planner_wrote_is_its_batch_cap() -> None:
     # The planner's TGI arguments carry --max-batch-size (the cap) and a larger --max-concurrent-requests
     # (admission): the batch read back is the cap, wherever each stands.
-    from inferplan.planner.search import plan
+    from inferplan.planner.search.plan import plan
 
     tgi = resolve_plan(load_plan_file(EXAMPLE.parents[1] / "platform" / "tgi-mistral-7b.yaml"))
     c = plan(tgi).recommendation
@@ -367,7 +367,7 @@ def test_an_observation_is_read_in_one_step_and_assessed_in_another_process(engi
 def test_the_deployment_the_planner_wrote_reads_back_as_planned(engine: str) -> None:
     """engine_launch writes and read_deployment reads one table (engine_args.ENGINE_FLAGS): a Deployment
     started with the recommendation's arguments reads back with its tensor-parallel size and batch."""
-    from inferplan.planner.search import plan
+    from inferplan.planner.search.plan import plan
 
     data = yaml.safe_load(EXAMPLE.read_text())
     plan_spec = data.get("spec", data)
@@ -381,7 +381,7 @@ def test_the_deployment_the_planner_wrote_reads_back_as_planned(engine: str) -> 
 def test_a_pipelined_replica_reads_back_with_all_its_stages() -> None:
     """A pod of one pipeline stage (a LeaderWorkerSet leader's arguments) reads back as the whole replica: TP x
     stages GPUs and its stages, so it is predicted as the search planned it."""
-    from inferplan.planner.search import plan
+    from inferplan.planner.search.plan import plan
 
     path = EXAMPLE.parents[1] / "platform" / "llama-405b-bf16-h100.yaml"
     request = resolve_plan(load_plan_file(path))
@@ -403,7 +403,7 @@ def test_a_pipelined_replica_reads_back_with_all_its_stages() -> None:
 def test_a_deployment_with_data_parallel_attention_reads_back_as_such() -> None:
     """SGLang's --enable-dp-attention, as the planner writes it for an MLA model, reads back into the current
     shape, so the running deployment is predicted with the attention it runs."""
-    from inferplan.planner.search import plan
+    from inferplan.planner.search.plan import plan
 
     deepseek = resolve_plan(load_plan_file(EXAMPLE.parents[1] / "platform" / "deepseek-r1-shapes.yaml"))
     deepseek = dataclasses.replace(deepseek, shapes=("aggregated",), max_nodes_per_replica=1)
@@ -430,7 +430,7 @@ def test_a_rendered_deployment_of_a_pre_quantised_checkpoint_reads_back_at_its_p
     """`inferplan render` gives the engine a pre-quantised repository and no quantisation flag (the method is in
     the checkpoint's own config): the precision is read from the checkpoint, not taken as the plan's first (bf16)."""
     from inferplan.deploy.manifests import deployment
-    from inferplan.planner.search import plan
+    from inferplan.planner.search.plan import plan
 
     data = spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"])
     data["model"] = {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16", "fp8"]}

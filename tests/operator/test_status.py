@@ -21,7 +21,7 @@ from inferplan.operator.status import (
     status_patch,
 )
 from inferplan.planner.results import PlanResult, replica_shape
-from inferplan.planner.search import plan
+from inferplan.planner.search.plan import plan
 from inferplan.planner.spec import parse_plan, resolve_plan
 from tests.support.plans import spec
 

@@ -21,8 +21,8 @@ from inferplan.observe.promql import Quantile
 from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory
 from inferplan.operator.observing import Current, ObserveOutcome, observe_status
 from inferplan.operator.status import DeploymentChange, ManifestsRef, PlanStatus, next_status
-from inferplan.planner.observed import CurrentPrediction, CurrentShape, compare
-from inferplan.planner.online import Calibration
+from inferplan.planner.calibration.observed import CurrentPrediction, CurrentShape, compare
+from inferplan.planner.calibration.online import Calibration
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.results import PlanResult
 from inferplan.planner.spec import Observe
@@ -216,7 +216,7 @@ def observe_after_plan_cases(planned: dict[str, dict[str, Any]]) -> dict[str, di
 
 def _planner_results() -> dict[str, PlanResult]:
     """The planner's answers for a feasible and an infeasible plan (only when capturing)."""
-    from inferplan.planner.search import plan
+    from inferplan.planner.search.plan import plan
     from inferplan.planner.spec import parse_plan, resolve_plan
     from tests.support.plans import spec
 

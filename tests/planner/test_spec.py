@@ -327,7 +327,7 @@ def test_default_precisions_per_engine(engine: str, precisions: tuple[str, ...])
 def test_a_model_published_in_another_format_is_planned_in_it_by_default() -> None:
     # gpt-oss ships only as MXFP4: a plan that names no precision tries it after the engine's four, and finds a
     # deployment (before, every default precision lacked a checkpoint and the plan had none).
-    from inferplan.planner.search import plan
+    from inferplan.planner.search.plan import plan
 
     oss = with_(with_(MINIMAL, "model.name", "openai/gpt-oss-20b"), "constraints", {"gpuTypes": ["H100-SXM5-80GB"]})
     req = resolve_plan(parse_plan(oss))
@@ -426,7 +426,7 @@ def test_config_file_is_read_relative_to_the_plan(tmp_path: Path) -> None:
 
 
 def test_an_instruct_model_is_held_to_its_own_configs_context() -> None:
-    from inferplan.planner.search import plan
+    from inferplan.planner.search.plan import plan
 
     spec = with_(MINIMAL, "model", {"name": "Qwen/Qwen2.5-72B-Instruct"})
     spec["workload"] = {"requestsPerSecond": "1", "promptTokens": {"mean": 12000, "p95": 30000},

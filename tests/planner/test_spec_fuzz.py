@@ -3,7 +3,7 @@
 whose every problem names its field, or a CatalogLookupError), never another exception; and a result holds no
 NaN, infinite or negative number anywhere, nor one spelled out in its reasons and warnings.
 
-tests/planner/test_search_fuzz.py draws valid catalog-model specs only, to exercise the search. Here every field of
+tests/planner/search/test_plan_fuzz.py draws valid catalog-model specs only, to exercise the search. Here every field of
 PlanSpec is drawn, each usually valid and sometimes hostile (a wrong type, out of range, an unknown name, unicode,
 a duplicate, an empty or oversized list): model sources (catalog names, unknown names, inline architectures in
 this module's and in config.json vocabulary with odd values, configFile paths that do not exist or hold broken
@@ -26,11 +26,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from inferplan.planner.architectures import load_model_catalog
-from inferplan.planner.gpus import load_gpu_catalog
+from inferplan.planner.catalog.architectures import load_model_catalog
+from inferplan.planner.catalog.gpus import load_gpu_catalog
+from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS
 from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.precisions import WEIGHT_PRECISIONS
-from inferplan.planner.search import plan
+from inferplan.planner.search.plan import plan
 from inferplan.planner.spec import PlanError, PlanSpec, parse_plan, resolve_plan
 from inferplan.resource import API_VERSION, KIND
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inferplan.planner.scenarios import read_scenarios
+from inferplan.planner.calibration.scenarios import read_scenarios
 from inferplan.progress import ProgressLine, format_duration, write_atomically
 
 EXAMPLE = Path(str(resources.files("inferplan.planner").joinpath("data/example-scenarios.jsonl")))

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from inferplan.planner.architectures import resolve_model
-from inferplan.planner.engines import engine_profile
-from inferplan.planner.factors import EngineFactors
-from inferplan.planner.gpus import resolve_gpu
-from inferplan.planner.performance import Hardware, build_hardware
-from inferplan.planner.precisions import weight_precision
+from inferplan.planner.catalog.architectures import resolve_model
+from inferplan.planner.catalog.engines import engine_profile
+from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.factors import EngineFactors
+from inferplan.planner.model.performance import Hardware, build_hardware
 
 # No engine time on top of the kernels: expected step times are the kernels' alone.
 FACTORS = EngineFactors(step_overhead_ms=0.0, sequence_overhead_ms=0.0, request_overhead_ms=0.0,

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from inferplan.planner.results import Candidate
-from inferplan.planner.search import plan
+from inferplan.planner.search.plan import plan
 from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,1 @@
+"""Scenarios, their predictions and accuracy, the fit of the engine factors, online calibration from observations."""

@@ -1,0 +1,566 @@
+"""Predict what a scenario measured: map each scenario row to a deployment and a load, evaluate the
+model for all rows at once, and return a prediction or a reason the row cannot be predicted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from inferplan.planner.calibration.scenarios import Scenario
+from inferplan.planner.catalog.architectures import ModelArchitecture, resolve_model
+from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, sample_lengths
+from inferplan.planner.catalog.engine_args import stated_layout
+from inferplan.planner.catalog.engines import (
+    EngineProfile,
+    EngineSettings,
+    engine_profile,
+    factor_key,
+    sampler_profile_bytes,
+    version_defaults,
+)
+from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
+from inferplan.planner.catalog.precisions import kv_dtype_bytes, weight_precision
+from inferplan.planner.model.factors import EngineFactors, FactorSet, load_factors
+from inferplan.planner.model.memory import (
+    GIB,
+    MemoryPlan,
+    attention_weight_bytes,
+    max_concurrency,
+    plan_memory_for_settings,
+)
+from inferplan.planner.model.performance import (
+    Hardware,
+    build_hardware,
+    stack_hardware,
+    with_dp_attention,
+    with_expert_parallel,
+)
+from inferplan.planner.model.serving import (
+    LoadResult,
+    poisson,
+    poisson_capacity,
+    running_context,
+    single_stream,
+    static_batch,
+)
+from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.quantiles import QUANTILE_VALUES
+from inferplan.planner.simulation.simulate import SimulationResult, arrival_times, simulate, trace_workload
+
+DEFAULT_NUM_PROMPTS = 1000  # vLLM benchmark_serving's default
+
+STARTUP_METRICS = ("kv_cache_tokens", "max_concurrency", "weights_gib", "kv_cache_gib", "activation_peak_gib")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The predicted value of a scenario's metric, or why it has none."""
+
+    id: str
+    metric: str
+    measured: float
+    predicted: float | None
+    skipped: str | None = None
+
+
+def unmodelled(row: Scenario) -> str | None:
+    """Why the step-time model cannot stand for `row`'s deployment, or None: multi-head latent attention
+    (DeepSeek-V2/V3/R1: absorbed decode weights, the latent KV, expert and data parallelism) is not modelled yet, so
+    its rows are scored apart and never fitted on, which would push what the model lacks into the engine terms."""
+    return _unmodelled_model(row.model)
+
+
+@lru_cache(maxsize=1024)
+def _unmodelled_model(model: str) -> str | None:
+    try:
+        arch = resolve_model(model)
+    except CatalogLookupError:
+        return None
+    return "multi-head latent attention (MLA) is not modelled" if arch.is_mla else None
+
+
+def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitecture, gpu: GpuSpec,
+                    gpus_per_instance: int = 1) -> EngineSettings:
+    """Fill the settings a scenario leaves unstated with what the engine, at its version and on its GPU,
+    defaults to (`version_defaults`; docs/engines.md has the sources).
+
+    A stated step budget below the context on an engine that does not chunk by default means chunking was
+    turned on (vLLM V0 needed `--enable-chunked-prefill` for a budget below max_model_len).
+    """
+    max_len = row.max_model_len or arch.max_position_embeddings
+    defaults = version_defaults(engine, row.version, float(gpu.usable_memory_bytes), gpu.key,
+                                gpus_per_instance, max_len)
+    seqs = row.max_num_seqs or defaults.max_num_seqs
+    budget = float(row.max_num_batched_tokens or defaults.step_tokens)
+    chunked = defaults.scheduling.chunked
+    scheduling = defaults.scheduling
+    if not chunked and row.max_num_batched_tokens is not None and row.max_num_batched_tokens < max_len \
+            and engine.name == "vllm":
+        chunked = True
+        scheduling = replace(scheduling, mixed=True, chunked=True)
+    profile = int(min(budget, seqs * max_len)) if math.isfinite(budget) else max(max_len, 2048)
+    return EngineSettings(
+        memory_fraction=row.gpu_memory_utilization or defaults.memory_fraction,
+        max_model_len=max_len,
+        max_num_seqs=seqs,
+        chunk_tokens=budget if chunked else float("inf"),
+        profile_tokens=profile,
+        step_tokens=budget,
+        scheduling=scheduling,
+        activation_scale=defaults.activation_scale,
+        sampler_bytes=sampler_profile_bytes(engine.name, row.version),
+    )
+
+
+def per_rank_batches(settings: EngineSettings, ranks: int) -> EngineSettings:
+    """`settings` of an instance whose `ranks` attention ranks each schedule their own batch (TensorRT-LLM with
+    `enable_attention_dp`: `max_batch_size` and `max_num_tokens` are per rank), as one instance's limits."""
+    chunk = settings.chunk_tokens * ranks if math.isfinite(settings.chunk_tokens) else settings.chunk_tokens
+    return replace(settings, max_num_seqs=settings.max_num_seqs * ranks, step_tokens=settings.step_tokens * ranks,
+                   chunk_tokens=chunk)
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    arch: ModelArchitecture
+    gpu: GpuSpec
+    engine: EngineProfile
+    tp: int
+    pp: int
+    dp_attention: bool = False  # the attention data-parallel over the TP ranks (`replica_layout`)
+    expert_parallel: bool = False  # the MoE layers expert-parallel over them
+
+
+def replica_layout(notes: str, arch: ModelArchitecture) -> tuple[bool, bool]:
+    """(data-parallel attention, expert-parallel MoE) as a run's notes state its launch; expert parallelism only for
+    a mixture of experts. The scenario format has no field for either, so the engines' own flags in the notes are
+    read (`SCENARIOS.md`: the notes hold the command), with the spellings of the launch table
+    (`engine_args.stated_layout`)."""
+    dp, ep = stated_layout(notes)
+    return dp, ep and arch.is_moe
+
+
+def _resolve(row: Scenario) -> _Resolved | str:
+    if row.gpu is None:
+        return "GPU not stated"
+    if row.engine is None:
+        return "engine outside the supported set (named in notes)"
+    tp = row.tensor_parallel
+    if tp is None:
+        if row.gpus // row.pipeline_parallel != 1:
+            return "sharding not stated (tensor_parallel is null)"
+        tp = 1
+    try:
+        gpu = resolve_gpu(row.gpu)
+    except CatalogLookupError as exc:
+        return f"GPU not in the catalog: {exc}"
+    try:
+        arch = resolve_model(row.model)
+    except CatalogLookupError as exc:
+        return f"model not in the catalog: {exc}"
+    try:
+        weight_precision(row.weights)
+    except CatalogLookupError as exc:
+        return f"weight format not supported: {exc}"
+    dp, ep = replica_layout(row.notes, arch) if tp > 1 else (False, False)
+    return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep)
+
+
+@lru_cache(maxsize=8192)
+def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: int, pp: int,
+              engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False) -> Hardware:
+    arch, precision = resolve_model(model), weight_precision(weights)
+    hw = build_hardware(arch, resolve_gpu(gpu), precision, kv, engine_profile(engine), engine_factors, tp, pp)
+    if dp_attention:  # as the search lays a replica out (`search.dp_attention_possible`)
+        hw = with_dp_attention(hw, np.array(True), np.array(attention_weight_bytes(arch, precision)))
+    if expert_parallel:  # one node's GPUs
+        hw = with_expert_parallel(hw, np.array(True), arch, np.array(max(tp, 8)))
+    return hw
+
+
+def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactors:
+    """The engine factors that predict `row`: its engine line's, with the per-request time of an online run being
+    the engine's own (a sourced assumption) plus what the row's harness adds (`FactorSet.harness_for`: fitted per
+    source and engine line; for a pair the factors were not fitted on, the typical one of that engine line)."""
+    line = _factor_key(row, r)
+    engine = factors.engine(line)
+    harness = factors.harness_for(row.source_name, line) if row.load.kind in ONLINE_LOADS else 0.0
+    return replace(engine, request_overhead_ms=engine.request_overhead_ms + harness) if harness else engine
+
+
+def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
+    return _hardware(row.model, row.gpu, r.engine.name, row.weights, _kv_bytes(row, r), r.tp, r.pp,
+                     row_factors(row, r, factors), r.dp_attention, r.expert_parallel)
+
+
+@lru_cache(maxsize=4096)
+def checkpoint_named(notes: str) -> str | None:
+    """The checkpoint a scenario's notes name (`FP8 checkpoint nvidia/Llama-3.1-8B-Instruct-FP8 ...`), or the
+    toolkit that made it (ModelOpt, NIM); None when they name neither."""
+    match = re.search(r"checkpoint\s+([\w.-]+/[\w.-]+)", notes)
+    if match:
+        return match.group(1)
+    for word in ("ModelOpt", "NIM"):
+        if re.search(rf"\b{word}\b", notes):
+            return word.lower()
+    return None
+
+
+def _factor_key(row: Scenario, r: _Resolved) -> str:
+    return factor_key(r.engine.name, row.version, r.gpu.vendor, row.published)
+
+
+def _kv_bytes(row: Scenario, r: _Resolved) -> float:
+    return kv_dtype_bytes(row.kv_cache, row.weights, r.engine.name, checkpoint_named(row.notes))
+
+
+def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> MemoryPlan:
+    engine_factors = factors.engine(_factor_key(row, r))
+    if settings.activation_scale is not None:
+        engine_factors = replace(engine_factors, activation_scale=settings.activation_scale)
+    memory = plan_memory_for_settings(r.arch, r.gpu, weight_precision(row.weights), _kv_bytes(row, r), r.engine,
+                                      (settings,), engine_factors, r.tp, r.pp, r.dp_attention)[0]
+    # Data-parallel attention: each rank's pool holds its own sequences (as the search counts them).
+    return replace(memory, kv_cache_tokens=memory.kv_cache_tokens * r.tp) if r.dp_attention else memory
+
+
+def _startup(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> float | str:
+    memory = _memory(row, r, settings, factors)
+    if row.metric == "weights_gib":
+        return memory.weights_per_gpu / GIB
+    if row.metric == "activation_peak_gib":
+        return memory.activation_per_gpu / GIB
+    if r.engine.memory_mode == "context":
+        return f"{r.engine.name} sizes its KV cache by the configured context, not by a memory pool"
+    if row.metric == "kv_cache_gib":
+        return memory.kv_pool_per_gpu / GIB
+    if row.metric == "kv_cache_tokens":
+        return float(memory.kv_cache_tokens)
+    budget = int(min(settings.chunk_tokens, settings.max_model_len))
+    return max_concurrency(r.arch, memory.kv_cache_tokens, settings.max_model_len, budget, r.engine.kv_block_tokens)
+
+
+def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None) -> list[Prediction]:
+    """Predict every row; rows that cannot be predicted carry the reason in `skipped`."""
+    factors = factors or load_factors()
+    out: list[Prediction | None] = [None] * len(rows)
+    timed: dict[str, list[tuple[int, Scenario, _Resolved, EngineSettings]]] = {}
+    for i, row in enumerate(rows):
+        resolved = _resolve(row)
+        if isinstance(resolved, str):
+            out[i] = Prediction(row.id, row.metric, row.value, None, resolved)
+            continue
+        settings = engine_settings(row, resolved.engine, resolved.arch, resolved.gpu, resolved.tp * resolved.pp)
+        if resolved.dp_attention and resolved.engine.name == "tensorrt-llm":
+            settings = per_rank_batches(settings, resolved.tp)
+        if row.load.kind == "startup" or row.metric in STARTUP_METRICS:
+            if row.load.kind != "startup":
+                value: float | str = "memory metric without a startup load"
+            else:
+                value = _startup(row, resolved, settings, factors)
+            if isinstance(value, str):
+                out[i] = Prediction(row.id, row.metric, row.value, None, value)
+            else:
+                out[i] = Prediction(row.id, row.metric, row.value, value)
+            continue
+        reason = _timing_skip_reason(row, resolved)
+        if reason:
+            out[i] = Prediction(row.id, row.metric, row.value, None, reason)
+            continue
+        kind = row.load.kind
+        if kind in SIMULATED_LOADS and resolved.engine.continuous_batching:
+            kind = "simulated"
+        elif kind in ("static_batch", "burst", "concurrency") and getattr(row.load, "value", 0) == 1:
+            kind = "single"
+        timed.setdefault(kind, []).append((i, row, resolved, settings))
+    runs: dict[tuple, SimulationResult | str] = {}
+    for kind, items in timed.items():
+        if kind == "simulated":
+            values = [_simulated_metric(row, r, s, factors, runs) for _, row, r, s in items]
+        else:
+            values = _predict_kind(kind, items, factors)
+        for (i, row, _r, _s), value in zip(items, values, strict=True):
+            if isinstance(value, str):
+                out[i] = Prediction(row.id, row.metric, row.value, None, value)
+                continue
+            out[i] = Prediction(row.id, row.metric, row.value, None if value is None else float(value),
+                                None if value is not None else f"metric {row.metric} not predicted for {kind} load")
+    return [p for p in out if p is not None]
+
+
+SIMULATED_LOADS = ("burst", "offline", "concurrency", "poisson")
+ONLINE_LOADS = ("burst", "concurrency", "poisson")  # measured through a server's client: a harness adds its time
+# A measured run's per-request time (its harness and front end) passes a front end (`simulate(front_end=True)`):
+# at most FRONT_END_SERIAL_MAX_S of it is served one request at a time, so that requests sent together queue for
+# that share; the rest delays each request in parallel. A server's front end passes a burst far faster than one
+# harness time per request: GPUStack's 1000 ShareGPT requests sent at once to vLLM 0.11 on one H100 had a mean
+# TTFT of 4.9 s with their 215k prompt tokens' prefill in it, where a 50 ms harness served one at a time would
+# queue the last for 50 s. Chosen by leave-one-source-out over the four published files (docs/calibration.md):
+# median 14.7% and worst 58.9% at 2 ms, 14.7% and 60.5% at 1 ms, 15.0% and 62.0% at 5 ms, 14.8% and 63.6% with
+# all of it served one at a time.
+SERIAL_FRONT_END = True
+FRONT_END_SERIAL_MAX_S = 0.002
+# An offline run of unstated length is served as a queue that stays full: all its requests at once, three times the
+# sequences the engine runs at a time (at most OFFLINE_REQUESTS_CAP), scored over the time its queue is not empty
+# (`steady_throughput`).
+OFFLINE_RUNS_PER_SLOT = 3
+OFFLINE_REQUESTS_CAP = 6000
+CLOSED_LOOP_REQUESTS = (8, DEFAULT_NUM_PROMPTS, 4000)  # N clients: clamp(8 N, 1000, 4000) requests in all
+
+
+def _lengths(row: Scenario) -> tuple[float, float, DatasetLengths | None]:
+    """Mean prompt and output tokens of a row and its dataset's length shape (None: fixed lengths); an unstated
+    prompt is empty and an unstated output one token (a decode speed's lengths set only the context it reads)."""
+    dataset = dataset_lengths(row.dataset) if row.dataset else None
+    prompt = row.input_tokens if row.input_tokens is not None else (dataset.prompt_mean if dataset else 0.0)
+    output = row.output_tokens if row.output_tokens is not None else (dataset.output_mean if dataset else 1.0)
+    return float(prompt), float(max(output, 1)), dataset
+
+
+def _run_key(row: Scenario) -> tuple:
+    """What one measured run shares across its lines (the format's rule 3)."""
+    return (row.source, row.model, row.gpu, row.gpus, row.tensor_parallel, row.pipeline_parallel, row.replicas,
+            row.engine, row.engine_version, row.weights, row.kv_cache, row.input_tokens, row.output_tokens,
+            row.dataset, row.load.model_dump_json(), row.gpu_memory_utilization, row.max_model_len,
+            row.max_num_seqs, row.max_num_batched_tokens, row.prefix_caching)
+
+
+def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> SimulationResult | str:
+    """Serve one row's online load (a burst, an offline run, a closed loop or Poisson arrivals) on one instance of
+    its deployment in the simulator, scheduled as its engine schedules (`EngineSettings.scheduling`), with its
+    dataset's length spread; a reason instead when the deployment has no room for a KV cache."""
+    memory = _memory(row, r, settings, factors)
+    kv_tokens = int(memory.kv_cache_tokens)
+    # A measured run started, so what it needed beside the pool fitted (the CUDA-graph headroom a plan keeps free
+    # is not a reason to refuse it: a run at gpu_memory_utilization 1.0 is predicted like any other).
+    if kv_tokens < 2:
+        return "the weights and activations leave no KV cache at the row's settings"
+    if r.engine.name == "vllm" and row.max_model_len is not None:
+        # vLLM refuses to start when its pool cannot hold one request of max_model_len tokens, so a run that was
+        # measured at a stated max_model_len had at least that much (a model that says less is short by a
+        # fraction of a GiB). Not for the model's default context: a catalog entry may be the base model's.
+        block = r.engine.kv_block_tokens
+        kv_tokens = max(kv_tokens, -(-settings.max_model_len // block) * block)
+    prompt_mean, output_mean, dataset = _lengths(row)
+    replicas = max(int(row.replicas or 1), 1)
+    load = int(getattr(row.load, "value", 1))
+    arrivals = None
+    if row.load.kind == "offline" and row.load.num_prompts is None:
+        # A maximum-throughput run of unstated length (trtllm-bench, MLPerf Offline): the engine's ceiling, which a
+        # queue that stays full gives (SCENARIOS.md): OFFLINE_RUNS_PER_SLOT times the sequences it runs at once.
+        requests = min(max(OFFLINE_RUNS_PER_SLOT * int(settings.max_num_seqs), DEFAULT_NUM_PROMPTS),
+                       OFFLINE_REQUESTS_CAP)
+        clients = 0
+    elif row.load.kind in ("burst", "offline"):
+        count = load if row.load.kind == "burst" else int(row.load.num_prompts or DEFAULT_NUM_PROMPTS)
+        requests, clients = max(count // replicas, 1), 0
+    elif row.load.kind == "poisson":
+        requests, clients = max(int(row.load.num_prompts or DEFAULT_NUM_PROMPTS) // replicas, 1), 0
+        rate = float(row.load.rate) / replicas
+        arrivals = arrival_times(np.random.default_rng(0), rate, requests)
+        arrivals -= arrivals[0]
+        if requests > 1:  # the run's own rate is the stated one: a draw of 100 gaps is off by 10% on its own
+            arrivals *= (requests - 1) / rate / arrivals[-1]
+    else:
+        clients = max(load // replicas, 1)
+        low, floor, cap = CLOSED_LOOP_REQUESTS
+        requests = min(max(low * clients, floor), cap)
+    prompts, outputs = sample_lengths(requests, prompt_mean, output_mean, dataset)
+    longest = min(settings.max_model_len, kv_tokens - 1)
+    prompts = np.minimum(prompts, longest - 1)
+    outputs = np.maximum(np.minimum(outputs, longest - prompts), 1)
+    hw = _row_hardware(row, r, factors)
+    workload = trace_workload(np.zeros(requests) if arrivals is None else arrivals, prompts, outputs)
+    return simulate(hw, workload, max_batch=int(settings.max_num_seqs), kv_tokens=kv_tokens,
+                    chunk_tokens=settings.step_tokens, policy=settings.scheduling, clients=clients, series_points=2,
+                    front_end=SERIAL_FRONT_END, front_end_max_s=FRONT_END_SERIAL_MAX_S)
+
+
+def _ceiling_run(row: Scenario) -> bool:
+    """A maximum-throughput run of unstated length (its rate is the engine's ceiling, not one run's average)."""
+    return row.load.kind == "offline" and row.load.num_prompts is None
+
+
+def steady_throughput(result: SimulationResult) -> tuple[float, float]:
+    """(output tokens/s, requests/s) of a run sent all at once, while its queue was full and its batch turned over:
+    the tokens generated between the first completion (before it, the first batch is still in its prompts) and the
+    last first token (no request waits after it, and the batch drains), over that time; requests at the same rate
+    divided by their mean output. The whole run's rates where that window is empty."""
+    first, done = result.ttft_s, result.e2e_s  # every request arrived at 0
+    start, until = float(done.min()), float(first.max())
+    if not until > start:
+        return result.output_tokens_per_s, result.requests_per_s
+    decoding = np.isfinite(result.tpot_s)
+    tpot = np.where(decoding, result.tpot_s, 1.0)
+    outputs = np.where(decoding, (done - first) / tpot + 1.0, 1.0)
+
+    def made(t: float) -> np.ndarray:
+        return np.where(decoding, np.clip((t - first) / tpot + 1.0, 0.0, outputs), (first <= t).astype(float))
+
+    tokens_per_s = float((made(until) - made(start)).sum()) / (until - start)
+    return tokens_per_s, tokens_per_s / float(outputs.mean())
+
+
+_SLO = re.compile(r"\b(TTFT|TPOT) p99 <= ([\d.]+) ?(ms|s)\b")
+
+
+def slo_limits(notes: str) -> dict[str, float]:
+    """The p99 limits [s] a highest-SLO-compliant-rate run states in its notes (`TTFT p99 <= 2 s, TPOT p99 <= 200
+    ms`, MLPerf Server's rule), by metric ("ttft", "tpot"); empty unless both are there."""
+    found = {m.group(1).lower(): float(m.group(2)) * (1e-3 if m.group(3) == "ms" else 1.0)
+             for m in _SLO.finditer(notes)}
+    return found if set(found) == {"ttft", "tpot"} else {}
+
+
+SLO_RATE_STEPS = 30  # bisection steps on the rate: a 2^-30 bracket, far finer than any measurement
+
+
+def slo_rate(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> float | str:
+    """The highest Poisson rate [requests/s per instance] at which the planner's own queueing model (`serving.poisson`,
+    what a plan's rate search uses) keeps TTFT and TPOT p99 within the limits the row's notes state (MLPerf Server:
+    the SUT serves the highest rate that meets them)."""
+    limits = slo_limits(row.notes)
+    memory = _memory(row, r, settings, factors)
+    if memory.kv_cache_tokens < 2:  # as `simulate_run`: the run started, so its headroom sufficed
+        return "the weights and activations leave no KV cache at the row's settings"
+    prompt, output, dataset = _lengths(row)
+    hw = _row_hardware(row, r, factors)
+    prompt_cv = dataset.prompt_cv if dataset else 0.0
+    output_cv = dataset.output_cv if dataset else 0.0
+    slots = memory.slots(int(settings.max_num_seqs), float(running_context(prompt, output, output_cv)))
+    chunk = settings.step_tokens
+    capacity = float(poisson_capacity(hw, prompt, output, slots, chunk, output_cv=output_cv))
+    low, high = 0.0, capacity
+    for _ in range(SLO_RATE_STEPS):
+        mid = 0.5 * (low + high)
+        result = poisson(hw, mid, prompt, output, slots, chunk, prompt_cv, output_cv, metrics=("ttft", "tpot"))
+        ok = (float(result.ttft_q[QUANTILE_VALUES["p99"]]) <= limits["ttft"]
+              and float(result.tpot_q[QUANTILE_VALUES["p99"]]) <= limits["tpot"])
+        low, high = (mid, high) if ok else (low, mid)
+    return low
+
+
+def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet,
+                      runs: dict[tuple, SimulationResult | str]) -> float | str | None:
+    if row.load.kind == "poisson" and row.load.rate is None:
+        if row.metric not in ("output_tps_total", "requests_per_s"):
+            return f"metric {row.metric} of a highest-SLO-compliant-rate run is not predicted"
+        rate = slo_rate(row, r, settings, factors)
+        if isinstance(rate, str):
+            return rate
+        per_request = _lengths(row)[1] if row.metric == "output_tps_total" else 1.0
+        return rate * per_request * float(row.replicas or 1)
+    key = _run_key(row)
+    if key not in runs:
+        runs[key] = simulate_run(row, r, settings, factors)
+    result = runs[key]
+    if isinstance(result, str):
+        return result
+    replicas = float(row.replicas or 1)
+    m = row.metric
+    if m in ("output_tps_total", "requests_per_s") and _ceiling_run(row):
+        tokens_per_s, requests_per_s = steady_throughput(result)
+        return (tokens_per_s if m == "output_tps_total" else requests_per_s) * replicas
+    if m == "output_tps_total":
+        return result.output_tokens_per_s * replicas
+    if m == "requests_per_s":
+        return result.requests_per_s * replicas
+    if m == "itl_ms_mean":  # the mean gap between streamed tokens, over every gap of every request
+        gaps = np.isfinite(result.tpot_s)
+        decode_s = (result.e2e_s - result.ttft_s)[gaps]
+        return 1e3 * float(decode_s.sum() / (decode_s / result.tpot_s[gaps]).sum()) if gaps.any() else None
+    if m == "decode_tps_single":
+        if row.includes_prefill:  # output tokens over the whole request, first token included
+            outputs = np.where(np.isfinite(result.tpot_s), (result.e2e_s - result.ttft_s) / result.tpot_s + 1.0, 1.0)
+            return float(np.mean(outputs / result.e2e_s))
+        return 1.0 / result.tpot.mean_s
+    stat, _, which = m.partition("_ms_")
+    latency = {"ttft": result.ttft, "tpot": result.tpot, "e2e": result.e2e}.get(stat)
+    if latency is None:
+        return None
+    field = {"mean": "mean_s", "p50": "p50_s", "p90": "p90_s", "p95": "p95_s", "p99": "p99_s"}.get(which)
+    if field is None:
+        return None
+    value = 1e3 * float(getattr(latency, field))
+    if not math.isfinite(value):  # TPOT of a run whose KV cache left every request a single output token
+        return "no simulated request generated more than one token at the row's KV capacity"
+    return value
+
+
+def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
+    if row.dataset is not None:
+        try:
+            dataset_lengths(row.dataset)
+        except CatalogLookupError as exc:
+            return f"dataset without a length preset: {exc}"
+    preset = row.dataset is not None  # a named dataset's preset gives the lengths a row leaves out
+    # A decode speed that excludes the prefill needs no lengths: they only set the context its steps read (a short
+    # one where unstated).
+    decode_speed = row.metric == "decode_tps_single" and row.includes_prefill is False
+    if row.input_tokens is None and not preset and not decode_speed:
+        return "prompt token count not stated"
+    if row.output_tokens is None and not preset and not decode_speed and not (
+            row.metric.startswith("ttft") and row.load.kind != "poisson"):
+        return "output token count not stated"
+    if row.load.kind == "poisson" and row.load.rate is None and not slo_limits(row.notes):
+        return "highest SLO-compliant rate (MLPerf Server) without its TTFT and TPOT p99 limits in the notes"
+    if not r.engine.continuous_batching and row.load.kind in ("burst", "concurrency", "poisson", "offline") and \
+            getattr(row.load, "value", None) != 1:
+        return f"{r.engine.name} serves one stream at a time; concurrent loads are not modelled for it"
+    return None
+
+
+def _predict_kind(kind: str, items: list, factors: FactorSet) -> list[float | None]:
+    hw = stack_hardware([_row_hardware(row, r, factors) for _, row, r, _ in items])
+    rows = [row for _, row, _, _ in items]
+    lengths = [_lengths(row) for row in rows]
+    p = np.array([prompt for prompt, _, _ in lengths])
+    o = np.array([output for _, output, _ in lengths])
+    replicas = np.array([float(row.replicas or 1) for row in rows])
+    if kind == "single":
+        result = single_stream(hw, p, o)
+    elif kind == "static_batch":
+        result = static_batch(hw, np.array([float(row.load.value) for row in rows]), p, o)
+    else:  # pragma: no cover - every other load is simulated
+        raise ValueError(f"load {kind!r} is simulated, not computed here")
+    # A run of one request at a time through an online server (a closed loop, a burst or Poisson arrivals of one)
+    # pays the per-request time on its TTFT like any online run; an offline harness does not.
+    online = np.array([row.load.kind in ONLINE_LOADS for row in rows])
+    extra = np.where(online, np.asarray(hw.request_overhead_s, dtype=float), 0.0)
+    if np.any(extra):
+        slower = result.e2e_mean / (result.e2e_mean + extra)
+        result = replace(result, ttft_mean=result.ttft_mean + extra, e2e_mean=result.e2e_mean + extra,
+                         requests_per_s=result.requests_per_s * slower,
+                         output_tokens_per_s=result.output_tokens_per_s * slower,
+                         ttft_q={q: v + extra for q, v in result.ttft_q.items()},
+                         e2e_q={q: v + extra for q, v in result.e2e_q.items()})
+    return [_metric(result, row, j, replicas[j]) for j, row in enumerate(rows)]
+
+
+def _metric(result: LoadResult, row: Scenario, j: int, replicas: float) -> float | None:
+    o = _lengths(row)[1]
+    m = row.metric
+    if m == "decode_tps_single":
+        if row.includes_prefill:
+            return o / (result.ttft_mean[j] + o * result.tpot_mean[j])
+        return 1.0 / result.tpot_mean[j]
+    if m == "output_tps_total":
+        return result.output_tokens_per_s[j] * replicas
+    if m == "requests_per_s":
+        return result.requests_per_s[j] * replicas
+    if m == "e2e_ms_mean":
+        return result.e2e_mean[j] * 1e3
+    stat, _, which = m.partition("_ms_")
+    if stat in ("ttft", "tpot", "itl"):
+        mean = result.ttft_mean if stat == "ttft" else result.tpot_mean
+        quant = result.ttft_q if stat == "ttft" else result.tpot_q
+        if which == "mean":
+            return mean[j] * 1e3
+        return quant[QUANTILE_VALUES[which]][j] * 1e3
+    return None

@@ -1,0 +1,436 @@
+"""Which public repository an engine loads to serve a model at a weight precision (`data/checkpoints.json`).
+
+Rules of `checkpoint_for`, in order:
+1. A repository the catalog lists for the precision, when the engine loads its format (`FORMAT_LOADERS`) or the
+   entry's source names the engine. The `engines` lists name the engines a model card or tag mentions; they
+   are not complete (the nvidia/*-FP8 ModelOpt repositories are TensorRT-LLM's own format even where the card
+   names only vLLM), so they only rank: repositories whose source names the engine come first, then data order.
+   AMD Quark repositories come after all others: AMD publishes them for Instinct GPUs (the ROCm vLLM guide) and
+   the choice here does not know the GPU. A pre-quantised repository is preferred over quantising at load (static
+   scales, no start-up cost).
+2. Quantising at load (`ONLINE`): FP8 from a 16-bit repository, by vLLM and SGLang (`--quantization fp8`) and
+   TGI (`--quantize fp8`). TensorRT-LLM's trtllm-serve and LMDeploy's TurboMind load pre-quantised weights only.
+3. bf16 and fp16 are served from the native repository when it is 16-bit (the engine casts with `--dtype`).
+   DeepSeek-V3 (FP8 block-scaled) and gpt-oss (MXFP4 experts) publish no 16-bit repository in the catalog.
+4. `declared=True` (the plan says its repository holds the precision): when rules 1-3 find nothing, the model
+   name is taken as that repository (source "plan"), for a model outside the catalog at a quantised precision
+   and for GGUF and MLC precisions, which the catalog does not list. A catalogued model's name is its public
+   repository: a precision none of its repositories hold is refused, declared or not.
+A model outside the catalog is served at bf16/fp16 from the name as given, and at FP8 by engines that quantise
+at load (its repository is assumed 16-bit).
+
+A repository quantised from another model of the same architecture (nvidia/DeepSeek-R1-0528-FP4 beside
+DeepSeek-V3) names that model in `quantizedFrom`: it serves only a plan naming that model, never its siblings.
+
+Which GPUs an engine runs a checkpoint on (`gpu_problem`): FP4 formats need FP4 tensor cores except where an engine
+dequantises them (vLLM's Marlin kernels for compressed-tensors NVFP4), and some formats are newer than the older
+release lines (`FORMAT_SUPPORT`).
+
+What an engine downloads from a repository (`download_bytes`, which sizes the pod's cache): every weight file its
+download rule takes (`DOWNLOAD_RULES`), which includes the extra copies some repositories hold
+(`repository_files`: Mistral AI's consolidated.safetensors beside the Hugging Face shards).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from inferplan.planner.catalog.architectures import resolve_model
+from inferplan.planner.catalog.engines import engine_profile, parse_version
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.names import CatalogLookupError, normalize_name
+
+SIXTEEN_BIT = ("bf16", "fp16")
+
+# Engines that load each pre-quantised format. Read in this pass: vLLM 0.33.0
+# `vllm/model_executor/layers/quantization/__init__.py` (awq, fp8, modelopt, gptq, compressed-tensors, mxfp4,
+# gpt_oss_mxfp4), SGLang 0.5.2 `sglang/srt/layers/quantization/__init__.py` (fp8, modelopt, w8a8_int8, awq, gptq,
+# compressed-tensors, mxfp4), LMDeploy 0.18.0 `lmdeploy/turbomind/converter.py` 191-213 (awq gemm, gptq,
+# blocked fp8, mxfp4, compressed-tensors pack-quantized int4 only; anything else fails an assert).
+# Not read: TensorRT-LLM (ModelOpt is its own format; FP8 block scales for DeepSeek-V3 and Qwen FP8, and
+# gpt-oss MXFP4, per its model docs), TGI (awq and gptq from its launcher's --quantize list), ExLlama (GPTQ).
+# NVFP4 and AMD Quark, read in vLLM 0.11.0 and 0.11.2 `quantization/__init__.py` (modelopt_fp4, compressed-tensors,
+# quark), SGLang 0.5.2 (`modelopt_fp4`; `quark` is its Quark loader only on ROCm gfx95x, on CUDA it names the
+# gpt-oss MXFP4 loader; compressed-tensors has no FP4 scheme there), and TensorRT-LLM's deployment guides
+# (ModelOpt NVFP4 repositories, shared/catalog-facts/checkpoints.json).
+FORMAT_LOADERS: dict[str, frozenset[str]] = {
+    "native-16bit": frozenset({"vllm", "sglang", "tgi", "tensorrt-llm", "lmdeploy", "mlc-llm"}),
+    "native-fp8": frozenset({"vllm", "sglang", "tensorrt-llm", "lmdeploy"}),
+    "native-mxfp4": frozenset({"vllm", "sglang", "tensorrt-llm", "lmdeploy"}),
+    "fp8-block": frozenset({"vllm", "sglang", "tensorrt-llm", "lmdeploy"}),
+    "modelopt-fp8": frozenset({"vllm", "sglang", "tensorrt-llm"}),
+    "compressed-tensors-fp8": frozenset({"vllm", "sglang"}),
+    "compressed-tensors-int8": frozenset({"vllm", "sglang"}),
+    "autofp8": frozenset({"vllm", "sglang"}),
+    "awq": frozenset({"vllm", "sglang", "tgi", "lmdeploy"}),
+    "gptq": frozenset({"vllm", "sglang", "tgi", "lmdeploy", "exllama"}),
+    "modelopt-nvfp4": frozenset({"vllm", "sglang", "tensorrt-llm"}),
+    "compressed-tensors-nvfp4": frozenset({"vllm"}),
+    "quark-fp8": frozenset({"vllm"}),
+    "quark-mxfp4": frozenset({"vllm", "sglang"}),
+}
+
+_BLACKWELL = frozenset({"blackwell"})
+_CDNA4 = frozenset({"cdna4"})
+_CUDA_SM80_UP = frozenset({"ampere", "ada", "hopper", "blackwell"})
+_NVIDIA = frozenset({"volta", "turing", "ampere", "ada", "hopper", "blackwell"})
+
+
+@dataclass(frozen=True)
+class FormatSupport:
+    """Where one engine runs one checkpoint format: GPU families (None: any the precision allows) and the first
+    release read to load it (None: every pinned release line)."""
+
+    families: frozenset[str] | None
+    since: tuple[int, ...] | None
+    source: str
+
+
+# (format, engine) -> support, for the formats whose GPUs or releases an engine restricts. Read from the release
+# wheels (`pip download --no-deps`) unless the source says otherwise; vLLM 0.6.3.post1 has none of these formats
+# (`quantization/modelopt.py` holds ModelOptFp8Config only, and there is no quark package).
+FORMAT_SUPPORT: dict[tuple[str, str], FormatSupport] = {
+    ("modelopt-nvfp4", "tensorrt-llm"): FormatSupport(
+        _BLACKWELL, None, "TensorRT-LLM deployment guides (Llama 3.3 70B, DeepSeek-R1, Llama 4 Scout): 'NVFP4 is only "
+        "supported on NVIDIA Blackwell'; the nvidia/*-FP4 model cards: Blackwell"),
+    ("modelopt-nvfp4", "vllm"): FormatSupport(
+        _BLACKWELL, (0, 11), "vLLM 0.11.0/0.11.2 `quantization/modelopt.py` ModelOptNvFp4LinearMethod: the linear "
+        "layers take FlashInfer's FP4 GEMM whenever FlashInfer is installed (a requirement of 0.11.2), which needs "
+        "SM100; the Marlin fallback for older GPUs (min capability 80) is reached only without FlashInfer"),
+    ("modelopt-nvfp4", "sglang"): FormatSupport(
+        _BLACKWELL, (0, 5, 2), "SGLang 0.5.2 `quantization/modelopt_quant.py` ModelOptFp4Config.get_min_capability 100 "
+        "(0.4.6.post5: linear layers only, no NVFP4 MoE method)"),
+    ("compressed-tensors-nvfp4", "vllm"): FormatSupport(
+        _CUDA_SM80_UP, (0, 9, 1), "vLLM 0.11.2 `compressed_tensors/compressed_tensors.py`: W4A4 NVFP4 on GPUs with "
+        "CUTLASS FP4 (Blackwell), else CompressedTensorsW4A16Fp4 (Marlin, weight-only, min capability 80) with a "
+        "warning; MoE layers likewise (`nvfp4_moe_support.py`); 'vLLM>=0.9.1' per the RedHatAI NVFP4 card"),
+    ("quark-mxfp4", "vllm"): FormatSupport(
+        _CDNA4, (0, 11, 2), "vLLM 0.11.2 `quark/schemes/quark_w4a4_mxfp4.py` and `quark/quark_moe.py`: "
+        "native MXFP4 (AITER) only where `supports_mx()` (ROCm gfx95x); elsewhere weights are dequantised and "
+        "activations fake-quantised in 16-bit math ('emulation'), not planned here; 0.11.0 emulates the MoE experts "
+        "on gfx950 too"),
+    ("quark-mxfp4", "sglang"): FormatSupport(
+        _CDNA4, (0, 5, 2), "SGLang 0.5.2 `quantization/__init__.py`: the Quark loader is registered only "
+        "on ROCm where `mxfp_supported()` (gfx95x)"),
+    ("modelopt-fp8", "vllm"): FormatSupport(
+        _NVIDIA, None, "vLLM 0.11.0, 0.11.2 and 0.12.0 `platforms/rocm.py` supported_quantization (awq, gptq, fp8, "
+        "compressed-tensors, fbgemm_fp8, gguf, quark, ptpc_fp8, mxfp4, petit_nvfp4, torchao) has no 'modelopt': "
+        "ROCm refuses ModelOpt checkpoints; on AMD GPUs FP8 is quantised at load or read from a compressed-tensors "
+        "or Quark repository"),
+    ("compressed-tensors-int8", "vllm"): FormatSupport(
+        frozenset({"turing", "ampere", "ada", "hopper", "cdna3", "cdna4"}), None,
+        "vLLM 0.11.0-0.12.0 `quantization/kernels/scaled_mm/__init__.py`: on CUDA the only W8A8 kernel is CUTLASS "
+        "(min capability 75), whose SM100/SM120 entry raises 'Int8 not supported for this architecture' (0.11.0 "
+        "`_C.abi3.so`; 'Int8 not supported on SM' in 0.11.2 and 0.12.0): no INT8 W8A8 on Blackwell; on ROCm the "
+        "AITER and Triton kernels run it"),
+    ("quark-fp8", "vllm"): FormatSupport(
+        None, (0, 11), "vLLM 0.11.2 `quark/schemes/quark_w8a8_fp8.py` (min capability 89); 'quark' is in the ROCm "
+        "platform's supported_quantization"),
+}
+# Where the checkpoint is only declared by the plan (its format unknown): the precision's own GPUs.
+_PRECISION_FAMILIES: dict[str, frozenset[str]] = {"nvfp4": _BLACKWELL, "mxfp4-w4a4": _CDNA4}
+
+
+# Engines that quantise a 16-bit repository at load: precision -> engine -> (how, source).
+ONLINE: dict[str, dict[str, tuple[str, str]]] = {
+    "fp8": {
+        "vllm": ("--quantization fp8 (dynamic FP8)",
+                 "vllm 0.33.0 vllm/model_executor/layers/quantization/fp8.py line 388: "
+                 "'If checkpoint not serialized fp8, quantize the weights.'"),
+        "sglang": ("--quantization fp8",
+                   "sglang 0.5.2 sglang/srt/layers/quantization/fp8.py line 817: "
+                   "'If checkpoint is fp16 or bfloat16, quantize in place.'"),
+        "tgi": ("--quantize fp8",
+                "https://huggingface.co/docs/text-generation-inference/reference/launcher (--quantize fp8); "
+                "not read from source"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A repository an engine loads, and how it holds the precision."""
+
+    repo: str                 # what the engine loads (Hugging Face id)
+    precision: str            # planner precision name
+    format: str               # native, modelopt-fp8, ..., or "online" when the engine quantises a 16-bit repo
+    kv_cache: str | None      # "fp8" when the checkpoint declares an FP8 KV cache, else None
+    online: bool              # True: quantised by the engine at load time (e.g. vLLM --quantization fp8)
+    source: str
+    note: str = ""
+
+    @property
+    def launch_format(self) -> str:
+        """The format as `engine_args.engine_launch` takes it: a model published in FP8 (DeepSeek-V3's own
+        repository) is "fp8-native" there, where "native" means 16-bit weights."""
+        return "fp8-native" if self.format == "native" and self.precision == "fp8" else self.format
+
+
+def gpu_problem(checkpoint: Checkpoint, engine: str, gpu_family: str, version: str | None = None) -> str | None:
+    """Why `engine` (at `version`, None: its current release) cannot run `checkpoint` on a GPU of `gpu_family`, or
+    None when it can (`FORMAT_SUPPORT`; for a format not listed there, the precision's FP4 GPUs)."""
+    support = FORMAT_SUPPORT.get((checkpoint.format, engine))
+    families = support.families if support is not None else _PRECISION_FAMILIES.get(checkpoint.precision)
+    if families is not None and gpu_family not in families:
+        return (f"{engine} runs {checkpoint.precision} ({checkpoint.format}) only on {', '.join(sorted(families))} "
+                f"GPUs, not {gpu_family}")
+    released = parse_version(version)
+    if support is not None and support.since is not None and released is not None and released < support.since:
+        return (f"{engine} {version} does not load {checkpoint.format} checkpoints (first read in "
+                f"{'.'.join(map(str, support.since))})")
+    return None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    checkpoint: Checkpoint
+    engines: tuple[str, ...]
+    quantized_from: str | None = None  # another model of the key's architecture whose weights these are
+
+
+@cache
+def _catalog() -> dict[str, dict[str, tuple[_Entry, ...]]]:
+    text = resources.files("inferplan.planner").joinpath("data/checkpoints.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    catalog: dict[str, dict[str, tuple[_Entry, ...]]] = {}
+    for repo_id, by_precision in data["models"].items():
+        catalog[repo_id] = {
+            precision: tuple(
+                _Entry(Checkpoint(repo=row["repo"], precision=precision, format=row["format"],
+                                  kv_cache=row["kvCache"], online=False, source=row["source"],
+                                  note=row.get("note", "")),
+                       tuple(row["engines"]), row.get("quantizedFrom"))
+                for row in rows)
+            for precision, rows in by_precision.items()
+        }
+    return catalog
+
+
+def _model_key(model: str) -> str | None:
+    """The catalog repo id `model` names (repo id or alias, as `resolve_model` matches), None if none."""
+    try:
+        repo_id = resolve_model(model).repo_id
+    except CatalogLookupError:
+        return None
+    return repo_id if repo_id in _catalog() else None
+
+
+def _loader_key(entry: Checkpoint) -> str:
+    if entry.format != "native":
+        return entry.format
+    return "native-16bit" if entry.precision in SIXTEEN_BIT else f"native-{entry.precision}"
+
+
+def _names_model(name: str, repo: str) -> bool:
+    """Whether `name` (a repo id or its last part, case and separators ignored) is the repository `repo`."""
+    return normalize_name(name) in (normalize_name(repo), normalize_name(repo.rsplit("/", 1)[-1]))
+
+
+def _serves(entry: _Entry, model: str) -> bool:
+    """A repository quantised from a sibling model serves only a plan that names that model."""
+    return entry.quantized_from is None or _names_model(model, entry.quantized_from)
+
+
+def known_precisions(model: str) -> dict[str, list[Checkpoint]]:
+    """Every repository the catalog lists for `model`, by precision ({} for a model outside the catalog)."""
+    key = _model_key(model)
+    if key is None:
+        return {}
+    return {p: [e.checkpoint for e in entries] for p, entries in _catalog()[key].items()}
+
+
+def native_precision(model: str) -> str | None:
+    """The precision of the weights `model` is published in (its native checkpoint's), None for a model outside
+    the catalog."""
+    native = [c for rows in known_precisions(model).values() for c in rows if c.format == "native"]
+    return native[0].precision if native else None
+
+
+def _native(entries: dict[str, tuple[_Entry, ...]]) -> Checkpoint | None:
+    for rows in entries.values():
+        for entry in rows:
+            if entry.checkpoint.format == "native":
+                return entry.checkpoint
+    return None
+
+
+def _plan_checkpoint(model: str, precision: str, why: str) -> Checkpoint:
+    return Checkpoint(repo=model, precision=precision, format="native" if precision in SIXTEEN_BIT else "declared",
+                      kv_cache=None, online=False, source="plan", note=f"assumed: {model} holds {precision} weights"
+                      f" ({why})")
+
+
+def _online(repo: str, precision: str, engine: str, source_note: str) -> Checkpoint | None:
+    how = ONLINE.get(precision, {}).get(engine)
+    if how is None:
+        return None
+    return Checkpoint(repo=repo, precision=precision, format="online", kv_cache=None, online=True, source=how[1],
+                      note=f"{engine} quantises the 16-bit weights of {repo} at load ({how[0]}){source_note}")
+
+
+UNCATALOGUED = ("gguf-", "mlc-")  # precision families the catalog does not list
+
+
+def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = False, gpu_family: str | None = None,
+                   version: str | None = None) -> Checkpoint | str:
+    """The checkpoint `engine` loads to serve `model` at `precision`, or the reason there is none (a string). With
+    `gpu_family`, the first catalogued one that `engine` (at `version`) runs on that family (`gpu_problem`), else
+    the engine's quantisation at load, else the first catalogued one (whose problem the precision gate states)."""
+    precision = weight_precision(precision).name
+    engine = engine_profile(engine).name
+    key = _model_key(model)
+    if key is None:
+        if precision in SIXTEEN_BIT:
+            return _plan_checkpoint(model, precision, "not in the checkpoint catalog; the model name is the repository")
+        online = _online(model, precision, engine, "; the repository is assumed 16-bit")
+        if declared:
+            return _plan_checkpoint(model, precision, "the plan lists this precision")
+        if online is not None:
+            return online
+        return (f"{model} is not in the checkpoint catalog and {engine} does not quantise to {precision} at load: "
+                f"list {precision} in model.precisions if your repository holds {precision} weights")
+    entries = _catalog()[key]
+    native = _native(entries)
+    lookup = "bf16" if precision in SIXTEEN_BIT else precision  # the catalog keeps 16-bit repos under bf16
+    candidates = [e for e in entries.get(lookup, ()) if _serves(e, model) and (
+        engine in FORMAT_LOADERS.get(_loader_key(e.checkpoint), frozenset()) or engine in e.engines)]
+    candidates.sort(key=lambda e: (e.checkpoint.format.startswith("quark-"), engine not in e.engines))  # stable
+    # A repository id as the plan gives it (an -Instruct variant the catalog keys under its base model, a
+    # fine-tune, DeepSeek-R1 beside DeepSeek-V3) is what the engine loads in the format the model is published in
+    # (16-bit, or DeepSeek's block-scaled FP8), and what it quantises at load.
+    own = model if "/" in model else None
+    if gpu_family is not None and candidates:
+        runs = [e for e in candidates if gpu_problem(e.checkpoint, engine, gpu_family, version) is None]
+        if runs:
+            candidates = runs
+        elif native is not None and native.precision in SIXTEEN_BIT and (
+                online := _online(own or native.repo, precision, engine, "")) is not None:
+            return online
+    if candidates:
+        chosen = candidates[0].checkpoint
+        if own and own != chosen.repo and chosen.format == "native":
+            chosen = replace(chosen, repo=own, note=f"{own} as the plan names it; the catalog's {chosen.precision} "
+                                                    f"repository of this architecture is {chosen.repo}")
+        if chosen.precision != precision:  # fp16 served from the 16-bit repository
+            return Checkpoint(repo=chosen.repo, precision=precision, format=chosen.format, kv_cache=chosen.kv_cache,
+                              online=False, source=chosen.source,
+                              note=(chosen.note.rstrip(".") + ". " if chosen.note else "")
+                              + f"Served as {precision} (--dtype).")
+        return chosen
+    if native is not None and native.precision in SIXTEEN_BIT:
+        online = _online(own or native.repo, precision, engine, "")
+        if online is not None:
+            return online
+    # GGUF and MLC files are not catalogued: they are served only from a repository the plan declares. Other
+    # precisions of a catalogued model are not taken on the plan's word: the model name is the public repository.
+    if declared and precision.startswith(UNCATALOGUED):
+        return _plan_checkpoint(model, precision, "the plan lists this precision; no such repository is catalogued")
+    return _reason(key, model, precision, engine, entries, native)
+
+
+def _reason(key: str, model: str, precision: str, engine: str, entries: dict[str, tuple[_Entry, ...]],
+            native: Checkpoint | None) -> str:
+    lookup = "bf16" if precision in SIXTEEN_BIT else precision
+    listed = [e for e in entries.get(lookup, ()) if _serves(e, model)]
+    siblings = [e for e in entries.get(lookup, ()) if not _serves(e, model)]
+    if listed:
+        head = (f"no {precision} checkpoint of {key} that {engine} loads is known "
+                f"(listed: {', '.join(f'{e.checkpoint.repo} [{e.checkpoint.format}]' for e in listed)})")
+    else:
+        head = f"no public {precision} checkpoint of {key} is known"
+        if native is not None and native.precision not in SIXTEEN_BIT:
+            head += f" (its weights ship as {native.precision.upper()})"
+        if siblings:
+            head += (" (other models of its architecture have: "
+                     + ", ".join(f"{e.checkpoint.repo} of {e.quantized_from}" for e in siblings) + ")")
+    online_engines = sorted(ONLINE.get(precision, {}))
+    if precision.startswith(("gguf-", "mlc-")):
+        tail = "GGUF and MLC builds are not in the checkpoint catalog"
+    elif precision in SIXTEEN_BIT:
+        tail = "no engine turns it into 16-bit weights at load"
+    elif native is not None and native.precision in SIXTEEN_BIT and online_engines:
+        tail = f"{engine} does not quantise to {precision} at load ({', '.join(online_engines)} do)"
+    else:
+        tail = f"{engine} does not quantise at load"
+    known = "; ".join(f"{p} ({', '.join(e.checkpoint.repo for e in rows)})" for p, rows in entries.items())
+    own = (f"list {precision} in model.precisions" if precision.startswith(UNCATALOGUED)
+           else "plan it from its config.json (model.configFile) and list "
+                f"{precision} in model.precisions")
+    return f"{head}; {tail}. Known: {known}. If your own repository holds {precision} weights, {own}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What an engine downloads
+
+@dataclass(frozen=True)
+class DownloadRule:
+    """Which weight files of a Hugging Face repository an engine downloads (config and tokenizer files aside,
+    which are small): every `*.safetensors`, in the top level only or also in folders other than `original/`."""
+
+    top_level_only: bool
+    source: str
+
+    def takes(self, path: str) -> bool:
+        """Whether the repository file `path` is downloaded."""
+        if not path.endswith(".safetensors"):
+            return False
+        return "/" not in path if self.top_level_only else not path.startswith("original/")
+
+
+# vLLM and SGLang list the repository, download every file matching the first pattern that matches one
+# (`*.safetensors`; fnmatch's `*` crosses `/`) except under `original/`, and only then drop the files
+# model.safetensors.index.json does not name: a consolidated.safetensors beside the shards is downloaded, then
+# ignored.
+DOWNLOAD_RULES: dict[str, DownloadRule] = {
+    "vllm": DownloadRule(False, "vllm 0.11.2 model_loader/default_loader.py _prepare_weights (allow_patterns "
+                                "['*.safetensors', '*.bin'], filter_duplicate_safetensors_files after the download), "
+                                "model_loader/weight_utils.py download_weights_from_hf (snapshot_download), "
+                                "config/load.py (ignore_patterns default ['original/**/*'])"),
+    "sglang": DownloadRule(False, "sglang 0.5.2 srt/model_loader/loader.py _prepare_weights, "
+                                  "srt/model_loader/weight_utils.py download_weights_from_hf, "
+                                  "srt/configs/load_config.py (ignore_patterns default ['original/**/*'])"),
+    "tgi": DownloadRule(True, "inferplan issue 36: TGI 3.3.7 downloads every top-level *.safetensors, "
+                              "consolidated.safetensors included (its download code was not read)"),
+    "tensorrt-llm": DownloadRule(False, "not read: assumed as vLLM's"),
+    "lmdeploy": DownloadRule(False, "not read: assumed as vLLM's"),
+}
+
+
+@dataclass(frozen=True)
+class RepositoryFile:
+    """A weight file of a repository besides the ones the catalog sizes from the architecture."""
+
+    path: str                 # within the repository
+    size_bytes: float | None  # None: a copy of the weights (e.g. Mistral's consolidated.safetensors)
+    source: str
+    note: str = ""
+
+
+@cache
+def _repository_files() -> dict[str, tuple[RepositoryFile, ...]]:
+    text = resources.files("inferplan.planner").joinpath("data/checkpoints.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return {normalize_name(repo): tuple(
+        RepositoryFile(path=row["path"], size_bytes=None if row["size"] == "weights" else float(row["size"]),
+                       source=row["source"], note=row.get("note", ""))
+        for row in rows) for repo, rows in data.get("repositoryFiles", {}).items()}
+
+
+def repository_files(repo: str) -> tuple[RepositoryFile, ...]:
+    """The extra weight files the catalog knows `repo` holds (case and separators ignored); () for others."""
+    return _repository_files().get(normalize_name(repo), ())
+
+
+def download_bytes(repo: str, engine: str, weights_bytes: Any) -> Any:
+    """Bytes `engine` downloads from `repo` [bytes]: its weights (`weights_bytes`, sized from the architecture)
+    plus every extra weight file of `repository_files(repo)` the engine's `DOWNLOAD_RULES` takes (a copy of the
+    weights counts `weights_bytes` again; an engine without a rule is taken as vLLM). Accepts a scalar or an
+    array of weight sizes."""
+    rule = DOWNLOAD_RULES.get(engine, DOWNLOAD_RULES["vllm"])
+    extra = [f for f in repository_files(repo) if rule.takes(f.path)]
+    copies = sum(1 for f in extra if f.size_bytes is None)
+    return weights_bytes * (1 + copies) + sum(f.size_bytes or 0.0 for f in extra)

@@ -1,0 +1,668 @@
+"""Command-line arguments that make a serving engine run one planned deployment (docs/engines.md,
+"Engine arguments").
+
+`engine_launch` maps a candidate (checkpoint, precision, TP, batch, KV dtype, engine settings) to the
+arguments after the engine's entry point, with a note for every choice that is not obvious. The flags used
+are checked by the tests against the flags each engine's parser accepts at its pinned version lines
+(`data/engine-flags.json`, built from the engines' own source by `scripts/engine_flags.py`).
+
+Quantisation flags: a pre-quantised checkpoint carries its method in its config, and vLLM and SGLang read
+it from there, so no `--quantization` is given for one:
+- vLLM: `ModelConfig._verify_quantization` sets `self.quantization = quant_method` from the checkpoint's
+  `quantization_config` when none is given (vllm/config.py lines 264-297 in 0.6.3.post1,
+  vllm/config/model.py `_verify_quantization` in 0.11.2); 0.11.2 also reads ModelOpt's standalone
+  `hf_quant_config.json` into it (vllm/transformers_utils/config.py lines 642-647), 0.6.3.post1 does not
+  (`_parse_quant_hf_config`, vllm/config.py lines 257-262, looks at config.json only), so on the 0.6 line a
+  ModelOpt checkpoint gets `--quantization modelopt`. Giving `--quantization awq` for an AWQ checkpoint would
+  also pick the slower AWQ kernel over the `awq_marlin` override the engine chooses itself.
+- SGLang: `ModelConfig._verify_quantization` / `_parse_quant_hf_config` (sglang/srt/configs/model_config.py
+  lines 305-366 in 0.4.6.post5, 410-470 in 0.5.2), which detect ModelOpt from `hf_quant_config.json`.
+Only "online" (a 16-bit checkpoint that the engine quantises to FP8 while loading) needs a flag.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from inferplan.planner.catalog.engines import EngineSettings, parse_version
+
+# The pinned release of each engine's current line (what `version=None` means).
+DEFAULT_VERSIONS: dict[str, str] = {
+    "vllm": "0.11.2",
+    "sglang": "0.5.2",
+    "tensorrt-llm": "1.0.0",
+    "tgi": "3.3.7",
+    "lmdeploy": "0.10.2",
+}
+
+# Pinned version lines, oldest first: (first version of the line, line name).
+VERSION_LINES: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {
+    "vllm": (((0,), "0.6"), ((0, 8), "0.11")),            # V0 engine before 0.8, V1 after
+    "sglang": (((0,), "0.4"), ((0, 5), "0.5")),
+    "tensorrt-llm": (((0,), "0.18"), ((1, 0), "1")),     # built engines before 1.0, PyTorch backend after
+    "tgi": (((0,), "2"), ((3, 0), "3")),
+    "lmdeploy": (((0,), "0.10"),),
+}
+
+CHECKPOINT_FORMATS = ("native", "fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8",
+                      "autofp8", "awq", "gptq", "online", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8",
+                      "quark-mxfp4")
+_FORMAT_ALIASES = {"bf16-native": "native", "fp16-native": "native", "mxfp4-native": "native",
+                   "compressed-tensors-w8a8-int8": "compressed-tensors-int8", "w8a8-int8": "compressed-tensors-int8"}
+
+# The checkpoint formats that hold each quantised precision ("native": the model's own repository holds it).
+_FORMATS_OF: dict[str, frozenset[str]] = {
+    "bf16": frozenset({"native"}),
+    "fp16": frozenset({"native"}),
+    "fp8": frozenset({"fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "autofp8", "online", "quark-fp8"}),
+    "int8-w8a8": frozenset({"compressed-tensors-int8"}),
+    "int4-awq": frozenset({"awq"}),
+    "int4-gptq": frozenset({"gptq"}),
+    "int8-gptq": frozenset({"gptq"}),
+    "mxfp4": frozenset({"native"}),  # gpt-oss ships MXFP4 experts in its own repository
+    "nvfp4": frozenset({"modelopt-nvfp4", "compressed-tensors-nvfp4"}),
+    "mxfp4-w4a4": frozenset({"quark-mxfp4"}),
+}
+_SIXTEEN_BIT_KV = ("auto", "bf16", "fp16", "bfloat16", "float16")
+_TGI_DEFAULT_MAX_CONCURRENT = 128  # launcher/src/main.rs default (engine-defaults.md)
+_TGI_DEFAULT_MAX_WAITING_TOKENS = 20
+TRT_OPTIONS_FILE = "trtllm-extra-llm-api-options.yaml"
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """The flags of one engine's command line that say what a deployment is: written by `engine_launch` and
+    read back from a running Deployment by the operator (`operator/observing.read_deployment`), so that both
+    directions use one table. Each tuple lists the spellings the engine's parser accepts: the first is the one
+    written, the others are read too (in that order of precedence); empty where the engine has no such flag."""
+
+    tp: tuple[str, ...]
+    batch: tuple[str, ...]
+    quantization: tuple[str, ...] = ()
+    dtype: tuple[str, ...] = ()
+    kv_cache_dtype: tuple[str, ...] = ()
+    pp: tuple[str, ...] = ()  # pipeline stages
+    ep: tuple[str, ...] = ()  # expert-parallel size
+    dp_attention: tuple[str, ...] = ()  # the switch that makes the attention data-parallel over the TP ranks
+    dp_size: tuple[str, ...] = ()  # the data-parallel size given with it
+    ep_switch: tuple[str, ...] = ()  # a switch that makes the MoE layers expert-parallel (no size: over the TP ranks);
+    # read only, and only where its release has it (vLLM's from 0.10): `READ_ONLY_ROLES`
+    option_keys: tuple[str, ...] = ()  # the same switches as keys of the engine's options file (`key: true`)
+    bench_ep: tuple[str, ...] = ()  # the expert-parallel size as the engine's benchmark tool spells it (trtllm-bench)
+
+    @property
+    def roles(self) -> dict[str, tuple[str, ...]]:
+        return {"tp": self.tp, "batch": self.batch, "quantization": self.quantization, "dtype": self.dtype,
+                "kv_cache_dtype": self.kv_cache_dtype, "pp": self.pp, "ep": self.ep, "dp_attention": self.dp_attention,
+                "dp_size": self.dp_size, "ep_switch": self.ep_switch}
+
+
+READ_ONLY_ROLES = frozenset({"ep_switch"})
+"""Roles the planner never writes: a spelling of theirs need only exist in some pinned release of its engine."""
+
+ENGINE_FLAGS: dict[str, EngineFlags] = {
+    # vLLM's short aliases -tp and -q (vllm/engine/arg_utils.py) are read, never written.
+    "vllm": EngineFlags(tp=("--tensor-parallel-size", "-tp"), batch=("--max-num-seqs",),
+                        quantization=("--quantization", "-q"), dtype=("--dtype",),
+                        kv_cache_dtype=("--kv-cache-dtype",), pp=("--pipeline-parallel-size", "-pp"),
+                        ep_switch=("--enable-expert-parallel",)),
+    "sglang": EngineFlags(tp=("--tp-size", "--tensor-parallel-size"), batch=("--max-running-requests",),
+                          quantization=("--quantization",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",),
+                          pp=("--pp-size", "--pipeline-parallel-size"), ep=("--ep-size", "--expert-parallel-size"),
+                          dp_attention=("--enable-dp-attention",), dp_size=("--dp-size", "--data-parallel-size"),
+                          ep_switch=("--enable-ep-moe",)),
+    # TGI: --max-batch-size caps the running batch; --max-concurrent-requests only bounds admission (read as a
+    # fallback when no batch cap is given).
+    "tgi": EngineFlags(tp=("--num-shard",), batch=("--max-batch-size", "--max-concurrent-requests"),
+                       quantization=("--quantize",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",)),
+    # trtllm-serve has no precision or KV dtype flag (they come from the checkpoint and the options file).
+    # trtllm-serve: `--ep_size` (`--ep` in trtllm-bench) and the LLM API options file's `enable_attention_dp: true`
+    # (--extra_llm_api_options).
+    "tensorrt-llm": EngineFlags(tp=("--tp_size",), batch=("--max_batch_size",), pp=("--pp_size",),
+                                ep=("--ep_size",), option_keys=("enable_attention_dp",), bench_ep=("--ep",)),
+    "lmdeploy": EngineFlags(tp=("--tp",), batch=("--max-batch-size",), dtype=("--dtype",)),
+}
+
+
+def flag_spellings(role: str, engine: str | None = None) -> tuple[str, ...]:
+    """Every spelling of `role` (`EngineFlags.roles`: "tp", "batch", ..., "dp_attention") in ENGINE_FLAGS,
+    `engine`'s first (a Deployment may run another engine than its plan names: all are read)."""
+    order = [engine] if engine in ENGINE_FLAGS else []
+    order += [name for name in ENGINE_FLAGS if name != engine]
+    spellings: list[str] = []
+    for name in order:
+        spellings += [flag for flag in ENGINE_FLAGS[name].roles[role] if flag not in spellings]
+    return tuple(spellings)
+
+
+def stated_layout(text: str) -> tuple[bool, bool]:
+    """(data-parallel attention, expert parallelism) as a command line or a description of one states them, read
+    with the spellings of ENGINE_FLAGS only: a data-parallel-attention switch or option key (`key: true`), an
+    expert-parallel size above 1 or an expert-parallel switch (any engine's, since a text may name any)."""
+    def switch(flags: tuple[str, ...]) -> bool:
+        return any(re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text) for flag in flags)
+
+    keys = tuple(key for flags in ENGINE_FLAGS.values() for key in flags.option_keys)
+    dp = switch(flag_spellings("dp_attention")) or any(
+        re.search(rf"\b{re.escape(key)}[\s:=`'\"]*(?:true|True)\b", text) for key in keys)
+    bench = tuple(flag for flags in ENGINE_FLAGS.values() for flag in flags.bench_ep)
+    sizes = [int(m.group(1)) for flag in (*flag_spellings("ep"), *bench)
+             for m in re.finditer(rf"(?<![\w-]){re.escape(flag)}[\s=]+(\d+)", text)]
+    ep = any(size > 1 for size in sizes) or switch(flag_spellings("ep_switch"))
+    return dp, ep
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """How to start one engine for one deployment.
+
+    args: the command-line arguments after the engine's entry point (`entry_point`).
+    notes: one line per non-obvious choice (the step token budget, TGI's concurrency cap, where the
+      precision comes from, ...).
+    files: extra files the arguments name (filename -> content), e.g. TensorRT-LLM's
+      `--extra_llm_api_options` YAML; mount them in the working directory.
+    entry_point: the command the arguments follow (`vllm serve`, `trtllm-serve`, ...).
+    version_line: the pinned version line the arguments were checked against ("" where none is pinned).
+    """
+
+    args: list[str]
+    notes: list[str]
+    files: dict[str, str] = field(default_factory=dict)
+    entry_point: str = ""
+    version_line: str = ""
+
+
+def version_line(engine: str, version: str | None) -> str:
+    """The pinned version line of `engine` at `version` (None: the current release, `DEFAULT_VERSIONS`);
+    "" for engines whose flags are not pinned (mlc-llm, llama.cpp, exllama). A version that names no
+    number counts as the current release."""
+    lines = VERSION_LINES.get(engine)
+    if lines is None:
+        return ""
+    v = parse_version(version) or parse_version(DEFAULT_VERSIONS[engine])
+    assert v is not None
+    chosen = lines[0][1]
+    for start, name in lines:
+        if v >= start:
+            chosen = name
+    return chosen
+
+
+@cache
+def engine_flags() -> dict[str, Any]:
+    """The pinned flag lists (`data/engine-flags.json`): engine -> line -> {version, source, entry_point,
+    flags: {"--flag": {"value": "required" | "optional" | "none", "choices": [...]}}}."""
+    return dict(_flags_file()["engines"])
+
+
+def router_flags() -> dict[str, Any]:
+    """The pinned flag list of SGLang's P/D router (`sglang-router`, what `inferplan render` runs in front of
+    disaggregated SGLang pools): {version, source, entry_point, flags} as for an engine's line."""
+    return dict(_flags_file()["routers"]["sglang-router"])
+
+
+@cache
+def _flags_file() -> dict[str, Any]:
+    text = resources.files("inferplan.planner").joinpath("data/engine-flags.json").read_text(encoding="utf-8")
+    return dict(json.loads(text))
+
+
+def flag_problems(engine: str, version: str | None, args: list[str]) -> list[str]:
+    """What in `args` the pinned parser of `engine` at `version` would not accept: unknown long flags, a
+    missing value, a value outside the declared choices. Empty when all is well or nothing is pinned."""
+    line = version_line(engine, version)
+    if not line:
+        return []
+    return _problems(f"{engine} {line}", engine_flags()[engine][line]["flags"], args)
+
+
+def router_flag_problems(args: list[str]) -> list[str]:
+    """`flag_problems` for the arguments of SGLang's router (`router_flags`)."""
+    pinned = router_flags()
+    return _problems(f"sglang-router {pinned['version']}", pinned["flags"], args)
+
+
+def _problems(parser: str, flags: dict[str, dict[str, Any]], args: list[str]) -> list[str]:
+    problems: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if not token.startswith("--"):
+            continue  # a positional (the checkpoint, a subcommand) or a value already consumed
+        spec = flags.get(token)
+        if spec is None:
+            problems.append(f"{parser}: unknown flag {token}")
+            continue
+        has_value = i < len(args) and not args[i].startswith("--")
+        if spec["value"] == "required" and not has_value:
+            problems.append(f"{parser}: {token} needs a value")
+            continue
+        if spec["value"] == "none" or not has_value:
+            continue
+        value = args[i]
+        i += 1
+        choices = spec.get("choices")
+        if choices and value not in choices:
+            problems.append(f"{parser}: {token} {value} is not one of {choices}")
+    return problems
+
+
+# The formats of `checkpoints.Checkpoint` that name no loader of their own: a repository whose config declares
+# the quantisation (published in FP8 by the model's vendor, block-scaled), or one the plan says holds it.
+_DECLARED_FORMAT = {"fp8": "fp8-native", "int8-w8a8": "compressed-tensors-int8", "int4-awq": "awq",
+                    "int4-gptq": "gptq", "int8-gptq": "gptq", "nvfp4": "modelopt-nvfp4", "mxfp4-w4a4": "quark-mxfp4"}
+
+
+def _format(checkpoint_format: str, precision: str) -> str:
+    fmt = checkpoint_format.strip().lower()
+    fmt = _FORMAT_ALIASES.get(fmt, fmt)
+    if fmt == "fp8-block":
+        fmt = "fp8-native"
+    elif fmt == "declared":
+        fmt = _DECLARED_FORMAT.get(precision, "native")
+    if fmt not in CHECKPOINT_FORMATS:
+        raise ValueError(f"unknown checkpoint format {checkpoint_format!r}; known: {', '.join(CHECKPOINT_FORMATS)}")
+    return fmt
+
+
+def _check_checkpoint(engine: str, precision: str, fmt: str, checkpoint: str) -> None:
+    if precision.startswith(("gguf-", "mlc-")):
+        if fmt != "native":
+            raise ValueError(f"{precision} is served from its own {precision.split('-')[0].upper()} repository "
+                             f"(format 'native'), not {fmt!r}")
+        return
+    allowed = _FORMATS_OF.get(precision)
+    if allowed is None:
+        raise ValueError(f"no checkpoint formats known for precision {precision!r}")
+    if fmt == "native" and "native" not in allowed:
+        raise ValueError(f"precision {precision} with checkpoint {checkpoint!r} in format 'native': a model's own "
+                         "repository holds 16-bit weights; give a repository that holds the quantised weights and "
+                         "its format" + (", or 'online' to quantise at load" if precision == "fp8" else "")
+                         + (" ('fp8-native' if the model itself is published in FP8)" if precision == "fp8" else ""))
+    if fmt not in allowed:
+        raise ValueError(f"a {fmt!r} checkpoint does not hold {precision} weights (formats for {precision}: "
+                         f"{', '.join(sorted(allowed))})")
+    if fmt == "online" and engine not in ("vllm", "sglang", "tgi"):
+        raise ValueError(f"{engine} cannot quantise a 16-bit checkpoint to FP8 at load; give a pre-quantised "
+                         "checkpoint (TensorRT-LLM: a ModelOpt FP8 export)")
+
+
+def _kv_fp8(engine: str, kv_dtype: str) -> bool:
+    kv = kv_dtype.strip().lower()
+    if kv in _SIXTEEN_BIT_KV:
+        return False
+    if kv != "fp8":
+        raise ValueError(f"unknown KV cache dtype {kv_dtype!r}: 'fp8' or a 16-bit one ({', '.join(_SIXTEEN_BIT_KV)})")
+    if engine not in ("vllm", "sglang", "tgi", "tensorrt-llm"):
+        raise ValueError(f"{engine} has no FP8 KV cache")
+    return True
+
+
+def _step_budget(settings: EngineSettings) -> int | None:
+    """The planned token budget of one step (the simulator's `step_tokens`, else the chunk size)."""
+    for value in (settings.step_tokens, settings.chunk_tokens):
+        if math.isfinite(value):
+            return int(value)
+    return None
+
+
+def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_format: str, precision: str,
+                  tp: int, batch: int, kv_dtype: str, settings: EngineSettings, *, kv_tokens: int | None = None,
+                  expected_queue: int | None = None, pp: int = 1) -> EngineLaunch:
+    """The launch of `engine` (at `version`, None: `DEFAULT_VERSIONS`) serving `checkpoint` for one replica.
+
+    checkpoint: the repository (or path) the engine loads; it already holds `precision` unless
+      `checkpoint_format` is "online" (a 16-bit repository the engine quantises to FP8 at load).
+    checkpoint_format: one of `CHECKPOINT_FORMATS` (catalog spellings such as "bf16-native" are accepted).
+    kv_dtype: "fp8" for an FP8 KV cache, otherwise a 16-bit one ("bf16", "fp16", "auto").
+    kv_tokens: KV-cache tokens one replica holds (the memory plan's), used for TGI's
+      `--max-batch-total-tokens`; expected_queue: requests the plan expects waiting at peak (TGI's cap).
+    pp: pipeline stages (each `tp` GPUs), given with the engine's flag (`EngineFlags.pp`) after the TP size.
+    Raises ValueError for a combination the engine cannot serve (a quantised precision on a 16-bit
+    "native" checkpoint, online quantisation where the engine has none, FP8 KV where it has none).
+    """
+    fmt = _format(checkpoint_format, precision)
+    _check_checkpoint(engine, precision, fmt, checkpoint)
+    fp8_kv = _kv_fp8(engine, kv_dtype)
+    if tp < 1 or batch < 1 or pp < 1:
+        raise ValueError(f"tp, pp and batch must be positive, got tp={tp}, pp={pp}, batch={batch}")
+    line = version_line(engine, version)
+    builders = {"vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "tensorrt-llm": _trtllm, "lmdeploy": _lmdeploy,
+                "mlc-llm": _mlc, "llama.cpp": _llamacpp, "exllama": _exllama}
+    build = builders.get(engine)
+    if build is None:
+        raise ValueError(f"no argument mapping for engine {engine!r}")
+    ctx = _Ctx(engine, line, checkpoint, fmt, precision, tp, batch, fp8_kv, settings, kv_tokens, expected_queue)
+    launch = build(ctx)
+    return launch if pp == 1 else _pipelined(launch, engine, tp, pp)
+
+
+def _pipelined(launch: EngineLaunch, engine: str, tp: int, pp: int) -> EngineLaunch:
+    """`launch` with `pp` pipeline stages: the engine's flag after its TP size, and a note."""
+    flags = ENGINE_FLAGS.get(engine)
+    if flags is None or not flags.pp:
+        raise ValueError(f"{engine} has no pipeline parallelism in inferplan's argument mapping")
+    at = launch.args.index(flags.tp[0]) + 2
+    args = [*launch.args[:at], flags.pp[0], str(pp), *launch.args[at:]]
+    note = (f"{flags.pp[0]} {pp}: the layers split into {pp} stages of {tp} GPUs (tensor parallel within each), one "
+            f"node each; the engine keeps {pp} batches in flight, one per stage, so the batch cap is theirs together")
+    return replace(launch, args=args, notes=[*launch.notes, note])
+
+
+# Disaggregated serving, per engine: the flags that make one replica a prefill or a decode worker, and the
+# flag whose presence in the pinned parser says the version line has it (engine-flags.json).
+_DISAGGREGATION = {
+    # vLLM's NIXL connector: both roles run kv_both; the P/D proxy in front (llm-d's, vLLM's example proxy)
+    # sends each request to a prefill worker with max_tokens 1, then to a decode worker that pulls the KV.
+    "vllm": ("--kv-transfer-config", lambda role: ["--kv-transfer-config",
+                                                    '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']),
+    # SGLang: each server is a prefill or a decode server; sglang-router --pd-disaggregation pairs them.
+    "sglang": ("--disaggregation-mode", lambda role: ["--disaggregation-mode", role,
+                                                       "--disaggregation-transfer-backend", "nixl"]),
+}
+
+
+# NVIDIA Dynamo (ai-dynamo 1.6.1 on PyPI, read from dynamo/vllm/backend_args.py and dynamo/sglang/args.py): a
+# worker is `python3 -m dynamo.vllm` (or dynamo.sglang) with the engine's own arguments and
+# `--disaggregation-mode prefill|decode`; a prefill vLLM worker must be given --kv-transfer-config; the
+# `python3 -m dynamo.frontend` process routes between them.
+DYNAMO_VERSION = "1.6.1"
+DYNAMO_ENTRY_POINTS = {"vllm": "python3 -m dynamo.vllm", "sglang": "python3 -m dynamo.sglang"}
+
+
+def dynamo_args(engine: str, role: str, args: list[str]) -> list[str] | None:
+    """The arguments of a Dynamo worker (after `DYNAMO_ENTRY_POINTS[engine]`) that runs `role` with the engine
+    arguments `args` of that role (its `disaggregation_args` included); None for an engine Dynamo does not run."""
+    if engine not in DYNAMO_ENTRY_POINTS:
+        return None
+    if engine == "sglang":
+        return list(args)  # SGLang's own --disaggregation-mode is Dynamo's too
+    return [*args, "--disaggregation-mode", role]
+
+
+def disaggregation_args(engine: str, version: str | None, role: str) -> list[str] | None:
+    """The arguments that make a replica of `engine` (at `version`) the `role` ("prefill" or "decode") of a
+    disaggregated deployment, added to its launch's; None where the engine (or its pinned version line) has no
+    disaggregated serving inferplan can configure (TGI has none; TensorRT-LLM's is not rendered yet)."""
+    entry = _DISAGGREGATION.get(engine)
+    if entry is None:
+        return None
+    flag, args = entry
+    line = version_line(engine, version)
+    if not line or flag not in engine_flags()[engine][line]["flags"]:
+        return None
+    return args(role)
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    engine: str
+    line: str
+    checkpoint: str
+    fmt: str
+    precision: str
+    tp: int
+    batch: int
+    fp8_kv: bool
+    settings: EngineSettings
+    kv_tokens: int | None
+    expected_queue: int | None
+
+    @property
+    def chunked(self) -> bool:
+        return math.isfinite(self.settings.chunk_tokens)
+
+    @property
+    def fraction(self) -> str:
+        return f"{self.settings.memory_fraction:g}"
+
+    @property
+    def sixteen_bit(self) -> bool:
+        return self.precision in ("bf16", "fp16")
+
+
+def _precision_note(c: _Ctx) -> str:
+    if c.fmt == "online":
+        return f"precision fp8: {c.checkpoint} holds 16-bit weights; the engine quantises them to FP8 while loading"
+    if c.sixteen_bit:
+        return f"precision {c.precision}: {c.checkpoint} holds 16-bit weights"
+    return (f"precision {c.precision}: {c.checkpoint} is a {c.fmt} checkpoint; the engine reads the method from "
+            "its quantisation config, so no quantisation flag is given")
+
+
+def _dtype_and_online(c: _Ctx) -> list[str]:
+    """vLLM's and SGLang's flags for 16-bit weights (`--dtype`) and for FP8 quantised at load."""
+    flags = ENGINE_FLAGS[c.engine]
+    if c.sixteen_bit:
+        return [flags.dtype[0], "bfloat16" if c.precision == "bf16" else "float16"]
+    return [flags.quantization[0], "fp8"] if c.fmt == "online" else []
+
+
+def _vllm(c: _Ctx) -> EngineLaunch:
+    s = c.settings
+    notes = [_precision_note(c)]
+    flags = ENGINE_FLAGS["vllm"]
+    args = ["--model", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
+            "--gpu-memory-utilization", c.fraction, "--max-model-len", str(s.max_model_len)]
+    args += _dtype_and_online(c)
+    if c.fmt == "modelopt-fp8" and c.line == "0.6":
+        args += [flags.quantization[0], "modelopt"]
+        notes.append("vLLM 0.6 does not read ModelOpt's hf_quant_config.json (it looks at config.json only), so "
+                     "the ModelOpt method is named with --quantization modelopt")
+    if c.fp8_kv:
+        args += [flags.kv_cache_dtype[0], "fp8"]
+        notes.append("FP8 KV cache: --kv-cache-dtype fp8 (e4m3 on CUDA); without it vLLM keeps a 16-bit cache even "
+                     "for checkpoints that carry KV scales")
+    budget = _step_budget(s)
+    planned = budget
+    if budget is None:
+        budget = max(s.max_model_len, 2048)
+    if not c.chunked:
+        budget = max(budget, s.max_model_len)  # SchedulerConfig rejects a smaller one without chunked prefill
+    budget = max(budget, c.batch)  # and one smaller than max_num_seqs
+    args += ["--max-num-batched-tokens", str(budget)]
+    default = ("the V1 default (8192 on GPUs of 70 GiB or more other than A100, 2048 otherwise, for vllm serve)"
+               if c.line == "0.11" else
+               "the V0 default (512 with chunked prefill, else max(max_model_len, 2048))")
+    why = f"the plan's step token budget {planned}" if planned is not None else "no planned budget"
+    if planned is not None and planned != budget:
+        why += f", raised to {budget} (vLLM requires at least max_num_seqs, and max_model_len without chunking)"
+    notes.append(f"--max-num-batched-tokens {budget}: {why}; set explicitly, in place of {default}, so the engine "
+                 "fills each step as the plan simulated it")
+    if c.line == "0.11":
+        if not c.chunked:
+            args.append("--no-enable-chunked-prefill")
+            notes.append("chunked prefill off (--no-enable-chunked-prefill): the plan sends prompts whole; "
+                         "V1 chunks by default")
+    else:
+        auto_on = s.max_model_len > 32768  # V0 turns chunking on by itself only above 32k contexts
+        if c.chunked != auto_on:
+            args += ["--enable-chunked-prefill", "True" if c.chunked else "False"]
+            notes.append(f"--enable-chunked-prefill {c.chunked}: vLLM 0.6 chunks on its own only for contexts "
+                         "over 32768")
+    entry = "vllm serve" if c.line == "0.11" else "python3 -m vllm.entrypoints.openai.api_server"
+    return EngineLaunch(args, notes, entry_point=entry, version_line=c.line)
+
+
+def _sglang(c: _Ctx) -> EngineLaunch:
+    s = c.settings
+    notes = [_precision_note(c)]
+    flags = ENGINE_FLAGS["sglang"]
+    args = ["--model-path", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
+            "--mem-fraction-static", c.fraction, "--context-length", str(s.max_model_len)]
+    args += _dtype_and_online(c)
+    if c.fmt == "modelopt-nvfp4":
+        args += [flags.quantization[0], "modelopt_fp4"]
+        notes.append("--quantization modelopt_fp4: SGLang detects a ModelOpt checkpoint as 'modelopt' (FP8), whose "
+                     "config refuses NVFP4 ('For FP4 quantization, use ModelOptFp4Config': "
+                     "layers/quantization/modelopt_quant.py and configs/model_config.py in 0.5.2)")
+    if c.fp8_kv:
+        args += [flags.kv_cache_dtype[0], "fp8_e4m3"]
+        notes.append("FP8 KV cache: --kv-cache-dtype fp8_e4m3, the format FP8 checkpoints calibrate their k/v "
+                     "scales for and the only FP8 KV that SGLang's FA3 backend takes (fp8_e5m2 falls back to triton "
+                     "attention: model_runner.py lines 524-533 in 0.5.2)")
+    budget = _step_budget(s)
+    if c.chunked and budget is not None:
+        args += ["--chunked-prefill-size", str(budget)]
+        notes.append(f"--chunked-prefill-size {budget}: the plan's step token budget (a prefill batch takes at most "
+                     "this many prompt tokens); set explicitly in place of SGLang's GPU-memory-dependent default "
+                     "(2048 / 8192 / 16384)")
+    else:
+        args += ["--chunked-prefill-size", "-1"]
+        notes.append("--chunked-prefill-size -1: chunked prefill off, prompts go whole as the plan simulated")
+    return EngineLaunch(args, notes, entry_point="python3 -m sglang.launch_server", version_line=c.line)
+
+
+_TGI_QUANTIZE = {"awq": "awq", "gptq": "gptq", "compressed-tensors-fp8": "compressed-tensors",
+                 "compressed-tensors-int8": "compressed-tensors", "autofp8": "fp8", "fp8-native": "fp8",
+                 "modelopt-fp8": "fp8", "online": "fp8"}
+
+
+def _tgi(c: _Ctx) -> EngineLaunch:
+    s = c.settings
+    notes = [_precision_note(c)] if c.fmt not in _TGI_QUANTIZE else []
+    max_input = s.max_model_len - 1
+    flags = ENGINE_FLAGS["tgi"]
+    args = ["--model-id", c.checkpoint, flags.tp[0], str(c.tp), "--cuda-memory-fraction", c.fraction,
+            "--max-input-tokens", str(max_input), "--max-total-tokens", str(s.max_model_len)]
+    if c.sixteen_bit:
+        args += [flags.dtype[0], "bfloat16" if c.precision == "bf16" else "float16"]
+    quantize = _TGI_QUANTIZE.get(c.fmt)
+    if quantize is not None:
+        args += [flags.quantization[0], quantize]
+        if c.fmt == "online":
+            notes.append(f"precision fp8: --quantize fp8 quantises the 16-bit {c.checkpoint} at load")
+        else:
+            notes.append(f"precision {c.precision}: --quantize {quantize} names the method of the {c.fmt} checkpoint "
+                         "(it matches the checkpoint's quantization_config, which TGI also auto-selects from)")
+    if c.fp8_kv:
+        args += [flags.kv_cache_dtype[0], "fp8_e4m3fn"]
+        notes.append("FP8 KV cache: --kv-cache-dtype fp8_e4m3fn (uses the checkpoint's k/v scales where present)")
+    # The batch cap is --max-batch-size; --max-concurrent-requests is an admission limit above which the
+    # router answers HTTP 429 (try_acquire_owned -> Overloaded), so it is set well above the batch.
+    queue = max(3 * c.batch, 2 * (c.expected_queue or 0))
+    concurrent = max(_TGI_DEFAULT_MAX_CONCURRENT, c.batch + queue)
+    args += [flags.batch[0], str(c.batch), flags.batch[1], str(concurrent),
+             "--max-waiting-tokens", str(_TGI_DEFAULT_MAX_WAITING_TOKENS)]
+    expected = f"twice the {c.expected_queue} requests the plan expects waiting" if c.expected_queue else "3x the batch"
+    notes.append(f"--max-batch-size {c.batch} caps the running batch; --max-concurrent-requests {concurrent} = batch "
+                 f"{c.batch} + a waiting queue of {queue} ({expected}, at least TGI's default 128 in all): TGI refuses "
+                 "requests above it with HTTP 429 instead of queueing them, so it sits well above the planned load")
+    notes.append(f"--max-waiting-tokens {_TGI_DEFAULT_MAX_WAITING_TOKENS}: TGI's default (decode steps before "
+                 "waiting requests are forced into the running batch), the prefill-first behaviour the plan simulates")
+    budget = _step_budget(s) or s.max_model_len
+    planned = budget
+    if c.line == "2" or not c.chunked:
+        budget = max(budget, max_input)  # the launcher requires max_batch_prefill_tokens >= max_input_tokens
+    if c.kv_tokens is not None:
+        if c.kv_tokens < s.max_model_len:
+            raise ValueError(f"TGI needs --max-batch-total-tokens ({c.kv_tokens}) >= --max-total-tokens "
+                             f"({s.max_model_len})")
+        budget = min(budget, c.kv_tokens)
+    args += ["--max-batch-prefill-tokens", str(budget)]
+    notes.append(f"--max-batch-prefill-tokens {budget}: the plan's step token budget {planned}"
+                 + (f", raised to max_input_tokens {max_input} (TGI {c.line}.x prompts are not split)"
+                    if budget > planned else "") + "; TGI's own default is estimated from the model and GPU")
+    if c.kv_tokens is not None:
+        args += ["--max-batch-total-tokens", str(c.kv_tokens)]
+        notes.append(f"--max-batch-total-tokens {c.kv_tokens}: the KV tokens the plan's memory budget gives one "
+                     "replica (the batch's token budget; the paged KV allocator is sized from it)")
+    else:
+        notes.append("--max-batch-total-tokens left to TGI, which infers it from the memory free after warm-up")
+    return EngineLaunch(args, notes, entry_point="text-generation-launcher", version_line=c.line)
+
+
+def _trtllm(c: _Ctx) -> EngineLaunch:
+    s = c.settings
+    notes: list[str] = []
+    if c.sixteen_bit:
+        notes.append(f"precision {c.precision}: {c.checkpoint} holds 16-bit weights")
+    else:
+        notes.append(f"precision {c.precision}: trtllm-serve has no precision flag; it comes from the checkpoint "
+                     f"{c.checkpoint} ({c.fmt}: ModelOpt's hf_quant_config.json quant_algo, or the HF "
+                     "quantization_config)")
+    args = [c.checkpoint]
+    if c.line == "1":
+        args += ["--backend", "pytorch"]
+    flags = ENGINE_FLAGS["tensorrt-llm"]
+    args += [flags.tp[0], str(c.tp), flags.batch[0], str(c.batch), "--max_seq_len", str(s.max_model_len),
+             "--kv_cache_free_gpu_memory_fraction", c.fraction]
+    budget = _step_budget(s) or s.max_model_len
+    planned = budget
+    if not c.chunked:
+        budget = max(budget, s.max_model_len)  # without chunking a prompt must fit one step
+    args += ["--max_num_tokens", str(budget)]
+    notes.append(f"--max_num_tokens {budget}: the plan's step token budget {planned}"
+                 + (f", raised to max_seq_len {s.max_model_len} since prompts are not chunked" if budget > planned
+                    else "") + "; set explicitly in place of BuildConfig's default")
+    options: dict[str, str] = {}
+    if c.chunked:
+        if c.line == "1":
+            args.append("--enable_chunked_prefill")
+        else:
+            options["enable_chunked_prefill"] = "true"
+        notes.append("chunked prefill on (off by default in trtllm-serve)")
+    if c.fp8_kv:
+        options["kv_cache_config"] = "{dtype: fp8}"
+        notes.append(f"FP8 KV cache: kv_cache_config.dtype fp8 in {TRT_OPTIONS_FILE}; trtllm-serve has no KV dtype "
+                     "flag, and on 'auto' the KV dtype follows the checkpoint's kv_cache_quant_algo, which a "
+                     "ModelOpt export may or may not set")
+    elif c.precision == "fp8":
+        notes.append("KV cache on 'auto': FP8 if the ModelOpt checkpoint declares kv_cache_quant_algo FP8, else "
+                     "16-bit (docs/engines.md)")
+    files: dict[str, str] = {}
+    if options:
+        files[TRT_OPTIONS_FILE] = "".join(f"{k}: {v}\n" for k, v in options.items())
+        args += ["--extra_llm_api_options", TRT_OPTIONS_FILE]
+    return EngineLaunch(args, notes, files=files, entry_point="trtllm-serve", version_line=c.line)
+
+
+def _lmdeploy(c: _Ctx) -> EngineLaunch:
+    s = c.settings
+    flags = ENGINE_FLAGS["lmdeploy"]
+    args = ["serve", "api_server", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
+            "--cache-max-entry-count", c.fraction, "--session-len", str(s.max_model_len)]
+    notes = [f"--cache-max-entry-count {c.fraction}: the fraction of free memory after loading that holds the KV "
+             "cache; LMDeploy has no step token budget flag that the plan sets"]
+    if c.fmt in ("awq", "gptq"):
+        args += ["--model-format", c.fmt]
+        notes.append(f"precision {c.precision}: --model-format {c.fmt} for the pre-quantised {c.checkpoint}")
+    elif c.fmt == "compressed-tensors-int8":
+        args += ["--backend", "pytorch"]
+        notes.append("precision int8-w8a8: served by LMDeploy's PyTorch engine (TurboMind has no W8A8 kernels)")
+    elif c.precision == "fp8":
+        args += ["--model-format", "fp8"]
+        notes.append(f"precision fp8: --model-format fp8 for the pre-quantised {c.checkpoint}")
+    else:
+        notes.append(_precision_note(c))
+    return EngineLaunch(args, notes, entry_point="lmdeploy", version_line=c.line)
+
+
+def _mlc(c: _Ctx) -> EngineLaunch:
+    s = c.settings
+    args = ["serve", c.checkpoint, "--mode", "server", "--overrides",
+            f"tensor_parallel_shards={c.tp};max_num_sequence={c.batch};gpu_memory_utilization="
+            f"{c.fraction};context_window_size={s.max_model_len}"]
+    notes = [f"precision {c.precision}: {c.checkpoint} is an MLC-compiled repository that holds it"]
+    return EngineLaunch(args, notes, entry_point="mlc_llm")
+
+
+def _llamacpp(c: _Ctx) -> EngineLaunch:
+    args = ["-m", c.checkpoint, "--parallel", "1", "--ctx-size", str(c.settings.max_model_len),
+            "--n-gpu-layers", "999"]
+    notes = ["one sequence per replica (--parallel 1); every layer offloaded to the GPU (--n-gpu-layers 999)",
+             f"precision {c.precision}: {c.checkpoint} is the GGUF file of that quantisation"]
+    return EngineLaunch(args, notes, entry_point="llama-server")
+
+
+def _exllama(c: _Ctx) -> EngineLaunch:
+    args = ["--model", c.checkpoint, "--length", str(c.settings.max_model_len)]
+    notes = [f"precision {c.precision}: {c.checkpoint} holds the GPTQ/EXL2 weights; one stream per replica"]
+    return EngineLaunch(args, notes, entry_point="exllama")

@@ -1,0 +1,384 @@
+"""Serving engines: how each one batches, sizes its KV pool and schedules prefill.
+
+Behaviour is fixed per engine (from the engines' documentation and defaults). The kernel times of a step are
+measured (`inferplan.planner.model.kernels`); the engine terms on top of them (per-step and per-sequence CPU time,
+memory outside the allocator) are fitted on measurements and live in `data/factors.json` (see
+`inferplan.planner.model.factors`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import date
+
+from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """Behaviour of one serving engine at its defaults.
+
+    cuda_graph_gib: memory of the captured CUDA graphs per GPU. vLLM (through 0.10) and SGLang capture
+      them after sizing the KV pool, so they come out of the `1 - gpu_memory_utilization` headroom; a
+      fraction so high that the headroom cannot hold them fails at start-up. vLLM logs print 0.3-1 GiB
+      ("Graph capturing finished ... took X GiB"); 0.5 is assumed.
+
+    memory_mode:
+      "total_fraction": the engine may use `gpu_memory_utilization` x total memory; the KV pool is what
+        is left after weights, the profiled activation peak and non-torch memory (vLLM, MLC-LLM).
+      "static_fraction": `mem_fraction_static` x total memory holds the weights and the KV pool; the
+        activations use the rest (SGLang).
+      "free_fraction": the KV pool is a fraction of the memory still free after loading the weights
+        (TensorRT-LLM `kv_cache_free_gpu_mem_fraction`, LMDeploy `cache_max_entry_count`, TGI).
+      "context": the engine allocates KV for the configured context only (llama.cpp, ExLlama).
+
+    own_weight_kernels: the engine reads the weights with its own matrix-vector kernels (ggml's CUDA kernels,
+      ExLlama's, MLC's TVM-generated ones), not with vendor GEMM libraries tuned for each GPU. Such a kernel
+      keeps a fixed number of loads in flight per SM, so what one SM streams is bounded (Little's law: bytes
+      in flight / memory latency) and a card with many GB/s per SM (HBM) reaches a smaller share of its
+      rated bandwidth than a GDDR card: the factor `sm_stream_gb_s` is fitted for these engines only.
+    """
+
+    name: str
+    continuous_batching: bool
+    memory_mode: str
+    default_memory_fraction: float
+    kv_block_tokens: int
+    chunked_prefill: bool
+    default_max_num_seqs: int
+    default_max_batched_tokens: int
+    tensor_parallel: bool
+    cuda_graph_gib: float  # CUDA-graph memory per GPU, captured after the KV pool is sized (assumed)
+    description: str
+    own_weight_kernels: bool = False  # streams weights with its own kernels, not vendor GEMM libraries
+
+
+ENGINES: dict[str, EngineProfile] = {
+    e.name: e
+    for e in (
+        EngineProfile(
+            name="vllm",
+            continuous_batching=True,
+            memory_mode="total_fraction",
+            default_memory_fraction=0.9,
+            kv_block_tokens=16,
+            chunked_prefill=True,
+            default_max_num_seqs=256,
+            default_max_batched_tokens=2048,
+            tensor_parallel=True,
+            cuda_graph_gib=0.5,
+            description="vLLM: paged KV, continuous batching, chunked prefill on by default since V1 (0.8)",
+        ),
+        EngineProfile(
+            name="sglang",
+            continuous_batching=True,
+            memory_mode="static_fraction",
+            default_memory_fraction=0.88,
+            kv_block_tokens=1,
+            chunked_prefill=True,
+            default_max_num_seqs=1024,
+            default_max_batched_tokens=8192,
+            tensor_parallel=True,
+            cuda_graph_gib=0.5,
+            description="SGLang: radix-tree KV (page size 1), continuous batching, chunked prefill 8192",
+        ),
+        EngineProfile(
+            name="tensorrt-llm",
+            continuous_batching=True,
+            memory_mode="free_fraction",
+            default_memory_fraction=0.9,
+            kv_block_tokens=64,
+            chunked_prefill=True,
+            default_max_num_seqs=256,
+            default_max_batched_tokens=8192,
+            tensor_parallel=True,
+            cuda_graph_gib=0.0,
+            description="TensorRT-LLM: in-flight batching, paged KV sized from free memory after load",
+        ),
+        EngineProfile(
+            name="tgi",
+            continuous_batching=True,
+            memory_mode="free_fraction",
+            default_memory_fraction=0.95,
+            kv_block_tokens=16,
+            chunked_prefill=True,
+            default_max_num_seqs=256,
+            default_max_batched_tokens=4096,
+            tensor_parallel=True,
+            cuda_graph_gib=0.3,
+            description="Text Generation Inference: continuous batching, KV sized from free memory",
+        ),
+        EngineProfile(
+            name="lmdeploy",
+            continuous_batching=True,
+            memory_mode="free_fraction",
+            default_memory_fraction=0.8,
+            kv_block_tokens=64,
+            chunked_prefill=False,
+            default_max_num_seqs=256,
+            default_max_batched_tokens=8192,
+            tensor_parallel=True,
+            cuda_graph_gib=0.0,
+            description="LMDeploy TurboMind: persistent batching, KV = cache_max_entry_count of free memory",
+        ),
+        EngineProfile(
+            name="mlc-llm",
+            continuous_batching=True,
+            memory_mode="total_fraction",
+            default_memory_fraction=0.85,
+            kv_block_tokens=16,
+            chunked_prefill=True,
+            default_max_num_seqs=80,
+            default_max_batched_tokens=2048,
+            tensor_parallel=True,
+            cuda_graph_gib=0.0,
+            description="MLC-LLM serve: continuous batching, KV from gpu_memory_utilization of total memory",
+            own_weight_kernels=True,
+        ),
+        EngineProfile(
+            name="llama.cpp",
+            continuous_batching=False,
+            memory_mode="context",
+            default_memory_fraction=1.0,
+            kv_block_tokens=1,
+            chunked_prefill=False,
+            default_max_num_seqs=1,
+            default_max_batched_tokens=512,
+            tensor_parallel=False,
+            cuda_graph_gib=0.0,
+            description="llama.cpp server: one sequence per slot, no continuous batching across requests; "
+            "multi-GPU splits layers (pipeline), which adds no speed to one stream",
+            own_weight_kernels=True,
+        ),
+        EngineProfile(
+            name="exllama",
+            continuous_batching=False,
+            memory_mode="context",
+            default_memory_fraction=1.0,
+            kv_block_tokens=1,
+            chunked_prefill=False,
+            default_max_num_seqs=1,
+            default_max_batched_tokens=2048,
+            tensor_parallel=False,
+            cuda_graph_gib=0.0,
+            description="ExLlama: single-stream GPTQ/EXL2 kernels",
+            own_weight_kernels=True,
+        ),
+    )
+}
+
+
+# Weight formats each engine serves (the first ones are what a plan tries when it names none), from the
+# engines' quantisation docs. GGUF and MLC formats belong to llama.cpp and MLC-LLM only. NVFP4 and Quark's MXFP4
+# run only on some GPUs and releases: `checkpoints.gpu_problem` says which.
+SERVED_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "vllm": ("bf16", "fp8", "int4-awq", "int8-w8a8", "fp16", "int4-gptq", "int8-gptq", "mxfp4", "nvfp4",
+             "mxfp4-w4a4"),
+    "sglang": ("bf16", "fp8", "int4-awq", "int8-w8a8", "fp16", "int4-gptq", "mxfp4", "nvfp4", "mxfp4-w4a4"),
+    "tgi": ("bf16", "fp8", "int4-awq", "int4-gptq", "fp16"),
+    "tensorrt-llm": ("bf16", "fp8", "int8-w8a8", "int4-awq", "fp16", "mxfp4", "nvfp4"),
+    "lmdeploy": ("bf16", "int4-awq", "int8-w8a8", "fp16"),
+    "mlc-llm": ("mlc-q4f16_1", "fp16"),
+    "llama.cpp": ("gguf-q4_k_m", "gguf-q8_0", "gguf-f16", "gguf-q6_k", "gguf-q5_k_m", "gguf-q4_0"),
+    "exllama": ("int4-gptq",),
+}
+DEFAULT_PLAN_PRECISIONS = 4  # a plan without `precisions` tries the first four an engine serves
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """How an engine fills a step, as the simulator runs it (sources in docs/engines.md).
+
+    mixed: prompt tokens share a step with the decode of the running sequences (vLLM V1's decode-first
+      step, TensorRT-LLM's in-flight batching); False: a step with prompt work runs no decode (prefill
+      first: SGLang without `--enable-mixed-chunk`, vLLM V0 without chunked prefill, TGI).
+    chunked: a prompt may be split over steps within the token budget; False: it goes whole, in a later
+      step if the budget is spent.
+    reserve_output: a request is admitted only when the KV cache holds its prompt and all the output it
+      may generate, next to what the running requests were promised, so nothing is ever preempted
+      (TensorRT-LLM's GUARANTEED_NO_EVICT); False: admitted when its prompt fits, preempted (recomputed)
+      when the cache runs out during decode (vLLM, SGLang).
+    """
+
+    mixed: bool = True
+    chunked: bool = True
+    reserve_output: bool = False
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The settings one engine instance runs with (stated values, else the engine's defaults)."""
+
+    memory_fraction: float  # gpu_memory_utilization (or the engine's equivalent)
+    max_model_len: int
+    max_num_seqs: int
+    chunk_tokens: float  # per-step prefill token budget; inf when prefill is not chunked
+    profile_tokens: int  # tokens of the memory-profiling forward pass
+    step_tokens: float = math.inf  # token budget of one step, chunked or not (the simulator's)
+    scheduling: Scheduling = Scheduling()
+    activation_scale: float | None = None  # replaces the engine's fitted activation factor (None: keep it)
+    sampler_bytes: float | None = None  # the profile's sampler peak per sequence and vocabulary entry (vLLM V1)
+
+
+# vLLM V1 (0.8 on) profiles its sampler after the forward pass, on max_num_seqs dummy requests with top-k and
+# top-p set, and every TP rank holds the whole vocabulary's logits (all-gathered): the 16-bit logits, their fp32
+# copy, the sort's fp32 values and int64 indices, the softmax and cumulative sum, the masks, the scattered result
+# (v1/worker/gpu_model_runner.py `_dummy_sampler_run`, v1/sample/ops/topk_topp_sampler.py `apply_top_k_top_p` in
+# vLLM 0.11.0) and the sort's scratch: about 39 bytes per sequence and vocabulary entry. llm-d's empirical
+# profiles of vLLM 0.11 on one H100 measured 38.5-39.6 (activation peak over max_num_seqs 1024 x vocabulary,
+# Qwen3-0.6B, Llama-3.1-8B, Qwen3-32B, gpt-oss-20b/120b, Llama-3.3-70B at TP 2). The forward pass's own
+# activations are freed by then, so the peak is the larger of the two.
+VLLM_V1_SAMPLER_BYTES = 39.0
+
+
+def sampler_profile_bytes(engine: str, version: str | None) -> float | None:
+    """Bytes per sequence and vocabulary entry that `engine` at `version` (None: its current release) holds when
+    it profiles its sampler apart from the forward pass (vLLM V1); None where the sampler is not profiled apart."""
+    v = parse_version(version)
+    if engine == "vllm" and (v is None or v >= (0, 8)):
+        return VLLM_V1_SAMPLER_BYTES
+    return None
+
+
+def engine_profile(name: str) -> EngineProfile:
+    """The engine named `name` (case and separators ignored: `TensorRT-LLM`, `trtllm` is not accepted)."""
+    key = normalize_name(name)
+    for engine in ENGINES.values():
+        if normalize_name(engine.name) == key:
+            return engine
+    raise CatalogLookupError("engine", name, closest_names(name, ENGINES))
+
+
+@dataclass(frozen=True)
+class VersionDefaults:
+    """What one engine at one version does when a setting is left unset, on one GPU (docs/engines.md)."""
+
+    max_num_seqs: int
+    step_tokens: float        # token budget of one step (max_num_batched_tokens, chunked_prefill_size, ...)
+    memory_fraction: float
+    scheduling: Scheduling
+    activation_scale: float | None = None  # replaces the engine's fitted activation factor (None: keep it)
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """(major, minor, patch) of the first dotted version in `text` (`~0.6.3`, `NIM 1.8.0`), None if none."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return tuple(int(g or 0) for g in match.groups()) if match else None
+
+
+GIB = float(2**30)
+
+# Release lines whose engines differ enough to need factors of their own: vLLM's V0 engine (before 0.8, when
+# V1 became the default) and TensorRT-LLM's built-engine path (before 1.0, when the PyTorch backend became the
+# default of trtllm-serve). The newest line keeps the engine's own name, so a plan (always the current
+# release) uses it. The date is the newer line's first release on PyPI (upload time of vllm-0.8.0 and
+# tensorrt_llm-1.0.0): a measurement that states no version but whose source is dated before it
+# (`Scenario.published`) ran the older line.
+FACTOR_LINES: dict[str, tuple[tuple[int, ...], date, str]] = {
+    "vllm": ((0, 8), date(2025, 3, 18), "vllm-v0"),
+    "tensorrt-llm": ((1, 0), date(2025, 9, 24), "tensorrt-llm-v0"),
+}
+
+
+# GPU vendors whose engine builds run other kernels than the CUDA build (ROCm: hipBLASLt GEMMs, Triton or AITER
+# attention, RCCL, HIP graphs) and so get factor lines of their own: `vllm` on an MI300X is fitted as `vllm-rocm`.
+# A stack line without fitted factors falls back to the engine's line (`base_line`), never to the neutral prior.
+STACK_LINES: dict[str, str] = {"amd": "rocm"}
+
+
+def factor_key(engine: str, version: str | None, vendor: str = "nvidia", published: date | None = None) -> str:
+    """The name the fitted factors of `engine` at `version` on a `vendor` GPU are kept under (`FACTOR_LINES`,
+    `STACK_LINES`). Without a version, a measurement `published` before the newer line's first release ran
+    the older line; with neither, the current line."""
+    line = FACTOR_LINES.get(engine)
+    v = parse_version(version)
+    older = line is not None and (v < line[0] if v is not None else published is not None and published < line[1])
+    key = line[2] if line is not None and older else engine
+    stack = STACK_LINES.get(vendor)
+    return f"{key}-{stack}" if stack else key
+
+
+def engine_of_line(key: str) -> str:
+    """The engine a factor line belongs to (`vllm-v0-rocm` -> `vllm`)."""
+    base = base_line(key)
+    return next((engine for engine, (_, _, older) in FACTOR_LINES.items() if older == base), base)
+
+
+def base_line(key: str) -> str:
+    """The CUDA-build line of factor line `key` (`vllm-rocm` -> `vllm`); `key` itself when it is one."""
+    for stack in STACK_LINES.values():
+        if key.endswith(f"-{stack}"):
+            return key[: -len(stack) - 1]
+    return key
+
+
+def scheduling_of(engine: str, version: str | None, max_model_len: int) -> Scheduling:
+    """How `engine` at `version` (None: its current release) fills a step at its defaults (docs/engines.md)."""
+    v = parse_version(version)
+    if engine == "vllm":
+        if v is not None and v < (0, 8) and max_model_len <= 32768:
+            return Scheduling(mixed=False, chunked=False)  # V0 without chunked prefill: prefill first, whole
+        return Scheduling(mixed=True, chunked=True)
+    if engine in ("sglang", "tgi"):
+        return Scheduling(mixed=False, chunked=True)
+    if engine == "tensorrt-llm":
+        return Scheduling(mixed=True, chunked=False, reserve_output=True)
+    if engine == "lmdeploy":
+        return Scheduling(mixed=True, chunked=False)
+    return Scheduling(mixed=True, chunked=engine in ENGINES and ENGINES[engine].chunked_prefill)
+
+
+def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_bytes: float, gpu_key: str,
+                     gpus_per_instance: int, max_model_len: int) -> VersionDefaults:
+    """The defaults of `engine` at `version` (None: its current release line) for one model instance on
+    `gpus_per_instance` GPUs of `gpu_memory_bytes` each. Sources, quoted, in docs/engines.md."""
+    v = parse_version(version)
+    gib = gpu_memory_bytes / GIB
+    name = engine.name
+    if name == "vllm":
+        if v is not None and v < (0, 8):
+            # V0: chunked prefill only for contexts over 32k (budget 512, decode first); otherwise whole prompts,
+            # prefill first, with a budget of max(max_model_len, 2048).
+            if max_model_len > 32768:
+                return VersionDefaults(256, 512.0, 0.9, scheduling_of(name, version, max_model_len))
+            return VersionDefaults(256, float(max(max_model_len, 2048)), 0.9,
+                                   scheduling_of(name, version, max_model_len))
+        big = gib >= 70 and "a100" not in gpu_key.lower() and (v is None or v >= (0, 9))
+        seqs, budget = (1024, 8192) if big else (256, 2048)
+        return VersionDefaults(seqs, float(budget), 0.9, scheduling_of(name, version, max_model_len))
+    if name == "sglang":
+        if v is not None and v < (0, 5):
+            limit = 25000 / 1024
+            fraction = 0.88
+            if gib <= 80:
+                fraction = {16: 0.79, 8: 0.81, 4: 0.85, 2: 0.87}.get(
+                    next((k for k in (16, 8, 4, 2) if gpus_per_instance >= k), 1), 0.88)
+        else:
+            limit = 35.0
+            reserved = 32.0
+            if gib < 35:
+                reserved = 2.8 + gpus_per_instance / 10
+            elif gib < 90:
+                reserved = 9.5 + gpus_per_instance / 2
+            elif gib < 160:
+                reserved = 12.0 + gpus_per_instance / 2
+            fraction = round((gib - reserved) / gib, 3)
+        budget = 2048 if gib < limit else (8192 if gib < 160 else 16384)
+        return VersionDefaults(4096, float(budget), fraction, scheduling_of(name, version, max_model_len))
+    if name == "tensorrt-llm":
+        no_evict = scheduling_of(name, version, max_model_len)
+        if v is not None and v < (1, 0):
+            return VersionDefaults(256, 8192.0, 0.9, no_evict)
+        # 1.x serves from the PyTorch backend: its warm-up forward is an ordinary one, not the activation
+        # buffers a built TensorRT engine reserves (what the fitted factor describes).
+        return VersionDefaults(2048, 8192.0, 0.9, no_evict, activation_scale=1.0)
+    if name == "tgi":
+        return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens),
+                               engine.default_memory_fraction, scheduling_of(name, version, max_model_len))
+    if name == "lmdeploy":
+        return VersionDefaults(engine.default_max_num_seqs, math.inf, engine.default_memory_fraction,
+                               scheduling_of(name, version, max_model_len))
+    return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens),
+                           engine.default_memory_fraction, scheduling_of(name, version, max_model_len))

@@ -1,0 +1,2 @@
+"""Physics and queueing: memory, kernels and step times, queueing, disaggregated pools, engine factors, prediction
+intervals."""

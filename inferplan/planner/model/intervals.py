@@ -1,0 +1,250 @@
+"""Prediction intervals: how far a measured value falls from the model's prediction, from held-out residuals.
+
+Every interval is a central interval of the signed log residual `log(measured / predicted)` of rows predicted by
+a fit that never saw their source (`bench/leave_one_source_out.py --predictions`), grouped by what a prediction
+rests on (`Evidence`): the metric, the model kind (dense, MoE, MLA), the engine's factor line, the GPU family, the
+load kind, and whether that (engine line, family) pair had measured lines in the fit. `data/intervals.json` holds,
+per group of at least `MIN_ROWS` rows, the split-conformal bounds at each level of `CONFIDENCES`; a query takes the
+finest group that has them (`group_keys`). `scripts/derive_intervals.py` writes the file (docs/model.md,
+"Prediction intervals"; docs/calibration.md for regenerating it).
+
+An extrapolated pair (no measured line of its engine line on its GPU family) takes the union of the interval of
+the extrapolated rows' group and that of the nearest measured evidence for the same query (the same metric and
+kind on the engine line's other families, else coarser): never narrower than a measured pair's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from inferplan.planner.catalog.architectures import resolve_model
+from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.names import CatalogLookupError
+
+if TYPE_CHECKING:
+    from inferplan.planner.model.factors import FactorSet
+
+CONFIDENCES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+"""The levels whose bounds the data file stores; a level between two is interpolated linearly."""
+
+UNMODELLED_KINDS = frozenset({"mla"})
+"""Model kinds the step model does not represent (`predict.unmodelled`): without residuals of their own kind a query
+of theirs takes the widest bounds of its metric class, never those of the modelled rows alone."""
+
+DEFAULT_CONFIDENCE = 0.8
+GROUPS_JOINED = 2
+"""A query's bounds join this many groups of its walk, finest first. Held out by source (scripts/derive_intervals.py,
+2026-12-04), the 80% intervals covered 75.2% of 970 rows with the finest group alone and 79.6% with it and its parent
+(ttft_ms_mean 69.6% -> 74.1%, tpot_ms_mean 77.3% -> 85.3%); weighing each source alike in a group, 69.3%."""
+MIN_ROWS = 20
+"""Rows a group needs for bounds of its own; a smaller one falls back to the next coarser group."""
+
+METRIC_CLASSES = {
+    "latency": ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
+                "itl_ms_mean", "e2e_ms_mean"),
+    "throughput": ("decode_tps_single", "output_tps_total", "requests_per_s"),
+    "memory": ("kv_cache_tokens", "max_concurrency", "weights_gib", "activation_peak_gib", "kv_cache_gib"),
+}
+_CLASS_OF = {metric: name for name, metrics in METRIC_CLASSES.items() for metric in metrics}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one prediction rests on: the groups of residuals its interval is read from."""
+
+    metric: str  # a scenario metric (`scenarios.METRICS`)
+    kind: str  # "dense" | "moe" | "mla"
+    engine_line: str | None  # `engines.factor_key`
+    family: str | None  # GPU family
+    load: str  # a scenario load kind; plans predict "poisson"
+    measured: bool  # the (engine line, family) pair had measured lines in the fit
+
+
+def group_keys(evidence: Evidence) -> tuple[str, ...]:
+    """The keys of the groups `evidence` reads, finest first. The measured path narrows by engine line, GPU family
+    and load; rows of an extrapolated pair are few, so theirs stops at the metric and model kind."""
+    e = evidence
+    metric_class = f"class:{_CLASS_OF.get(e.metric, 'other')}"
+    # Tails keep AMD and NVIDIA apart before the metric pools them: one source's ROCm preemption storms (vLLM 0.6 on
+    # MI300X, TPOT p99 8-150x the prediction) must not widen every CUDA plan's p99 (held out, tpot_ms_p99 covers
+    # 68.6% either way). Other metrics pool both vendors: apart, their held-out coverage fell from 75.5% to 71.6%.
+    pooled: tuple[str, ...] = (f"{e.metric}|{e.kind}", e.metric, metric_class, "*")
+    if e.metric in TAIL_METRICS:  # every pooled level within the vendor first (a query joins its group's parent too)
+        pooled = (*(f"{key}|vendor:{_vendor(e.family)}" for key in pooled), *pooled)
+    if not e.measured:
+        return pooled
+    pair = f"{e.metric}|{e.kind}|{e.engine_line}|{e.family}"
+    return (f"{pair}|{e.load}", pair, f"{e.metric}|{e.kind}|{e.engine_line}", *pooled)
+
+
+TAIL_METRICS = frozenset({"ttft_ms_p99", "tpot_ms_p99"})
+"""The metrics whose groups split AMD from NVIDIA before pooling (`group_keys`)."""
+
+
+def _vendor(family: str | None) -> str:
+    """"amd" for a CDNA family, "nvidia" for the others, "unknown" without one."""
+    return "unknown" if family is None else "amd" if family.startswith("cdna") else "nvidia"
+
+
+def model_kind(model: str) -> str:
+    """"mla", "moe" or "dense" (a model the catalog does not know counts as dense)."""
+    try:
+        arch = resolve_model(model)
+    except CatalogLookupError:
+        return "dense"
+    return "mla" if arch.is_mla else "moe" if arch.is_moe else "dense"
+
+
+def gpu_family(gpu: str | None) -> str | None:
+    try:
+        return resolve_gpu(gpu).family if gpu else None
+    except CatalogLookupError:
+        return None
+
+
+def fitted_pairs(factors: FactorSet) -> set[tuple[str | None, str | None]]:
+    """The (engine line, family) pairs `factors` were fitted on measured lines of (`meta.rows_by_engine_family`)."""
+    counts = factors.meta.get("rows_by_engine_family", {})
+    return {(line, family) for line, by_family in counts.items() for family, n in by_family.items() if n}
+
+
+# --- deriving the bounds --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One held-out row: its evidence, its source and `log(measured / predicted)`."""
+
+    evidence: Evidence
+    source: str
+    log_ratio: float
+
+
+def conformal_bounds(log_ratios: Sequence[float], confidence: float) -> tuple[float, float]:
+    """Split-conformal central bounds of a sample at `confidence`: the floor((n + 1) a/2)-th smallest and the
+    ceil((n + 1)(1 - a/2))-th smallest value (a = 1 - confidence), clipped to the sample's range."""
+    values = sorted(log_ratios)
+    n, alpha = len(values), 1.0 - confidence
+    k_low = math.floor((n + 1) * alpha / 2)
+    k_high = math.ceil((n + 1) * (1 - alpha / 2))
+    return values[max(k_low, 1) - 1], values[min(k_high, n) - 1]
+
+
+def derive(residuals: Sequence[Residual], min_rows: int = MIN_ROWS, meta: Mapping[str, Any] | None = None
+           ) -> dict[str, Any]:
+    """The data file's content: per path ("measured", "extrapolated") and group of at least `min_rows` residuals,
+    its row count and bounds at each of `CONFIDENCES`, log ratios rounded to 4 decimals. Deterministic."""
+    groups: dict[str, dict[str, list[float]]] = {"measured": {}, "extrapolated": {}}
+    for r in residuals:
+        path = groups["measured" if r.evidence.measured else "extrapolated"]
+        for key in group_keys(r.evidence):
+            path.setdefault(key, []).append(r.log_ratio)
+    out: dict[str, Any] = {"meta": {"method": "split-conformal central bounds of log(measured / predicted)",
+                                    "confidences": list(CONFIDENCES), "minRows": min_rows, "rows": len(residuals),
+                                    **(meta or {})}}
+    for path, by_key in groups.items():
+        out[path] = {key: {"n": len(values),
+                           "bounds": [[round(b, 4) for b in conformal_bounds(values, c)] for c in CONFIDENCES]}
+                     for key, values in sorted(by_key.items()) if len(values) >= min_rows}
+    return out
+
+
+# --- reading them -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IntervalTable:
+    """The bounds of a data file (`derive`'s output)."""
+
+    measured: Mapping[str, Sequence[Sequence[float]]]
+    extrapolated: Mapping[str, Sequence[Sequence[float]]]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> IntervalTable:
+        levels = tuple(data["meta"]["confidences"])
+        if levels != CONFIDENCES:
+            raise ValueError(f"intervals: confidences {levels} differ from {CONFIDENCES}")
+        return cls({k: v["bounds"] for k, v in data["measured"].items()},
+                   {k: v["bounds"] for k, v in data["extrapolated"].items()})
+
+    def _has_kind(self, evidence: Evidence) -> bool:
+        """Whether the table has a group of `evidence`'s model kind for its metric."""
+        return f"{evidence.metric}|{evidence.kind}" in self.measured or f"{evidence.metric}|{evidence.kind}" in \
+            self.extrapolated
+
+    def _widest(self, metric: str, grid: Sequence[Sequence[float]]) -> list[list[float]]:
+        """The union of `grid` and every group's bounds in `metric`'s class (its metrics' groups and the class's
+        own), level by level: the widest evidence there is."""
+        metric_class = _CLASS_OF.get(metric, "other")
+        names = {*METRIC_CLASSES.get(metric_class, (metric,)), f"class:{metric_class}"}
+        grids = [grid, *(g for table in (self.measured, self.extrapolated) for key, g in table.items()
+                         if key.split("|")[0] in names)]
+        return [[min(g[i][0] for g in grids), max(g[i][1] for g in grids)] for i in range(len(CONFIDENCES))]
+
+    @staticmethod
+    def _grid(table: Mapping[str, Sequence[Sequence[float]]], keys: Sequence[str]) -> Sequence[Sequence[float]] | None:
+        """The bounds of the finest group of `keys` in `table`, widened to its parent's (the next group found): a
+        group's own bounds rest on few sources, and a held-out source is often unlike them (`GROUPS_JOINED`)."""
+        found = [table[key] for key in keys if key in table][:GROUPS_JOINED]
+        if not found:
+            return None
+        return [[min(g[i][0] for g in found), max(g[i][1] for g in found)] for i in range(len(found[0]))]
+
+    def log_bounds(self, evidence: Evidence, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+        """Bounds of `log(measured / predicted)` at `confidence` (0.5-0.99); they always contain 0 (the
+        prediction)."""
+        if not CONFIDENCES[0] <= confidence <= CONFIDENCES[-1]:
+            raise ValueError(f"confidence {confidence} outside {CONFIDENCES[0]}-{CONFIDENCES[-1]}")
+        grid = self._grid(self.measured, group_keys(evidence if evidence.measured else _as_measured(evidence)))
+        other = None if evidence.measured else self._grid(self.extrapolated, group_keys(evidence))
+        if grid is not None and other is not None:
+            grid = [[min(a[0], b[0]), max(a[1], b[1])] for a, b in zip(grid, other, strict=True)]
+        grid = grid or other
+        if grid is not None and evidence.kind in UNMODELLED_KINDS and not self._has_kind(evidence):
+            grid = self._widest(evidence.metric, grid)
+        if grid is None:
+            raise ValueError(f"intervals: no group of {'measured' if evidence.measured else 'any'} rows for "
+                             f"{evidence.metric}")
+        low, high = _interpolate(grid, confidence)
+        return min(low, 0.0), max(high, 0.0)
+
+    def interval(self, evidence: Evidence, value: float, confidence: float = DEFAULT_CONFIDENCE
+                 ) -> tuple[float, float]:
+        """The interval in which the measured value of a prediction `value` falls with probability `confidence`."""
+        low, high = self.log_bounds(evidence, confidence)
+        return value * math.exp(low), value * math.exp(high)
+
+
+def _as_measured(evidence: Evidence) -> Evidence:
+    """The nearest measured evidence of an extrapolated query: the same query on the measured path, where its pair
+    has no group and the walk reaches the engine line's other families (or coarser)."""
+    return Evidence(evidence.metric, evidence.kind, evidence.engine_line, evidence.family, evidence.load, True)
+
+
+def _interpolate(grid: Sequence[Sequence[float]], confidence: float) -> tuple[float, float]:
+    for i in range(len(CONFIDENCES) - 1):
+        c0, c1 = CONFIDENCES[i], CONFIDENCES[i + 1]
+        if confidence <= c1:
+            t = (confidence - c0) / (c1 - c0)
+            return (grid[i][0] + t * (grid[i + 1][0] - grid[i][0]), grid[i][1] + t * (grid[i + 1][1] - grid[i][1]))
+    return grid[-1][0], grid[-1][1]
+
+
+@lru_cache(maxsize=1)
+def load_intervals() -> IntervalTable:
+    """The shipped table (`data/intervals.json`)."""
+    text = resources.files("inferplan.planner").joinpath("data/intervals.json").read_text(encoding="utf-8")
+    return IntervalTable.from_json(json.loads(text))
+
+
+def interval(metric: str, value: float, *, engine_line: str | None, family: str | None, measured: bool,
+             kind: str = "dense", load: str = "poisson", confidence: float = DEFAULT_CONFIDENCE
+             ) -> tuple[float, float]:
+    """(low, high) around the prediction `value` of scenario metric `metric` from the shipped table."""
+    return load_intervals().interval(Evidence(metric, kind, engine_line, family, load, measured), value, confidence)

@@ -1,0 +1,531 @@
+"""Per-operator kernel times on one GPU, from measurements: what a step of the model costs before any engine.
+
+Every figure here is a latency of one kernel call on one GPU [s], looked up where it was measured:
+
+- **measured**: NVIDIA GPUs that NVIDIA AIConfigurator profiled (`data/kernels.json`, derived from
+  `aiconfigurator-core` 0.12.0 by `scripts/derive_kernel_tables.py`; Apache-2.0, attribution in NOTICE). GEMM by
+  M x N x K and weight format, decode attention by KV bytes read and batch x KV heads, prefill attention by causal
+  FLOPs and batch x heads, all-reduce by bytes and GPUs, each under the kernels of the engine's backend (vLLM,
+  SGLang or TensorRT-LLM).
+- **scaled**: a GPU of the same die or architecture as a profiled one (A100 40GB and PCIe, H100 PCIe/NVL, GH200,
+  H200 NVL, the Ada and GA102 cards): the profiled GPU's latencies times the ratio of the two GPUs' roofline times
+  for the same call (`GpuSpec.kernel_tables` names the profiled system; the catalog says why).
+- **published**: GPUs without profiles but with published microbenchmarks in the GPU catalog (AMD Instinct: GEMM
+  throughput, STREAM bandwidth, RCCL all-reduce, flash attention): a roofline at those measured efficiencies, with
+  each call's floor.
+- **typical**: neither (T4): the roofline at the median efficiency the profiled GPUs reach, which the plan states.
+
+Nothing here is fitted to serving runs; `inferplan.planner.model.performance` sums these per step, and the fit
+(`calibrate`) touches only engine terms on top of them. Times broadcast over numpy arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from inferplan.planner.catalog.gpus import FP4_FAMILIES, GpuSpec
+from inferplan.planner.catalog.precisions import WeightPrecision
+
+FloatArray = NDArray[np.float64]
+
+# The engine backends the tables hold; every engine runs on the kernels of one of them.
+BACKEND_OF_ENGINE = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "tensorrt-llm": "trtllm",
+    "tgi": "vllm",        # flash-attention / flashinfer and cuBLAS, as vLLM
+    "lmdeploy": "trtllm",  # TurboMind grew out of FasterTransformer, TensorRT-LLM's ancestor
+    "mlc-llm": "vllm",    # own decode kernels (the engine's `sm_stream_gb_s`), cuBLAS-class GEMMs otherwise
+    "llama.cpp": "vllm",
+    "exllama": "vllm",
+}
+BACKENDS = ("vllm", "sglang", "trtllm")
+
+# Smallest time of one elementwise kernel (RMSNorm, rotary embedding, activation): the constant latency
+# AIConfigurator's system files charge every memory-bound op (`mem_empirical_constant_latency`, 3 us), a modelling
+# constant of its authors, not a measurement. Four such kernels run per layer and step.
+ELEMENTWISE_FLOOR_S = 3e-6
+ELEMENTWISE_KERNELS_PER_LAYER = 4
+# Floor of one GEMM or attention call where nothing was measured (AMD, typical): the median smallest call of the
+# profiled NVIDIA GPUs' GEMM tables is 3-5 us, their decode attention's about 10 us (kernels.json).
+UNMEASURED_GEMM_FLOOR_S = 4e-6
+UNMEASURED_ATTENTION_FLOOR_S = 10e-6
+
+
+@dataclass(frozen=True)
+class KernelBasis:
+    """What one GPU's kernel times rest on, in words a plan can print."""
+
+    kind: str              # "measured" | "scaled" | "published" | "typical"
+    system: str | None     # the profiled system whose tables are read (measured, scaled)
+    note: str
+
+
+@cache
+def kernel_tables() -> dict[str, Any]:
+    """The packaged tables (`data/kernels.json`)."""
+    text = resources.files("inferplan.planner").joinpath("data/kernels.json").read_text(encoding="ascii")
+    return json.loads(text)
+
+
+def gemm_format(precision: WeightPrecision, gpu: GpuSpec) -> str:
+    """The kernel table that serves a precision's linear layers: 16-bit, FP8 (per tensor), INT8 W8A8 (`sq`), NVFP4,
+    or a weight-only kernel of 4 or 8 bits (GPTQ, AWQ, MXFP4 experts on pre-Blackwell GPUs, GGUF and MLC formats)."""
+    name = precision.name
+    if precision.compute == "fp4":
+        # W4A4 (NVFP4, Quark MXFP4) on FP4 tensor cores; elsewhere an engine that runs the format dequantises the
+        # weights to 16-bit math (vLLM's FP4 Marlin kernels), a weight-only kernel of 4 bits.
+        return "nvfp4" if gpu.family in FP4_FAMILIES else "int4_wo"
+    # An 8-bit format on a GPU without 8-bit tensor cores of that kind (FP8 on Ampere) runs as a weight-only
+    # kernel with 16-bit math (vLLM's FP8 Marlin).
+    if precision.compute == "fp8":
+        return "fp8" if gpu.fp8_tflops else "int8_wo"
+    if precision.compute == "int8":
+        return "sq" if gpu.int8_tops else "int8_wo"
+    bits = precision.bits_per_param
+    if bits >= 12:
+        return "bfloat16"
+    if name == "mxfp4" and gpu.family in FP4_FAMILIES:
+        return "nvfp4"
+    return "int8_wo" if bits > 6 else "int4_wo"
+
+
+# What each AIConfigurator MoE dtype's compute share is of (`moe` in data/kernels.json): 16-bit math for the
+# weight-only formats.
+MOE_PEAK_OF = {"bfloat16": "bf16", "int4_wo": "bf16", "w4a16_mxfp4": "bf16", "fp8": "fp8", "fp8_block": "fp8",
+               "nvfp4": "fp4"}
+
+
+def moe_formats(precision: WeightPrecision, gpu: GpuSpec, engine: str = "vllm") -> tuple[str, ...]:
+    """The measured fused-MoE tables that can serve `precision`'s experts on `gpu` under `engine`, in order of
+    preference: FP8 block scales first (the MoE FP8 checkpoints, Qwen3 and DeepSeek, use them), per-tensor first on
+    TensorRT-LLM's kernels (its ModelOpt checkpoints are per-tensor), FP4 W4A4 only on FP4 tensor cores,
+    gpt-oss's MXFP4 as weight-only MXFP4 (Marlin, triton), AWQ/GPTQ as 4-bit weight-only; none for INT8 W8A8."""
+    if precision.compute == "fp4":
+        return ("nvfp4",) if gpu.family in FP4_FAMILIES else ("int4_wo",)
+    if precision.name == "mxfp4":
+        return ("w4a16_mxfp4",)
+    if precision.compute == "fp8":
+        if not gpu.fp8_tflops:
+            return ()
+        return ("fp8", "fp8_block") if BACKEND_OF_ENGINE.get(engine) == "trtllm" else ("fp8_block", "fp8")
+    if precision.compute == "int8":
+        return ()
+    if precision.bits_per_param >= 12:
+        return ("bfloat16",)
+    return ("int4_wo",) if precision.bits_per_param < 5 else ()
+
+
+def _log_axis(grid: FloatArray, x: FloatArray, base: float = math.e) -> tuple[NDArray[np.intp], FloatArray, FloatArray]:
+    """Cell index and weight of `x` on a sorted axis of logarithms to `base`, and the factor beyond its last node:
+    below the first node the weight is 0 (clamped); above the last it is 1 and the factor base^(x - last) > 1 (a
+    call larger than any measured is bound by its size: the edge's time grows in proportion)."""
+    position = np.interp(x, grid, np.arange(len(grid), dtype=float))  # fractional node index, clamped at both ends
+    idx = np.minimum(position.astype(np.intp), len(grid) - 2)
+    return idx, position - idx, base ** np.maximum(x - grid[-1], 0.0)
+
+
+@lru_cache(maxsize=256)
+def _gemm_grid(system: str, backend: str, fmt: str) -> FloatArray | None:
+    table = kernel_tables()["systems"].get(system, {}).get("gemm", {}).get(backend, {}).get(fmt)
+    return None if table is None else np.log(np.asarray(table, dtype=float) * 1e-6)
+
+
+@cache
+def _gemm_axes() -> tuple[FloatArray, FloatArray]:
+    meta = kernel_tables()["meta"]
+    return np.log(np.asarray(meta["gemm_m"], float)), np.log(np.asarray(meta["gemm_nk"], float))
+
+
+def _trilinear(grid: FloatArray, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
+    """The log-time `grid` (M x N x K) interpolated linearly in log M, log N and log K at (m, n, k), as seconds;
+    beyond the last node of an axis in proportion to the size (`_log_axis`)."""
+    axis_m, axis_nk = _gemm_axes()
+    lm, ln, lk = np.broadcast_arrays(*(np.log(np.maximum(np.asarray(v, dtype=float), 1.0)) for v in (m, n, k)))
+    im, wm, xm = _log_axis(axis_m, lm.ravel())
+    i_n, wn, xn = _log_axis(axis_nk, ln.ravel())
+    ik, wk, xk = _log_axis(axis_nk, lk.ravel())
+    sm, sn = grid.shape[1] * grid.shape[2], grid.shape[2]  # flat offsets of one step along M and N (C order)
+    corners = (im * sm + i_n * sn + ik)[None, :] + np.array(
+        [a * sm + b * sn + c for a in (0, 1) for b in (0, 1) for c in (0, 1)])[:, None]
+    weights = (np.stack([1.0 - wm, wm])[:, None, None, :] * np.stack([1.0 - wn, wn])[None, :, None, :]
+               * np.stack([1.0 - wk, wk])[None, None, :, :]).reshape(8, -1)
+    out = (weights * np.take(grid, corners)).sum(axis=0)
+    return (np.exp(out) * xm * xn * xk).reshape(lm.shape)
+
+
+def _table_s(system: str, backend: str, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
+    """`_trilinear` on the GEMM table of (system, backend, fmt), remembered by the call's sizes: the GPUs that
+    share a profiled GPU's tables (`KernelBasis.kind == "scaled"`) look up the same shapes."""
+    arrays = [np.asarray(v, dtype=float) for v in (m, n, k)]
+    return _table_s_cached(system, backend, fmt, *((a.shape, a.tobytes()) for a in arrays))
+
+
+@lru_cache(maxsize=1024)  # a whole-catalog plan looks up about 300 different calls; each result is a few KiB
+def _table_s_cached(system: str, backend: str, fmt: str, m: tuple[tuple[int, ...], bytes],
+                    n: tuple[tuple[int, ...], bytes], k: tuple[tuple[int, ...], bytes]) -> FloatArray:
+    grid = _gemm_grid(system, backend, fmt)
+    assert grid is not None, (system, backend, fmt)
+    seconds = _trilinear(grid, *(np.frombuffer(b, dtype=float).reshape(shape) for shape, b in (m, n, k)))
+    seconds.flags.writeable = False  # shared by every caller
+    return seconds
+
+
+@lru_cache(maxsize=256)
+def _surface(system: str, kind: str, backend: str, kv: str | None) -> FloatArray | None:
+    entry = kernel_tables()["systems"].get(system, {}).get(kind, {}).get(backend)
+    if entry is not None and kv is not None:
+        entry = entry.get(kv)
+    return None if entry is None else np.log(np.asarray(entry, dtype=float) * 1e-6)
+
+
+def _bilinear(grid: FloatArray, axis_x: FloatArray, axis_y: FloatArray, x: ArrayLike, y: ArrayLike) -> FloatArray:
+    lx = np.log2(np.maximum(np.asarray(x, dtype=float), 1.0))
+    ly = np.log2(np.maximum(np.asarray(y, dtype=float), 1.0))
+    lx, ly = np.broadcast_arrays(lx, ly)
+    ix, wx, beyond = _log_axis(axis_x, lx, 2.0)
+    iy, wy, _ = _log_axis(axis_y, ly, 2.0)  # more parallel work than the grid: as its edge
+    out = ((1 - wx) * (1 - wy) * grid[ix, iy] + wx * (1 - wy) * grid[ix + 1, iy]
+           + (1 - wx) * wy * grid[ix, iy + 1] + wx * wy * grid[ix + 1, iy + 1])
+    return np.exp(out) * beyond
+
+
+def _peak_flops(gpu: GpuSpec, fmt: str, fp4: bool = True) -> float:
+    """Dense tensor throughput of `gpu` for a GEMM of kernel format `fmt` [FLOP/s]: FP4 GEMMs at the catalog's FP4
+    peak where it states one (and `fp4`), else at the FP8 peak, the conservative one."""
+    if fmt == "nvfp4" and fp4 and gpu.fp4_tflops:
+        return gpu.fp4_tflops * 1e12
+    if fmt in ("fp8", "nvfp4") and gpu.fp8_tflops:
+        return gpu.fp8_tflops * 1e12
+    if fmt == "sq" and gpu.int8_tops:
+        return gpu.int8_tops * 1e12
+    return gpu.fp16_tflops * 1e12
+
+
+def _system_peak_flops(peaks: dict[str, Any], fmt: str, fp4: bool = True) -> float:
+    if fmt == "nvfp4" and fp4 and peaks.get("fp4_tflops"):
+        return peaks["fp4_tflops"] * 1e12
+    if fmt in ("fp8", "nvfp4") and peaks.get("fp8_tflops"):
+        return peaks["fp8_tflops"] * 1e12
+    if fmt == "sq" and peaks.get("int8_tops"):
+        return peaks["int8_tops"] * 1e12
+    return peaks["bf16_tflops"] * 1e12
+
+
+WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "sq": 1.0, "int8_wo": 1.0, "int4_wo": 0.5, "nvfp4": 0.5625}
+
+
+def gemm_roofline_s(bandwidth: float, flops: float, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
+    """The roofline of y = x W at a bandwidth [B/s] and a throughput [FLOP/s]: weights plus 16-bit activations
+    in and out, against 2 m n k."""
+    m, n, k = (np.asarray(v, dtype=float) for v in (m, n, k))
+    moved = WEIGHT_BYTES[fmt] * n * k + 2.0 * m * (n + k)
+    return np.maximum(moved / bandwidth, 2.0 * m * n * k / flops)
+
+
+@cache
+def typical_efficiencies() -> dict[str, float]:
+    """Median over the profiled GPUs (vLLM tables) of what large calls reach: weight streaming at M = 1 (16-bit
+    8192 x 8192) over the HBM peak, 16-bit GEMM at 8192^3 over the tensor peak, decode attention over the HBM peak
+    at 1 GiB of KV, and prefill attention at 1 PFLOP-scale calls over the tensor peak. What a GPU without any
+    kernel data is assumed to reach (`KernelBasis.kind == "typical"`)."""
+    stream, compute, attention, prefill = [], [], [], []
+    meta = kernel_tables()["meta"]
+    for system, entry in kernel_tables()["systems"].items():
+        peaks = entry["peaks"]
+        grid = _gemm_grid(system, "vllm", "bfloat16")
+        if grid is None:
+            continue
+        bw, f = peaks["mem_bw_gb_s"] * 1e9, peaks["bf16_tflops"] * 1e12
+        stream.append(2.0 * 8192 * 8192 / float(_trilinear(grid, 1, 8192, 8192)) / bw)
+        compute.append(2.0 * 8192**3 / float(_trilinear(grid, 8192, 8192, 8192)) / f)
+        decode = _surface(system, "decode_attention", "vllm", "bf16")
+        if decode is not None:
+            axes = meta["decode_attention_axes"]
+            t = float(_bilinear(decode, np.asarray(axes["log2_kv_bytes"], float),
+                                np.asarray(axes["log2_batch_x_kv_heads"], float), 2.0**30, 512))
+            attention.append(2.0**30 / t / bw)
+        pre = _surface(system, "prefill_attention", "vllm", None)
+        if pre is not None:
+            axes = meta["prefill_attention_axes"]
+            t = float(_bilinear(pre, np.asarray(axes["log2_causal_flops"], float),
+                                np.asarray(axes["log2_batch_x_heads"], float), 2.0**44, 64))
+            prefill.append(2.0**44 / t / f)
+    return {"stream": float(np.median(stream)), "gemm": float(np.median(compute)),
+            "decode_attention": float(np.median(attention)), "prefill_attention": float(np.median(prefill))}
+
+
+@dataclass(frozen=True)
+class GpuKernels:
+    """Kernel latencies of one engine backend's kernels on one GPU [s]; every method broadcasts."""
+
+    gpu: GpuSpec
+    backend: str
+    basis: KernelBasis
+
+    # -- where the numbers come from -------------------------------------------------------------------------
+
+    @property
+    def _system(self) -> str | None:
+        return self.basis.system
+
+    @property
+    def _peaks(self) -> dict[str, Any]:
+        return kernel_tables()["systems"][self.basis.system]["peaks"] if self.basis.system else {}
+
+    def _published(self, name: str) -> float | None:
+        return dict(self.gpu.kernel_figures).get(name)
+
+    def _efficiency(self, name: str, typical: str) -> float:
+        value = self._published(name)
+        return value if value is not None else typical_efficiencies()[typical]
+
+    def _table_backend(self, kind: str, fmt: str | None = None) -> str | None:
+        """The engine's own backend where its table exists, else another backend's on the same GPU."""
+        if self._system is None:
+            return None
+        for backend in (self.backend, *BACKENDS):
+            if kind == "gemm" and _gemm_grid(self._system, backend, fmt or "") is not None:
+                return backend
+            if kind != "gemm" and _surface(self._system, kind, backend, fmt) is not None:
+                return backend
+        return None
+
+    # -- GEMM ------------------------------------------------------------------------------------------------
+
+    def gemm_s(self, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
+        """y[m, n] = x[m, k] W[k, n] with weights in kernel format `fmt` (`gemm_format`). Never faster than
+        reading the weights from HBM at the rated bandwidth: a benchmark that calls one small weight over and over
+        serves it from L2 (the L40S's 96 MB, tables up to 2.2x its rated bandwidth), a served model never does."""
+        seconds = None
+        if self._system is not None:
+            backend = self._table_backend("gemm", fmt)
+            if backend is not None:
+                grid = _gemm_grid(self._system, backend, fmt)
+                seconds = self._scaled_gemm(_table_s(self._system, backend, fmt, m, n, k), fmt, m, n, k,
+                                            float(np.exp(grid.min())))
+            else:
+                seconds = self._relative_gemm(fmt, m, n, k)
+        if seconds is None:
+            seconds = self._roofline_gemm(fmt, m, n, k)
+        hbm = WEIGHT_BYTES[fmt] * np.asarray(n, float) * np.asarray(k, float) / (self.gpu.memory_bandwidth_gb_s * 1e9)
+        return np.maximum(seconds, hbm)
+
+    def _scaled_gemm(self, seconds: FloatArray, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike,
+                     floor: float) -> FloatArray:
+        """A profiled GPU's time on this GPU: the call's `floor` (its smallest time, a launch and a tile) as it is,
+        the rest times the ratio of the two GPUs' roofline times for the call."""
+        if self.basis.kind == "measured":
+            return seconds
+        peaks = self._peaks
+        # FP4 peaks only where both GPUs state one, so that the two rooflines compare like with like.
+        fp4 = bool(peaks.get("fp4_tflops") and self.gpu.fp4_tflops)
+        source = gemm_roofline_s(peaks["mem_bw_gb_s"] * 1e9, _system_peak_flops(peaks, fmt, fp4), fmt, m, n, k)
+        target = gemm_roofline_s(self.gpu.memory_bandwidth_gb_s * 1e9, _peak_flops(self.gpu, fmt, fp4), fmt, m, n, k)
+        return floor + np.maximum(seconds - floor, 0.0) * target / source
+
+    def _relative_gemm(self, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray | None:
+        """A format this GPU's tables lack: its 16-bit time times what the format costs relative to 16 bits where
+        both were measured (weight-only and INT8 on the A100's TensorRT-LLM tables; FP8 and NVFP4 on Hopper and
+        Blackwell), so a GPU keeps its own 16-bit kernels and borrows only the format's relative cost."""
+        own = self._table_backend("gemm", "bfloat16")
+        if own is None:
+            return None
+        donors = [(system, backend) for system in kernel_tables()["systems"] for backend in BACKENDS
+                  if _gemm_grid(system, backend, fmt) is not None
+                  and _gemm_grid(system, backend, "bfloat16") is not None]
+        if not donors:
+            return None
+        system, backend = donors[0]
+        grid = _gemm_grid(self._system, own, "bfloat16")
+        base = self._scaled_gemm(_table_s(self._system, own, "bfloat16", m, n, k), "bfloat16", m, n, k,
+                                 float(np.exp(grid.min())))
+        ratio = _table_s(system, backend, fmt, m, n, k) / _table_s(system, backend, "bfloat16", m, n, k)
+        return base * ratio
+
+    def _roofline_gemm(self, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
+        stream = self._efficiency("hbm_stream_efficiency", "stream")
+        key = "gemm_fp8_efficiency" if fmt in ("fp8", "nvfp4", "sq") else "gemm_bf16_efficiency"
+        gemm = self._published(key) or self._efficiency("gemm_bf16_efficiency", "gemm")
+        return UNMEASURED_GEMM_FLOOR_S + gemm_roofline_s(self.gpu.memory_bandwidth_gb_s * 1e9 * stream,
+                                                         _peak_flops(self.gpu, fmt) * gemm, fmt, m, n, k)
+
+    @lru_cache(maxsize=512)  # noqa: B019 - instances come from gpu_kernels' cache and live as long
+    def stream_bytes_s(self) -> float:
+        """The rate [bytes/s] at which this GPU's 16-bit tables read a large (8192 x 8192) weight at M = 1: what a
+        weight read reaches once its call's floor no longer counts."""
+        return 2.0 * 8192.0**2 / float(self.gemm_s("bfloat16", 1.0, 8192.0, 8192.0))
+
+    def stream_s(self, nbytes: ArrayLike) -> FloatArray:
+        """Reading `nbytes` of weights at M = 1 with an engine's own matrix-vector kernels (llama.cpp, ExLlama, MLC:
+        not the vendor GEMMs the tables time): one call's floor plus the bytes at `stream_bytes_s`."""
+        return UNMEASURED_GEMM_FLOOR_S + np.asarray(nbytes, dtype=float) / self.stream_bytes_s()
+
+    # -- MoE -------------------------------------------------------------------------------------------------
+
+    def moe_layer(self, formats: tuple[str, ...], expert_bytes: float, shape: str | None = None
+                  ) -> tuple[float, float, float] | None:
+        """One fused MoE layer whose experts hold `expert_bytes` each on this GPU, from the first of `formats` that
+        a measured table has (the engine's backend, else another's on the same GPU): (its floor [s], the rate at
+        which it reads the experts a batch routes to [bytes/s], its compute on routed tokens [FLOP/s]). `shape`
+        (`moe_shape_key`): where the table measured that very shape, its own figures, else the medians of the
+        shapes of its expert size. A scaled GPU carries the profiled GPU's shares of bandwidth and peak to its
+        own. None where no table serves (AMD, typical GPUs): the experts then stream at the GEMM tables' rate."""
+        if self._system is None:
+            return None
+        tables = kernel_tables()
+        moe = tables["systems"][self._system].get("moe", {})
+        for fmt in formats:
+            curves = next((moe[b][fmt] for b in (self.backend, *BACKENDS) if fmt in moe.get(b, {})), None)
+            if curves is None:
+                continue
+            # The shape itself where these kernels measured it (another backend's kernels for the same shape can
+            # be several times apart: TensorRT-LLM's per-tensor FP8 against SGLang's block FP8), else the medians
+            # of the shapes of its expert size.
+            exact = curves.get("shapes", {}).get(shape) if shape else None
+            if exact is not None:
+                floor, stream, compute = (float(v) for v in exact)
+            else:
+                axis = np.asarray(tables["meta"]["moe_shard_log2_bytes"], dtype=float)
+                x = math.log2(max(expert_bytes, 1.0))
+                floor, stream, compute = (float(np.interp(x, axis, np.asarray(curves[name], dtype=float)))
+                                          for name in ("floor_us", "stream", "compute"))
+            kind = MOE_PEAK_OF[fmt]
+            if self.basis.kind == "measured":
+                peaks = self._peaks
+                bandwidth = peaks["mem_bw_gb_s"] * 1e9
+                peak = (peaks.get(f"{kind}_tflops") or peaks.get("fp8_tflops") or peaks["bf16_tflops"]) * 1e12
+            else:
+                bandwidth = self.gpu.memory_bandwidth_gb_s * 1e9
+                peak = {"bf16": self.gpu.fp16_tflops, "fp8": self.gpu.fp8_tflops,
+                        "fp4": self.gpu.fp4_tflops or self.gpu.fp8_tflops}[kind] or self.gpu.fp16_tflops
+                peak *= 1e12
+            # A share above the rated bandwidth is a small call served from L2 or fewer experts touched than
+            # uniform routing counts: never faster than the HBM.
+            return floor * 1e-6, min(stream, 1.0) * bandwidth, compute * peak
+        return None
+
+    # -- attention -------------------------------------------------------------------------------------------
+
+    def _attention_surface_s(self, kind: str, backend: str, kv: str | None, axis_names: tuple[str, str], x: ArrayLike,
+                             y: ArrayLike, sibling_ratio: float) -> FloatArray:
+        """The measured `kind` surface of `backend` at (x, y); on a sibling's tables the floor as it is and the rest
+        scaled by `sibling_ratio` (the sibling's peak over this GPU's)."""
+        axes = kernel_tables()["meta"][f"{kind}_axes"]
+        surface = _surface(self._system, kind, backend, kv)
+        seconds = _bilinear(surface, np.asarray(axes[axis_names[0]], float), np.asarray(axes[axis_names[1]], float),
+                            x, y)
+        if self.basis.kind == "scaled":
+            floor = float(np.exp(surface.min()))
+            seconds = floor + np.maximum(seconds - floor, 0.0) * sibling_ratio
+        return seconds
+
+    def decode_attention_s(self, kv: str, read_bytes: ArrayLike, batch_x_kv_heads: ArrayLike) -> FloatArray:
+        """One layer's decode attention reading `read_bytes` of KV (`kv`: "bf16" or "fp8") for batch x KV heads
+        query groups."""
+        backend = self._table_backend("decode_attention", kv) if self._system else None
+        if backend is not None:  # a sibling's: the rest above the floor at the ratio of the bandwidths
+            seconds = self._attention_surface_s(
+                "decode_attention", backend, kv, ("log2_kv_bytes", "log2_batch_x_kv_heads"), read_bytes,
+                batch_x_kv_heads, self._peaks["mem_bw_gb_s"] / self.gpu.memory_bandwidth_gb_s)
+            return np.maximum(seconds, np.asarray(read_bytes, float) / (self.gpu.memory_bandwidth_gb_s * 1e9))
+        stream = self._efficiency("hbm_stream_efficiency", "decode_attention")
+        return UNMEASURED_ATTENTION_FLOOR_S + np.asarray(read_bytes, float) / (
+            self.gpu.memory_bandwidth_gb_s * 1e9 * stream)
+
+    def prefill_attention_s(self, causal_flops: ArrayLike, batch_x_heads: ArrayLike) -> FloatArray:
+        """One layer's prefill attention of `causal_flops` (QK^T and PV over the causal half) for batch x heads."""
+        backend = self._table_backend("prefill_attention") if self._system else None
+        if backend is not None:  # a sibling's: the rest above the floor at the ratio of the tensor peaks
+            return self._attention_surface_s(
+                "prefill_attention", backend, None, ("log2_causal_flops", "log2_batch_x_heads"), causal_flops,
+                batch_x_heads, self._peaks["bf16_tflops"] / self.gpu.fp16_tflops)
+        efficiency = self._efficiency("prefill_attention_efficiency", "prefill_attention")
+        rate = self.gpu.fp16_tflops * 1e12 * efficiency
+        return UNMEASURED_ATTENTION_FLOOR_S + np.asarray(causal_flops, float) / rate
+
+    # -- communication ---------------------------------------------------------------------------------------
+
+    def allreduce_s(self, nbytes: ArrayLike, tp: int) -> FloatArray | None:
+        """A 16-bit all-reduce of `nbytes` over `tp` GPUs of one node; None where nothing measured covers it
+        (the caller falls back to the link's rated figures)."""
+        if tp <= 1:
+            return np.zeros(np.shape(nbytes))
+        if (self._system is not None and self.basis.kind == "measured") or self._same_fabric():
+            curve = kernel_tables()["systems"][self._system]["allreduce"].get(str(tp))
+            if curve is None:
+                curve = self._fabric_sibling_allreduce(tp)
+            if curve is not None:
+                axis = np.asarray(kernel_tables()["meta"]["allreduce_log2_bytes"], float)
+                lb = np.log2(np.maximum(np.asarray(nbytes, float), 1.0))
+                idx, w, beyond = _log_axis(axis, lb, 2.0)
+                logt = np.log(np.asarray(curve, float) * 1e-6)
+                return np.exp((1 - w) * logt[idx] + w * logt[idx + 1]) * beyond
+        busbw = self._published("allreduce_busbw_gb_s")
+        latency = self._published("allreduce_latency_us")
+        if busbw and latency:
+            ring = 2.0 * (tp - 1) / tp * np.asarray(nbytes, float)
+            return latency * 1e-6 + ring / (busbw * 1e9)
+        return None
+
+    def _fabric_sibling_allreduce(self, tp: int) -> list[float] | None:
+        """The all-reduce curve over `tp` GPUs of another profiled system on the same link at the same speed, for a
+        size this system's tables lack: GB200's were collected on 4 GPUs (one tray); its NVL72 domain joins trays
+        through the same NVLink 5 switches as an HGX B200's 8 GPUs, whose 8-GPU curve stands in."""
+        systems = kernel_tables()["systems"]
+        link = self._peaks.get("intra_node_gb_s")
+        for name, entry in systems.items():
+            other = entry["peaks"].get("intra_node_gb_s")
+            if name != self._system and link and other and math.isclose(link, other, rel_tol=0.05) \
+                    and str(tp) in entry["allreduce"]:
+                return entry["allreduce"][str(tp)]
+        return None
+
+    def _same_fabric(self) -> bool:
+        """A scaled GPU whose all-reduce is its profiled sibling's: the same interconnect at the same speed."""
+        if self.basis.kind != "scaled" or self._system is None:
+            return False
+        peaks = self._peaks
+        link = peaks.get("intra_node_gb_s")
+        return self.gpu.interconnect == "nvlink" and link is not None and math.isclose(
+            link, self.gpu.interconnect_gb_s, rel_tol=0.05)
+
+
+def moe_shape_key(hidden: int, intermediate: int, experts: int, top_k: int, tp: int) -> str:
+    """The key of one MoE shape in the tables' `shapes` (scripts/derive_kernel_tables.py writes the same)."""
+    return f"{hidden}x{intermediate}x{experts}x{top_k}/tp{tp}"
+
+
+def kernel_basis(gpu: GpuSpec) -> KernelBasis:
+    """What `gpu`'s kernel times rest on (module docstring)."""
+    systems = kernel_tables()["systems"]
+    if gpu.kernel_tables and gpu.kernel_tables in systems:
+        device = systems[gpu.kernel_tables]["device"]
+        if gpu.kernel_tables_own:
+            return KernelBasis("measured", gpu.kernel_tables, f"kernels measured on the {device} (AIConfigurator)")
+        return KernelBasis("scaled", gpu.kernel_tables,
+                           f"kernels measured on the {device} (AIConfigurator), scaled to the {gpu.display_name}'s "
+                           "bandwidth and throughput")
+    if gpu.kernel_figures:
+        return KernelBasis("published", None, f"published microbenchmarks of the {gpu.display_name} (GPU catalog)")
+    return KernelBasis("typical", None, f"no kernel measurements of the {gpu.display_name}: the roofline at the "
+                                        "median efficiency of the profiled GPUs")
+
+
+@lru_cache(maxsize=512)
+def gpu_kernels(gpu: GpuSpec, engine: str) -> GpuKernels:
+    """The kernels `engine` runs on `gpu` (its backend's tables, `BACKEND_OF_ENGINE`)."""
+    return GpuKernels(gpu, BACKEND_OF_ENGINE.get(engine, "vllm"), kernel_basis(gpu))
+
+
+__all__ = ["BACKEND_OF_ENGINE", "ELEMENTWISE_FLOOR_S", "ELEMENTWISE_KERNELS_PER_LAYER", "MOE_PEAK_OF", "GpuKernels",
+           "KernelBasis", "gemm_format", "gemm_roofline_s", "gpu_kernels", "kernel_basis", "kernel_tables",
+           "moe_formats", "typical_efficiencies"]

@@ -1,0 +1,644 @@
+"""Step-level speed of one model instance: decode step time, prefill time, tensor-parallel cost.
+
+Every function broadcasts over numpy arrays: a `Hardware` may hold one deployment (floats) or many
+(arrays of one length), and batch sizes or token counts may be arrays too. Times are seconds.
+
+The numbers of a `Hardware` come from measured kernel times (`inferplan.planner.model.kernels`): each layer's GEMMs
+(QKV, output, gate/up, down, the experts, the LM head once) looked up at the deployment's per-rank shapes and
+weight format, decode attention by KV bytes read, prefill attention by causal FLOPs, the all-reduces by message
+size and TP, and the elementwise kernels at their floor. `build_hardware` reduces them to a roofline in the
+batch: the time of a batch-1 step's weight reads with every kernel's floor (`dense_weights_s`), the marginal time
+of a token in the GEMMs at decode and at prefill batch sizes, decode attention as a floor plus KV bytes at the
+measured rate, and the overlap of memory and compute time at their crossover that the GEMM tables show. The
+engine adds its per-step and per-sequence CPU time (`factors`), the only fitted terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from inferplan.planner.catalog.architectures import ModelArchitecture
+from inferplan.planner.catalog.engines import ENGINES, EngineProfile
+from inferplan.planner.catalog.gpus import GpuSpec
+from inferplan.planner.catalog.precisions import WeightPrecision
+from inferplan.planner.model.factors import EngineFactors
+from inferplan.planner.model.kernels import (
+    ELEMENTWISE_FLOOR_S,
+    ELEMENTWISE_KERNELS_PER_LAYER,
+    gemm_format,
+    gpu_kernels,
+    moe_formats,
+    moe_shape_key,
+)
+from inferplan.planner.model.memory import kv_bytes_per_token_per_gpu, weight_bytes, weight_split
+
+FloatArray = NDArray[np.float64]
+Number = float | FloatArray
+
+# All-reduce latency per call by interconnect [s] where no measured table covers the GPU and TP size: NVLink/xGMI
+# custom all-reduce kernels take a few microseconds for decode-sized messages; over PCIe the NCCL ring is several
+# times slower.
+ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "xgmi": 12e-6, "pcie": 30e-6}
+
+# Batch sizes (tokens through the GEMMs) at which the kernel tables are read: a batch-1 step, the compute-bound
+# slope of decode (512 -> 1024 tokens) and of prefill chunks (2048 -> 8192 tokens).
+DECODE_SLOPE_M = (512.0, 1024.0)
+PREFILL_SLOPE_M = (2048.0, 8192.0)
+# Decode attention is read at a batch of 64 sequences, between 64 MiB and 1 GiB of KV per layer (its rate), and
+# at 64 KiB for one sequence (its floor); prefill attention at a 16384-token prompt.
+ATTENTION_BATCH = 64.0
+ATTENTION_SLOPE_BYTES = (2.0**26, 2.0**30)
+ATTENTION_FLOOR_BYTES = 2.0**16
+PREFILL_ATTENTION_TOKENS = 16384.0
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One model instance on its GPUs, reduced to the numbers the step model needs.
+
+    Per-GPU quantities are per tensor-parallel rank; a pipeline stage runs after the previous one,
+    so per-step times add up over the `pp` stages (llama.cpp's layer split behaves this way).
+    `bandwidth_bytes_s` is what turns the weights a step reads into the measured time of a batch-1 step's
+    kernels (every GEMM with its floor, attention and elementwise floors included); `decode_flops_s` and
+    `prefill_flops_s` turn a token's FLOPs into its measured marginal GEMM time at decode and prefill batch sizes.
+    """
+
+    tp: Number
+    pp: Number
+    decode_dense_bytes_per_gpu: Number       # weights read each decode step, experts excluded
+    expert_bytes_per_gpu: Number             # all routed experts on this GPU
+    num_experts: Number
+    experts_per_token: Number
+    kv_full_bytes_per_token_per_gpu: Number  # full-attention layers
+    kv_window_bytes_per_token_per_gpu: Number
+    window_tokens: Number
+    decode_flops_per_token_per_gpu: Number
+    prefill_flops_per_token_per_gpu: Number
+    attention_full_flops_per_pair_per_gpu: Number    # per (query, context token) pair, full-attention layers
+    attention_window_flops_per_pair_per_gpu: Number  # the same over the sliding-window layers
+    allreduce_bytes_per_token: Number         # hidden x 2 bytes, per all-reduce
+    allreduces_per_step: Number
+    bandwidth_bytes_s: Number                 # dense weight bytes / measured batch-1 step kernel time
+    expert_bandwidth_bytes_s: Number          # the measured streaming rate of a large weight (experts, added reads)
+    kv_bandwidth_bytes_s: Number              # measured decode-attention rate on KV reads
+    decode_flops_s: Number                    # a token's GEMM FLOPs / its measured marginal time at decode
+    prefill_flops_s: Number                   # ... at prefill chunk sizes
+    attention_flops_s: Number                 # measured prefill-attention rate
+    link_bytes_s: Number
+    link_latency_s: Number
+    overlap_penalty: Number                   # share of the smaller of memory and compute time not hidden
+    step_overhead_s: Number
+    sequence_overhead_s: Number
+    request_overhead_s: Number               # online serving only: added to TTFT
+    # Pipeline stages on separate nodes: each stage sends its activations to the next over the network, pp - 1
+    # sends per pass, counted per stage (x (pp - 1) / pp) like the all-reduces (`search.over_the_pipeline`).
+    stage_send_latency_s: Number = 0.0
+    stage_send_s_per_token: Number = 0.0
+
+
+def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
+    """The most an engine's kernels stream from memory on `gpu` [bytes/s]: its per-SM rate (`sm_stream_gb_s`)
+    times the GPU's SMs; no cap where the catalog gives no SM count. Only engines with their own weight kernels
+    (`EngineProfile.own_weight_kernels`) have a fitted rate; the others keep the prior, which caps nothing."""
+    if not gpu.sm_count:
+        return float("inf")
+    return gpu.sm_count * factors.sm_stream_gb_s * 1e9
+
+
+@dataclass(frozen=True)
+class LayerShapes:
+    """The GEMMs of one model on `tp` ranks: (N, K, count per layer) of the dense layers' linear layers, of the
+    MoE layers' non-expert ones, of one routed expert, and the LM head's (N, K)."""
+
+    dense: tuple[tuple[float, float, float], ...]
+    moe_shared: tuple[tuple[float, float, float], ...]
+    expert: tuple[tuple[float, float, float], ...]
+    lm_head: tuple[float, float]
+    dense_layers: int
+    moe_layers: int
+
+
+@lru_cache(maxsize=4096)
+def layer_shapes(arch: ModelArchitecture, tp: int) -> LayerShapes:
+    """Per-rank GEMM shapes of `arch` at tensor parallelism `tp` (KV heads replicated below one per rank; an MLA
+    or other attention block as one GEMM of its parameters)."""
+    h = float(arch.hidden_size)
+    gated = arch._mlp_params(1) >= 3 * arch.hidden_size
+    if arch.is_mla:
+        attention = ((arch._attention_params() / h / tp, h, 1.0),)
+    else:
+        kv_heads = max(arch.num_kv_heads / tp, 1.0)
+        q_heads = arch.num_attention_heads / tp
+        attention = (((q_heads + 2.0 * kv_heads) * arch.head_dim, h, 1.0), (h, q_heads * arch.head_dim, 1.0))
+
+    def mlp(width: float) -> tuple[tuple[float, float, float], ...]:
+        if width <= 0:
+            return ()
+        return (((2.0 if gated else 1.0) * width / tp, h, 1.0), (h, width / tp, 1.0))
+
+    moe_layers = arch.num_layers - arch.first_dense_layers if arch.is_moe else 0
+    shared = float(arch.num_shared_experts * arch.shared_expert_intermediate_size)
+    router = ((float(arch.num_experts), h, 1.0),) if arch.is_moe else ()
+    return LayerShapes(
+        dense=attention + mlp(float(arch.intermediate_size)),
+        moe_shared=attention + mlp(shared) + router,
+        expert=mlp(float(arch.expert_intermediate_size)) if arch.is_moe else (),
+        lm_head=(arch.vocab_size / tp, h),
+        dense_layers=arch.num_layers - moe_layers,
+        moe_layers=moe_layers,
+    )
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """A deployment's measured kernel times reduced for the roofline (`build_hardware`), per pipeline stage, one
+    value per TP size of the `tps` it was read for (arrays) [s unless stated]."""
+
+    weights_s: FloatArray          # batch-1 step: every dense GEMM at M = 1, the LM head, attention, elementwise floors
+    decode_token_s: FloatArray     # marginal GEMM (and elementwise) time of one more token at decode batch sizes
+    prefill_token_s: FloatArray    # ... at prefill chunk sizes
+    overlap: FloatArray            # the GEMM curve's excess over max(memory, compute) at their crossover
+    expert_bytes_s: FloatArray     # streaming rate of the experts and added reads [bytes/s]
+    kv_bytes_s: FloatArray         # decode attention's rate on KV bytes [bytes/s]
+    attention_flops_s: FloatArray  # prefill attention's rate [FLOP/s]
+    allreduce_latency_s: FloatArray  # one token's all-reduce; NaN: no measured table (rated link figures)
+    allreduce_bytes_s: FloatArray    # ring bandwidth between decode and prefill message sizes (NaN: none)
+
+
+def _shape_arrays(arch: ModelArchitecture, tps: tuple[int, ...], pp: int
+                  ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, LayerShapes]:
+    """(N, K, calls per stage) of every non-expert GEMM of a stage, and (N, K) of one routed expert's, per TP size
+    (axis 0), from `layer_shapes`; the LM head is the last non-expert GEMM (once per step, its share per stage)."""
+    every = [layer_shapes(arch, tp) for tp in tps]
+    rows = []
+    experts = []
+    for shapes in every:
+        calls = [(n, k, shapes.dense_layers / pp * c) for n, k, c in shapes.dense]
+        calls += [(n, k, shapes.moe_layers / pp * c) for n, k, c in shapes.moe_shared]
+        calls.append((*shapes.lm_head, 1.0 / pp))
+        rows.append(calls)
+        experts.append([(n, k) for n, k, _ in shapes.expert] or [(1.0, 1.0)])
+    table = np.array(rows, dtype=float)
+    expert = np.array(experts, dtype=float)
+    return table[..., 0], table[..., 1], table[..., 2], expert[..., 0], expert[..., 1], every[0]
+
+
+@lru_cache(maxsize=4096)
+def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, engine: str,
+                tps: tuple[int, ...], pp: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """(batch-1 GEMM and elementwise time, decode token time, prefill token time, overlap) per TP size, and the
+    large-weight streaming rate: every GEMM of every TP size looked up in one call per format."""
+    kernels = gpu_kernels(gpu, engine)
+    fmt = gemm_format(precision, gpu)
+    dense_fmt = fmt if precision.quantizes != "experts" else "bfloat16"
+    n, k, calls, expert_n, expert_k, first = _shape_arrays(arch, tps, pp)
+    head = np.zeros(n.shape, dtype=bool)
+    head[:, -1] = True
+    layers_per_stage = arch.num_layers / pp
+    # Engines with their own weight kernels (llama.cpp, ExLlama, MLC) read the weights of a small batch with their
+    # own matrix-vector kernels, whose speed is the bytes at the GPU's streaming rate (`GpuKernels.stream_s`), not
+    # the vendor GEMMs' (whose weight-only int4 calls on the A100 have floors of 17-20 us).
+    own = ENGINES[engine].own_weight_kernels if engine in ENGINES else False
+    per_weight = np.where(head, precision.bytes_per_param if precision.quantizes == "all" else 2.0,
+                          precision.bytes_per_param if precision.quantizes in ("all", "linear") else 2.0)
+
+    def gemms(m: FloatArray) -> FloatArray:
+        """Every non-expert GEMM of a stage at M = m tokens ([..., len(m)] per TP size), with the elementwise
+        kernels of its layers: shape (TP sizes, len(m))."""
+        m = np.asarray(m, dtype=float)
+        m3 = m if m.ndim == 2 else np.broadcast_to(m, (len(tps), m.size))
+        seconds = kernels.gemm_s(dense_fmt, m3[:, None, :], n[..., None], k[..., None])
+        if dense_fmt != "bfloat16":  # the LM head stays 16-bit
+            lm = kernels.gemm_s("bfloat16", m3[:, None, :], n[..., None], k[..., None])
+            seconds = np.where(head[..., None], lm, seconds)
+        if own:
+            streamed = kernels.stream_s(per_weight * n * k)[..., None]
+            seconds = np.where(m3[:, None, :] <= 1.0, streamed, seconds)
+        moved = 2.0 * 2.0 * arch.hidden_size * m3  # elementwise: read and write 16-bit activations
+        rate = gpu.memory_bandwidth_gb_s * 1e9
+        elementwise = layers_per_stage * ELEMENTWISE_KERNELS_PER_LAYER * (ELEMENTWISE_FLOOR_S + moved / rate)
+        return (calls[..., None] * seconds).sum(axis=1) + elementwise
+
+    m = np.array([1.0, *DECODE_SLOPE_M, *PREFILL_SLOPE_M])
+    dense = gemms(m)
+    weights = dense[:, 0]
+    moe_floor = np.zeros(len(tps))
+    # Experts stream at the rate this GPU's tables read a large weight at M = 1, unless a fused-MoE table says
+    # otherwise (below).
+    stream = np.full(len(tps), kernels.stream_bytes_s())
+    if first.expert:
+        # Where the engine's fused MoE kernels were measured on this GPU (`GpuKernels.moe_layer`), the layer as
+        # they run it: a floor per layer (routing, permutation, two grouped GEMMs and the combine, under
+        # power-law routing), the rate at which they read the routed experts, and their compute per routed token.
+        moe_layers = first.moe_layers / pp
+        formats = moe_formats(precision, gpu, engine)
+        expert_token = np.full(len(tps), np.nan)
+        for t, tp in enumerate(tps):
+            flops = 6.0 * arch.hidden_size * arch.expert_intermediate_size / tp  # one routed token, one expert
+            shape = moe_shape_key(arch.hidden_size, arch.expert_intermediate_size, arch.num_experts,
+                                  arch.experts_per_token, tp)
+            layer = kernels.moe_layer(formats, flops / 2.0 * precision.bytes_per_param, shape) if formats else None
+            if layer is not None:
+                floor, stream[t], compute = layer
+                moe_floor[t] = moe_layers * floor
+                expert_token[t] = moe_layers * arch.experts_per_token * flops / compute
+        if np.isnan(expert_token).any():
+            # Elsewhere the routed experts' GEMMs at M tokens: every expert busy with its share of the M x top-k
+            # routed tokens (uniform routing). Their weight reads are the experts' own term (`expert_bytes_per_gpu`);
+            # their compute per token is read where their GEMMs are compute-bound (prefill sizes), for decode too: at
+            # decode sizes each expert's few tokens ride on its weight read, which that term charges.
+            experts = float(arch.num_experts)
+            per_expert = np.array(PREFILL_SLOPE_M) * arch.experts_per_token / experts
+            seconds = kernels.gemm_s(fmt, per_expert[None, None, :], expert_n[..., None],
+                                     expert_k[..., None]).sum(axis=1)
+            gemm_token = moe_layers * experts * (seconds[:, 1] - seconds[:, 0]) / (
+                PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0])
+            expert_token = np.where(np.isnan(expert_token), gemm_token, expert_token)
+    else:
+        expert_token = np.zeros(len(tps))
+    dense_token = (dense[:, 2] - dense[:, 1]) / (DECODE_SLOPE_M[1] - DECODE_SLOPE_M[0])
+    decode_token = dense_token + expert_token
+    prefill_token = (dense[:, 4] - dense[:, 3]) / (PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0]) + expert_token
+    # The overlap at the crossover of memory (the batch-1 time) and compute (tokens x the decode slope), read on the
+    # dense GEMMs' curve (an MoE model's experts have their own term).
+    cross = np.maximum(weights / np.maximum(dense_token, 1e-12), 1.0)
+    at_cross = gemms(cross[:, None])[:, 0]
+    overlap = np.where(cross > 1.0, np.clip(at_cross / weights - 1.0, 0.0, 1.0), 0.0)
+    # Experts and the weights a layout adds to a step's reads (data-parallel attention) stream at `stream` per TP
+    # size: the fused MoE tables' rate, else the rate this GPU's tables read a large weight at M = 1 (the fused MoE
+    # kernels load only the routed experts, each of which is too small for the GEMM tables' grid).
+    return weights + moe_floor, decode_token, prefill_token, overlap, stream
+
+
+@lru_cache(maxsize=4096)
+def _attention_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str, tps: tuple[int, ...],
+                     pp: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(decode attention floor of a stage's layers, its rate on KV bytes, prefill attention's rate) per TP size."""
+    kernels = gpu_kernels(gpu, engine)
+    tp = np.array(tps, dtype=float)
+    kv_heads = np.ones_like(tp) if arch.is_mla else np.maximum(arch.num_kv_heads / tp, 1.0)
+    units = np.stack([kv_heads, ATTENTION_BATCH * kv_heads, ATTENTION_BATCH * kv_heads], axis=1)
+    read = np.array([ATTENTION_FLOOR_BYTES, *ATTENTION_SLOPE_BYTES])[None, :]
+    attention = kernels.decode_attention_s(kv, read, units)
+    kv_rate = (read[0, 2] - read[0, 1]) / np.maximum(attention[:, 2] - attention[:, 1], 1e-12)
+    floor = attention[:, 0] * arch.num_layers / pp
+    # Prefill attention: the measured rate at a long prompt over this rank's heads (where attention is a large share
+    # of a prefill; a short prompt's attention is a small share whatever its rate).
+    heads = np.maximum(arch.num_attention_heads / tp, 1.0)
+    flops = 2.0 * heads * (arch.head_dim + (arch.v_head_dim if arch.is_mla else arch.head_dim)) \
+        * PREFILL_ATTENTION_TOKENS**2 / 2.0
+    return floor, kv_rate, flops / kernels.prefill_attention_s(flops, heads)
+
+
+@lru_cache(maxsize=4096)
+def _allreduce_terms(arch: ModelArchitecture, gpu: GpuSpec, engine: str, tps: tuple[int, ...]
+                     ) -> tuple[FloatArray, FloatArray]:
+    """(latency of one token's all-reduce, ring bandwidth between 1 and 16 MiB) per TP size; NaN where no measured
+    table covers the GPU and TP size."""
+    kernels = gpu_kernels(gpu, engine)
+    latency = np.full(len(tps), np.nan)
+    bandwidth = np.full(len(tps), np.nan)
+    for t, tp in enumerate(tps):
+        ar = kernels.allreduce_s(np.array([2.0 * arch.hidden_size, 2.0**20, 2.0**24]), tp) if tp > 1 else None
+        if ar is not None:
+            latency[t] = ar[0]
+            bandwidth[t] = 2.0 * (tp - 1) / tp * (2.0**24 - 2.0**20) / max(ar[2] - ar[1], 1e-12)
+    return latency, bandwidth
+
+
+def step_kernels(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, kv_bytes: float, engine: str,
+                 tps: tuple[int, ...], pp: int = 1) -> StepKernels:
+    """Read `engine`'s kernels on `gpu` for `arch` at `precision` with KV elements of `kv_bytes`, on each TP size of
+    `tps` x `pp` GPUs (module docstring)."""
+    weights, decode_token, prefill_token, overlap, stream = _gemm_terms(arch, gpu, precision, engine, tps, pp)
+    floor, kv_rate, attention_rate = _attention_terms(arch, gpu, "fp8" if kv_bytes < 2.0 else "bf16", engine, tps, pp)
+    latency, bandwidth = _allreduce_terms(arch, gpu, engine, tps)
+    return StepKernels(weights + floor, decode_token, prefill_token, overlap, stream, kv_rate, attention_rate,
+                       latency, bandwidth)
+
+
+@lru_cache(maxsize=16384)
+def build_hardware(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    precision: WeightPrecision,
+    kv_bytes: float,
+    engine: EngineProfile,
+    factors: EngineFactors,
+    tp: int = 1,
+    pp: int = 1,
+) -> Hardware:
+    """Reduce (model, GPU, precision, engine, parallelism) to a `Hardware` of floats."""
+    grid = hardware_grid(arch, [gpu], [precision], [[kv_bytes]], engine, [factors], [tp], pp)
+    return Hardware(**{f.name: float(getattr(grid, f.name)[0, 0, 0, 0]) for f in fields(Hardware)})
+
+
+def hardware_grid(
+    arch: ModelArchitecture,
+    gpus: Sequence[GpuSpec],
+    precisions: Sequence[WeightPrecision],
+    kv_bytes: ArrayLike,
+    engine: EngineProfile,
+    factors: Sequence[EngineFactors],
+    tps: Sequence[int],
+    pp: int = 1,
+    needed: NDArray[np.bool_] | None = None,
+) -> Hardware:
+    """`build_hardware` for every (GPU, TP size, precision, KV dtype) at once.
+
+    `factors` are per GPU (the engine's factors on that GPU), `kv_bytes` is (precision, KV dtype) or (GPU,
+    precision, KV dtype): bytes of one KV element (a checkpoint's KV format may differ by GPU). Every field
+    comes back as an array of shape (len(gpus), len(tps), len(precisions), KV dtypes);
+    `build_hardware` is the one-element case, so the two always agree. `needed` (GPUs x precisions), where given,
+    says which pairs any shape will read: the kernels of the others are not looked up and their step-time
+    fields are NaN.
+    """
+    split = weight_split(arch)
+    # Per precision (axis 2): bytes of the weights and what a decode step reads of them.
+    total_bytes = np.array([weight_bytes(arch, p) for p in precisions])
+    # Every precision quantises the experts (the 16-bit ones at 2 bytes); only "all" touches embeddings.
+    expert_bytes = np.array([split.experts * p.bytes_per_param for p in precisions])
+    embed_bytes = np.array([split.input_embedding * (p.bytes_per_param if p.quantizes == "all" else 2.0)
+                            for p in precisions])
+    dense_read = total_bytes - expert_bytes - (0.0 if arch.tie_word_embeddings else embed_bytes)
+
+    full_layers = arch.full_attention_layers()
+    windows = [w for w in arch.layer_windows if w is not None]
+    tp = np.array(tps)[None, :, None, None]
+    shards = tp * pp
+    kv = np.asarray(kv_bytes, dtype=float)
+    kv = np.broadcast_to(kv, (len(gpus), *kv.shape[-2:]))  # (GPU, precision, KV dtype)
+    per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv[:, None, :, :], tp, pp) / max(arch.num_layers, 1)
+    # One new token attending to one context token, per layer (QK^T and the weighted sum of V).
+    attention_per_layer = arch.attention_flops_per_token(1.0) / arch.num_layers
+    matmul_params = arch.active_param_count() - split.input_embedding - (
+        0.0 if arch.tie_word_embeddings else split.lm_head
+    )
+    decode_flops = 2.0 * (matmul_params + split.lm_head) / shards
+    prefill_flops = 2.0 * matmul_params / shards
+    dense_per_gpu = dense_read[None, None, :, None] / shards
+
+    shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
+    sizes = tuple(int(t) for t in tps)
+    weights_s, decode_s, prefill_s_, overlap, kv_rate, attention_rate = (np.empty(shape) for _ in range(6))
+    stream, latency, ring = np.empty(shape[:3]), np.empty(shape[:2]), np.empty(shape[:2])
+    for i, gpu in enumerate(gpus):
+        latency[i], ring[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
+        for j, precision in enumerate(precisions):
+            if needed is not None and not needed[i, j]:  # no shape of this pair is evaluated: its kernels unread
+                for unread in (weights_s, decode_s, prefill_s_, kv_rate, attention_rate):
+                    unread[i, :, j] = np.nan
+                overlap[i, :, j], stream[i, :, j] = 0.0, np.nan
+                continue
+            w, d, p_, o, stream[i, :, j] = _gemm_terms(arch, gpu, precision, engine.name, sizes, pp)
+            for k in range(kv.shape[-1]):
+                floor, kv_rate[i, :, j, k], attention_rate[i, :, j, k] = _attention_terms(
+                    arch, gpu, "fp8" if kv[i, j, k] < 2.0 else "bf16", engine.name, sizes, pp)
+                weights_s[i, :, j, k] = w + floor
+                decode_s[i, :, j, k], prefill_s_[i, :, j, k], overlap[i, :, j, k] = d, p_, o
+    cap = np.array([sm_stream_cap(g, f) for g, f in zip(gpus, factors, strict=True)])[:, None, None, None]
+    decode = np.array([f.decode_speed for f in factors])[:, None, None, None]
+    prefill = np.array([f.prefill_speed for f in factors])[:, None, None, None]
+    rated = np.array([g.memory_bandwidth_gb_s * 1e9 for g in gpus])[:, None, None, None]
+    links = np.array([[ALLREDUCE_LATENCY_S.get(g.interconnect if t > 1 else "nvlink", 30e-6) for t in sizes]
+                      for g in gpus])
+    rated_link = np.array([g.interconnect_gb_s * 1e9 for g in gpus])[:, None]
+    measured = {
+        "bandwidth_bytes_s": np.minimum(dense_per_gpu / weights_s, cap) * decode,
+        "expert_bandwidth_bytes_s": np.minimum(stream[..., None], cap) * decode,
+        "kv_bandwidth_bytes_s": np.minimum(kv_rate, np.minimum(cap, rated)) * decode,
+        "decode_flops_s": decode_flops / decode_s * decode,
+        "prefill_flops_s": prefill_flops / prefill_s_ * prefill,
+        "attention_flops_s": attention_rate * prefill,
+        "overlap_penalty": overlap,
+        "link_latency_s": np.where(np.isnan(latency), links, latency)[:, :, None, None],
+        "link_bytes_s": np.where(np.isnan(ring), rated_link, ring)[:, :, None, None],
+    }
+
+    def per_gpu(values: Sequence[float]) -> FloatArray:
+        return np.array(values, dtype=float)[:, None, None, None]
+
+    grid = Hardware(
+        tp=tp.astype(float),
+        pp=float(pp),
+        decode_dense_bytes_per_gpu=dense_per_gpu,
+        expert_bytes_per_gpu=expert_bytes[None, None, :, None] / shards,
+        num_experts=float(arch.num_experts),
+        experts_per_token=float(arch.experts_per_token),
+        kv_full_bytes_per_token_per_gpu=per_layer_kv * full_layers,
+        kv_window_bytes_per_token_per_gpu=per_layer_kv * len(windows),
+        window_tokens=float(max(windows) if windows else 0),
+        decode_flops_per_token_per_gpu=decode_flops,
+        prefill_flops_per_token_per_gpu=prefill_flops,
+        attention_full_flops_per_pair_per_gpu=attention_per_layer * full_layers / shards,
+        attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
+        allreduce_bytes_per_token=2.0 * arch.hidden_size,
+        allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
+        step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
+        sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 for f in factors]),
+        request_overhead_s=per_gpu([f.request_overhead_ms / 1e3 for f in factors]),
+        **measured,
+    )
+    return Hardware(**{f.name: np.broadcast_to(np.asarray(getattr(grid, f.name), dtype=float), shape)
+                       for f in fields(Hardware)})
+
+
+def stack_hardware(items: list[Hardware]) -> Hardware:
+    """Many deployments as one `Hardware` of arrays, for vectorised evaluation."""
+    return Hardware(**{f.name: np.array([getattr(h, f.name) for h in items], dtype=float) for f in fields(Hardware)})
+
+
+_HARDWARE_FIELDS = tuple(f.name for f in fields(Hardware))
+
+
+def take_hardware(hw: Hardware, index: ArrayLike) -> Hardware:
+    """Rows `index` of a stacked `Hardware`."""
+    return Hardware(**{name: np.asarray(getattr(hw, name))[index] for name in _HARDWARE_FIELDS})
+
+
+def hardware_column(hw: Hardware) -> Hardware:
+    """The same deployments with a trailing axis, to broadcast against per-request samples."""
+    return Hardware(**{f.name: np.asarray(getattr(hw, f.name), dtype=float)[..., None] for f in fields(Hardware)})
+
+
+def _windowed(hw: Hardware, context_tokens: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """(context, context seen by a sliding-window layer) for `context_tokens` tokens of context."""
+    ctx = np.asarray(context_tokens, dtype=float)
+    return ctx, np.minimum(ctx, np.where(hw.window_tokens > 0, hw.window_tokens, ctx))
+
+
+def kv_read_bytes(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
+    """KV bytes one sequence with `context_tokens` of context reads per step, per GPU."""
+    ctx, windowed = _windowed(hw, context_tokens)
+    return hw.kv_full_bytes_per_token_per_gpu * ctx + hw.kv_window_bytes_per_token_per_gpu * windowed
+
+
+def attention_flops(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
+    """Attention FLOPs of one query token over `context_tokens` tokens of context, per GPU."""
+    ctx, windowed = _windowed(hw, context_tokens)
+    return hw.attention_full_flops_per_pair_per_gpu * ctx + hw.attention_window_flops_per_pair_per_gpu * windowed
+
+
+def experts_touched_fraction(hw: Hardware, tokens: ArrayLike) -> FloatArray:
+    """Expected share of a layer's experts that `tokens` tokens route to (uniform routing)."""
+    t = np.asarray(tokens, dtype=float)
+    if not np.any(np.asarray(hw.num_experts) > 0):  # dense models only: skip the powers
+        return np.zeros(np.broadcast_shapes(t.shape, np.shape(hw.num_experts)))
+    experts = np.maximum(hw.num_experts, 1.0)
+    miss = np.clip(1.0 - hw.experts_per_token / experts, 0.0, 1.0)
+    return np.where(hw.num_experts > 0, 1.0 - miss**t, 0.0)
+
+
+def _roofline(memory_s: FloatArray, compute_s: FloatArray, overlap_penalty: Number) -> FloatArray:
+    return np.maximum(memory_s, compute_s) + overlap_penalty * np.minimum(memory_s, compute_s)
+
+
+def allreduce_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
+    """Communication of one pipeline stage in a step over `tokens` tokens: its tensor-parallel all-reduces (ring
+    algorithm) and its share of the sends between stages."""
+    t = np.asarray(tokens, dtype=float)
+    tp = np.asarray(hw.tp, dtype=float)
+    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * hw.allreduce_bytes_per_token * t / hw.link_bytes_s
+    return hw.allreduces_per_step * (ring + hw.link_latency_s) + hw.stage_send_latency_s + t * hw.stage_send_s_per_token
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """A decode step's time as a function of the batch, for fixed deployments and context.
+
+    Everything that does not depend on the batch is computed once, so evaluating many batch sizes (the
+    queueing fixed point does) costs a handful of array operations each.
+    """
+
+    hw: Hardware
+    dense_weights_s: FloatArray  # reading the non-expert weights
+    expert_weights_s: FloatArray  # reading every expert (scaled by the share a batch routes to)
+    kv_s_per_sequence: FloatArray
+    compute_s_per_sequence: FloatArray
+    allreduce_s_per_token: FloatArray
+    allreduce_latency_s: FloatArray
+    has_experts: bool = True  # any deployment a mixture of experts (else the expert term is skipped)
+
+    def take(self, index: ArrayLike, hw: Hardware | None = None) -> DecodeStep:
+        """Rows `index` of a curve over many deployments (`hw`: those rows of its hardware, if already taken)."""
+        return DecodeStep(
+            hw=take_hardware(self.hw, index) if hw is None else hw,
+            dense_weights_s=self.dense_weights_s[index],
+            expert_weights_s=self.expert_weights_s[index],
+            kv_s_per_sequence=self.kv_s_per_sequence[index],
+            compute_s_per_sequence=self.compute_s_per_sequence[index],
+            allreduce_s_per_token=self.allreduce_s_per_token[index],
+            allreduce_latency_s=self.allreduce_latency_s[index],
+            has_experts=self.has_experts,
+        )
+
+    def at(self, batch: ArrayLike) -> FloatArray:
+        """Step time with `batch` running sequences [s]."""
+        hw = self.hw
+        b = np.maximum(np.asarray(batch, dtype=float), 1.0)
+        memory_s = self.dense_weights_s + b * self.kv_s_per_sequence
+        if self.has_experts:
+            memory_s = memory_s + self.expert_weights_s * experts_touched_fraction(hw, b)
+        compute_s = b * self.compute_s_per_sequence
+        per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty)
+        per_stage = per_stage + self.allreduce_latency_s + b * self.allreduce_s_per_token
+        return hw.pp * per_stage + hw.step_overhead_s + hw.sequence_overhead_s * b
+
+
+def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
+    """The decode-step curve of `hw` at mean context `context_tokens` (see `decode_step_s`)."""
+    tp = np.asarray(hw.tp, dtype=float)
+    ring_per_token = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * hw.allreduce_bytes_per_token / hw.link_bytes_s
+    return DecodeStep(
+        hw=hw,
+        dense_weights_s=np.asarray(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
+        expert_weights_s=np.asarray(hw.expert_bytes_per_gpu / hw.expert_bandwidth_bytes_s, dtype=float),
+        kv_s_per_sequence=kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s,
+        # Decode attention is a read of the KV (its measured rate, `kv_s_per_sequence`), not tensor-core work.
+        compute_s_per_sequence=np.asarray(hw.decode_flops_per_token_per_gpu / hw.decode_flops_s, dtype=float),
+        allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_per_token + hw.stage_send_s_per_token,
+                                         dtype=float),
+        allreduce_latency_s=np.asarray(hw.allreduces_per_step * hw.link_latency_s + hw.stage_send_latency_s,
+                                       dtype=float),
+        has_experts=bool(np.any(np.asarray(hw.num_experts) > 0)),
+    )
+
+
+def decode_step_s(hw: Hardware, batch: ArrayLike, context_tokens: ArrayLike) -> FloatArray:
+    """Time of one decode step with `batch` running sequences of mean context `context_tokens` [s]."""
+    return decode_step(hw, context_tokens).at(batch)
+
+
+def prefill_compute_s_per_token(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
+    """Marginal compute time of one prompt token in a prompt of `prompt_tokens` (causal attention)."""
+    mean_context = np.asarray(prompt_tokens, dtype=float) / 2.0
+    return hw.pp * (hw.prefill_flops_per_token_per_gpu / hw.prefill_flops_s
+                    + attention_flops(hw, mean_context) / hw.attention_flops_s)
+
+
+def prefill_s(
+    hw: Hardware, prompt_tokens: ArrayLike, prompts: ArrayLike = 1.0, chunk_tokens: ArrayLike | None = None
+) -> FloatArray:
+    """Time to prefill `prompts` prompts of `prompt_tokens` tokens each [s].
+
+    The tokens go through in steps of at most `chunk_tokens` (None: one step); each step reads the
+    weights once and runs the prompt FLOPs, whose attention term grows with the prompt length squared.
+    """
+    p = np.maximum(np.asarray(prompt_tokens, dtype=float), 1.0)
+    total = p * np.asarray(prompts, dtype=float)
+    steps = np.ones_like(total)
+    if chunk_tokens is not None:
+        steps = np.maximum(np.ceil(total / np.asarray(chunk_tokens, dtype=float)), 1.0)
+    tokens_per_step = total / steps
+    compute_s = tokens_per_step * prefill_compute_s_per_token(hw, p) / hw.pp
+    memory_s = (hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s
+                + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, tokens_per_step) / hw.expert_bandwidth_bytes_s)
+    per_step = hw.pp * (_roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, tokens_per_step))
+    return steps * (per_step + hw.step_overhead_s) + hw.sequence_overhead_s * np.asarray(prompts, dtype=float)
+
+
+# -- layouts of a replica (SGLang, TensorRT-LLM): data-parallel attention, expert parallelism -----------------
+
+EP_DISPATCH_BYTES = 1.0  # DeepEP sends each token to its experts in FP8 (its default dispatch) ...
+EP_COMBINE_BYTES = 2.0   # ... and gathers their outputs back in BF16
+
+
+def with_expert_parallel(hw: Hardware, ep: NDArray[np.bool_], arch: ModelArchitecture,
+                         per_node: NDArray[np.int_]) -> Hardware:
+    """`hw` (one row per shape, data-parallel attention) with the MoE layers expert-parallel on the rows `ep`: each
+    rank holds 1/tp of the experts whole and sends its own tokens (1/tp of the replica's) to the ranks of their
+    `experts_per_token` experts and back (DeepEP's dispatch in FP8, combine in BF16), in place of the all-reduces
+    of tensor-parallel MoE layers; two such all-to-alls per layer, each with the link's latency. The bytes that
+    leave a GPU over its link: the share of destinations elsewhere, outside its NVLink domain (`per_node`: the
+    node's GPUs, or `link_domain_gpus`) for a replica beyond it (whose link is then the NIC, `over_the_network`),
+    else on the other GPUs of the domain. Expressed in the all-reduce terms of `performance.allreduce_s` (per
+    token, per collective, before its ring factor)."""
+    tp = np.asarray(hw.tp, dtype=float)
+    remote = np.where(tp > per_node, (tp - per_node) / tp, (tp - 1.0) / np.maximum(tp, 1.0))
+    per_token = arch.experts_per_token * arch.hidden_size * (EP_DISPATCH_BYTES + EP_COMBINE_BYTES) / 2.0
+    sent = per_token * remote / np.maximum(tp, 1.0)  # per replica token, per collective, per GPU
+    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
+    return replace(hw, allreduce_bytes_per_token=np.where(ep, sent / np.maximum(ring, 1e-9),
+                                                          hw.allreduce_bytes_per_token))
+
+
+def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64]) -> Hardware:
+    """`hw` (one row per shape) with data-parallel attention on the rows `dp`: a rank serves its own requests'
+    attention, so a step reads 1/tp of the replica's KV per GPU (the latent no longer replicated on every rank),
+    and every rank reads the whole attention's weights (`attention_bytes`, the model's, at its precision) instead
+    of 1/tp of them. The MoE and dense MLP layers stay split over all ranks."""
+    tp = np.asarray(hw.tp, dtype=float)
+    share = np.where(dp, 1.0 / tp, 1.0)
+    extra = np.where(dp, np.asarray(attention_bytes, dtype=float) * (1.0 - 1.0 / tp), 0.0)
+    # The added reads stream at the GPU's large-weight rate (`expert_bandwidth_bytes_s`), not at the layout's
+    # batch-1 rate, which carries every kernel's floor.
+    dense = np.asarray(hw.decode_dense_bytes_per_gpu, dtype=float)
+    seconds = dense / hw.bandwidth_bytes_s + extra / hw.expert_bandwidth_bytes_s
+    return replace(hw, kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
+                   kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,
+                   decode_dense_bytes_per_gpu=dense + extra, bandwidth_bytes_s=(dense + extra) / seconds)

@@ -1,0 +1,573 @@
+"""The search's shared vocabulary below both front doors (`search/plan.py` and `search/disaggregated.py`): the grid of
+deployment shapes, the rows of (shape, batch) the rate search walks, the rate search itself, the limits and count
+bounds, and one candidate priced and described. Both searches import it; it imports neither, so the two are no
+longer an import circle."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from inferplan.planner.catalog.checkpoints import Checkpoint
+from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_launch, version_line
+from inferplan.planner.catalog.engines import (
+    EngineProfile,
+    EngineSettings,
+    factor_key,
+)
+from inferplan.planner.catalog.gpus import GpuSpec
+from inferplan.planner.catalog.precisions import (
+    resolve_kv_dtype,
+)
+from inferplan.planner.model.kernels import kernel_basis
+from inferplan.planner.model.performance import (
+    Hardware,
+    take_hardware,
+)
+from inferplan.planner.model.serving import (
+    LoadResult,
+    PoissonModel,
+    poisson_capacity,
+    poisson_model,
+    running_context,
+)
+from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.results import (
+    Candidate,
+    Percentiles,
+    Predicted,
+    UpperCost,
+    cost_of,
+    headroom,
+    rounded,
+)
+from inferplan.planner.spec import PlanRequest
+
+SEARCH_SAMPLES = 64 # stratified sample size while searching (coarse, fast)
+
+
+REPORT_SAMPLES = 512     # ... and for the numbers reported
+
+
+BISECTION_STEPS = 10       # geometric, over three decades of rate: 0.7% precision
+
+
+BRACKET_FLOOR = 1e-3       # the search's lower end, as a share of capacity
+
+
+HIGH_VARIANCE_CV2 = 4.0  # at or above this arrival/service CV^2 the analytic tail is optimistic
+
+
+PRACTICAL_COST_FACTOR = 3.0  # candidates costing more than this x the cheapest feasible one are not searched
+
+
+FIRST_PASS_ROWS = 64         # rows searched first (cheapest cost floors) to find the cheapest feasible cost
+
+
+GRID_CELLS = 2**BISECTION_STEPS  # cells of the geometric grid the search's answers lie on
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One (GPU, TP, precision, KV dtype): everything but the batch cap."""
+
+    gpu: GpuSpec
+    tp: int
+    precision: str
+    kv_dtype: str
+    dp_attention: bool = False  # data-parallel attention (SGLang, MLA models): `dp_attention_possible`
+    pp: int = 1                 # pipeline stages, each on a node of its own (`pipeline_possible`)
+    ep: bool = False            # MoE layers expert-parallel (DeepEP, with DP attention): `expert_parallel_possible`
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: TP x PP."""
+        return self.tp * self.pp
+
+    def parallelism(self) -> str:
+        """`tp` x the GPU, or the TP x PP layout of a pipelined replica, in a few words."""
+        one = self.gpu.key if self.tp == 1 else f"{self.tp} x {self.gpu.key}"
+        return one if self.pp == 1 else f"{self.pp} stages of {one}"
+
+
+@dataclass(frozen=True)
+class _Rejections:
+    """The candidates one gate rejected, as arrays; a reason is only worded when `_finish` shows it."""
+
+    gate: str
+    index: NDArray[np.intp]          # what `reason` takes (a shape or a row); orders equal sort keys as found
+    shape: NDArray[np.intp]          # the shape of each
+    batch: NDArray[np.int_] | None   # None where the gate does not depend on the batch cap
+    cost: NDArray[np.float64]
+    reason: Callable[[int], str]
+    # How far each is from passing its gate: the value over the gate's limit (> 1; light-load latency over the SLO,
+    # GPUs over maxGpus, memory needed over the engine's share, ...); None where the gate has no such measure
+    # (parallelism, placement, precision): `_nearness`.
+    miss: NDArray[np.float64] | None = None
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Every (GPU, TP, precision, KV dtype) shape of a request, flat in that loop order, and its rows: the
+    (shape, max batch) pairs through the placement, memory and precision gates, in (shape, batch) order."""
+
+    gpus: list[GpuSpec]
+    gpu: NDArray[np.intp]          # per shape: index into `gpus`
+    tp: NDArray[np.int_]
+    precision: NDArray[np.intp]    # index into req.precisions
+    kv: NDArray[np.intp]           # index into req.kv_dtypes
+    dp: NDArray[np.bool_]          # data-parallel attention
+    pp: NDArray[np.int_]           # pipeline stages
+    ep: NDArray[np.bool_]          # expert parallelism
+    price: NDArray[np.float64]     # $/h of one of its GPUs
+    hardware: Hardware             # per shape
+    batch_sizes: NDArray[np.int_]
+    settings: list[EngineSettings]  # per batch size
+    row_shape: NDArray[np.intp]
+    row_batch: NDArray[np.int_]
+    row_kv_tokens: NDArray[np.float64]
+    rejected: list[_Rejections]
+    checkpoints: list[list[Checkpoint | str]]  # per GPU and precision: what the engine loads there, or why nothing
+
+    def shape(self, req: PlanRequest, s: int) -> _Shape:
+        return _Shape(self.gpus[self.gpu[s]], int(self.tp[s]), req.precisions[self.precision[s]],
+                      req.kv_dtypes[self.kv[s]], bool(self.dp[s]), int(self.pp[s]), bool(self.ep[s]))
+
+
+SANITY_REPLICAS = 10_000
+"""A candidate with more replicas is warned about: `constraints.maxReplicas` and the rendered autoscaler stop there,
+and no one cluster runs that many (a plan for 606,992 GPUs was printed as feasible without a word)."""
+
+
+def kv_hint(checkpoint: Checkpoint | str) -> str | None:
+    """What `precisions.resolve_kv_dtype` needs to know of a checkpoint: whether it declares an FP8 KV cache."""
+    if not isinstance(checkpoint, Checkpoint):
+        return None
+    return "modelopt" if checkpoint.format == "modelopt-fp8" or checkpoint.kv_cache == "fp8" else checkpoint.repo
+
+
+def dp_attention_args(tp: int) -> list[str]:
+    """SGLang's arguments for data-parallel attention over a replica's `tp` ranks."""
+    flags = ENGINE_FLAGS["sglang"]
+    return [flags.dp_attention[0], flags.dp_size[0], str(tp)]
+
+
+def expert_parallel_args(engine_version: str | None, tp: int) -> list[str]:
+    """SGLang's arguments for expert parallelism over a replica's `tp` ranks with DeepEP's all-to-all (given with
+    `dp_attention_args`): `--moe-a2a-backend deepep` from 0.5, `--enable-deepep-moe` before."""
+    line = version_line("sglang", engine_version)
+    backend = ["--moe-a2a-backend", "deepep"] if line != "0.4" else ["--enable-deepep-moe"]
+    return [ENGINE_FLAGS["sglang"].ep[0], str(tp), *backend]
+
+
+def _grid_rate(low: NDArray[np.float64], high: NDArray[np.float64], k: NDArray[np.int_]) -> NDArray[np.float64]:
+    """Point k (0 .. GRID_CELLS) of the geometric bisection grid from `low` to `high`, computed as the bisection
+    computes it (the square root of its bracket's ends at each halving on the way to k), to the bit."""
+    a, b = low, high
+    for level in reversed(range(BISECTION_STEPS)):
+        mid = np.sqrt(a * b)
+        up = (k >> level) & 1 == 1
+        a, b = np.where(up, mid, a), np.where(up, b, mid)
+    return np.where(k >= GRID_CELLS, high, a)
+
+
+@dataclass(frozen=True)
+class _RateSearch:
+    """Per row: the highest rate within every SLO, at most `high` (the utilisation cap).
+
+    The answer is the one a geometric bisection of `BISECTION_STEPS` steps from `low` to `high` gives: the
+    highest point of its grid (`_grid_rate`) that meets every SLO, `low` when none above it does. An
+    evaluation of the model has a fixed cost of a couple of hundred rows' worth, so instead of ten halvings, one
+    rate per row at a time, this takes fewer evaluations of a few rates per row: `at_cap` finds the rows
+    that meet their SLOs at the cap (done); for the others, `refine` interpolates the SLO margin (the largest
+    log of value over target) linearly in rate between the bracket's ends and tries the two grid points
+    around the estimate, two a twentieth of the bracket further out and the bracket's midpoint. The latencies
+    rise with the rate, so the bracket only narrows (at least by half, for the midpoint) and ends where
+    bisection would, in three to five rounds instead of ten. `light_margin`, the margin at light load, stands
+    in for the margin at `low` until a point above it is known.
+    """
+
+    model_of: Callable[[NDArray[np.intp]], PoissonModel]
+    capacity: NDArray[np.float64]       # per row (read when a row is searched)
+    max_utilization: float
+    wanted: Sequence[tuple[str, float]]
+    targets: NDArray[np.float64]        # (SLO, 1) [s], or (SLO, rows): each row's own
+    light_margin: NDArray[np.float64]
+
+    def bracket(self, rows: NDArray[np.intp]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The ends of the grid of `rows`: (BRACKET_FLOOR x capacity, the utilisation cap)."""
+        high = self.capacity[rows] * self.max_utilization
+        return np.minimum(high, self.capacity[rows] * BRACKET_FLOOR), high
+
+    def evaluate(self, rows: NDArray[np.intp], k: NDArray[np.int_], low: NDArray[np.float64],
+                 high: NDArray[np.float64]) -> tuple[NDArray[np.bool_], NDArray[np.float64], NDArray[np.float64]]:
+        """(meets every SLO, margin, rate) at grid point k of each of `rows` (grid ends `low`, `high`)."""
+        if not len(rows):
+            return np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
+        rate = _grid_rate(low, high, k)
+        ok, margin = self._judge(rows, self.model_of(rows).quantiles(rate, self.wanted))
+        return ok, margin, rate
+
+    def _judge(self, rows: NDArray[np.intp], values: NDArray[np.float64]) -> tuple[NDArray[np.bool_],
+                                                                                NDArray[np.float64]]:
+        """(meets every SLO, margin) of `rows`' latencies `values` (one column per row)."""
+        targets = self.targets if self.targets.shape[1] == 1 else self.targets[:, rows]  # per row, or for all
+        with np.errstate(divide="ignore"):  # an unbounded target (inf) has margin -inf
+            margin = np.max(np.log(values / targets), axis=0)
+        return np.all(values <= targets, axis=0), margin
+
+    def at_cap(self, rows: NDArray[np.intp], period: int | None = None) -> tuple[NDArray[np.bool_],
+                                                                                   NDArray[np.float64]]:
+        """Whether `rows` meet every SLO at the cap, and their margins there. `period`: rows i and i + k x period
+        are the same model at the same capacity (targets apart), so each one's latencies are computed once."""
+        if period is None:
+            low, high = self.bracket(rows)
+            ok, margin, _ = self.evaluate(rows, np.full(len(rows), GRID_CELLS), low, high)
+            return ok, margin
+        unique, back = np.unique(rows % period, return_inverse=True)
+        values = self.model_of(unique).quantiles(self.capacity[unique] * self.max_utilization, self.wanted)
+        return self._judge(rows, values[:, back])
+
+    def refine(self, rows: NDArray[np.intp], cap_margin: NDArray[np.float64],
+               guess: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """The highest rates of `rows`, which miss an SLO at the cap (margins there `cap_margin`). `guess`: a rate
+        per row near its answer (another search's, of a coarser sample), whose two grid points around it join the
+        first round's probes: where it is right, that round ends the row's search."""
+        low_all, high_all = self.bracket(rows)
+        guessed = None
+        if guess is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                guessed = np.nan_to_num(np.floor(GRID_CELLS * np.log(guess / low_all) / np.log(high_all / low_all)),
+                                        nan=-1.0, posinf=-1.0, neginf=-1.0).astype(int)
+        # Per row: it meets its SLOs at grid point a (or a = 0) and not at b; their margins and rates.
+        a, b = np.zeros(len(rows), dtype=int), np.full(len(rows), GRID_CELLS)
+        margin_a, margin_b = self.light_margin[rows], np.array(cap_margin, dtype=float)
+        rate_a, rate_b = low_all.copy(), high_all.copy()
+        active = np.arange(len(rows))
+        while len(active):
+            i, lo_k, hi_k = active, a[active], b[active]
+            share = np.clip(np.nan_to_num(margin_a[i] / np.minimum(margin_a[i] - margin_b[i], -1e-12), nan=0.5),
+                            0.0, 1.0)
+            estimate = rate_a[i] + share * (rate_b[i] - rate_a[i])
+            low, high = low_all[i], high_all[i]
+            with np.errstate(divide="ignore", invalid="ignore"):  # a degenerate bracket: probe its midpoint
+                k = np.nan_to_num(np.floor(GRID_CELLS * np.log(estimate / low) / np.log(high / low)), nan=-1.0,
+                                  posinf=-1.0, neginf=-1.0).astype(int)
+            near = np.maximum(1, (hi_k - lo_k) // 20)
+            probes = np.stack([k, k + 1, k - near, k + 1 + near, (lo_k + hi_k) // 2])
+            if guessed is not None:  # the first round only
+                probes = np.concatenate([probes, np.stack([guessed[i], guessed[i] + 1])])
+                guessed = None
+            probes = np.sort(np.clip(probes, lo_k + 1, hi_k - 1), axis=0)
+            fresh = np.concatenate([np.ones((1, len(i)), dtype=bool), np.diff(probes, axis=0) > 0])  # once each
+            which, k_probe = np.broadcast_to(np.arange(len(i)), probes.shape)[fresh], probes[fresh]
+            ok, margin, rate = self.evaluate(rows[i[which]], k_probe, low_all[i[which]], high_all[i[which]])
+            # The lowest failing probe is the new upper end; the highest passing one below it the new lower end.
+            new_b = hi_k.copy()
+            np.minimum.at(new_b, which[~ok], k_probe[~ok])
+            new_a = lo_k.copy()
+            below = ok & (k_probe < new_b[which])
+            np.maximum.at(new_a, which[below], k_probe[below])
+            for end, end_margin, end_rate, moved in ((a, margin_a, rate_a, new_a), (b, margin_b, rate_b, new_b)):
+                hit = k_probe == moved[which]  # the probe at the new end (probes are distinct per row)
+                at = i[which[hit]]
+                end[at], end_margin[at], end_rate[at] = k_probe[hit], margin[hit], rate[hit]
+            active = i[b[i] - a[i] > 1]
+        return rate_a
+
+
+@dataclass
+class CountBounds:
+    """The GPU needs a plan compared with the available counts (`PlanRequest.available_gpus`), and from them the
+    counts within which its answer stays the same (`count_bounds`)."""
+
+    needs: list[tuple[str, NDArray[np.int_], int]] = field(default_factory=list)  # (GPU key, needs, count)
+
+    def note(self, key: str, gpus: NDArray[np.int_], available: float) -> None:
+        if math.isfinite(available):
+            self.needs.append((key, gpus, int(available)))
+
+    def bounds(self) -> dict[str, tuple[int, int | None]]:
+        """GPU key -> (lowest, highest) available count (None: no highest) with which every comparison made
+        comes out as it did: each need at most the count stays within it, each need above it stays above."""
+        out: dict[str, tuple[int, int | None]] = {}
+        for key, gpus, count in self.needs:
+            low, high = out.get(key, (0, None))
+            fits = gpus[gpus <= count]
+            short = gpus[gpus > count]
+            if len(fits):
+                low = max(low, int(fits.max()))
+            if len(short):
+                high = min(high if high is not None else math.inf, int(short.min()) - 1)
+            out[key] = (low, high)
+        return out
+
+
+_COUNTED: ContextVar[CountBounds | None] = ContextVar("inferplan_count_bounds", default=None)
+
+
+def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[np.intp], replicas: NDArray[np.int_],
+                  gpus: NDArray[np.int_], cost: NDArray[np.float64]) -> NDArray[np.intp]:
+    """Per row (of GPU type `gpu_types[gpu]`): the first of `LIMIT_CHECKS` it breaks, -1 where it breaks none."""
+    def cap(value: float | None) -> float:
+        return math.inf if value is None else value
+
+    available = req.available_gpus or {}
+    recorder = _COUNTED.get()
+    if recorder is not None and available:
+        for t, g in enumerate(gpu_types):
+            if g.key in available:
+                recorder.note(g.key, gpus[gpu == t], available[g.key])
+    broken = [
+        replicas > cap(req.max_replicas),
+        gpus > np.array([available.get(g.key, math.inf) for g in gpu_types])[gpu],
+        gpus > np.array([req.max_gpus_per_type.get(g.key, math.inf) for g in gpu_types])[gpu],
+        gpus > cap(req.max_gpus),
+        cost > cap(req.budget_usd_per_hour),
+    ]
+    first = np.full(len(replicas), -1)
+    for k in reversed(range(len(broken))):
+        first = np.where(broken[k], k, first)
+    return first
+
+
+def output_tokens_per_hour(req: PlanRequest) -> float:
+    """The output tokens the plan's rate generates an hour (what a cost per million tokens divides by)."""
+    return req.rate_rps * req.output_mean * 3600.0
+
+
+def _replicas(req: PlanRequest, rate: NDArray[np.float64]) -> NDArray[np.int_]:
+    """Replicas of `rate` (> 0) requests/s each that serve the plan's rate with its minimum headroom left and
+    no fewer than its minimum replicas."""
+    usable = np.maximum(rate * (1.0 - req.min_headroom), 1e-12)
+    return np.maximum(req.min_replicas, np.ceil(req.rate_rps / usable - 1e-9)).astype(int)
+
+
+class _Rows:
+    """The (shape, max batch) rows through the grid's gates, as arrays, and what the search learns of each.
+
+    The queueing model's rate-free part depends on the shape, not on the batch cap: it is built once per shape
+    (on each shape's first row), and each row gets its own slots and capacity when evaluated.
+
+    A replica of pp pipeline stages keeps pp batches in flight (vLLM's virtual engines, SGLang's and
+    TensorRT-LLM's micro-batches): pp streams (`PoissonModel`), each with 1/pp of the replica's slots and a step
+    through every stage. Rates and capacities are per replica; `slots` are one stream's.
+    """
+
+    def __init__(self, req: PlanRequest, grid: _Grid) -> None:
+        self.req, self.grid = req, grid
+        self.shape = rows = grid.row_shape
+        self.batch = grid.batch_sizes[grid.row_batch]
+        self.tp, self.pp, self.price = grid.tp[rows], grid.pp[rows], grid.price[rows]
+        self.gpus = self.tp * self.pp  # per replica
+        self.chunk = grid.settings[0].chunk_tokens
+        p, o = req.prompt_mean, req.output_mean
+        context = running_context(p, o, req.output_cv)
+        self.slots = np.maximum(np.minimum(self.batch, grid.row_kv_tokens / context) / self.pp, 1.0)
+        self.fraction = 1.0 - req.prefix_hit_rate
+        every = np.arange(len(rows))
+        self.capacity = poisson_capacity(self.hardware(every), p, o, self.slots, self.chunk, self.fraction,
+                                         self.pp, req.output_cv)
+        new_shape = np.r_[True, rows[1:] != rows[:-1]]
+        first_row, self.shape_of_row = np.flatnonzero(new_shape), np.cumsum(new_shape) - 1
+        self.first_row = first_row  # each shape's first row
+        self.per_shape = poisson_model(
+            self.hardware(first_row), p, o, self.slots[first_row], self.chunk, req.prompt_cv, req.output_cv,
+            req.arrival_cv2, service_cv2=req.service_cv2, prefill_fraction=self.fraction,
+            capacity=self.capacity[first_row], samples=SEARCH_SAMPLES, streams=self.pp[first_row])
+        self.wanted = [(s.metric, s.quantile) for s in req.slos]
+        self.targets = np.array([s.max_s for s in req.slos])[:, None]
+        # At light load nothing queues, so the batch cap does not matter: evaluate one row per shape.
+        self.light = self.per_shape.quantiles(self.capacity[first_row] * 1e-4, self.wanted)[:, self.shape_of_row]
+        self.slo_ok = np.all(self.light <= self.targets, axis=0)
+        # No candidate can cost less than the replicas its utilisation cap alone requires.
+        high = np.maximum(self.capacity * req.max_utilization, 1e-12)
+        self.cost_floor = _replicas(req, high) * self.gpus * self.price
+        self.best_rate = np.zeros(len(rows))
+
+    def hardware(self, index: NDArray[np.intp]) -> Hardware:
+        return take_hardware(self.grid.hardware, self.shape[index])
+
+    def model_of(self, index: NDArray[np.intp]) -> PoissonModel:
+        return self.per_shape.take(self.shape_of_row[index], self.slots[index], self.capacity[index])
+
+    def limits(self, index: NDArray[np.intp]) -> tuple[NDArray[np.int_], NDArray[np.int_], NDArray[np.float64],
+                                                       NDArray[np.intp]]:
+        """(replicas, GPUs, cost, broken limit check or -1) of rows `index` at their best rates (> 0)."""
+        replicas = _replicas(self.req, self.best_rate[index])
+        gpus = replicas * self.gpus[index]
+        cost = gpus * self.price[index]
+        gpu_type = self.grid.gpu[self.shape[index]]
+        return replicas, gpus, cost, _limit_checks(self.req, self.grid.gpus, gpu_type, replicas, gpus, cost)
+
+    def cheapest(self, index: NDArray[np.intp]) -> float:
+        """The cheapest cost among rows `index` that pass every limit at their best rates (inf: none)."""
+        index = index[self.best_rate[index] > 0]
+        _, _, cost, check = self.limits(index)
+        return float(np.min(cost[check < 0])) if np.any(check < 0) else math.inf
+
+
+def _tail_warning(req: PlanRequest) -> str:
+    """A warning when the traffic is too variable for the analytic tail to be trusted (else empty)."""
+    if req.arrival_cv2 < HIGH_VARIANCE_CV2 and (req.service_cv2 or 0.0) < HIGH_VARIANCE_CV2:
+        return ""
+    service = "from the lengths" if req.service_cv2 is None else f"{req.service_cv2:g}"
+    return (f"arrival CV^2 {req.arrival_cv2:g}, service CV^2 {service}: the analytic latency tail is optimistic "
+            "for traffic this variable (TTFT p99 up to several times at high utilisation); unless the plan sets "
+            "verify: false, the recommendation is checked in the simulator")
+
+
+def _percentiles(samples: dict[float, NDArray[np.float64]], i: int) -> Percentiles:
+    return Percentiles(**{name: rounded(float(samples[q][i]) * 1e3) for q, name in QUANTILE_NAMES.items()})
+
+
+def _candidate(
+    req: PlanRequest,
+    engine: EngineProfile,
+    shape: _Shape,
+    batch: int,
+    settings: EngineSettings,
+    replicas: int,
+    report: LoadResult,
+    i: int,
+    best_rate: float,
+    capacity: float,
+    slots: float,
+    lines_on_family: dict[str, int],
+    checkpoint: Checkpoint | str,
+    kv_tokens: float,
+) -> Candidate:
+    assert isinstance(checkpoint, Checkpoint)  # the precision gate let no row without one through
+    gpu = shape.gpu
+    price = req.prices.get(gpu.key, gpu.usd_per_hour)
+    gpus = replicas * shape.gpus
+    per_replica = req.rate_rps / replicas
+    label_key, label = node_selector(gpu)
+    warnings = [f"{gpu.key}: figures not yet verified against a datasheet: {', '.join(gpu.unverified_fields)}"
+                ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
+    if _tail_warning(req):
+        warnings.append(_tail_warning(req))
+    if replicas > SANITY_REPLICAS:
+        warnings.append(f"{replicas:,} replicas ({gpus:,} GPUs): more than the {SANITY_REPLICAS:,} that "
+                        "constraints.maxReplicas and the rendered autoscaler allow; check workload.requestsPerSecond "
+                        f"({req.rate_rps:g}/s) and the token lengths, or split the traffic over several plans")
+    # What the step times rest on: kernels measured on this GPU, or a sibling's scaled, published figures, or none.
+    basis = kernel_basis(gpu)  # (an unmeasured candidate's own warning comes first: `_unmeasured_warning`)
+    if basis.kind != "measured":
+        warnings.append(f"{gpu.key}: {basis.note}; step times are extrapolated (docs/model.md#kernel-basis)")
+    # The measured serving runs behind the engine terms a plan (the current release) uses: its line on this stack.
+    line = factor_key(engine.name, None, gpu.vendor)
+    measured_lines = lines_on_family.get(line, 0)
+    if not measured_lines:
+        older = ", ".join(f"{other} {n}" for other, n in lines_on_family.items() if other != line)
+        warnings.append(f"{engine.name} on {gpu.family} GPUs ({gpu.key}): no measured serving run of this release "
+                        "line on this GPU family; its per-step overheads come from runs on other GPUs"
+                        + (f" (measured on {gpu.family} only as other release lines, not used: {older}; "
+                           "docs/engines.md#factor-lines-factor_key)" if older else ""))
+    if checkpoint.note and checkpoint.source == "plan":
+        warnings.append(checkpoint.note)
+    measured = basis.kind in MEASURED_KERNELS or measured_lines > 0
+    kv = resolve_kv_dtype(shape.kv_dtype, shape.precision, engine.name, kv_hint(checkpoint))
+    launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
+                           shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens), pp=shape.pp)
+    if shape.ep:
+        launch = replace(launch, args=[*launch.args, *expert_parallel_args(req.engine_version, shape.tp)], notes=[
+            *launch.notes, f"--ep-size {shape.tp} with DeepEP: each rank holds 1/{shape.tp} of the experts whole and "
+            "sends its tokens to their experts' ranks and back (all-to-all) in place of the MoE all-reduces"])
+    if shape.dp_attention:
+        launch = replace(launch, args=[*launch.args, *dp_attention_args(shape.tp)], notes=[
+            *launch.notes, f"--enable-dp-attention --dp-size {shape.tp}: each of the {shape.tp} ranks runs attention "
+            "for its own requests and keeps only their KV (the MLA latent is not replicated); MoE layers span all"])
+    candidate = Candidate(
+        gpu_type=gpu.key,
+        node_selector={label_key: label},
+        gpus_per_replica=shape.gpus,
+        nodes_per_replica=max(shape.pp, shape.tp // req.gpus_per_node.get(gpu.key, 8)),
+        pipeline_parallel=shape.pp,
+        replicas=replicas,
+        gpus=gpus,
+        max_batch=batch,
+        precision=shape.precision,
+        kv_cache_dtype=shape.kv_dtype,
+        data_parallel_attention=shape.dp_attention,
+        expert_parallel=shape.ep,
+        predicted=Predicted(
+            ttft_ms=_percentiles(report.ttft_q, i),
+            tpot_ms=_percentiles(report.tpot_q, i),
+            e2e_ms=_percentiles(report.e2e_q, i),
+            output_tokens_per_second=rounded(req.rate_rps * req.output_mean),
+            utilization=rounded(per_replica / capacity),
+            max_concurrency=rounded(slots),
+            requests_per_second_per_replica=rounded(per_replica),
+            max_requests_per_second_per_replica=rounded(best_rate),
+        ),
+        cost=cost_of([(gpus, price)], output_tokens_per_hour(req)),
+        measured=measured,
+        headroom=rounded(max(0.0, headroom(req.rate_rps, replicas * best_rate))),
+        engine_args=launch.args,
+        engine_command=launch.entry_point,
+        engine_files=launch.files,
+        engine_notes=launch.notes[:8],
+        checkpoint=checkpoint.repo,
+        provenance={
+            "predicted": "calibrated" if measured_lines else "extrapolated",
+            "measuredLines": str(measured_lines),
+            "kernels": basis.kind,
+            "cost": "spec" if gpu.key in req.prices else "catalog",
+            "memory": "calibrated",
+            "engineDefaults": "assumed",
+            "engineVersion": launch.version_line or "unversioned",
+            "checkpoint": ("online" if checkpoint.online else "plan" if checkpoint.source == "plan" else "catalog"),
+        },
+        warnings=warnings,
+    )
+    if measured:
+        return candidate
+    # The range is worked out for the recommendation only, once it is final (`with_upper_cost`): about 3 ms each,
+    # which for every unmeasured row shown cost a third more CPU per plan.
+    first = _unmeasured_warning(engine, gpu, basis.kind, None)
+    return candidate.model_copy(update={"warnings": [first, *warnings][:16]})
+
+
+MEASURED_KERNELS = frozenset({"measured", "scaled"})
+"""Kernel bases (`kernels.kernel_basis`) that rest on measured kernel tables, the GPU's own or a sibling's scaled to
+it. Held out (`python bench/held_out_by_kernel_basis.py --basis scaled`, 2026-12-04), the step-time rows of the
+scaled GPUs (A100 PCIe and 40GB, A40, RTX A6000, RTX 6000 Ada, GeForce 30 and 40 series, H100 PCIe, GH200; 91 rows
+of 6 sources) ran at a median 0.93 of the predicted time over the sources (0.78-1.04 by source), within the
+README's held-out median error over all sources (13.5%). The `published` ones (MI300X) ran at 1.83
+(UNMEASURED_STEP_SLOWDOWN)."""
+
+
+UNMEASURED_STEP_SLOWDOWN = 1.83
+"""How many times as long as predicted an unmeasured candidate's steps may take (`Candidate.upper_cost` plans it
+again with every step this slow): the planner's held-out error where a GPU's kernels were not measured. On the
+only such GPU that published serving runs measured, the MI300X (kernels from published microbenchmarks), each of
+the four sources with such rows left out of the fit as the README's leave-one-source-out table leaves it, the median
+measured / predicted time of their step-time rows (TPOT, ITL, end-to-end time; predicted / measured for
+throughputs) was 2.38 (argonne-lcf, 19 rows), 2.49 (dstackai, 60), 0.71 (mlcommons, 4) and 1.29 (saienduri, 4):
+1.83 over the sources, each one vote as the README summarises its table (`python bench/held_out_by_kernel_basis.py`,
+2026-12-04). The runs disagree by more than 2x among themselves (docs/model.md#known-gaps): a median, not a bound."""
+
+
+UNMEASURED_EVIDENCE = "the median held-out error on MI300X serving runs"  # what UNMEASURED_STEP_SLOWDOWN is, in words
+
+
+def _unmeasured_warning(engine: EngineProfile, gpu: GpuSpec, kernels: str, upper: UpperCost | None) -> str:
+    """The first warning of a candidate that rests on no measurement: what is missing, and its upper cost (not its
+    cost, which verification may raise with more replicas)."""
+    missing = (f"unmeasured: no kernel of the {gpu.key} or a sibling was measured (kernels {kernels}) and no serving "
+               f"run of {engine.name}'s current release line on {gpu.family} GPUs")
+    if upper is None:  # a disaggregated pair: no range is computed for its pools
+        return (f"{missing}; its latencies and cost may be off by as much as its steps, {UNMEASURED_STEP_SLOWDOWN:g}x "
+                f"({UNMEASURED_EVIDENCE}; docs/planning.md#unmeasured-candidates)")
+    return f"{missing}: {upper.words()} (docs/planning.md#unmeasured-candidates)"
+
+
+def node_selector(gpu: GpuSpec) -> tuple[str, str]:
+    """The node label and value that select `gpu` (GPU Feature Discovery or the AMD labeller)."""
+    return gpu.product_label_key, gpu.product_label

@@ -1,0 +1,1 @@
+"""The discrete-event simulator and the verification of a plan in it."""

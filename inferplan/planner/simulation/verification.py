@@ -1,0 +1,384 @@
+"""Check a planned deployment with the simulator: serve the plan's workload on the recommended (or any)
+candidate's replicas and compare the simulated latency percentiles with the analytic ones."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from inferplan.planner.model.disaggregated import transfer_s
+from inferplan.planner.model.factors import FactorSet
+from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.results import (
+    Candidate,
+    Infeasible,
+    Percentiles,
+    PlanResult,
+    ShapeOption,
+    replica_shape,
+    rounded,
+)
+from inferplan.planner.search.core import HIGH_VARIANCE_CV2
+from inferplan.planner.search.plan import (
+    by_cost,
+    deployment_of,
+    describe_shape,
+    distinct,
+    plan,
+    shape_layout_of,
+    shape_lines,
+    suggestions_for,
+    tag_candidates,
+    with_intervals,
+    with_replicas,
+    with_upper_cost,
+)
+from inferplan.planner.simulation.simulate import (
+    RequestTrace,
+    SimulationResult,
+    generate_workload,
+    latency_stats,
+    simulate,
+    simulate_disaggregated,
+    trace_workload,
+)
+from inferplan.planner.spec import PlanRequest, SloTarget
+
+QUANTILE_FIELDS = tuple((name, f"{name}_s") for name in QUANTILE_NAMES.values())  # result name, Latency field
+
+
+def plan_workload(req: PlanRequest, requests: int, seed: int, max_model_len: int) -> RequestTrace:
+    """`requests` requests of the plan's workload (rate, lognormal lengths, arrival CV^2), deterministic per
+    seed. Lengths are cut so that prompt + output fits `max_model_len`, as the engine would enforce."""
+    generated = generate_workload(req.rate_rps, requests, req.prompt_mean, req.output_mean, req.prompt_cv,
+                                  req.output_cv, req.arrival_cv2, seed)
+    return fit_to_context(generated, max_model_len)
+
+
+def fit_to_context(workload: RequestTrace, max_model_len: int) -> RequestTrace:
+    prompts = np.minimum(workload.prompt_tokens, max_model_len - 1)
+    outputs = np.maximum(np.minimum(workload.output_tokens, max_model_len - prompts), 1)
+    return trace_workload(workload.arrival_s, prompts, outputs)
+
+
+MAX_SIMULATED_REPLICAS = 16
+"""A plan's workload spread over more replicas is simulated on this many at the same rate per replica: the
+cost of a verification must not grow with the traffic (a huge rate would otherwise mean thousands of replica
+objects). Round robin then thins the arrival stream over fewer replicas, so each sees burstier traffic than
+it would among all of them: the check errs on the safe side."""
+
+
+def simulated_rate(req: PlanRequest, candidate: Candidate) -> float:
+    """The arrival rate [requests/s] `simulate_candidate` serves the plan's workload at: the plan's, scaled down
+    with the replicas beyond MAX_SIMULATED_REPLICAS (of the larger pool for a disaggregated candidate)."""
+    largest = max((r.replicas for r in candidate.roles), default=candidate.replicas)
+    return req.rate_rps * min(1.0, MAX_SIMULATED_REPLICAS / largest)
+
+
+def steady_state(result: SimulationResult, arrival_s: np.ndarray, warmup_s: float) -> SimulationResult:
+    """`result` with its latency statistics over the requests that arrive in steady state only: after the
+    first `warmup_s` seconds (the replicas start empty and fill) and before the last `warmup_s` seconds of
+    arrivals (once arrivals stop, the batch drains and steps speed up). The per-request arrays stay whole.
+    Where the window holds no request, `result` as it is."""
+    start, end = float(arrival_s[0]) + warmup_s, float(arrival_s[-1]) - warmup_s
+    inside = (arrival_s >= start) & (arrival_s <= end)
+    if not inside.any():
+        return result
+    return replace(result, ttft=latency_stats(result.ttft_s[inside]), tpot=latency_stats(result.tpot_s[inside]),
+                   e2e=latency_stats(result.e2e_s[inside]))
+
+
+def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int = 20_000, seed: int = 0,
+                       router: str = "round_robin", workload: RequestTrace | None = None,
+                       factors: FactorSet | None = None, warmup_s: float = 0.0) -> SimulationResult:
+    """Simulate `candidate`'s replicas serving the plan's workload (or `workload`, e.g. a replayed trace).
+    Beyond MAX_SIMULATED_REPLICAS replicas, that many serve the plan's rate scaled to them (not for a trace).
+    `warmup_s` > 0: the latency statistics are those of the steady state (`steady_state`)."""
+    result, served = _simulate_served(req, candidate, requests=requests, seed=seed, router=router,
+                                      workload=workload, factors=factors)
+    return steady_state(result, served.arrival_s, warmup_s) if warmup_s > 0 else result
+
+
+def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int, router: str,
+                     workload: RequestTrace | None, factors: FactorSet | None) -> tuple[SimulationResult, RequestTrace]:
+    """`simulate_candidate`'s run and the requests it served."""
+    if candidate.roles:
+        return _simulate_disaggregated(req, candidate, requests=requests, seed=seed, workload=workload,
+                                       factors=factors)
+    deployment = deployment_of(req, candidate, factors)
+    max_len = deployment.settings.max_model_len
+    replicas = candidate.replicas
+    if workload is None and replicas > MAX_SIMULATED_REPLICAS:
+        req = replace(req, rate_rps=simulated_rate(req, candidate))
+        replicas = MAX_SIMULATED_REPLICAS
+    served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
+    # A replica of pp pipeline stages serves as pp engines of its stages' steps, each with 1/pp of its batch cap
+    # and KV pool (one batch in flight per stage; the engine's pool is shared, so one stream's share is at least a
+    # whole sequence), the router spreading requests over all of them.
+    pp = candidate.pipeline_parallel
+    kv_tokens = max(deployment.memory.kv_cache_tokens // pp, max_len + 1)
+    return simulate(deployment.hardware, served, replicas=replicas * pp, max_batch=max(candidate.max_batch // pp, 1),
+                    kv_tokens=kv_tokens, chunk_tokens=deployment.settings.step_tokens, router=router,
+                    policy=deployment.settings.scheduling), served
+
+
+def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int,
+                            workload: RequestTrace | None, factors: FactorSet | None
+                            ) -> tuple[SimulationResult, RequestTrace]:
+    """`simulate_candidate` of a disaggregated candidate: its prefill and decode pools
+    (`simulate.simulate_disaggregated`), each pool at most MAX_SIMULATED_REPLICAS replicas at its own rate per
+    replica (both scaled by the same factor, rounded down: each replica serves at least its planned rate, so
+    the check errs on the safe side)."""
+    pools = {r.role: r for r in candidate.roles}
+    built = {role: deployment_of(req, candidate.model_copy(update={
+        "gpu_type": r.gpu_type, "gpus_per_replica": r.gpus_per_replica, "max_batch": r.max_batch,
+        "replicas": r.replicas, "data_parallel_attention": r.data_parallel_attention,
+        "expert_parallel": r.expert_parallel}), factors) for role, r in pools.items()}
+    prefill, decode = built["prefill"], built["decode"]
+    max_len = decode.settings.max_model_len
+    counts = {role: r.replicas for role, r in pools.items()}
+    largest = max(counts.values())
+    if workload is None and largest > MAX_SIMULATED_REPLICAS:
+        scale = MAX_SIMULATED_REPLICAS / largest
+        req = replace(req, rate_rps=req.rate_rps * scale)
+        counts = {role: max(1, math.floor(n * scale)) for role, n in counts.items()}
+    served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
+    transfer = transfer_s(prefill.hardware, pools["decode"].gpus_per_replica, served.prompt_tokens,
+                          req.network_gbps)
+    return simulate_disaggregated(
+        prefill.hardware, decode.hardware, served, transfer, prefill_replicas=counts["prefill"],
+        decode_replicas=counts["decode"], prefill_max_batch=pools["prefill"].max_batch,
+        decode_max_batch=pools["decode"].max_batch, prefill_kv_tokens=prefill.memory.kv_cache_tokens,
+        decode_kv_tokens=decode.memory.kv_cache_tokens, chunk_tokens=prefill.settings.step_tokens,
+        policy=decode.settings.scheduling), served
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metric: str        # ttft | tpot | e2e
+    quantile: str      # p50 | p90 | p95 | p99
+    analytic_ms: float
+    simulated_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """simulated / analytic (above 1: the analytic model was optimistic)."""
+        return self.simulated_ms / self.analytic_ms if self.analytic_ms else float("nan")
+
+
+def compare(candidate: Candidate, result: SimulationResult) -> list[Comparison]:
+    """Analytic versus simulated percentiles of TTFT, TPOT and end-to-end latency."""
+    rows = []
+    for metric, analytic, simulated in (("ttft", candidate.predicted.ttft_ms, result.ttft),
+                                        ("tpot", candidate.predicted.tpot_ms, result.tpot),
+                                        ("e2e", candidate.predicted.e2e_ms, result.e2e)):
+        for name, field in QUANTILE_FIELDS:
+            rows.append(Comparison(metric, name, float(getattr(analytic, name)),
+                                   float(getattr(simulated, field)) * 1e3))
+    return rows
+
+
+VERIFY_REQUESTS = 5_000  # per candidate, in steady state: enough for a stable p99 at a few hundred ms per candidate
+# A pass this close to a target (a share of it) is confirmed on CONFIRM_REQUESTS in steady state (what
+# `inferplan simulate` serves in all): a p95 of 5,000 requests is a little noisy where outputs are long.
+EDGE = 0.03
+CONFIRM_REQUESTS = 20_000
+# Replicas start empty: the running batch, and with it the step time, grows for about one request lifetime, and
+# shrinks again once arrivals stop. Verification serves WARMUP_LIFETIMES x the candidate's analytic e2e p95 of
+# arrivals before and after the requests it judges (`steady_state`), at most MAX_VERIFY_REQUESTS requests in all.
+# Without it, a plan with 2,000-token outputs (Qwen3-32B on SGLang at 20 requests/s, examples/platform/) was
+# verified at TPOT p95 26.8 ms on 5,000 requests that never reached the planned output rate; served long
+# enough, its recommendation ran at 37 ms against a 30 ms target.
+WARMUP_LIFETIMES = 1.0
+# The running batch of long requests changes slowly: over one lifetime its percentiles move by several percent
+# (the same plan's TPOT p95 over ten consecutive 360-second spans of 40,000 requests: 29.2-32.0 ms). The
+# requests judged therefore span at least JUDGED_LIFETIMES x the warm-up, whatever their count.
+JUDGED_LIFETIMES = 10.0
+MAX_VERIFY_REQUESTS = 60_000
+MAX_REPLICA_STEPS = 3    # a candidate missing an SLO in simulation is tried with up to this many more replica steps
+
+
+def should_verify(req: PlanRequest, default: bool = True) -> bool:
+    """Whether to verify `req`'s candidates in the simulator: the plan's `verify` when set; otherwise yes
+    for traffic whose arrival (or service) CV^2 is at least HIGH_VARIANCE_CV2, where the analytic TTFT tail
+    is known to be optimistic (bench/report_tails.py: up to 3x at p99 for CV^2 4 at 0.9 utilisation, 5-8x
+    for CV^2 8 from 0.8), and `default` (the caller's setting: on unless turned off) otherwise."""
+    if req.verify is not None:
+        return req.verify
+    variable = req.arrival_cv2 >= HIGH_VARIANCE_CV2 or (req.service_cv2 or 0.0) >= HIGH_VARIANCE_CV2
+    return default or variable
+
+
+def _values(req: PlanRequest, sim: SimulationResult) -> list[tuple[SloTarget, float]]:
+    """Each SLO with `sim`'s value at its percentile [s]."""
+    stats = {"ttft": sim.ttft, "tpot": sim.tpot, "e2e": sim.e2e}
+    return [(slo, float(getattr(stats[slo.metric], f"p{round(slo.quantile * 100)}_s"))) for slo in req.slos]
+
+
+def _misses(req: PlanRequest, sim: SimulationResult) -> list[tuple[SloTarget, float]]:
+    """The SLOs `sim` misses, with the simulated value [s] (NaN counts as a miss)."""
+    return [(slo, value) for slo, value in _values(req, sim) if not value <= slo.max_s]
+
+
+def _on_the_edge(req: PlanRequest, sim: SimulationResult) -> bool:
+    """Whether `sim` meets every SLO but one within EDGE of its target."""
+    return any(value > (1.0 - EDGE) * slo.max_s for slo, value in _values(req, sim))
+
+
+def warmup_s(candidate: Candidate) -> float:
+    """How long verification lets `candidate`'s replicas fill before (and drain after) the requests it judges [s]."""
+    return WARMUP_LIFETIMES * candidate.predicted.e2e_ms.p95 / 1e3
+
+
+def steady_requests(req: PlanRequest, candidate: Candidate, judged: int) -> int:
+    """Requests to simulate so that about `judged` of them, and at least JUDGED_LIFETIMES warm-ups' worth, arrive in
+    steady state (at most MAX_VERIFY_REQUESTS in all)."""
+    rate, warm = simulated_rate(req, candidate), warmup_s(candidate)
+    judged = max(judged, math.ceil(JUDGED_LIFETIMES * warm * rate))
+    return min(judged + math.ceil(2 * warm * rate), MAX_VERIFY_REQUESTS)
+
+
+def _simulate_verdict(req: PlanRequest, candidate: Candidate, judged: int, seed: int, factors: FactorSet | None
+                      ) -> tuple[SimulationResult, list[tuple[SloTarget, float]], int]:
+    """`candidate` simulated with `judged` requests in steady state (CONFIRM_REQUESTS where that passes on the
+    edge): the simulation (its statistics of the steady state), the SLOs it misses and the requests it served."""
+    def run(judged: int) -> tuple[SimulationResult, int]:
+        requests = steady_requests(req, candidate, judged)
+        return simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors,
+                                  warmup_s=warmup_s(candidate)), requests
+    sim, requests = run(judged)
+    misses = _misses(req, sim)
+    if not misses and judged < CONFIRM_REQUESTS and _on_the_edge(req, sim):
+        sim, requests = run(CONFIRM_REQUESTS)
+        misses = _misses(req, sim)
+    return sim, misses, requests
+
+
+def _simulated(latency: Any) -> Percentiles:
+    return Percentiles(**{name: rounded(getattr(latency, field) * 1e3) for name, field in QUANTILE_FIELDS})
+
+
+def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_REQUESTS, seed: int = 0,
+                factors: FactorSet | None = None) -> PlanResult:
+    """Find the cheapest shown candidate that meets every SLO in the simulator and recommend it.
+
+    The candidates are simulated cheapest first. One that misses an SLO is tried again with more replicas (up
+    to MAX_REPLICA_STEPS steps of about 10%, within the plan's limits); one that still misses moves to
+    `infeasible` (gate "verify"); one that passes gets its simulated percentiles (provenance "simulated").
+    Simulation stops once no candidate left costs less than one that passed (the budget: usually one or two
+    simulations), so the alternatives after that keep their analytic figures and provenance. A pass within EDGE of
+    a target is confirmed on CONFIRM_REQUESTS. The cheapest that passed (ties by headroom) is the recommendation."""
+    kept: list[Candidate] = []
+    analytic: list[Candidate] = []
+    dropped: list[Infeasible] = []
+    missed: dict[str, str] = {}  # a shown candidate's words -> what it missed in simulation as shown
+    shown = [c for c in [result.recommendation, *result.alternatives] if c is not None]
+    for first in sorted(shown, key=by_cost):
+        if kept and first.cost.dollars_per_hour >= min(c.cost.dollars_per_hour for c in kept):
+            analytic.append(first)
+            continue
+        candidate: Candidate | None = first
+        first_misses: list[tuple[SloTarget, float]] | None = None
+        for _ in range(MAX_REPLICA_STEPS + 1):
+            assert candidate is not None
+            sim, misses, served = _simulate_verdict(req, candidate, requests, seed, factors)
+            if first_misses is None:
+                first_misses = misses
+                if misses:
+                    slo, value = misses[0]
+                    missed[describe_shape(first)] = (
+                        f"verify: {describe_shape(first)} misses {slo.metric.upper()} p{round(slo.quantile * 100)} "
+                        f"in simulation ({value * 1e3:.0f} ms > {slo.max_s * 1e3:.0f} ms)")
+            if not misses:
+                break
+            more = with_replicas(req, candidate, candidate.replicas + max(1, math.ceil(candidate.replicas / 10)))
+            if more is None:
+                break
+            candidate = more
+        assert candidate is not None
+        if misses:
+            slo, value = misses[0]
+            dropped.append(Infeasible(
+                gpu_type=candidate.gpu_type, gpus_per_replica=candidate.gpus_per_replica,
+                precision=candidate.precision, kv_cache_dtype=candidate.kv_cache_dtype, max_batch=candidate.max_batch,
+                pipeline_parallel=candidate.pipeline_parallel,
+                data_parallel_attention=candidate.data_parallel_attention,
+                expert_parallel=candidate.expert_parallel, gate="verify",
+                reason=f"simulated {slo.metric.upper()} p{round(slo.quantile * 100)} of "
+                       f"{replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)} is "
+                       f"{value * 1e3:.0f} ms > "
+                       f"{slo.max_s * 1e3:.0f} ms target ({served} simulated requests)"))
+            continue
+        predicted = candidate.predicted.model_copy(update={
+            "ttft_ms": _simulated(sim.ttft), "tpot_ms": _simulated(sim.tpot), "e2e_ms": _simulated(sim.e2e)})
+        warnings = list(candidate.warnings)
+        if first_misses:
+            slo, value = first_misses[0]
+            warnings.append(f"{candidate.replicas} replicas, not the {first.replicas} the analytic model gives: at "
+                            f"{first.replicas} the simulated {slo.metric.upper()} p{round(slo.quantile * 100)} is "
+                            f"{value * 1e3:.0f} ms > {slo.max_s * 1e3:.0f} ms")
+        kept.append(candidate.model_copy(update={
+            "predicted": predicted, "provenance": candidate.provenance | {"predicted": "simulated"},
+            "warnings": warnings[:16]}))
+    kept = sorted(kept, key=by_cost)  # the recommendation is the cheapest verified one
+    kept = tag_candidates(req, distinct(req, kept[:1] + sorted(kept[1:] + analytic, key=by_cost)))
+    warnings = list(result.warnings)
+    if not kept and dropped:
+        warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")
+    rec = kept[0] if kept else None
+    options = [_option_verified(option, kept, missed) for option in result.shape_options]
+    return with_intervals(req, with_upper_cost(req, result.model_copy(update={
+        "recommendation": rec, "alternatives": kept[1:], "infeasible": [*dropped, *result.infeasible][:20],
+        "warnings": warnings, "shapes": shape_lines(options, rec) if options else result.shapes,
+        "shape_options": options})))
+
+
+def _option_verified(option: ShapeOption, kept: list[Candidate], missed: dict[str, str]) -> ShapeOption:
+    """A shape's option after verification: the cheapest of the candidates still shown of its shape (verified,
+    or left analytic after the simulation budget) and of the search's own option unless that one missed in
+    simulation; where none is left, the miss."""
+    choices = [(c.cost.dollars_per_hour, describe_shape(c)) for c in kept if shape_layout_of(c) == option.layout]
+    if option.cost is not None and option.words is not None and option.words not in missed:
+        choices.append((option.cost, option.words))
+    if choices:
+        cost, words = min(choices, key=lambda choice: choice[0])  # the first of equal cost: kept's order
+        return option.model_copy(update={"cost": cost, "words": words, "miss": None})
+    if option.words in missed:
+        return option.model_copy(update={"cost": None, "words": None, "miss": missed[option.words]})
+    return option
+
+
+def planned(req: PlanRequest, factors: FactorSet | None = None, *, verify_default: bool = True) -> PlanResult:
+    """The plan's answer as `inferplan plan` and the operator give it: the candidates verified in the simulator
+    when `should_verify(req, verify_default)` says so (the search then leaves the rows it shows to the
+    simulator), else the analytic answer, whose rows shown each meet every SLO by their own numbers. Without a
+    recommendation, the suggestions are each judged the same way (`search.suggestions_for`)."""
+    if should_verify(req, verify_default):
+        def answer(changed: PlanRequest) -> PlanResult:
+            return verify_plan(changed, plan(changed, factors, suggest=False, confirm=False), factors=factors)
+
+        result = answer(req)
+        if result.recommendation is None:  # also where the simulator dropped every candidate the search found
+            result = result.model_copy(update={"suggestions": suggestions_for(req, answer, factors)})
+        return result
+    return plan(req, factors)
+
+
+__all__ = [
+    "Comparison",
+    "Percentiles",
+    "compare",
+    "fit_to_context",
+    "plan_workload",
+    "planned",
+    "should_verify",
+    "simulate_candidate",
+    "simulated_rate",
+    "steady_requests",
+    "steady_state",
+    "verify_plan",
+    "warmup_s",
+]

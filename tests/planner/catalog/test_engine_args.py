@@ -1,0 +1,261 @@
+"""engine_launch: the arguments each engine gets use only flags its pinned parser accepts, with valid values,
+and the named behaviours of the user report hold (AWQ never on a 16-bit repository, TGI queues rather than
+refusing, TensorRT-LLM precision from the checkpoint, the step budget explained)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from inferplan.planner.catalog.engine_args import (
+    DEFAULT_VERSIONS,
+    ENGINE_FLAGS,
+    READ_ONLY_ROLES,
+    TRT_OPTIONS_FILE,
+    VERSION_LINES,
+    EngineLaunch,
+    engine_flags,
+    engine_launch,
+    flag_problems,
+    flag_spellings,
+    stated_layout,
+    version_line,
+)
+from inferplan.planner.catalog.engines import SERVED_PRECISIONS, EngineSettings
+from inferplan.planner.search.core import dp_attention_args, expert_parallel_args
+
+# One version inside each pinned line (the line's first version is the pinned wheel or tag).
+PINNED: list[tuple[str, str]] = [
+    ("vllm", "0.6.3.post1"), ("vllm", "0.11.2"), ("sglang", "0.4.6.post5"), ("sglang", "0.5.2"),
+    ("tensorrt-llm", "0.18.2"), ("tensorrt-llm", "1.0.0"), ("tgi", "2.4.1"), ("tgi", "3.3.7"),
+    ("lmdeploy", "0.10.2"),
+]
+FORMATS: dict[str, list[str]] = {
+    "bf16": ["native"], "fp16": ["native"], "fp8": ["online", "modelopt-fp8", "compressed-tensors-fp8", "autofp8"],
+    "int8-w8a8": ["compressed-tensors-int8"], "int4-awq": ["awq"], "int4-gptq": ["gptq"], "int8-gptq": ["gptq"],
+    "mxfp4": ["native"], "nvfp4": ["modelopt-nvfp4", "compressed-tensors-nvfp4"], "mxfp4-w4a4": ["quark-mxfp4"],
+}
+
+
+def _settings(chunked: bool, max_model_len: int = 8192, step: float = 4096.0) -> EngineSettings:
+    return EngineSettings(memory_fraction=0.9, max_model_len=max_model_len, max_num_seqs=128,
+                          chunk_tokens=step if chunked else math.inf, profile_tokens=int(step),
+                          step_tokens=step if chunked else math.inf)
+
+
+def _value(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def _grid(engine: str, version: str) -> list[EngineLaunch]:
+    launches = []
+    for precision in SERVED_PRECISIONS[engine]:
+        for fmt, kv, chunked, context in itertools.product(FORMATS[precision], ("fp8", "bf16", "auto"),
+                                                           (True, False), (8192, 65536)):
+            try:
+                launches.append(engine_launch(engine, version, "org/model", fmt, precision, 2, 64, kv,
+                                              _settings(chunked, context), kv_tokens=200_000))
+            except ValueError:
+                continue  # a combination the engine cannot serve (e.g. online FP8 on TensorRT-LLM)
+    return launches
+
+
+def test_every_pinned_line_has_a_flag_list() -> None:
+    flags = engine_flags()
+    for engine, lines in VERSION_LINES.items():
+        for _, line in lines:
+            entry = flags[engine][line]
+            assert entry["flags"] and entry["source"] and entry["version"]
+        assert version_line(engine, None) == version_line(engine, DEFAULT_VERSIONS[engine])
+
+
+@pytest.mark.parametrize(("engine", "version"), PINNED)
+def test_grid_uses_only_accepted_flags_with_valid_values(engine: str, version: str) -> None:
+    launches = _grid(engine, version)
+    assert len(launches) >= 8
+    for launch in launches:
+        assert launch.version_line == version_line(engine, version)
+        assert flag_problems(engine, version, launch.args) == [], launch.args
+        assert all(a.isascii() for a in launch.args) and all(n.isascii() for n in launch.notes)
+        for name in launch.files:
+            assert name in launch.args
+
+
+def test_flag_problems_catches_bad_args() -> None:
+    assert flag_problems("vllm", None, ["--model", "m", "--no-such-flag", "1"])
+    assert flag_problems("vllm", None, ["--model", "m", "--kv-cache-dtype", "fp9"])
+    assert flag_problems("sglang", "0.5.2", ["--model-path", "m", "--tp-size"])
+    assert flag_problems("tgi", "3.3.7", ["--model-id", "m", "--max-concurrent-requests", "--num-shard", "1"])
+
+
+def test_version_lines() -> None:
+    assert version_line("vllm", "0.6.3.post1") == "0.6" and version_line("vllm", "0.7.3") == "0.6"
+    assert version_line("vllm", "0.8.0") == "0.11" and version_line("vllm", None) == "0.11"
+    assert version_line("sglang", "0.4.10") == "0.4" and version_line("sglang", "0.5.9") == "0.5"
+    assert version_line("tensorrt-llm", "0.21.0") == "0.18" and version_line("tensorrt-llm", "1.2.1") == "1"
+    assert version_line("tgi", "2.0.4") == "2" and version_line("tgi", "3.0.0") == "3"
+    assert version_line("llama.cpp", None) == ""
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi", "lmdeploy", "tensorrt-llm"])
+def test_quantised_precision_on_native_checkpoint_is_refused(engine: str) -> None:
+    for precision in ("int4-awq", "int4-gptq", "int8-w8a8", "fp8"):
+        with pytest.raises(ValueError):
+            engine_launch(engine, None, "meta-llama/Llama-3.1-8B-Instruct", "native", precision, 1, 32, "auto",
+                          _settings(True))
+
+
+@pytest.mark.parametrize(("engine", "version"), PINNED)
+def test_awq_flag_only_with_an_awq_checkpoint(engine: str, version: str) -> None:
+    for launch in _grid(engine, version):
+        joined = " ".join(launch.args)
+        if "awq" in joined:
+            assert "int4-awq" in " ".join(launch.notes)
+
+
+def test_vllm_and_sglang_give_no_quantization_flag_for_prequantised_checkpoints() -> None:
+    for engine in ("vllm", "sglang"):
+        for fmt, precision in (("awq", "int4-awq"), ("gptq", "int4-gptq"), ("compressed-tensors-fp8", "fp8"),
+                               ("compressed-tensors-int8", "int8-w8a8"), ("modelopt-fp8", "fp8")):
+            launch = engine_launch(engine, None, "org/model-q", fmt, precision, 1, 32, "auto", _settings(True))
+            assert "--quantization" not in launch.args
+    # vLLM 0.6 reads config.json only, so a ModelOpt export is named
+    old = engine_launch("vllm", "0.6.3.post1", "nvidia/m-FP8", "modelopt-fp8", "fp8", 1, 32, "auto", _settings(True))
+    assert _value(old.args, "--quantization") == "modelopt"
+
+
+def test_vllm_online_fp8_quantises_the_16bit_repository() -> None:
+    launch = engine_launch("vllm", None, "meta-llama/Llama-3.1-8B-Instruct", "online", "fp8", 1, 64, "fp8",
+                           _settings(True))
+    assert _value(launch.args, "--model") == "meta-llama/Llama-3.1-8B-Instruct"
+    assert _value(launch.args, "--quantization") == "fp8"
+    assert _value(launch.args, "--kv-cache-dtype") == "fp8"
+    sgl = engine_launch("sglang", None, "meta-llama/Llama-3.1-8B-Instruct", "online", "fp8", 1, 64, "fp8",
+                        _settings(True))
+    assert _value(sgl.args, "--quantization") == "fp8" and _value(sgl.args, "--kv-cache-dtype") == "fp8_e4m3"
+    tgi = engine_launch("tgi", None, "meta-llama/Llama-3.1-8B-Instruct", "online", "fp8", 1, 64, "auto",
+                        _settings(True))
+    assert _value(tgi.args, "--quantize") == "fp8"
+
+
+def test_online_quantisation_refused_where_the_engine_has_none() -> None:
+    for engine in ("tensorrt-llm", "lmdeploy"):
+        with pytest.raises(ValueError):
+            engine_launch(engine, None, "meta-llama/Llama-3.1-8B-Instruct", "online", "fp8", 1, 32, "auto",
+                          _settings(True))
+
+
+@pytest.mark.parametrize("version", ["2.4.1", "3.3.7"])
+def test_tgi_queues_rather_than_refusing(version: str) -> None:
+    for batch in (1, 32, 256):
+        launch = engine_launch("tgi", version, "org/model", "native", "bf16", 1, batch, "auto", _settings(True),
+                               kv_tokens=500_000)
+        assert int(_value(launch.args, "--max-batch-size")) == batch
+        assert int(_value(launch.args, "--max-concurrent-requests")) > batch
+        assert int(_value(launch.args, "--max-concurrent-requests")) >= 128
+        assert _value(launch.args, "--max-batch-total-tokens") == "500000"
+        assert "--max-waiting-tokens" in launch.args
+        assert any("429" in n for n in launch.notes)
+    queued = engine_launch("tgi", version, "org/model", "native", "bf16", 1, 32, "auto", _settings(True),
+                           expected_queue=400)
+    assert int(_value(queued.args, "--max-concurrent-requests")) >= 32 + 800
+
+
+@pytest.mark.parametrize("version", ["0.18.2", "1.0.0"])
+def test_tensorrt_llm_names_the_checkpoint_and_no_quantization_flag(version: str) -> None:
+    launch = engine_launch("tensorrt-llm", version, "nvidia/Llama-3.1-8B-Instruct-FP8", "modelopt-fp8", "fp8", 2, 64,
+                           "auto", _settings(True))
+    assert launch.args[0] == "nvidia/Llama-3.1-8B-Instruct-FP8"
+    assert not any("quant" in a for a in launch.args)
+    assert any("no precision flag" in n and "ModelOpt" in n for n in launch.notes)
+    assert ("--backend" in launch.args) == (version_line("tensorrt-llm", version) == "1")
+    fp8_kv = engine_launch("tensorrt-llm", version, "nvidia/Llama-3.1-8B-Instruct-FP8", "modelopt-fp8", "fp8", 2, 64,
+                           "fp8", _settings(False))
+    assert _value(fp8_kv.args, "--extra_llm_api_options") == TRT_OPTIONS_FILE
+    assert "dtype: fp8" in fp8_kv.files[TRT_OPTIONS_FILE]
+
+
+def test_notes_explain_the_step_token_budget() -> None:
+    expected = {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size",
+                "tgi": "--max-batch-prefill-tokens", "tensorrt-llm": "--max_num_tokens"}
+    for engine, flag in expected.items():
+        launch = engine_launch(engine, None, "org/model", "native", "bf16", 1, 64, "auto", _settings(True, step=3072))
+        assert _value(launch.args, flag) == "3072"
+        assert any(n.startswith(flag) and "step token budget" in n for n in launch.notes), launch.notes
+
+
+def test_vllm_budget_always_set_and_chunking_only_where_needed() -> None:
+    v1 = engine_launch("vllm", None, "org/model", "native", "bf16", 1, 64, "auto", _settings(True))
+    assert "--max-num-batched-tokens" in v1.args and "--no-enable-chunked-prefill" not in v1.args
+    off = engine_launch("vllm", None, "org/model", "native", "bf16", 1, 64, "auto", _settings(False))
+    assert "--no-enable-chunked-prefill" in off.args
+    assert int(_value(off.args, "--max-num-batched-tokens")) >= 8192  # >= max_model_len without chunking
+    v0_long = engine_launch("vllm", "0.6.3.post1", "org/model", "native", "bf16", 1, 64, "auto",
+                            _settings(True, max_model_len=65536))
+    assert "--enable-chunked-prefill" not in v0_long.args  # V0 turns it on by itself above 32k
+    v0_short = engine_launch("vllm", "0.6.3.post1", "org/model", "native", "bf16", 1, 64, "auto", _settings(True))
+    assert _value(v0_short.args, "--enable-chunked-prefill") == "True"
+
+
+def test_lmdeploy_names_the_awq_format_and_other_engines_keep_their_mapping() -> None:
+    awq = engine_launch("lmdeploy", None, "org/model-AWQ", "awq", "int4-awq", 1, 32, "auto", _settings(False))
+    assert _value(awq.args, "--model-format") == "awq" and awq.args[2] == "org/model-AWQ"
+    gguf = engine_launch("llama.cpp", None, "org/model-GGUF", "native", "gguf-q4_k_m", 1, 1, "auto", _settings(False))
+    assert gguf.args[:2] == ["-m", "org/model-GGUF"]
+    mlc = engine_launch("mlc-llm", None, "mlc-ai/model-q4f16_1-MLC", "native", "mlc-q4f16_1", 1, 8, "auto",
+                        _settings(False))
+    assert mlc.args[1] == "mlc-ai/model-q4f16_1-MLC"
+    with pytest.raises(ValueError):
+        engine_launch("lmdeploy", None, "org/model", "native", "bf16", 1, 8, "fp8", _settings(False))
+
+
+def test_every_spelling_of_the_flags_table_is_accepted_by_the_engines_parser() -> None:
+    """The flags the planner writes and the operator reads back (ENGINE_FLAGS) exist in each engine's
+    parser at every pinned version line (short aliases such as vLLM's -tp are not in the pinned lists)."""
+    pinned = engine_flags()
+    for engine, flags in ENGINE_FLAGS.items():
+        for role, spellings in flags.roles.items():
+            for flag in (f for f in spellings if f.startswith("--")):
+                known = [line for line, parser in pinned[engine].items() if flag in parser["flags"]]
+                if role in READ_ONLY_ROLES:  # read where its release has it
+                    assert known, f"{engine}: {role} flag {flag} in no pinned release"
+                else:
+                    assert known == list(pinned[engine]), f"{engine}: {role} flag {flag} only in {known}"
+
+
+def test_flag_spellings_put_the_plans_engine_first() -> None:
+    assert flag_spellings("batch", "tgi")[:2] == ("--max-batch-size", "--max-concurrent-requests")
+    assert flag_spellings("tp", "sglang")[0] == "--tp-size"
+    assert set(flag_spellings("tp")) >= {"--tensor-parallel-size", "-tp", "--tp-size", "--num-shard", "--tp_size",
+                                          "--tp"}
+
+
+@pytest.mark.parametrize(("engine", "version"), [p for p in PINNED if p[0] in ("vllm", "sglang", "tensorrt-llm")])
+def test_pipeline_stages_follow_the_tensor_parallel_size_with_the_engines_flag(engine: str, version: str) -> None:
+    launch = engine_launch(engine, version, "org/model", "native", "bf16", 8, 64, "auto", _settings(True), pp=2)
+    tp, pp = ENGINE_FLAGS[engine].tp[0], ENGINE_FLAGS[engine].pp[0]
+    at = launch.args.index(tp)
+    assert launch.args[at:at + 4] == [tp, "8", pp, "2"]
+    assert not flag_problems(engine, version, launch.args)
+    assert any(n.startswith(f"{pp} 2") and "2 stages of 8 GPUs" in n for n in launch.notes)
+    single = engine_launch(engine, version, "org/model", "native", "bf16", 8, 64, "auto", _settings(True))
+    assert pp not in single.args
+
+
+def test_engines_without_pipeline_stages_refuse_them() -> None:
+    for engine in ("tgi", "lmdeploy"):
+        with pytest.raises(ValueError, match="no pipeline parallelism"):
+            engine_launch(engine, None, "org/model", "native", "bf16", 8, 64, "auto", _settings(True), pp=2)
+
+
+def test_a_stated_layout_is_read_with_the_tables_spellings() -> None:
+    """Data-parallel attention and expert parallelism as a launch command or a run's description states them, read
+    with ENGINE_FLAGS' spellings only (what the planner writes for SGLang reads back)."""
+    written = " ".join(["python3 -m sglang.launch_server", *dp_attention_args(8), *expert_parallel_args("0.5.5", 8)])
+    assert stated_layout(written) == (True, True)
+    assert stated_layout("trtllm-bench throughput --tp 8 --ep 8 with `enable_attention_dp: true`") == (True, True)
+    assert stated_layout("trtllm-serve --tp_size 8 --ep_size 8") == (False, True)
+    assert stated_layout("vllm serve org/m --tensor-parallel-size 8 --enable-expert-parallel") == (False, True)
+    assert stated_layout("--ep-size=1 enable_attention_dp: false --enable-dp-attention-x") == (False, False)

@@ -1,0 +1,157 @@
+"""Prediction intervals (inferplan/planner/model/intervals.py) and their derivation (scripts/derive_intervals.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import runpy
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from inferplan.planner.model.intervals import (
+    CONFIDENCES,
+    METRIC_CLASSES,
+    Evidence,
+    IntervalTable,
+    Residual,
+    conformal_bounds,
+    derive,
+    interval,
+    load_intervals,
+)
+from inferplan.planner.search.plan import candidate_intervals
+from inferplan.tables import interval_text
+from tests.support.plans import EXAMPLES, planned
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE_ROWS = Path(str(resources.files("inferplan.planner").joinpath("data/example-scenarios.jsonl")))
+ALL_METRICS = [m for metrics in METRIC_CLASSES.values() for m in metrics]
+
+
+def _evidence(metric: str = "tpot_ms_p99", measured: bool = True, **kw: str) -> Evidence:
+    values = {"kind": "dense", "engine_line": "vllm", "family": "hopper", "load": "poisson"} | kw
+    return Evidence(metric, values["kind"], values["engine_line"], values["family"], values["load"], measured)
+
+
+def test_conformal_bounds_widen_with_confidence() -> None:
+    sample = [math.log(1 + 0.05 * k) - 0.3 for k in range(40)]
+    bounds = [conformal_bounds(sample, c) for c in CONFIDENCES]
+    for (lo0, hi0), (lo1, hi1) in itertools.pairwise(bounds):
+        assert lo1 <= lo0 <= hi0 <= hi1
+    assert bounds[-1] == (min(sample), max(sample))  # 40 rows cannot place a 99% bound inside the sample
+
+
+def test_derive_falls_back_to_coarser_groups() -> None:
+    rows = [Residual(_evidence(family="hopper"), "a", 0.1 * (k % 5 - 2)) for k in range(25)]
+    rows += [Residual(_evidence(family="ampere"), "b", 0.5) for _ in range(3)]
+    data = derive(rows, min_rows=20)
+    assert "tpot_ms_p99|dense|vllm|hopper" in data["measured"]
+    assert "tpot_ms_p99|dense|vllm|ampere" not in data["measured"]  # 3 rows: read from the engine line's group
+    table = IntervalTable.from_json(data)
+    assert table.log_bounds(_evidence(family="ampere")) == table.log_bounds(_evidence(family="ada"))
+    assert derive(rows, min_rows=20) == data  # deterministic
+
+
+@pytest.mark.parametrize("metric", ALL_METRICS)
+def test_shipped_intervals_widen_with_confidence_and_contain_the_prediction(metric: str) -> None:
+    widths = []
+    for confidence in (0.5, 0.65, 0.8, 0.9, 0.99):
+        low, high = interval(metric, 100.0, engine_line="vllm", family="hopper", measured=True, load="concurrency",
+                             confidence=confidence)
+        assert low <= 100.0 <= high
+        widths.append((low, high))
+    for (lo0, hi0), (lo1, hi1) in itertools.pairwise(widths):
+        assert lo1 <= lo0 and hi0 <= hi1
+    assert widths[-1] != widths[0]
+
+
+@pytest.mark.parametrize("metric", ALL_METRICS)
+@pytest.mark.parametrize("pair", [("vllm", "hopper"), ("sglang", "cdna3"), ("tensorrt-llm", "ampere")])
+def test_extrapolated_pair_never_narrower_than_a_measured_one(metric: str, pair: tuple[str, str]) -> None:
+    table = load_intervals()
+    line, family = pair
+    for kind in ("dense", "moe", "mla"):
+        measured = table.log_bounds(_evidence(metric, True, kind=kind, engine_line=line, family=family))
+        extrapolated = table.log_bounds(_evidence(metric, False, kind=kind, engine_line=line, family=family))
+        assert extrapolated[0] <= measured[0] and measured[1] <= extrapolated[1]
+
+
+def test_confidence_outside_the_stored_levels_is_an_error() -> None:
+    with pytest.raises(ValueError, match="confidence"):
+        load_intervals().log_bounds(_evidence(), 0.999)
+
+
+def _fixture_predictions(tmp_path: Path) -> Path:
+    """Held-out predictions of the example rows: each predicted off by a row-dependent ratio."""
+    lines = []
+    for k, raw in enumerate(EXAMPLE_ROWS.read_text().splitlines()):
+        row = json.loads(raw)
+        lines.append(json.dumps({"source": f"s{k % 3}", "id": row["id"], "metric": row["metric"],
+                                 "measured": row["value"], "held_out": row["value"] * (0.8 + 0.07 * k),
+                                 "in_sample": row["value"], "suspect": False}))
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_derive_script_is_deterministic_and_writes_what_derive_gives(tmp_path: Path) -> None:
+    script = runpy.run_path(str(REPO / "scripts" / "derive_intervals.py"))
+    predictions = _fixture_predictions(tmp_path)
+    outputs = []
+    for name in ("a.json", "b.json"):
+        assert script["main"](["--predictions", str(predictions), "--scenarios", str(EXAMPLE_ROWS),
+                               "--min-rows", "2", "--write", str(tmp_path / name), "--no-coverage"]) == 0
+        outputs.append((tmp_path / name).read_bytes())
+    assert outputs[0] == outputs[1]
+    data = json.loads(outputs[0])
+    rows = script["read_scenarios"](EXAMPLE_ROWS).scenarios
+    found = script["residuals"]([json.loads(line) for line in predictions.read_text().splitlines()], rows)
+    assert len(found) == len(rows)
+    assert data == json.loads(json.dumps(derive(found, 2, {"sources": 3})))
+    # Each fold's other sources hold one source each: no engine line is fitted, every pair is extrapolated.
+    assert data["measured"] == {} and "*" in data["extrapolated"]
+    table = IntervalTable.from_json(data)
+    low, high = table.log_bounds(Evidence("weights_gib", "dense", "vllm", "ampere", "startup", False))
+    assert low <= 0 <= high
+
+
+def test_shipped_data_is_readable_and_has_a_group_for_every_row() -> None:
+    data = json.loads(resources.files("inferplan.planner").joinpath("data/intervals.json").read_text())
+    assert tuple(data["meta"]["confidences"]) == CONFIDENCES
+    for path in ("measured", "extrapolated"):
+        for key, group in data[path].items():
+            assert group["n"] >= data["meta"]["minRows"], key
+            assert len(group["bounds"]) == len(CONFIDENCES)
+    assert "*" in data["measured"] and "*" in data["extrapolated"]
+
+
+def test_plan_states_intervals_that_bracket_its_latencies() -> None:
+    request, candidate = planned(EXAMPLES[0])
+    predicted = candidate.model_dump(by_alias=True, mode="json")["predicted"]
+    assert predicted["confidence"] == 0.8
+    for metric in ("ttftMs", "tpotMs", "e2eMs"):
+        for q in ("p50", "p90", "p95", "p99"):
+            low, high = predicted["intervals"][metric][q]
+            assert low <= predicted[metric][q] <= high
+    text = interval_text(candidate, request)
+    assert text.startswith("TTFT p95 ") and "(80%: " in text and "; TPOT p" in text
+
+
+def test_wider_confidence_gives_wider_plan_intervals() -> None:
+    request, candidate = planned(EXAMPLES[0])
+    narrow, wide = (candidate_intervals(request, candidate, c) for c in (0.5, 0.95))
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        (lo0, hi0), (lo1, hi1) = getattr(narrow, metric).p95, getattr(wide, metric).p95
+        assert lo1 <= lo0 and hi0 <= hi1
+
+
+def test_unmodelled_kind_without_residuals_of_its_own_takes_the_widest_bounds_of_its_class() -> None:
+    rows = [Residual(_evidence("tpot_ms_p99"), "a", 0.01 * (k - 12)) for k in range(25)]
+    rows += [Residual(_evidence("ttft_ms_p50"), "b", 0.1 * (k - 12)) for k in range(25)]
+    table = IntervalTable.from_json(derive(rows, min_rows=20))
+    dense, mla = (table.log_bounds(_evidence("tpot_ms_p99", kind=kind)) for kind in ("dense", "mla"))
+    assert dense[1] < 0.2
+    assert mla == table.log_bounds(_evidence("ttft_ms_p50"))  # the widest latency group's

@@ -1,0 +1,337 @@
+"""Measured kernel times (inferplan/planner/model/kernels.py): the tables read where a GPU was profiled, scaled to a
+sibling by the ratio of rooflines, a roofline at published efficiencies or at the profiled GPUs' typical ones, and
+the physics every basis keeps (floors, crossovers, formats, collectives)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inferplan.planner.catalog.engines import ENGINES
+from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.kernels import (
+    BACKEND_OF_ENGINE,
+    gemm_format,
+    gemm_roofline_s,
+    gpu_kernels,
+    kernel_basis,
+    typical_efficiencies,
+)
+
+H100 = "H100-SXM5-80GB"
+
+
+def _file(name: str) -> dict[str, Any]:
+    return json.loads(resources.files("inferplan.planner").joinpath(f"data/{name}").read_text(encoding="utf-8"))
+
+
+TABLES = _file("kernels.json")
+META = TABLES["meta"]
+
+
+def _system(key: str) -> dict[str, Any]:
+    return TABLES["systems"][resolve_gpu(key).kernel_tables]
+
+
+def _figures(key: str) -> dict[str, float]:
+    """The catalog's published kernel figures of GPU `key`, read from gpus.json."""
+    entry = next(g for g in _file("gpus.json")["gpus"] if g["key"] == key)
+    return {name: figure["value"] for name, figure in entry["figures"].items()}
+
+
+# -- what each GPU rests on -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("gpu", "kind"), [
+    (H100, "measured"), ("A100-SXM4-80GB", "measured"), ("H200-SXM-141GB", "measured"), ("B200", "measured"),
+    ("L40S", "measured"), ("A100-SXM4-40GB", "scaled"), ("GH200-96GB-HBM3", "scaled"), ("RTX-3090", "scaled"),
+    ("MI300X", "published"), ("MI325X", "published"), ("T4", "typical"),
+])
+def test_each_gpu_says_what_its_kernel_times_rest_on(gpu: str, kind: str) -> None:
+    basis = kernel_basis(resolve_gpu(gpu))
+    assert basis.kind == kind
+    assert (basis.system is not None) == (kind in ("measured", "scaled"))
+    assert basis.note
+    if kind != "measured":  # a plan's warning names the GPU whose step times are extrapolated
+        assert resolve_gpu(gpu).display_name in basis.note
+
+
+def test_every_catalog_gpu_with_tables_names_a_profiled_system_and_each_system_one_own_gpu() -> None:
+    """A GPU naming a system kernels.json lacks would silently fall back to typical efficiencies; two GPUs that
+    both claim one system as their own would each pass as measured."""
+    own: dict[str, str] = {}
+    for gpu in load_gpu_catalog():
+        if gpu.kernel_tables is None:
+            assert kernel_basis(gpu).kind in ("published", "typical"), gpu.key
+            continue
+        assert gpu.kernel_tables in TABLES["systems"], gpu.key
+        if gpu.kernel_tables_own:
+            assert gpu.kernel_tables not in own, (gpu.key, own)
+            own[gpu.kernel_tables] = gpu.key
+    assert own[resolve_gpu(H100).kernel_tables] == H100
+
+
+def test_every_engine_runs_on_a_backend_the_tables_hold() -> None:
+    backends = {b for system in TABLES["systems"].values() for b in system["gemm"]}
+    assert set(ENGINES) <= set(BACKEND_OF_ENGINE)
+    assert set(BACKEND_OF_ENGINE.values()) <= backends
+    assert gpu_kernels(resolve_gpu(H100), "no-such-engine").backend == "vllm"
+
+
+@pytest.mark.parametrize(("weights", "gpu", "fmt"), [
+    ("bf16", H100, "bfloat16"), ("fp8", H100, "fp8"), ("int8-w8a8", "A100-SXM4-80GB", "sq"),
+    ("int4-awq", H100, "int4_wo"), ("int8-gptq", H100, "int8_wo"), ("gguf-q4_k_m", "RTX-4090", "int4_wo"),
+    ("gguf-q8_0", "RTX-4090", "int8_wo"), ("mxfp4", H100, "int4_wo"), ("mxfp4", "B200", "nvfp4"),
+])
+def test_each_precision_is_served_by_its_formats_kernels(weights: str, gpu: str, fmt: str) -> None:
+    assert gemm_format(weight_precision(weights), resolve_gpu(gpu)) == fmt
+
+
+# -- measured: the tables themselves ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("engine", "backend"), [("vllm", "vllm"), ("sglang", "sglang"), ("tensorrt-llm", "trtllm"),
+                                                 ("tgi", "vllm")])
+def test_a_measured_gpu_returns_its_tables_values_at_grid_points(engine: str, backend: str) -> None:
+    """At the nodes of the grid the lookup is the measurement itself, for the engine's own backend's kernels."""
+    kernels = gpu_kernels(resolve_gpu(H100), engine)
+    system = _system(H100)
+    m, nk = META["gemm_m"], META["gemm_nk"]
+    gemm = system["gemm"][backend]["bfloat16"]
+    for i, j, k in ((0, 3, 3), (8, 4, 2), (12, 6, 0)):
+        assert float(kernels.gemm_s("bfloat16", m[i], nk[j], nk[k])) == pytest.approx(gemm[i][j][k] * 1e-6, rel=1e-9)
+    axes = META["decode_attention_axes"]
+    decode = system["decode_attention"][backend]["bf16"]
+    for i, j in ((4, 6), (9, 9)):
+        read, units = 2.0 ** axes["log2_kv_bytes"][i], 2.0 ** axes["log2_batch_x_kv_heads"][j]
+        assert float(kernels.decode_attention_s("bf16", read, units)) == pytest.approx(decode[i][j] * 1e-6, rel=1e-9)
+    axes = META["prefill_attention_axes"]
+    prefill = system["prefill_attention"][backend]
+    flops, units = 2.0 ** axes["log2_causal_flops"][10], 2.0 ** axes["log2_batch_x_heads"][5]
+    assert float(kernels.prefill_attention_s(flops, units)) == pytest.approx(prefill[10][5] * 1e-6, rel=1e-9)
+    nbytes = 2.0 ** META["allreduce_log2_bytes"][10]
+    assert float(kernels.allreduce_s(np.array([nbytes]), 8)[0]) == pytest.approx(
+        system["allreduce"]["8"][10] * 1e-6, rel=1e-9)
+
+
+def test_gemm_time_is_flat_below_the_crossover_and_grows_with_m_beyond_it() -> None:
+    """y = x W with 8192 x 8192 16-bit weights on an H100: below the roofline's crossover M* = peak FLOP/s over
+    bandwidth (2 FLOPs per 2-byte weight and token; about 300) the call reads the weights, whatever M; well beyond
+    it, twice the tokens take about twice the time and never beat the tensor peak."""
+    kernels, peaks = gpu_kernels(resolve_gpu(H100), "vllm"), _system(H100)["peaks"]
+    crossover = peaks["bf16_tflops"] * 1e12 / (peaks["mem_bw_gb_s"] * 1e9)
+    small = np.array([m for m in META["gemm_m"] if m <= crossover / 8])
+    large = np.array([m for m in META["gemm_m"] if m >= 4 * crossover])
+    assert len(small) >= 3 and len(large) >= 3
+    flat = kernels.gemm_s("bfloat16", small, 8192, 8192)
+    assert flat.max() / flat.min() < 1.25
+    grows = kernels.gemm_s("bfloat16", large, 8192, 8192)
+    assert np.all((grows[1:] / grows[:-1] > 1.6) & (grows[1:] / grows[:-1] < 2.4))
+    assert np.all(2.0 * large * 8192.0**2 / grows <= peaks["bf16_tflops"] * 1e12)
+
+
+def test_fp8_gemms_beat_16_bit_ones_at_large_m_by_at_most_the_peaks_ratio() -> None:
+    kernels = gpu_kernels(resolve_gpu(H100), "vllm")
+    m = np.array([8192.0, 16384.0])
+    fp8, bf16 = kernels.gemm_s("fp8", m, 8192, 8192), kernels.gemm_s("bfloat16", m, 8192, 8192)
+    peaks = _system(H100)["peaks"]
+    assert np.all(fp8 < 0.8 * bf16)
+    assert np.all(fp8 >= bf16 * peaks["bf16_tflops"] / peaks["fp8_tflops"])
+
+
+@pytest.mark.parametrize("gpu", [H100, "A100-SXM4-80GB"])
+def test_weight_only_int4_beats_16_bit_at_one_token(gpu: str) -> None:
+    """At M = 1 a call is its weight read: a quarter of the bytes is faster, on the A100's own int4 tables and on
+    the H100, which borrows their cost relative to 16 bits."""
+    kernels = gpu_kernels(resolve_gpu(gpu), "vllm")
+    assert float(kernels.gemm_s("int4_wo", 1, 8192, 8192)) < 0.8 * float(kernels.gemm_s("bfloat16", 1, 8192, 8192))
+
+
+@pytest.mark.parametrize("gpu", [H100, "H200-SXM-141GB", "A100-SXM4-80GB", "B200"])
+def test_a_weight_read_at_one_token_stays_below_the_rated_bandwidth_inside_the_grid(gpu: str) -> None:
+    spec = resolve_gpu(gpu)
+    kernels = gpu_kernels(spec, "vllm")
+    nk = np.array(META["gemm_nk"], dtype=float)
+    n, k = np.meshgrid(nk, nk)
+    for fmt, per_weight in (("bfloat16", 2.0), ("int4_wo", 0.5)):
+        rate = per_weight * n * k / kernels.gemm_s(fmt, 1.0, n, k)
+        assert rate.max() <= spec.memory_bandwidth_gb_s * 1e9, fmt
+
+
+@pytest.mark.parametrize("gpu", ["H200-SXM-141GB", "B200"])
+def test_a_weight_read_beyond_the_grid_stays_below_the_rated_bandwidth(gpu: str) -> None:
+    spec = resolve_gpu(gpu)
+    kernels = gpu_kernels(spec, "vllm")
+    for fmt, per_weight in (("bfloat16", 2.0), ("fp8", 1.0), ("int4_wo", 0.5)):
+        rate = per_weight * 262144 * 2304 / float(kernels.gemm_s(fmt, 1.0, 262144, 2304))
+        assert rate <= spec.memory_bandwidth_gb_s * 1e9, fmt
+
+
+# -- scaled: a profiled sibling's tables --------------------------------------------------------------------------
+
+
+def test_a_scaled_sibling_is_slower_by_the_ratio_of_rooflines_above_the_calls_floor() -> None:
+    """The A100 40GB reads the A100 80GB's tables: a call's floor (the table's smallest time) stays as it is, and
+    the rest of a memory-bound call (M = 1) takes longer by the ratio of their bandwidths, of a compute-bound one
+    (M = 8192) as long (the same 312 TFLOPS), of decode attention by the bandwidths, of prefill attention by the
+    tensor peaks."""
+    small, big = resolve_gpu("A100-SXM4-40GB"), resolve_gpu("A100-SXM4-80GB")
+    scaled, measured = gpu_kernels(small, "vllm"), gpu_kernels(big, "vllm")
+    source = _system("A100-SXM4-80GB")["peaks"]
+    assert small.kernel_tables == big.kernel_tables and kernel_basis(small).kind == "scaled"
+    bandwidth_ratio = source["mem_bw_gb_s"] / small.memory_bandwidth_gb_s
+    floor = min(v for plane in _system("A100-SXM4-80GB")["gemm"]["vllm"]["bfloat16"] for row in plane for v in row)
+    floor *= 1e-6
+    for n, k in ((8192, 8192), (4096, 14336)):
+        got, base = float(scaled.gemm_s("bfloat16", 1, n, k)), float(measured.gemm_s("bfloat16", 1, n, k))
+        assert got == pytest.approx(floor + (base - floor) * bandwidth_ratio, rel=1e-9)
+        assert base < got < base * bandwidth_ratio
+        roofline = gemm_roofline_s(small.memory_bandwidth_gb_s * 1e9, small.fp16_tflops * 1e12, "bfloat16",
+                                   8192, n, k)
+        source_roofline = gemm_roofline_s(source["mem_bw_gb_s"] * 1e9, source["bf16_tflops"] * 1e12, "bfloat16",
+                                          8192, n, k)
+        base = float(measured.gemm_s("bfloat16", 8192, n, k))
+        assert float(scaled.gemm_s("bfloat16", 8192, n, k)) == pytest.approx(
+            floor + (base - floor) * float(roofline / source_roofline), rel=1e-9)
+    assert small.fp16_tflops == source["bf16_tflops"]  # the same die: compute-bound calls take as long
+    big_read = float(measured.decode_attention_s("bf16", 2.0**28, 512))
+    assert big_read < float(scaled.decode_attention_s("bf16", 2.0**28, 512)) < big_read * bandwidth_ratio
+    small_read = float(measured.decode_attention_s("bf16", 2.0**12, 1))
+    assert float(scaled.decode_attention_s("bf16", 2.0**12, 1)) == pytest.approx(small_read, rel=0.05)
+    assert float(scaled.prefill_attention_s(2.0**40, 64)) == pytest.approx(
+        float(measured.prefill_attention_s(2.0**40, 64)), rel=1e-9)  # the same tensor peak
+
+
+# -- published: the catalog's microbenchmarks ---------------------------------------------------------------------
+
+
+def test_the_mi300x_runs_at_its_published_efficiencies() -> None:
+    """No AIConfigurator profile: a roofline at the catalog's measured shares of its peaks. Differences of two calls
+    in the same regime take out the per-call floor and leave the published rate alone."""
+    gpu = resolve_gpu("MI300X")
+    kernels, figures = gpu_kernels(gpu, "vllm"), _figures("MI300X")
+    n = k = 8192.0
+
+    def delta(fmt: str, m1: float, m2: float, n: float = n, k: float = k) -> float:
+        return float(kernels.gemm_s(fmt, m2, n, k)) - float(kernels.gemm_s(fmt, m1, n, k))
+
+    # Compute-bound: 8192 more tokens at the published GEMM efficiency of the format's peak.
+    work = 2.0 * 8192 * n * k
+    assert delta("bfloat16", 8192, 16384) == pytest.approx(
+        work / (gpu.fp16_tflops * 1e12 * figures["gemm_bf16_efficiency"]), rel=1e-9)
+    assert delta("fp8", 8192, 16384) == pytest.approx(
+        work / (gpu.fp8_tflops * 1e12 * figures["gemm_fp8_efficiency"]), rel=1e-9)
+    # Memory-bound (one token): twice the weights at the published streaming efficiency.
+    stream = gpu.memory_bandwidth_gb_s * 1e9 * figures["hbm_stream_efficiency"]
+    more = float(kernels.gemm_s("bfloat16", 1, n, 2 * k)) - float(kernels.gemm_s("bfloat16", 1, n, k))
+    assert more == pytest.approx((2.0 * n * k + 2.0 * k) / stream, rel=1e-9)
+    assert float(kernels.decode_attention_s("bf16", 2.0**31, 512) - kernels.decode_attention_s("bf16", 2.0**30, 512)) \
+        == pytest.approx(2.0**30 / stream, rel=1e-9)
+    attention = gpu.fp16_tflops * 1e12 * figures["prefill_attention_efficiency"]
+    assert float(kernels.prefill_attention_s(2.0**41, 64) - kernels.prefill_attention_s(2.0**40, 64)) \
+        == pytest.approx(2.0**40 / attention, rel=1e-9)
+    # RCCL: the small-message latency plus the ring's bytes at the published bus bandwidth.
+    for tp in (2, 8):
+        nbytes = np.array([1024.0, 2.0**24])
+        ring = 2.0 * (tp - 1) / tp * nbytes
+        expected = figures["allreduce_latency_us"] * 1e-6 + ring / (figures["allreduce_busbw_gb_s"] * 1e9)
+        assert kernels.allreduce_s(nbytes, tp) == pytest.approx(expected, rel=1e-9)
+
+
+# -- typical: neither tables nor figures ---------------------------------------------------------------------------
+
+
+def test_a_gpu_without_kernel_data_runs_at_the_profiled_gpus_typical_efficiencies() -> None:
+    gpu = resolve_gpu("T4")
+    kernels, typical = gpu_kernels(gpu, "vllm"), typical_efficiencies()
+    assert set(typical) == {"stream", "gemm", "decode_attention", "prefill_attention"}
+    assert all(0.3 < value <= 1.0 for value in typical.values()), typical
+    n = k = 4096.0
+    more = float(kernels.gemm_s("bfloat16", 1, n, 2 * k)) - float(kernels.gemm_s("bfloat16", 1, n, k))
+    assert more == pytest.approx((2.0 * n * k + 2.0 * k) / (gpu.memory_bandwidth_gb_s * 1e9 * typical["stream"]),
+                                 rel=1e-9)
+    work = 2.0 * 8192 * n * k
+    assert float(kernels.gemm_s("bfloat16", 16384, n, k) - kernels.gemm_s("bfloat16", 8192, n, k)) == pytest.approx(
+        work / (gpu.fp16_tflops * 1e12 * typical["gemm"]), rel=1e-9)
+    assert float(kernels.prefill_attention_s(2.0**41, 64) - kernels.prefill_attention_s(2.0**40, 64)) \
+        == pytest.approx(2.0**40 / (gpu.fp16_tflops * 1e12 * typical["prefill_attention"]), rel=1e-9)
+
+
+# -- collectives and attention ------------------------------------------------------------------------------------
+
+
+def test_all_reduces_grow_with_bytes_and_are_none_where_nothing_covers_them() -> None:
+    """Every catalog GPU and TP size: no all-reduce time (the link's rated figures are used instead), or one that
+    grows with the message once bandwidth counts (from 1 MiB) and never falls by more than measurement noise
+    below it. A T4 pair over PCIe, an A100 PCIe (its SXM sibling's NVLink tables do not apply) and an H100 NVL
+    (NVLink at another speed) have none; one GPU needs none."""
+    sizes = 2.0 ** np.arange(10, 31)
+    covered = 0
+    for gpu in load_gpu_catalog():
+        kernels = gpu_kernels(gpu, "vllm")
+        assert np.all(kernels.allreduce_s(sizes, 1) == 0.0)
+        for tp in (2, 4, 8):
+            times = kernels.allreduce_s(sizes, tp)
+            if times is None:
+                continue
+            covered += 1
+            assert np.all(times[1:] >= 0.9 * times[:-1]), (gpu.key, tp)
+            assert np.all(np.diff(times[sizes >= 2.0**20]) > 0), (gpu.key, tp)
+            assert times[-1] > 100 * times[0], (gpu.key, tp)
+    assert covered >= 6
+    for key in ("T4", "A100-PCIe-80GB", "H100-NVL-94GB"):
+        assert gpu_kernels(resolve_gpu(key), "vllm").allreduce_s(sizes, 2) is None, key
+    assert gpu_kernels(resolve_gpu("GH200-96GB-HBM3"), "vllm").allreduce_s(sizes, 2) == pytest.approx(
+        gpu_kernels(resolve_gpu(H100), "vllm").allreduce_s(sizes, 2))  # the H100's NVLink at the same speed
+
+
+@pytest.mark.parametrize("gpu", [H100, "A100-SXM4-80GB", "L40S", "A100-SXM4-40GB", "MI300X", "T4"])
+def test_decode_attention_grows_with_the_kv_it_reads(gpu: str) -> None:
+    """Over a batch of 64 sequences of 8 KV heads: from 64 MiB of KV a layer reads, more bytes always take longer,
+    at no more than the rated bandwidth beyond the floor; 1 GiB takes many times what 64 KiB does."""
+    spec = resolve_gpu(gpu)
+    kernels = gpu_kernels(spec, "vllm")
+    read = 2.0 ** np.arange(26, 35)
+    times = kernels.decode_attention_s("bf16", read, 512)
+    assert np.all(np.diff(times) > 0)
+    assert np.all(np.diff(read) / np.diff(times) <= spec.memory_bandwidth_gb_s * 1e9 * 1.05)
+    assert float(kernels.decode_attention_s("bf16", 2.0**30, 512)) > 10 * float(
+        kernels.decode_attention_s("bf16", 2.0**16, 512))
+
+
+def test_a_gpu_without_fp8_tensor_cores_never_beats_its_16_bit_peak_with_fp8_weights() -> None:
+    gpu = resolve_gpu("A100-SXM4-80GB")
+    assert gpu.fp8_tflops is None
+    kernels = gpu_kernels(gpu, "vllm")
+    fmt = gemm_format(weight_precision("fp8"), gpu)
+    assert fmt == "int8_wo"  # FP8 weights with 16-bit math (FP8 Marlin), as vLLM runs them on Ampere
+    m = np.array([512.0, 1024.0, 2048.0, 8192.0])
+    assert np.all(2.0 * m * 8192.0**2 / kernels.gemm_s(fmt, m, 8192, 8192) <= gpu.fp16_tflops * 1e12)
+
+
+def test_fp4_formats_run_on_fp4_tensor_cores_only_where_the_gpu_has_them() -> None:
+    # NVFP4 and Quark's MXFP4 are W4A4 on Blackwell and CDNA 4; on Hopper vLLM dequantises NVFP4 (FP4 Marlin), a
+    # 4-bit weight-only kernel.
+    nvfp4, quark = weight_precision("nvfp4"), weight_precision("mxfp4-w4a4")
+    assert gemm_format(nvfp4, resolve_gpu("NVIDIA-B200")) == "nvfp4"
+    assert gemm_format(nvfp4, resolve_gpu("NVIDIA-H100-80GB-HBM3")) == "int4_wo"
+    assert gemm_format(quark, resolve_gpu("MI355X")) == "nvfp4"
+    assert gemm_format(quark, resolve_gpu("MI300X")) == "int4_wo"
+    assert gemm_format(weight_precision("mxfp4"), resolve_gpu("MI355X")) == "nvfp4"
+
+
+def test_fp4_gemms_use_the_fp4_peak_where_the_catalog_states_one() -> None:
+    # MI355X rests on published figures: a compute-bound FP4 GEMM runs at its MXFP4 peak times the FP8 GEMM
+    # efficiency measured on it (no FP4 efficiency is published), twice as fast as the same GEMM in FP8.
+    mi355x = resolve_gpu("MI355X")
+    kernels = gpu_kernels(mi355x, "vllm")
+    efficiency = dict(mi355x.kernel_figures)["gemm_fp8_efficiency"]
+    size = 16384.0
+    fp4 = float(kernels.gemm_s("nvfp4", size, size, size))
+    assert fp4 == pytest.approx(2.0 * size**3 / (mi355x.fp4_tflops * 1e12 * efficiency), rel=0.01)
+    assert float(kernels.gemm_s("fp8", size, size, size)) == pytest.approx(2.0 * fp4, rel=0.01)

@@ -1,0 +1,388 @@
+"""The step model (inferplan/planner/model/performance.py): decode and prefill times and their invariants, and how
+`build_hardware` turns measured kernel times (inferplan/planner/model/kernels.py) into a deployment's rates."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import fields, replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferplan.planner.catalog.architectures import resolve_model
+from inferplan.planner.catalog.engines import ENGINES
+from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.factors import load_factors
+from inferplan.planner.model.kernels import (
+    ELEMENTWISE_FLOOR_S,
+    ELEMENTWISE_KERNELS_PER_LAYER,
+    gemm_format,
+    gpu_kernels,
+    kernel_tables,
+    moe_formats,
+    moe_shape_key,
+)
+from inferplan.planner.model.memory import weight_bytes, weight_split
+from inferplan.planner.model.performance import (
+    ALLREDUCE_LATENCY_S,
+    allreduce_s,
+    attention_flops,
+    build_hardware,
+    decode_step_s,
+    hardware_grid,
+    layer_shapes,
+    prefill_compute_s_per_token,
+    prefill_s,
+    stack_hardware,
+)
+from tests.support.hardware import BANDWIDTH_SHARE, DECODE_SHARE, FACTORS, hardware, measured_hardware
+
+LLAMA = "meta-llama/Meta-Llama-3-8B"
+
+
+def test_single_stream_decode_is_weights_over_bandwidth() -> None:
+    hw = hardware()
+    arch = resolve_model(LLAMA)
+    read = weight_bytes(arch, weight_precision("bf16")) - 2.0 * arch.vocab_size * arch.hidden_size
+    kv = arch.kv_bytes_per_token(2.0) * 100
+    expected = (read + kv) / (3350e9 * BANDWIDTH_SHARE)
+    assert decode_step_s(hw, 1, 100) == pytest.approx(expected, rel=1e-6)
+
+
+def test_large_batch_decode_is_its_gemm_flops_and_attention_is_a_kv_read() -> None:
+    """A batch of 4096 is compute-bound on the GEMMs alone: decode attention is charged as the KV it reads (at the
+    KV rate), not as tensor-core work, so a longer context does not move a compute-bound step; where the KV reads
+    dominate (a long context), the step is the weights plus every sequence's KV at the KV rate."""
+    hw = hardware()
+    step = decode_step_s(hw, 4096, 10)
+    assert step == pytest.approx(4096 * hw.decode_flops_per_token_per_gpu / (989e12 * DECODE_SHARE), rel=1e-6)
+    assert decode_step_s(hw, 4096, 20) == pytest.approx(step, rel=1e-12)
+    arch = resolve_model(LLAMA)
+    long = decode_step_s(hw, 64, 100_000)
+    weights = hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s
+    assert long == pytest.approx(weights + 64 * arch.kv_bytes_per_token(2.0) * 100_000 / hw.kv_bandwidth_bytes_s,
+                                 rel=1e-6)
+
+
+def test_a_per_sm_cap_binds_on_cards_with_many_gb_s_per_sm_only() -> None:
+    """9 GB/s per SM: an A100 SXM (108 SMs) streams at most 972 GB/s, below what its kernels measure, so weights and
+    KV take the cap; an RTX 4090 (128 SMs: a cap of 1,152 GB/s) keeps its measured rates, which are below it."""
+    capped = replace(FACTORS, sm_stream_gb_s=9.0)
+    a100, a100_capped = (measured_hardware(gpu="NVIDIA-A100-SXM4-80GB", factors=f) for f in (FACTORS, capped))
+    assert a100.bandwidth_bytes_s > 108 * 9e9 and a100.kv_bandwidth_bytes_s > 108 * 9e9
+    assert a100_capped.bandwidth_bytes_s == pytest.approx(108 * 9e9)
+    assert a100_capped.kv_bandwidth_bytes_s == pytest.approx(108 * 9e9)
+    rtx, rtx_capped = (measured_hardware(gpu="NVIDIA-GeForce-RTX-4090", factors=f) for f in (FACTORS, capped))
+    assert rtx.bandwidth_bytes_s < 128 * 9e9
+    assert rtx_capped.bandwidth_bytes_s == rtx.bandwidth_bytes_s
+    assert rtx_capped.kv_bandwidth_bytes_s == rtx.kv_bandwidth_bytes_s
+
+
+def test_the_prior_per_sm_rate_caps_no_gpu_in_the_catalog() -> None:
+    for gpu in load_gpu_catalog():
+        assert gpu.sm_count and gpu.sm_count * FACTORS.sm_stream_gb_s * 1e9 > gpu.memory_bandwidth_gb_s * 1e9, gpu.key
+
+
+@pytest.mark.parametrize("model", [LLAMA, "mistralai/Mixtral-8x7B-v0.1"])
+@pytest.mark.parametrize("gpu", ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S", "MI300X", "T4"])
+@pytest.mark.parametrize("weights", ["bf16", "int4-awq"])
+def test_measured_rates_stay_within_the_gpus_rated_figures(model: str, gpu: str, weights: str) -> None:
+    """Whatever the kernels measure, a deployment never streams faster than its GPU's rated bandwidth nor computes
+    faster than its 16-bit tensor peak (a weight-only format runs 16-bit MMAs), at TP 1 and 2, dense or MoE."""
+    spec = resolve_gpu(gpu)
+    rated, peak = spec.memory_bandwidth_gb_s * 1e9, spec.fp16_tflops * 1e12
+    for tp in (1, 2):
+        hw = measured_hardware(model, gpu, weights, tp)
+        for name in ("bandwidth_bytes_s", "expert_bandwidth_bytes_s", "kv_bandwidth_bytes_s"):
+            assert 0 < getattr(hw, name) <= rated, (tp, name)
+        # A MoE decode token's rate is held to the peak apart (test_a_moe_decode_token_...).
+        rates = ("prefill_flops_s", "attention_flops_s") + (() if hw.num_experts else ("decode_flops_s",))
+        for name in rates:
+            assert 0 < getattr(hw, name) <= peak, (tp, name)
+        assert 0.0 <= hw.overlap_penalty <= 1.0
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S"])
+def test_a_moe_decode_token_costs_at_least_its_active_flops_at_the_tensor_peak(gpu: str) -> None:
+    """Mixtral 8x7B: a large decode batch is compute-bound, and no token of it can take less than 2 x its active
+    parameters at the GPU's 16-bit peak."""
+    hw = measured_hardware("mistralai/Mixtral-8x7B-v0.1", gpu)
+    assert hw.decode_flops_s <= resolve_gpu(gpu).fp16_tflops * 1e12
+
+
+def test_a_moe_prompt_takes_at_least_its_active_flops_at_the_tensor_peak() -> None:
+    """Mixtral 8x7B (13B active) prefilling 8192 tokens on one H100 cannot beat 2 x active parameters x tokens at
+    the full 16-bit peak, nor be faster than a dense 8B model's prompt of the same length."""
+    arch = resolve_model("mistralai/Mixtral-8x7B-v0.1")
+    moe = measured_hardware("mistralai/Mixtral-8x7B-v0.1")
+    assert float(prefill_s(moe, 8192)) >= 2.0 * arch.active_param_count() * 8192 / 989e12
+    assert float(prefill_s(moe, 8192)) > float(prefill_s(measured_hardware(), 8192))
+
+
+def test_fp8_runs_on_fp8_tensor_cores_where_the_gpu_has_them() -> None:
+    """H100: the FP8 GEMM tables are faster than the 16-bit ones on a large batch, by less than the 2x of the
+    peaks (AIConfigurator's measurements reach a smaller share of the FP8 peak)."""
+    h100, bf16 = measured_hardware(weights="fp8"), measured_hardware()
+    gpu = resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    assert h100.prefill_flops_s > 1.3 * bf16.prefill_flops_s
+    assert h100.decode_flops_s > 1.3 * bf16.decode_flops_s
+    assert h100.prefill_flops_s < gpu.fp8_tflops * 1e12
+    # Half the bytes per weight: a batch-1 step is faster too.
+    assert decode_step_s(h100, 1, 100) < decode_step_s(bf16, 1, 100)
+
+
+def test_sliding_window_layers_cap_attention_work() -> None:
+    oss = hardware("openai/gpt-oss-20b")
+    short, long = attention_flops(oss, 100.0), attention_flops(oss, 100_000.0)
+    full, window = oss.attention_full_flops_per_pair_per_gpu, oss.attention_window_flops_per_pair_per_gpu
+    # Full layers grow with the context; window layers only up to their 128-token window.
+    assert long - short == pytest.approx(full * (100_000 - 100) + window * (128 - 100), rel=1e-9)
+
+
+def test_prefill_has_a_quadratic_attention_term() -> None:
+    hw = hardware()
+    short, long = float(prefill_s(hw, 4096)), float(prefill_s(hw, 32768))
+    assert long > 8 * short  # linear work alone would give exactly 8x
+
+
+def test_prefill_attention_runs_at_its_own_measured_rate() -> None:
+    """A prompt token costs its GEMM FLOPs at the prefill rate plus its attention FLOPs (over half the prompt on
+    average) at the attention rate: halving the attention rate adds exactly the attention time again."""
+    hw = hardware()
+    prompt = 16384.0
+    per_token = float(prefill_compute_s_per_token(hw, prompt))
+    gemm = hw.prefill_flops_per_token_per_gpu / hw.prefill_flops_s
+    attention = float(attention_flops(hw, prompt / 2)) / hw.attention_flops_s
+    assert per_token == pytest.approx(gemm + attention, rel=1e-12)
+    slower = replace(hw, attention_flops_s=hw.attention_flops_s / 2)
+    assert float(prefill_compute_s_per_token(slower, prompt)) == pytest.approx(gemm + 2 * attention, rel=1e-12)
+    # The measured H100 rate is below the 16-bit peak and well above nothing.
+    measured = measured_hardware()
+    assert 0.2 * 989e12 < measured.attention_flops_s < 989e12
+
+
+def test_tensor_parallel_halves_weight_time_and_adds_allreduce() -> None:
+    one, two = hardware(tp=1), hardware(tp=2)
+    assert float(allreduce_s(one, 8)) == 0.0
+    assert float(allreduce_s(two, 8)) > 0.0
+    assert decode_step_s(two, 1, 100) < decode_step_s(one, 1, 100)
+    assert decode_step_s(two, 1, 100) > decode_step_s(one, 1, 100) / 2
+
+
+def test_all_reduces_are_the_measured_table_where_one_covers_the_gpu_else_the_rated_link() -> None:
+    """H100 at TP 2: one token's all-reduce takes what AIConfigurator measured for its bytes. A T4 pair over PCIe
+    has no measured or published all-reduce: the rated link's figures."""
+    arch = resolve_model(LLAMA)
+    h100 = measured_hardware(tp=2)
+    one_token = 2.0 * arch.hidden_size
+    measured = gpu_kernels(resolve_gpu("NVIDIA-H100-80GB-HBM3"), "vllm").allreduce_s(np.array([one_token]), 2)
+    assert h100.link_latency_s == pytest.approx(float(measured[0]))
+    assert h100.allreduces_per_step == 2 * arch.num_layers
+    t4 = measured_hardware(gpu="T4", tp=2)
+    assert t4.link_latency_s == ALLREDUCE_LATENCY_S["pcie"]
+    assert t4.link_bytes_s == pytest.approx(resolve_gpu("T4").interconnect_gb_s * 1e9)
+
+
+def test_moe_decode_reads_only_routed_experts_at_batch_one() -> None:
+    moe = hardware("mistralai/Mixtral-8x7B-v0.1")
+    step1, step64 = float(decode_step_s(moe, 1, 10)), float(decode_step_s(moe, 64, 10))
+    all_experts_s = moe.expert_bytes_per_gpu / moe.bandwidth_bytes_s
+    assert step1 < 0.5 * (moe.decode_dense_bytes_per_gpu + moe.expert_bytes_per_gpu) / moe.bandwidth_bytes_s
+    assert step64 > all_experts_s * 0.99
+
+
+def test_an_expert_only_format_changes_the_experts_kernels_only() -> None:
+    """gpt-oss in MXFP4: its attention and embeddings stay 16-bit, read by the same 16-bit GEMMs as the bf16
+    checkpoint (the same bytes in the same time, but for the floors of the two formats' fused MoE kernels, which
+    a batch-1 step carries with it); only the experts are fewer bytes through their own kernels, so they stream
+    in less time than the 16-bit experts."""
+    mxfp4, bf16 = (measured_hardware("openai/gpt-oss-20b", weights=w) for w in ("mxfp4", "bf16"))
+    assert mxfp4.decode_dense_bytes_per_gpu == bf16.decode_dense_bytes_per_gpu
+    arch, gpu = resolve_model("openai/gpt-oss-20b"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    kernels = gpu_kernels(gpu, "vllm")
+    expert = 3.0 * arch.hidden_size * arch.expert_intermediate_size
+    shape = moe_shape_key(arch.hidden_size, arch.expert_intermediate_size, arch.num_experts, arch.experts_per_token, 1)
+    floors = [kernels.moe_layer(moe_formats(weight_precision(w), gpu), expert * weight_precision(w).bytes_per_param,
+                                shape)[0] for w in ("mxfp4", "bf16")]
+    moe_layers = arch.num_layers - arch.first_dense_layers
+    assert (mxfp4.decode_dense_bytes_per_gpu / mxfp4.bandwidth_bytes_s
+            - bf16.decode_dense_bytes_per_gpu / bf16.bandwidth_bytes_s) == pytest.approx(
+        moe_layers * (floors[0] - floors[1]), rel=1e-6, abs=1e-9)
+    assert mxfp4.expert_bytes_per_gpu == pytest.approx(bf16.expert_bytes_per_gpu * 4.25 / 16)
+    assert (mxfp4.expert_bytes_per_gpu / mxfp4.expert_bandwidth_bytes_s
+            < bf16.expert_bytes_per_gpu / bf16.expert_bandwidth_bytes_s)
+    assert decode_step_s(mxfp4, 64, 1000) < decode_step_s(bf16, 64, 1000)
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S"])
+def test_weight_only_formats_read_fewer_bytes_but_compute_as_16_bit(gpu: str) -> None:
+    """AWQ reads a quarter of the bytes per weight, so a batch-1 step is faster than 16-bit; its large batches
+    dequantise every tile before the 16-bit MMA, so they are never faster than 16-bit ones."""
+    awq, bf16 = measured_hardware(gpu=gpu, weights="int4-awq"), measured_hardware(gpu=gpu)
+    assert decode_step_s(awq, 1, 100) < decode_step_s(bf16, 1, 100)
+    assert awq.decode_flops_s <= 1.01 * bf16.decode_flops_s
+    assert awq.prefill_flops_s <= 1.01 * bf16.prefill_flops_s
+    assert decode_step_s(awq, 2048, 10) >= 0.99 * decode_step_s(bf16, 2048, 10)
+
+
+def test_layer_shapes_hold_every_linear_weight_once_split_over_the_ranks() -> None:
+    """The GEMMs' N x K over the layers (experts x their count) plus the LM head are the model's parameters but
+    its input embedding and norms; TP 2 halves each rank's share (Llama 3 8B keeps 4 KV heads a rank; a router,
+    if replicated, is a thousandth of Mixtral's weights)."""
+    for model in (LLAMA, "mistralai/Mixtral-8x7B-v0.1"):
+        arch = resolve_model(model)
+
+        def weights(tp: int, arch=arch) -> float:
+            s = layer_shapes(arch, tp)
+            per_layer = [(s.dense, s.dense_layers, 1), (s.moe_shared, s.moe_layers, 1),
+                         (s.expert, s.moe_layers, arch.num_experts)]
+            return sum(n * k * c * layers * count for group, layers, count in per_layer for n, k, c in group) + \
+                s.lm_head[0] * s.lm_head[1]
+
+        split = weight_split(arch)
+        assert weights(1) == pytest.approx(split.total - split.input_embedding, rel=1e-4), model
+        assert weights(2) == pytest.approx(weights(1) / 2, rel=1e-3), model
+        s = layer_shapes(arch, 1)
+        assert sum(n * k for n, k, _ in s.expert) * arch.num_experts * s.moe_layers == split.experts
+
+
+def test_a_batch_one_step_is_its_kernels_one_after_another() -> None:
+    """Llama 3 8B on one H100: a batch-1 step takes at least every GEMM of every layer at M = 1 (the LM head
+    once), as measured one by one, and at most that plus the elementwise kernels' floors, each layer's decode
+    attention floor and the step's compute."""
+    arch, gpu = resolve_model(LLAMA), resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    hw, kernels = measured_hardware(), gpu_kernels(gpu, "vllm")
+    shapes = layer_shapes(arch, 1)
+    fmt = gemm_format(weight_precision("bf16"), gpu)
+    gemms = sum(float(kernels.gemm_s(fmt, 1, n, k)) * c for n, k, c in shapes.dense) * arch.num_layers \
+        + float(kernels.gemm_s("bfloat16", 1, *shapes.lm_head))
+    floors = arch.num_layers * (ELEMENTWISE_KERNELS_PER_LAYER * ELEMENTWISE_FLOOR_S
+                                + float(kernels.decode_attention_s("bf16", 2.0**16, arch.num_kv_heads)))
+    step = float(decode_step_s(hw, 1, 1))
+    compute = hw.decode_flops_per_token_per_gpu / hw.decode_flops_s
+    assert gemms < step <= (gemms + floors + compute) * 1.01
+
+
+def test_the_engines_speeds_scale_its_decode_and_prefill_rates_only() -> None:
+    """`decode_speed` (online calibration) scales every rate of the decode step, `prefill_speed` those of prefill;
+    neither moves the other's, nor the sizes, links or overheads."""
+    base = measured_hardware()
+    slow_decode = measured_hardware(factors=replace(FACTORS, decode_speed=0.5))
+    slow_prefill = measured_hardware(factors=replace(FACTORS, prefill_speed=0.25))
+    decode_rates = ("bandwidth_bytes_s", "expert_bandwidth_bytes_s", "kv_bandwidth_bytes_s", "decode_flops_s")
+    prefill_rates = ("prefill_flops_s", "attention_flops_s")
+    for f in fields(base):
+        name = f.name
+        ratio_decode = 0.5 if name in decode_rates else 1.0
+        ratio_prefill = 0.25 if name in prefill_rates else 1.0
+        assert getattr(slow_decode, name) == pytest.approx(getattr(base, name) * ratio_decode), name
+        assert getattr(slow_prefill, name) == pytest.approx(getattr(base, name) * ratio_prefill), name
+
+
+def test_stacked_hardware_evaluates_like_each_alone() -> None:
+    items = [hardware(), hardware(gpu="NVIDIA-A100-SXM4-80GB"), hardware(tp=2), measured_hardware(tp=2)]
+    stacked = stack_hardware(items)
+    batch = np.array([1.0, 8.0, 32.0, 64.0])
+    together = decode_step_s(stacked, batch, 500.0)
+    alone = [float(decode_step_s(h, b, 500.0)) for h, b in zip(items, batch, strict=True)]
+    assert together == pytest.approx(alone)
+
+
+# The search evaluates whole grids at once: each cell must be, to the bit, what the one deployment gives.
+
+
+def test_hardware_grid_agrees_with_one_deployment() -> None:
+    factors = load_factors()
+    arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-H100-80GB-HBM3", "MI300X")]
+    precisions = [weight_precision(name) for name in ("bf16", "fp8", "int4-awq")]
+    kv = np.array([[2.0, 1.0]] * len(precisions))
+    for engine in (ENGINES["vllm"], ENGINES["tgi"], ENGINES["llama.cpp"]):
+        engine_factors = factors.engine(engine.name)
+        grid = hardware_grid(arch, gpus, precisions, kv, engine, [engine_factors] * len(gpus), [1, 4])
+        for (g, gpu), (t, tp), (p, precision), (k, kv_bytes) in itertools.product(
+                enumerate(gpus), enumerate([1, 4]), enumerate(precisions), enumerate([2.0, 1.0])):
+            one = build_hardware(arch, gpu, precision, kv_bytes, engine, engine_factors, tp)
+            assert all(getattr(grid, f.name)[g, t, p, k] == getattr(one, f.name) for f in fields(one))
+
+
+def test_a_grid_of_some_pairs_reads_only_those_and_gives_them_the_same_step_times() -> None:
+    """The search passes the (GPU, precision) pairs some shape evaluates: theirs are what the whole grid gives, the
+    others' step times are NaN (never a number a row could be judged on)."""
+    factors = load_factors().engine("vllm")
+    arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpus = [resolve_gpu(name) for name in ("NVIDIA-L4", "NVIDIA-H100-80GB-HBM3")]
+    precisions = [weight_precision(name) for name in ("bf16", "fp8")]
+    kv = np.array([[2.0, 1.0]] * len(precisions))
+    needed = np.array([[True, False], [False, True]])
+    whole = hardware_grid(arch, gpus, precisions, kv, ENGINES["vllm"], [factors] * 2, [1, 4])
+    some = hardware_grid(arch, gpus, precisions, kv, ENGINES["vllm"], [factors] * 2, [1, 4], needed=needed)
+    for g, p in itertools.product(range(2), range(2)):
+        if needed[g, p]:
+            assert all(np.array_equal(getattr(some, f.name)[g, :, p], getattr(whole, f.name)[g, :, p])
+                       for f in fields(some))
+        else:
+            assert np.isnan(some.bandwidth_bytes_s[g, :, p]).all() and np.isnan(some.decode_flops_s[g, :, p]).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    bandwidth=st.floats(100, 8000),
+    extra=st.floats(1.0, 3.0),
+    batch=st.integers(1, 512),
+    context=st.integers(1, 32768),
+)
+def test_more_bandwidth_never_slows_decode(bandwidth: float, extra: float, batch: int, context: int) -> None:
+    base = measured_hardware(factors=load_factors().engine("vllm"))
+    slow = replace(base, bandwidth_bytes_s=bandwidth * 1e9, kv_bandwidth_bytes_s=bandwidth * 1e9)
+    fast = replace(base, bandwidth_bytes_s=bandwidth * extra * 1e9, kv_bandwidth_bytes_s=bandwidth * extra * 1e9)
+    assert decode_step_s(fast, batch, context) <= decode_step_s(slow, batch, context) + 1e-12
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 1024), context=st.integers(1, 65536))
+def test_bigger_batch_never_shortens_a_step(batch: int, context: int) -> None:
+    hw = measured_hardware(factors=load_factors().engine("vllm"))
+    assert decode_step_s(hw, batch + 1, context) >= decode_step_s(hw, batch, context)
+
+
+def test_a_moe_layer_as_the_engines_fused_kernels_ran_it_where_they_were_measured() -> None:
+    """Qwen3-30B-A3B on one H200 under vLLM: its 48 MoE layers carry the measured fused-MoE floor each in a batch-1
+    step, read the routed experts no faster than the HBM allows, and compute a routed token no faster than the
+    16-bit peak; the figures are those measured for its own shape (not the medians of its expert size's bin); on a
+    GPU without MoE tables (MI300X) the experts stream at the GEMM tables' rate as before."""
+    arch, gpu = resolve_model("Qwen/Qwen3-30B-A3B"), resolve_gpu("NVIDIA-H200")
+    kernels = gpu_kernels(gpu, "vllm")
+    expert = 3.0 * arch.hidden_size * arch.expert_intermediate_size * 2.0
+    shape = moe_shape_key(arch.hidden_size, arch.expert_intermediate_size, arch.num_experts, arch.experts_per_token, 1)
+    formats = moe_formats(weight_precision("bf16"), gpu)
+    floor, stream, compute = kernels.moe_layer(formats, expert, shape)
+    own = kernel_tables()["systems"]["h200_sxm"]["moe"]["vllm"]["bfloat16"]["shapes"][shape]
+    assert floor == pytest.approx(own[0] * 1e-6)
+    assert kernels.moe_layer(formats, expert) != (floor, stream, compute)  # the bin's medians differ
+    assert 10e-6 < floor < 100e-6
+    assert 0.3 * gpu.memory_bandwidth_gb_s * 1e9 < stream <= gpu.memory_bandwidth_gb_s * 1e9
+    assert 0.05 * gpu.fp16_tflops * 1e12 < compute <= gpu.fp16_tflops * 1e12
+    hw = measured_hardware("Qwen/Qwen3-30B-A3B", "NVIDIA-H200")
+    assert float(hw.expert_bandwidth_bytes_s) == pytest.approx(stream)
+    moe_layers = arch.num_layers - arch.first_dense_layers
+    assert float(decode_step_s(hw, 1, 100)) > moe_layers * floor
+    amd = gpu_kernels(resolve_gpu("MI300X"), "vllm")
+    assert amd.moe_layer(moe_formats(weight_precision("bf16"), resolve_gpu("MI300X")), expert) is None
+    assert float(measured_hardware("Qwen/Qwen3-30B-A3B", "MI300X").expert_bandwidth_bytes_s) == pytest.approx(
+        amd.stream_bytes_s())
+
+
+def test_moe_formats_follow_what_the_engines_run_on_each_gpu() -> None:
+    h100, b200, a100 = (resolve_gpu(g) for g in ("NVIDIA-H100-80GB-HBM3", "NVIDIA-B200", "NVIDIA-A100-SXM4-80GB"))
+    assert moe_formats(weight_precision("fp8"), h100) == ("fp8_block", "fp8")
+    assert moe_formats(weight_precision("fp8"), h100, "tensorrt-llm") == ("fp8", "fp8_block")  # ModelOpt: per-tensor
+    assert moe_formats(weight_precision("fp8"), a100) == ()
+    assert moe_formats(weight_precision("nvfp4"), b200) == ("nvfp4",)
+    assert moe_formats(weight_precision("nvfp4"), h100) == ("int4_wo",)
+    assert moe_formats(weight_precision("mxfp4"), h100) == ("w4a16_mxfp4",)
+    assert moe_formats(weight_precision("int4-awq"), h100) == ("int4_wo",)
+    assert moe_formats(weight_precision("int8-w8a8"), h100) == ()

@@ -1,0 +1,350 @@
+"""Answers a platform team can deploy as printed: the example plans, fleet defaults, replicas and headroom,
+context limits, distinct alternatives, infeasibility that helps, arguments the engines accept."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from inferplan.cli import main
+from inferplan.planner.catalog.checkpoints import Checkpoint, gpu_problem
+from inferplan.planner.catalog.engine_args import flag_problems
+from inferplan.planner.catalog.gpus import load_gpu_catalog
+from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
+from inferplan.planner.search.plan import CONTEXT_LIMIT_SHARE, checkpoint_of, context_overflow, plan
+from inferplan.planner.simulation.verification import planned as plan_answer
+from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
+from inferplan.tables import format_plan
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = [*sorted((ROOT / "examples" / "plans").glob("*.yaml")),
+            *sorted((ROOT / "examples" / "platform").glob("*.yaml"))]
+INFEASIBLE = ROOT / "examples" / "platform" / "infeasible-ask.yaml"
+BURSTY_72B = ROOT / "examples" / "platform" / "infeasible-bursty-agent-72b.yaml"
+INFEASIBLE_EXAMPLES = {INFEASIBLE, BURSTY_72B}  # no recommendation: the answer is the suggestions
+CONSUMER = {g.key for g in load_gpu_catalog() if g.segment == "consumer"}
+
+
+def spec_of(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    return data.get("spec", data)  # a manifest or a bare spec
+
+
+def shown(result: PlanResult) -> list[Candidate]:
+    return [c for c in [result.recommendation, *result.alternatives] if c is not None]
+
+
+def planned(path: Path) -> tuple[Any, PlanResult]:
+    req = resolve_plan(load_plan_file(path), path.parent)
+    return req, plan_answer(req)  # what `inferplan plan` prints
+
+
+def test_the_platform_example_set_covers_what_teams_ask() -> None:
+    platform = [p for p in EXAMPLES if p.parent.name == "platform"]
+    specs = [spec_of(p) for p in platform]
+    assert len(platform) >= 8
+    assert any("gpuTypes" not in s.get("constraints", {}) and "availableGpus" not in s.get("constraints", {})
+               for s in specs)                                        # GPU types open
+    assert {s["engine"]["name"] for s in specs} >= {"vllm", "sglang", "tgi", "tensorrt-llm"}
+    assert any(s.get("constraints", {}).get("availableGpus", {}).keys() == {"MI300X"} for s in specs)  # AMD only
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p not in INFEASIBLE_EXAMPLES], ids=lambda p: p.stem)
+def test_every_example_recommendation_passes_the_simulator_at_its_slo_percentiles(
+        path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `inferplan simulate` serves 20,000 requests of the plan on the recommendation `inferplan plan` prints
+    # (verified on 5,000): every SLO holds at its own percentile.
+    assert main(["simulate", str(path), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    simulated = {(r["metric"], r["quantile"]): r["simulatedMs"] for r in out["percentiles"]}
+    slo = spec_of(path)["slo"]
+    for metric, bound in slo.items():
+        assert simulated[(metric, bound["percentile"])] <= bound["maxMs"], (metric, bound)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_shown_argument_list_passes_the_engine_pinned_parser(path: Path) -> None:
+    req, result = planned(path)
+    for c in shown(result):
+        assert flag_problems(req.engine, req.engine_version, c.engine_args) == [], c.engine_args
+        assert c.checkpoint and c.engine_command
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_shown_checkpoint_runs_on_its_gpu_with_the_planned_release(path: Path) -> None:
+    # The engine release the plan assumes loads the checkpoint's format on that vendor and architecture (vLLM's ROCm
+    # build refuses ModelOpt repositories; its CUDA build has no INT8 W8A8 kernel for Blackwell).
+    req, result = planned(path)
+    catalog = load_gpu_catalog()
+    for c in shown(result):
+        checkpoint = checkpoint_of(req, c.precision, catalog.get(c.gpu_type))
+        assert isinstance(checkpoint, Checkpoint) and checkpoint.repo == c.checkpoint
+        assert gpu_problem(checkpoint, req.engine, catalog.get(c.gpu_type).family, req.engine_version) is None
+
+
+def test_an_fp8_plan_on_amd_loads_a_repository_rocm_reads() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "amd-only-cluster.yaml")
+    rec = result.recommendation
+    assert rec is not None and rec.gpu_type == "MI300X" and rec.precision == "fp8"
+    assert not rec.checkpoint.startswith("nvidia/"), rec.checkpoint  # ModelOpt: not on vLLM's ROCm platform
+
+
+def test_open_gpu_types_leave_out_consumer_cards_unless_named() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "chat-8b-open-gpus.yaml")
+    assert shown(result) and not {c.gpu_type for c in shown(result)} & CONSUMER
+    assert any("consumer (GeForce) cards are left out" in a for a in result.assumptions)
+    named = resolve_plan(parse_plan({**spec_of(ROOT / "examples/platform/chat-8b-open-gpus.yaml"),
+                                     "constraints": {"gpuTypes": ["RTX-4090"]}}))
+    assert plan(named).recommendation.gpu_type == "RTX-4090"
+
+
+def test_gpus_per_node_come_from_the_catalog_chassis() -> None:
+    req = resolve_plan(load_plan_file(ROOT / "examples" / "platform" / "batch-70b-open-gpus.yaml"))
+    assert req.gpus_per_node["GH200-96GB-HBM3"] == 1 and req.gpus_per_node["H100-SXM5-80GB"] == 8
+    gh200 = resolve_plan(parse_plan({**spec_of(ROOT / "examples/platform/batch-70b-open-gpus.yaml"),
+                                     "constraints": {"gpuTypes": ["GH200-96GB-HBM3"], "tensorParallelSizes": [4]}}))
+    result = plan(gh200)
+    assert result.recommendation is None and result.infeasible[0].gate == "placement"
+    assert "nodes have 1" in result.infeasible[0].reason
+
+
+def test_at_least_two_replicas_and_the_minimum_headroom_by_default() -> None:
+    req, result = planned(ROOT / "examples" / "plans" / "chat-assistant-8b.yaml")
+    assert req.min_replicas == 2 and req.min_headroom == 0.05
+    assert all(c.replicas >= 2 and c.headroom >= 0.05 - 1e-3 for c in shown(result))
+    single = resolve_plan(parse_plan({**spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml"),
+                                      "constraints": {"minReplicas": 1, "minHeadroom": "0"}}))
+    one = plan(single)
+    assert any("minReplicas 1" in w for w in one.warnings)
+
+
+def test_a_context_below_the_prompt_tail_is_a_warning_with_the_share_rejected() -> None:
+    req, result = planned(ROOT / "examples" / "platform" / "long-context-gemma.yaml")
+    share = context_overflow(req, 8192)
+    assert 0.001 < share < CONTEXT_LIMIT_SHARE
+    assert result.recommendation is not None
+    assert any(f"{share:.1%} of requests" in w and "8192" in w for w in result.warnings)
+
+
+def test_a_context_far_below_the_tail_is_infeasible_and_says_what_would_fit() -> None:
+    spec = spec_of(ROOT / "examples/platform/long-context-gemma.yaml")
+    spec["workload"]["promptTokens"] = {"mean": 6000, "p95": 12000}  # the report: about a fifth rejected
+    req = resolve_plan(parse_plan(spec))
+    assert context_overflow(req, 8192) > 0.15
+    result = plan(req)
+    assert result.recommendation is None
+    assert any("8192" in w and "exceed it" in w for w in result.warnings)
+    assert result.suggestions and result.suggestions[0].startswith("context:")
+
+
+def test_alternatives_are_distinct_bounded_and_each_says_why() -> None:
+    for path in EXAMPLES:
+        if path in INFEASIBLE_EXAMPLES:
+            continue
+        _, result = planned(path)
+        rows = shown(result)
+        tags = [t for c in rows for t in c.tags]
+        assert len(tags) == len(set(tags)), path.name                      # each tag on one row
+        assert all(c.why for c in rows), path.name
+        assert len(result.alternatives) <= 5, path.name                 # the plans' default `alternatives`
+        # A layout is part of what is deployed: 16 GPUs as TP 16 or as two pipeline stages of TP 8 are two rows.
+        keys = [(c.gpu_type, c.gpus_per_replica, c.precision, c.kv_cache_dtype, c.max_batch, c.replicas,
+                 c.pipeline_parallel, c.data_parallel_attention, c.expert_parallel,
+                 tuple((r.role, r.gpu_type, r.gpus_per_replica, r.replicas, r.max_batch) for r in c.roles))
+                for c in rows]
+        assert len(keys) == len(set(keys)), path.name
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p not in INFEASIBLE_EXAMPLES], ids=lambda p: p.stem)
+def test_no_alternative_costs_more_than_the_practical_bound_of_the_recommendation(path: Path) -> None:
+    _, result = planned(path)
+    rec = result.recommendation
+    assert all(c.cost.dollars_per_hour <= PRACTICAL_COST_FACTOR * rec.cost.dollars_per_hour for c in shown(result))
+
+
+def test_an_infeasible_plan_names_every_gate_and_what_would_make_it_feasible() -> None:
+    _, result = planned(INFEASIBLE)
+    assert result.recommendation is None and result.infeasible
+    assert result.suggestions
+    kinds = {s.split(":")[0] for s in result.suggestions}
+    assert kinds & {"limits", "SLO", "GPU type"}
+    # Each suggestion names a deployment that meets every target once changed: check one by applying it.
+    slo = next(s for s in result.suggestions if s.startswith("SLO:"))
+    looser = int(slo.split("<= ")[1].split(" ms")[0])
+    spec = spec_of(INFEASIBLE)
+    spec["slo"]["tpot"]["maxMs"] = looser
+    assert plan(resolve_plan(parse_plan(spec))).recommendation is not None
+
+
+def test_a_shape_that_fails_several_gates_lists_them_all() -> None:
+    spec = spec_of(ROOT / "examples/platform/phi-4-tensor-parallel.yaml")
+    spec["constraints"] = {"gpuTypes": ["L4"], "tensorParallelSizes": [8], "gpusPerNode": {"L4": 4}}
+    result = plan(resolve_plan(parse_plan(spec)))
+    first = result.infeasible[0]
+    assert first.gate == "parallelism" and "10 KV heads" in first.reason
+    assert any(a.startswith("placement:") and "nodes have 4" in a for a in first.also)
+    # A gate the shape passes is never listed: TP 4 fits a node of 8 L4s.
+    spec["constraints"]["tensorParallelSizes"] = [4]
+    spec["constraints"]["gpusPerNode"] = {"L4": 8}
+    refused = plan(resolve_plan(parse_plan(spec))).infeasible
+    assert refused and all(not a.startswith("placement:") for i in refused for a in i.also)
+
+
+def test_tgi_caps_the_batch_and_queues_above_it() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "tgi-mistral-7b.yaml")
+    for c in shown(result):
+        args = c.engine_args
+        assert int(args[args.index("--max-batch-size") + 1]) == c.max_batch
+        assert int(args[args.index("--max-concurrent-requests") + 1]) > c.max_batch
+
+
+def test_tensorrt_llm_serves_fp8_from_a_modelopt_checkpoint() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "trtllm-70b-fp8.yaml")
+    fp8 = [c for c in shown(result) if c.precision == "fp8"]
+    assert fp8 and all(c.checkpoint.startswith("nvidia/") and "FP8" in c.checkpoint for c in fp8)
+    assert all("--quantization" not in c.engine_args for c in shown(result))
+    assert all(c.provenance["engineVersion"] == "1.x" or c.provenance["engineVersion"].startswith("1")
+               for c in shown(result))
+
+
+def test_an_amd_only_cluster_gets_amd_answers() -> None:
+    _, result = planned(ROOT / "examples" / "platform" / "amd-only-cluster.yaml")
+    assert shown(result) and {c.gpu_type for c in shown(result)} == {"MI300X"}
+    assert all("amd.com/gpu.product-name" in c.node_selector for c in shown(result))
+
+
+def test_quantised_weights_come_from_a_repository_that_holds_them() -> None:
+    spec = spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml")
+    spec["model"] = {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["int4-awq", "bf16"]}
+    result = plan(resolve_plan(parse_plan(spec)))
+    for c in shown(result):
+        if c.precision == "int4-awq":
+            assert "awq" in c.checkpoint.lower() and "--quantization" not in c.engine_args
+        else:
+            assert c.checkpoint == "meta-llama/Llama-3.1-8B-Instruct"
+    spec["model"] = {"name": "deepseek-ai/DeepSeek-V3", "precisions": ["int4-awq"]}
+    spec["constraints"] = {"gpuTypes": ["H200-SXM-141GB"], "tensorParallelSizes": [8]}
+    refused = plan(resolve_plan(parse_plan(spec)))
+    assert refused.recommendation is None
+    assert any(i.gate == "precision" and "no public int4-awq checkpoint" in i.reason for i in refused.infeasible)
+
+
+def test_a_plan_beyond_any_autoscaler_says_so() -> None:
+    # 500,000 requests/s of a 70B model: hundreds of thousands of GPUs. The answer is printed, with a warning
+    # that no maxReplicas or autoscaler reaches it (it was "Feasible" without a word).
+    req = resolve_plan(parse_plan({
+        "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}, "engine": {"name": "vllm"},
+        "workload": {"requestsPerSecond": "500000", "promptTokens": {"mean": 2000}, "outputTokens": {"mean": 500}},
+        "slo": {"tpot": {"maxMs": 50, "percentile": "p95"}}, "constraints": {"gpuTypes": ["H100-SXM5-80GB"]}}))
+    rec = plan(req).recommendation
+    assert rec is not None and rec.replicas > 10_000
+    assert any("more than the 10,000" in w and "requestsPerSecond" in w for w in rec.warnings)
+    small = resolve_plan(parse_plan({**spec_of(ROOT / "examples/platform/chat-8b-open-gpus.yaml")}))
+    assert not any("more than the 10,000" in w for c in shown(plan(small)) for w in c.warnings)
+
+
+# Infeasible answers that help (issue 36, points 4 and 8): suggestions that change the precision, TP or context,
+# suggestions where verification drops every candidate, nearest misses nearest first, rows that say their layout.
+
+LLAMA_70B_ON_ONE_H100 = {
+    "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16"]}, "engine": {"name": "vllm"},
+    "workload": {"requestsPerSecond": "2", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
+    "slo": {"tpot": {"maxMs": 100, "percentile": "p95"}},
+    "constraints": {"gpuTypes": ["H100"], "tensorParallelSizes": [1]}}
+
+
+def _suggestion(result: PlanResult, kind: str) -> str:
+    found = [s for s in result.suggestions if s.startswith(f"{kind}: ")]
+    assert found, result.suggestions
+    return found[0]
+
+
+def test_a_suggestion_changes_the_precision_and_names_the_checkpoint_it_loads() -> None:
+    # 70B in bf16 fills no single H100 (131 GiB of weights); the plan lists bf16 only: FP8 holds it.
+    result = plan(resolve_plan(parse_plan(copy.deepcopy(LLAMA_70B_ON_ONE_H100))))
+    assert result.recommendation is None
+    line = _suggestion(result, "precision")
+    precision = line.split()[1]
+    assert precision != "bf16" and "model.precisions" in line
+    changed = copy.deepcopy(LLAMA_70B_ON_ONE_H100)
+    changed["model"]["precisions"] = [precision]
+    rec = plan(resolve_plan(parse_plan(changed))).recommendation
+    assert rec is not None and rec.checkpoint in line and f"({precision})" in line
+
+
+def test_a_suggestion_changes_the_tensor_parallel_size_beyond_the_plan_list() -> None:
+    result = plan(resolve_plan(parse_plan(copy.deepcopy(LLAMA_70B_ON_ONE_H100))))
+    line = _suggestion(result, "TP")
+    tp = int(line.split()[1])
+    assert tp > 1 and "tensorParallelSizes" in line
+    changed = copy.deepcopy(LLAMA_70B_ON_ONE_H100)
+    changed["constraints"]["tensorParallelSizes"] = [tp]
+    rec = plan(resolve_plan(parse_plan(changed))).recommendation
+    assert rec is not None and rec.gpus_per_replica == tp and f"{rec.replicas} x {tp} " in line
+
+
+def test_a_context_the_kv_cache_cannot_hold_gets_a_shorter_one() -> None:
+    # maxModelLen 131072 on one L4: the KV cache holds fewer tokens than one sequence; 1,200-token requests
+    # need far less.
+    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+            "engine": {"name": "vllm", "maxModelLen": 131072},
+            "workload": {"requestsPerSecond": "1", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
+            "slo": {"tpot": {"maxMs": 100, "percentile": "p95"}},
+            "constraints": {"gpuTypes": ["L4"], "tensorParallelSizes": [1]}}
+    result = plan(resolve_plan(parse_plan(copy.deepcopy(spec))))
+    assert result.recommendation is None
+    line = _suggestion(result, "context")
+    length = int(line.split("maxModelLen ")[1].split()[0])
+    assert length < 131072 and "(now 131072" in line
+    spec["engine"]["maxModelLen"] = length
+    assert plan(resolve_plan(parse_plan(spec))).recommendation is not None
+
+
+def test_a_plan_verification_leaves_empty_gets_suggestions_that_pass_the_simulator() -> None:
+    # The analytic search finds 14 x 8 H100 within maxReplicas 14; the simulator finds its E2E p95 over the target
+    # at every replica count the limit allows. The answer was "no deployment" with no suggestion at all.
+    _, result = planned(BURSTY_72B)
+    assert result.recommendation is None and any(i.gate == "verify" for i in result.infeasible)
+    line = _suggestion(result, "limits")
+    replicas = int(line.split("maxReplicas ")[1].split()[0])
+    assert replicas > 14 and "(now 14)" in line
+    spec = spec_of(BURSTY_72B)
+    spec["constraints"]["maxReplicas"] = replicas
+    rec = plan_answer(resolve_plan(parse_plan(spec))).recommendation
+    assert rec is not None and rec.provenance["predicted"] == "simulated" and rec.replicas <= replicas
+
+
+def test_nearest_infeasible_candidates_are_the_nearest_to_their_targets_first() -> None:
+    # Llama-3.1-8B at a 3 ms TPOT: every shape misses at light load. The cheapest (one GPU) misses by the most.
+    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "vllm"},
+            "workload": {"requestsPerSecond": "5", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
+            "slo": {"tpot": {"maxMs": 3, "percentile": "p95"}}, "constraints": {"gpuTypes": ["H100"]}}
+    result = plan(resolve_plan(parse_plan(spec)))
+    slow = [float(i.reason.split(" is ")[1].split(" ms")[0]) for i in result.infeasible if i.gate == "slo"]
+    assert len(slow) >= 2 and slow == sorted(slow)
+    assert result.infeasible[0].gpus_per_replica > 1
+
+
+def test_nearest_infeasible_rows_never_read_alike() -> None:
+    # DeepSeek-R1 on H100 at an 8 ms TPOT: TP 16 with and without data-parallel attention (and EP), two pipeline
+    # stages of 8; each row says which, so no two print the same words with different numbers.
+    spec = spec_of(ROOT / "examples/platform/deepseek-r1-shapes.yaml")
+    spec["slo"]["tpot"]["maxMs"] = 8
+    spec["constraints"].update(gpuTypes=["H100"], shapes=["aggregated"])
+    req = resolve_plan(parse_plan(spec))
+    result = plan(req)
+    assert result.recommendation is None
+    assert any(i.data_parallel_attention for i in result.infeasible)
+    assert any(not i.data_parallel_attention and i.gpus_per_replica == 16 for i in result.infeasible)
+    printed = format_plan(result, req).split("Nearest infeasible candidates:\n")[1].split("\n\n")[0].splitlines()
+    rows = [line for line in printed if line.startswith("  [")]
+    assert len(rows) == len(result.infeasible) >= 3
+    words = [re.sub(r"[0-9.]+", "#", line) for line in rows]
+    assert len(words) == len(set(words)), rows
