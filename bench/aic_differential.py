@@ -62,9 +62,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from inferplan.planner.catalog.architectures import ModelArchitecture, resolve_model
+from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engines import engine_profile
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import EngineFactors, load_factors
 from inferplan.planner.model.memory import kv_bytes_per_token_per_gpu, weight_bytes

@@ -62,10 +62,11 @@ from typing import Any
 
 from inferplan.planner.calibration.predict import checkpoint_named
 from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
-from inferplan.planner.catalog.architectures import ModelArchitecture, resolve_model
+from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.datasets import dataset_lengths
 from inferplan.planner.catalog.engines import engine_profile, factor_key
 from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import kv_dtype_bytes, resolve_kv_dtype, weight_precision
 from inferplan.planner.model.factors import FactorSet, load_factors
 from inferplan.planner.model.performance import Hardware, build_hardware, decode_step_s, prefill_s

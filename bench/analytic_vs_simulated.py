@@ -20,9 +20,10 @@ import statistics
 from pathlib import Path
 
 from inferplan.planner.model import serving
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
 from inferplan.planner.simulation.verification import VERIFY_REQUESTS, simulate_candidate, steady_requests, warmup_s
-from inferplan.planner.spec import load_plan_file, resolve_plan
+from inferplan.planner.spec_parsing import load_plan_file
 
 REPO = Path(__file__).resolve().parents[1]
 

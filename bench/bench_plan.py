@@ -32,11 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from inferplan.planner.catalog.architectures import load_model_catalog
 from inferplan.planner.catalog.engines import SERVED_PRECISIONS
 from inferplan.planner.catalog.gpus import load_gpu_catalog
-from inferplan.planner.search.plan import BATCH_SIZES, plan
-from inferplan.planner.spec import PlanError, PlanRequest, parse_plan, resolve_plan
+from inferplan.planner.catalog.model_configs import load_model_catalog
+from inferplan.planner.request import PlanRequest, resolve_plan
+from inferplan.planner.search.grid import BATCH_SIZES
+from inferplan.planner.search.plan import plan
+from inferplan.planner.spec_parsing import PlanError, parse_plan
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import engine_profile
 from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.memory import kv_cache_tokens

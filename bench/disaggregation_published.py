@@ -43,9 +43,10 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware
 from inferplan.planner.model.serving import single_stream
+from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate
 from inferplan.planner.simulation.verification import planned
-from inferplan.planner.spec import PlanRequest, parse_plan, resolve_plan
+from inferplan.planner.spec_parsing import parse_plan
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "distserve-chatbot": {

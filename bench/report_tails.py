@@ -24,16 +24,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import engine_profile
 from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.disaggregated import prefill_pool
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware
 from inferplan.planner.model.serving import poisson, poisson_capacity
+from inferplan.planner.request import BURSTINESS_ARRIVAL_CV2
 from inferplan.planner.simulation.simulate import generate_workload, simulate
-from inferplan.planner.spec import BURSTINESS_ARRIVAL_CV2
 
 PROMPT, OUTPUT, CV = 500.0, 250.0, 1.0
 MAX_BATCH, KV_TOKENS, CHUNK = 256, 400_000, 2048.0

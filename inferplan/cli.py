@@ -146,7 +146,8 @@ def _example_plan() -> Path:
 
 def _load_plan(file: str | None):  # -> PlanRequest | None
     """The plan in `file` (default: the bundled example) resolved; None after printing every problem."""
-    from inferplan.planner.spec import PlanError, load_plan_file, resolve_plan
+    from inferplan.planner.request import resolve_plan
+    from inferplan.planner.spec_parsing import PlanError, load_plan_file
 
     path = Path(file) if file else _example_plan()
     try:
@@ -196,7 +197,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
         else:
             print(format_gpus(gpus))
         return 0
-    from inferplan.planner.catalog.architectures import load_model_catalog
+    from inferplan.planner.catalog.model_configs import load_model_catalog
     from inferplan.tables import format_models
 
     models = list(load_model_catalog())
@@ -302,7 +303,8 @@ def _read_manifest(file: str | None):  # -> (raw mapping, PlanRequest) | None
     """The plan file (`-`: standard input) as read, and its spec resolved; None after printing every problem."""
     import yaml
 
-    from inferplan.planner.spec import PlanError, parse_plan, resolve_plan
+    from inferplan.planner.request import resolve_plan
+    from inferplan.planner.spec_parsing import PlanError, parse_plan
 
     if file != "-":
         request = _load_plan(file)

@@ -19,10 +19,10 @@ import numpy as np
 
 from inferplan import __version__
 from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 from inferplan.planner.simulation.simulate import SimulationResult
 from inferplan.planner.simulation.verification import compare, simulated_rate
-from inferplan.planner.spec import PlanRequest, SloTarget
 from inferplan.tables import _ms, _slo_text, gpu_column, parallelism_column, role_column, unmeasured_text
 
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end latency"}

@@ -8,9 +8,9 @@ from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engine_args import DYNAMO_ENTRY_POINTS
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, Percentiles, PlanResult, replica_shape
 from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
-from inferplan.planner.spec import PlanRequest
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], right: Sequence[bool] | None = None) -> list[str]:

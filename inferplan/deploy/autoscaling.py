@@ -23,8 +23,8 @@ from inferplan.deploy.bounds import ReplicaBounds, replica_bounds
 from inferplan.deploy.manifests import metadata, nodes_per_replica
 from inferplan.observe.engine_metrics import FAMILIES, EngineMetrics
 from inferplan.observe.promql import escape_label_value
+from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, rounded
-from inferplan.planner.spec import PlanRequest
 
 KINDS = ("hpa", "keda")
 METRICS = ("requests", "concurrency")

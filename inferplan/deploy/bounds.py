@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from inferplan.planner.calibration.observed import CurrentShape, predict_current
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, rounded
-from inferplan.planner.spec import PlanRequest
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from inferplan.planner.catalog.engines import parse_version
 from inferplan.planner.catalog.gpus import GPU_VENDORS, GpuSpec, load_gpu_catalog
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.memory import weight_bytes
+from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate
-from inferplan.planner.spec import PlanRequest
 
 TARGETS = ("deployment", "kserve")
 PORT = 8000

@@ -8,15 +8,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from inferplan.planner.spec import (
-    MAX_ARCHITECTURE_KEYS,
-    PlanError,
-    PlanRequest,
-    PlanSpec,
-    inline_architecture,
-    parse_plan,
-    resolve_plan,
-)
+from inferplan.planner.request import PlanRequest, resolve_plan
+from inferplan.planner.spec import MAX_ARCHITECTURE_KEYS, PlanSpec
+from inferplan.planner.spec_parsing import PlanError, parse_plan
+from inferplan.planner.spec_rules import inline_architecture
 
 ConfigMapReader = Callable[[str, str], str]  # (name, key) -> the value in the plan's namespace; raises KeyError
 

@@ -62,7 +62,7 @@ from inferplan.operator.scheduling import (
 )
 from inferplan.operator.settings import OperatorSettings
 from inferplan.operator.status import next_status, only_ranges_moved, ranges_text, status_patch
-from inferplan.planner.spec import PlanError
+from inferplan.planner.spec_parsing import PlanError
 
 ANSWER_GRACE_S = 120.0
 """Our status write comes back as a watch event a moment later, and under load seconds later. Only when the

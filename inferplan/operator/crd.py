@@ -20,6 +20,7 @@ import yaml
 
 from inferplan.operator.status import PlanStatus
 from inferplan.planner import spec as plan_spec
+from inferplan.planner.spec_rules import DECIMAL_BOUNDS_KEY
 from inferplan.resource import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
@@ -130,7 +131,7 @@ def _structural(node: dict[str, Any], defs: dict[str, Any], *, in_spec: bool, pa
             # False: a model's extra="forbid"; structural schemas prune unknown fields instead
         elif key == _RULES:
             out[key] = [*out.get(_RULES, []), *value]
-        elif key == plan_spec.DECIMAL_BOUNDS_KEY:
+        elif key == DECIMAL_BOUNDS_KEY:
             if value:  # a decimal string's numeric bounds, declared by spec.decimal_type
                 out[_RULES] = [*out.get(_RULES, []), _decimal_rule(value)]
         elif key in _KEPT or key.startswith("x-kubernetes-"):

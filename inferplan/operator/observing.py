@@ -58,7 +58,9 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.intervals import gpu_family
 from inferplan.planner.names import CatalogLookupError
-from inferplan.planner.spec import Observe, PlanError, PlanRequest
+from inferplan.planner.request import PlanRequest
+from inferplan.planner.spec import Observe
+from inferplan.planner.spec_parsing import PlanError
 
 DeploymentReader = Callable[[str], Mapping[str, Any] | None]  # name -> the Deployment (dict) or None if absent
 

@@ -24,13 +24,11 @@ from inferplan.operator.status import DeploymentChange, ManifestsRef
 from inferplan.planner.calibration.observed import ObservedWorkload, planning_request
 from inferplan.planner.calibration.online import calibrated_factors
 from inferplan.planner.model.factors import FactorSet, load_factors
+from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search.plan import count_bounds
 from inferplan.planner.simulation.verification import planned
-from inferplan.planner.spec import (
-    PlanError,
-    PlanRequest,
-)
+from inferplan.planner.spec_parsing import PlanError
 
 MAX_PATCH_CHARS = 16384  # DeploymentChange.patch's bound in the status schema
 

@@ -20,11 +20,12 @@ import pytest
 import yaml
 
 from inferplan.cli import main
+from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import PlanResult
 from inferplan.planner.search.plan import plan
 from inferplan.planner.simulation.simulate import SimulationResult
 from inferplan.planner.simulation.verification import simulate_candidate
-from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
+from inferplan.planner.spec_parsing import load_plan_file
 from inferplan.report import frontier_in_plane, nice_ticks, render_report, simulation_flags
 from tests.support.plans import example_spec
 

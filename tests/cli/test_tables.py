@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate, Infeasible, PlanResult
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
+from inferplan.planner.spec_parsing import load_plan_file
 from inferplan.tables import format_plan, latency_figures
 
 REPO = Path(__file__).resolve().parents[2]

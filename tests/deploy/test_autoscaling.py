@@ -25,8 +25,8 @@ from inferplan.deploy.manifests import render
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.planner.calibration.observed import CurrentShape, predict_current
 from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, Intervals, PercentileIntervals, Percentiles
-from inferplan.planner.spec import PlanRequest
 from tests.support.plans import EXAMPLES, over_two_nodes, planned
 from tests.support.schemas import assert_valid
 

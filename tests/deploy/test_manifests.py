@@ -29,8 +29,9 @@ from inferplan.deploy.manifests import (
 )
 from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, flag_problems, router_flag_problems
 from inferplan.planner.catalog.gpus import GPU_VENDORS, load_gpu_catalog
+from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate
-from inferplan.planner.spec import PlanError, PlanRequest, load_plan_file, parse_plan, resolve_plan
+from inferplan.planner.spec_parsing import PlanError, load_plan_file, parse_plan
 from tests.support.plans import DISAGGREGATED, EXAMPLES, IN_A_NODE, disaggregated, over_two_nodes, planned
 from tests.support.schemas import assert_valid
 

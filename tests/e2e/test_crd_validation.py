@@ -19,8 +19,9 @@ import yaml
 from inferplan.deploy.manifests import deployment
 from inferplan.operator.reconcile import change_status, manifests_ref
 from inferplan.operator.status import Condition, PlanStatus, Recommendation
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec import load_plan_file, resolve_plan
+from inferplan.planner.spec_parsing import load_plan_file
 from inferplan.resource import GROUP, KIND, PLURAL, VERSION
 from tests.support.bad_plans import BAD_PLANS, BASE_SPEC
 

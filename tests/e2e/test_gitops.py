@@ -32,8 +32,9 @@ import yaml
 from inferplan.deploy.manifests import deployment
 from inferplan.operator.inventory import NodeGpus, build_inventory
 from inferplan.operator.reconcile import request_for_cluster
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec import parse_plan, resolve_plan
+from inferplan.planner.spec_parsing import parse_plan
 from inferplan.resource import GROUP, PLURAL, VERSION
 
 from .conftest import REPO, wait_for

@@ -27,7 +27,8 @@ import yaml
 from inferplan.planner.calibration.observed import CurrentShape, ObservedWorkload, predict_current, with_workload
 from inferplan.planner.calibration.online import Calibration, calibrated_factors
 from inferplan.planner.model.factors import load_factors
-from inferplan.planner.spec import parse_plan, resolve_plan
+from inferplan.planner.request import resolve_plan
+from inferplan.planner.spec_parsing import parse_plan
 from inferplan.resource import GROUP, PLURAL, VERSION
 from tests.support.engine_standin import StandinProcess, free_port, standin_config
 from tests.support.monitoring import dashboard_expressions, rule_expressions

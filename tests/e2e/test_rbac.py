@@ -140,7 +140,8 @@ class Observe:
 
 
 def start_observe(run_dir: Path) -> Observe:
-    from inferplan.planner.spec import parse_plan, resolve_plan
+    from inferplan.planner.request import resolve_plan
+    from inferplan.planner.spec_parsing import parse_plan
     from tests.support.engine_standin import StandinProcess, standin_config
     from tests.support.prometheus import PrometheusServer
 

@@ -16,7 +16,8 @@ import yaml
 
 from inferplan.operator import crd
 from inferplan.operator.crd import crd_yaml
-from inferplan.planner.spec import SPEC_MODELS, PlanError, parse_plan
+from inferplan.planner.spec import SPEC_MODELS
+from inferplan.planner.spec_parsing import PlanError, parse_plan
 from tests.support.bad_plans import BAD_PLANS, BASE_SPEC
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,7 +27,9 @@ from inferplan.operator.status import PlanStatus, PredictionStatus
 from inferplan.planner.calibration.observed import CurrentShape, compare, predict_current
 from inferplan.planner.catalog.engine_args import ENGINE_FLAGS
 from inferplan.planner.quantiles import QUANTILE_NAMES
-from inferplan.planner.spec import Observe, load_plan_file, parse_plan, resolve_plan
+from inferplan.planner.request import resolve_plan
+from inferplan.planner.spec import Observe
+from inferplan.planner.spec_parsing import load_plan_file, parse_plan
 from tests.support.engine_standin import standin_config
 from tests.support.fixtures import PrometheusFactory, StandinFactory
 from tests.support.plans import spec

@@ -20,9 +20,10 @@ from inferplan.operator.status import (
     ranges_text,
     status_patch,
 )
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import PlanResult, replica_shape
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec import parse_plan, resolve_plan
+from inferplan.planner.spec_parsing import parse_plan
 from tests.support.plans import spec
 
 BASE = spec(gpuTypes=["H100"], tensorParallelSizes=[1])

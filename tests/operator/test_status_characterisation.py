@@ -216,8 +216,9 @@ def observe_after_plan_cases(planned: dict[str, dict[str, Any]]) -> dict[str, di
 
 def _planner_results() -> dict[str, PlanResult]:
     """The planner's answers for a feasible and an infeasible plan (only when capturing)."""
+    from inferplan.planner.request import resolve_plan
     from inferplan.planner.search.plan import plan
-    from inferplan.planner.spec import parse_plan, resolve_plan
+    from inferplan.planner.spec_parsing import parse_plan
     from tests.support.plans import spec
 
     base = spec(gpuTypes=["H100"], tensorParallelSizes=[1])

@@ -14,18 +14,16 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferplan.planner.spec import (
+from inferplan.planner.request import (
     MAX_P95_RATIO,
-    PlanError,
-    PlanSpec,
     SloTarget,
     cv_from_sigma,
-    load_plan_file,
-    parse_plan,
     resolve_plan,
     sigma_from_p95_ratio,
     sigma_from_percentiles,
 )
+from inferplan.planner.spec import PlanSpec
+from inferplan.planner.spec_parsing import PlanError, load_plan_file, parse_plan
 from inferplan.resource import API_VERSION, KIND
 
 MINIMAL: dict[str, Any] = {

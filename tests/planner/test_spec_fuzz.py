@@ -26,12 +26,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from inferplan.planner.catalog.architectures import load_model_catalog
 from inferplan.planner.catalog.gpus import load_gpu_catalog
+from inferplan.planner.catalog.model_configs import load_model_catalog
 from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS
 from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec import PlanError, PlanSpec, parse_plan, resolve_plan
+from inferplan.planner.spec import PlanSpec
+from inferplan.planner.spec_parsing import PlanError, parse_plan
 from inferplan.resource import API_VERSION, KIND
 
 MODELS = sorted(m.repo_id for m in load_model_catalog())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferplan.planner.spec import load_plan_file
+from inferplan.planner.spec_parsing import load_plan_file
 from inferplan.resource import GROUP, KIND, VERSION
 
 REPO = Path(__file__).resolve().parents[2]

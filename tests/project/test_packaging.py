@@ -459,7 +459,7 @@ def test_the_sync_script_reproduces_every_copy(tmp_path: Path) -> None:
 
 
 def test_deploy_examples_are_the_example_plans_as_manifests() -> None:
-    from inferplan.planner.spec import parse_plan
+    from inferplan.planner.spec_parsing import parse_plan
 
     sources = sorted((REPO / "examples" / "plans").glob("*.yaml"))
     kustomization = yaml.safe_load((REPO / "deploy" / "examples" / "kustomization.yaml").read_text())

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import engine_profile
 from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import EngineFactors
 from inferplan.planner.model.performance import Hardware, build_hardware

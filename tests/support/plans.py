@@ -10,9 +10,10 @@ from typing import Any
 
 import yaml
 
+from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec import PlanRequest, load_plan_file, resolve_plan
+from inferplan.planner.spec_parsing import load_plan_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ LONG_PROMPTS_PD: dict[str, Any] = {
 @functools.cache
 def disaggregated(engine: str = "sglang") -> tuple[PlanRequest, Candidate]:
     """LONG_PROMPTS_PD on `engine` and its (analytic) disaggregated recommendation."""
-    from inferplan.planner.spec import parse_plan
+    from inferplan.planner.spec_parsing import parse_plan
 
     request = resolve_plan(parse_plan({**copy.deepcopy(LONG_PROMPTS_PD), "engine": {"name": engine}}))
     candidate = plan(request).recommendation

@@ -23,9 +23,9 @@ import numpy as np
 from inferplan.planner.model.factors import FactorSet, load_factors
 from inferplan.planner.model.serving import poisson, poisson_capacity, running_context
 from inferplan.planner.quantiles import QUANTILE_NAMES, QUANTILES
+from inferplan.planner.request import PlanRequest
+from inferplan.planner.search.annotate import deployment_of
 from inferplan.planner.search.core import REPORT_SAMPLES
-from inferplan.planner.search.plan import deployment_of
-from inferplan.planner.spec import PlanRequest
 
 METRICS = ("ttft", "tpot", "e2e")
 

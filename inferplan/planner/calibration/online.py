@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from inferplan.planner.calibration.observed import CurrentShape, predict_current
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.model.factors import EngineFactors, FactorSet, load_factors
-from inferplan.planner.spec import PlanRequest
+from inferplan.planner.request import PlanRequest
 
 MIN_SCALE, MAX_SCALE = 0.25, 4.0
 MIN_REQUESTS = 200

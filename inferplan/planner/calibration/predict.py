@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from inferplan.planner.calibration.scenarios import Scenario
-from inferplan.planner.catalog.architectures import ModelArchitecture, resolve_model
+from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, sample_lengths
 from inferplan.planner.catalog.engine_args import stated_layout
 from inferplan.planner.catalog.engines import (
@@ -25,6 +25,7 @@ from inferplan.planner.catalog.engines import (
     version_defaults,
 )
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import kv_dtype_bytes, weight_precision
 from inferplan.planner.model.factors import EngineFactors, FactorSet, load_factors
 from inferplan.planner.model.memory import (

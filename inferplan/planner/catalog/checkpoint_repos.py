@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from inferplan.planner.catalog.architectures import load_model_catalog
 from inferplan.planner.catalog.checkpoints import Checkpoint, known_precisions
+from inferplan.planner.catalog.model_configs import load_model_catalog
 
 
 @cache

@@ -39,8 +39,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import engine_profile, parse_version
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.names import CatalogLookupError, normalize_name
 

@@ -23,8 +23,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.names import CatalogLookupError
 
 if TYPE_CHECKING:

@@ -37,6 +37,7 @@ from inferplan.planner.model.serving import (
     running_context,
 )
 from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import (
     Candidate,
     Percentiles,
@@ -46,7 +47,6 @@ from inferplan.planner.results import (
     headroom,
     rounded,
 )
-from inferplan.planner.spec import PlanRequest
 
 SEARCH_SAMPLES = 64 # stratified sample size while searching (coarse, fast)
 

@@ -41,6 +41,7 @@ from inferplan.planner.model.factors import FactorSet
 from inferplan.planner.model.performance import prefill_s
 from inferplan.planner.model.serving import LoadResult, poisson_capacity, sample_quantiles
 from inferplan.planner.quantiles import QUANTILES
+from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, Role, cost_of, dollars_per_hour, headroom, replica_shape, rounded
 from inferplan.planner.search.core import (
     _COUNTED,
@@ -62,7 +63,6 @@ from inferplan.planner.search.core import (
 from inferplan.planner.search.core import (
     _candidate as aggregated_candidate,
 )
-from inferplan.planner.spec import PlanRequest
 
 TTFT_SPLITS = (0.6, 0.8, 0.9, 0.97)  # share of a TTFT target given to the prefill pool and the transfer
 E2E_SPLITS = (0.1, 0.25, 0.5)   # ... of an end-to-end target, when the plan has no TTFT target

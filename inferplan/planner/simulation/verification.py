@@ -12,6 +12,7 @@ import numpy as np
 from inferplan.planner.model.disaggregated import transfer_s
 from inferplan.planner.model.factors import FactorSet
 from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import (
     Candidate,
     Infeasible,
@@ -21,20 +22,16 @@ from inferplan.planner.results import (
     replica_shape,
     rounded,
 )
+from inferplan.planner.search.annotate import deployment_of, with_intervals, with_upper_cost
 from inferplan.planner.search.core import HIGH_VARIANCE_CV2
-from inferplan.planner.search.plan import (
+from inferplan.planner.search.plan import plan, suggestions_for, with_replicas
+from inferplan.planner.search.select import (
     by_cost,
-    deployment_of,
     describe_shape,
     distinct,
-    plan,
     shape_layout_of,
     shape_lines,
-    suggestions_for,
     tag_candidates,
-    with_intervals,
-    with_replicas,
-    with_upper_cost,
 )
 from inferplan.planner.simulation.simulate import (
     RequestTrace,
@@ -45,7 +42,6 @@ from inferplan.planner.simulation.simulate import (
     simulate_disaggregated,
     trace_workload,
 )
-from inferplan.planner.spec import PlanRequest, SloTarget
 
 QUANTILE_FIELDS = tuple((name, f"{name}_s") for name in QUANTILE_NAMES.values())  # result name, Latency field
 

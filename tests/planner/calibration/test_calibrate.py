@@ -25,9 +25,9 @@ from inferplan.planner.calibration.calibrate import (
 )
 from inferplan.planner.calibration.predict import predict_scenarios
 from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import engine_profile
 from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import NO_SM_CAP_GB_S, FactorSet, harness_key, load_factors
 from inferplan.planner.model.performance import build_hardware

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.calibration.observed import ObservedWorkload, planning_request
-from inferplan.planner.spec import load_plan_file, resolve_plan
+from inferplan.planner.request import resolve_plan
+from inferplan.planner.spec_parsing import load_plan_file
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "plans" / "chat-assistant-8b.yaml"
 

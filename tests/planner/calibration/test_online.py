@@ -17,7 +17,8 @@ from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware
-from inferplan.planner.spec import load_plan_file, resolve_plan
+from inferplan.planner.request import resolve_plan
+from inferplan.planner.spec_parsing import load_plan_file
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "plans" / "chat-assistant-8b.yaml"
 SHAPE = CurrentShape("H100-SXM5-80GB", 2, 1, "bf16", "auto", 256)

@@ -12,9 +12,9 @@ import pytest
 
 from inferplan.planner.calibration.predict import checkpoint_named, engine_settings, predict_scenarios, replica_layout
 from inferplan.planner.calibration.scenarios import Scenario, parse_scenario_line
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import EngineSettings, Scheduling, engine_profile
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "inferplan" / "planner" / "data" / "example-scenarios.jsonl"
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferplan.planner.catalog.architectures import (
-    ModelArchitecture,
+from inferplan.planner.catalog.architectures import ModelArchitecture
+from inferplan.planner.catalog.model_configs import (
     architecture_from_inline,
     from_hf_config,
     load_config_json,
@@ -628,7 +628,7 @@ def test_param_count_increases_with_layers(model: ModelArchitecture, extra: int)
 
 
 def test_qwen3_14b_matches_its_published_parameter_count() -> None:
-    from inferplan.planner.catalog.architectures import resolve_model
+    from inferplan.planner.catalog.model_configs import resolve_model
 
     arch = resolve_model("Qwen/Qwen3-14B")
     assert arch.param_count() == pytest.approx(14.8e9, rel=0.01)  # model card: 14.8B, 13.2B non-embedding

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplan.planner.catalog.architectures import load_model_catalog, resolve_model
 from inferplan.planner.catalog.checkpoints import (
     DOWNLOAD_RULES,
     FORMAT_LOADERS,
@@ -22,6 +21,7 @@ from inferplan.planner.catalog.checkpoints import (
     repository_files,
 )
 from inferplan.planner.catalog.engines import ENGINES
+from inferplan.planner.catalog.model_configs import load_model_catalog, resolve_model
 from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS
 from inferplan.planner.names import CatalogLookupError, normalize_name
 

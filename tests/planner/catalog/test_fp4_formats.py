@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engine_args import engine_launch
 from inferplan.planner.catalog.engines import EngineSettings
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.memory import weight_bytes
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec import parse_plan, resolve_plan
+from inferplan.planner.spec_parsing import parse_plan
 
 
 @pytest.mark.parametrize(("name", "bits"), [("nvfp4", 4.5), ("mxfp4-w4a4", 4.25)])

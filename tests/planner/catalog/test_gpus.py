@@ -417,8 +417,9 @@ def test_a_gb200_replica_over_trays_all_reduces_over_nvlink_not_the_network() ->
     from inferplan.planner.model.disaggregated import LINK_EFFICIENCY
     from inferplan.planner.model.factors import load_factors
     from inferplan.planner.model.performance import ALLREDUCE_LATENCY_S
-    from inferplan.planner.search.plan import INTER_NODE_ALLREDUCE_LATENCY_S, _grid, link_domain_gpus
-    from inferplan.planner.spec import parse_plan, resolve_plan
+    from inferplan.planner.request import resolve_plan
+    from inferplan.planner.search.grid import INTER_NODE_ALLREDUCE_LATENCY_S, _grid, link_domain_gpus
+    from inferplan.planner.spec_parsing import parse_plan
     from tests.support.plans import spec
 
     req = resolve_plan(parse_plan(spec(gpuTypes=["NVIDIA-GB200", "NVIDIA-B200"], tensorParallelSizes=[4, 8],
@@ -449,8 +450,9 @@ def test_a_gb200_replica_over_trays_all_reduces_over_nvlink_not_the_network() ->
 
 
 def test_gpt_oss_120b_plans_on_gb200() -> None:
+    from inferplan.planner.request import resolve_plan
     from inferplan.planner.search.plan import plan
-    from inferplan.planner.spec import parse_plan, resolve_plan
+    from inferplan.planner.spec_parsing import parse_plan
     from tests.support.plans import spec
 
     data = spec(gpuTypes=["NVIDIA-GB200"])

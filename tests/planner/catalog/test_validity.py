@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferplan.planner.catalog.architectures import ModelArchitecture, load_model_catalog, resolve_model
+from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engines import ENGINES
+from inferplan.planner.catalog.model_configs import load_model_catalog, resolve_model
 from inferplan.planner.catalog.validity import tp_mask, tp_problem
 from inferplan.planner.names import CatalogLookupError
 

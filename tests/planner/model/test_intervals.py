@@ -22,7 +22,7 @@ from inferplan.planner.model.intervals import (
     interval,
     load_intervals,
 )
-from inferplan.planner.search.plan import candidate_intervals
+from inferplan.planner.search.annotate import candidate_intervals
 from inferplan.tables import interval_text
 from tests.support.plans import EXAMPLES, planned
 

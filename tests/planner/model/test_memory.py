@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import (
     ENGINES,
     VLLM_V1_SAMPLER_BYTES,
@@ -19,6 +18,7 @@ from inferplan.planner.catalog.engines import (
     sampler_profile_bytes,
 )
 from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.memory import (

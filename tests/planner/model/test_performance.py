@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import ENGINES
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.kernels import (

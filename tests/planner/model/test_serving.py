@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplan.planner.catalog.architectures import resolve_model
 from inferplan.planner.catalog.engines import ENGINES
 from inferplan.planner.catalog.gpus import resolve_gpu
+from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.disaggregated import prefill_pool
 from inferplan.planner.model.factors import load_factors

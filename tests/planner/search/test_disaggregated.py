@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferplan.planner.catalog.architectures import load_model_catalog
 from inferplan.planner.catalog.engines import ENGINES
 from inferplan.planner.catalog.gpus import load_gpu_catalog
+from inferplan.planner.catalog.model_configs import load_model_catalog
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.disaggregated import (
     LINK_EFFICIENCY,
@@ -24,9 +24,10 @@ from inferplan.planner.model.disaggregated import (
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware
 from inferplan.planner.model.serving import poisson
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
 from inferplan.planner.simulation.verification import compare, simulate_candidate
-from inferplan.planner.spec import PlanError, parse_plan, resolve_plan
+from inferplan.planner.spec_parsing import PlanError, parse_plan
 from inferplan.tables import format_plan
 
 # Long prompts and a tight TPOT target on a 70B model: the case disaggregation is for.
@@ -216,8 +217,8 @@ def test_each_pool_of_an_mla_model_says_how_its_attention_and_experts_run() -> N
     import dataclasses
     from pathlib import Path
 
-    from inferplan.planner.search.plan import deployment_of
-    from inferplan.planner.spec import load_plan_file
+    from inferplan.planner.search.annotate import deployment_of
+    from inferplan.planner.spec_parsing import load_plan_file
 
     path = Path(__file__).resolve().parents[3] / "examples" / "platform" / "deepseek-r1-shapes.yaml"
     request = resolve_plan(load_plan_file(path), path.parent)

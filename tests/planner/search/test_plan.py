@@ -20,6 +20,7 @@ from inferplan.planner.model.performance import build_hardware, take_hardware
 from inferplan.planner.model.serving import (
     poisson_capacity,
 )
+from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search.core import (
     BISECTION_STEPS,
@@ -29,8 +30,10 @@ from inferplan.planner.search.core import (
     _RateSearch,
     _Rows,
 )
-from inferplan.planner.search.plan import GATES, MLA_WARNING, _grid, _objectives, count_bounds, non_dominated, plan
-from inferplan.planner.spec import PlanRequest, parse_plan, resolve_plan
+from inferplan.planner.search.grid import _grid
+from inferplan.planner.search.plan import MLA_WARNING, count_bounds, plan
+from inferplan.planner.search.select import GATES, _objectives, non_dominated
+from inferplan.planner.spec_parsing import parse_plan
 from tests.support.plans import spec
 
 BASE = spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"], tensorParallelSizes=[1])
@@ -476,9 +479,9 @@ def test_provenance_counts_the_measured_lines_behind_each_candidate() -> None:
     from dataclasses import replace as _replace
 
     from inferplan.planner.model.factors import load_factors
+    from inferplan.planner.request import resolve_plan as _resolve
     from inferplan.planner.search.plan import plan as _plan
-    from inferplan.planner.spec import parse_plan as _parse
-    from inferplan.planner.spec import resolve_plan as _resolve
+    from inferplan.planner.spec_parsing import parse_plan as _parse
 
     spec = {"model": {"name": "llama-3.1-8b"}, "engine": {"name": "vllm"},
             "workload": {"requestsPerSecond": "5", "promptTokens": {"mean": 512}, "outputTokens": {"mean": 256}},
@@ -534,9 +537,9 @@ def test_an_amd_gpu_is_planned_on_the_engines_rocm_line_or_extrapolated_from_its
     from dataclasses import replace as _replace
 
     from inferplan.planner.model.factors import load_factors
+    from inferplan.planner.request import resolve_plan as _resolve
     from inferplan.planner.search.plan import plan as _plan
-    from inferplan.planner.spec import parse_plan as _parse
-    from inferplan.planner.spec import resolve_plan as _resolve
+    from inferplan.planner.spec_parsing import parse_plan as _parse
 
     spec = {"model": {"name": "llama-3.1-8b"}, "engine": {"name": "vllm"},
             "workload": {"requestsPerSecond": "5", "promptTokens": {"mean": 512}, "outputTokens": {"mean": 256}},

@@ -11,12 +11,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplan.planner.catalog.architectures import load_model_catalog
 from inferplan.planner.catalog.gpus import load_gpu_catalog
+from inferplan.planner.catalog.model_configs import load_model_catalog
 from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS
 from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec import PlanError, parse_plan, resolve_plan
+from inferplan.planner.spec_parsing import PlanError, parse_plan
 
 MODELS = sorted(m.repo_id for m in load_model_catalog())
 GPUS = sorted(g.product_label for g in load_gpu_catalog())

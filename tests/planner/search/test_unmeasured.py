@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import inferplan.planner.search.plan as search
+import inferplan.planner.search.annotate as annotate
 from inferplan.cli import main
 from inferplan.operator.inventory import build_inventory
 from inferplan.operator.status import next_status
@@ -21,10 +21,12 @@ from inferplan.planner.catalog.gpus import resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import FactorSet, load_factors
 from inferplan.planner.model.performance import build_hardware, decode_step_s, prefill_s, stack_hardware
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.search.annotate import slower_steps
 from inferplan.planner.search.core import UNMEASURED_STEP_SLOWDOWN
-from inferplan.planner.search.plan import plan, slower_steps
-from inferplan.planner.spec import load_plan_file, parse_plan, resolve_plan
+from inferplan.planner.search.plan import plan
+from inferplan.planner.spec_parsing import load_plan_file, parse_plan
 from inferplan.report import render_report
 from tests.support.plans import REPO, spec
 
@@ -118,7 +120,7 @@ def test_the_upper_cost_is_the_search_again_with_slower_steps(monkeypatch: pytes
     assert upper is not None and upper.replicas is not None and upper.replicas >= rec.replicas
     assert all(c.upper_cost is None and c.warnings[0].startswith("unmeasured:")
                for c in result.alternatives if not c.measured)
-    monkeypatch.setattr(search, "UNMEASURED_STEP_SLOWDOWN", 1.0)
+    monkeypatch.setattr(annotate, "UNMEASURED_STEP_SLOWDOWN", 1.0)
     same = plan(request, suggest=False).recommendation
     assert same is not None and same.upper_cost is not None and same.upper_cost.replicas == same.replicas
 

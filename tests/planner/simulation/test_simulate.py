@@ -15,10 +15,10 @@ import pytest
 from inferplan.planner.catalog.engines import Scheduling
 from inferplan.planner.model.performance import attention_flops, decode_step_s, prefill_s
 from inferplan.planner.model.serving import single_stream
-from inferplan.planner.simulation import simulate as simulate_module
+from inferplan.planner.simulation import engine as engine_module
+from inferplan.planner.simulation.engine import _StepModel
 from inferplan.planner.simulation.simulate import (
     SimulationResult,
-    _StepModel,
     generate_workload,
     read_trace,
     simulate,
@@ -107,7 +107,7 @@ def test_memory_grows_with_numpy_results_not_python_objects(router: str, monkeyp
     # Requests are Python objects only while in flight or in the chunk being routed: what grows with the
     # run is the numpy results (under 100 bytes per request here); Python lists per request cost over 200.
     # Small chunks keep the runs short (tracemalloc slows the loop a hundredfold).
-    monkeypatch.setattr(simulate_module, "CHUNK", 128)
+    monkeypatch.setattr(engine_module, "CHUNK", 128)
     simulate(HW, generate_workload(20.0, 300, 300, 100, 1.0, 1.0, seed=1), replicas=2)  # one-time allocations
     peaks = []
     for n in (800, 2400):

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from inferplan.planner.search.plan import deployment_of, describe_shape, plan
+from inferplan.planner.request import resolve_plan
+from inferplan.planner.search.annotate import deployment_of
+from inferplan.planner.search.plan import plan
+from inferplan.planner.search.select import describe_shape
 from inferplan.planner.simulation.simulate import simulate
 from inferplan.planner.simulation.verification import (
     compare,
@@ -18,7 +21,7 @@ from inferplan.planner.simulation.verification import (
     verify_plan,
     warmup_s,
 )
-from inferplan.planner.spec import load_plan_file, resolve_plan
+from inferplan.planner.spec_parsing import load_plan_file
 
 CHAT = Path(__file__).resolve().parents[3] / "examples" / "plans" / "chat-assistant-8b.yaml"
 

@@ -1,0 +1,319 @@
+"""A plan resolved to plain numbers and canonical names (`PlanRequest`, what the search reads): `resolve_plan`
+turns a parsed spec into one."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+from inferplan.planner.catalog.architectures import ModelArchitecture
+from inferplan.planner.catalog.checkpoints import native_precision
+from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
+from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS
+from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
+from inferplan.planner.catalog.model_configs import load_config_json, resolve_model
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.quantiles import QUANTILE_VALUES
+from inferplan.planner.spec import DEFAULT_NETWORK_GBPS, Constraints, ModelSource, PlanSpec, TokenDistribution
+from inferplan.planner.spec_parsing import PlanError
+from inferplan.planner.spec_rules import _gpu_key, inline_architecture
+
+ENGINE_NAMES = ("vllm", "sglang", "tgi", "tensorrt-llm")
+
+
+DEFAULT_PRECISIONS: dict[str, tuple[str, ...]] = {
+    name: SERVED_PRECISIONS[name][:DEFAULT_PLAN_PRECISIONS] for name in ENGINE_NAMES
+}
+"""Weight precisions searched when `model.precisions` is absent: what each engine serves well (the search
+skips those a GPU cannot run)."""
+
+
+BURSTINESS_ARRIVAL_CV2: dict[str, float] = {"steady": 0.25, "chatbot": 1.0, "bursty": 4.0, "agent": 8.0}
+"""Squared coefficient of variation of request inter-arrival times per preset (assumed: 1.0 is Poisson)."""
+
+
+DEFAULT_MIN_REPLICAS = 2
+
+
+DEFAULT_LENGTH_CV = 1.0
+"""CV of a token length given only as a mean (assumed: chat-like traffic, ShareGPT outputs have about 1.0)."""
+
+
+_Z95 = NormalDist().inv_cdf(0.95)
+
+
+MAX_P95_RATIO = math.exp(_Z95 * _Z95 / 2.0)
+"""The largest p95/mean a lognormal can have (about 3.87, at sigma = z_0.95)."""
+
+
+@dataclass(frozen=True)
+class SloTarget:
+    """One latency target: the `quantile` of `metric` must stay at or below `max_s`."""
+
+    metric: str  # "ttft" | "tpot" | "e2e"
+    quantile: float  # 0.5 | 0.9 | 0.95 | 0.99
+    max_s: float  # seconds
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A resolved plan: plain numbers and canonical names, what the search reads.
+
+    Lengths are lognormal with the given mean [tokens] and CV; rates are requests/s; prices USD per
+    GPU-hour. GPU maps are keyed by canonical GPU key (`GpuSpec.key`). `notes` lists the assumptions the
+    resolution made (defaults filled in, spreads capped), one sentence each, for the plan's warnings.
+    """
+
+    arch: ModelArchitecture
+    served_model: str                 # what the engine loads: model.name as written, else the architecture's id
+    engine: str
+    engine_version: str | None
+    precisions: tuple[str, ...]
+    kv_dtypes: tuple[str, ...]
+    precisions_listed: bool           # the plan lists them (model.precisions): its repository holds them
+    memory_fraction: float | None
+    max_model_len: int | None
+    chunked_prefill: bool | None
+    max_num_batched_tokens: int | None
+    prefix_caching: bool | None
+    rate_rps: float
+    prompt_mean: float
+    prompt_cv: float
+    output_mean: float
+    output_cv: float
+    arrival_cv2: float
+    service_cv2: float | None
+    prefix_hit_rate: float
+    slos: tuple[SloTarget, ...]
+    gpu_types: tuple[str, ...] | None
+    plan_absent_gpu_types: bool       # operator: plan the listed types the cluster lacks (else leave them out)
+    tp_sizes: tuple[int, ...]
+    max_gpus: int | None
+    max_gpus_per_type: dict[str, int]
+    max_replicas: int | None
+    min_replicas: int
+    min_headroom: float
+    budget_usd_per_hour: float | None
+    max_utilization: float
+    prices: dict[str, float]
+    available_gpus: dict[str, int] | None
+    gpus_per_node: dict[str, int]
+    alternatives: int
+    verify: bool | None               # None: the caller's default (CLI: on; operator: INFERPLAN_VERIFY)
+    notes: tuple[str, ...] = ()
+    workload_source: str = "declared"   # "observed": the operator replaces rate and mean lengths (observed.py)
+    observed_floor: float = 0.5         # ... never planning below this share of the declared rate
+    engine_image: str | None = None     # engine.image: the container image to render (None: the published one)
+    shapes: tuple[str, ...] = ("aggregated",)  # constraints.shapes: aggregated and/or disaggregated
+    network_gbps: float = DEFAULT_NETWORK_GBPS  # each GPU's network bandwidth between nodes [Gbit/s]
+    network_from: str = "default"       # where network_gbps comes from: "plan", "nodes" (their label), "default"
+    max_nodes_per_replica: int = 1      # constraints.maxNodesPerReplica: TP over nodes up to this many
+    named_by_label: frozenset[str] = frozenset()  # keys of the GPUs the constraints name by node label (text uses it)
+
+
+def cv_from_sigma(sigma: float) -> float:
+    """CV of a lognormal whose log has standard deviation `sigma`: sqrt(exp(sigma^2) - 1)."""
+    return math.sqrt(math.expm1(sigma * sigma))
+
+
+def sigma_from_p95_ratio(ratio: float) -> tuple[float, bool]:
+    """The lognormal sigma whose p95/mean is `ratio` (>= 1), and whether it was capped.
+
+    p95/mean = exp(z sigma - sigma^2 / 2) with z = z_0.95; the smaller root sigma = z - sqrt(z^2 - 2 ln ratio).
+    No lognormal has p95/mean above exp(z^2 / 2) (about 3.87): beyond it sigma is capped at z.
+    """
+    if ratio < 1.0:
+        raise ValueError(f"p95/mean must be >= 1, got {ratio}")
+    discriminant = _Z95 * _Z95 - 2.0 * math.log(ratio)
+    if discriminant <= 0.0:
+        return _Z95, discriminant < 0.0
+    return _Z95 - math.sqrt(discriminant), False
+
+
+def sigma_from_percentiles(percentiles: Mapping[float, float]) -> float:
+    """Least-squares sigma of log(length) = mu + z_q sigma over the given quantiles (>= 2) -> lengths."""
+    if len(percentiles) < 2:
+        raise ValueError("need at least two percentiles")
+    zs = [NormalDist().inv_cdf(q) for q in percentiles]
+    logs = [math.log(v) for v in percentiles.values()]
+    z_mean = sum(zs) / len(zs)
+    log_mean = sum(logs) / len(logs)
+    covariance = sum((z - z_mean) * (y - log_mean) for z, y in zip(zs, logs, strict=True))
+    variance = sum((z - z_mean) ** 2 for z in zs)
+    return max(0.0, covariance / variance)
+
+
+def _length(dist: TokenDistribution | None, path: str, notes: list[str], preset: DatasetLengths | None = None,
+            which: str = "prompt") -> tuple[float, float]:
+    """(mean, cv) of a token distribution; a dataset preset gives what it leaves out (all of it when None)."""
+    preset_mean, preset_cv = ((preset.prompt_mean, preset.prompt_cv) if which == "prompt"
+                              else (preset.output_mean, preset.output_cv)) if preset else (0.0, 0.0)
+    if dist is None:
+        assert preset is not None  # the spec's validator requires one of the two
+        notes.append(f"{path}: from the {preset.name} preset (mean {preset_mean:g}, CV {preset_cv:g})")
+        return preset_mean, preset_cv
+    mean = float(dist.mean)
+    if dist.cv is None and dist.p95 is None and dist.percentiles is None and preset is not None:
+        return mean, preset_cv
+    if dist.cv is not None:
+        return mean, float(dist.cv)
+    if dist.p95 is not None:
+        sigma, capped = sigma_from_p95_ratio(dist.p95 / dist.mean)
+        if capped:
+            notes.append(
+                f"{path}.p95: p95/mean {dist.p95 / dist.mean:.2f} is above the lognormal maximum "
+                f"{MAX_P95_RATIO:.2f}; the spread is capped at CV {cv_from_sigma(sigma):.2f}"
+            )
+        return mean, cv_from_sigma(sigma)
+    if dist.percentiles is not None:
+        given = {QUANTILE_VALUES[name]: float(value) for name, value in dist.percentiles.given().items()}
+        return mean, cv_from_sigma(sigma_from_percentiles(given))
+    notes.append(f"{path}: no spread given; assumed lognormal with CV {DEFAULT_LENGTH_CV}")
+    return mean, DEFAULT_LENGTH_CV
+
+
+def _architecture(source: ModelSource, base_dir: Path | None) -> ModelArchitecture:
+    if source.name is not None:
+        return resolve_model(source.name)
+    if source.architecture is not None:
+        return inline_architecture(source.architecture)
+    if source.config_file is not None:
+        path = Path(source.config_file).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        return load_config_json(path)
+    raise ValueError(
+        "a ConfigMap can only be read by the operator in the cluster; from the command line give the "
+        "config.json with model.configFile (or the model by model.name)"
+    )
+
+
+def _source_path(source: ModelSource) -> str:
+    for alias, value in (("name", source.name), ("architecture", source.architecture),
+                         ("configFile", source.config_file)):
+        if value is not None:
+            return f"model.{alias}"
+    return "model.configMapRef"
+
+
+def _by_key(mapping: Mapping[str, Any], convert: Any) -> dict[str, Any]:
+    return {_gpu_key(name): convert(value) for name, value in mapping.items()}
+
+
+def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
+    """Turn a validated spec into a PlanRequest of plain numbers and canonical names.
+
+    `base_dir` is the plan file's directory, against which a relative `model.configFile` is read (the
+    working directory when None). A `model.configMapRef` cannot be read here: the operator reads the
+    ConfigMap and passes its config.json as `model.architecture`. Problems raise PlanError.
+    """
+    problems: list[tuple[str, str]] = []
+    notes: list[str] = []
+    try:
+        arch = _architecture(spec.model, base_dir)
+    except ValueError as exc:
+        raise PlanError([(_source_path(spec.model), str(exc))]) from None
+    engine = spec.engine
+    if engine.max_model_len is not None and engine.max_model_len > arch.max_position_embeddings:
+        problems.append(("engine.maxModelLen", f"must be <= the model's context length "
+                                               f"({arch.max_position_embeddings} tokens), got {engine.max_model_len}"))
+    context, context_name = ((engine.max_model_len, "engine.maxModelLen") if engine.max_model_len is not None
+                             else (arch.max_position_embeddings, "the model's context length"))
+    preset = dataset_lengths(spec.workload.dataset) if spec.workload.dataset else None
+    prompt_mean, prompt_cv = _length(spec.workload.prompt_tokens, "workload.promptTokens", notes, preset, "prompt")
+    output_mean, output_cv = _length(spec.workload.output_tokens, "workload.outputTokens", notes, preset, "output")
+    prompt, output = round(prompt_mean), round(output_mean)
+    if prompt + output > context:  # the mean request would not fit: a plan for it would be a plan for errors
+        problems.append(("workload.promptTokens.mean", f"the mean request ({prompt} prompt + {output} output "
+                                                       f"tokens) does not fit in {context_name} ({context} tokens)"))
+    limits = spec.constraints
+    if limits.available_gpus and limits.gpu_types is None and not any(limits.available_gpus.values()):
+        problems.append(("constraints.availableGpus", "no GPU type has a count > 0 and constraints.gpuTypes is not "
+                                                      "given: there is no GPU to plan for"))
+    if problems:
+        raise PlanError(problems)
+
+    if spec.model.precisions is None:
+        precisions = DEFAULT_PRECISIONS[engine.name]
+        # A model published only in a format outside the engine's defaults (gpt-oss: MXFP4) is planned in it too.
+        native = native_precision(spec.model.name or arch.repo_id)
+        if native and native not in precisions and native in SERVED_PRECISIONS[engine.name]:
+            precisions = (*precisions, native)
+    else:
+        precisions = tuple(weight_precision(name).name for name in spec.model.precisions)
+    workload = spec.workload
+    burst = workload.burstiness
+    if burst.arrival_cv2 is not None:
+        arrival_cv2 = float(burst.arrival_cv2)
+    else:
+        arrival_cv2 = BURSTINESS_ARRIVAL_CV2[burst.preset or "chatbot"]
+    service_cv2 = None if burst.service_cv2 is None else float(burst.service_cv2)
+    slos = tuple(
+        SloTarget(metric, QUANTILE_VALUES[bound.percentile], bound.max_ms / 1000.0)
+        for metric, bound in (("ttft", spec.slo.ttft), ("tpot", spec.slo.tpot), ("e2e", spec.slo.e2e))
+        if bound is not None
+    )
+    gpus_per_node = {gpu.key: gpu.gpus_per_node for gpu in load_gpu_catalog()}
+    gpus_per_node.update(_by_key(limits.gpus_per_node, int))
+    return PlanRequest(
+        arch=arch,
+        served_model=spec.model.name or arch.repo_id,
+        engine=engine.name,
+        engine_version=engine.version,
+        precisions=tuple(precisions),
+        precisions_listed=spec.model.precisions is not None,
+        kv_dtypes=tuple(spec.model.kv_cache_dtypes),
+        memory_fraction=None if engine.gpu_memory_utilization is None else float(engine.gpu_memory_utilization),
+        max_model_len=engine.max_model_len,
+        chunked_prefill=engine.chunked_prefill,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        prefix_caching=engine.prefix_caching,
+        rate_rps=float(workload.requests_per_second),
+        prompt_mean=prompt_mean,
+        prompt_cv=prompt_cv,
+        output_mean=output_mean,
+        output_cv=output_cv,
+        arrival_cv2=arrival_cv2,
+        service_cv2=service_cv2,
+        prefix_hit_rate=float(workload.prefix_cache_hit_rate),
+        slos=slos,
+        gpu_types=None if limits.gpu_types is None else tuple(_gpu_key(name) for name in limits.gpu_types),
+        plan_absent_gpu_types=limits.plan_absent_gpu_types,
+        tp_sizes=tuple(limits.tensor_parallel_sizes),
+        max_gpus=limits.max_gpus,
+        max_gpus_per_type=_by_key(limits.max_gpus_per_type, int),
+        max_replicas=limits.max_replicas,
+        min_replicas=(limits.min_replicas if limits.min_replicas is not None
+                      else min(DEFAULT_MIN_REPLICAS, limits.max_replicas or DEFAULT_MIN_REPLICAS)),
+        min_headroom=float(limits.min_headroom),
+        budget_usd_per_hour=None if limits.budget_dollars_per_hour is None else float(limits.budget_dollars_per_hour),
+        max_utilization=float(limits.max_utilization),
+        prices=_by_key(limits.prices, float),
+        # {} limits nothing, as the operator reads it (it plans against the cluster's inventory then).
+        available_gpus=_by_key(limits.available_gpus, int) if limits.available_gpus else None,
+        gpus_per_node=gpus_per_node,
+        alternatives=spec.alternatives,
+        verify=spec.verify,
+        notes=tuple(notes),
+        workload_source=workload.source,
+        observed_floor=float(workload.observed_floor),
+        engine_image=engine.image,
+        shapes=tuple(limits.shapes),
+        network_gbps=float(limits.network_gbps or DEFAULT_NETWORK_GBPS),
+        network_from="default" if limits.network_gbps is None else "plan",
+        max_nodes_per_replica=limits.max_nodes_per_replica,
+        named_by_label=_named_by_label(limits),
+    )
+
+
+def _named_by_label(limits: Constraints) -> frozenset[str]:
+    """Catalog keys of the GPUs `limits` names by their node label (NVIDIA-H100-80GB-HBM3 for H100-SXM5-80GB):
+    the names a user wrote, which text about the answer uses for them."""
+    names = [*(limits.gpu_types or ()), *(limits.available_gpus or {}), *limits.gpus_per_node,
+             *limits.max_gpus_per_type, *limits.prices]
+    return frozenset(gpu.key for name, gpu in zip(names, map(resolve_gpu, names), strict=True)
+                     if name == gpu.product_label)

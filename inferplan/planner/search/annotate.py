@@ -1,0 +1,220 @@
+"""What the search adds to the candidates it shows, once chosen: their prediction intervals and, for a GPU nothing was
+measured on, the cost if its steps are as slow as the held-out error says."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from inferplan.planner.catalog.engines import (
+    ENGINES,
+    EngineSettings,
+    factor_key,
+)
+from inferplan.planner.catalog.gpus import load_gpu_catalog
+from inferplan.planner.catalog.precisions import (
+    kv_dtype_bytes,
+    weight_precision,
+)
+from inferplan.planner.model.factors import FactorSet, load_factors
+from inferplan.planner.model.intervals import DEFAULT_CONFIDENCE, Evidence, load_intervals
+from inferplan.planner.model.kernels import kernel_basis
+from inferplan.planner.model.memory import (
+    MemoryPlan,
+    attention_weight_bytes,
+    plan_memory_for_settings,
+)
+from inferplan.planner.model.performance import (
+    Hardware,
+    build_hardware,
+    stack_hardware,
+    with_dp_attention,
+    with_expert_parallel,
+)
+from inferplan.planner.model.serving import (
+    poisson_capacity,
+    poisson_model,
+)
+from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.request import PlanRequest, SloTarget
+from inferplan.planner.results import (
+    Candidate,
+    Intervals,
+    PercentileIntervals,
+    Percentiles,
+    PlanResult,
+    UpperCost,
+    rounded,
+)
+from inferplan.planner.search.core import (
+    REPORT_SAMPLES,
+    UNMEASURED_EVIDENCE,
+    UNMEASURED_STEP_SLOWDOWN,
+    _RateSearch,
+    _replicas,
+    _unmeasured_warning,
+    kv_hint,
+)
+from inferplan.planner.search.grid import (
+    _settings,
+    checkpoint_of,
+    link_domain_gpus,
+    over_the_network,
+    over_the_pipeline,
+)
+
+
+def _describe_slo(slo: SloTarget) -> str:
+    return f"{slo.metric.upper()} {QUANTILE_NAMES[slo.quantile]}"
+
+
+def with_upper_cost(req: PlanRequest, result: PlanResult) -> PlanResult:
+    """`result` with its recommendation's upper cost (`Candidate.upper_cost`) where that rests on no measurement: the
+    range then leads its warnings. A disaggregated pair's report states no one replica's capacity, so its slower
+    pools are not planned (the mark and the warning still apply)."""
+    rec = result.recommendation
+    if rec is None or rec.measured or rec.roles:
+        return result
+    upper = _upper_cost(req, rec, rec.predicted.max_concurrency / rec.pipeline_parallel)
+    engine, gpu = ENGINES[req.engine], load_gpu_catalog().get(rec.gpu_type)
+    first = _unmeasured_warning(engine, gpu, kernel_basis(gpu).kind, upper)
+    rest = [w for w in rec.warnings if not w.startswith("unmeasured: ")]
+    return result.model_copy(update={"recommendation": rec.model_copy(update={
+        "upper_cost": upper, "warnings": [first, *rest][:16]})})
+
+
+# The scenario metric whose held-out errors stand for each predicted percentile: the published runs measure TTFT and
+# TPOT at p50 and p99 (a p90 or p95 reads the p99's, the wider) and the end-to-end time as a mean only.
+INTERVAL_METRICS = {
+    "ttft_ms": {"p50": "ttft_ms_p50", "p90": "ttft_ms_p99", "p95": "ttft_ms_p99", "p99": "ttft_ms_p99"},
+    "tpot_ms": {"p50": "tpot_ms_p50", "p90": "tpot_ms_p99", "p95": "tpot_ms_p99", "p99": "tpot_ms_p99"},
+    "e2e_ms": {q: "e2e_ms_mean" for q in ("p50", "p90", "p95", "p99")},
+}
+
+
+def candidate_intervals(req: PlanRequest, candidate: Candidate, confidence: float = DEFAULT_CONFIDENCE) -> Intervals:
+    """The intervals of `candidate`'s predicted latencies (`intervals.py`): read for its model kind, its engine's
+    factor line on its GPU family, and whether that pair has measured lines (`provenance.measuredLines`)."""
+    gpu = load_gpu_catalog().get(candidate.gpu_type)
+    kind = "mla" if req.arch.is_mla else "moe" if req.arch.is_moe else "dense"
+    line = factor_key(req.engine, None, gpu.vendor)
+    measured = candidate.provenance.get("measuredLines", "0") != "0"
+    table = load_intervals()
+
+    def bounds(stats: Percentiles, metric: str) -> PercentileIntervals:
+        def pair(q: str) -> list[float]:
+            evidence = Evidence(INTERVAL_METRICS[metric][q], kind, line, gpu.family, "poisson", measured)
+            low, high = table.interval(evidence, getattr(stats, q), confidence)
+            return [rounded(low), rounded(high)]
+        return PercentileIntervals(p50=pair("p50"), p90=pair("p90"), p95=pair("p95"), p99=pair("p99"))
+
+    p = candidate.predicted
+    return Intervals(ttft_ms=bounds(p.ttft_ms, "ttft_ms"), tpot_ms=bounds(p.tpot_ms, "tpot_ms"),
+                     e2e_ms=bounds(p.e2e_ms, "e2e_ms"))
+
+
+def with_intervals(req: PlanRequest, result: PlanResult, confidence: float = DEFAULT_CONFIDENCE) -> PlanResult:
+    """`result` with the prediction intervals of its recommendation and alternatives (`Predicted.intervals`): worked
+    out once on the candidates shown, not in the search."""
+    def add(c: Candidate) -> Candidate:
+        return c.model_copy(update={"predicted": c.predicted.model_copy(update={
+            "intervals": candidate_intervals(req, c, confidence), "confidence": confidence})})
+
+    rec = result.recommendation
+    return result.model_copy(update={"recommendation": add(rec) if rec is not None else None,
+                                     "alternatives": [add(c) for c in result.alternatives]})
+
+
+_STEP_RATES = ("bandwidth_bytes_s", "expert_bandwidth_bytes_s", "kv_bandwidth_bytes_s", "decode_flops_s",
+               "prefill_flops_s", "attention_flops_s", "link_bytes_s")
+
+
+_STEP_TIMES = ("link_latency_s", "step_overhead_s", "sequence_overhead_s", "stage_send_latency_s",
+               "stage_send_s_per_token")
+
+
+def slower_steps(hw: Hardware, factor: float | NDArray[np.float64]) -> Hardware:
+    """`hw` with every step (decode, prefill chunk, all-reduce, stage send, the engine's CPU time) `factor` times
+    as long: each rate divided by it, each time multiplied. The per-request time, part of no step, is kept."""
+    return replace(hw, **{name: getattr(hw, name) / factor for name in _STEP_RATES},
+                   **{name: getattr(hw, name) * factor for name in _STEP_TIMES})
+
+
+def _upper_cost(req: PlanRequest, c: Candidate, slots: float) -> UpperCost:
+    """What aggregated candidate `c` (`slots` running sequences a stream) needs if every step takes
+    UNMEASURED_STEP_SLOWDOWN times as long: the highest rate a replica then sustains within every SLO and the
+    utilisation cap, by the search's rate search on the report's sample, and the replicas (at least `c`'s), GPUs
+    and cost of that rate; none where an SLO is missed even at light load. The deployment is rebuilt with the
+    shipped engine terms (`deployment_of`): a plan made with other factors (`--factors`, an observed calibration)
+    gets its upper cost from the shipped ones."""
+    slowdown = UNMEASURED_STEP_SLOWDOWN
+    deployment = deployment_of(req, c)
+    hw = stack_hardware([slower_steps(deployment.hardware, slowdown)])
+    p, o, pp = req.prompt_mean, req.output_mean, c.pipeline_parallel
+    fraction, chunk = 1.0 - req.prefix_hit_rate, deployment.settings.chunk_tokens
+    per_stream = np.array([slots])
+    capacity = poisson_capacity(hw, p, o, per_stream, chunk, fraction, pp, req.output_cv)
+    model = poisson_model(hw, p, o, per_stream, chunk, req.prompt_cv, req.output_cv, req.arrival_cv2,
+                          service_cv2=req.service_cv2, prefill_fraction=fraction, capacity=capacity,
+                          samples=REPORT_SAMPLES, streams=np.array([pp]))
+    wanted = [(s.metric, s.quantile) for s in req.slos]
+    targets = np.array([s.max_s for s in req.slos])[:, None]
+    light = model.quantiles(capacity * 1e-4, wanted)
+    if not np.all(light <= targets):
+        worst = int(np.argmax(light[:, 0] / targets[:, 0]))
+        slo = req.slos[worst]
+        return UpperCost(step_slowdown=slowdown, evidence=UNMEASURED_EVIDENCE,
+                         missed=f"{_describe_slo(slo)} <= {slo.max_s * 1e3:.0f} ms ({light[worst, 0] * 1e3:.0f} ms "
+                                "at light load)")
+    row = np.zeros(1, dtype=np.intp)
+    rates = _RateSearch(lambda at: model.take(at, per_stream[at], capacity[at]), capacity, req.max_utilization,
+                        wanted, targets, np.max(np.log(light / targets), axis=0))
+    at_cap, cap_margin = rates.at_cap(row)
+    best = capacity * req.max_utilization if at_cap[0] else rates.refine(row, cap_margin)
+    if not best[0] > 0:
+        return UpperCost(step_slowdown=slowdown, evidence=UNMEASURED_EVIDENCE,
+                         missed=f"max utilization {req.max_utilization:g}")
+    replicas = max(int(_replicas(req, best)[0]), c.replicas)
+    gpus = replicas * c.gpus_per_replica
+    return UpperCost(step_slowdown=slowdown, evidence=UNMEASURED_EVIDENCE, replicas=replicas, gpus=gpus,
+                     dollars_per_hour=rounded(gpus * c.cost.dollars_per_hour / c.gpus))
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the search evaluated for one candidate: the hardware, the engine settings and the memory plan
+    (KV capacity) of one replica. Rebuilt from a candidate by `deployment_of`, e.g. to simulate it."""
+
+    hardware: Hardware
+    settings: EngineSettings
+    memory: MemoryPlan
+
+
+def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | None = None) -> Deployment:
+    """The deployment behind `candidate` of `req`, built as the search built it."""
+    factors = factors or load_factors()
+    engine = ENGINES[req.engine]
+    gpu = load_gpu_catalog().get(candidate.gpu_type)
+    precision = weight_precision(candidate.precision)
+    checkpoint = checkpoint_of(req, candidate.precision, gpu)
+    kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine, kv_hint(checkpoint))
+    settings = _settings(req, engine, candidate.max_batch)
+    engine_factors = factors.engine(engine.name)
+    pp = candidate.pipeline_parallel
+    tp = candidate.gpus_per_replica // pp
+    memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
+                                      tp, pp, dp_attention=candidate.data_parallel_attention)[0]
+    hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
+                              factors.engine_on(engine.name, gpu.key, gpu.vendor), tp, pp)
+    domain = link_domain_gpus(req, gpu)
+    if tp > domain:
+        hardware = over_the_network(hardware, np.array(True), req.network_gbps)
+    if pp > 1:
+        hardware = over_the_pipeline(hardware, req.network_gbps, np.array(tp * pp > domain))
+    if candidate.data_parallel_attention:
+        hardware = with_dp_attention(hardware, np.array(True), attention_weight_bytes(req.arch, precision))
+    if candidate.expert_parallel:
+        hardware = with_expert_parallel(hardware, np.array(True), req.arch, np.array(domain))
+    return Deployment(hardware, settings, memory)

@@ -1,0 +1,568 @@
+"""The engine loop of one replica in the simulator: its step model, admission, chunked prefill, decode and
+preemption, as each engine schedules them (`simulate.py` serves a workload on replicas with it)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from inferplan.planner.catalog.engines import Scheduling
+from inferplan.planner.model.performance import Hardware
+
+FloatArray = NDArray[np.float64]
+
+
+IntArray = NDArray[np.int64]
+
+
+class _StepModel:
+    """The step model of `performance` as scalar Python arithmetic (numpy per step would dominate).
+
+    `time(batch, context, prefill_tokens, prefill_compute_s, sequences)`: a step that decodes `batch`
+    sequences of mean context `context` and prefills `prefill_tokens` prompt tokens costing
+    `prefill_compute_s` of compute per pipeline stage, with `sequences` per-sequence overheads. The event
+    loop inlines this arithmetic; a test pins the two together.
+    """
+
+    def __init__(self, hw: Hardware | None) -> None:
+        """The step model of `hw`; None: a bare server whose step takes exactly its prefill compute (for
+        `simulate_queue`, where a request's one-token prompt costs its service time)."""
+        f = {name: float(np.asarray(getattr(hw, name))) for name in hw.__dataclass_fields__} if hw else {}
+
+        def ratio(top: str, bottom: str) -> float:
+            # The bare server has no weights, KV, decode, all-reduce or overhead time, one stage, no window.
+            return f[top] / f[bottom] if hw else 0.0
+
+        self.pp = f.get("pp", 1.0)
+        self.weights_s = ratio("decode_dense_bytes_per_gpu", "bandwidth_bytes_s")
+        self.experts_s = ratio("expert_bytes_per_gpu", "expert_bandwidth_bytes_s")
+        experts = max(f.get("num_experts", 0.0), 1.0)
+        self.moe = f.get("num_experts", 0.0) > 0
+        self.miss = min(max(1.0 - f.get("experts_per_token", 0.0) / experts, 0.0), 1.0)
+        self.window = f.get("window_tokens", 0.0)
+        self.kv_full_s = ratio("kv_full_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s")
+        self.kv_window_s = ratio("kv_window_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s")
+        self.decode_s = ratio("decode_flops_per_token_per_gpu", "decode_flops_s")
+        self.prefill_token_s = ratio("prefill_flops_per_token_per_gpu", "prefill_flops_s")
+        self.attn_full_prefill_s = ratio("attention_full_flops_per_pair_per_gpu", "attention_flops_s")
+        self.attn_window_prefill_s = ratio("attention_window_flops_per_pair_per_gpu", "attention_flops_s")
+        self.allreduce_token_s = self.allreduce_latency_s = 0.0
+        if hw:
+            tp = f["tp"]
+            ring = 2.0 * (tp - 1.0) / max(tp, 1.0) * f["allreduce_bytes_per_token"] / f["link_bytes_s"]
+            self.allreduce_token_s = f["allreduces_per_step"] * ring + f["stage_send_s_per_token"]
+            self.allreduce_latency_s = f["allreduces_per_step"] * f["link_latency_s"] + f["stage_send_latency_s"]
+        self.overlap = f.get("overlap_penalty", 0.0)
+        self.step_overhead_s = f.get("step_overhead_s", 0.0)
+        self.sequence_overhead_s = f.get("sequence_overhead_s", 0.0)
+        self.request_overhead_s = f.get("request_overhead_s", 0.0)
+        # A decode replica of a disaggregated deployment receives prompts already computed (their KV sent by a
+        # prefill replica): a prompt then passes through a step as one token, not as its length.
+        self.prompts_computed = False
+
+    def _windowed(self, context: float) -> float:
+        return min(context, self.window) if self.window > 0 else context
+
+    def prefill_token_compute_s(self, prompt_tokens: float) -> float:
+        """Compute per prompt token per stage in a prompt of `prompt_tokens` (`prefill_compute_s_per_token`
+        / pp)."""
+        half = prompt_tokens / 2.0
+        windowed = self._windowed(half)
+        return self.prefill_token_s + self.attn_full_prefill_s * half + self.attn_window_prefill_s * windowed
+
+    def prefill_token_compute_array(self, prompt_tokens: IntArray) -> FloatArray:
+        """`prefill_token_compute_s` of many prompts at once (the same operations, so the same floats)."""
+        half = prompt_tokens / 2.0
+        windowed = np.minimum(half, self.window) if self.window > 0 else half
+        return self.prefill_token_s + self.attn_full_prefill_s * half + self.attn_window_prefill_s * windowed
+
+    def time(self, batch: int, context: float, prefill_tokens: float, prefill_compute_s: float,
+             sequences: int) -> float:
+        memory = self.weights_s
+        compute = prefill_compute_s
+        tokens = batch + prefill_tokens
+        if batch:
+            windowed = self._windowed(context)
+            memory += batch * (self.kv_full_s * context + self.kv_window_s * windowed)
+            compute += batch * self.decode_s
+        else:
+            tokens = max(tokens, 1.0)
+        if self.moe:
+            memory += self.experts_s * (1.0 - self.miss**tokens)
+        big, small = (memory, compute) if memory >= compute else (compute, memory)
+        stage = big + self.overlap * small + self.allreduce_latency_s + self.allreduce_token_s * tokens
+        return self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * sequences
+
+
+Request = list[Any]
+
+
+ReplicaStats = tuple[float, int, int, int, tuple[list[float], list[int], list[int]]]
+
+
+CHUNK = 4096  # requests turned into Python objects at a time
+
+
+def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: list[tuple[int, int, Request]],
+                  queue: deque[Request], counter: int, model: _StepModel, preempted: IntArray) -> tuple[int, int]:
+    """Preempt the most recently admitted sequence back to the front of the queue (vLLM's recompute
+    preemption); returns the KV tokens and the decode context it held (0 if it was prefilling). Rare, so
+    a plain function."""
+    i, req = running.popitem()  # dicts pop the last inserted item
+    if prefilling and prefilling[-1] is req:
+        # Its partial prefill is lost; tokens it generated before (kept in [5]) stay in the output.
+        prefilling.pop()
+        kv = req[2] + req[5]
+        context = 0
+    else:
+        generated = req[5] + counter - req[6]
+        req[5] = generated
+        kv = context = req[2] + generated
+        heap[:] = [entry for entry in heap if entry[1] != i]
+        heapq.heapify(heap)
+    # It will prefill its prompt and the tokens it had generated again.
+    req[4] = model.prefill_token_compute_s(req[2] + req[5])
+    queue.appendleft(req)
+    preempted[i] += 1
+    return kv, context
+
+
+def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, pending: deque[Request],
+                  load: list[int] | None, r: int, first_s: memoryview, done_s: memoryview, preempted: IntArray,
+                  series_points: int, policy: Scheduling | None = None,
+                  follow: Callable[[int, float], Request | None] | None = None,
+                  ) -> Generator[float, float | None, ReplicaStats]:
+    """One replica's engine step loop, as a coroutine holding its state in local variables.
+
+    `pending`: requests routed to this replica that have not yet arrived, in arrival order (the router
+    appends to it). `send(t)` runs every step that ends by `t` and answers the time of the replica's next
+    state change: the end of the step it would run next, the next arrival when it is idle, inf when it has
+    nothing to do. A step that would end after `t` is not committed: it runs when a later `send` reaches its
+    end, or is planned again if an arrival it did not know of could change it (one before the end of a
+    decode jump, which it may cut short; one at the start of a step, which joins it), so results do not
+    depend on how often the router polls. The router only appends, so the first pending request changes
+    only when `pending` was empty.
+    `send(None)` ends the loop and returns (busy seconds, KV peak, preemptions, tokens produced, series).
+    First-token and completion times go straight into `first_s` and `done_s` (views of the result arrays:
+    no Python object per request outlives it), and each completion counts `load[r]` down (the router's
+    count of outstanding requests; None: nobody counts).
+    `policy`: how the engine schedules (see `Scheduling`; None: vLLM V1's mixed, chunked, prompt-admitted
+    steps). `follow(i, now)`: a closed loop's next request of the client whose request `i` completed at
+    `now` (arriving then), or None when that client is done; None: an open loop.
+    """
+    inf = math.inf
+    ceil = math.ceil
+    pp, overlap, moe, miss, experts_s = model.pp, model.overlap, model.moe, model.miss, model.experts_s
+    weights_s, kv_full_s, kv_window_s = model.weights_s, model.kv_full_s, model.kv_window_s
+    decode_s = model.decode_s
+    allreduce_s, allreduce_token_s = model.allreduce_latency_s, model.allreduce_token_s
+    step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
+    computed = model.prompts_computed
+    window = model.window if model.window > 0 else inf
+    # Per decode batch size: the memory time that does not depend on the context, and the time outside the
+    # roofline (all-reduces, overheads), so that a decode step costs a dozen float operations. A decoding
+    # sequence holds at least two tokens of KV, which bounds the batch too.
+    sizes = range(min(max_batch, kv_cap // 2) + 1)
+    memory_base = [weights_s + (experts_s * (1.0 - miss**b) if moe else 0.0) for b in sizes]
+    outside = [pp * (allreduce_s + allreduce_token_s * b) + step_overhead_s + sequence_overhead_s * b for b in sizes]
+    heappush, heappop = heapq.heappush, heapq.heappop
+    policy = policy or Scheduling()
+    mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
+    fast = mixed and not whole and not reserve  # the shortcut below is vLLM V1's step
+    reserved = 0                                 # KV tokens promised to running sequences (reserve only)
+    counting = load is not None
+    outstanding = load if load is not None else []
+
+    queue: deque[Request] = deque()              # arrived and waiting; preempted ones go back to the front
+    running: dict[int, Request] = {}             # admission order; the last is preempted first
+    prefilling: list[Request] = []               # admission order
+    heap: list[tuple[int, int, Request]] = []    # decoding: (decode counter at which it finishes, index, request)
+    n_running = n_decoding = 0                   # len(running), len(heap), kept as ints
+    next_finish = inf                            # heap[0][0]: the decode counter of the next completion
+    now = 0.0
+    counter = 0                                  # decode steps run so far
+    kv_used = 0                                  # prompt + generated tokens of the running sequences
+    context_sum = 0                              # the same over the decoding sequences only
+    idle = 0.0                                   # time with nothing to run (the rest is busy)
+    kv_max = preemptions = produced = 0
+    # Queue length and KV use, sampled at step boundaries at least `sample_s` apart; when the series is
+    # full every other row goes and the spacing doubles.
+    series_t: list[float] = []
+    series_q: list[int] = []
+    series_kv: list[int] = []
+    sample_s = sample_at = 0.0
+
+    t_limit = yield inf
+    next_arrival = pending[0][1] if pending else inf
+    while t_limit is not None:
+        if fast and next_arrival <= now and not queue and not prefilling and n_running < max_batch \
+                and kv_used + (need := pending[0][2]) + 1 + n_decoding <= kv_cap and need + n_decoding <= chunk \
+                and (len(pending) == 1 or pending[1][1] > now):
+            # The common case, taken out of the general path below for speed (the same arithmetic): one
+            # request arrives, nothing waits, and its whole prompt fits this step's budget and the KV
+            # cache: admit it and run its prefill step with the decode of the others.
+            req = pending.popleft()
+            next_arrival = pending[0][1] if pending else inf
+            running[req[0]] = req
+            n_running += 1
+            kv_used += need
+            if now >= sample_at:
+                series_t.append(now)
+                series_q.append(0)
+                series_kv.append(kv_used)
+                if len(series_t) >= 2 * series_points:
+                    del series_t[1::2], series_q[1::2], series_kv[1::2]
+                    sample_s = max(2.0 * sample_s, (series_t[-1] - series_t[0]) / series_points)
+                sample_at = now + sample_s
+            b = n_decoding
+            tokens = b + (1 if computed else need)
+            if b:
+                c = context_sum / b
+                w = c if c < window else window
+                memory = weights_s + b * (kv_full_s * c + kv_window_s * w)
+                compute = need * req[4] + b * decode_s
+            else:
+                memory = weights_s
+                compute = need * req[4]
+            if moe:
+                memory += experts_s * (1.0 - miss**tokens)
+            step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
+                         + allreduce_s + allreduce_token_s * tokens) + step_overhead_s + sequence_overhead_s * (b + 1)
+            end = now + step
+            if end > t_limit:
+                # Only an arrival at this very moment could change a prefill step; later ones wait for it.
+                t_limit = yield end
+                while t_limit is not None and t_limit < end:
+                    t_limit = yield end
+                next_arrival = pending[0][1] if pending else inf
+                if t_limit is None or next_arrival <= now:
+                    # Admitted; the general path plans its step again.
+                    req[8] = need
+                    prefilling.append(req)
+                    continue
+            now = end
+            counter += 1
+            kv_used += b + 1
+            context_sum += b + need + 1
+            produced += b + 1
+            req[5] = 1
+            req[6] = counter
+            req[7] = now
+            first_s[req[0]] = now
+            finish = counter + req[3] - 1
+            heappush(heap, (finish, req[0], req))
+            if finish < next_finish:
+                next_finish = finish
+            n_decoding += 1
+        else:
+            if next_arrival <= now or queue:
+                while pending and pending[0][1] <= now:
+                    queue.append(pending.popleft())
+                next_arrival = pending[0][1] if pending else inf
+                while queue and n_running < max_batch:
+                    req = queue[0]
+                    need = req[2] + req[5]
+                    # Room for the prompt, its first token and this step's decode tokens; with reservation,
+                    # for the whole sequence next to what the running ones were promised.
+                    if reserve:
+                        if reserved + req[2] + req[3] > kv_cap:
+                            break
+                        reserved += req[2] + req[3]
+                    elif kv_used + need + 1 + n_decoding > kv_cap:
+                        break
+                    queue.popleft()
+                    running[req[0]] = req
+                    req[8] = need
+                    prefilling.append(req)
+                    kv_used += need
+                    n_running += 1
+            if now >= sample_at:
+                series_t.append(now)
+                series_q.append(len(queue))
+                series_kv.append(kv_used)
+                if len(series_t) >= 2 * series_points:
+                    del series_t[1::2], series_q[1::2], series_kv[1::2]
+                    sample_s = max(2.0 * sample_s, (series_t[-1] - series_t[0]) / series_points)
+                sample_at = now + sample_s
+
+            if prefilling:
+                # One step: the decode of every decoding sequence plus prompt chunks, first come first
+                # served, within the token budget. Preempt while the step's new tokens do not fit in the KV
+                # cache.
+                while True:
+                    budget = chunk - n_decoding if mixed else chunk
+                    prompt_tokens = finishing = touched = take = 0
+                    prompt_s = 0.0
+                    for req in prefilling:
+                        if budget <= 0:
+                            break
+                        left = req[8]
+                        if whole and left > budget:
+                            if touched:
+                                break  # unchunked: a prompt goes whole, in a later step if need be
+                            take = left  # a prompt longer than the budget alone still runs whole
+                        else:
+                            take = left if left <= budget else budget
+                        budget -= take
+                        prompt_tokens += take
+                        prompt_s += take * req[4]
+                        touched += 1
+                        if take == left:
+                            finishing += 1
+                    if kv_used + (n_decoding if mixed else 0) + finishing <= kv_cap:
+                        break
+                    kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
+                    kv_used -= kv
+                    context_sum -= context
+                    preemptions += 1
+                    n_running -= 1
+                    if context:
+                        n_decoding -= 1
+                        next_finish = heap[0][0] if heap else inf
+                b = n_decoding if mixed else 0  # prefill first: the decoding sequences wait this step
+                tokens = b + (touched if computed else prompt_tokens)
+                memory = weights_s
+                compute = prompt_s
+                if b:
+                    c = context_sum / b
+                    w = c if c < window else window
+                    memory += b * (kv_full_s * c + kv_window_s * w)
+                    compute += b * decode_s
+                elif tokens < 1:
+                    tokens = 1
+                if moe:
+                    memory += experts_s * (1.0 - miss**tokens)
+                stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
+                step = pp * (stage + allreduce_s + allreduce_token_s * tokens) + step_overhead_s \
+                    + sequence_overhead_s * (b + finishing)
+                end = now + step
+                if end > t_limit:
+                    t_limit = yield end
+                    while t_limit is not None and t_limit < end:
+                        t_limit = yield end
+                    next_arrival = pending[0][1] if pending else inf
+                    if t_limit is None or next_arrival <= now:
+                        continue
+                now = end
+                if b:
+                    counter += 1
+                kv_used += b
+                context_sum += b
+                produced += b + finishing
+                if touched:
+                    # Greedy chunking: every prompt touched but the last is finished.
+                    last = prefilling[touched - 1]
+                    last[8] -= take
+                    if finishing:
+                        done = touched if last[8] == 0 else touched - 1
+                        for req in prefilling[:done]:
+                            generated = req[5] + 1
+                            req[5] = generated
+                            req[6] = counter
+                            if req[7] < 0.0:
+                                req[7] = now
+                                first_s[req[0]] = now
+                            kv_used += 1
+                            context_sum += req[2] + generated
+                            finish = counter + req[3] - generated
+                            heappush(heap, (finish, req[0], req))
+                            if finish < next_finish:
+                                next_finish = finish
+                        n_decoding += done
+                        del prefilling[:done]
+            elif n_decoding:
+                # Decode only: the batch is fixed until a sequence finishes, the KV cache fills up or an
+                # admissible request arrives, so run all the steps up to that at once.
+                b = n_decoding
+                k = next_finish - counter
+                if k * b > kv_cap - kv_used:
+                    k = (kv_cap - kv_used) // b
+                    if k == 0:
+                        kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
+                        kv_used -= kv
+                        context_sum -= context
+                        preemptions += 1
+                        n_running -= 1
+                        n_decoding -= 1
+                        next_finish = heap[0][0] if heap else inf
+                        continue
+                c = context_sum / b
+                # The step time of the mean context over the jump (exact where the step is linear in it).
+                m = c + (k - 1) / 2.0
+                w = m if m < window else window
+                memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
+                compute = b * decode_s
+                step = pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) \
+                    + outside[b]
+                if next_arrival < inf and not queue and n_running < max_batch \
+                        and kv_used + pending[0][2] + 1 + b <= kv_cap:
+                    # The next arrival could join: stop at the first step boundary after it.
+                    k_arrival = ceil((next_arrival - now) / step)
+                    if k_arrival < k:
+                        k = k_arrival if k_arrival > 0 else 1
+                        m = c + (k - 1) / 2.0
+                        w = m if m < window else window
+                        memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
+                        compute = b * decode_s
+                        step = pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) \
+                            + outside[b]
+                duration = k * step
+                end = now + duration
+                if end > t_limit:
+                    # A new first arrival before the end may cut the jump short: plan it again then.
+                    t_limit = yield end
+                    while t_limit is not None and t_limit < end \
+                            and (next_arrival < inf or not pending or pending[0][1] >= end):
+                        t_limit = yield end
+                    if t_limit is None or (next_arrival == inf and pending and pending[0][1] < end):
+                        next_arrival = pending[0][1] if pending else inf
+                        continue
+                    next_arrival = pending[0][1] if pending else inf
+                now = end
+                counter += k
+                grown = k * b
+                kv_used += grown
+                context_sum += grown
+                produced += grown
+            else:
+                # Nothing running, so nothing waits either (an empty replica admits any request): idle until
+                # the next arrival.
+                if next_arrival == inf or next_arrival > t_limit:
+                    t_limit = yield next_arrival
+                    next_arrival = pending[0][1] if pending else inf
+                    continue
+                idle += next_arrival - now
+                now = next_arrival
+                continue
+
+        if kv_used > kv_max:
+            kv_max = kv_used
+        while next_finish <= counter:
+            _, i, req = heappop(heap)
+            del running[i]
+            tokens = req[2] + req[3]
+            kv_used -= tokens
+            context_sum -= tokens
+            done_s[i] = now
+            if reserve:
+                reserved -= tokens
+            if counting:
+                outstanding[r] -= 1
+            if follow is not None and (nxt := follow(i, now)) is not None:
+                pending.append(nxt)
+                next_arrival = pending[0][1]
+            n_running -= 1
+            n_decoding -= 1
+            next_finish = heap[0][0] if heap else inf
+    return now - idle, kv_max, preemptions, produced, (series_t, series_q, series_kv)
+
+
+def _stop(loop: Generator[float, float | None, ReplicaStats]) -> ReplicaStats:
+    try:
+        loop.send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise RuntimeError("a replica loop did not stop")
+
+
+@dataclass(frozen=True)
+class _Served:
+    first_s: FloatArray        # first-token time per request (without the request overhead)
+    done_s: FloatArray         # completion time per request
+    replica: IntArray
+    preempted: IntArray
+    stats: list[ReplicaStats]
+
+
+def _serve(model: _StepModel, arrival: FloatArray, prompt: IntArray, output: IntArray,
+           prefill_s_per_token: FloatArray | None, replicas: int, max_batch: int, kv_cap: int, chunk: float,
+           assigned: IntArray | None, series_points: int, policy: Scheduling | None = None,
+           clients: int = 0) -> _Served:
+    """Run `replicas` replica loops over the requests. `assigned`: a replica per request fixed in advance
+    (round robin, or the central queue of `simulate_queue`), each replica then runs alone over its own
+    requests; None: least outstanding requests, decided at each arrival with the replicas whose next event
+    is due brought up to that time. `prefill_s_per_token`: per request, instead of the step model's cost
+    of its prompt. `clients` > 0: a closed loop of that many clients on one replica; the first `clients`
+    requests arrive at their `arrival` times and each later one when its client's previous one completes
+    (request i + clients follows request i); `arrival` is overwritten with those times."""
+    n = len(arrival)
+    first = np.full(n, math.nan)
+    done = np.full(n, math.nan)
+    preempted = np.zeros(n, dtype=np.int64)
+
+    def requests(indices: IntArray) -> list[Request]:
+        # A chunk of requests as Python objects, when routed (not before: memory follows the flight).
+        compute = (model.prefill_token_compute_array(prompt[indices]) if prefill_s_per_token is None
+                   else prefill_s_per_token[indices])
+        return [[i, a, p, o, s, 0, 0, -1.0, 0] for i, a, p, o, s in zip(
+            indices.tolist(), arrival[indices].tolist(), prompt[indices].tolist(), output[indices].tolist(),
+            compute.tolist(), strict=True)]
+
+    load = [0] * replicas  # outstanding requests per replica, for least outstanding
+    pending: list[deque[Request]] = [deque() for _ in range(replicas)]
+    first_s, done_s = memoryview(first), memoryview(done)
+    counted = load if assigned is None else None
+    follow = None
+    if clients > 0:
+        if replicas != 1:
+            raise ValueError("a closed loop runs on one replica")
+        arrivals = memoryview(arrival)
+        successors = list(range(clients, n)) + [-1] * min(clients, n)
+        # A closed loop makes its requests one at a time: their fields as plain lists, computed once (the same
+        # floats `requests` gives, element by element).
+        every = np.arange(n)
+        compute_of = (model.prefill_token_compute_array(prompt[every]) if prefill_s_per_token is None
+                      else prefill_s_per_token[every]).tolist()
+        prompt_of, output_of = prompt.tolist(), output.tolist()
+
+        def follow(i: int, now: float) -> Request | None:
+            j = successors[i]
+            if j < 0:
+                return None
+            arrivals[j] = now
+            return [j, now, prompt_of[j], output_of[j], compute_of[j], 0, 0, -1.0, 0]
+
+    loops = [_replica_loop(model, max_batch, kv_cap, chunk, pending[r], counted, r, first_s, done_s, preempted,
+                           series_points, policy, follow) for r in range(replicas)]
+    for loop in loops:
+        next(loop)
+    if clients > 0:
+        pending[0].extend(requests(np.arange(min(clients, n))))
+        loops[0].send(math.inf)
+    elif assigned is not None:
+        for r, loop in enumerate(loops):
+            mine = np.flatnonzero(assigned == r)
+            for start in range(0, len(mine), CHUNK):
+                indices = mine[start:start + CHUNK]
+                pending[r].extend(requests(indices))
+                # Every arrival up to the last one of the chunk is known: run the replica up to it.
+                loop.send(float(arrival[indices[-1]]))
+            loop.send(math.inf)
+    else:
+        assigned = np.empty(n, dtype=np.int64)
+        next_change = [math.inf] * replicas
+        for start in range(0, n, CHUNK):
+            chosen = []
+            for req in requests(np.arange(start, min(start + CHUNK, n))):
+                t = req[1]
+                # Only a replica whose next state change is due can have finished a request by now.
+                for r in range(replicas):
+                    if next_change[r] <= t:
+                        next_change[r] = loops[r].send(t)
+                best = load.index(min(load))
+                pending[best].append(req)
+                load[best] += 1
+                # Its planned step may now stop at this arrival: let it plan again.
+                next_change[best] = loops[best].send(t)
+                chosen.append(best)
+            assigned[start:start + len(chosen)] = chosen
+        for loop in loops:
+            loop.send(math.inf)
+    return _Served(first, done, assigned, preempted, [_stop(loop) for loop in loops])
