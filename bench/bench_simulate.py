@@ -40,7 +40,7 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.memory import kv_cache_tokens
 from inferplan.planner.model.performance import Hardware, build_hardware
-from inferplan.planner.model.serving import poisson_capacity
+from inferplan.planner.model.serving import Traffic, poisson_capacity
 from inferplan.planner.simulation.simulate import generate_workload, simulate
 
 REPLICAS, MAX_BATCH, CHUNK, PROMPT, OUTPUT, LOAD = 8, 256, 8192, 1000, 250, 0.8
@@ -54,7 +54,7 @@ def deployment() -> tuple[Hardware, int, float]:
                         load_factors().engine("vllm"))
     kv = int(kv_cache_tokens(40 * 2**30, arch.kv_bytes_per_token(2.0), 16))
     slots = min(MAX_BATCH, kv // (PROMPT + OUTPUT))
-    return hw, kv, float(poisson_capacity(hw, PROMPT, OUTPUT, slots, CHUNK)) * REPLICAS
+    return hw, kv, float(poisson_capacity(hw, Traffic(PROMPT, OUTPUT), slots, CHUNK)) * REPLICAS
 
 
 def status_kib(field: str) -> int:

@@ -31,7 +31,7 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.disaggregated import prefill_pool
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware
-from inferplan.planner.model.serving import poisson, poisson_capacity
+from inferplan.planner.model.serving import Traffic, poisson, poisson_capacity
 from inferplan.planner.request import BURSTINESS_ARRIVAL_CV2
 from inferplan.planner.simulation.simulate import generate_workload, simulate
 
@@ -51,7 +51,7 @@ def main() -> int:
     gpu = resolve_gpu("H100")
     hw = build_hardware(resolve_model("meta-llama/Llama-3.1-8B"), gpu, weight_precision("bf16"), 2.0,
                         engine_profile("vllm"), factors.engine("vllm"), 1)
-    capacity = float(poisson_capacity(hw, PROMPT, OUTPUT, MAX_BATCH, CHUNK))
+    capacity = float(poisson_capacity(hw, Traffic(PROMPT, OUTPUT), MAX_BATCH, CHUNK))
     print(f"capacity per replica {capacity:.2f} requests/s; {args.requests} simulated requests per row, "
           f"{args.replicas} replica(s)")
     header = (f"{'preset':8s} {'CV^2':>5s} {'util':>5s} | {'TTFT p95 ana':>12s} {'sim':>8s} {'x':>5s} | "
@@ -63,7 +63,8 @@ def main() -> int:
     for preset, cv2 in BURSTINESS_ARRIVAL_CV2.items():
         for util in (0.5, 0.6, 0.7, 0.8, 0.9):
             rate = util * capacity
-            analytic = poisson(hw, rate, PROMPT, OUTPUT, MAX_BATCH, CHUNK, CV, CV, cv2, num_prompts=args.requests)
+            traffic = Traffic(PROMPT, OUTPUT, CV, CV, cv2, num_prompts=args.requests)
+            analytic = poisson(hw, rate, traffic, MAX_BATCH, CHUNK)
             workload = generate_workload(rate * args.replicas, args.requests, PROMPT, OUTPUT, CV, CV, cv2, seed=0)
             sim = simulate(hw, workload, replicas=args.replicas, max_batch=MAX_BATCH, kv_tokens=KV_TOKENS,
                            chunk_tokens=CHUNK)

@@ -26,7 +26,6 @@ from inferplan.planner.calibration.online import calibrated_factors
 from inferplan.planner.model.factors import FactorSet, load_factors
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, PlanResult
-from inferplan.planner.search.plan import count_bounds
 from inferplan.planner.simulation.verification import planned
 from inferplan.planner.spec_parsing import PlanError
 
@@ -43,7 +42,7 @@ class Outcome:
     warnings: tuple[str, ...] = ()
     manifests: ManifestsRef | None = None
     change: DeploymentChange | None = None
-    # GPU key -> the inventory counts within which planning gives the same result (`search.count_bounds`); empty
+    # GPU key -> the inventory counts within which planning gives the same result (`PlanResult.count_bounds`); empty
     # when the inventory's counts were not planned with (an error, the spec's own availableGpus)
     bounds: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
 
@@ -116,9 +115,8 @@ def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigM
     if request.gpu_types == ():
         return Outcome(None, ("NoGpuTypes", "no GPU type to plan for: the cluster has no schedulable node with a "
                                             "known GPU of the types the plan allows"), tuple(warnings))
-    with count_bounds() as counted:
-        result = planned(request, plan_factors(spec, status, request.engine), verify_default=verify_default)
-    bounds = {} if spec_has_available else counted.bounds()
+    result = planned(request, plan_factors(spec, status, request.engine), verify_default=verify_default)
+    bounds = {} if spec_has_available else result.count_bounds
     manifests = change = None
     if result.recommendation is not None:
         manifests = manifests_ref(request, result.recommendation, name=name, namespace=namespace)

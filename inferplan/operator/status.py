@@ -200,7 +200,7 @@ class InventoryRange(_Status):
 
 def inventory_ranges(inventory: Inventory, bounds: Mapping[str, tuple[int, int | None]]) -> list[InventoryRange]:
     """The status's `inventory`: each entry of `inventory` with the counts of its type within which the plan's
-    answer holds (`bounds`, from `search.count_bounds`; a type planning compared no need with: any count of at
+    answer holds (`bounds`, from `PlanResult.count_bounds`; a type planning compared no need with: any count of at
     least one GPU)."""
     ranges = []
     for entry in inventory.entries:

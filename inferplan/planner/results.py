@@ -293,6 +293,21 @@ class PlanResult(_Result):
                               description="When the plan allows more than one deployment shape (constraints.shapes, "
                                           "maxNodesPerReplica): each shape's cheapest feasible candidate, or why it "
                                           "has none, against the recommendation.")
+    count_bounds: dict[str, tuple[int, int | None]] = Field(
+        default_factory=dict, exclude=True,
+        description="GPU type -> the (lowest, highest; None: no highest) available count with which this planning "
+                    "gives the same answer (not serialised; `search.core.recording`).")
     shape_options: list[ShapeOption] = Field(default_factory=list, exclude=True,
                                              description="`shapes` before it is put in words (not serialised): "
                                                          "verification puts the lines again from them.")
+
+
+    def __eq__(self, other: object) -> bool:
+        """The same answer: every field but `count_bounds`, which says for which available counts the answer holds,
+        not what it is (two plans of different counts give the same answer, each with its own range)."""
+        if not isinstance(other, PlanResult):
+            return NotImplemented
+        return ({k: v for k, v in self.__dict__.items() if k != "count_bounds"}
+                == {k: v for k, v in other.__dict__.items() if k != "count_bounds"})
+
+    __hash__ = None  # type: ignore[assignment]  # lists inside: never hashable

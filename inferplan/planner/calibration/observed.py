@@ -25,7 +25,7 @@ from inferplan.planner.model.serving import poisson, poisson_capacity, running_c
 from inferplan.planner.quantiles import QUANTILE_NAMES, QUANTILES
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.search.annotate import deployment_of
-from inferplan.planner.search.core import REPORT_SAMPLES
+from inferplan.planner.search.core import REPORT_SAMPLES, traffic_of
 
 METRICS = ("ttft", "tpot", "e2e")
 
@@ -109,11 +109,10 @@ def predict_current(req: PlanRequest, shape: CurrentShape, factors: FactorSet | 
     slots = max(min(float(shape.max_batch), deployment.memory.kv_cache_tokens / context) / pp, 1.0)
     chunk = deployment.settings.chunk_tokens
     fraction = 1.0 - req.prefix_hit_rate
-    capacity = float(np.asarray(poisson_capacity(hw, p, o, slots, chunk, fraction, pp, req.output_cv)))
+    traffic = traffic_of(req, fraction)
+    capacity = float(np.asarray(poisson_capacity(hw, traffic, slots, chunk, pp)))
     rate = req.rate_rps / shape.replicas
-    result = poisson(hw, rate, p, o, slots, chunk, req.prompt_cv, req.output_cv, req.arrival_cv2,
-                     service_cv2=req.service_cv2, prefill_fraction=fraction, capacity=capacity,
-                     samples=REPORT_SAMPLES, streams=pp)
+    result = poisson(hw, rate, traffic, slots, chunk, capacity=capacity, samples=REPORT_SAMPLES, streams=pp)
     table = {"ttft": result.ttft_q, "tpot": result.tpot_q, "e2e": result.e2e_q}
     latency = {metric: {q: float(np.asarray(values[q])) for q in QUANTILES} for metric, values in table.items()}
     mean = {"ttft": float(np.asarray(result.ttft_mean)), "tpot": float(np.asarray(result.tpot_mean)),

@@ -44,6 +44,7 @@ from inferplan.planner.model.performance import (
 )
 from inferplan.planner.model.serving import (
     LoadResult,
+    Traffic,
     poisson,
     poisson_capacity,
     running_context,
@@ -436,11 +437,12 @@ def slo_rate(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fac
     output_cv = dataset.output_cv if dataset else 0.0
     slots = memory.slots(int(settings.max_num_seqs), float(running_context(prompt, output, output_cv)))
     chunk = settings.step_tokens
-    capacity = float(poisson_capacity(hw, prompt, output, slots, chunk, output_cv=output_cv))
+    traffic = Traffic(prompt, output, prompt_cv, output_cv)
+    capacity = float(poisson_capacity(hw, traffic, slots, chunk))
     low, high = 0.0, capacity
     for _ in range(SLO_RATE_STEPS):
         mid = 0.5 * (low + high)
-        result = poisson(hw, mid, prompt, output, slots, chunk, prompt_cv, output_cv, metrics=("ttft", "tpot"))
+        result = poisson(hw, mid, traffic, slots, chunk, metrics=("ttft", "tpot"))
         ok = (float(result.ttft_q[QUANTILE_VALUES["p99"]]) <= limits["ttft"]
               and float(result.tpot_q[QUANTILE_VALUES["p99"]]) <= limits["tpot"])
         low, high = (mid, high) if ok else (low, mid)

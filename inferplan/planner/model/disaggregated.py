@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.model.performance import Hardware
-from inferplan.planner.model.serving import PoissonModel, poisson_model, prompt_sample, sample_quantiles
+from inferplan.planner.model.serving import PoissonModel, Traffic, poisson_model, prompt_sample, sample_quantiles
 
 FloatArray = NDArray[np.float64]
 
@@ -98,8 +98,8 @@ def prefill_pool(hw: Hardware, tp_decode: ArrayLike, prompt_tokens: float, slots
                  ) -> Pool:
     """Prefill-only replicas `hw` (one row each) whose prompts go to decode replicas of `tp_decode` GPUs: the
     serving model with one output token, and the KV transfer of each sampled prompt added to its TTFT."""
-    model = poisson_model(hw, prompt_tokens, 1.0, slots, chunk_tokens, prompt_cv, 0.0, arrival_cv2,
-                          prefill_fraction=prefill_fraction, samples=samples)
+    traffic = Traffic(prompt_tokens, 1.0, prompt_cv, 0.0, arrival_cv2, prefill_fraction=prefill_fraction)
+    model = poisson_model(hw, traffic, slots, chunk_tokens, samples=samples)
     # Prompts share the GPU's compute one after another: the pool's prefill queue (M/G/1 on the sampled
     # prompts' prefill times) saturates at one prompt per mean prefill time, below what the slots would allow.
     model = replace(model, capacity=np.minimum(model.capacity, (1.0 - 1e-9) / model.es))
@@ -114,8 +114,9 @@ def decode_pool(hw: Hardware, prompt_tokens: float, output_tokens: float, slots:
     """Decode-only replicas `hw` (one row each): the prompt's KV arrives computed, so its prefill is one token
     (the first step on the replica), its KV holds the whole prompt (`slots` as for the aggregated replica), and
     no prompt work stretches the decode steps."""
-    model = poisson_model(hw, prompt_tokens, output_tokens, slots, chunk_tokens, 0.0, output_cv, arrival_cv2,
-                          service_cv2=service_cv2, prefill_fraction=0.0, samples=samples)
+    traffic = Traffic(prompt_tokens, output_tokens, 0.0, output_cv, arrival_cv2, service_cv2=service_cv2,
+                      prefill_fraction=0.0)
+    model = poisson_model(hw, traffic, slots, chunk_tokens, samples=samples)
     overhead = np.asarray(hw.request_overhead_s, dtype=float)
     return Pool(model, -(overhead[..., None] if np.ndim(overhead) else overhead))
 

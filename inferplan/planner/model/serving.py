@@ -244,29 +244,40 @@ def running_context(prompt_tokens: ArrayLike, output_tokens: ArrayLike, output_c
     return np.asarray(prompt_tokens, dtype=float) + o * (1.0 + cv * cv) / 2.0
 
 
-def poisson_capacity(
-    hw: Hardware,
-    prompt_tokens: ArrayLike,
-    output_tokens: ArrayLike,
-    slots: ArrayLike,
-    chunk_tokens: ArrayLike,
-    prefill_fraction: ArrayLike = 1.0,
-    streams: ArrayLike = 1.0,
-    output_cv: ArrayLike = 0.0,
-) -> FloatArray:
+@dataclass(frozen=True)
+class Traffic:
+    """What arrives at an instance, its rate apart: the mean prompt and output lengths [tokens] and their CVs, the
+    arrivals' burstiness (CV^2 of the gaps: 1 is Poisson), the requests of a finite run, the longest prompt a
+    request may have, a service-time CV^2 that overrides the one of the output lengths, and the share of each
+    prompt computed (1 - the prefix cache's hit rate). Numbers or arrays (one per deployment)."""
+
+    prompt_tokens: ArrayLike
+    output_tokens: ArrayLike
+    prompt_cv: ArrayLike = 0.0
+    output_cv: ArrayLike = 0.0
+    arrival_cv2: ArrayLike = 1.0
+    num_prompts: ArrayLike = 1000.0
+    max_prompt_tokens: ArrayLike = np.inf
+    service_cv2: ArrayLike | None = None
+    prefill_fraction: ArrayLike = 1.0
+
+
+def poisson_capacity(hw: Hardware, traffic: Traffic, slots: ArrayLike, chunk_tokens: ArrayLike,
+                     streams: ArrayLike = 1.0) -> FloatArray:
     """Requests/s one instance sustains with every slot busy: X solving X (TTFT + O TPOT(slots, X)) = slots.
 
     `streams`: batches the instance runs at once, each with `slots` slots and steps of `hw` (a replica of `pp`
     pipeline stages keeps `pp` in flight, one per stage): the instance sustains that many times one's rate.
 
-    `prefill_fraction` is the share of each prompt that must be computed (1 - prefix-cache hit rate).
+    It reads `traffic`'s lengths, output CV and prefill share (the share of each prompt that must be computed).
     With a the request's own prefill, b its O decode steps at full batch and w its prompt's compute seconds,
     TPOT is stretched by the prompt work sharing the GPU (`_prompt_stretch`), so X (a + b / (1 - X w)) = c
     while X w <= 0.95: the smaller root of a w X^2 - (a + b + c w) X + c = 0 (the other lies beyond 1 / w),
     taken in the form that does not cancel; beyond, the stretch is capped and X (a + b / 0.05) = c.
     """
-    p = np.asarray(prompt_tokens, dtype=float)
-    o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
+    prefill_fraction, output_cv = traffic.prefill_fraction, traffic.output_cv
+    p = np.asarray(traffic.prompt_tokens, dtype=float)
+    o = np.maximum(np.asarray(traffic.output_tokens, dtype=float), 1.0)
     c = np.maximum(np.asarray(slots, dtype=float), 1.0)
     shape = np.broadcast(p, o, c, np.asarray(hw.bandwidth_bytes_s)).shape
     p, o, c = (np.broadcast_to(v, shape).astype(float) for v in (p, o, c))
@@ -503,18 +514,10 @@ class PoissonModel:
 
 def poisson_model(
     hw: Hardware,
-    prompt_tokens: ArrayLike,
-    output_tokens: ArrayLike,
+    traffic: Traffic,
     slots: ArrayLike,
     chunk_tokens: ArrayLike,
-    prompt_cv: ArrayLike = 0.0,
-    output_cv: ArrayLike = 0.0,
-    arrival_cv2: ArrayLike = 1.0,
-    num_prompts: ArrayLike = 1000.0,
-    max_prompt_tokens: ArrayLike = np.inf,
     *,
-    service_cv2: ArrayLike | None = None,
-    prefill_fraction: ArrayLike = 1.0,
     capacity: ArrayLike | None = None,
     samples: int = _SAMPLES,
     rate_shape: tuple[int, ...] = (),
@@ -522,6 +525,10 @@ def poisson_model(
 ) -> PoissonModel:
     """The rate-free part of `poisson`: the same arguments less the rate, whose array shape (when it has more
     dimensions than the deployments) is `rate_shape`."""
+    t = traffic
+    prompt_tokens, output_tokens, prompt_cv, output_cv = t.prompt_tokens, t.output_tokens, t.prompt_cv, t.output_cv
+    arrival_cv2, num_prompts, max_prompt_tokens = t.arrival_cv2, t.num_prompts, t.max_prompt_tokens
+    service_cv2, prefill_fraction = t.service_cv2, t.prefill_fraction
     u_prompt, u_output, _, _, _ = _uniforms(samples)
     p = np.asarray(prompt_tokens, dtype=float)
     o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
@@ -539,7 +546,7 @@ def poisson_model(
     prompt_work = p * fraction * prefill_compute_s_per_token(hw, p)
     own_prefill = prefill_s(hw, np.maximum(p * fraction, 1.0), 1.0, chunk_tokens)
     if capacity is None:
-        capacity = poisson_capacity(hw, p, o, c, chunk_tokens, fraction, k, o_cv)
+        capacity = poisson_capacity(hw, Traffic(p, o, output_cv=o_cv, prefill_fraction=fraction), c, chunk_tokens, k)
     k = np.broadcast_to(k, shape)
     capacity = np.broadcast_to(np.asarray(capacity, dtype=float), shape) / k  # one stream's
 
@@ -591,18 +598,10 @@ def poisson_model(
 def poisson(
     hw: Hardware,
     rate: ArrayLike,
-    prompt_tokens: ArrayLike,
-    output_tokens: ArrayLike,
+    traffic: Traffic,
     slots: ArrayLike,
     chunk_tokens: ArrayLike,
-    prompt_cv: ArrayLike = 0.0,
-    output_cv: ArrayLike = 0.0,
-    arrival_cv2: ArrayLike = 1.0,
-    num_prompts: ArrayLike = 1000.0,
-    max_prompt_tokens: ArrayLike = np.inf,
     *,
-    service_cv2: ArrayLike | None = None,
-    prefill_fraction: ArrayLike = 1.0,
     capacity: ArrayLike | None = None,
     samples: int = _SAMPLES,
     metrics: tuple[str, ...] = ("ttft", "tpot", "e2e"),
@@ -616,14 +615,12 @@ def poisson(
     the wait in the prefill queue (M/G/1) and, near the slot limit, the slot queue (M/G/c).
     Above capacity the finite run of `num_prompts` requests queues: the i-th waits i x (1/X - 1/rate).
 
-    `service_cv2` overrides the request service-time CV^2 derived from the output lengths;
-    `prefill_fraction` is the share of each prompt computed (1 - prefix-cache hit rate); `capacity`
+    `traffic` (`Traffic`) is what arrives, the rate apart; `capacity`
     may be passed when already known (`poisson_capacity`); `samples` sets the size of the stratified
     sample the percentiles come from (fewer is faster and coarser); `metrics` names the percentiles
     wanted (the others come back empty). To evaluate the same deployments at many rates, build their
     `poisson_model` once. `streams`: see `PoissonModel` (rates, capacity and throughputs the replica's).
     """
-    model = poisson_model(hw, prompt_tokens, output_tokens, slots, chunk_tokens, prompt_cv, output_cv, arrival_cv2,
-                          num_prompts, max_prompt_tokens, service_cv2=service_cv2, prefill_fraction=prefill_fraction,
-                          capacity=capacity, samples=samples, rate_shape=np.shape(rate), streams=streams)
+    model = poisson_model(hw, traffic, slots, chunk_tokens, capacity=capacity, samples=samples,
+                          rate_shape=np.shape(rate), streams=streams)
     return model.at(rate, metrics)

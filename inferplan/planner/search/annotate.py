@@ -56,6 +56,7 @@ from inferplan.planner.search.core import (
     _replicas,
     _unmeasured_warning,
     kv_hint,
+    traffic_of,
 )
 from inferplan.planner.search.grid import (
     _settings,
@@ -152,13 +153,13 @@ def _upper_cost(req: PlanRequest, c: Candidate, slots: float) -> UpperCost:
     slowdown = UNMEASURED_STEP_SLOWDOWN
     deployment = deployment_of(req, c)
     hw = stack_hardware([slower_steps(deployment.hardware, slowdown)])
-    p, o, pp = req.prompt_mean, req.output_mean, c.pipeline_parallel
+    pp = c.pipeline_parallel
     fraction, chunk = 1.0 - req.prefix_hit_rate, deployment.settings.chunk_tokens
     per_stream = np.array([slots])
-    capacity = poisson_capacity(hw, p, o, per_stream, chunk, fraction, pp, req.output_cv)
-    model = poisson_model(hw, p, o, per_stream, chunk, req.prompt_cv, req.output_cv, req.arrival_cv2,
-                          service_cv2=req.service_cv2, prefill_fraction=fraction, capacity=capacity,
-                          samples=REPORT_SAMPLES, streams=np.array([pp]))
+    traffic = traffic_of(req, fraction)
+    capacity = poisson_capacity(hw, traffic, per_stream, chunk, pp)
+    model = poisson_model(hw, traffic, per_stream, chunk, capacity=capacity, samples=REPORT_SAMPLES,
+                          streams=np.array([pp]))
     wanted = [(s.metric, s.quantile) for s in req.slos]
     targets = np.array([s.max_s for s in req.slos])[:, None]
     light = model.quantiles(capacity * 1e-4, wanted)

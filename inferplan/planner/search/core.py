@@ -6,7 +6,8 @@ longer an import circle."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
@@ -32,6 +33,7 @@ from inferplan.planner.model.performance import (
 from inferplan.planner.model.serving import (
     LoadResult,
     PoissonModel,
+    Traffic,
     poisson_capacity,
     poisson_model,
     running_context,
@@ -309,6 +311,24 @@ class CountBounds:
 
 
 _COUNTED: ContextVar[CountBounds | None] = ContextVar("inferplan_count_bounds", default=None)
+"""The recorder of the planning under way (`recording`), which `_limit_checks` and the suggestions note needs in."""
+
+
+@contextmanager
+def recording() -> Iterator[CountBounds]:
+    """The recorder of the GPU needs the planning under way compares with an available count: the one an outer
+    call opened (a plan's suggestions plan again; verification re-plans and adds replicas), else a new one for this
+    call. Whoever opened it puts `bounds()` into its result (`PlanResult.count_bounds`)."""
+    outer = _COUNTED.get()
+    if outer is not None:
+        yield outer
+        return
+    recorder = CountBounds()
+    token = _COUNTED.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _COUNTED.reset(token)
 
 
 def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[np.intp], replicas: NDArray[np.int_],
@@ -334,6 +354,13 @@ def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[n
     for k in reversed(range(len(broken))):
         first = np.where(broken[k], k, first)
     return first
+
+
+def traffic_of(req: PlanRequest, prefill_fraction: float) -> Traffic:
+    """What arrives at each replica of `req`'s deployments, the rate apart, with `prefill_fraction` of each prompt
+    computed."""
+    return Traffic(req.prompt_mean, req.output_mean, req.prompt_cv, req.output_cv, req.arrival_cv2,
+                   service_cv2=req.service_cv2, prefill_fraction=prefill_fraction)
 
 
 def output_tokens_per_hour(req: PlanRequest) -> float:
@@ -371,14 +398,13 @@ class _Rows:
         self.slots = np.maximum(np.minimum(self.batch, grid.row_kv_tokens / context) / self.pp, 1.0)
         self.fraction = 1.0 - req.prefix_hit_rate
         every = np.arange(len(rows))
-        self.capacity = poisson_capacity(self.hardware(every), p, o, self.slots, self.chunk, self.fraction,
-                                         self.pp, req.output_cv)
+        self.traffic = traffic_of(req, self.fraction)
+        self.capacity = poisson_capacity(self.hardware(every), self.traffic, self.slots, self.chunk, self.pp)
         new_shape = np.r_[True, rows[1:] != rows[:-1]]
         first_row, self.shape_of_row = np.flatnonzero(new_shape), np.cumsum(new_shape) - 1
         self.first_row = first_row  # each shape's first row
         self.per_shape = poisson_model(
-            self.hardware(first_row), p, o, self.slots[first_row], self.chunk, req.prompt_cv, req.output_cv,
-            req.arrival_cv2, service_cv2=req.service_cv2, prefill_fraction=self.fraction,
+            self.hardware(first_row), self.traffic, self.slots[first_row], self.chunk,
             capacity=self.capacity[first_row], samples=SEARCH_SAMPLES, streams=self.pp[first_row])
         self.wanted = [(s.metric, s.quantile) for s in req.slos]
         self.targets = np.array([s.max_s for s in req.slos])[:, None]

@@ -39,7 +39,7 @@ from inferplan.planner.catalog.precisions import resolve_kv_dtype
 from inferplan.planner.model.disaggregated import Pool, combined, decode_pool, prefill_pool
 from inferplan.planner.model.factors import FactorSet
 from inferplan.planner.model.performance import prefill_s
-from inferplan.planner.model.serving import LoadResult, poisson_capacity, sample_quantiles
+from inferplan.planner.model.serving import LoadResult, Traffic, poisson_capacity, sample_quantiles
 from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, Role, cost_of, dollars_per_hour, headroom, replica_shape, rounded
@@ -167,14 +167,16 @@ class _Pools:
         pre_hw = rows.hardware(self.pre_row)
         # Above what a prefill pool sustains: one mean prompt's prefill at a time (the model's bound, over the
         # sampled prompts, is lower still), and no more than its slots allow.
-        bound = np.minimum(poisson_capacity(pre_hw, p, 1.0, self.pre_slots, rows.chunk, rows.fraction),
+        prompts_only = Traffic(p, 1.0, prefill_fraction=rows.fraction)
+        bound = np.minimum(poisson_capacity(pre_hw, prompts_only, self.pre_slots, rows.chunk),
                            1.0 / prefill_s(pre_hw, max(p * rows.fraction, 1.0), 1.0, rows.chunk))
         self.pre_cost_per_replica = rows.tp[self.pre_row] * rows.price[self.pre_row]
         # Pools of pipelined replicas are not planned (docs/planning.md): no floor, so never within reach.
         self.pre_floor = np.where(rows.pp[self.pre_row] > 1, np.inf,
                                   _replicas(req, bound * req.max_utilization) * self.pre_cost_per_replica)
-        self.dec_capacity = poisson_capacity(rows.hardware(np.arange(len(rows.shape))), p, o, rows.slots,
-                                             rows.chunk, 0.0, output_cv=req.output_cv)
+        self.dec_capacity = poisson_capacity(rows.hardware(np.arange(len(rows.shape))),
+                                             Traffic(p, o, output_cv=req.output_cv, prefill_fraction=0.0), rows.slots,
+                                             rows.chunk)
         self.dec_cost_per_replica = rows.tp * rows.price
         self.dec_floor = np.where(rows.pp > 1, np.inf,
                                   _replicas(req, self.dec_capacity * req.max_utilization) * self.dec_cost_per_replica)

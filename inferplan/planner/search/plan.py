@@ -16,8 +16,7 @@ only worded for the few shown.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -55,7 +54,6 @@ from inferplan.planner.search.core import (
     FIRST_PASS_ROWS,
     PRACTICAL_COST_FACTOR,
     REPORT_SAMPLES,
-    CountBounds,
     _candidate,
     _Grid,
     _limit_checks,
@@ -65,6 +63,7 @@ from inferplan.planner.search.core import (
     _Shape,
     _tail_warning,
     output_tokens_per_hour,
+    recording,
 )
 from inferplan.planner.search.grid import (
     CONTEXT_WARN_SHARE,
@@ -95,20 +94,6 @@ CONTEXT_LIMIT_SHARE = 0.05   # ... and above this share the plan is infeasible: 
                              # are one choice: only the first (cheapest, most headroom) is shown
 _NONE = np.zeros(0, dtype=np.intp)
 _EMPTY = np.zeros(0)
-
-
-@contextmanager
-def count_bounds() -> Iterator[CountBounds]:
-    """Record every GPU need that planning inside the block compares with an available count (the one
-    comparison, in `_limit_checks`, and the suggestions' wording): `bounds()` then says between which counts of
-    each GPU type the same planning gives the same answer, so that a count moving within them needs no new
-    plan (the operator's inventory, docs/operator.md)."""
-    recorder = CountBounds()
-    token = _COUNTED.set(recorder)
-    try:
-        yield recorder
-    finally:
-        _COUNTED.reset(token)
 
 
 def _limit_reason(req: PlanRequest, check: int, shape: _Shape, replicas: int, gpus: int, cost: float) -> str:
@@ -175,8 +160,18 @@ def plan(req: PlanRequest, factors: FactorSet | None = None, *, suggest: bool = 
     `confirm`: search the rows shown again with the sample their numbers are shown with (`_shown_rows`), so
     that each meets every SLO by its own numbers. Off when the simulator verifies the candidates instead
     (`verification.planned`): it accepts rows the analytic tail rejects (16 of 120 random plans were
-    recommended one or more replicas cheaper by it), and the recommendation then shows simulated numbers."""
-    factors = factors or load_factors()
+    recommended one or more replicas cheaper by it), and the recommendation then shows simulated numbers.
+
+    The result holds the counts of each available GPU type within which the same planning gives the same answer
+    (`PlanResult.count_bounds`, from every need the planning compared with an available count, its suggestions'
+    included), so that a count moving within them needs no new plan (the operator's inventory)."""
+    with recording() as counted:
+        result, settings = _plan(req, factors or load_factors(), suggest, confirm)
+    return result.model_copy(update={"assumptions": _assumptions(req, settings), "count_bounds": counted.bounds()})
+
+
+def _plan(req: PlanRequest, factors: FactorSet, suggest: bool, confirm: bool) -> tuple[PlanResult, EngineSettings]:
+    """`plan`'s search, suggestions included, and the engine settings its assumptions are worded from."""
     engine = ENGINES[req.engine]
     settings = _settings(req, engine, 1)
     warnings: list[str] = []
@@ -203,7 +198,7 @@ def plan(req: PlanRequest, factors: FactorSet | None = None, *, suggest: bool = 
             result = with_intervals(req, with_upper_cost(req, result))
     suggestions = (suggestions_for(req, lambda changed: plan(changed, factors, suggest=False), factors)
                    if suggest and not result.recommendation else [])
-    return result.model_copy(update={"assumptions": _assumptions(req, settings), "suggestions": suggestions})
+    return result.model_copy(update={"suggestions": suggestions}), settings
 
 
 # What the step model does not represent yet for multi-head latent attention models, and how far off it was where
@@ -495,10 +490,8 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
         return finish([])
     shown = index[chosen]
     planned = req.rate_rps / replicas
-    report = poisson(rows.hardware(shown), planned[chosen], req.prompt_mean, req.output_mean, rows.slots[shown],
-                     rows.chunk, req.prompt_cv, req.output_cv, req.arrival_cv2, service_cv2=req.service_cv2,
-                     prefill_fraction=rows.fraction, capacity=rows.capacity[shown], samples=REPORT_SAMPLES,
-                     streams=rows.pp[shown])
+    report = poisson(rows.hardware(shown), planned[chosen], rows.traffic, rows.slots[shown], rows.chunk,
+                     capacity=rows.capacity[shown], samples=REPORT_SAMPLES, streams=rows.pp[shown])
     candidates = [
         _candidate(req, engine, row_shape(i), int(batch[i]), grid.settings[grid.row_batch[i]], int(replicas[k]),
                    report, j, float(best_rate[i]), float(rows.capacity[i]), float(rows.slots[i] * rows.pp[i]),

@@ -80,11 +80,8 @@ def _shown_rows(req: PlanRequest, rows: _Rows, searched: NDArray[np.bool_], conf
 def _confirm(req: PlanRequest, rows: _Rows, index: NDArray[np.intp]) -> None:
     """Search the best rates of rows `index` again with the report's sample (`REPORT_SAMPLES`); a row that
     misses an SLO with it even at light load fails the slo gate (its light-load latencies are updated)."""
-    p, o = req.prompt_mean, req.output_mean
-    model = poisson_model(
-        rows.hardware(index), p, o, rows.slots[index], rows.chunk, req.prompt_cv, req.output_cv, req.arrival_cv2,
-        service_cv2=req.service_cv2, prefill_fraction=rows.fraction, capacity=rows.capacity[index],
-        samples=REPORT_SAMPLES, streams=rows.pp[index])
+    model = poisson_model(rows.hardware(index), rows.traffic, rows.slots[index], rows.chunk,
+                          capacity=rows.capacity[index], samples=REPORT_SAMPLES, streams=rows.pp[index])
     local = np.full(len(rows.shape), -1)
     local[index] = np.arange(len(index))
 

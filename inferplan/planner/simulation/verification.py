@@ -23,7 +23,7 @@ from inferplan.planner.results import (
     rounded,
 )
 from inferplan.planner.search.annotate import deployment_of, with_intervals, with_upper_cost
-from inferplan.planner.search.core import HIGH_VARIANCE_CV2
+from inferplan.planner.search.core import HIGH_VARIANCE_CV2, recording
 from inferplan.planner.search.plan import plan, suggestions_for, with_replicas
 from inferplan.planner.search.select import (
     by_cost,
@@ -352,15 +352,17 @@ def planned(req: PlanRequest, factors: FactorSet | None = None, *, verify_defaul
     when `should_verify(req, verify_default)` says so (the search then leaves the rows it shows to the
     simulator), else the analytic answer, whose rows shown each meet every SLO by their own numbers. Without a
     recommendation, the suggestions are each judged the same way (`search.suggestions_for`)."""
-    if should_verify(req, verify_default):
-        def answer(changed: PlanRequest) -> PlanResult:
-            return verify_plan(changed, plan(changed, factors, suggest=False, confirm=False), factors=factors)
+    with recording() as counted:  # the count bounds of all of it: the search, the replicas added, the suggestions
+        if should_verify(req, verify_default):
+            def answer(changed: PlanRequest) -> PlanResult:
+                return verify_plan(changed, plan(changed, factors, suggest=False, confirm=False), factors=factors)
 
-        result = answer(req)
-        if result.recommendation is None:  # also where the simulator dropped every candidate the search found
-            result = result.model_copy(update={"suggestions": suggestions_for(req, answer, factors)})
-        return result
-    return plan(req, factors)
+            result = answer(req)
+            if result.recommendation is None:  # also where the simulator dropped every candidate the search found
+                result = result.model_copy(update={"suggestions": suggestions_for(req, answer, factors)})
+        else:
+            result = plan(req, factors)
+    return result.model_copy(update={"count_bounds": counted.bounds()})
 
 
 __all__ = [

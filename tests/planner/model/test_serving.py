@@ -18,6 +18,7 @@ from inferplan.planner.model.disaggregated import prefill_pool
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware, stack_hardware
 from inferplan.planner.model.serving import (
+    Traffic,
     lognormal_sample,
     normal_ppf,
     poisson,
@@ -67,7 +68,7 @@ def test_static_batch_trades_latency_for_throughput(hw) -> None:
 
 @BOTH
 def test_poisson_at_low_rate_is_single_stream_plus_little_wait(hw) -> None:
-    light = poisson(hw, 0.01, 512, 256, slots=256, chunk_tokens=2048.0)
+    light = poisson(hw, 0.01, Traffic(512, 256), slots=256, chunk_tokens=2048.0)
     alone = single_stream(hw, 512, 256)
     assert float(light.ttft_q[0.5]) == pytest.approx(float(alone.ttft_mean), rel=0.25)
     assert float(light.tpot_q[0.5]) == pytest.approx(float(alone.tpot_mean), rel=0.1)
@@ -77,7 +78,7 @@ def test_poisson_at_low_rate_is_single_stream_plus_little_wait(hw) -> None:
 @BOTH
 def test_poisson_percentiles_are_ordered_and_grow_with_load(hw) -> None:
     rates = np.array([0.5, 2.0, 8.0])
-    result = poisson(hw, rates, 300, 300, slots=256, chunk_tokens=2048.0, prompt_cv=1.0, output_cv=1.0)
+    result = poisson(hw, rates, Traffic(300, 300, prompt_cv=1.0, output_cv=1.0), slots=256, chunk_tokens=2048.0)
     for stat in (result.ttft_q, result.tpot_q):
         values = np.array([stat[q] for q in QUANTILES])
         assert np.all(np.diff(values, axis=0) >= -1e-12)
@@ -87,7 +88,7 @@ def test_poisson_percentiles_are_ordered_and_grow_with_load(hw) -> None:
 
 def test_poisson_above_capacity_is_flagged_and_queues() -> None:
     hw = hardware()
-    result = poisson(hw, np.array([1.0, 500.0]), 1000, 1000, slots=16, chunk_tokens=2048.0, num_prompts=1000)
+    result = poisson(hw, np.array([1.0, 500.0]), Traffic(1000, 1000, num_prompts=1000), slots=16, chunk_tokens=2048.0)
     assert list(result.overloaded) == [False, True]
     assert result.ttft_q[0.99][1] > 100 * result.ttft_q[0.99][0]
     assert result.output_tokens_per_s[1] < 500.0 * 1000
@@ -97,8 +98,8 @@ def test_poisson_above_capacity_is_flagged_and_queues() -> None:
 @given(rate=st.floats(0.05, 5.0), factor=st.floats(1.1, 3.0))
 def test_higher_rate_never_lowers_tail_latency(rate: float, factor: float) -> None:
     hw = hardware()
-    lo = poisson(hw, rate, 400, 300, slots=256, chunk_tokens=2048.0, prompt_cv=1.0, output_cv=1.0)
-    hi = poisson(hw, rate * factor, 400, 300, slots=256, chunk_tokens=2048.0, prompt_cv=1.0, output_cv=1.0)
+    lo = poisson(hw, rate, Traffic(400, 300, prompt_cv=1.0, output_cv=1.0), slots=256, chunk_tokens=2048.0)
+    hi = poisson(hw, rate * factor, Traffic(400, 300, prompt_cv=1.0, output_cv=1.0), slots=256, chunk_tokens=2048.0)
     assert float(hi.ttft_q[0.99]) >= float(lo.ttft_q[0.99]) * 0.999
     assert float(hi.tpot_mean) >= float(lo.tpot_mean) * 0.999
 
@@ -115,15 +116,15 @@ def test_poisson_model_gives_what_poisson_gives() -> None:
                                         factors.engine("vllm"), tp)
                          for g in gpus for tp in (1, 2)])
     slots = np.array([8.0, 64.0, 256.0, 32.0, 128.0, 512.0])
-    capacity = poisson_capacity(hw, 700, 300, slots, 2048.0, 0.8)
+    capacity = poisson_capacity(hw, Traffic(700, 300, prefill_fraction=0.8), slots, 2048.0)
     rate = capacity * np.array([0.05, 0.4, 0.7, 0.9, 0.99, 1.2])
-    args = (700, 300, slots, 2048.0, 0.9, 0.6, 2.0)
-    whole = poisson(hw, rate, *args, prefill_fraction=0.8, capacity=capacity, samples=64)
-    model = poisson_model(hw, *args, prefill_fraction=0.8, capacity=capacity, samples=64)
+    traffic = Traffic(700, 300, 0.9, 0.6, 2.0, prefill_fraction=0.8)
+    whole = poisson(hw, rate, traffic, slots, 2048.0, capacity=capacity, samples=64)
+    model = poisson_model(hw, traffic, slots, 2048.0, capacity=capacity, samples=64)
     picked = np.array([5, 0, 3, 3])
     part = model.take(picked).quantiles(rate[picked], [("ttft", 0.99), ("e2e", 0.5), ("tpot", 0.9)])
     assert np.array_equal(part, [whole.ttft_q[0.99][picked], whole.e2e_q[0.5][picked], whole.tpot_q[0.9][picked]])
-    reslotted = poisson_model(hw, 700, 300, 16.0, 2048.0, 0.9, 0.6, 2.0, prefill_fraction=0.8, samples=64)
+    reslotted = poisson_model(hw, traffic, 16.0, 2048.0, samples=64)
     again = reslotted.take(np.arange(6), slots, capacity).at(rate)
     assert np.array_equal(again.ttft_q[0.95], whole.ttft_q[0.95]) and np.array_equal(again.e2e_mean, whole.e2e_mean)
     samples = np.random.default_rng(0).lognormal(0.0, 1.0, (7, 64))
@@ -139,12 +140,12 @@ def test_a_replica_of_several_streams_is_that_many_queues_sharing_its_arrivals()
     arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
     g = resolve_gpu("NVIDIA-H100-80GB-HBM3")
     hw = build_hardware(arch, g, weight_precision("bf16"), 2.0, ENGINES["vllm"], factors.engine("vllm"), 1, 2)
-    one = poisson_capacity(hw, 700, 300, 32.0, 2048.0)
-    assert poisson_capacity(hw, 700, 300, 32.0, 2048.0, 1.0, 3.0) == pytest.approx(3 * one)
-    args = (700, 300, 32.0, 2048.0, 0.9, 0.6, 1.0)
+    one = poisson_capacity(hw, Traffic(700, 300), 32.0, 2048.0)
+    assert poisson_capacity(hw, Traffic(700, 300), 32.0, 2048.0, 3.0) == pytest.approx(3 * one)
+    traffic = Traffic(700, 300, 0.9, 0.6, 1.0)
     for share in (0.2, 0.8, 1.1):
-        alone = poisson(hw, share * one, *args, 1000, samples=64)
-        three = poisson(hw, 3 * share * one, *args, 3000, samples=64, streams=3)
+        alone = poisson(hw, share * one, replace(traffic, num_prompts=1000), 32.0, 2048.0, samples=64)
+        three = poisson(hw, 3 * share * one, replace(traffic, num_prompts=3000), 32.0, 2048.0, samples=64, streams=3)
         assert np.allclose(three.ttft_q[0.95], alone.ttft_q[0.95])
         assert np.allclose(three.tpot_q[0.5], alone.tpot_q[0.5])
         assert np.allclose(three.e2e_q[0.99], alone.e2e_q[0.99], rtol=1e-9)
@@ -152,10 +153,10 @@ def test_a_replica_of_several_streams_is_that_many_queues_sharing_its_arrivals()
         assert float(three.concurrency) == pytest.approx(3 * float(alone.concurrency))
         assert float(three.capacity) == pytest.approx(3 * float(alone.capacity))
     # The search's way: a model per shape, rows taken with their slots and (the replica's) capacity.
-    model = poisson_model(stack_hardware([hw]), *args, samples=64, streams=np.array([3.0]))
+    model = poisson_model(stack_hardware([hw]), traffic, 32.0, 2048.0, samples=64, streams=np.array([3.0]))
     rows = model.take(np.zeros(2, dtype=int), np.full(2, 32.0), np.full(2, 3 * one))
     assert np.allclose(rows.quantiles(np.array([0.6 * one, 2.4 * one]), [("ttft", 0.9)])[0],
-                       [poisson(hw, r, *args, samples=64).ttft_q[0.9] for r in (0.2 * one, 0.8 * one)])
+                       [poisson(hw, r, traffic, 32.0, 2048.0, samples=64).ttft_q[0.9] for r in (0.2 * one, 0.8 * one)])
 
 
 def test_concurrency_is_little_fixed_point() -> None:
@@ -166,8 +167,8 @@ def test_concurrency_is_little_fixed_point() -> None:
     hw = stack_hardware([build_hardware(arch, g, weight_precision(p), 2.0, ENGINES["vllm"], factors.engine("vllm"), tp)
                          for g in gpus for tp in (1, 2) for p in ("bf16", "int4-awq")])
     slots = np.full(12, 256.0)
-    capacity = poisson_capacity(hw, 500, 250, slots, 2048.0)
-    model = poisson_model(hw, 500, 250, slots, 2048.0, capacity=capacity, samples=64)
+    capacity = poisson_capacity(hw, Traffic(500, 250), slots, 2048.0)
+    model = poisson_model(hw, Traffic(500, 250), slots, 2048.0, capacity=capacity, samples=64)
     for share in (0.1, 0.3, 0.6, 0.8, 0.95):
         x = capacity * share
         stretch = 1.0 - np.clip(x * model.prompt_work, 0.0, 0.95)

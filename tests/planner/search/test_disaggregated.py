@@ -23,7 +23,7 @@ from inferplan.planner.model.disaggregated import (
 )
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware
-from inferplan.planner.model.serving import poisson
+from inferplan.planner.model.serving import Traffic, poisson
 from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
 from inferplan.planner.simulation.verification import compare, simulate_candidate
@@ -78,7 +78,7 @@ def test_a_prompts_kv_crosses_over_the_fewer_links_of_the_two_pools() -> None:
 def test_a_decode_pool_is_not_slowed_by_prompts_and_a_prefill_pool_saturates_at_its_compute() -> None:
     _, hw = _hardware("H200-SXM-141GB", 4)
     rate, slots = 2.0, 32.0
-    mixed = poisson(hw, rate, 8000.0, 300.0, slots, 2048.0, 0.3, 0.5, samples=256)
+    mixed = poisson(hw, rate, Traffic(8000.0, 300.0, 0.3, 0.5), slots, 2048.0, samples=256)
     decode = decode_pool(hw, 8000.0, 300.0, slots, 2048.0, 0.5, 1.0, None, 256).quantiles(rate, [("tpot", 0.95)])
     # The aggregated replica's decode steps share the GPU with 2 x 8000 prompt tokens a second; the decode pool's
     # do not: its TPOT is the bare decode step's, well below.

@@ -18,6 +18,7 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware, take_hardware
 from inferplan.planner.model.serving import (
+    Traffic,
     poisson_capacity,
 )
 from inferplan.planner.request import PlanRequest, resolve_plan
@@ -29,9 +30,10 @@ from inferplan.planner.search.core import (
     _grid_rate,
     _RateSearch,
     _Rows,
+    recording,
 )
 from inferplan.planner.search.grid import _grid
-from inferplan.planner.search.plan import MLA_WARNING, count_bounds, plan
+from inferplan.planner.search.plan import MLA_WARNING, plan
 from inferplan.planner.search.select import GATES, _objectives, non_dominated
 from inferplan.planner.spec_parsing import parse_plan
 from tests.support.plans import spec
@@ -67,8 +69,8 @@ def test_utilisation_bound_case_matches_first_principles() -> None:
     hw = build_hardware(arch, gpu, weight_precision("bf16"), 2.0, engine, load_factors().engine("vllm"), 1)
     chunk = float(engine.default_max_batched_tokens)
     slots = min(c.max_batch, c.predicted.max_concurrency)
-    capacity = float(poisson_capacity(hw, req.prompt_mean, req.output_mean, slots, chunk,
-                                      output_cv=req.output_cv))
+    capacity = float(poisson_capacity(hw, Traffic(req.prompt_mean, req.output_mean, output_cv=req.output_cv), slots,
+                                      chunk))
     assert c.predicted.max_requests_per_second_per_replica == pytest.approx(0.8 * capacity, rel=0.01)
     assert c.replicas == math.ceil(50 / (0.8 * capacity * (1 - req.min_headroom)) - 1e-9)
     assert c.predicted.utilization <= 0.8 + 1e-9
@@ -106,9 +108,13 @@ def test_inventory_and_budget_gates() -> None:
 
 
 def test_count_bounds_are_where_a_compared_need_would_come_out_otherwise() -> None:
-    with count_bounds() as counted:
-        plan(request(**{"workload.requestsPerSecond": "200", "constraints.availableGpus": {"H100": 6}}))
-    bounds = counted.bounds()
+    """`plan()` returns the counts it holds for (`PlanResult.count_bounds`, not serialised): from every need it
+    compared with an available count (recorded while it plans, `search.core.recording`)."""
+    with recording() as counted:
+        result = plan(request(**{"workload.requestsPerSecond": "200", "constraints.availableGpus": {"H100": 6}}))
+    bounds = result.count_bounds
+    assert bounds == counted.bounds()
+    assert "countBounds" not in result.model_dump(by_alias=True) and "count_bounds" not in result.model_dump()
     assert bounds.keys() == {"H100-SXM5-80GB"}
     for key, count in (("H100-SXM5-80GB", 6),):
         low, high = bounds[key]
@@ -118,10 +124,8 @@ def test_count_bounds_are_where_a_compared_need_would_come_out_otherwise() -> No
         assert high == (min(needs[needs > count]) - 1 if np.any(needs > count) else None)
         assert low <= count and (high is None or count <= high)
     assert bounds["H100-SXM5-80GB"][1] is not None  # some candidate needs more than six H100
-    # Outside the block nothing is recorded; a count the plan does not limit (none given) is never compared.
-    with count_bounds() as unlimited:
-        plan(request(**{"workload.requestsPerSecond": "200"}))
-    assert unlimited.bounds() == {}
+    # A count the plan does not limit (none given) is never compared; a plan of its own records its own needs only.
+    assert plan(request(**{"workload.requestsPerSecond": "200"})).count_bounds == {}
 
 
 def test_beside_a_recommendation_only_limits_broken_within_reach_are_near_misses() -> None:
