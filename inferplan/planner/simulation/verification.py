@@ -22,9 +22,10 @@ from inferplan.planner.results import (
     replica_shape,
     rounded,
 )
+from inferplan.planner.search.advice import suggestions_for
 from inferplan.planner.search.annotate import deployment_of, with_intervals, with_upper_cost
 from inferplan.planner.search.core import HIGH_VARIANCE_CV2, recording
-from inferplan.planner.search.plan import plan, suggestions_for, with_replicas
+from inferplan.planner.search.plan import plan, with_replicas
 from inferplan.planner.search.select import (
     by_cost,
     describe_shape,

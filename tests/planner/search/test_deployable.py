@@ -18,9 +18,10 @@ from inferplan.planner.catalog.engine_args import flag_problems
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.search.advice import CONTEXT_LIMIT_SHARE
 from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
 from inferplan.planner.search.grid import checkpoint_of, context_overflow
-from inferplan.planner.search.plan import CONTEXT_LIMIT_SHARE, plan
+from inferplan.planner.search.plan import plan
 from inferplan.planner.simulation.verification import planned as plan_answer
 from inferplan.planner.spec_parsing import load_plan_file, parse_plan
 from inferplan.tables import format_plan
