@@ -76,13 +76,13 @@ def main() -> None:
     hw, kv, capacity = deployment()
     rate = LOAD * capacity
     if args.peak_rss:
-        workload = generate_workload(rate, args.peak_rss, PROMPT, OUTPUT, 1.0, 1.0, seed=1)
+        workload = generate_workload(rate, args.peak_rss, Traffic(PROMPT, OUTPUT, 1.0, 1.0), seed=1)
         before = status_kib("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # restart the peak (VmHWM) from here
         simulate(hw, workload, replicas=REPLICAS, max_batch=MAX_BATCH, kv_tokens=kv, chunk_tokens=CHUNK)
         print((status_kib("VmHWM") - before) * 1024)
         return
-    workload = generate_workload(rate, args.requests, PROMPT, OUTPUT, 1.0, 1.0, seed=1)
+    workload = generate_workload(rate, args.requests, Traffic(PROMPT, OUTPUT, 1.0, 1.0), seed=1)
     print(f"{args.requests} requests at {rate:.1f}/s ({LOAD:.0%} of analytic capacity {capacity:.1f}/s), "
           f"{REPLICAS} replicas, KV {kv} tokens each")
     for router in ("round_robin", "least_outstanding"):

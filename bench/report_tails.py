@@ -65,7 +65,7 @@ def main() -> int:
             rate = util * capacity
             traffic = Traffic(PROMPT, OUTPUT, CV, CV, cv2, num_prompts=args.requests)
             analytic = poisson(hw, rate, traffic, MAX_BATCH, CHUNK)
-            workload = generate_workload(rate * args.replicas, args.requests, PROMPT, OUTPUT, CV, CV, cv2, seed=0)
+            workload = generate_workload(rate * args.replicas, args.requests, traffic, seed=0)
             sim = simulate(hw, workload, replicas=args.replicas, max_batch=MAX_BATCH, kv_tokens=KV_TOKENS,
                            chunk_tokens=CHUNK)
             cells = []
@@ -96,8 +96,8 @@ def prefill_only(requests: int) -> int:
             for rho in (0.3, 0.6, 0.8):
                 rate = rho / float(model.es)
                 analytic = model.quantiles(rate, [("ttft", 0.9), ("ttft", 0.99)]).ravel()
-                sim = simulate(hw, generate_workload(rate, requests, prompt, 1, prompt_cv=cv, seed=3), max_batch=128,
-                               kv_tokens=400_000, chunk_tokens=CHUNK)
+                workload = generate_workload(rate, requests, Traffic(prompt, 1, prompt_cv=cv), seed=3)
+                sim = simulate(hw, workload, max_batch=128, kv_tokens=400_000, chunk_tokens=CHUNK)
                 cells = [f"{a * 1e3:10.0f}ms {s * 1e3:6.0f}ms {s / a:5.2f}"
                          for a, s in zip(analytic, (sim.ttft.p90_s, sim.ttft.p99_s), strict=True)]
                 print(f"{prompt:6.0f} {cv:4.1f} {rho:4.1f} | " + " | ".join(cells))

@@ -41,7 +41,7 @@ from numpy.typing import ArrayLike
 
 from inferplan.planner.catalog.engines import Scheduling
 from inferplan.planner.model.performance import Hardware
-from inferplan.planner.model.serving import sample_quantiles
+from inferplan.planner.model.serving import Traffic, sample_quantiles
 from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.simulation.engine import (
     FloatArray,
@@ -139,21 +139,13 @@ def arrival_times(rng: np.random.Generator, rate: float, n: int, arrival_cv2: fl
     return np.cumsum(gaps)
 
 
-def generate_workload(
-    rate: float,
-    requests: int,
-    prompt_tokens: float,
-    output_tokens: float,
-    prompt_cv: float = 0.0,
-    output_cv: float = 0.0,
-    arrival_cv2: float = 1.0,
-    seed: int = 0,
-) -> RequestTrace:
-    """`requests` requests at `rate` per second with lognormal lengths (mean, CV); deterministic per seed."""
+def generate_workload(rate: float, requests: int, traffic: Traffic, seed: int = 0) -> RequestTrace:
+    """`requests` requests at `rate` per second of `traffic` (its arrival CV^2, lognormal lengths of its means
+    and CVs); deterministic per seed."""
     rng = np.random.default_rng(seed)
-    t = arrival_times(rng, rate, requests, arrival_cv2)
-    return RequestTrace(t, lognormal_lengths(rng, prompt_tokens, prompt_cv, requests),
-                    lognormal_lengths(rng, output_tokens, output_cv, requests))
+    t = arrival_times(rng, rate, requests, traffic.arrival_cv2)
+    return RequestTrace(t, lognormal_lengths(rng, traffic.prompt_tokens, traffic.prompt_cv, requests),
+                        lognormal_lengths(rng, traffic.output_tokens, traffic.output_cv, requests))
 
 
 # --------------------------------------------------------------------------------------------------

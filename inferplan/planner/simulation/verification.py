@@ -11,6 +11,7 @@ import numpy as np
 
 from inferplan.planner.model.disaggregated import transfer_s
 from inferplan.planner.model.factors import FactorSet
+from inferplan.planner.model.serving import Traffic
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import (
@@ -50,8 +51,8 @@ QUANTILE_FIELDS = tuple((name, f"{name}_s") for name in QUANTILE_NAMES.values())
 def plan_workload(req: PlanRequest, requests: int, seed: int, max_model_len: int) -> RequestTrace:
     """`requests` requests of the plan's workload (rate, lognormal lengths, arrival CV^2), deterministic per
     seed. Lengths are cut so that prompt + output fits `max_model_len`, as the engine would enforce."""
-    generated = generate_workload(req.rate_rps, requests, req.prompt_mean, req.output_mean, req.prompt_cv,
-                                  req.output_cv, req.arrival_cv2, seed)
+    traffic = Traffic(req.prompt_mean, req.output_mean, req.prompt_cv, req.output_cv, req.arrival_cv2)
+    generated = generate_workload(req.rate_rps, requests, traffic, seed)
     return fit_to_context(generated, max_model_len)
 
 

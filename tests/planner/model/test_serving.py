@@ -190,7 +190,7 @@ def test_the_prompt_queue_of_a_replica_that_only_prefills_waits_as_simulated() -
     for share in (0.3, 0.6, 0.8):
         rate = share / float(model.es)
         analytic = model.quantiles(rate, [("ttft", 0.9), ("ttft", 0.99)]).ravel()
-        run = simulate(hw, generate_workload(rate, 20_000, 512, 1, prompt_cv=0.5, seed=3),
+        run = simulate(hw, generate_workload(rate, 20_000, Traffic(512, 1, prompt_cv=0.5), seed=3),
                        max_batch=128, kv_tokens=400_000, chunk_tokens=2048)
         simulated = np.array([run.ttft.p90_s, run.ttft.p99_s])
         assert analytic == pytest.approx(simulated, rel=0.12), (share, analytic, simulated)

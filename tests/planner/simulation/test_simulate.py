@@ -14,7 +14,7 @@ import pytest
 
 from inferplan.planner.catalog.engines import Scheduling
 from inferplan.planner.model.performance import attention_flops, decode_step_s, prefill_s
-from inferplan.planner.model.serving import single_stream
+from inferplan.planner.model.serving import Traffic, single_stream
 from inferplan.planner.simulation import engine as engine_module
 from inferplan.planner.simulation.engine import _StepModel
 from inferplan.planner.simulation.simulate import (
@@ -31,7 +31,7 @@ HW = hardware()
 
 
 def busy_workload(seed: int = 3, requests: int = 2000):
-    return generate_workload(40.0, requests, 400, 150, prompt_cv=1.0, output_cv=1.0, seed=seed)
+    return generate_workload(40.0, requests, Traffic(400, 150, prompt_cv=1.0, output_cv=1.0), seed=seed)
 
 
 @pytest.mark.parametrize("build", [hardware, measured_hardware], ids=["round", "measured"])
@@ -108,10 +108,10 @@ def test_memory_grows_with_numpy_results_not_python_objects(router: str, monkeyp
     # run is the numpy results (under 100 bytes per request here); Python lists per request cost over 200.
     # Small chunks keep the runs short (tracemalloc slows the loop a hundredfold).
     monkeypatch.setattr(engine_module, "CHUNK", 128)
-    simulate(HW, generate_workload(20.0, 300, 300, 100, 1.0, 1.0, seed=1), replicas=2)  # one-time allocations
+    simulate(HW, generate_workload(20.0, 300, Traffic(300, 100, 1.0, 1.0), seed=1), replicas=2)  # one-time allocations
     peaks = []
     for n in (800, 2400):
-        w = generate_workload(20.0, n, 300, 100, 1.0, 1.0, seed=1)
+        w = generate_workload(20.0, n, Traffic(300, 100, 1.0, 1.0), seed=1)
         tracemalloc.start()
         simulate(HW, w, replicas=2, max_batch=64, kv_tokens=200_000, router=router)
         peaks.append(tracemalloc.get_traced_memory()[1])
@@ -121,7 +121,7 @@ def test_memory_grows_with_numpy_results_not_python_objects(router: str, monkeyp
 
 def test_queue_length_counts_only_requests_that_arrived() -> None:
     # At low load nobody waits: requests routed ahead of their arrival are not in the queue.
-    r = simulate(HW, generate_workload(0.5, 300, 500, 50, seed=2), replicas=2)
+    r = simulate(HW, generate_workload(0.5, 300, Traffic(500, 50), seed=2), replicas=2)
     assert all(s.queue_length.max() == 0 for s in r.series)
     assert all(s.kv_tokens.max() > 0 for s in r.series)
 
@@ -244,11 +244,11 @@ def test_bad_trace_line_is_named(tmp_path, line: str, message: str) -> None:
 
 
 def test_gamma_arrivals_have_the_requested_rate_and_cv2() -> None:
-    w = generate_workload(10.0, 100_000, 100, 10, arrival_cv2=4.0, seed=5)
+    w = generate_workload(10.0, 100_000, Traffic(100, 10, arrival_cv2=4.0), seed=5)
     gaps = np.diff(w.arrival_s)
     assert gaps.mean() == pytest.approx(0.1, rel=0.03)
     assert gaps.var() / gaps.mean() ** 2 == pytest.approx(4.0, rel=0.1)
-    lengths = generate_workload(10.0, 100_000, 500, 200, prompt_cv=1.5, seed=5).prompt_tokens
+    lengths = generate_workload(10.0, 100_000, Traffic(500, 200, prompt_cv=1.5), seed=5).prompt_tokens
     assert lengths.mean() == pytest.approx(500, rel=0.03)
     assert lengths.std() / lengths.mean() == pytest.approx(1.5, rel=0.1)
 
@@ -271,7 +271,7 @@ SLOWER = 1.03  # a simulator whose service takes 3% too long; every check must n
 
 
 def poisson_arrivals(rate: float, seed: int = 11, requests: int = N) -> np.ndarray:
-    return generate_workload(rate, requests, 1, 1, seed=seed).arrival_s
+    return generate_workload(rate, requests, Traffic(1, 1), seed=seed).arrival_s
 
 
 def reference_waits(arrival: np.ndarray, service: np.ndarray, servers: int = 1) -> np.ndarray:
@@ -464,7 +464,7 @@ def test_separate_queues_wait_longer_than_one_shared_queue() -> None:
 
 
 def test_low_load_single_replica_matches_single_stream() -> None:
-    w = generate_workload(0.5, 400, 1000, 200, seed=2)
+    w = generate_workload(0.5, 400, Traffic(1000, 200), seed=2)
     r = simulate(HW, w, chunk_tokens=math.inf)
     analytic = single_stream(HW, 1000, 200)
     assert r.ttft.p50_s == pytest.approx(float(analytic.ttft_mean), rel=0.10)
