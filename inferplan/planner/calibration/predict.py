@@ -177,12 +177,12 @@ def _resolve(row: Scenario) -> _Resolved | str:
 @lru_cache(maxsize=8192)
 def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: int, pp: int,
               engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False) -> Hardware:
-    arch, precision = resolve_model(model), weight_precision(weights)
-    hw = build_hardware(arch, resolve_gpu(gpu), precision, kv, engine_profile(engine), engine_factors, tp, pp)
+    arch, precision, spec = resolve_model(model), weight_precision(weights), resolve_gpu(gpu)
+    hw = build_hardware(arch, spec, precision, kv, engine_profile(engine), engine_factors, tp, pp)
     if dp_attention:  # as the search lays a replica out (`search.dp_attention_possible`)
         hw = with_dp_attention(hw, np.array(True), np.array(attention_weight_bytes(arch, precision)))
-    if expert_parallel:  # one node's GPUs
-        hw = with_expert_parallel(hw, np.array(True), arch, np.array(max(tp, 8)))
+    if expert_parallel:  # the GPUs one replica reaches without the network: an 8-GPU node's, or an NVLink domain's
+        hw = with_expert_parallel(hw, np.array(True), arch, np.array(spec.link_domain_gpus(8)))
     return hw
 
 
