@@ -61,6 +61,19 @@ def interval_text(c: Candidate, req: PlanRequest) -> str:
     return "; ".join(parts)
 
 
+def slo_check_text(c: Candidate) -> str:
+    """"TTFT p95 <= 500 ms holds with 0.93 (bound at 80%: 36.6 x2.42 = 88.6 ms, 82% margin); ...": each SLO by the
+    held-out errors (`Predicted.slo_checks`); empty without checks."""
+    parts = []
+    for check in c.predicted.slo_checks:
+        unit, (value, bound, target) = latency_figures([check.predicted_ms, check.bound_ms, check.target_ms])
+        holds = f"{check.holds_with:.2f}" if check.holds_with else "under 0.5"
+        parts.append(f"{check.metric.upper()} {check.percentile} <= {target} {unit} holds with {holds} (bound at "
+                     f"{c.predicted.confidence or 0:.0%}: {value} x{check.ratio:.2f} = {bound} {unit}, "
+                     f"{check.margin:.0%} margin)")
+    return "; ".join(parts)
+
+
 def _slo_text(req: PlanRequest) -> str:
     names = QUANTILE_NAMES
     return ", ".join(f"{s.metric.upper()} {names[s.quantile]} <= {_ms(s.max_s * 1000)}" for s in req.slos)
@@ -177,6 +190,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             f"{_percentiles_text('TPOT', c.predicted.tpot_ms, ('p50', 'p95', 'p99'))}; "
             f"{_percentiles_text('e2e', c.predicted.e2e_ms, ('p95',))}",
             *([f"  intervals from held-out errors: {interval_text(c, req)}"] if interval_text(c, req) else []),
+            *([f"  SLOs by held-out error: {slo_check_text(c)}"] if slo_check_text(c) else []),
             # Two different shares, each said with its reference: headroom against the rate the SLOs allow,
             # utilization against the rate that saturates a replica.
             f"  headroom {c.headroom:.0%}: every SLO holds up to {req.rate_rps / (1 - c.headroom):.1f} requests/s, "

@@ -32,6 +32,7 @@ from inferplan.planner.calibration.calibrate import fittable_lines, row_line, tr
 from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
 from inferplan.planner.model.intervals import (
     DEFAULT_CONFIDENCE,
+    METRIC_CLASSES,
     MIN_ROWS,
     IntervalTable,
     Residual,
@@ -71,6 +72,9 @@ def residuals(predictions: Sequence[dict[str, Any]], rows: Sequence[Scenario]) -
     return out
 
 
+LATENCY = frozenset(METRIC_CLASSES["latency"])
+
+
 def held_out_coverage(found: Sequence[Residual], min_rows: int, confidence: float = DEFAULT_CONFIDENCE
                       ) -> dict[str, dict[str, tuple[int, int]]]:
     """Per breakdown ("overall", "metric", "path", "kind") and value: (inside, rows) of each source's residuals in
@@ -81,6 +85,7 @@ def held_out_coverage(found: Sequence[Residual], min_rows: int, confidence: floa
         for r in (r for r in found if r.source == source):
             low, high = table.log_bounds(r.evidence, confidence)
             inside = int(low <= r.log_ratio <= high)
+            below = int(r.log_ratio <= table.upper_log_bound(r.evidence, confidence))
             e = r.evidence
             modelled = e.kind != "mla"  # the architectures the step model represents (`predict.unmodelled`)
             for name, value in (("overall", "all"), ("overall", "modelled" if modelled else "mla"),
@@ -88,6 +93,11 @@ def held_out_coverage(found: Sequence[Residual], min_rows: int, confidence: floa
                                 ("kind", e.kind), ("source", source)) + ((("modelled", e.metric),) if modelled else ()):
                 counts[name][value][0] += inside
                 counts[name][value][1] += 1
+            if e.metric in LATENCY:  # the one-sided bound a plan's SLOs are judged at (`slo.confidence`)
+                counts["upper"][e.metric][0] += below
+                counts["upper"][e.metric][1] += 1
+                counts["upper"]["latency"][0] += below
+                counts["upper"]["latency"][1] += 1
     return {name: {v: (c[0], c[1]) for v, c in sorted(by.items())} for name, by in counts.items()}
 
 
@@ -123,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stderr if not args.write else sys.stdout
     print(f"\nheld-out coverage of the {DEFAULT_CONFIDENCE:.0%} intervals (each source against intervals derived "
           "without it):", file=out)
-    for name in ("overall", "path", "kind", "metric", "modelled", "source"):
+    for name in ("overall", "path", "kind", "metric", "modelled", "source", "upper"):
         for value, (inside, n) in coverage[name].items():
             print(f"  {name:8s} {value:22s} {n:4d} rows  {inside / n:6.1%}", file=out)
     return 0

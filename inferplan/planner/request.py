@@ -113,6 +113,7 @@ class PlanRequest:
     network_from: str = "default"       # where network_gbps comes from: "plan", "nodes" (their label), "default"
     max_nodes_per_replica: int = 1      # constraints.maxNodesPerReplica: TP over nodes up to this many
     named_by_label: frozenset[str] = frozenset()  # keys of the GPUs the constraints name by node label (text uses it)
+    confidence: float | None = None     # slo.confidence: each SLO must hold at the one-sided bound at this probability
 
 
 def cv_from_sigma(sigma: float) -> float:
@@ -281,6 +282,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         service_cv2=service_cv2,
         prefix_hit_rate=float(workload.prefix_cache_hit_rate),
         slos=slos,
+        confidence=None if spec.slo.confidence is None else float(spec.slo.confidence),
         gpu_types=None if limits.gpu_types is None else tuple(_gpu_key(name) for name in limits.gpu_types),
         plan_absent_gpu_types=limits.plan_absent_gpu_types,
         tp_sizes=tuple(limits.tensor_parallel_sizes),

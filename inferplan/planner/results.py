@@ -76,6 +76,26 @@ class Intervals(_Result):
     e2e_ms: PercentileIntervals = Field(alias="e2eMs")
 
 
+class SloCheck(_Result):
+    """One SLO judged by the planner's held-out errors (docs/planning.md#slo-confidence): the predicted percentile
+    times the one-sided bound at `Predicted.confidence` (the plan's `slo.confidence`, where set a condition of every
+    candidate), and the confidence the target holds with."""
+
+    metric: Literal["ttft", "tpot", "e2e"]
+    percentile: Literal["p50", "p90", "p95", "p99"]
+    target_ms: float = Field(description="The plan's target [ms].")
+    predicted_ms: float = Field(description="The predicted percentile [ms].")
+    bound_ms: float = Field(description="predictedMs x ratio: the measured percentile stays at or below it with "
+                                        "probability `confidence` [ms].")
+    ratio: float = Field(description="The one-sided bound of measured / predicted at `confidence` (>= 1), from "
+                                     "held-out errors of this kind of prediction.")
+    margin: float = Field(description="1 - boundMs / targetMs: the share of the target the bound leaves (>= 0 where "
+                                      "the SLO holds at this confidence).")
+    holds_with: float = Field(description="The largest confidence (0.5-0.99) at which the bound stays within the "
+                                          "target: the probability, by the held-out errors, that the measured "
+                                          "percentile meets it; 0 where even the median error misses it.")
+
+
 class Predicted(_Result):
     """The model's predictions for one replica at the planned per-replica rate."""
 
@@ -92,7 +112,11 @@ class Predicted(_Result):
     intervals: Intervals | None = Field(
         default=None, description="[low, high] of each latency percentile at `confidence` (the recommendation and "
                                   "alternatives; absent elsewhere).")
-    confidence: float | None = Field(default=None, description="The probability the intervals are stated at.")
+    confidence: float | None = Field(default=None, description="The probability the intervals and the SLO checks "
+                                                                "are stated at (the plan's slo.confidence).")
+    slo_checks: list[SloCheck] = Field(
+        default_factory=list, max_length=3, description="Each SLO at `confidence`: its target, prediction, bound and "
+                                                        "margin (the recommendation and alternatives).")
 
 
 class Cost(_Result):

@@ -395,6 +395,14 @@ class Slo(_SpecModel):
         description="Time per output token after the first (inter-token latency); `itl` is accepted as the same.",
     )
     e2e: SloBound | None = Field(default=None, alias="e2e", description="End-to-end request latency.")
+    confidence: float | None = Field(
+        default=None, ge=0.5, le=0.99,
+        description="The probability with which a planned deployment must meet each target: a candidate is feasible "
+                    "only if each target holds at the one-sided bound of its prediction at this confidence (the "
+                    "prediction times the planner's held-out error at that level, docs/planning.md#slo-confidence). "
+                    "0.5-0.99. Unset: candidates are judged on the predictions themselves, and each SLO of the "
+                    "recommendation states the confidence it holds with.",
+    )
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
         _cel("has(self.ttft) || has(self.tpot) || has(self.itl) || has(self.e2e)",

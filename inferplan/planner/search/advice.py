@@ -122,8 +122,11 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
     for k, slo in enumerate(req.slos):
         name = QUANTILE_NAMES[slo.quantile]
 
-        def value(c: Candidate, metric: str = slo.metric, name: str = name) -> float:
-            return float(getattr(getattr(c.predicted, f"{metric}_ms"), name)) / 1e3
+        def value(c: Candidate, k: int = k, metric: str = slo.metric, name: str = name) -> float:
+            """The target `c` meets at the plan's confidence: its bound (`Predicted.slo_checks`), else its
+            prediction [s]."""
+            checks = c.predicted.slo_checks
+            return (checks[k].bound_ms if checks else float(getattr(getattr(c.predicted, f"{metric}_ms"), name))) / 1e3
 
         def at(target_s: float, k: int = k, slo: SloTarget = slo) -> list[Candidate]:
             changed = replace(req, slos=(*req.slos[:k], replace(slo, max_s=target_s), *req.slos[k + 1:]))

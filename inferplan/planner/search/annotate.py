@@ -11,7 +11,6 @@ from numpy.typing import NDArray
 from inferplan.planner.catalog.engines import (
     ENGINES,
     EngineSettings,
-    factor_key,
 )
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.catalog.precisions import (
@@ -19,7 +18,7 @@ from inferplan.planner.catalog.precisions import (
     weight_precision,
 )
 from inferplan.planner.model.factors import FactorSet, load_factors
-from inferplan.planner.model.intervals import DEFAULT_CONFIDENCE, Evidence, load_intervals
+from inferplan.planner.model.intervals import DEFAULT_CONFIDENCE, load_intervals
 from inferplan.planner.model.kernels import kernel_basis
 from inferplan.planner.model.memory import (
     MemoryPlan,
@@ -37,7 +36,7 @@ from inferplan.planner.model.serving import (
     poisson_capacity,
     poisson_model,
 )
-from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.quantiles import QUANTILE_NAMES, QUANTILE_VALUES
 from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import (
     Candidate,
@@ -55,7 +54,10 @@ from inferplan.planner.search.core import (
     _RateSearch,
     _replicas,
     _unmeasured_warning,
+    candidate_slo_ratios,
+    interval_evidence,
     kv_hint,
+    slo_checks,
     traffic_of,
 )
 from inferplan.planner.search.grid import (
@@ -86,42 +88,35 @@ def with_upper_cost(req: PlanRequest, result: PlanResult) -> PlanResult:
         "upper_cost": upper, "warnings": [first, *rest][:16]})})
 
 
-# The scenario metric whose held-out errors stand for each predicted percentile: the published runs measure TTFT and
-# TPOT at p50 and p99 (a p90 or p95 reads the p99's, the wider) and the end-to-end time as a mean only.
-INTERVAL_METRICS = {
-    "ttft_ms": {"p50": "ttft_ms_p50", "p90": "ttft_ms_p99", "p95": "ttft_ms_p99", "p99": "ttft_ms_p99"},
-    "tpot_ms": {"p50": "tpot_ms_p50", "p90": "tpot_ms_p99", "p95": "tpot_ms_p99", "p99": "tpot_ms_p99"},
-    "e2e_ms": {q: "e2e_ms_mean" for q in ("p50", "p90", "p95", "p99")},
-}
-
-
 def candidate_intervals(req: PlanRequest, candidate: Candidate, confidence: float = DEFAULT_CONFIDENCE) -> Intervals:
     """The intervals of `candidate`'s predicted latencies (`intervals.py`): read for its model kind, its engine's
     factor line on its GPU family, and whether that pair has measured lines (`provenance.measuredLines`)."""
     gpu = load_gpu_catalog().get(candidate.gpu_type)
-    kind = "mla" if req.arch.is_mla else "moe" if req.arch.is_moe else "dense"
-    line = factor_key(req.engine, None, gpu.vendor)
-    measured = candidate.provenance.get("measuredLines", "0") != "0"
+    lines = int(candidate.provenance.get("measuredLines", "0"))
     table = load_intervals()
 
     def bounds(stats: Percentiles, metric: str) -> PercentileIntervals:
         def pair(q: str) -> list[float]:
-            evidence = Evidence(INTERVAL_METRICS[metric][q], kind, line, gpu.family, "poisson", measured)
+            evidence = interval_evidence(req, gpu, metric, QUANTILE_VALUES[q], lines)
             low, high = table.interval(evidence, getattr(stats, q), confidence)
             return [rounded(low), rounded(high)]
         return PercentileIntervals(p50=pair("p50"), p90=pair("p90"), p95=pair("p95"), p99=pair("p99"))
 
     p = candidate.predicted
-    return Intervals(ttft_ms=bounds(p.ttft_ms, "ttft_ms"), tpot_ms=bounds(p.tpot_ms, "tpot_ms"),
-                     e2e_ms=bounds(p.e2e_ms, "e2e_ms"))
+    return Intervals(ttft_ms=bounds(p.ttft_ms, "ttft"), tpot_ms=bounds(p.tpot_ms, "tpot"),
+                     e2e_ms=bounds(p.e2e_ms, "e2e"))
 
 
-def with_intervals(req: PlanRequest, result: PlanResult, confidence: float = DEFAULT_CONFIDENCE) -> PlanResult:
-    """`result` with the prediction intervals of its recommendation and alternatives (`Predicted.intervals`): worked
-    out once on the candidates shown, not in the search."""
+def with_intervals(req: PlanRequest, result: PlanResult) -> PlanResult:
+    """`result` with the prediction intervals of its recommendation and alternatives (`Predicted.intervals`) and
+    each SLO judged at the plan's confidence (`Predicted.slo_checks`): worked out once on the candidates shown, not
+    in the search."""
     def add(c: Candidate) -> Candidate:
         return c.model_copy(update={"predicted": c.predicted.model_copy(update={
-            "intervals": candidate_intervals(req, c, confidence), "confidence": confidence})})
+            "intervals": candidate_intervals(req, c, confidence), "confidence": confidence,
+            "slo_checks": slo_checks(req, c)})})
+
+    confidence = DEFAULT_CONFIDENCE if req.confidence is None else req.confidence
 
     rec = result.recommendation
     return result.model_copy(update={"recommendation": add(rec) if rec is not None else None,
@@ -161,14 +156,16 @@ def _upper_cost(req: PlanRequest, c: Candidate, slots: float) -> UpperCost:
     model = poisson_model(hw, traffic, per_stream, chunk, capacity=capacity, samples=REPORT_SAMPLES,
                           streams=np.array([pp]))
     wanted = [(s.metric, s.quantile) for s in req.slos]
-    targets = np.array([s.max_s for s in req.slos])[:, None]
+    targets = (np.array([s.max_s for s in req.slos]) / np.array(candidate_slo_ratios(req, c)))[:, None]
     light = model.quantiles(capacity * 1e-4, wanted)
     if not np.all(light <= targets):
         worst = int(np.argmax(light[:, 0] / targets[:, 0]))
         slo = req.slos[worst]
         return UpperCost(step_slowdown=slowdown, evidence=UNMEASURED_EVIDENCE,
                          missed=f"{_describe_slo(slo)} <= {slo.max_s * 1e3:.0f} ms ({light[worst, 0] * 1e3:.0f} ms "
-                                "at light load)")
+                                "at light load" + ("" if req.confidence is None else
+                                                   f", {targets[worst, 0] * 1e3:.0f} ms allowed at confidence "
+                                                   f"{req.confidence:g}") + ")")
     row = np.zeros(1, dtype=np.intp)
     rates = _RateSearch(lambda at: model.take(at, per_stream[at], capacity[at]), capacity, req.max_utilization,
                         wanted, targets, np.max(np.log(light / targets), axis=0))

@@ -21,9 +21,17 @@ from inferplan.planner.catalog.engines import (
     EngineSettings,
     factor_key,
 )
-from inferplan.planner.catalog.gpus import GpuSpec
+from inferplan.planner.catalog.gpus import GpuSpec, load_gpu_catalog
 from inferplan.planner.catalog.precisions import (
     resolve_kv_dtype,
+)
+from inferplan.planner.model.factors import FactorSet
+from inferplan.planner.model.intervals import (
+    CONFIDENCES,
+    DEFAULT_CONFIDENCE,
+    PLAN_METRICS,
+    Evidence,
+    load_intervals,
 )
 from inferplan.planner.model.kernels import kernel_basis
 from inferplan.planner.model.performance import (
@@ -39,11 +47,12 @@ from inferplan.planner.model.serving import (
     running_context,
 )
 from inferplan.planner.quantiles import QUANTILE_NAMES
-from inferplan.planner.request import PlanRequest
+from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import (
     Candidate,
     Percentiles,
     Predicted,
+    SloCheck,
     UpperCost,
     cost_of,
     headroom,
@@ -135,6 +144,7 @@ class _Grid:
     row_kv_tokens: NDArray[np.float64]
     rejected: list[_Rejections]
     checkpoints: list[list[Checkpoint | str]]  # per GPU and precision: what the engine loads there, or why nothing
+    slo_limits: NDArray[np.float64]  # (SLO, GPU): each target at the plan's confidence on each GPU (`slo_limits`)
 
     def shape(self, req: PlanRequest, s: int) -> _Shape:
         return _Shape(self.gpus[self.gpu[s]], int(self.tp[s]), req.precisions[self.precision[s]],
@@ -363,6 +373,86 @@ def traffic_of(req: PlanRequest, prefill_fraction: float) -> Traffic:
                    service_cv2=req.service_cv2, prefill_fraction=prefill_fraction)
 
 
+def interval_evidence(req: PlanRequest, gpu: GpuSpec, metric: str, quantile: float, measured_lines: int
+                      ) -> Evidence:
+    """What the held-out error of `req`'s prediction of (`metric`, `quantile`) on `gpu` rests on: the model's kind,
+    the engine's factor line on the GPU's family, and whether that pair has measured lines (`measured_lines`, as
+    `provenance.measuredLines` cites them)."""
+    kind = "mla" if req.arch.is_mla else "moe" if req.arch.is_moe else "dense"
+    line = factor_key(req.engine, None, gpu.vendor)
+    return Evidence(PLAN_METRICS[metric][quantile], kind, line, gpu.family, "poisson", measured_lines > 0)
+
+
+def measured_lines_on(req: PlanRequest, factors: FactorSet, gpu: GpuSpec) -> int:
+    """The measured serving lines of `req`'s engine (its current release line) on `gpu`'s family."""
+    return factors.lines_measured_on(req.engine, gpu.family).get(factor_key(req.engine, None, gpu.vendor), 0)
+
+
+def slo_bound_ratios(req: PlanRequest, gpu: GpuSpec, measured_lines: int, confidence: float | None = None
+                     ) -> tuple[float, ...]:
+    """Per SLO of `req`: the one-sided bound of measured / predicted at `confidence` (default: the plan's
+    `slo.confidence`) for a candidate on `gpu` whose engine line has `measured_lines` there (>= 1). A candidate meets
+    an SLO at that confidence when its prediction times this ratio is within the target (`slo_limits`). 1 for each
+    without a confidence: the plan is judged on its predictions."""
+    confidence = req.confidence if confidence is None else confidence
+    if confidence is None:
+        return tuple(1.0 for _ in req.slos)
+    table = load_intervals()
+    return tuple(math.exp(table.upper_log_bound(interval_evidence(req, gpu, s.metric, s.quantile, measured_lines),
+                                                confidence)) for s in req.slos)
+
+
+def _gpu_and_lines(candidate: Candidate) -> tuple[GpuSpec, int]:
+    return load_gpu_catalog().get(candidate.gpu_type), int(candidate.provenance.get("measuredLines", "0"))
+
+
+def candidate_slo_ratios(req: PlanRequest, candidate: Candidate) -> tuple[float, ...]:
+    """`slo_bound_ratios` of `candidate` (its GPU type, its `provenance.measuredLines`) at the plan's confidence."""
+    return slo_bound_ratios(req, *_gpu_and_lines(candidate))
+
+
+def slo_limits(req: PlanRequest, factors: FactorSet, gpus: Sequence[GpuSpec]) -> NDArray[np.float64]:
+    """(SLO, GPU): the largest prediction [s] of each SLO's percentile a candidate on each of `gpus` may have: the
+    target over the one-sided bound's ratio at the plan's confidence (`slo_bound_ratios`)."""
+    targets = np.array([s.max_s for s in req.slos])
+    ratios = [slo_bound_ratios(req, g, measured_lines_on(req, factors, g)) for g in gpus]
+    return np.array([targets / np.array(r) for r in ratios]).T.reshape(len(req.slos), len(gpus))
+
+
+def ms_text(seconds: float) -> str:
+    """A latency in ms: whole above 100 ms, else three significant digits."""
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+def limit_words(req: PlanRequest, slo: SloTarget, limit_s: float) -> str:
+    """'{target} ms target' where `limit_s` is the target itself, else '{limit} ms, what the {target} ms target
+    allows at confidence {c} (held-out errors up to x{ratio})'."""
+    if req.confidence is None or limit_s >= slo.max_s * (1 - 1e-9):
+        return f"{slo.max_s * 1e3:.0f} ms target"
+    return (f"{ms_text(limit_s)} ms, what the {slo.max_s * 1e3:.0f} ms target allows at confidence "
+            f"{req.confidence:g} (held-out errors up to x{slo.max_s / limit_s:.2f})")
+
+
+def slo_checks(req: PlanRequest, candidate: Candidate) -> list[SloCheck]:
+    """Each SLO of `req` judged on `candidate`'s predictions: its bound at the plan's confidence (0.8 where the plan
+    sets none: the confidence its intervals are stated at) and the confidence it holds with."""
+    gpu, lines = _gpu_and_lines(candidate)
+    confidence = DEFAULT_CONFIDENCE if req.confidence is None else req.confidence
+    ratios = slo_bound_ratios(req, gpu, lines, confidence)
+    table, out = load_intervals(), []
+    for slo, ratio in zip(req.slos, ratios, strict=True):
+        name = QUANTILE_NAMES[slo.quantile]
+        value = float(getattr(getattr(candidate.predicted, f"{slo.metric}_ms"), name))
+        target, bound = slo.max_s * 1e3, value * ratio
+        evidence = interval_evidence(req, gpu, slo.metric, slo.quantile, lines)
+        holds = table.confidence_within(evidence, math.log(target / value)) if value > 0 else CONFIDENCES[-1]
+        out.append(SloCheck(metric=slo.metric, percentile=name, target_ms=rounded(target), predicted_ms=value,
+                            bound_ms=rounded(bound), ratio=round(ratio, 3), margin=round(1.0 - bound / target, 3),
+                            holds_with=holds))
+    return out
+
+
 def output_tokens_per_hour(req: PlanRequest) -> float:
     """The output tokens the plan's rate generates an hour (what a cost per million tokens divides by)."""
     return req.rate_rps * req.output_mean * 3600.0
@@ -407,7 +497,7 @@ class _Rows:
             self.hardware(first_row), self.traffic, self.slots[first_row], self.chunk,
             capacity=self.capacity[first_row], samples=SEARCH_SAMPLES, streams=self.pp[first_row])
         self.wanted = [(s.metric, s.quantile) for s in req.slos]
-        self.targets = np.array([s.max_s for s in req.slos])[:, None]
+        self.targets = grid.slo_limits[:, grid.gpu[rows]]  # (SLO, rows): each row's GPU's limits
         # At light load nothing queues, so the batch cap does not matter: evaluate one row per shape.
         self.light = self.per_shape.quantiles(self.capacity[first_row] * 1e-4, self.wanted)[:, self.shape_of_row]
         self.slo_ok = np.all(self.light <= self.targets, axis=0)

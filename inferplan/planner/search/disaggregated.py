@@ -80,18 +80,21 @@ class _Split:
     decode_targets: NDArray[np.float64]
 
 
-def _splits(req: PlanRequest) -> list[_Split]:
+def _splits(req: PlanRequest, limits: NDArray[np.float64]) -> list[_Split]:
+    """The divisions of each SLO's limit (`limits`, per SLO [s]: the target at the plan's confidence) between the
+    pools."""
+    limit = {id(s): float(x) for s, x in zip(req.slos, limits, strict=True)}
     ttft = [s for s in req.slos if s.metric == "ttft"]
     e2e = [s for s in req.slos if s.metric == "e2e"]
     tpot = [s for s in req.slos if s.metric == "tpot"]
     spanning = ttft or e2e  # the targets whose time both pools share
     out = []
     for f in (TTFT_SPLITS if ttft else E2E_SPLITS if e2e else (1.0,)):
-        prefill = [("ttft", s.quantile, f * s.max_s) for s in spanning] or [("ttft", 0.95, math.inf)]
-        prefill_share = f * spanning[0].max_s if spanning else 0.0
-        decode = ([("tpot", s.quantile, s.max_s) for s in tpot]
-                  + [("ttft", s.quantile, (1.0 - f) * s.max_s) for s in ttft]
-                  + [("e2e", s.quantile, s.max_s - prefill_share) for s in e2e])
+        prefill = [("ttft", s.quantile, f * limit[id(s)]) for s in spanning] or [("ttft", 0.95, math.inf)]
+        prefill_share = f * limit[id(spanning[0])] if spanning else 0.0
+        decode = ([("tpot", s.quantile, limit[id(s)]) for s in tpot]
+                  + [("ttft", s.quantile, (1.0 - f) * limit[id(s)]) for s in ttft]
+                  + [("e2e", s.quantile, limit[id(s)] - prefill_share) for s in e2e])
         out.append(_Split([(m, q) for m, q, _ in prefill], np.array([t for _, _, t in prefill])[:, None],
                           [(m, q) for m, q, _ in decode], np.array([t for _, _, t in decode])[:, None]))
     return out
@@ -107,7 +110,9 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
                         "can configure (vLLM 0.11 and later, SGLang 0.4 and later); only aggregated candidates "
                         "were planned")
         return []
-    splits = _splits(req)
+    # The pools are searched within the strictest limits of the GPUs planned (each SLO's target at the plan's
+    # confidence, `slo_limits`); a pair is then judged within its decode GPU's own (`_candidate`).
+    splits = _splits(req, grid.slo_limits.min(axis=1) if grid.slo_limits.size else np.zeros(len(req.slos)))
     pools = _Pools(req, engine, factors, grid, rows, splits)
     # Cost floors (what the utilisation cap alone needs) bound every pair's cost from below: search the cheapest
     # floors first, then only rows whose pair floor is within PRACTICAL_COST_FACTOR of the cheapest cost found.
@@ -415,7 +420,9 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
     samples = combined(pre_pool.latency_samples(req.rate_rps / pre_replicas, {"ttft"}),
                        dec_pool.latency_samples(req.rate_rps / dec_replicas, {"ttft", "tpot"}),
                        dec_pool.model.outputs)
-    if any(sample_quantiles(samples[slo.metric], [slo.quantile])[0][0] > slo.max_s for slo in req.slos):
+    limits = grid.slo_limits[:, grid.gpu[rows.shape[dec]]]
+    if any(sample_quantiles(samples[slo.metric], [slo.quantile])[0][0] > limit
+           for slo, limit in zip(req.slos, limits, strict=True)):
         return None
     q = {metric: dict(zip(QUANTILES, sample_quantiles(values, QUANTILES), strict=True))
          for metric, values in samples.items()}

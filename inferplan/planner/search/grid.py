@@ -52,6 +52,7 @@ from inferplan.planner.search.core import (
     _Rejections,
     _Shape,
     kv_hint,
+    slo_limits,
 )
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -280,7 +281,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     if np.any(ep):
         flat = with_expert_parallel(flat, ep, req.arch, domain)
     return _Grid(gpus, gpu, tp, pi, ki, dp, pp, ep, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
-                 tokens[row_shape, row_batch], rejected, checkpoints)
+                 tokens[row_shape, row_batch], rejected, checkpoints, slo_limits(req, factors, gpus))
 
 
 def _shape_hardware(req: PlanRequest, gpus: list[GpuSpec], precisions: list[WeightPrecision],

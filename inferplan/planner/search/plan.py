@@ -63,6 +63,8 @@ from inferplan.planner.search.core import (
     _Rows,
     _Shape,
     _tail_warning,
+    limit_words,
+    ms_text,
     output_tokens_per_hour,
     recording,
 )
@@ -281,11 +283,16 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     def row_shape(i: int) -> _Shape:
         return grid.shape(req, rows.shape[i])
 
+    def light_text(value: float) -> str:
+        """The light-load latency [ms]: whole, or as precise as the limit at a confidence (`limit_words`)."""
+        return ms_text(value) if req.confidence is not None else f"{value * 1e3:.0f}"
+
     def slo_reason(i: int) -> str:
-        worst = int(np.argmax(rows.light[:, i] / rows.targets[:, 0]))
+        worst = int(np.argmax(rows.light[:, i] / rows.targets[:, i]))
         slo, shape = req.slos[worst], row_shape(i)
         return (f"{_describe_slo(slo)} at batch {batch[i]} on {shape.parallelism()} ({shape.precision}) is "
-                f"{rows.light[worst, i] * 1e3:.0f} ms even at light load > {slo.max_s * 1e3:.0f} ms target")
+                f"{light_text(float(rows.light[worst, i]))} ms even at light load > "
+                f"{limit_words(req, slo, float(rows.targets[worst, i]))}")
 
     def rejections(gate: str, index: NDArray[np.intp], cost: NDArray[np.float64],
                    reason: Callable[[int], str], miss: NDArray[np.float64] | None = None) -> _Rejections:

@@ -90,12 +90,12 @@ def _confirm(req: PlanRequest, rows: _Rows, index: NDArray[np.intp]) -> None:
 
     light = model.quantiles(rows.capacity[index] * 1e-4, rows.wanted)
     rows.light[:, index] = light
-    ok = np.all(light <= rows.targets, axis=0)
+    ok = np.all(light <= rows.targets[:, index], axis=0)
     rows.slo_ok[index[~ok]] = False
     rows.best_rate[index[~ok]] = 0.0
     keep = index[ok]
     margin = np.full(len(rows.shape), np.nan)
-    margin[index] = np.max(np.log(light / rows.targets), axis=0)
+    margin[index] = np.max(np.log(light / rows.targets[:, index]), axis=0)
     rates = _RateSearch(model_of, rows.capacity, req.max_utilization, rows.wanted, rows.targets, margin)
     at_cap, cap_margin = rates.at_cap(keep)
     rows.best_rate[keep[at_cap]] = rows.capacity[keep[at_cap]] * req.max_utilization

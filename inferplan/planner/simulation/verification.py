@@ -4,6 +4,7 @@ candidate's replicas and compare the simulated latency percentiles with the anal
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,7 +26,7 @@ from inferplan.planner.results import (
 )
 from inferplan.planner.search.advice import suggestions_for
 from inferplan.planner.search.annotate import deployment_of, with_intervals, with_upper_cost
-from inferplan.planner.search.core import HIGH_VARIANCE_CV2, recording
+from inferplan.planner.search.core import HIGH_VARIANCE_CV2, candidate_slo_ratios, limit_words, recording
 from inferplan.planner.search.plan import plan, with_replicas
 from inferplan.planner.search.select import (
     by_cost,
@@ -210,20 +211,27 @@ def should_verify(req: PlanRequest, default: bool = True) -> bool:
     return default or variable
 
 
-def _values(req: PlanRequest, sim: SimulationResult) -> list[tuple[SloTarget, float]]:
-    """Each SLO with `sim`'s value at its percentile [s]."""
+def _values(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float]) -> list[tuple[SloTarget, float, float]]:
+    """Each SLO with `sim`'s value at its percentile [s] and the most it may be at the plan's confidence [s] (the
+    target over the candidate's bound ratio, `candidate_slo_ratios`)."""
     stats = {"ttft": sim.ttft, "tpot": sim.tpot, "e2e": sim.e2e}
-    return [(slo, float(getattr(stats[slo.metric], f"p{round(slo.quantile * 100)}_s"))) for slo in req.slos]
+    return [(slo, float(getattr(stats[slo.metric], f"p{round(slo.quantile * 100)}_s")), slo.max_s / ratio)
+            for slo, ratio in zip(req.slos, ratios, strict=True)]
 
 
-def _misses(req: PlanRequest, sim: SimulationResult) -> list[tuple[SloTarget, float]]:
-    """The SLOs `sim` misses, with the simulated value [s] (NaN counts as a miss)."""
-    return [(slo, value) for slo, value in _values(req, sim) if not value <= slo.max_s]
+def _misses(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float]) -> list[tuple[SloTarget, float, float]]:
+    """The SLOs `sim` misses at the plan's confidence: (SLO, simulated value, its limit) [s] (NaN counts as a
+    miss)."""
+    return [(slo, value, limit) for slo, value, limit in _values(req, sim, ratios) if not value <= limit]
 
 
-def _on_the_edge(req: PlanRequest, sim: SimulationResult) -> bool:
-    """Whether `sim` meets every SLO but one within EDGE of its target."""
-    return any(value > (1.0 - EDGE) * slo.max_s for slo, value in _values(req, sim))
+def _on_the_edge(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float]) -> bool:
+    """Whether `sim` meets every SLO but one within EDGE of its limit."""
+    return any(value > (1.0 - EDGE) * limit for _, value, limit in _values(req, sim, ratios))
+
+
+def _miss_words(req: PlanRequest, slo: SloTarget, value: float, limit: float) -> str:
+    return f"{value * 1e3:.0f} ms > {limit_words(req, slo, limit)}"
 
 
 def warmup_s(candidate: Candidate) -> float:
@@ -240,18 +248,19 @@ def steady_requests(req: PlanRequest, candidate: Candidate, judged: int) -> int:
 
 
 def _simulate_verdict(req: PlanRequest, candidate: Candidate, judged: int, seed: int, factors: FactorSet | None
-                      ) -> tuple[SimulationResult, list[tuple[SloTarget, float]], int]:
+                      ) -> tuple[SimulationResult, list[tuple[SloTarget, float, float]], int]:
     """`candidate` simulated with `judged` requests in steady state (CONFIRM_REQUESTS where that passes on the
     edge): the simulation (its statistics of the steady state), the SLOs it misses and the requests it served."""
     def run(judged: int) -> tuple[SimulationResult, int]:
         requests = steady_requests(req, candidate, judged)
         return simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors,
                                   warmup_s=warmup_s(candidate)), requests
+    ratios = candidate_slo_ratios(req, candidate)
     sim, requests = run(judged)
-    misses = _misses(req, sim)
-    if not misses and judged < CONFIRM_REQUESTS and _on_the_edge(req, sim):
+    misses = _misses(req, sim, ratios)
+    if not misses and judged < CONFIRM_REQUESTS and _on_the_edge(req, sim, ratios):
         sim, requests = run(CONFIRM_REQUESTS)
-        misses = _misses(req, sim)
+        misses = _misses(req, sim, ratios)
     return sim, misses, requests
 
 
@@ -279,17 +288,17 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
             analytic.append(first)
             continue
         candidate: Candidate | None = first
-        first_misses: list[tuple[SloTarget, float]] | None = None
+        first_misses: list[tuple[SloTarget, float, float]] | None = None
         for _ in range(MAX_REPLICA_STEPS + 1):
             assert candidate is not None
             sim, misses, served = _simulate_verdict(req, candidate, requests, seed, factors)
             if first_misses is None:
                 first_misses = misses
                 if misses:
-                    slo, value = misses[0]
+                    slo, value, limit = misses[0]
                     missed[describe_shape(first)] = (
                         f"verify: {describe_shape(first)} misses {slo.metric.upper()} p{round(slo.quantile * 100)} "
-                        f"in simulation ({value * 1e3:.0f} ms > {slo.max_s * 1e3:.0f} ms)")
+                        f"in simulation ({_miss_words(req, slo, value, limit)})")
             if not misses:
                 break
             more = with_replicas(req, candidate, candidate.replicas + max(1, math.ceil(candidate.replicas / 10)))
@@ -298,7 +307,7 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
             candidate = more
         assert candidate is not None
         if misses:
-            slo, value = misses[0]
+            slo, value, limit = misses[0]
             dropped.append(Infeasible(
                 gpu_type=candidate.gpu_type, gpus_per_replica=candidate.gpus_per_replica,
                 precision=candidate.precision, kv_cache_dtype=candidate.kv_cache_dtype, max_batch=candidate.max_batch,
@@ -307,17 +316,16 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
                 expert_parallel=candidate.expert_parallel, gate="verify",
                 reason=f"simulated {slo.metric.upper()} p{round(slo.quantile * 100)} of "
                        f"{replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)} is "
-                       f"{value * 1e3:.0f} ms > "
-                       f"{slo.max_s * 1e3:.0f} ms target ({served} simulated requests)"))
+                       f"{_miss_words(req, slo, value, limit)} ({served} simulated requests)"))
             continue
         predicted = candidate.predicted.model_copy(update={
             "ttft_ms": _simulated(sim.ttft), "tpot_ms": _simulated(sim.tpot), "e2e_ms": _simulated(sim.e2e)})
         warnings = list(candidate.warnings)
         if first_misses:
-            slo, value = first_misses[0]
+            slo, value, limit = first_misses[0]
             warnings.append(f"{candidate.replicas} replicas, not the {first.replicas} the analytic model gives: at "
                             f"{first.replicas} the simulated {slo.metric.upper()} p{round(slo.quantile * 100)} is "
-                            f"{value * 1e3:.0f} ms > {slo.max_s * 1e3:.0f} ms")
+                            f"{_miss_words(req, slo, value, limit)}")
         kept.append(candidate.model_copy(update={
             "predicted": predicted, "provenance": candidate.provenance | {"predicted": "simulated"},
             "warnings": warnings[:16]}))

@@ -13,6 +13,7 @@ import pytest
 
 from inferplan.planner.model.intervals import (
     CONFIDENCES,
+    LEVELS,
     METRIC_CLASSES,
     Evidence,
     IntervalTable,
@@ -53,6 +54,29 @@ def test_derive_falls_back_to_coarser_groups() -> None:
     table = IntervalTable.from_json(data)
     assert table.log_bounds(_evidence(family="ampere")) == table.log_bounds(_evidence(family="ada"))
     assert derive(rows, min_rows=20) == data  # deterministic
+
+
+@pytest.mark.parametrize("metric", ["ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "e2e_ms_mean"])
+@pytest.mark.parametrize("measured", [True, False])
+def test_one_sided_bounds_rise_with_confidence_and_invert(metric: str, measured: bool) -> None:
+    table, evidence = load_intervals(), _evidence(metric, measured)
+    uppers = [table.upper_log_bound(evidence, c) for c in CONFIDENCES]
+    assert all(u >= 0 for u in uppers) and uppers == sorted(uppers)
+    # The one-sided bound at c is the central interval's upper end at 2c - 1: never above the same c's central one.
+    assert all(u <= table.log_bounds(evidence, c)[1] + 1e-12 for u, c in zip(uppers, CONFIDENCES, strict=True))
+    for c in (0.55, 0.7, 0.85, 0.93):
+        bound = table.upper_log_bound(evidence, c)
+        holds = table.confidence_within(evidence, bound + 1e-9)
+        assert c - 0.011 <= holds  # the target at the bound holds with (about) c
+        assert table.upper_log_bound(evidence, max(holds, CONFIDENCES[0])) <= bound + 1e-6
+    assert table.confidence_within(evidence, -0.01) == 0.0  # below the prediction: not even the median
+    assert table.confidence_within(evidence, 50.0) == CONFIDENCES[-1]
+
+
+def test_a_confidence_outside_the_range_is_refused() -> None:
+    for bad in (0.3, 0.995):
+        with pytest.raises(ValueError, match="outside"):
+            load_intervals().upper_log_bound(_evidence(), bad)
 
 
 @pytest.mark.parametrize("metric", ALL_METRICS)
@@ -120,11 +144,11 @@ def test_derive_script_is_deterministic_and_writes_what_derive_gives(tmp_path: P
 
 def test_shipped_data_is_readable_and_has_a_group_for_every_row() -> None:
     data = json.loads(resources.files("inferplan.planner").joinpath("data/intervals.json").read_text())
-    assert tuple(data["meta"]["confidences"]) == CONFIDENCES
+    assert tuple(data["meta"]["levels"]) == LEVELS
     for path in ("measured", "extrapolated"):
         for key, group in data[path].items():
             assert group["n"] >= data["meta"]["minRows"], key
-            assert len(group["bounds"]) == len(CONFIDENCES)
+            assert len(group["bounds"]) == len(LEVELS)
     assert "*" in data["measured"] and "*" in data["extrapolated"]
 
 

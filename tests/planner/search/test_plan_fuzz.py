@@ -94,6 +94,6 @@ def test_any_valid_spec_plans_to_finite_non_negative_numbers_or_a_plan_error(dat
             assert shown <= slo.max_s * 1e3 * (1 + 1e-3), (candidate.gpu_type, slo, shown)  # 4 digits shown
     result = planned.model_dump(by_alias=True, mode="json")
     for path, value in numbers(result):
-        assert math.isfinite(value) and value >= 0, (path, value)
+        assert math.isfinite(value) and (value >= 0 or path.endswith(".margin")), (path, value)  # a check's margin
     if result["recommendation"] is None:
         assert result["infeasible"] or result["warnings"]  # an empty answer always says why
