@@ -110,7 +110,8 @@ OBSERVED_LATENCY = PLAN_SERIES.family("inferplan_observed_latency_seconds",
 PREDICTED_LATENCY_LOW = PLAN_SERIES.family(
     "inferplan_predicted_latency_low_seconds",
     "Low end of the prediction interval around the predicted latency (the recommendation's interval at its "
-    "confidence, as ratios to its prediction; status.prediction.intervalMs): where one is stated.", _LATENCY_LABELS)
+    "confidence, as ratios to its prediction, narrowed by the deployment's own errors once it has enough; "
+    "status.prediction.intervalMs): where one is stated.", _LATENCY_LABELS)
 PREDICTED_LATENCY_HIGH = PLAN_SERIES.family(
     "inferplan_predicted_latency_high_seconds",
     "High end of the prediction interval around the predicted latency (status.prediction.intervalMs): where one is "

@@ -34,6 +34,8 @@ from inferplan.operator.status import (
     ObservedStatus,
     PredictionStatus,
     QuantileBounds,
+    QuantileResiduals,
+    ResidualsByMetric,
     assemble_status,
     make_condition,
 )
@@ -48,7 +50,7 @@ from inferplan.planner.calibration.observed import (
     with_workload,
     worst,
 )
-from inferplan.planner.calibration.online import Calibration, calibrated_factors, update_calibration
+from inferplan.planner.calibration.online import MIN_REQUESTS, Calibration, calibrated_factors, update_calibration
 from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
 from inferplan.planner.catalog.engine_args import flag_spellings
@@ -56,7 +58,7 @@ from inferplan.planner.catalog.engines import ENGINES
 from inferplan.planner.catalog.gpus import GPU_VENDORS, resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
-from inferplan.planner.model.intervals import gpu_family
+from inferplan.planner.model.intervals import conformal_bounds, gpu_family
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.spec import Observe
@@ -378,11 +380,91 @@ class Bands:
     ratios: dict[str, dict[float, tuple[float, float]]]
     confidence: float | None
     missing: str = ""
+    narrowed: tuple[tuple[str, float], ...] = ()  # the (metric, quantile) whose band this deployment's errors narrowed
 
     def band(self, metric: str, quantile: float, predicted_s: float) -> tuple[float, float] | None:
         """[low, high] [s] around `predicted_s`, or None where the recommendation has no interval for it."""
         ratio = self.ratios.get(metric, {}).get(quantile)
         return None if ratio is None else (predicted_s * ratio[0], predicted_s * ratio[1])
+
+    def narrowed_by(self, residuals: Mapping[str, Mapping[float, Sequence[float]]]) -> Bands:
+        """These bands, each narrowed by the deployment's own errors (`residuals`: log(observed / predicted) per
+        metric and quantile, `Residuals`) where it has at least OWN_WINDOWS of them: their split-conformal interval
+        at the same confidence (the method of the recommendation's intervals, on this deployment's windows), where
+        that is narrower than the recommendation's band, widened to contain the prediction. Never wider."""
+        if self.confidence is None:
+            return self
+        ratios = {metric: dict(by_q) for metric, by_q in self.ratios.items()}
+        narrowed = []
+        for metric, by_q in self.ratios.items():
+            for q, (low, high) in by_q.items():
+                own = residuals.get(metric, {}).get(q, ())
+                if len(own) < OWN_WINDOWS:
+                    continue
+                own_low, own_high = conformal_bounds(own, self.confidence)
+                own_low, own_high = math.exp(min(own_low, 0.0)), math.exp(max(own_high, 0.0))
+                if math.log(own_high / own_low) < math.log(high / low):
+                    ratios[metric][q] = (own_low, own_high)
+                    narrowed.append((metric, q))
+        return dataclasses.replace(self, ratios=ratios, narrowed=tuple(narrowed))
+
+
+OWN_WINDOWS = 9
+"""Windows of its own a percentile needs before its errors narrow its band: the fewest whose 80% split-conformal
+bounds lie inside the sample (floor((n + 1) x 0.1) >= 1)."""
+KEPT_WINDOWS = 20
+"""The most recent windows whose errors a percentile keeps (`status.prediction.residuals`)."""
+
+
+Residuals = dict[str, dict[float, list[float]]]
+"""log(observed / predicted) per metric and quantile, oldest first."""
+
+
+def residuals_key(current: Current | None) -> str | None:
+    """What the kept errors were observed on: the current deployment's GPU type, GPUs per replica, max batch,
+    precision and KV dtype (its replicas may change: every prediction is per replica at the observed rate)."""
+    if current is None:
+        return None
+    s = current.shape
+    return f"{s.gpu_type}/{s.gpus_per_replica}/{s.max_batch}/{s.precision}/{s.kv_cache_dtype}"
+
+
+def read_residuals(old_prediction: Mapping[str, Any], key: str | None) -> Residuals:
+    """The errors kept in `old_prediction` (`status.prediction`) for deployment `key`; none for another one."""
+    if key is None or old_prediction.get("residualsFor") != key:
+        return {}
+    kept = old_prediction.get("residuals")
+    out: Residuals = {}
+    for metric, by_name in (kept.items() if isinstance(kept, Mapping) else ()):
+        for q, name in QUANTILE_NAMES.items():
+            values = by_name.get(name) if isinstance(by_name, Mapping) else None
+            if isinstance(values, list) and all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+                out.setdefault(metric, {})[q] = [float(v) for v in values][-KEPT_WINDOWS:]
+    return out
+
+
+def with_window(kept: Residuals, verdicts: Sequence[Verdict], requests: float) -> Residuals:
+    """`kept` with this window's errors appended: only from a window of at least MIN_REQUESTS requests (the online
+    calibration's guard) and only for percentiles judged inside their band (an error outside it is drift to flag,
+    not width to learn), at most KEPT_WINDOWS each."""
+    out = {metric: {q: list(v) for q, v in by_q.items()} for metric, by_q in kept.items()}
+    if requests < MIN_REQUESTS:
+        return out
+    for v in verdicts:
+        d = v.discrepancy
+        if v.band is None or v.outside or not (d.observed_s > 0 and d.predicted_s > 0):
+            continue
+        values = out.setdefault(d.metric, {}).setdefault(d.quantile, [])
+        values.append(round(math.log(d.observed_s / d.predicted_s), 4))
+        del values[:-KEPT_WINDOWS]
+    return out
+
+
+def _residuals_status(kept: Residuals) -> ResidualsByMetric | None:
+    if not any(kept.values()):
+        return None
+    return ResidualsByMetric(**{metric: QuantileResiduals(**{QUANTILE_NAMES[q]: v for q, v in by_q.items() if v})
+                                for metric, by_q in kept.items() if by_q})
 
 
 def recommendation_bands(status: Mapping[str, Any] | None, current_gpu_type: str | None) -> Bands:
@@ -474,7 +556,9 @@ def rules_text(verdicts: Sequence[Verdict], bands: Bands, max_error_ratio: float
 
     parts = []
     if by_interval := metrics(True):
-        parts.append(f"against the recommendation's {_share(bands.confidence)} prediction intervals ({by_interval})")
+        own = ", ".join(f"{m.upper()} {QUANTILE_NAMES[q]}" for m, q in bands.narrowed)
+        parts.append(f"against the recommendation's {_share(bands.confidence)} prediction intervals ({by_interval})"
+                     + (f", narrowed by this deployment's own errors ({own})" if own else ""))
     if by_ratio := metrics(False):
         why = bands.missing or "no interval for these percentiles"
         parts.append(f"by maxErrorRatio {max_error_ratio:.0%} ({by_ratio}: {why})")
@@ -576,8 +660,11 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         errors: dict[str, dict[str, float]] = {}
         for d in outcome.discrepancies:
             errors.setdefault(d.metric, {})[QUANTILE_NAMES[d.quantile]] = round(d.error_ratio, 4)
-        bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None)
+        key = residuals_key(current)
+        kept = read_residuals(old_prediction, key)
+        bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None).narrowed_by(kept)
         verdicts = judge(outcome.discrepancies, bands, max_error_ratio)
+        kept = with_window(kept, verdicts, obs.requests_in_window)
         outside = [v for v in verdicts if v.outside]
         rules = rules_text(verdicts, bands, max_error_ratio)
         drift_since = None
@@ -610,6 +697,8 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
             utilization=round(outcome.prediction.utilization, 4),
             interval_ms=interval_ms,
             confidence=bands.confidence if interval_ms else None,
+            residuals=_residuals_status(kept),
+            residuals_for=key if any(kept.values()) else None,
             drift_since=drift_since,
         )
 

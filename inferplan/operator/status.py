@@ -75,6 +75,24 @@ class BoundsByMetric(_Status):
     e2e: QuantileBounds | None = Field(default=None, alias="e2e", description="End-to-end latency [ms].")
 
 
+_Residuals = Annotated[list[float], Field(max_length=20)]
+
+
+class QuantileResiduals(_Status):
+    """log(observed / predicted) of the last windows judged inside their band, oldest first, per percentile."""
+
+    p50: _Residuals | None = None
+    p90: _Residuals | None = None
+    p95: _Residuals | None = None
+    p99: _Residuals | None = None
+
+
+class ResidualsByMetric(_Status):
+    ttft: QuantileResiduals | None = Field(default=None, description="Time to first token.")
+    tpot: QuantileResiduals | None = Field(default=None, description="Time per output token.")
+    e2e: QuantileResiduals | None = Field(default=None, alias="e2e", description="End-to-end latency.")
+
+
 class MeanLatency(_Status):
     ttft: float | None = Field(default=None, description="Mean time to first token [ms].")
     tpot: float | None = Field(default=None, description="Mean time per output token [ms].")
@@ -131,6 +149,14 @@ class PredictionStatus(_Status):
                                   "prediction interval, as ratios to its own prediction, around this prediction "
                                   "[ms]. A percentile without one is judged by observe.maxErrorRatio.")
     confidence: float | None = Field(default=None, description="The probability intervalMs is stated at.")
+    residuals: ResidualsByMetric | None = Field(
+        default=None, description="This deployment's own errors, log(observed / predicted), of the last windows of at "
+                                  "least 200 requests judged inside their band: from 9 of a percentile on, its band is "
+                                  "their split-conformal interval where that is narrower than the recommendation's "
+                                  "(docs/observe.md, Narrowed by what this deployment did).")
+    residuals_for: str | None = Field(
+        default=None, max_length=256, description="The deployment the residuals were observed on (GPU type, GPUs per "
+                                                  "replica, max batch, precision, KV dtype); another starts afresh.")
     drift_since: str | None = Field(
         default=None, max_length=64, json_schema_extra={"format": "date-time"},
         description="Since when some percentile has been outside its bound (its interval, else "

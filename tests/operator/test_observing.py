@@ -451,3 +451,63 @@ def test_a_rendered_deployment_of_a_pre_quantised_checkpoint_reads_back_at_its_p
                            "vllm")["precision"] == "fp16"
     assert read_deployment(vllm_deployment(["--model", "nvidia/Llama-3.1-70B-Instruct-FP8", "-q", "awq"]),
                            "vllm")["precision"] == "int4-awq"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Narrowed by what this deployment did (issue 37, point 3)
+
+
+def _observations(req, status: dict, scales: list[float], requests: float = 1000.0, start: int = 0) -> dict:
+    """`status` after one observation per scale (observed = scale x the prediction), a minute apart."""
+    prediction = predict_current(req, SHAPE)
+    for i, scale in enumerate(scales, start):
+        status = observe_status(status, _outcome(req, _observation(prediction, scale, requests)),
+                                now=f"2026-11-30T10:{i:02d}:00Z", generation=1)
+    return status
+
+
+def test_the_deployments_own_errors_narrow_its_band_once_there_are_enough(req) -> None:
+    """Inside a wide interval (0.5-3x), windows observed at 0.98-1.10x the prediction are kept as this deployment's
+    errors; from the ninth on, its band is their 80% split-conformal interval, narrower than the recommendation's,
+    and the message says so. An observation at 2x, inside the recommendation's band, is then outside."""
+    prediction = predict_current(req, SHAPE)
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+    scales = [1.0, 1.05, 0.98, 1.1, 1.02, 1.07, 0.99, 1.04]
+    eight = _observations(req, wide, scales)
+    kept = eight["prediction"]["residuals"]["tpot"]["p95"]
+    assert len(kept) == 8 and eight["prediction"]["residualsFor"] == "H100-SXM5-80GB/1/256/bf16/auto"
+    p95 = prediction.latency["tpot"][0.95] * 1e3
+    assert eight["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.5 * p95, 3.0 * p95], rel=1e-4)
+    assert "narrowed" not in _accurate(eight)[2]
+
+    nine = _observations(req, eight, [1.03], start=8)
+    assert len(nine["prediction"]["residuals"]["tpot"]["p95"]) == 9
+    ten = _observations(req, nine, [1.0], start=9)  # judged against the band of nine windows
+    low, high = ten["prediction"]["intervalMs"]["tpot"]["p95"]
+    assert low == pytest.approx(0.98 * p95, rel=2e-3)  # the smallest of nine at 80%: 0.98x
+    assert high == pytest.approx(1.1 * p95, rel=2e-3)  # the largest of nine at 80%: 1.1x
+    state, reason, message = _accurate(ten)
+    assert (state, reason) == ("True", "Accurate") and "narrowed by this deployment's own errors (" in message
+    PredictionStatus.model_validate(ten["prediction"])
+
+    slow = _observations(req, ten, [2.0], start=10)
+    assert _accurate(slow)[:2] == ("True", "DriftPending")
+    assert len(slow["prediction"]["residuals"]["tpot"]["p95"]) == 10  # an error outside its band is not kept
+
+
+def test_own_errors_never_widen_a_band_and_small_windows_or_another_deployment_keep_none(req) -> None:
+    prediction = predict_current(req, SHAPE)
+    narrow = _recommended(prediction, {m: (0.9, 1.3) for m in EVERY_METRIC})
+    # Inside by the histogram's resolution (each bucket +-10%): 0.82x and 1.4x overlap the band 0.9-1.3x.
+    spread = _observations(req, narrow, [1.0, 1.4, 0.82, 1.2, 1.0, 1.4, 0.82, 1.2, 1.0, 1.1])
+    assert len(spread["prediction"]["residuals"]["tpot"]["p95"]) == 10
+    p95 = prediction.latency["tpot"][0.95] * 1e3
+    # Nine errors from 0.82x to 1.4x: their band is wider than 0.9-1.3x, which stays.
+    assert spread["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.9 * p95, 1.3 * p95], rel=1e-4)
+
+    small = _observations(req, narrow, [1.0] * 3, requests=100.0)  # under the calibration's 200 requests
+    assert "residuals" not in small["prediction"]
+
+    elsewhere = dict(spread, prediction={**spread["prediction"], "residualsFor": "A100-SXM4-80GB/1/256/bf16/auto"})
+    again = _observations(req, elsewhere, [1.0], start=11)
+    assert again["prediction"]["residuals"]["tpot"]["p95"] == [0.0]  # started afresh for this deployment
