@@ -122,6 +122,15 @@ def test_plans_get_answers_and_follow_spec_and_inventory(cluster: dict[str, Any]
             for q in ("p50", "p90", "p95", "p99"):
                 low, high = predicted["intervals"][metric][q]
                 assert 0 < low <= predicted[metric][q] <= high, (metric, q, low, high)
+        # ... and each SLO its check at that confidence (slo.confidence unset: judged on the prediction, the
+        # confidence it holds with stated).
+        checks = {c["metric"]: c for c in predicted["sloChecks"]}
+        assert set(checks) == {m for m in ("ttft", "tpot", "e2e") if m in CHAT["slo"]}
+        for metric, check in checks.items():
+            assert check["percentile"] == CHAT["slo"][metric]["percentile"]
+            assert check["predictedMs"] == predicted[f"{metric}Ms"][check["percentile"]] <= check["targetMs"]
+            assert check["boundMs"] == pytest.approx(check["predictedMs"] * check["ratio"], rel=2e-3)
+            assert 0 <= check["holdsWith"] <= 0.99
 
         # A semantically bad plan: Ready=False with a reason, and the good plan is unaffected.
         broken = wait_for(lambda: planned(cluster, "bad-model"), timeout_s=20)

@@ -123,10 +123,12 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
         name = QUANTILE_NAMES[slo.quantile]
 
         def value(c: Candidate, k: int = k, metric: str = slo.metric, name: str = name) -> float:
-            """The target `c` meets at the plan's confidence: its bound (`Predicted.slo_checks`), else its
+            """The target `c` meets: with a plan confidence its bound there (`Predicted.slo_checks`), else its
             prediction [s]."""
             checks = c.predicted.slo_checks
-            return (checks[k].bound_ms if checks else float(getattr(getattr(c.predicted, f"{metric}_ms"), name))) / 1e3
+            if req.confidence is not None and checks:
+                return checks[k].bound_ms / 1e3
+            return float(getattr(getattr(c.predicted, f"{metric}_ms"), name)) / 1e3
 
         def at(target_s: float, k: int = k, slo: SloTarget = slo) -> list[Candidate]:
             changed = replace(req, slos=(*req.slos[:k], replace(slo, max_s=target_s), *req.slos[k + 1:]))

@@ -230,7 +230,10 @@ def _on_the_edge(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float
     return any(value > (1.0 - EDGE) * limit for _, value, limit in _values(req, sim, ratios))
 
 
-def _miss_words(req: PlanRequest, slo: SloTarget, value: float, limit: float) -> str:
+def _miss_words(req: PlanRequest, slo: SloTarget, value: float, limit: float, target: str = "") -> str:
+    """'{value} ms > {target} ms{target}', or with a plan confidence what the target allows there (`limit_words`)."""
+    if req.confidence is None:
+        return f"{value * 1e3:.0f} ms > {slo.max_s * 1e3:.0f} ms{target}"
     return f"{value * 1e3:.0f} ms > {limit_words(req, slo, limit)}"
 
 
@@ -316,7 +319,7 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
                 expert_parallel=candidate.expert_parallel, gate="verify",
                 reason=f"simulated {slo.metric.upper()} p{round(slo.quantile * 100)} of "
                        f"{replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)} is "
-                       f"{_miss_words(req, slo, value, limit)} ({served} simulated requests)"))
+                       f"{_miss_words(req, slo, value, limit, ' target')} ({served} simulated requests)"))
             continue
         predicted = candidate.predicted.model_copy(update={
             "ttft_ms": _simulated(sim.ttft), "tpot_ms": _simulated(sim.tpot), "e2e_ms": _simulated(sim.e2e)})
