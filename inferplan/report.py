@@ -23,7 +23,15 @@ from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 from inferplan.planner.simulation.simulate import SimulationResult
 from inferplan.planner.simulation.verification import compare, simulated_rate
-from inferplan.tables import _ms, _slo_text, gpu_column, parallelism_column, role_column, unmeasured_text
+from inferplan.tables import (
+    _ms,
+    _slo_text,
+    gpu_column,
+    parallelism_column,
+    role_column,
+    slo_check_text,
+    unmeasured_text,
+)
 
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end latency"}
 DEFAULT_QUANTILE = 0.95  # a metric without an SLO is shown at p95, as the search and `inferplan plan` do
@@ -561,6 +569,7 @@ def _recommendation_section(c: Candidate | None) -> str:
                     f"output tokens")),
         ("load", _e(f"utilization {c.predicted.utilization:.2f}, headroom {c.headroom:.0%}, "
                     f"{c.predicted.output_tokens_per_second:g} output tokens/s")),
+        *((("SLOs by held-out error", _e(slo_check_text(c))),) if c.predicted.slo_checks else ()),
         ("node selector", _e(", ".join(f"{k}={v}" for k, v in c.node_selector.items()))),
         ("checkpoint", f"<code>{_e(c.checkpoint)}</code>"),
         ("command", f"<pre>{_e(' '.join([c.engine_command or '', *c.engine_args]).strip())}</pre>"),

@@ -248,6 +248,17 @@ def test_the_table_lists_the_recommendation_then_each_alternative_with_why(examp
                                            f"{result.recommendation.predicted.tpot_ms.p95:.1f}"]
 
 
+def test_the_details_state_each_slos_confidence_by_the_held_out_errors(example, example_page: str) -> None:
+    _, result, _ = example
+    details = parse(example_page).all("section", id="recommendation")[0]
+    terms = [t.text for t in details.all("dt")]
+    said = details.all("dd")[terms.index("SLOs by held-out error")].all_text()
+    for check in result.recommendation.predicted.slo_checks:
+        assert f"{check.metric.upper()} {check.percentile} <= " in said
+        holds = f"{check.holds_with:.2f}" if check.holds_with else "under 0.5"
+        assert f"holds with {holds}" in said and f"x{check.ratio:.2f}" in said
+
+
 def test_an_infeasible_plan_renders_its_reasons_and_suggestions() -> None:
     request, result, simulation = _planned(INFEASIBLE)
     assert result.recommendation is None and simulation is None
