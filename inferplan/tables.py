@@ -58,6 +58,12 @@ def interval_text(c: Candidate, req: PlanRequest) -> str:
         low, high = getattr(getattr(intervals, f"{metric}_ms"), q)
         unit, (value, low_text, high_text) = latency_figures([_percentile(c, metric, req), low, high])
         parts.append(f"{name} {q} {value} {unit} ({confidence:.0%}: {low_text}-{high_text} {unit})")
+    if (rate := intervals.max_requests_per_second_per_replica) is not None:
+        parts.append(f"capacity {c.predicted.max_requests_per_second_per_replica:.3g} requests/s per replica "
+                     f"({confidence:.0%}: {rate[0]:.3g}-{rate[1]:.3g})")
+    if (slots := intervals.max_concurrency) is not None:
+        parts.append(f"KV-bound concurrency {c.predicted.max_concurrency:.0f} ({confidence:.0%}: {slots[0]:.0f}-"
+                     f"{slots[1]:.0f})")
     return "; ".join(parts)
 
 

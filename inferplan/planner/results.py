@@ -74,6 +74,13 @@ class Intervals(_Result):
     ttft_ms: PercentileIntervals
     tpot_ms: PercentileIntervals
     e2e_ms: PercentileIntervals = Field(alias="e2eMs")
+    max_requests_per_second_per_replica: _Bounds | None = Field(
+        default=None, description="[low, high] of the highest rate per replica within every SLO (the capacity), from "
+                                  "the held-out errors of measured request rates.")
+    max_concurrency: _Bounds | None = Field(
+        default=None, description="[low, high] of the sequences one replica runs at once where the KV cache bounds "
+                                  "them (null where the batch cap does), from the held-out errors of measured "
+                                  "concurrency.")
 
 
 class SloCheck(_Result):

@@ -102,9 +102,20 @@ def candidate_intervals(req: PlanRequest, candidate: Candidate, confidence: floa
             return [rounded(low), rounded(high)]
         return PercentileIntervals(p50=pair("p50"), p90=pair("p90"), p95=pair("p95"), p99=pair("p99"))
 
+    def around(value: float, metric: str) -> list[float]:
+        """The interval of a capacity or size `value` by scenario metric `metric`'s held-out errors."""
+        evidence = replace(interval_evidence(req, gpu, "ttft", 0.5, lines), metric=metric)
+        low, high = table.interval(evidence, value, confidence)
+        return [rounded(low), rounded(high)]
+
     p = candidate.predicted
     return Intervals(ttft_ms=bounds(p.ttft_ms, "ttft"), tpot_ms=bounds(p.tpot_ms, "tpot"),
-                     e2e_ms=bounds(p.e2e_ms, "e2e"))
+                     e2e_ms=bounds(p.e2e_ms, "e2e"),
+                     max_requests_per_second_per_replica=around(p.max_requests_per_second_per_replica,
+                                                                 "requests_per_s"),
+                     # The batch cap is a setting: only a KV-bound concurrency carries the KV model's error.
+                     max_concurrency=(around(p.max_concurrency, "max_concurrency")
+                                      if p.max_concurrency < candidate.max_batch else None))
 
 
 def with_intervals(req: PlanRequest, result: PlanResult) -> PlanResult:
