@@ -164,6 +164,21 @@ def test_plan_states_intervals_that_bracket_its_latencies() -> None:
     assert text.startswith("TTFT p95 ") and "(80%: " in text and "; TPOT p" in text
 
 
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_a_plans_capacity_and_kv_bound_concurrency_carry_intervals(example: Path) -> None:
+    request, candidate = planned(example)
+    p, intervals = candidate.predicted, candidate.predicted.intervals
+    assert intervals is not None and intervals.max_requests_per_second_per_replica is not None
+    low, high = intervals.max_requests_per_second_per_replica
+    assert 0 < low <= p.max_requests_per_second_per_replica <= high
+    if p.max_concurrency < candidate.max_batch:  # the KV cache bounds it: the KV model's error applies
+        assert intervals.max_concurrency is not None
+        assert intervals.max_concurrency[0] <= p.max_concurrency <= intervals.max_concurrency[1]
+    else:  # the batch cap is a setting
+        assert intervals.max_concurrency is None
+    assert "capacity " in interval_text(candidate, request)
+
+
 def test_wider_confidence_gives_wider_plan_intervals() -> None:
     request, candidate = planned(EXAMPLES[0])
     narrow, wide = (candidate_intervals(request, candidate, c) for c in (0.5, 0.95))
