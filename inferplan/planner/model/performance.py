@@ -99,6 +99,11 @@ class Hardware:
     # sends per pass, counted per stage (x (pp - 1) / pp) like the all-reduces (`search.over_the_pipeline`).
     stage_send_latency_s: Number = 0.0
     stage_send_s_per_token: Number = 0.0
+    # MLA decode with absorbed weights (`mla_decode_flops_per_pair`): every head of a rank attends over the latent,
+    # 2 x heads x (2 x kv_lora_rank + qk_rope_head_dim) FLOPs per (query, context token) pair and layer, per GPU;
+    # 0 for other attention. A decode step's attention takes the larger of its KV read and these FLOPs at
+    # `attention_flops_s` (`decode_attention_s_per_token`).
+    mla_decode_flops_per_pair_per_gpu: Number = 0.0
 
 
 def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
@@ -437,6 +442,7 @@ def hardware_grid(
         prefill_flops_per_token_per_gpu=prefill_flops,
         attention_full_flops_per_pair_per_gpu=attention_per_layer * full_layers / shards,
         attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
+        mla_decode_flops_per_pair_per_gpu=mla_decode_flops_per_pair(arch) / shards,
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
         step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
@@ -472,10 +478,25 @@ def _windowed(hw: Hardware, context_tokens: ArrayLike) -> tuple[FloatArray, Floa
     return ctx, np.minimum(ctx, np.where(hw.window_tokens > 0, hw.window_tokens, ctx))
 
 
-def kv_read_bytes(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
-    """KV bytes one sequence with `context_tokens` of context reads per step, per GPU."""
-    ctx, windowed = _windowed(hw, context_tokens)
-    return hw.kv_full_bytes_per_token_per_gpu * ctx + hw.kv_window_bytes_per_token_per_gpu * windowed
+def mla_decode_flops_per_pair(arch: ModelArchitecture) -> float:
+    """Absorbed MLA decode's attention FLOPs per (query, context token) pair over every layer, all heads: the query
+    of each head, projected into the latent, scores the latent and rope key (kv_lora_rank + qk_rope_head_dim) and
+    sums the latent values (kv_lora_rank), a multiply-add each. 0 for other attention. DeepSeek-V3 (128 heads,
+    kv_lora_rank 512, rope 64): 278,528 per layer, 3.4x the un-absorbed dims' (`attention_flops_per_token`): the
+    measured MLA decode kernels are compute-bound from a few sequences on (AIConfigurator's TensorRT-LLM
+    `generation_mla` table on H200: 600-720 TFLOPS of these FLOPs at 4k-16k context and batch 64-256, reading
+    the latent at 1.2-1.5 TB/s)."""
+    if not arch.is_mla:
+        return 0.0
+    return 2.0 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.num_layers
+
+
+def decode_attention_s_per_token(hw: Hardware) -> tuple[FloatArray, FloatArray]:
+    """Decode attention's time per context token of one sequence [s]: (full-attention layers, sliding layers): the
+    KV read at its measured rate, or for MLA the larger of that and its FLOPs at the attention rate."""
+    full = np.maximum(np.asarray(hw.kv_full_bytes_per_token_per_gpu, dtype=float) / hw.kv_bandwidth_bytes_s,
+                      np.asarray(hw.mla_decode_flops_per_pair_per_gpu, dtype=float) / hw.attention_flops_s)
+    return full, np.asarray(hw.kv_window_bytes_per_token_per_gpu, dtype=float) / hw.kv_bandwidth_bytes_s
 
 
 def attention_flops(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
@@ -558,8 +579,9 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
         hw=hw,
         dense_weights_s=np.asarray(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
         expert_weights_s=np.asarray(hw.expert_bytes_per_gpu / hw.expert_bandwidth_bytes_s, dtype=float),
-        kv_s_per_sequence=kv_read_bytes(hw, context_tokens) / hw.kv_bandwidth_bytes_s,
-        # Decode attention is a read of the KV (its measured rate, `kv_s_per_sequence`), not tensor-core work.
+        kv_s_per_sequence=_decode_attention_s(hw, context_tokens),
+        # Decode attention is a read of the KV at its measured rate, or for MLA the larger of that and its absorbed
+        # FLOPs (`decode_attention_s_per_token`); the GEMMs' tensor-core work is `compute_s_per_sequence`.
         compute_s_per_sequence=np.asarray(hw.decode_flops_per_token_per_gpu / hw.decode_flops_s, dtype=float),
         allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_per_token + hw.stage_send_s_per_token,
                                          dtype=float),
@@ -567,6 +589,13 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
                                        dtype=float),
         has_experts=bool(np.any(np.asarray(hw.num_experts) > 0)),
     )
+
+
+def _decode_attention_s(hw: Hardware, context_tokens: ArrayLike) -> FloatArray:
+    """One sequence's decode attention at `context_tokens` of context [s] (`decode_attention_s_per_token`)."""
+    ctx, windowed = _windowed(hw, context_tokens)
+    full, window = decode_attention_s_per_token(hw)
+    return full * ctx + window * windowed
 
 
 def decode_step_s(hw: Hardware, batch: ArrayLike, context_tokens: ArrayLike) -> FloatArray:

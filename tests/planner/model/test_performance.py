@@ -31,13 +31,18 @@ from inferplan.planner.model.performance import (
     allreduce_s,
     attention_flops,
     build_hardware,
+    decode_attention_s_per_token,
     decode_step_s,
     hardware_grid,
     layer_shapes,
+    mla_decode_flops_per_pair,
     prefill_compute_s_per_token,
     prefill_s,
     stack_hardware,
+    take_hardware,
+    with_dp_attention,
 )
+from inferplan.planner.simulation.engine import _StepModel
 from tests.support.hardware import BANDWIDTH_SHARE, DECODE_SHARE, FACTORS, hardware, measured_hardware
 
 LLAMA = "meta-llama/Meta-Llama-3-8B"
@@ -386,3 +391,25 @@ def test_moe_formats_follow_what_the_engines_run_on_each_gpu() -> None:
     assert moe_formats(weight_precision("mxfp4"), h100) == ("w4a16_mxfp4",)
     assert moe_formats(weight_precision("int4-awq"), h100) == ("int4_wo",)
     assert moe_formats(weight_precision("int8-w8a8"), h100) == ()
+
+
+def test_mla_decode_attention_is_compute_bound_with_every_head_on_a_rank_and_a_latent_read_when_split() -> None:
+    """Absorbed MLA decode: each head scores and sums the latent, 2 x heads x (2 x 512 + 64) FLOPs per context token
+    and layer for DeepSeek-V3. With data-parallel attention a rank runs all 128 heads over 1/tp of the KV: the
+    FLOPs at the attention rate outweigh the read (AIConfigurator's TensorRT-LLM table on H200: 620-650 TFLOPS at
+    128 heads, 4k context, batch 128-512). Split over 8 ranks (16 heads each) the latent's read outweighs them
+    (2.6-2.8 TB/s there)."""
+    arch = resolve_model("deepseek-ai/DeepSeek-V3")
+    assert mla_decode_flops_per_pair(arch) == 2 * 128 * (2 * 512 + 64) * 61
+    assert mla_decode_flops_per_pair(resolve_model("meta-llama/Llama-3.1-8B")) == 0.0
+    hw = build_hardware(arch, resolve_gpu("H200-SXM-141GB"), weight_precision("fp8"), 1.0, ENGINES["sglang"],
+                        load_factors().engine("sglang"), 8)
+    read = float(hw.kv_full_bytes_per_token_per_gpu) / float(hw.kv_bandwidth_bytes_s)
+    flops = float(hw.mla_decode_flops_per_pair_per_gpu) / float(hw.attention_flops_s)
+    split, _ = decode_attention_s_per_token(hw)
+    assert read > flops and float(split) == pytest.approx(read)
+    dp = with_dp_attention(stack_hardware([hw]), np.array([True]), np.array([0.0]))
+    together, _ = decode_attention_s_per_token(dp)
+    assert float(together[0]) == pytest.approx(flops) and flops > read / 8
+    # The simulator's step model reads the same per-token time.
+    assert _StepModel(take_hardware(dp, 0)).kv_full_s == pytest.approx(flops)
