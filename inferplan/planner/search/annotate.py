@@ -121,13 +121,13 @@ def candidate_intervals(req: PlanRequest, candidate: Candidate, confidence: floa
 def with_intervals(req: PlanRequest, result: PlanResult) -> PlanResult:
     """`result` with the prediction intervals of its recommendation and alternatives (`Predicted.intervals`) and
     each SLO judged at the plan's confidence (`Predicted.slo_checks`): worked out once on the candidates shown, not
-    in the search."""
+    in the search. Without a plan confidence they are stated at DEFAULT_CONFIDENCE."""
+    confidence = DEFAULT_CONFIDENCE if req.confidence is None else req.confidence
+
     def add(c: Candidate) -> Candidate:
         return c.model_copy(update={"predicted": c.predicted.model_copy(update={
             "intervals": candidate_intervals(req, c, confidence), "confidence": confidence,
             "slo_checks": slo_checks(req, c)})})
-
-    confidence = DEFAULT_CONFIDENCE if req.confidence is None else req.confidence
 
     rec = result.recommendation
     return result.model_copy(update={"recommendation": add(rec) if rec is not None else None,
