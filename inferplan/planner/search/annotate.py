@@ -57,6 +57,7 @@ from inferplan.planner.search.core import (
     candidate_slo_ratios,
     interval_evidence,
     kv_hint,
+    plan_evidence,
     slo_checks,
     traffic_of,
 )
@@ -104,7 +105,7 @@ def candidate_intervals(req: PlanRequest, candidate: Candidate, confidence: floa
 
     def around(value: float, metric: str) -> list[float]:
         """The interval of a capacity or size `value` by scenario metric `metric`'s held-out errors."""
-        evidence = replace(interval_evidence(req, gpu, "ttft", 0.5, lines), metric=metric)
+        evidence = plan_evidence(req, gpu, metric, lines)
         low, high = table.interval(evidence, value, confidence)
         return [rounded(low), rounded(high)]
 

@@ -373,14 +373,19 @@ def traffic_of(req: PlanRequest, prefill_fraction: float) -> Traffic:
                    service_cv2=req.service_cv2, prefill_fraction=prefill_fraction)
 
 
-def interval_evidence(req: PlanRequest, gpu: GpuSpec, metric: str, quantile: float, measured_lines: int
-                      ) -> Evidence:
-    """What the held-out error of `req`'s prediction of (`metric`, `quantile`) on `gpu` rests on: the model's kind,
-    the engine's factor line on the GPU's family, and whether that pair has measured lines (`measured_lines`, as
-    `provenance.measuredLines` cites them)."""
+def plan_evidence(req: PlanRequest, gpu: GpuSpec, scenario_metric: str, measured_lines: int) -> Evidence:
+    """What the held-out error of `req`'s prediction of `scenario_metric` (a scenario metric) on `gpu` rests on: the
+    model's kind, the engine's factor line on the GPU's family, and whether that pair has measured lines
+    (`measured_lines`, as `provenance.measuredLines` cites them); plans predict Poisson traffic."""
     kind = "mla" if req.arch.is_mla else "moe" if req.arch.is_moe else "dense"
     line = factor_key(req.engine, None, gpu.vendor)
-    return Evidence(PLAN_METRICS[metric][quantile], kind, line, gpu.family, "poisson", measured_lines > 0)
+    return Evidence(scenario_metric, kind, line, gpu.family, "poisson", measured_lines > 0)
+
+
+def interval_evidence(req: PlanRequest, gpu: GpuSpec, metric: str, quantile: float, measured_lines: int
+                      ) -> Evidence:
+    """`plan_evidence` of the latency (`metric`, `quantile`) a plan predicts (`intervals.PLAN_METRICS`)."""
+    return plan_evidence(req, gpu, PLAN_METRICS[metric][quantile], measured_lines)
 
 
 def measured_lines_on(req: PlanRequest, factors: FactorSet, gpu: GpuSpec) -> int:
