@@ -188,9 +188,24 @@ def test_wider_confidence_gives_wider_plan_intervals() -> None:
 
 
 def test_unmodelled_kind_without_residuals_of_its_own_takes_the_widest_bounds_of_its_class() -> None:
-    rows = [Residual(_evidence("tpot_ms_p99"), "a", 0.01 * (k - 12)) for k in range(25)]
+    rows = [Residual(_evidence(metric), "a", 0.01 * (k - 12)) for k in range(25) for metric in ("tpot_ms_p99",
+                                                                                             "tpot_ms_p50")]
     rows += [Residual(_evidence("ttft_ms_p50"), "b", 0.1 * (k - 12)) for k in range(25)]
     table = IntervalTable.from_json(derive(rows, min_rows=20))
     dense, mla = (table.log_bounds(_evidence("tpot_ms_p99", kind=kind)) for kind in ("dense", "mla"))
     assert dense[1] < 0.2
     assert mla == table.log_bounds(_evidence("ttft_ms_p50"))  # the widest latency group's
+
+
+def test_a_tails_bounds_contain_its_medians() -> None:
+    # TPOT p99 residuals that happen to fall close, and a median whose errors spread wider: the p99's bounds are
+    # the union, never narrower than the p50's; the p50 keeps its own.
+    rows = [Residual(_evidence("tpot_ms_p99"), "a", 0.01 * (k - 12)) for k in range(25)]
+    rows += [Residual(_evidence("tpot_ms_p50"), "b", 0.1 * (k - 12)) for k in range(25)]
+    table = IntervalTable.from_json(derive(rows, min_rows=20))
+    tail, median = (table.log_bounds(_evidence(metric)) for metric in ("tpot_ms_p99", "tpot_ms_p50"))
+    assert median[0] < -0.5 and median[1] > 0.5
+    assert tail == median
+    own = IntervalTable.from_json(derive(rows[:25] + [Residual(_evidence("tpot_ms_p50"), "b", 0.001 * (k - 12))
+                                                       for k in range(25)], min_rows=20))
+    assert -0.2 < own.log_bounds(_evidence("tpot_ms_p99"))[0] < -0.05  # a wider tail keeps its own bounds
