@@ -115,6 +115,23 @@ def test_engines_schedule_as_their_defaults_say() -> None:
     assert (trt.max_num_seqs, trt.step_tokens) == (2048, 8192)
 
 
+def test_a_tensorrt_llm_ceiling_run_of_unstated_batch_runs_trtllm_benchs_tuned_batch() -> None:
+    arch = resolve_model("Qwen/Qwen3-8B")
+    h100 = resolve_gpu("NVIDIA-H100-80GB-HBM3")
+
+    def seqs(engine: str, version: str, load: dict[str, object], max_num_seqs: int | None = None) -> int:
+        row = example("tpot_ms_p50", engine=engine, engine_version=version, load=load, max_num_seqs=max_num_seqs,
+                      max_num_batched_tokens=None, gpu_memory_utilization=None)
+        return engine_settings(row, engine_profile(engine), arch, h100).max_num_seqs
+
+    ceiling = {"kind": "offline", "num_prompts": None}  # trtllm-bench's maximum throughput: no length stated
+    assert seqs("tensorrt-llm", "0.13.0", ceiling) == seqs("tensorrt-llm", "1.0.0", ceiling) == 4096
+    assert seqs("tensorrt-llm", "0.13.0", ceiling, max_num_seqs=64) == 64  # a stated batch is the batch
+    assert seqs("tensorrt-llm", "0.13.0", {"kind": "offline", "num_prompts": 1000}) == 256  # the built default
+    assert seqs("tensorrt-llm", "1.0.0", {"kind": "burst", "value": 500}) == 2048
+    assert seqs("vllm", "0.11.0", ceiling) == 1024  # only trtllm-bench tunes its engine to the run
+
+
 def test_checkpoint_is_read_from_the_notes() -> None:
     assert checkpoint_named("... FP8 checkpoint Qwen/Qwen3-8B-FP8 (W8A8 FP8) mapped to ...") == "Qwen/Qwen3-8B-FP8"
     assert checkpoint_named("served from a NIM container") == "nim"
