@@ -567,7 +567,7 @@ def explain(aic: Aic, rows: Sequence[Row], count: int) -> None:
                 f"experts x {touched:.2f} touched": float(step.expert_weights_s) * touched,
                 "KV reads": c.batch * float(step.kv_s_per_sequence),
                 "GEMM compute": c.batch * float(step.compute_s_per_sequence),
-                "all-reduce": float(step.allreduce_latency_s) + c.batch * float(step.allreduce_s_per_token),
+                "all-reduce": float(allreduce_s(hw, c.batch)),
             }
             ops = handle.decode_step_per_op(c.batch, c.isl, c.osl)
         else:

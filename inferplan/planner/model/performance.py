@@ -45,6 +45,10 @@ Number = float | FloatArray
 # times slower.
 ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "xgmi": 12e-6, "pcie": 30e-6}
 
+# The message size [bytes] that splits a measured all-reduce curve into its latency-bound and bandwidth-bound lines
+# (`Hardware.link_knee_bytes`): 1 MiB, a decode batch of 64-128 tokens or a 64-token prompt at hidden 4096-8192.
+ALLREDUCE_KNEE_BYTES = 2.0**20
+
 # Batch sizes (tokens through the GEMMs) at which the kernel tables are read: a batch-1 step, the compute-bound
 # slope of decode (512 -> 1024 tokens) and of prefill chunks (2048 -> 8192 tokens).
 DECODE_SLOPE_M = (512.0, 1024.0)
@@ -104,6 +108,13 @@ class Hardware:
     # 0 for other attention. A decode step's attention takes the larger of its KV read and these FLOPs at
     # `attention_flops_s` (`decode_attention_s_per_token`).
     mla_decode_flops_per_pair_per_gpu: Number = 0.0
+    # The all-reduce curve is concave in the message size: the measured tables (`kernels.allreduce_s`) take far longer
+    # per byte between one token's message and ALLREDUCE_KNEE_BYTES (latency-bound algorithms, protocol switches)
+    # than beyond it. Below the knee each ring byte costs `link_knee_s_per_byte` more than at `link_bytes_s`, so an
+    # all-reduce of s bytes takes link_latency_s + ring(s) / link_bytes_s + ring(min(s, knee)) * link_knee_s_per_byte
+    # (`allreduce_message_s`); 0 where no table measured the curve (rated link figures, over the network).
+    link_knee_bytes: Number = 0.0
+    link_knee_s_per_byte: Number = 0.0
 
 
 def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
@@ -173,6 +184,7 @@ class StepKernels:
     attention_flops_s: FloatArray  # prefill attention's rate [FLOP/s]
     allreduce_latency_s: FloatArray  # one token's all-reduce; NaN: no measured table (rated link figures)
     allreduce_bytes_s: FloatArray    # ring bandwidth between decode and prefill message sizes (NaN: none)
+    allreduce_knee_s_per_byte: FloatArray  # extra time per ring byte below ALLREDUCE_KNEE_BYTES (NaN: none)
 
 
 def _shape_arrays(arch: ModelArchitecture, tps: tuple[int, ...], pp: int
@@ -302,18 +314,23 @@ def _attention_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str
 
 @lru_cache(maxsize=4096)
 def _allreduce_terms(arch: ModelArchitecture, gpu: GpuSpec, engine: str, tps: tuple[int, ...]
-                     ) -> tuple[FloatArray, FloatArray]:
-    """(latency of one token's all-reduce, ring bandwidth between 1 and 16 MiB) per TP size; NaN where no measured
-    table covers the GPU and TP size."""
+                     ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(latency of one token's all-reduce, ring bandwidth between 1 and 16 MiB, the extra time per ring byte below
+    ALLREDUCE_KNEE_BYTES that makes the curve pass through its measured time at the knee) per TP size; NaN where no
+    measured table covers the GPU and TP size."""
     kernels = gpu_kernels(gpu, engine)
     latency = np.full(len(tps), np.nan)
     bandwidth = np.full(len(tps), np.nan)
+    knee = np.full(len(tps), np.nan)
     for t, tp in enumerate(tps):
-        ar = kernels.allreduce_s(np.array([2.0 * arch.hidden_size, 2.0**20, 2.0**24]), tp) if tp > 1 else None
+        ar = kernels.allreduce_s(np.array([2.0 * arch.hidden_size, ALLREDUCE_KNEE_BYTES, 2.0**24]), tp) \
+            if tp > 1 else None
         if ar is not None:
+            ring = 2.0 * (tp - 1) / tp
             latency[t] = ar[0]
-            bandwidth[t] = 2.0 * (tp - 1) / tp * (2.0**24 - 2.0**20) / max(ar[2] - ar[1], 1e-12)
-    return latency, bandwidth
+            bandwidth[t] = ring * (2.0**24 - ALLREDUCE_KNEE_BYTES) / max(ar[2] - ar[1], 1e-12)
+            knee[t] = (ar[1] - ar[0]) / (ring * ALLREDUCE_KNEE_BYTES) - 1.0 / bandwidth[t]
+    return latency, bandwidth, knee
 
 
 def step_kernels(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, kv_bytes: float, engine: str,
@@ -322,9 +339,9 @@ def step_kernels(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisi
     `tps` x `pp` GPUs (module docstring)."""
     weights, decode_token, prefill_token, overlap, stream = _gemm_terms(arch, gpu, precision, engine, tps, pp)
     floor, kv_rate, attention_rate = _attention_terms(arch, gpu, "fp8" if kv_bytes < 2.0 else "bf16", engine, tps, pp)
-    latency, bandwidth = _allreduce_terms(arch, gpu, engine, tps)
+    latency, bandwidth, knee = _allreduce_terms(arch, gpu, engine, tps)
     return StepKernels(weights + floor, decode_token, prefill_token, overlap, stream, kv_rate, attention_rate,
-                       latency, bandwidth)
+                       latency, bandwidth, knee)
 
 
 @lru_cache(maxsize=16384)
@@ -391,9 +408,9 @@ def hardware_grid(
     shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
     sizes = tuple(int(t) for t in tps)
     weights_s, decode_s, prefill_s_, overlap, kv_rate, attention_rate = (np.empty(shape) for _ in range(6))
-    stream, latency, ring = np.empty(shape[:3]), np.empty(shape[:2]), np.empty(shape[:2])
+    stream, latency, ring, knee = np.empty(shape[:3]), np.empty(shape[:2]), np.empty(shape[:2]), np.empty(shape[:2])
     for i, gpu in enumerate(gpus):
-        latency[i], ring[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
+        latency[i], ring[i], knee[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
         for j, precision in enumerate(precisions):
             if needed is not None and not needed[i, j]:  # no shape of this pair is evaluated: its kernels unread
                 for unread in (weights_s, decode_s, prefill_s_, kv_rate, attention_rate):
@@ -423,6 +440,8 @@ def hardware_grid(
         "overlap_penalty": overlap,
         "link_latency_s": np.where(np.isnan(latency), links, latency)[:, :, None, None],
         "link_bytes_s": np.where(np.isnan(ring), rated_link, ring)[:, :, None, None],
+        "link_knee_bytes": np.where(np.isnan(knee), 0.0, ALLREDUCE_KNEE_BYTES)[:, :, None, None],
+        "link_knee_s_per_byte": np.where(np.isnan(knee), 0.0, knee)[:, :, None, None],
     }
 
     def per_gpu(values: Sequence[float]) -> FloatArray:
@@ -519,13 +538,23 @@ def _roofline(memory_s: FloatArray, compute_s: FloatArray, overlap_penalty: Numb
     return np.maximum(memory_s, compute_s) + overlap_penalty * np.minimum(memory_s, compute_s)
 
 
-def allreduce_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
-    """Communication of one pipeline stage in a step over `tokens` tokens: its tensor-parallel all-reduces (ring
-    algorithm) and its share of the sends between stages."""
+def allreduce_message_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
+    """One tensor-parallel all-reduce of `tokens` tokens' hidden states [s]: the measured curve as its two lines,
+    latency-bound up to `link_knee_bytes` and bandwidth-bound beyond (`Hardware.link_knee_s_per_byte`)."""
     t = np.asarray(tokens, dtype=float)
     tp = np.asarray(hw.tp, dtype=float)
-    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * hw.allreduce_bytes_per_token * t / hw.link_bytes_s
-    return hw.allreduces_per_step * (ring + hw.link_latency_s) + hw.stage_send_latency_s + t * hw.stage_send_s_per_token
+    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
+    nbytes = hw.allreduce_bytes_per_token * t
+    return hw.link_latency_s + ring * (nbytes / hw.link_bytes_s
+                                       + np.minimum(nbytes, hw.link_knee_bytes) * hw.link_knee_s_per_byte)
+
+
+def allreduce_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
+    """Communication of one pipeline stage in a step over `tokens` tokens: its tensor-parallel all-reduces
+    (`allreduce_message_s`) and its share of the sends between stages."""
+    t = np.asarray(tokens, dtype=float)
+    return hw.allreduces_per_step * allreduce_message_s(hw, t) + hw.stage_send_latency_s \
+        + t * hw.stage_send_s_per_token
 
 
 @dataclass(frozen=True)
@@ -543,6 +572,8 @@ class DecodeStep:
     compute_s_per_sequence: FloatArray
     allreduce_s_per_token: FloatArray
     allreduce_latency_s: FloatArray
+    allreduce_knee_tokens: FloatArray        # the batch at which the all-reduces reach their knee ...
+    allreduce_knee_s_per_token: FloatArray   # ... below which each token costs this much more
     has_experts: bool = True  # any deployment a mixture of experts (else the expert term is skipped)
 
     def take(self, index: ArrayLike, hw: Hardware | None = None) -> DecodeStep:
@@ -555,6 +586,8 @@ class DecodeStep:
             compute_s_per_sequence=self.compute_s_per_sequence[index],
             allreduce_s_per_token=self.allreduce_s_per_token[index],
             allreduce_latency_s=self.allreduce_latency_s[index],
+            allreduce_knee_tokens=self.allreduce_knee_tokens[index],
+            allreduce_knee_s_per_token=self.allreduce_knee_s_per_token[index],
             has_experts=self.has_experts,
         )
 
@@ -567,7 +600,8 @@ class DecodeStep:
             memory_s = memory_s + self.expert_weights_s * experts_touched_fraction(hw, b)
         compute_s = b * self.compute_s_per_sequence
         per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty)
-        per_stage = per_stage + self.allreduce_latency_s + b * self.allreduce_s_per_token
+        per_stage = per_stage + self.allreduce_latency_s + b * self.allreduce_s_per_token \
+            + np.minimum(b, self.allreduce_knee_tokens) * self.allreduce_knee_s_per_token
         return hw.pp * per_stage + hw.step_overhead_s + hw.sequence_overhead_s * b
 
 
@@ -587,6 +621,9 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
                                          dtype=float),
         allreduce_latency_s=np.asarray(hw.allreduces_per_step * hw.link_latency_s + hw.stage_send_latency_s,
                                        dtype=float),
+        allreduce_knee_tokens=np.asarray(hw.link_knee_bytes / hw.allreduce_bytes_per_token, dtype=float),
+        allreduce_knee_s_per_token=np.asarray(hw.allreduces_per_step * 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
+                                              * hw.allreduce_bytes_per_token * hw.link_knee_s_per_byte, dtype=float),
         has_experts=bool(np.any(np.asarray(hw.num_experts) > 0)),
     )
 

@@ -357,7 +357,8 @@ def over_the_network(hw: Hardware, over_nodes: NDArray[np.bool_], network_gbps: 
 
     nic = network_gbps * 1e9 / 8.0 * LINK_EFFICIENCY
     return replace(hw, link_bytes_s=np.where(over_nodes, np.minimum(hw.link_bytes_s, nic), hw.link_bytes_s),
-                   link_latency_s=np.where(over_nodes, INTER_NODE_ALLREDUCE_LATENCY_S, hw.link_latency_s))
+                   link_latency_s=np.where(over_nodes, INTER_NODE_ALLREDUCE_LATENCY_S, hw.link_latency_s),
+                   link_knee_s_per_byte=np.where(over_nodes, 0.0, hw.link_knee_s_per_byte))
 
 
 def over_the_pipeline(hw: Hardware, network_gbps: float,

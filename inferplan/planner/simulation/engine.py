@@ -56,12 +56,16 @@ class _StepModel:
         self.prefill_token_s = ratio("prefill_flops_per_token_per_gpu", "prefill_flops_s")
         self.attn_full_prefill_s = ratio("attention_full_flops_per_pair_per_gpu", "attention_flops_s")
         self.attn_window_prefill_s = ratio("attention_window_flops_per_pair_per_gpu", "attention_flops_s")
-        self.allreduce_token_s = self.allreduce_latency_s = 0.0
+        self.allreduce_token_s = self.allreduce_latency_s = self.knee_token_s = 0.0
+        self.knee_tokens = 0.0
         if hw:
             tp = f["tp"]
-            ring = 2.0 * (tp - 1.0) / max(tp, 1.0) * f["allreduce_bytes_per_token"] / f["link_bytes_s"]
-            self.allreduce_token_s = f["allreduces_per_step"] * ring + f["stage_send_s_per_token"]
+            ring = 2.0 * (tp - 1.0) / max(tp, 1.0) * f["allreduce_bytes_per_token"]
+            self.allreduce_token_s = f["allreduces_per_step"] * ring / f["link_bytes_s"] + f["stage_send_s_per_token"]
             self.allreduce_latency_s = f["allreduces_per_step"] * f["link_latency_s"] + f["stage_send_latency_s"]
+            # Below the all-reduce curve's knee each token costs more (`performance.allreduce_message_s`).
+            self.knee_token_s = f["allreduces_per_step"] * ring * f["link_knee_s_per_byte"]
+            self.knee_tokens = f["link_knee_bytes"] / f["allreduce_bytes_per_token"] if self.knee_token_s else 0.0
         self.overlap = f.get("overlap_penalty", 0.0)
         self.step_overhead_s = f.get("step_overhead_s", 0.0)
         self.sequence_overhead_s = f.get("sequence_overhead_s", 0.0)
@@ -100,7 +104,8 @@ class _StepModel:
         if self.moe:
             memory += self.experts_s * (1.0 - self.miss**tokens)
         big, small = (memory, compute) if memory >= compute else (compute, memory)
-        stage = big + self.overlap * small + self.allreduce_latency_s + self.allreduce_token_s * tokens
+        stage = big + self.overlap * small + self.allreduce_latency_s + self.allreduce_token_s * tokens \
+            + self.knee_token_s * min(tokens, self.knee_tokens)
         return self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * sequences
 
 
@@ -166,6 +171,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     weights_s, kv_full_s, kv_window_s = model.weights_s, model.kv_full_s, model.kv_window_s
     decode_s = model.decode_s
     allreduce_s, allreduce_token_s = model.allreduce_latency_s, model.allreduce_token_s
+    knee_token_s, knee_tokens = model.knee_token_s, model.knee_tokens
     step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
     computed = model.prompts_computed
     window = model.window if model.window > 0 else inf
@@ -174,7 +180,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     # sequence holds at least two tokens of KV, which bounds the batch too.
     sizes = range(min(max_batch, kv_cap // 2) + 1)
     memory_base = [weights_s + (experts_s * (1.0 - miss**b) if moe else 0.0) for b in sizes]
-    outside = [pp * (allreduce_s + allreduce_token_s * b) + step_overhead_s + sequence_overhead_s * b for b in sizes]
+    outside = [pp * (allreduce_s + allreduce_token_s * b + knee_token_s * min(b, knee_tokens)) + step_overhead_s
+               + sequence_overhead_s * b for b in sizes]
     heappush, heappop = heapq.heappush, heapq.heappop
     policy = policy or Scheduling()
     mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
@@ -237,7 +244,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
             if moe:
                 memory += experts_s * (1.0 - miss**tokens)
             step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
-                         + allreduce_s + allreduce_token_s * tokens) + step_overhead_s + sequence_overhead_s * (b + 1)
+                         + allreduce_s + allreduce_token_s * tokens
+                         + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
+                + step_overhead_s + sequence_overhead_s * (b + 1)
             end = now + step
             if end > t_limit:
                 # Only an arrival at this very moment could change a prefill step; later ones wait for it.
@@ -343,8 +352,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 if moe:
                     memory += experts_s * (1.0 - miss**tokens)
                 stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
-                step = pp * (stage + allreduce_s + allreduce_token_s * tokens) + step_overhead_s \
-                    + sequence_overhead_s * (b + finishing)
+                step = pp * (stage + allreduce_s + allreduce_token_s * tokens
+                             + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
+                    + step_overhead_s + sequence_overhead_s * (b + finishing)
                 end = now + step
                 if end > t_limit:
                     t_limit = yield end

@@ -27,11 +27,14 @@ from inferplan.planner.model.kernels import (
 )
 from inferplan.planner.model.memory import weight_bytes, weight_split
 from inferplan.planner.model.performance import (
+    ALLREDUCE_KNEE_BYTES,
     ALLREDUCE_LATENCY_S,
+    allreduce_message_s,
     allreduce_s,
     attention_flops,
     build_hardware,
     decode_attention_s_per_token,
+    decode_step,
     decode_step_s,
     hardware_grid,
     layer_shapes,
@@ -189,6 +192,34 @@ def test_all_reduces_are_the_measured_table_where_one_covers_the_gpu_else_the_ra
     t4 = measured_hardware(gpu="T4", tp=2)
     assert t4.link_latency_s == ALLREDUCE_LATENCY_S["pcie"]
     assert t4.link_bytes_s == pytest.approx(resolve_gpu("T4").interconnect_gb_s * 1e9)
+
+
+def test_an_all_reduce_follows_the_measured_curve_through_its_knee() -> None:
+    """Llama-3-70B on four H100s: an all-reduce of one token's hidden state, of a 1 MiB message (the knee: a decode
+    batch of 64) and of a 16 MiB one takes what the measured table says for its bytes. The line through one token
+    and the 1-16 MiB slope alone was 30% short at the knee, where decode batches of 32-256 sit. A decode step and
+    the simulator charge the same all-reduces at every batch."""
+    arch = resolve_model("meta-llama/Meta-Llama-3-70B")
+    hw = measured_hardware("meta-llama/Meta-Llama-3-70B", tp=4)
+    per_token = 2.0 * arch.hidden_size
+    sizes = np.array([per_token, ALLREDUCE_KNEE_BYTES, 2.0**24])
+    table = gpu_kernels(resolve_gpu("NVIDIA-H100-80GB-HBM3"), "vllm").allreduce_s(sizes, 4)
+    ours = allreduce_message_s(hw, sizes / per_token)
+    assert ours[1:] == pytest.approx(table[1:], rel=1e-9)
+    # The latency line starts at one token's measured time and passes through the knee's: one token's own message
+    # adds its share of the rise to the knee (16 KiB of 1 MiB).
+    assert table[0] < ours[0] < table[0] + per_token / ALLREDUCE_KNEE_BYTES * (table[1] - table[0]) * 1.000001
+    former = hw.link_latency_s + 1.5 * ALLREDUCE_KNEE_BYTES / hw.link_bytes_s
+    assert former < 0.8 * table[1]
+    step, model = decode_step(hw, 1000.0), _StepModel(hw)
+    for batch in (1, 16, 64, 128, 512):
+        expected = float(hw.allreduces_per_step * allreduce_message_s(hw, batch))
+        charged = float(step.at(batch)) - float(replace(step, allreduce_latency_s=np.asarray(0.0),
+                                                          allreduce_s_per_token=np.asarray(0.0),
+                                                          allreduce_knee_s_per_token=np.asarray(0.0)).at(batch))
+        assert charged == pytest.approx(expected, rel=1e-9)
+        assert float(allreduce_s(hw, batch)) == pytest.approx(expected, rel=1e-9)
+        assert model.time(batch, 1000.0, 0, 0.0, batch) == pytest.approx(float(step.at(batch)), rel=1e-12)
 
 
 def test_moe_decode_reads_only_routed_experts_at_batch_one() -> None:
