@@ -538,15 +538,18 @@ def _roofline(memory_s: FloatArray, compute_s: FloatArray, overlap_penalty: Numb
     return np.maximum(memory_s, compute_s) + overlap_penalty * np.minimum(memory_s, compute_s)
 
 
+def _ring_share(hw: Hardware) -> FloatArray:
+    """The share of an all-reduce's message each rank sends and receives in a ring: 2 (tp - 1) / tp."""
+    tp = np.asarray(hw.tp, dtype=float)
+    return 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
+
+
 def allreduce_message_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
     """One tensor-parallel all-reduce of `tokens` tokens' hidden states [s]: the measured curve as its two lines,
     latency-bound up to `link_knee_bytes` and bandwidth-bound beyond (`Hardware.link_knee_s_per_byte`)."""
-    t = np.asarray(tokens, dtype=float)
-    tp = np.asarray(hw.tp, dtype=float)
-    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
-    nbytes = hw.allreduce_bytes_per_token * t
-    return hw.link_latency_s + ring * (nbytes / hw.link_bytes_s
-                                       + np.minimum(nbytes, hw.link_knee_bytes) * hw.link_knee_s_per_byte)
+    nbytes = hw.allreduce_bytes_per_token * np.asarray(tokens, dtype=float)
+    return hw.link_latency_s + _ring_share(hw) * (nbytes / hw.link_bytes_s
+                                                  + np.minimum(nbytes, hw.link_knee_bytes) * hw.link_knee_s_per_byte)
 
 
 def allreduce_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
@@ -607,8 +610,7 @@ class DecodeStep:
 
 def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
     """The decode-step curve of `hw` at mean context `context_tokens` (see `decode_step_s`)."""
-    tp = np.asarray(hw.tp, dtype=float)
-    ring_per_token = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * hw.allreduce_bytes_per_token / hw.link_bytes_s
+    ring_bytes = _ring_share(hw) * hw.allreduce_bytes_per_token  # one token's share of each all-reduce
     return DecodeStep(
         hw=hw,
         dense_weights_s=np.asarray(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
@@ -617,13 +619,13 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
         # Decode attention is a read of the KV at its measured rate, or for MLA the larger of that and its absorbed
         # FLOPs (`decode_attention_s_per_token`); the GEMMs' tensor-core work is `compute_s_per_sequence`.
         compute_s_per_sequence=np.asarray(hw.decode_flops_per_token_per_gpu / hw.decode_flops_s, dtype=float),
-        allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_per_token + hw.stage_send_s_per_token,
-                                         dtype=float),
+        allreduce_s_per_token=np.asarray(hw.allreduces_per_step * ring_bytes / hw.link_bytes_s
+                                         + hw.stage_send_s_per_token, dtype=float),
         allreduce_latency_s=np.asarray(hw.allreduces_per_step * hw.link_latency_s + hw.stage_send_latency_s,
                                        dtype=float),
         allreduce_knee_tokens=np.asarray(hw.link_knee_bytes / hw.allreduce_bytes_per_token, dtype=float),
-        allreduce_knee_s_per_token=np.asarray(hw.allreduces_per_step * 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
-                                              * hw.allreduce_bytes_per_token * hw.link_knee_s_per_byte, dtype=float),
+        allreduce_knee_s_per_token=np.asarray(hw.allreduces_per_step * ring_bytes * hw.link_knee_s_per_byte,
+                                              dtype=float),
         has_experts=bool(np.any(np.asarray(hw.num_experts) > 0)),
     )
 
