@@ -8,10 +8,11 @@ harness time of every scenario source and engine line with online runs,
 with w = 1 / sqrt(rows of the row's source), scaled to average 1 (`source_weights`).
 
 What is fitted (`FITTED_ENGINE_FACTORS`, `BOUNDS`): per engine line its per-step CPU time, its per-sequence time,
-its memory outside the allocator and its activation peak (a stack line such as `vllm-rocm` keeps its engine's
-memory terms), and for engines with their own weight kernels (llama.cpp, ExLlama, MLC) their per-SM streaming
-rate; per scenario source and engine line the time its harness (client and server front end as deployed) adds to
-every online TTFT (`FactorSet.harness_ms`), which predictions of that source's rows carry and plans never do.
+its memory outside the allocator and its activation peak (fitted on the line's startup rows only; a stack line such
+as `vllm-rocm` keeps its engine's memory terms), and for engines with their own weight kernels (llama.cpp, ExLlama,
+MLC) their per-SM streaming rate; per scenario source and engine line the time its harness (client and server
+front end as deployed) adds to every online TTFT (`FactorSet.harness_ms`), which predictions of that source's rows
+carry and plans never do.
 Nothing of a GPU or GPU family is fitted: the step times come from measured kernels (`inferplan.planner.model.kernels`).
 
 Log errors make a 2x over- and under-prediction cost the same; the Cauchy loss log(1 + (e / 0.3)^2) grows only
@@ -59,6 +60,7 @@ MIN_ROWS_FOR_ENGINE = 3
 MIN_SOURCES_FOR_ENGINE = 2
 HARNESS_PRIOR_SPAN_MS = 100.0  # the harness prior's scale: a 100 ms move costs PRIOR_WEIGHT
 MEMORY_FACTOR_NAMES = ("non_torch_gib", "activation_scale")
+MEMORY_LOAD = "startup"  # the load kind of the rows a memory term is fitted on
 
 
 @dataclass(frozen=True)
@@ -269,15 +271,26 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
             return replace(fs, harness_ms=fs.harness_ms | {key: value})
         return replace(fs, engines=fs.engines | {key: replace(fs.engines[key], **{name: value})})
 
-    targets = [("engine", e, n) for e in sorted(fitted_lines) for n in engine_targets(e)]
+    # A memory term moves only with what a server reports as it starts (its weights, KV cache, activation peak):
+    # a speed row it would also move (through the KV cache's concurrency) must not bend the memory a line is
+    # measured to have. A line without such rows keeps the prior's memory terms.
+    memory_rows = {e: [r for r in engine_rows[e] if r.load.kind == MEMORY_LOAD] for e in engine_rows}
+
+    def subset_of(kind: str, key: str, name: str) -> list[Scenario]:
+        if kind == "harness":
+            return source_rows[key]
+        return memory_rows[key] if name in MEMORY_FACTOR_NAMES else engine_rows[key]
+
+    targets = [("engine", e, n) for e in sorted(fitted_lines) for n in engine_targets(e)
+               if n not in MEMORY_FACTOR_NAMES or memory_rows[e]]
     targets += [("harness", s, "harness_ms") for s in sorted(sources)]
-    per_sweep = sum(len(source_rows[key] if kind == "harness" else engine_rows[key]) for kind, key, _ in targets)
+    per_sweep = sum(len(subset_of(*target)) for target in targets)
     done = 0
     for sweep in range(sweeps):
         spread = 1.0 / (sweep + 1)
         current = _inherit_memory(current, fitted_lines)
         for term, (kind, key, name) in enumerate(targets, start=1):
-            subset = source_rows[key] if kind == "harness" else engine_rows[key]
+            subset = subset_of(kind, key, name)
             lo, hi = BOUNDS[name]
             value, prior_value = get(current, kind, key, name), get(prior, kind, key, name)
             if kind == "harness":  # additive: steps of up to 100 ms either way, shrinking

@@ -299,3 +299,32 @@ def test_a_progress_callback_only_observes_and_can_stop_the_fit(published_scenar
 
     with pytest.raises(KeyboardInterrupt):
         calibrate(rows, prior, sweeps=2, progress=stop)
+
+
+def test_a_memory_term_moves_with_what_a_server_reports_at_startup_only(published_scenarios: Path) -> None:
+    """dennislee22's vLLM rows made with 4 GiB outside the allocator: its speed rows alone (their concurrency
+    depends on the KV cache) leave the memory terms at the prior, so that a speed miss is never pushed into the
+    memory a line is measured to have; its startup rows (KV cache, weights, concurrency) move them until the KV
+    cache those rows report is predicted within a tenth of the prior's miss (3.5 GiB)."""
+    prior = _prior()
+    rows = [r for r in read_scenarios(published_scenarios).scenarios
+            if not r.suspect and row_line(r) == "vllm" and r.source_name == "dennislee22"]
+    startup = made_by([r for r in rows if r.load.kind == "startup"], truth := replace(
+        prior, engines={"vllm": replace(prior.default_engine, non_torch_gib=4.0)}))
+    speed = made_by([r for r in rows if r.load.kind != "startup"], truth)
+    assert len(startup) >= 10 and len(speed) >= 20
+    assert any(m.value < 0.8 * p.predicted for m, p in zip(speed, predict_scenarios(speed, prior), strict=True))
+
+    def again(made: list[Scenario]) -> list[Scenario]:  # a second source, so that the line is fitted
+        return [r.model_copy(update={"id": f"{r.id}-again", "source": "https://example.org/same-runs-again"})
+                for r in made]
+
+    from_speed = calibrate(speed + again(speed), prior, sweeps=2).factors.engine("vllm")
+    assert (from_speed.non_torch_gib, from_speed.activation_scale) == (
+        prior.default_engine.non_torch_gib, prior.default_engine.activation_scale)
+    fitted = calibrate(startup + speed + again(startup + speed), prior, sweeps=2).factors
+    assert fitted.engine("vllm").non_torch_gib > 2.0
+    kv = [r for r in startup if r.metric == "kv_cache_gib"]
+    assert len(kv) >= 5
+    for row, out, before in zip(kv, predict_scenarios(kv, fitted), predict_scenarios(kv, prior), strict=True):
+        assert abs(out.predicted - row.value) < 0.1 * abs(before.predicted - row.value), row.id
