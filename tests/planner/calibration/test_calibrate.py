@@ -304,8 +304,9 @@ def test_a_progress_callback_only_observes_and_can_stop_the_fit(published_scenar
 def test_a_memory_term_moves_with_what_a_server_reports_at_startup_only(published_scenarios: Path) -> None:
     """dennislee22's vLLM rows made with 4 GiB outside the allocator: its speed rows alone (their concurrency
     depends on the KV cache) leave the memory terms at the prior, so that a speed miss is never pushed into the
-    memory a line is measured to have; its startup rows (KV cache, weights, concurrency) move them until the KV
-    cache those rows report is predicted within a tenth of the prior's miss (3.5 GiB)."""
+    memory a line is measured to have; so do startup rows (KV cache, weights, concurrency) of one source; startup
+    rows of two move them until the KV cache those rows report is predicted within a tenth of the prior's miss
+    (3.5 GiB)."""
     prior = _prior()
     rows = [r for r in read_scenarios(published_scenarios).scenarios
             if not r.suspect and row_line(r) == "vllm" and r.source_name == "dennislee22"]
@@ -319,9 +320,11 @@ def test_a_memory_term_moves_with_what_a_server_reports_at_startup_only(publishe
         return [r.model_copy(update={"id": f"{r.id}-again", "source": "https://example.org/same-runs-again"})
                 for r in made]
 
+    unmoved = (prior.default_engine.non_torch_gib, prior.default_engine.activation_scale)
     from_speed = calibrate(speed + again(speed), prior, sweeps=2).factors.engine("vllm")
-    assert (from_speed.non_torch_gib, from_speed.activation_scale) == (
-        prior.default_engine.non_torch_gib, prior.default_engine.activation_scale)
+    assert (from_speed.non_torch_gib, from_speed.activation_scale) == unmoved
+    one_source = calibrate(startup + speed + again(speed), prior, sweeps=2).factors.engine("vllm")
+    assert (one_source.non_torch_gib, one_source.activation_scale) == unmoved
     fitted = calibrate(startup + speed + again(startup + speed), prior, sweeps=2).factors
     assert fitted.engine("vllm").non_torch_gib > 2.0
     kv = [r for r in startup if r.metric == "kv_cache_gib"]
