@@ -325,6 +325,10 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
             current = put(current, kind, key, name, best[1])
             if progress is not None:
                 row_losses[[position[id(r)] for r in subset]] = best_rows
+                if kind == "engine" and name in MEMORY_FACTOR_NAMES and best[1] != value:
+                    # The line's speed rows moved too (their KV cache), which the walk did not evaluate.
+                    row_losses[[position[id(r)] for r in engine_rows[key]]] = _row_loss(engine_rows[key], current,
+                                                                                        weights)
                 if term == len(targets) and followers:
                     row_losses[followers] = _row_loss([rows[i] for i in followers],
                                                       _inherit_memory(current, fitted_lines), weights)

@@ -325,7 +325,12 @@ def test_a_memory_term_moves_with_what_a_server_reports_at_startup_only(publishe
     assert (from_speed.non_torch_gib, from_speed.activation_scale) == unmoved
     one_source = calibrate(startup + speed + again(speed), prior, sweeps=2).factors.engine("vllm")
     assert (one_source.non_torch_gib, one_source.activation_scale) == unmoved
-    fitted = calibrate(startup + speed + again(startup + speed), prior, sweeps=2).factors
+    made = startup + speed + again(startup + speed)
+    seen: list[CalibrationProgress] = []
+    one_sweep = calibrate(made, prior, sweeps=1, progress=seen.append)
+    # The progress loss counts the speed rows a memory term's walk moved without evaluating them.
+    assert seen[-1].loss == pytest.approx(one_sweep.loss_after, rel=1e-12)
+    fitted = calibrate(made, prior, sweeps=2).factors
     assert fitted.engine("vllm").non_torch_gib > 2.0
     kv = [r for r in startup if r.metric == "kv_cache_gib"]
     assert len(kv) >= 5
