@@ -273,11 +273,11 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
 
     # A memory term moves only with what a server reports as it starts (its weights, KV cache, activation peak):
     # a speed row it would also move (through the KV cache's concurrency) must not bend the memory a line is
-    # measured to have. A line without such rows from at least MIN_SOURCES_FOR_ENGINE sources keeps the prior's
-    # memory terms (what one source's servers report is its machines' as much as the engine's).
-    memory_rows = {e: [r for r in engine_rows[e] if r.load.kind == MEMORY_LOAD] for e in engine_rows}
-    memory_rows = {e: rows_ if len({r.source_name for r in rows_}) >= MIN_SOURCES_FOR_ENGINE else []
-                   for e, rows_ in memory_rows.items()}
+    # measured to have. A line whose startup rows would not fit its terms on their own (`fittable_lines`: too few,
+    # or of one source, whose servers' report is its machines' as much as the engine's) keeps the prior's.
+    memory_lines = fittable_lines([r for r in rows if r.load.kind == MEMORY_LOAD])
+    memory_rows = {e: [r for r in engine_rows[e] if r.load.kind == MEMORY_LOAD] if e in memory_lines else []
+                   for e in engine_rows}
 
     def subset_of(kind: str, key: str, name: str) -> list[Scenario]:
         if kind == "harness":
