@@ -4,7 +4,7 @@ the fitted engine terms move when one source is left out?
 Usage (from the repository root):
 
     python bench/leave_one_source_out.py [--scenarios FILE ...] [--sweeps N] [--jobs J]
-        [--full FACTORS.json] [--predictions FILE.jsonl] [--save DIR]
+        [--full FACTORS.json] [--predictions FILE.jsonl] [--save DIR] [--compare FILE.jsonl]
 
 It runs `calibrate(...)` (the shipped procedure) once on all rows of the scenario files (by default the four
 published files in ../shared/accuracy, pooled) and once per source without that source's rows (sources =
@@ -20,6 +20,9 @@ come from measured kernels and are the same in every fold: only engine terms and
   (iii) per source over all its metrics: held-out median APE and share within 25%, in-sample median APE; then the
         median and the worst source. Rows of architectures the model does not represent yet (`calibrate.unmodelled`:
         MLA, DeepSeek-V3/R1) are scored apart and are not in these figures.
+  (iv)  with `--compare FILE.jsonl` (an earlier run's `--predictions`, e.g. of the code before a change): per source,
+        its held-out median APE there and here and the difference, then the median and the worst source of each,
+        the figures a model or fit variant is chosen by (docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from inferplan.planner.calibration.accuracy import score
+from inferplan.planner.calibration.accuracy import absolute_percentage_error, score
 from inferplan.planner.calibration.calibrate import calibrate, engine_targets, fittable_lines, training_rows, unmodelled
 from inferplan.planner.calibration.predict import predict_scenarios
 from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
@@ -88,12 +91,57 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "in-sample; rows of unmodelled architectures marked `unmodelled`) as JSON lines")
     parser.add_argument("--save", type=Path, metavar="DIR",
                         help="write every fit's factors to DIR (all-rows.json, <source>.json)")
+    parser.add_argument("--compare", type=Path, metavar="FILE.jsonl",
+                        help="an earlier run's --predictions file: print each source's held-out median APE there "
+                             "and here, and the median and worst source of both")
     args = parser.parse_args(argv)
+    if args.compare is not None:
+        try:
+            args.reference = held_out_by_source(args.compare)
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--compare {args.compare}: {exc}")
     try:
         return _leave_one_source_out(args)
     except KeyboardInterrupt:
         print("leave_one_source_out: interrupted", file=sys.stderr)
         return 130
+
+
+def held_out_by_source(path: Path) -> dict[str, float]:
+    """Each source's held-out median APE in a `--predictions` file, scored as table (iii) scores it: rows that are
+    not suspect, of modelled architectures, with a prediction."""
+    apes: dict[str, list[float]] = defaultdict(list)
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            source, measured, held = row["source"], row["measured"], row["held_out"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"line {number} is not a held-out prediction ({exc})") from exc
+        if row.get("suspect") or row.get("unmodelled") or held is None:
+            continue
+        apes[source].append(absolute_percentage_error(held, measured))
+    if not apes:
+        raise ValueError("no held-out predictions in it")
+    # Rounded as `accuracy.score` rounds its medians, so the two tables agree to the digit.
+    return {source: round(statistics.median(values), 4) for source, values in apes.items()}
+
+
+def compare_sources(here: dict[str, float], there: dict[str, float]) -> list[str]:
+    """Table (iv): each source's held-out median APE in the reference run and in this one (largest change
+    first), then each run's median over its sources and its worst source."""
+    lines = [f"{'source':22s} {'reference':>9s} {'this run':>9s} {'change':>8s}"]
+    for source in sorted(set(here) | set(there),
+                         key=lambda s: (-abs(here.get(s, 0.0) - there.get(s, 0.0)), s)):
+        a, b = there.get(source), here.get(source)
+        change = "-" if a is None or b is None else f"{100 * (b - a):+.1f}"
+        lines.append(f"{source:22s} {_pct(a):>9s} {_pct(b):>9s} {change:>8s}")
+    for name, figures in (("reference", there), ("this run", here)):
+        worst = max(figures, key=lambda s: figures[s])
+        lines.append(f"{name}: median {_pct(statistics.median(figures.values()))} over {len(figures)} sources, "
+                     f"worst {_pct(figures[worst])} ({worst})")
+    return lines
 
 
 def _leave_one_source_out(args: argparse.Namespace) -> int:
@@ -198,6 +246,11 @@ def _leave_one_source_out(args: argparse.Namespace) -> int:
               f"worst {_pct(worst[2])} ({worst[0]})")
     for source, n, median in apart:
         print(f"scored apart: {source}, {n} rows, held-out median APE {_pct(median)}")
+    if args.compare is not None:
+        print()
+        print(f"(iv) held-out median APE per source against {args.compare}")
+        here = {source: held_out for source, _, held_out, _, _ in summary if held_out is not None}
+        print("\n".join(compare_sources(here, args.reference)))
     if args.predictions:
         write_atomically(args.predictions, "".join(line + "\n" for line in dumped))
         print(f"\nheld-out predictions of {len(dumped)} rows written to {args.predictions}")

@@ -172,3 +172,37 @@ def test_leave_one_source_out_stops_on_ctrl_c_and_ends_its_workers(
     err = capsys.readouterr().err
     assert "interrupted" in err and "Traceback" not in err
     assert _left_behind(tmp_path) == []
+
+
+def test_leave_one_source_out_compares_each_source_with_an_earlier_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--compare` reads an earlier run's `--predictions` and prints each source's held-out median APE there and
+    here with the change, and both runs' median and worst source, as table (iii) scores them; a file that is not
+    such a run is refused before any fit."""
+    from bench.leave_one_source_out import main
+
+    before = tmp_path / "before.jsonl"
+    assert main(["--scenarios", str(EXAMPLE), "--sweeps", "1", "--jobs", "2", "--predictions", str(before)]) == 0
+    first = capsys.readouterr().out
+    assert "(iv)" not in first
+    assert main(["--scenarios", str(EXAMPLE), "--sweeps", "1", "--jobs", "2", "--compare", str(before)]) == 0
+    out = capsys.readouterr().out
+    table = out.split("(iv) held-out median APE per source against")[1]
+    rows = [line.split() for line in table.splitlines()[2:] if line and not line.startswith(("reference", "this"))]
+    sources = {row.source_name for row in read_scenarios(EXAMPLE).scenarios}
+    per_source = {row[0]: row[1:] for row in rows if row[0] in sources}
+    assert per_source and set(per_source) <= sources
+    assert all(there == here and change == "+0.0" for there, here, change in per_source.values())  # same code
+    summary = next(line for line in out.splitlines() if line.startswith("held out over"))
+    median = summary.split("median ")[1].split(",")[0]
+    assert f"reference: median {median} over {len(per_source)} sources" in table
+    assert f"this run: median {median} over {len(per_source)} sources" in table
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"}\n', encoding="utf-8")
+    with pytest.raises(SystemExit) as refused:
+        main(["--scenarios", str(EXAMPLE), "--compare", str(bad)])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "--compare" in err and "line 1 is not a held-out prediction" in err
