@@ -95,13 +95,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="an earlier run's --predictions file: print each source's held-out median APE there "
                              "and here, and the median and worst source of both")
     args = parser.parse_args(argv)
+    reference = None
     if args.compare is not None:
         try:
-            args.reference = held_out_by_source(args.compare)
-        except (OSError, ValueError, KeyError) as exc:
+            reference = held_out_by_source(args.compare)
+        except (OSError, ValueError) as exc:
             parser.error(f"--compare {args.compare}: {exc}")
     try:
-        return _leave_one_source_out(args)
+        return _leave_one_source_out(args, reference)
     except KeyboardInterrupt:
         print("leave_one_source_out: interrupted", file=sys.stderr)
         return 130
@@ -116,12 +117,11 @@ def held_out_by_source(path: Path) -> dict[str, float]:
             continue
         try:
             row = json.loads(line)
-            source, measured, held = row["source"], row["measured"], row["held_out"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"line {number} is not a held-out prediction ({exc})") from exc
-        if row.get("suspect") or row.get("unmodelled") or held is None:
-            continue
-        apes[source].append(absolute_percentage_error(held, measured))
+            if row.get("suspect") or row.get("unmodelled") or row["held_out"] is None:
+                continue
+            apes[row["source"]].append(absolute_percentage_error(float(row["held_out"]), float(row["measured"])))
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"line {number} is not a held-out prediction ({exc!r})") from exc
     if not apes:
         raise ValueError("no held-out predictions in it")
     # Rounded as `accuracy.score` rounds its medians, so the two tables agree to the digit.
@@ -144,7 +144,7 @@ def compare_sources(here: dict[str, float], there: dict[str, float]) -> list[str
     return lines
 
 
-def _leave_one_source_out(args: argparse.Namespace) -> int:
+def _leave_one_source_out(args: argparse.Namespace, reference: dict[str, float] | None) -> int:
     missing = [str(p) for p in args.scenarios if not p.is_file()]
     if missing:
         print(f"scenario file not found: {', '.join(missing)}", file=sys.stderr)
@@ -246,11 +246,11 @@ def _leave_one_source_out(args: argparse.Namespace) -> int:
               f"worst {_pct(worst[2])} ({worst[0]})")
     for source, n, median in apart:
         print(f"scored apart: {source}, {n} rows, held-out median APE {_pct(median)}")
-    if args.compare is not None:
+    if reference is not None:
         print()
         print(f"(iv) held-out median APE per source against {args.compare}")
         here = {source: held_out for source, _, held_out, _, _ in summary if held_out is not None}
-        print("\n".join(compare_sources(here, args.reference)))
+        print("\n".join(compare_sources(here, reference)))
     if args.predictions:
         write_atomically(args.predictions, "".join(line + "\n" for line in dumped))
         print(f"\nheld-out predictions of {len(dumped)} rows written to {args.predictions}")
