@@ -104,7 +104,7 @@ def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitectur
     """
     max_len = row.max_model_len or arch.max_position_embeddings
     defaults = version_defaults(engine, row.version, float(gpu.usable_memory_bytes), gpu.key,
-                                gpus_per_instance, max_len)
+                                gpus_per_instance, max_len, offline=row.load.kind == "offline")
     seqs = row.max_num_seqs or defaults.max_num_seqs
     if engine.name == "tensorrt-llm" and row.max_num_seqs is None and _ceiling_run(row):
         seqs = TUNED_BATCH_CAP

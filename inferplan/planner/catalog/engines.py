@@ -331,9 +331,11 @@ def scheduling_of(engine: str, version: str | None, max_model_len: int) -> Sched
 
 
 def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_bytes: float, gpu_key: str,
-                     gpus_per_instance: int, max_model_len: int) -> VersionDefaults:
+                     gpus_per_instance: int, max_model_len: int, offline: bool = False) -> VersionDefaults:
     """The defaults of `engine` at `version` (None: its current release line) for one model instance on
-    `gpus_per_instance` GPUs of `gpu_memory_bytes` each. Sources, quoted, in docs/engines.md."""
+    `gpus_per_instance` GPUs of `gpu_memory_bytes` each, served (`vllm serve`), or with `offline` run in-process
+    as offline benchmarks run it (vLLM V1's `LLM` class: `vllm bench throughput`, `LLM.generate`, whose step
+    budget is twice or four times the server's). Sources, quoted, in docs/engines.md."""
     v = parse_version(version)
     gib = gpu_memory_bytes / GIB
     name = engine.name
@@ -346,7 +348,7 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
             return VersionDefaults(256, float(max(max_model_len, 2048)), 0.9,
                                    scheduling_of(name, version, max_model_len))
         big = gib >= 70 and "a100" not in gpu_key.lower() and (v is None or v >= (0, 9))
-        seqs, budget = (1024, 8192) if big else (256, 2048)
+        seqs, budget = (1024, 16384 if offline else 8192) if big else (256, 8192 if offline else 2048)
         return VersionDefaults(seqs, float(budget), 0.9, scheduling_of(name, version, max_model_len))
     if name == "sglang":
         if v is not None and v < (0, 5):

@@ -100,6 +100,28 @@ def test_vllm_defaults_depend_on_version_and_gpu() -> None:
     assert on_h100.scheduling == Scheduling(mixed=True, chunked=True, reserve_output=False)
 
 
+def test_an_offline_vllm_v1_run_has_the_llm_classs_step_budget() -> None:
+    """vLLM V1's offline benchmarks run the `LLM` class, whose default step budget is 16384 tokens on a GPU of
+    70 GiB or more that is not an A100 and 8192 elsewhere (the server's: 8192 and 2048); its sequences are the
+    server's. A stated budget is the budget; V0 has no such default."""
+    arch = resolve_model("meta-llama/Meta-Llama-3-8B")
+    vllm = engine_profile("vllm")
+    a100, h100 = resolve_gpu("NVIDIA-A100-SXM4-80GB"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    offline = {"kind": "offline", "num_prompts": 1000}
+
+    def settings(version: str, gpu: GpuSpec, load: dict[str, object], budget: int | None = None) -> EngineSettings:
+        return engine_settings(example("tpot_ms_p50", engine_version=version, load=load, max_num_seqs=None,
+                                       max_num_batched_tokens=budget), vllm, arch, gpu)
+
+    served = {"kind": "poisson", "rate": 4.0, "num_prompts": 1000}
+    for gpu, in_process, server in ((h100, 16384, 8192), (a100, 8192, 2048)):
+        assert settings("0.11.0", gpu, offline).step_tokens == in_process
+        assert settings("0.11.0", gpu, served).step_tokens == server
+    assert settings("0.11.0", h100, offline).max_num_seqs == settings("0.11.0", h100, served).max_num_seqs == 1024
+    assert settings("0.11.0", h100, offline, budget=4096).step_tokens == 4096
+    assert settings("0.6.0", a100, offline).step_tokens == settings("0.6.0", a100, served).step_tokens
+
+
 def test_engines_schedule_as_their_defaults_say() -> None:
     arch = resolve_model("Qwen/Qwen3-8B")
     h100 = resolve_gpu("NVIDIA-H100-80GB-HBM3")
