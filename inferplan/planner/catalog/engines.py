@@ -199,12 +199,18 @@ class Scheduling:
     reserve_output: a request is admitted only when the KV cache holds its prompt and all the output it
       may generate, next to what the running requests were promised, so nothing is ever preempted
       (TensorRT-LLM's GUARANTEED_NO_EVICT); False: admitted when its prompt fits, preempted (recomputed)
-      when the cache runs out during decode (vLLM, SGLang).
+      when the cache runs out during decode (vLLM; SGLang with `estimate_output`).
+    estimate_output: SGLang's admission: a request is admitted only when the KV cache holds its prompt and its
+      whole output (up to 4,096 tokens) next to the running requests' remaining output times a new-token
+      ratio, which starts at 0.7, falls by about 0.001 per decode step to 0.098, returns to 0.7 when the engine
+      idles and is re-estimated from the tokens decoded so far when a request is retracted (preempted)
+      (`PrefillAdder.add_one_req` and `Scheduler.update_running_batch`; `SGLANG_*_NEW_TOKEN_RATIO*`).
     """
 
     mixed: bool = True
     chunked: bool = True
     reserve_output: bool = False
+    estimate_output: bool = False
 
 
 @dataclass(frozen=True)
@@ -321,7 +327,9 @@ def scheduling_of(engine: str, version: str | None, max_model_len: int) -> Sched
         if v is not None and v < (0, 8) and max_model_len <= 32768:
             return Scheduling(mixed=False, chunked=False)  # V0 without chunked prefill: prefill first, whole
         return Scheduling(mixed=True, chunked=True)
-    if engine in ("sglang", "tgi"):
+    if engine == "sglang":
+        return Scheduling(mixed=False, chunked=True, estimate_output=True)
+    if engine == "tgi":
         return Scheduling(mixed=False, chunked=True)
     if engine == "tensorrt-llm":
         return Scheduling(mixed=True, chunked=False, reserve_output=True)

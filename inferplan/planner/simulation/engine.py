@@ -117,6 +117,26 @@ ReplicaStats = tuple[float, int, int, int, tuple[list[float], list[int], list[in
 
 CHUNK = 4096  # requests turned into Python objects at a time
 
+# SGLang's admission estimate (`Scheduling.estimate_output`; sglang 0.5.5 `srt/environ.py`,
+# `srt/managers/schedule_policy.py`): the new-token ratio starts at 0.7, falls to 0.7 x 0.14 over 600 decode
+# steps, and a request's own output counts up to 4,096 tokens. A retraction re-estimates the ratio as the
+# tokens decoded plus 20 per running request over their whole outputs.
+RATIO_INIT = 0.7
+RATIO_MIN = RATIO_INIT * 0.14
+RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
+RATIO_RETRACT_STEPS = 20
+OUTPUT_CLIP = 4096
+
+
+def _retract_ratio(running: dict[int, Request], kv_used: int) -> float:
+    """SGLang's new-token ratio after a retraction: the running requests' tokens decoded so far plus 20
+    each, over their whole outputs (`ScheduleBatch.retract_decode`)."""
+    prompts = outputs = 0
+    for req in running.values():
+        prompts += req[2]
+        outputs += req[3]
+    return min(1.0, (kv_used - prompts + RATIO_RETRACT_STEPS * len(running)) / (outputs + 1))
+
 
 def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: list[tuple[int, int, Request]],
                   queue: deque[Request], counter: int, model: _StepModel, preempted: IntArray) -> tuple[int, int]:
@@ -184,9 +204,11 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                + sequence_overhead_s * b for b in sizes]
     heappush, heappop = heapq.heappush, heapq.heappop
     policy = policy or Scheduling()
-    mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
+    mixed, whole, reserve, estimate = policy.mixed, not policy.chunked, policy.reserve_output, policy.estimate_output
     fast = mixed and not whole and not reserve  # the shortcut below is vLLM V1's step
     reserved = 0                                 # KV tokens promised to running sequences (reserve only)
+    promised = 0                                 # prompt + output of the running sequences (estimate only)
+    ratio = RATIO_INIT                           # SGLang's new-token ratio (estimate only)
     counting = load is not None
     outstanding = load if load is not None else []
 
@@ -278,17 +300,27 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 while pending and pending[0][1] <= now:
                     queue.append(pending.popleft())
                 next_arrival = pending[0][1] if pending else inf
+                # SGLang: the running sequences' remaining output at the ratio, this round's admissions' whole.
+                estimated = kv_used + ratio * (promised - kv_used) if estimate else 0.0
                 while queue and n_running < max_batch:
                     req = queue[0]
                     need = req[2] + req[5]
                     # Room for the prompt, its first token and this step's decode tokens; with reservation,
-                    # for the whole sequence next to what the running ones were promised.
+                    # for the whole sequence next to what the running ones were promised; with an estimate,
+                    # for the prompt and the whole output next to the running ones' estimated remainder.
                     if reserve:
                         if reserved + req[2] + req[3] > kv_cap:
                             break
                         reserved += req[2] + req[3]
                     elif kv_used + need + 1 + n_decoding > kv_cap:
                         break
+                    elif estimate:
+                        left = req[3] - req[5]
+                        whole_output = need + (left if left < OUTPUT_CLIP else OUTPUT_CLIP)
+                        if estimated + whole_output >= kv_cap and n_running:
+                            break
+                        estimated += whole_output
+                        promised += req[2] + req[3]
                     queue.popleft()
                     running[req[0]] = req
                     req[8] = need
@@ -335,6 +367,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     context_sum -= context
                     preemptions += 1
                     n_running -= 1
+                    if estimate:
+                        promised = sum(req[2] + req[3] for req in running.values())
+                        ratio = _retract_ratio(running, kv_used)
                     if context:
                         n_decoding -= 1
                         next_finish = heap[0][0] if heap else inf
@@ -366,6 +401,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 now = end
                 if b:
                     counter += 1
+                    if estimate:
+                        ratio = max(ratio - RATIO_DECAY, RATIO_MIN)
                 kv_used += b
                 context_sum += b
                 produced += b + finishing
@@ -403,6 +440,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         context_sum -= context
                         preemptions += 1
                         n_running -= 1
+                        if estimate:
+                            promised = sum(req[2] + req[3] for req in running.values())
+                            ratio = _retract_ratio(running, kv_used)
                         n_decoding -= 1
                         next_finish = heap[0][0] if heap else inf
                         continue
@@ -440,13 +480,16 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     next_arrival = pending[0][1] if pending else inf
                 now = end
                 counter += k
+                if estimate:
+                    ratio = max(ratio - k * RATIO_DECAY, RATIO_MIN)
                 grown = k * b
                 kv_used += grown
                 context_sum += grown
                 produced += grown
             else:
                 # Nothing running, so nothing waits either (an empty replica admits any request): idle until
-                # the next arrival.
+                # the next arrival. An idle SGLang resets its new-token ratio.
+                ratio = RATIO_INIT
                 if next_arrival == inf or next_arrival > t_limit:
                     t_limit = yield next_arrival
                     next_arrival = pending[0][1] if pending else inf
@@ -466,6 +509,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
             done_s[i] = now
             if reserve:
                 reserved -= tokens
+            elif estimate:
+                promised -= tokens
             if counting:
                 outstanding[r] -= 1
             if follow is not None and (nxt := follow(i, now)) is not None:

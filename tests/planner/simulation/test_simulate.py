@@ -191,17 +191,46 @@ def test_prefill_first_pauses_decode_and_mixed_steps_do_not() -> None:
     assert first.generated_tokens == mixed.generated_tokens == 210
 
 
-def test_reserving_the_output_never_preempts_and_admits_fewer() -> None:
+def _burst_of_twelve(policy: Scheduling | None = None) -> SimulationResult:
+    """Twelve 500 + 500-token requests at once on a KV cache that holds three whole sequences."""
     n = 12
     w = trace_workload(np.zeros(n), np.full(n, 500), np.full(n, 500))
-    kv = 3 * 1000 + 500  # three whole sequences fit
-    on_prompt = simulate(HW, w, kv_tokens=kv, max_batch=64, chunk_tokens=8192)
-    reserved = simulate(HW, w, kv_tokens=kv, max_batch=64, chunk_tokens=8192,
-                        policy=Scheduling(chunked=False, reserve_output=True))
+    return simulate(HW, w, kv_tokens=3 * 1000 + 500, max_batch=64, chunk_tokens=8192, policy=policy)
+
+
+def test_reserving_the_output_never_preempts_and_admits_fewer() -> None:
+    on_prompt = _burst_of_twelve()
+    reserved = _burst_of_twelve(Scheduling(chunked=False, reserve_output=True))
     assert on_prompt.preemptions > 0
     assert reserved.preemptions == 0
     assert reserved.kv_tokens_max.max() <= 3 * 1000
     assert np.all(np.isfinite(reserved.e2e_s))
+
+
+def test_sglangs_estimate_admits_by_the_output_and_counts_the_running_at_its_ratio() -> None:
+    """SGLang admits a request when its prompt and whole output fit next to the running requests' remaining
+    output times the new-token ratio (0.7 at first, falling with each decode step): a burst's first requests are
+    admitted as the output reservation admits them, where admitting on the prompt takes in more; a request
+    arriving once the running ones have decoded a while joins them, where the full reservation makes it wait for
+    one to finish."""
+    on_prompt = _burst_of_twelve()
+    estimated = _burst_of_twelve(Scheduling(mixed=False, estimate_output=True))
+    assert np.sum(on_prompt.ttft_s < 0.5) > 3  # prompts fit seven at once
+    assert np.all(estimated.ttft_s[:3] < 0.5)
+    assert estimated.ttft_s[3] >= float(estimated.e2e_s[:3].min())  # the fourth waits for one to finish
+    assert np.all(np.isfinite(estimated.e2e_s))
+
+    # Two 100 + 1000-token requests fill 2,200 of 2,500 tokens; a third arrives after 400 decode steps, when
+    # 2 x 500 tokens are held and 2 x 600 remain, at a ratio of 0.7 - 400 x 0.001 = 0.3: 1,000 + 360 + 1,100 fits.
+    alone = simulate(HW, trace_workload([0.0, 0.0], [100, 100], [1000, 1000]), kv_tokens=2500, chunk_tokens=8192)
+    later = float(alone.ttft_s[0] + 400 * alone.tpot_s[0])
+    w = trace_workload([0.0, 0.0, later], [100, 100, 100], [1000, 1000, 1000])
+    estimated = simulate(HW, w, kv_tokens=2500, chunk_tokens=8192, policy=Scheduling(mixed=False, estimate_output=True))
+    reserved = simulate(HW, w, kv_tokens=2500, chunk_tokens=8192,
+                        policy=Scheduling(chunked=False, reserve_output=True))
+    first_done = float(min(reserved.e2e_s[:2]))
+    assert reserved.ttft_s[2] >= first_done - later  # waits for a running request to finish
+    assert estimated.ttft_s[2] < 0.1 * (first_done - later)  # joins the running two
 
 
 def test_unchunked_prompts_go_whole_into_a_later_step() -> None:
