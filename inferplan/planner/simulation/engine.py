@@ -128,16 +128,6 @@ RATIO_RETRACT_STEPS = 20
 OUTPUT_CLIP = 4096
 
 
-def _retract_ratio(running: dict[int, Request], kv_used: int) -> float:
-    """SGLang's new-token ratio after a retraction: the running requests' tokens decoded so far plus 20
-    each, over their whole outputs (`ScheduleBatch.retract_decode`)."""
-    prompts = outputs = 0
-    for req in running.values():
-        prompts += req[2]
-        outputs += req[3]
-    return min(1.0, (kv_used - prompts + RATIO_RETRACT_STEPS * len(running)) / (outputs + 1))
-
-
 def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: list[tuple[int, int, Request]],
                   queue: deque[Request], counter: int, model: _StepModel, preempted: IntArray) -> tuple[int, int]:
     """Preempt the most recently admitted sequence back to the front of the queue (vLLM's recompute
@@ -204,10 +194,11 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                + sequence_overhead_s * b for b in sizes]
     heappush, heappop = heapq.heappush, heapq.heappop
     policy = policy or Scheduling()
-    mixed, whole, reserve, estimate = policy.mixed, not policy.chunked, policy.reserve_output, policy.estimate_output
+    mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
+    estimate = policy.estimate_output
     fast = mixed and not whole and not reserve  # the shortcut below is vLLM V1's step
     reserved = 0                                 # KV tokens promised to running sequences (reserve only)
-    promised = 0                                 # prompt + output of the running sequences (estimate only)
+    prompts = outputs = 0                        # prompt and output tokens of the running sequences (estimate only)
     ratio = RATIO_INIT                           # SGLang's new-token ratio (estimate only)
     counting = load is not None
     outstanding = load if load is not None else []
@@ -301,7 +292,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     queue.append(pending.popleft())
                 next_arrival = pending[0][1] if pending else inf
                 # SGLang: the running sequences' remaining output at the ratio, this round's admissions' whole.
-                estimated = kv_used + ratio * (promised - kv_used) if estimate else 0.0
+                estimated = kv_used + ratio * (prompts + outputs - kv_used) if estimate else 0.0
                 while queue and n_running < max_batch:
                     req = queue[0]
                     need = req[2] + req[5]
@@ -320,7 +311,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         if estimated + whole_output >= kv_cap and n_running:
                             break
                         estimated += whole_output
-                        promised += req[2] + req[3]
+                        prompts += req[2]
+                        outputs += req[3]
                     queue.popleft()
                     running[req[0]] = req
                     req[8] = need
@@ -362,14 +354,18 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                             finishing += 1
                     if kv_used + (n_decoding if mixed else 0) + finishing <= kv_cap:
                         break
+                    if estimate:
+                        last = next(reversed(running.values()))
+                        prompts -= last[2]
+                        outputs -= last[3]
                     kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
                     kv_used -= kv
                     context_sum -= context
                     preemptions += 1
                     n_running -= 1
                     if estimate:
-                        promised = sum(req[2] + req[3] for req in running.values())
-                        ratio = _retract_ratio(running, kv_used)
+                        # SGLang re-estimates: the tokens decoded plus 20 per request over their whole outputs.
+                        ratio = min(1.0, (kv_used - prompts + RATIO_RETRACT_STEPS * n_running) / (outputs + 1))
                     if context:
                         n_decoding -= 1
                         next_finish = heap[0][0] if heap else inf
@@ -435,14 +431,17 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 if k * b > kv_cap - kv_used:
                     k = (kv_cap - kv_used) // b
                     if k == 0:
+                        if estimate:
+                            last = next(reversed(running.values()))
+                            prompts -= last[2]
+                            outputs -= last[3]
                         kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
                         kv_used -= kv
                         context_sum -= context
                         preemptions += 1
                         n_running -= 1
                         if estimate:
-                            promised = sum(req[2] + req[3] for req in running.values())
-                            ratio = _retract_ratio(running, kv_used)
+                            ratio = min(1.0, (kv_used - prompts + RATIO_RETRACT_STEPS * n_running) / (outputs + 1))
                         n_decoding -= 1
                         next_finish = heap[0][0] if heap else inf
                         continue
@@ -510,7 +509,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
             if reserve:
                 reserved -= tokens
             elif estimate:
-                promised -= tokens
+                prompts -= req[2]
+                outputs -= req[3]
             if counting:
                 outstanding[r] -= 1
             if follow is not None and (nxt := follow(i, now)) is not None:
