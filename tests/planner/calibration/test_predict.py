@@ -126,11 +126,22 @@ def test_engines_schedule_as_their_defaults_say() -> None:
     arch = resolve_model("Qwen/Qwen3-8B")
     h100 = resolve_gpu("NVIDIA-H100-80GB-HBM3")
     row = example("tpot_ms_p50", max_num_batched_tokens=None, max_num_seqs=None, gpu_memory_utilization=None)
-    sglang = engine_settings(row.model_copy(update={"engine": "sglang", "engine_version": "0.5.3"}),
-                             engine_profile("sglang"), arch, h100)
+    def sglang_on(version: str, gpu: GpuSpec) -> EngineSettings:
+        return engine_settings(row.model_copy(update={"engine": "sglang", "engine_version": version}),
+                               engine_profile("sglang"), arch, gpu)
+
+    sglang = sglang_on("0.5.2", h100)
     assert not sglang.scheduling.mixed and sglang.step_tokens == 8192  # prefill first, chunks of 8192
+    assert sglang.scheduling.estimate_output  # admitted on its estimate of the output to come
     gib = h100.usable_memory_bytes / 2**30
     assert sglang.memory_fraction == pytest.approx((gib - 10.0) / gib, abs=1e-3)  # reserved 9.5 + tp / 2 GiB
+    # From 0.5.3 the reserve is 512 MiB + 1.5 MiB per chunk token + 2 MiB per captured sequence (256 below TP 4)
+    # + 128 MiB per GPU, at least 10 GiB: 13,440 MiB on one H100.
+    mib = gib * 1024
+    assert sglang_on("0.5.5.post1", h100).memory_fraction == pytest.approx((mib - 13440) / mib, abs=1e-3)
+    a100_40 = resolve_gpu("NVIDIA-A100-SXM4-40GB")
+    assert sglang_on("0.5.5.post1", a100_40).step_tokens == 4096  # 4096-token chunks below 60 GiB
+    assert sglang_on("0.5.2", a100_40).step_tokens == 8192
     trt = engine_settings(row.model_copy(update={"engine": "tensorrt-llm", "engine_version": "1.2.0rc1"}),
                           engine_profile("tensorrt-llm"), arch, h100)
     assert trt.scheduling.reserve_output and not trt.scheduling.chunked  # GUARANTEED_NO_EVICT, no chunking
