@@ -393,11 +393,14 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
         return VersionDefaults(seqs, float(budget), 0.9, scheduling_of(name, version, max_model_len))
     if name == "sglang":
         if v is not None and v < (0, 5):
+            # By tensor-parallel size; from 0.4.6 only on GPUs of up to 80 GiB (0.88 above), before it on every
+            # GPU, and before 0.4 with 0.83 at TP 8 (`ServerArgs.__post_init__` of the 0.3.0, 0.4.0-0.4.5 and
+            # 0.4.6.post5 wheels).
             limit = 25000 / 1024
+            by_tp = {16: 0.79, 8: 0.83 if v < (0, 4) else 0.81, 4: 0.85, 2: 0.87}
             fraction = 0.88
-            if gib <= 80:
-                fraction = {16: 0.79, 8: 0.81, 4: 0.85, 2: 0.87}.get(
-                    next((k for k in (16, 8, 4, 2) if gpus_per_instance >= k), 1), 0.88)
+            if gib <= 80 or v < (0, 4, 6):
+                fraction = by_tp.get(next((k for k in (16, 8, 4, 2) if gpus_per_instance >= k), 1), 0.88)
         elif v is not None and v < (0, 5, 3):
             limit = 35.0
             reserved = 32.0

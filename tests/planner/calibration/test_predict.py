@@ -142,6 +142,18 @@ def test_engines_schedule_as_their_defaults_say() -> None:
     a100_40 = resolve_gpu("NVIDIA-A100-SXM4-40GB")
     assert sglang_on("0.5.5.post1", a100_40).step_tokens == 4096  # 4096-token chunks below 60 GiB
     assert sglang_on("0.5.2", a100_40).step_tokens == 8192
+    # Before 0.5 the fraction goes by tensor-parallel size: from 0.4.6 on GPUs of up to 80 GiB only, before on all.
+    h200 = resolve_gpu("NVIDIA-H200")
+
+    def fraction_at(version: str, gpu: GpuSpec, tp: int) -> float:
+        return engine_settings(row.model_copy(update={"engine": "sglang", "engine_version": version,
+                                                      "tensor_parallel": tp, "gpus": tp}),
+                               engine_profile("sglang"), arch, gpu, tp).memory_fraction
+
+    assert fraction_at("0.4.0", h200, 8) == 0.81
+    assert fraction_at("0.4.6.post5", h200, 8) == 0.88
+    assert fraction_at("0.4.6.post5", h100, 8) == 0.81
+    assert fraction_at("0.3.0", h100, 8) == 0.83
     trt = engine_settings(row.model_copy(update={"engine": "tensorrt-llm", "engine_version": "1.2.0rc1"}),
                           engine_profile("tensorrt-llm"), arch, h100)
     assert trt.scheduling.reserve_output and not trt.scheduling.chunked  # GUARANTEED_NO_EVICT, no chunking
