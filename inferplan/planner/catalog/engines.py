@@ -338,39 +338,6 @@ def scheduling_of(engine: str, version: str | None, max_model_len: int) -> Sched
     return Scheduling(mixed=True, chunked=engine in ENGINES and ENGINES[engine].chunked_prefill)
 
 
-def _sglang_chunk(gib: float) -> int:
-    """SGLang 0.5.3 on: `chunked_prefill_size` by the GPU's memory (`ServerArgs._handle_gpu_memory_settings`)."""
-    if gib < 35:
-        return 2048
-    if gib < 60:
-        return 4096
-    return 8192 if gib < 160 else 16384
-
-
-def _sglang_fraction(gib: float, gpus: int, v: tuple[int, ...] | None) -> float:
-    """SGLang 0.5.3 on: `mem_fraction_static` = (GPU MiB - reserved) / GPU MiB, the reserve for activations and
-    CUDA graphs being 512 MiB + 1.5 MiB per token of `chunked_prefill_size` (at least 2048) + 2 MiB per sequence
-    of the largest captured batch + 128 MiB per GPU of the instance, at least 10 GiB on a GPU of more than 60 GiB
-    (`ServerArgs._handle_gpu_memory_settings`, sglang 0.5.3.post3 to 0.5.5.post1; data-parallel attention,
-    speculative decoding and piecewise CUDA graphs, all off by default, reserve more)."""
-    tp_small = gpus < 4
-    if gib < 20:
-        graph_bs = 8
-    elif gib < 35:
-        graph_bs = (16 if v is not None and v < (0, 5, 4) else 24) if tp_small else 80
-    elif gib < 60:
-        graph_bs = 32 if tp_small else 160
-    elif gib < 160:
-        graph_bs = 256 if tp_small else 512
-    else:
-        graph_bs = 512
-    mib = gib * 1024
-    reserved = 512 + max(_sglang_chunk(gib), 2048) * 1.5 + graph_bs * 2 + gpus / 8 * 1024
-    if gib > 60:
-        reserved = max(reserved, 10 * 1024)
-    return round((mib - reserved) / mib, 3)
-
-
 def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_bytes: float, gpu_key: str,
                      gpus_per_instance: int, max_model_len: int, offline: bool = False) -> VersionDefaults:
     """The defaults of `engine` at `version` (None: its current release line) for one model instance on
@@ -401,7 +368,7 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
             fraction = 0.88
             if gib <= 80 or v < (0, 4, 6):
                 fraction = by_tp.get(next((k for k in (16, 8, 4, 2) if gpus_per_instance >= k), 1), 0.88)
-        elif v is not None and v < (0, 5, 3):
+        else:
             limit = 35.0
             reserved = 32.0
             if gib < 35:
@@ -411,9 +378,6 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
             elif gib < 160:
                 reserved = 12.0 + gpus_per_instance / 2
             fraction = round((gib - reserved) / gib, 3)
-        else:
-            return VersionDefaults(4096, float(_sglang_chunk(gib)), _sglang_fraction(gib, gpus_per_instance, v),
-                                   scheduling_of(name, version, max_model_len))
         budget = 2048 if gib < limit else (8192 if gib < 160 else 16384)
         return VersionDefaults(4096, float(budget), fraction, scheduling_of(name, version, max_model_len))
     if name == "tensorrt-llm":
