@@ -359,6 +359,11 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
         block = r.engine.kv_block_tokens
         kv_tokens = max(kv_tokens, -(-settings.max_model_len // block) * block)
     prompt_mean, output_mean, dataset = _lengths(row)
+    # Likewise a run that served requests of a mean length held one of them: engines refuse or abort a request
+    # their pool cannot hold (vLLM checks the pool against max_model_len at start and rejects longer prompts), so
+    # a pool the model sizes below that is short (docs/model.md#known-gaps), not a run of one-token outputs.
+    block = r.engine.kv_block_tokens
+    kv_tokens = max(kv_tokens, -(-math.ceil(prompt_mean + output_mean) // block) * block)
     replicas = max(int(row.replicas or 1), 1)
     load = int(getattr(row.load, "value", 1))
     arrivals = None

@@ -276,6 +276,24 @@ def test_a_run_at_the_whole_memory_is_predicted_like_any_other() -> None:
     assert at[1.0].predicted >= at[0.9].predicted * 0.99
 
 
+def test_a_run_that_served_long_requests_had_room_for_one_of_them() -> None:
+    """A pool the model sizes below one request of the row's lengths is short, since the engine served them: the
+    run is simulated with room for one, each request generating its whole output, not skipped as one-token runs."""
+    # Llama-3-8B on a 24 GB RTX 3090 at 72% of its memory: a pool of about 5,500 tokens, by the model.
+    lengths = {"dataset": None, "input_tokens": 7000, "output_tokens": 400, "load": {"kind": "burst", "value": 4},
+               "gpu_memory_utilization": 0.72}
+    metrics = (("tpot_ms_p50", "ms"), ("output_tps_total", "output tokens/s"), ("requests_per_s", "requests/s"),
+               ("ttft_ms_mean", "ms"))
+    rows = [_online("burst", id=f"long-{m}", metric=m, unit=u, **lengths) for m, u in metrics]
+    got = {p.metric: p for p in predict_scenarios(rows)}
+    assert all(p.skipped is None and p.predicted for p in got.values()), got
+    assert got["output_tps_total"].predicted == pytest.approx(got["requests_per_s"].predicted * 400, rel=0.02)
+    # One request at a time: the last waits for the three before it, so the mean TTFT is well above one prefill.
+    single = predict_scenarios([_online("burst", id="one", metric="ttft_ms_mean", unit="ms",
+                                        **(lengths | {"load": {"kind": "burst", "value": 1}}))])[0]
+    assert got["ttft_ms_mean"].predicted > 1.5 * single.predicted
+
+
 def test_a_highest_slo_compliant_rate_is_the_rate_the_planners_queueing_model_holds_within_the_stated_limits() -> None:
     notes = "MLPerf Server style: the highest rate that met TTFT p99 <= 20 s, TPOT p99 <= 2000 ms."
     served = _online("poisson", id="slo", load={"kind": "poisson", "rate": None, "num_prompts": None},
