@@ -15,12 +15,13 @@ import numpy as np
 from inferplan.planner.calibration.scenarios import Scenario
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, sample_lengths
-from inferplan.planner.catalog.engine_args import stated_layout
+from inferplan.planner.catalog.engine_args import stated_chunked_prefill, stated_layout
 from inferplan.planner.catalog.engines import (
     EngineProfile,
     EngineSettings,
     engine_profile,
     factor_key,
+    parse_version,
     sampler_profile_bytes,
     version_defaults,
 )
@@ -111,6 +112,17 @@ def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitectur
     budget = float(row.max_num_batched_tokens or defaults.step_tokens)
     chunked = defaults.scheduling.chunked
     scheduling = defaults.scheduling
+    stated = stated_chunked_prefill(row.notes or "")
+    version = parse_version(row.version)
+    if stated is False and chunked and engine.name == "vllm" and version is not None and version < (0, 8):
+        # V0 with chunked prefill turned off where its default turned it on (contexts over 32k): whole prompts,
+        # prefill first, a budget of max(max_model_len, 2048) (`SchedulerConfig`).
+        chunked = False
+        scheduling = replace(scheduling, mixed=False, chunked=False)
+        budget = float(row.max_num_batched_tokens or max(max_len, 2048))
+    elif stated and not chunked and engine.name == "tensorrt-llm":
+        chunked = True  # `--enable_chunked_prefill`: prompts split within max_num_tokens
+        scheduling = replace(scheduling, chunked=True)
     if not chunked and row.max_num_batched_tokens is not None and row.max_num_batched_tokens < max_len \
             and engine.name == "vllm":
         chunked = True

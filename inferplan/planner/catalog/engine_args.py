@@ -158,6 +158,18 @@ def stated_layout(text: str) -> tuple[bool, bool]:
     return dp, ep
 
 
+def stated_chunked_prefill(text: str) -> bool | None:
+    """Whether a command line, or a table of its settings, turns chunked prefill on or off: vLLM's
+    `--enable-chunked-prefill[=True|False]` and `--no-enable-chunked-prefill`, TensorRT-LLM's
+    `--enable_chunked_prefill`, or a settings column `enable-chunked-prefill TRUE|FALSE`; None where it says
+    neither (the last one counts where it says both)."""
+    stated = None
+    for m in re.finditer(r"(?<![\w-])-{0,2}(no-)?enable[-_]chunked[-_]prefill(?![\w-])(?:\s*=\s*|\s+)?(true|false)?",
+                         text, flags=re.IGNORECASE):
+        stated = not m.group(1) and (m.group(2) or "true").lower() == "true"
+    return stated
+
+
 @dataclass(frozen=True)
 class EngineLaunch:
     """How to start one engine for one deployment.

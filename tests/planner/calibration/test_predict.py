@@ -153,6 +153,33 @@ def test_engines_schedule_as_their_defaults_say() -> None:
     assert (trt.max_num_seqs, trt.step_tokens) == (2048, 8192)
 
 
+def test_chunked_prefill_turned_on_or_off_in_the_notes_is_how_the_run_is_scheduled() -> None:
+    """vLLM V0 chunks by default above a 32k context (a budget of 512, decode first); a run launched with
+    `--enable-chunked-prefill=False` prefills whole prompts first within max(max_model_len, 2048) instead, and
+    TensorRT-LLM's `--enable_chunked_prefill` splits prompts within its token budget."""
+    arch = resolve_model("meta-llama/Meta-Llama-3-8B")
+    h100 = resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    row = example("tpot_ms_p50", engine_version="0.6.4", max_num_batched_tokens=None, max_num_seqs=None,
+                  max_model_len=65536)
+
+    def vllm_with(notes: str) -> EngineSettings:
+        return engine_settings(row.model_copy(update={"notes": notes}), engine_profile("vllm"), arch, h100)
+
+    default = vllm_with("vllm serve M")
+    assert default.scheduling.chunked and default.step_tokens == 512
+    off = vllm_with("vllm serve M --enable-chunked-prefill=False --num-scheduler-step 15")
+    assert not off.scheduling.chunked and not off.scheduling.mixed
+    assert off.step_tokens == 65536 and off.chunk_tokens == float("inf")
+    assert vllm_with("CSV: num-scheduler-step 15, enable-chunked-prefill FALSE").step_tokens == 65536
+    trt_row = row.model_copy(update={"engine": "tensorrt-llm", "engine_version": "1.2.0rc1"})
+
+    def trt_with(notes: str) -> EngineSettings:
+        return engine_settings(trt_row.model_copy(update={"notes": notes}), engine_profile("tensorrt-llm"), arch,
+                               h100)
+
+    assert not trt_with("trtllm-serve M").scheduling.chunked
+    chunked = trt_with("trtllm-serve M --max_seq_len=40960 --enable_chunked_prefill")
+    assert chunked.scheduling.chunked and chunked.scheduling.reserve_output and chunked.chunk_tokens == 8192
 def test_a_tensorrt_llm_ceiling_run_of_unstated_batch_runs_trtllm_benchs_tuned_batch() -> None:
     arch = resolve_model("Qwen/Qwen3-8B")
     h100 = resolve_gpu("NVIDIA-H100-80GB-HBM3")

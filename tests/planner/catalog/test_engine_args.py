@@ -20,6 +20,7 @@ from inferplan.planner.catalog.engine_args import (
     engine_launch,
     flag_problems,
     flag_spellings,
+    stated_chunked_prefill,
     stated_layout,
     version_line,
 )
@@ -259,3 +260,15 @@ def test_a_stated_layout_is_read_with_the_tables_spellings() -> None:
     assert stated_layout("trtllm-serve --tp_size 8 --ep_size 8") == (False, True)
     assert stated_layout("vllm serve org/m --tensor-parallel-size 8 --enable-expert-parallel") == (False, True)
     assert stated_layout("--ep-size=1 enable_attention_dp: false --enable-dp-attention-x") == (False, False)
+
+
+def test_chunked_prefill_is_read_as_a_command_line_or_a_settings_table_states_it() -> None:
+    assert stated_chunked_prefill("vllm serve M --enable-chunked-prefill=False --num-scheduler-step 15") is False
+    assert stated_chunked_prefill("vllm serve M --no-enable-chunked-prefill") is False
+    assert stated_chunked_prefill("CSV: num-scheduler-step 15, enable-chunked-prefill FALSE, max-num-seqs 1024") \
+        is False
+    assert stated_chunked_prefill("the CSV lists enable-chunked-prefill TRUE, max-num-batched-tokens 512") is True
+    assert stated_chunked_prefill("`trtllm-serve M --max_seq_len=40960 --enable_chunked_prefill` (no other flags)")
+    assert stated_chunked_prefill("vllm serve M --enable-chunked-prefill --max-num-batched-tokens 2048")
+    # A description that only mentions the feature states nothing.
+    assert stated_chunked_prefill("TensorRT-LLM, chunked prefill on; prefix caching off") is None
