@@ -364,17 +364,16 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
     # is not a reason to refuse it: a run at gpu_memory_utilization 1.0 is predicted like any other).
     if kv_tokens < 2:
         return "the weights and activations leave no KV cache at the row's settings"
+    block = r.engine.kv_block_tokens
     if r.engine.name == "vllm" and row.max_model_len is not None:
         # vLLM refuses to start when its pool cannot hold one request of max_model_len tokens, so a run that was
         # measured at a stated max_model_len had at least that much (a model that says less is short by a
         # fraction of a GiB). Not for the model's default context: a catalog entry may be the base model's.
-        block = r.engine.kv_block_tokens
         kv_tokens = max(kv_tokens, -(-settings.max_model_len // block) * block)
     prompt_mean, output_mean, dataset = _lengths(row)
     # Likewise a run that served requests of a mean length held one of them: engines refuse or abort a request
     # their pool cannot hold (vLLM checks the pool against max_model_len at start and rejects longer prompts), so
     # a pool the model sizes below that is short (docs/model.md#known-gaps), not a run of one-token outputs.
-    block = r.engine.kv_block_tokens
     kv_tokens = max(kv_tokens, -(-math.ceil(prompt_mean + output_mean) // block) * block)
     replicas = max(int(row.replicas or 1), 1)
     load = int(getattr(row.load, "value", 1))
