@@ -15,7 +15,7 @@ import numpy as np
 from inferplan.planner.calibration.scenarios import Scenario
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, sample_lengths
-from inferplan.planner.catalog.engine_args import stated_chunked_prefill, stated_layout
+from inferplan.planner.catalog.engine_args import stated_chunked_prefill, stated_layout, stated_scheduler_steps
 from inferplan.planner.catalog.engines import (
     EngineProfile,
     EngineSettings,
@@ -123,6 +123,9 @@ def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitectur
     elif stated and not chunked and engine.name == "tensorrt-llm":
         chunked = True  # `--enable_chunked_prefill`: prompts split within max_num_tokens
         scheduling = replace(scheduling, chunked=True)
+    steps = stated_scheduler_steps(row.notes or "") if engine.name == "vllm" else None
+    if steps and steps > 1 and version is not None and (0, 6) <= version < (0, 8) and not scheduling.mixed:
+        scheduling = replace(scheduling, steps_per_schedule=steps)  # V0's multi-step, prefill first
     if not chunked and row.max_num_batched_tokens is not None and row.max_num_batched_tokens < max_len \
             and engine.name == "vllm":
         chunked = True

@@ -170,6 +170,15 @@ def stated_chunked_prefill(text: str) -> bool | None:
     return stated
 
 
+def stated_scheduler_steps(text: str) -> int | None:
+    """vLLM V0's `--num-scheduler-steps N` (multi-step scheduling) as a command line or a table of its settings
+    (`num-scheduler-step 15`) states it; None where it is not stated (the last one counts)."""
+    steps = None
+    for m in re.finditer(r"(?<![\w-])-{0,2}num[-_]scheduler[-_]steps?(?:\s*=\s*|\s+)(\d+)", text):
+        steps = int(m.group(1))
+    return steps
+
+
 @dataclass(frozen=True)
 class EngineLaunch:
     """How to start one engine for one deployment.

@@ -200,6 +200,10 @@ class Scheduling:
       may generate, next to what the running requests were promised, so nothing is ever preempted
       (TensorRT-LLM's GUARANTEED_NO_EVICT); False: admitted when its prompt fits, preempted (recomputed)
       when the cache runs out during decode (vLLM; SGLang with `estimate_output`).
+    steps_per_schedule: vLLM V0's multi-step scheduling (`--num-scheduler-steps`): the scheduler runs once per
+      that many decode steps (`Scheduler._schedule_default` with `multi_step`, `worker/multi_step_model_runner.py`),
+      so a request that arrives while sequences decode waits for the current run of steps to end before its prefill.
+      The CPU time a run saves is not modelled (each step keeps the engine line's per-step and per-sequence time).
     estimate_output: SGLang's admission: a request is admitted only when the KV cache holds its prompt and its
       whole output (up to 4,096 tokens) next to the running requests' remaining output times a new-token
       ratio, which starts at 0.7, falls by about 0.001 per decode step to 0.098, returns to 0.7 when the engine
@@ -211,6 +215,7 @@ class Scheduling:
     chunked: bool = True
     reserve_output: bool = False
     estimate_output: bool = False
+    steps_per_schedule: int = 1
 
 
 @dataclass(frozen=True)

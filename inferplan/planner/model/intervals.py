@@ -38,8 +38,13 @@ below 0.5 and 0.98 serve the one-sided bounds (`upper_log_bound`): a one-sided b
 end of the central interval at level 2c - 1."""
 
 UNMODELLED_KINDS = frozenset({"mla"})
-"""Model kinds the step model does not represent (`predict.unmodelled`): without residuals of their own kind a query
-of theirs takes the widest bounds of its metric class, never those of the modelled rows alone."""
+"""Model kinds the step model does not represent (`predict.unmodelled`). Their errors are the model's missing terms,
+not the spread of the modelled rows, so a query of theirs rests on its kind's residuals alone where there are any:
+their walk pools its kind's rows by quantity (the TTFT metrics, the TPOT metrics, ...) and then by metric class
+before it pools them with the modelled rows (`group_keys`; a published source measures a metric of such a model
+on a dozen lines, fewer than `MIN_ROWS`). Where its kind has no group in its metric class at all, a query takes the
+class's widest bounds at the highest level at every level: no evidence says how far off such a prediction is, so
+no confidence narrows it (`IntervalTable._unmodelled`)."""
 
 DEFAULT_CONFIDENCE = 0.8
 GROUPS_JOINED = 2
@@ -91,9 +96,18 @@ def group_keys(evidence: Evidence) -> tuple[str, ...]:
     # The load kind narrows only the measured pair's own group: pooled levels by load (metric x kind x load, metric x
     # load) covered less held out (scripts/derive_intervals.py, 2026-12-04: 79.4% of 970 rows, not 79.9%;
     # ttft_ms_p50 72.3%, not 77.1%; the one-sided 80% bounds of the latency rows 77.2%, not 79.1%).
-    pooled: tuple[str, ...] = (f"{e.metric}|{e.kind}", e.metric, metric_class, "*")
-    if e.metric in TAIL_METRICS:  # every pooled level within the vendor first (a query joins its group's parent too)
-        pooled = (*(f"{key}|vendor:{_vendor(e.family)}" for key in pooled), *pooled)
+    def within_vendor(keys: tuple[str, ...]) -> tuple[str, ...]:
+        """For a tail, every level of `keys` within the vendor first (a query joins its group's parent too)."""
+        if e.metric not in TAIL_METRICS:
+            return keys
+        return (*(f"{key}|vendor:{_vendor(e.family)}" for key in keys), *keys)
+
+    kind, modelled = (f"{e.metric}|{e.kind}",), (e.metric, metric_class, "*")
+    if e.kind in UNMODELLED_KINDS:  # its own kind's errors, by quantity and class, before the modelled rows'
+        kind += (f"{_quantity(e.metric)}|{e.kind}", f"{metric_class}|{e.kind}")
+        pooled = (*within_vendor(kind), *within_vendor(modelled))
+    else:
+        pooled = within_vendor((*kind, *modelled))
     if not e.measured:
         return pooled
     pair = f"{e.metric}|{e.kind}|{e.engine_line}|{e.family}"
@@ -115,6 +129,12 @@ carried the median's bias into the tail: a TPOT p95 of 9.5 ms against a 12 ms ta
 all. Shifting the median's bounds by the difference of the two centres covered as much but moved the tail's
 centre by half the width of the median's level-0 bounds (a union of two groups' medians): an example's TPOT p95
 held with 0.62, then 0.52 with this rule, and 0 with that."""
+
+
+def _quantity(metric: str) -> str:
+    """What a scenario metric measures, without its statistic: "ttft" of "ttft_ms_p99", "output" of
+    "output_tps_total"."""
+    return metric.split("_")[0]
 
 
 def _vendor(family: str | None) -> str:
@@ -208,18 +228,20 @@ class IntervalTable:
                    {k: v["bounds"] for k, v in data["extrapolated"].items()})
 
     def _has_kind(self, evidence: Evidence) -> bool:
-        """Whether the table has a group of `evidence`'s model kind for its metric."""
-        return f"{evidence.metric}|{evidence.kind}" in self.measured or f"{evidence.metric}|{evidence.kind}" in \
-            self.extrapolated
+        """Whether the table has a group of `evidence`'s model kind alone in its walk (`group_keys`)."""
+        tables = (self.measured, self.extrapolated)
+        return any(key in table for key in group_keys(evidence) if evidence.kind in key.split("|")
+                   for table in tables)
 
-    def _widest(self, metric: str, grid: Sequence[Sequence[float]]) -> list[list[float]]:
-        """The union of `grid` and every group's bounds in `metric`'s class (its metrics' groups and the class's
-        own), level by level: the widest evidence there is."""
+    def _unmodelled(self, metric: str, grid: Sequence[Sequence[float]]) -> list[list[float]]:
+        """`grid` for a query of an unmodelled kind without a group of its kind (`UNMODELLED_KINDS`): the widest
+        bounds of `metric`'s class (its metrics' groups and the class's own) at the highest level, at every level."""
         metric_class = _CLASS_OF.get(metric, "other")
         names = {*METRIC_CLASSES.get(metric_class, (metric,)), f"class:{metric_class}"}
         grids = [grid, *(g for table in (self.measured, self.extrapolated) for key, g in table.items()
                          if key.split("|")[0] in names)]
-        return [[min(g[i][0] for g in grids), max(g[i][1] for g in grids)] for i in range(len(LEVELS))]
+        top = [min(g[-1][0] for g in grids), max(g[-1][1] for g in grids)]
+        return [list(top) for _ in LEVELS]
 
     @staticmethod
     def _grid(table: Mapping[str, Sequence[Sequence[float]]], keys: Sequence[str]) -> Sequence[Sequence[float]] | None:
@@ -232,8 +254,8 @@ class IntervalTable:
 
     def _evidence_grid(self, evidence: Evidence) -> Sequence[Sequence[float]]:
         """The bounds (per level of `LEVELS`) that `evidence` reads: its measured groups, or for an extrapolated
-        pair the union of its own groups and the nearest measured evidence's; the widest of its class for an
-        unmodelled kind without residuals of its own. A tail's bounds spread at least as far as its median's
+        pair the union of its own groups and the nearest measured evidence's; for an unmodelled kind without a
+        group of its own, as `_unmodelled` widens it. A tail's bounds spread at least as far as its median's
         (`TAIL_OF`); an extrapolated pair's contain the nearest measured evidence's, tail rule included."""
         grid = self._grids.get(evidence)
         if grid is None:
@@ -261,14 +283,14 @@ class IntervalTable:
 
     def _own_grid(self, evidence: Evidence) -> Sequence[Sequence[float]]:
         """The bounds of `evidence`'s groups: its measured walk's, joined for an extrapolated pair with its own
-        groups'; the widest of its class for an unmodelled kind without residuals of its own."""
+        groups'; for an unmodelled kind without a group of its own, as `_unmodelled` widens it."""
         grid = self._grid(self.measured, group_keys(evidence if evidence.measured else _as_measured(evidence)))
         other = None if evidence.measured else self._grid(self.extrapolated, group_keys(evidence))
         if grid is not None and other is not None:
             grid = _union(grid, other)
         grid = grid or other
         if grid is not None and evidence.kind in UNMODELLED_KINDS and not self._has_kind(evidence):
-            grid = self._widest(evidence.metric, grid)
+            grid = self._unmodelled(evidence.metric, grid)
         if grid is None:
             raise ValueError(f"intervals: no group of {'measured' if evidence.measured else 'any'} rows for "
                              f"{evidence.metric}")

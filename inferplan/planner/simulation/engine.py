@@ -190,10 +190,24 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     # sequence holds at least two tokens of KV, which bounds the batch too.
     sizes = range(min(max_batch, kv_cap // 2) + 1)
     memory_base = [weights_s + (experts_s * (1.0 - miss**b) if moe else 0.0) for b in sizes]
-    outside = [pp * (allreduce_s + allreduce_token_s * b + knee_token_s * min(b, knee_tokens)) + step_overhead_s
-               + sequence_overhead_s * b for b in sizes]
-    heappush, heappop = heapq.heappush, heapq.heappop
     policy = policy or Scheduling()
+    # Multi-step scheduling: the scheduler runs once per `multi` decode steps (from the last prompt step on), so
+    # a run of decode steps admits new requests only at its end (its CPU time is charged per step as without it).
+    multi = policy.steps_per_schedule
+    last_sched = 0
+    outside = [pp * (allreduce_s + allreduce_token_s * b + knee_token_s * min(b, knee_tokens))
+               + step_overhead_s + sequence_overhead_s * b for b in sizes]
+    heappush, heappop = heapq.heappush, heapq.heappop
+
+    def jump_step(b: int, c: float, k: int) -> float:
+        """A decode step's time at batch `b` over a jump of `k` steps from mean context `c`: the step at the jump's
+        mean context (exact where the step is linear in it)."""
+        m = c + (k - 1) / 2.0
+        w = m if m < window else window
+        memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
+        compute = b * decode_s
+        return pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) + outside[b]
+
     mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
     estimate = policy.estimate_output
     fast = mixed and not whole and not reserve  # the shortcut below is vLLM V1's step
@@ -293,7 +307,10 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 next_arrival = pending[0][1] if pending else inf
                 # SGLang: the running sequences' remaining output at the ratio, this round's admissions' whole.
                 estimated = kv_used + ratio * (prompts + outputs - kv_used) if estimate else 0.0
-                while queue and n_running < max_batch:
+                scheduling = multi == 1 or not n_decoding or (counter - last_sched) % multi == 0
+                if scheduling and queue:
+                    last_sched = counter
+                while scheduling and queue and n_running < max_batch:
                     req = queue[0]
                     need = req[2] + req[5]
                     # Room for the prompt, its first token and this step's decode tokens; with reservation,
@@ -446,25 +463,20 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         next_finish = heap[0][0] if heap else inf
                         continue
                 c = context_sum / b
-                # The step time of the mean context over the jump (exact where the step is linear in it).
-                m = c + (k - 1) / 2.0
-                w = m if m < window else window
-                memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
-                compute = b * decode_s
-                step = pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) \
-                    + outside[b]
+                to_schedule = multi - (counter - last_sched) % multi  # decode steps to the scheduler's next run
+                if multi > 1 and queue and to_schedule < k:
+                    k = to_schedule  # the waiting requests are scheduled there
+                step = jump_step(b, c, k)
                 if next_arrival < inf and not queue and n_running < max_batch \
                         and kv_used + pending[0][2] + 1 + b <= kv_cap:
-                    # The next arrival could join: stop at the first step boundary after it.
+                    # The next arrival could join: stop at the first step boundary after it (with multi-step
+                    # scheduling, at the first run of the scheduler after it).
                     k_arrival = ceil((next_arrival - now) / step)
+                    if multi > 1:
+                        k_arrival = to_schedule + max(ceil((k_arrival - to_schedule) / multi), 0) * multi
                     if k_arrival < k:
                         k = k_arrival if k_arrival > 0 else 1
-                        m = c + (k - 1) / 2.0
-                        w = m if m < window else window
-                        memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
-                        compute = b * decode_s
-                        step = pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) \
-                            + outside[b]
+                        step = jump_step(b, c, k)
                 duration = k * step
                 end = now + duration
                 if end > t_limit:

@@ -180,6 +180,21 @@ def test_chunked_prefill_turned_on_or_off_in_the_notes_is_how_the_run_is_schedul
     assert not trt_with("trtllm-serve M").scheduling.chunked
     chunked = trt_with("trtllm-serve M --max_seq_len=40960 --enable_chunked_prefill")
     assert chunked.scheduling.chunked and chunked.scheduling.reserve_output and chunked.chunk_tokens == 8192
+def test_vllm_v0s_multi_step_scheduling_in_the_notes_is_how_the_run_is_scheduled() -> None:
+    arch = resolve_model("meta-llama/Meta-Llama-3-8B")
+    a100 = resolve_gpu("NVIDIA-A100-SXM4-80GB")
+    notes = "vLLM 0.6.0 with --num-scheduler-steps 10 --max_model_len 4096; SGLang 0.3.0 with --enable-torch-compile"
+    row = example("tpot_ms_p50", engine_version="0.6.0", max_num_batched_tokens=None, max_num_seqs=None,
+                  max_model_len=4096, notes=notes)
+    assert engine_settings(row, engine_profile("vllm"), arch, a100).scheduling.steps_per_schedule == 10
+    # The same notes on the SGLang row of the comparison: vLLM's flag is not SGLang's.
+    sglang = row.model_copy(update={"engine": "sglang", "engine_version": "0.3.0"})
+    assert engine_settings(sglang, engine_profile("sglang"), arch, a100).scheduling.steps_per_schedule == 1
+    # V1 has no multi-step scheduling: the flag is not read there.
+    v1 = row.model_copy(update={"engine_version": "0.11.0"})
+    assert engine_settings(v1, engine_profile("vllm"), arch, a100).scheduling.steps_per_schedule == 1
+
+
 def test_a_tensorrt_llm_ceiling_run_of_unstated_batch_runs_trtllm_benchs_tuned_batch() -> None:
     arch = resolve_model("Qwen/Qwen3-8B")
     h100 = resolve_gpu("NVIDIA-H100-80GB-HBM3")

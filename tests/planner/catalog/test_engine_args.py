@@ -22,6 +22,7 @@ from inferplan.planner.catalog.engine_args import (
     flag_spellings,
     stated_chunked_prefill,
     stated_layout,
+    stated_scheduler_steps,
     version_line,
 )
 from inferplan.planner.catalog.engines import SERVED_PRECISIONS, EngineSettings
@@ -272,3 +273,10 @@ def test_chunked_prefill_is_read_as_a_command_line_or_a_settings_table_states_it
     assert stated_chunked_prefill("vllm serve M --enable-chunked-prefill --max-num-batched-tokens 2048")
     # A description that only mentions the feature states nothing.
     assert stated_chunked_prefill("TensorRT-LLM, chunked prefill on; prefix caching off") is None
+
+
+def test_multi_step_scheduling_is_read_as_a_command_line_or_a_settings_table_states_it() -> None:
+    assert stated_scheduler_steps("vllm serve M --num-scheduler-steps 10 --max_model_len 4096") == 10
+    assert stated_scheduler_steps("CSV: num-scheduler-step 15, enable-chunked-prefill FALSE") == 15
+    assert stated_scheduler_steps("vllm serve M --num_scheduler_steps=8") == 8
+    assert stated_scheduler_steps("vllm serve M --max-num-seqs 256") is None

@@ -187,14 +187,36 @@ def test_wider_confidence_gives_wider_plan_intervals() -> None:
         assert lo1 <= lo0 and hi0 <= hi1
 
 
-def test_unmodelled_kind_without_residuals_of_its_own_takes_the_widest_bounds_of_its_class() -> None:
+def test_unmodelled_kind_without_evidence_of_its_own_takes_its_class_widest_bounds_at_every_confidence() -> None:
     rows = [Residual(_evidence(metric), "a", 0.01 * (k - 12)) for k in range(25) for metric in ("tpot_ms_p99",
                                                                                              "tpot_ms_p50")]
     rows += [Residual(_evidence("ttft_ms_p50"), "b", 0.1 * (k - 12)) for k in range(25)]
     table = IntervalTable.from_json(derive(rows, min_rows=20))
-    dense, mla = (table.log_bounds(_evidence("tpot_ms_p99", kind=kind)) for kind in ("dense", "mla"))
+    dense = table.log_bounds(_evidence("tpot_ms_p99"))
     assert dense[1] < 0.2
-    assert mla == table.log_bounds(_evidence("ttft_ms_p50"))  # the widest latency group's
+    widest = table.log_bounds(_evidence("ttft_ms_p50"), 0.99)
+    assert widest == pytest.approx((-1.2, 1.2))
+    for confidence in (0.5, 0.8, 0.99):  # nothing says how far off it is: no confidence narrows it
+        assert table.log_bounds(_evidence("tpot_ms_p99", kind="mla"), confidence) == widest
+
+
+def test_unmodelled_kind_rests_on_its_own_residuals_pooled_by_quantity_and_class() -> None:
+    rows = [Residual(_evidence(metric), "a", 0.01 * (k - 12)) for k in range(25) for metric in ("tpot_ms_p99",
+                                                                                             "tpot_ms_p50")]
+    rows += [Residual(_evidence("ttft_ms_p50"), "b", 0.1 * (k - 12)) for k in range(25)]
+    # One source measured the kind: a dozen lines per metric (too few for a metric's group), its TTFT ~2.7x under
+    # the prediction, its TPOT ~1.35x.
+    rows += [Residual(_evidence(metric, kind="mla"), "c", centre + 0.01 * (k - 6)) for k in range(12)
+             for metric, centre in (("ttft_ms_p50", 1.0), ("ttft_ms_mean", 1.0), ("tpot_ms_p50", 0.3),
+                                    ("tpot_ms_mean", 0.3))]
+    table = IntervalTable.from_json(derive(rows, min_rows=20))
+    ttft = table.log_bounds(_evidence("ttft_ms_mean", kind="mla"))
+    assert ttft[0] == 0.0 and 1.0 < ttft[1] < 1.1  # its kind's bias, not the modelled rows' +-1.2
+    tail = table.log_bounds(_evidence("tpot_ms_p99", kind="mla"))  # not the modelled TPOT p99 rows within the vendor
+    assert tail[0] == 0.0 and 1.0 < tail[1] < 1.1
+    tpot = table.log_bounds(_evidence("tpot_ms_p50", kind="mla"), 0.5)
+    assert tpot[0] == 0.0 and 0.25 < tpot[1] < 1.1
+    assert table.log_bounds(_evidence("tpot_ms_p50", kind="mla"), 0.99)[1] < 1.2
 
 
 def test_a_tails_bounds_contain_its_medians() -> None:

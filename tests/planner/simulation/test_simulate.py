@@ -191,6 +191,22 @@ def test_prefill_first_pauses_decode_and_mixed_steps_do_not() -> None:
     assert first.generated_tokens == mixed.generated_tokens == 210
 
 
+def test_multi_step_scheduling_admits_at_the_end_of_a_run_of_decode_steps() -> None:
+    # One request decoding when a second arrives: with the scheduler run once per 15 decode steps the newcomer
+    # waits for the run to end, up to 15 steps; the steps themselves cost what they cost without it.
+    hw = replace(HW, step_overhead_s=0.004, sequence_overhead_s=0.0001)
+    w = trace_workload([0.0, 0.0301], [100, 100], [400, 10])
+    each = simulate(hw, w, chunk_tokens=8192, policy=Scheduling(mixed=False, chunked=False))
+    multi = simulate(hw, w, chunk_tokens=8192, policy=Scheduling(mixed=False, chunked=False, steps_per_schedule=15))
+    model = _StepModel(hw)
+    step = model.time(1, 300.0, 0, 0.0, 1)
+    assert each.ttft_s[1] < 2 * step + model.time(0, 0.0, 100, 100 * model.prefill_token_compute_s(100), 1)
+    assert multi.ttft_s[1] > each.ttft_s[1] + 3 * step  # the run it arrived in ends first
+    assert multi.ttft_s[1] < each.ttft_s[1] + 16 * step
+    assert multi.e2e_s[0] == pytest.approx(each.e2e_s[0], rel=1e-9)  # one prefill step either way
+    assert multi.generated_tokens == each.generated_tokens == 410
+
+
 def _burst_of_twelve(policy: Scheduling | None = None) -> SimulationResult:
     """Twelve 500 + 500-token requests at once on a KV cache that holds three whole sequences."""
     n = 12
