@@ -201,13 +201,15 @@ def _plan(req: PlanRequest, factors: FactorSet, suggest: bool, confirm: bool) ->
     return result.model_copy(update={"suggestions": suggestions}), settings
 
 
-# What the step model does not represent yet for multi-head latent attention models, and how far off it was where
-# measured (`inferplan accuracy` on large-models-under-load.jsonl, its MLA rows, scored apart).
-MLA_WARNING = ("multi-head latent attention (DeepSeek-V3/R1, Kimi-K2) is not modelled yet: its attention is costed as "
-               "ordinary attention over the latent KV, with no absorbed decode weights, MoE kernels at few tokens per "
-               "expert or expert-parallel all-to-all; on published DeepSeek-R1 runs on eight H200 or MI300X "
-               "(SGLang 0.4, vLLM 0.7, TensorRT-LLM 0.17) the predicted TPOT was 0.4-0.7 of the measured and TTFT "
-               "0.16-0.43: treat these latencies as optimistic")
+# What the step model does not yet get right for multi-head latent attention models, and how far off it was where
+# measured (`python bench/leave_one_source_out.py --predictions`: the in-sample predictions of its MLA rows, which
+# are scored apart and never fitted on; 2026-12-04).
+MLA_WARNING = ("multi-head latent attention (DeepSeek-V3/R1, Kimi-K2) is not calibrated: its step times come from "
+               "measured kernels (absorbed MLA decode, fused-MoE tables by tokens per expert, expert-parallel "
+               "all-to-all), but on the only published serving runs (dstack, March 2025: DeepSeek-R1 on eight H200 "
+               "or MI300X; SGLang 0.4, vLLM 0.7, TensorRT-LLM 0.17) the predicted TPOT was 0.26-0.90 of the "
+               "measured (median 0.44) and TTFT 0.03-0.68 (median 0.19); the prediction intervals carry those "
+               "errors: treat these latencies as optimistic")
 
 
 def _context_warning(req: PlanRequest, max_len: int, overflow: float) -> str:
