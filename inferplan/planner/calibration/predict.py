@@ -14,7 +14,7 @@ import numpy as np
 
 from inferplan.planner.calibration.scenarios import Scenario
 from inferplan.planner.catalog.architectures import ModelArchitecture
-from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, sample_lengths
+from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, eos_lengths, sample_lengths
 from inferplan.planner.catalog.engine_args import stated_chunked_prefill, stated_layout, stated_scheduler_steps
 from inferplan.planner.catalog.engines import (
     EngineProfile,
@@ -350,6 +350,17 @@ def _lengths(row: Scenario) -> tuple[float, float, DatasetLengths | None]:
     return float(prompt), float(max(output, 1)), dataset
 
 
+def stated_eos_cap(notes: str) -> int | None:
+    """The output cap of a run whose notes say its completions end at EOS (no `ignore_eos`) under a stated
+    output length or `max_tokens` (dstack's sonnet bursts: "completions stop at EOS (no ignore_eos; benchmark
+    default sonnet output length 150)"); None where they say neither. Its requests' lengths then vary
+    (`datasets.eos_lengths`) where a scenario states only their mean."""
+    if not re.search(r"(?:stops?|ends?) at EOS|no ignore_eos", notes, flags=re.IGNORECASE):
+        return None
+    caps = re.findall(r"(?:output[ _-]len(?:gth)?|max[_-]tokens)\D{0,12}?(\d+)", notes, flags=re.IGNORECASE)
+    return int(caps[-1]) if caps else None
+
+
 def _run_key(row: Scenario) -> tuple:
     """What one measured run shares across its lines (the format's rule 3)."""
     return (row.source, row.model, row.gpu, row.gpus, row.tensor_parallel, row.pipeline_parallel, row.replicas,
@@ -403,6 +414,9 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
         low, floor, cap = CLOSED_LOOP_REQUESTS
         requests = min(max(low * clients, floor), cap)
     prompts, outputs = sample_lengths(requests, prompt_mean, output_mean, dataset)
+    cap = stated_eos_cap(row.notes or "") if dataset is None else None
+    if cap:  # completions that end at EOS under a cap: the stated mean of lengths that vary, the longest at the cap
+        outputs = eos_lengths(requests, output_mean, cap)
     longest = min(settings.max_model_len, kv_tokens - 1)
     prompts = np.minimum(prompts, longest - 1)
     outputs = np.maximum(np.minimum(outputs, longest - prompts), 1)

@@ -109,3 +109,25 @@ def sample_lengths(n: int, prompt_mean: float, output_mean: float, dataset: Data
     outputs = np.minimum(outputs, np.maximum(dataset.max_total - prompts, dataset.min_tokens))
     low = dataset.min_tokens
     return (np.maximum(np.rint(prompts), low).astype(np.int64), np.maximum(np.rint(outputs), low).astype(np.int64))
+
+
+def eos_lengths(n: int, mean: float, cap: int, seed: int = 1) -> IntArray:
+    """`n` output lengths of requests that end at EOS or at `cap` tokens (max_tokens), whichever comes first, with
+    mean `mean`: a constant chance p of EOS at each token (a geometric length, the memoryless assumption, as nothing
+    else is known of where a completion ends), cut at the cap, p solving E[min(G, cap)] = (1 - (1 - p)^cap) / p =
+    mean. Stratified like `sample_lengths` (one point per 1/n quantile, shuffled with `seed`). A mean at the cap or
+    above gives every request the cap."""
+    if n < 1:
+        return np.zeros(0, dtype=np.int64)
+    if mean >= cap - 0.5:
+        return np.full(n, cap, dtype=np.int64)
+    low, high = 1e-9, 1.0  # the censored mean falls as p rises: from cap (p -> 0) to 1 (p = 1)
+    for _ in range(100):
+        p = 0.5 * (low + high)
+        if (1.0 - (1.0 - p) ** cap) / p > mean:
+            low = p
+        else:
+            high = p
+    u = _uniform_points(n, seed)
+    lengths = np.ceil(np.log1p(-u) / math.log1p(-p)) if p < 1.0 else np.ones(n)
+    return np.clip(lengths, 1, cap).astype(np.int64)

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from inferplan.planner.calibration.predict import checkpoint_named, engine_settings, predict_scenarios, replica_layout
+from inferplan.planner.calibration.predict import (
+    checkpoint_named,
+    engine_settings,
+    predict_scenarios,
+    replica_layout,
+    stated_eos_cap,
+)
 from inferplan.planner.calibration.scenarios import Scenario, parse_scenario_line
 from inferplan.planner.catalog.engines import EngineSettings, Scheduling, engine_profile
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
@@ -193,6 +199,27 @@ def test_vllm_v0s_multi_step_scheduling_in_the_notes_is_how_the_run_is_scheduled
     # V1 has no multi-step scheduling: the flag is not read there.
     v1 = row.model_copy(update={"engine_version": "0.11.0"})
     assert engine_settings(v1, engine_profile("vllm"), arch, a100).scheduling.steps_per_schedule == 1
+
+
+def test_a_burst_whose_completions_end_at_eos_under_a_cap_lasts_as_long_as_its_longest() -> None:
+    """dstack's sonnet bursts state a mean of 58 generated tokens, each completion ending at EOS or at the
+    benchmark's 150: the run lasts until its longest completion ends, so its throughput is the mean's over a run
+    about as long as the cap's."""
+    notes = ("vLLM benchmark_serving.py --dataset-name sonnet --num-prompts 64 (request rate inf); completions stop "
+             "at EOS (no ignore_eos; benchmark default sonnet output length 150), so generated lengths vary")
+    assert stated_eos_cap(notes) == 150
+    assert stated_eos_cap("no ignore_eos, a few requests may stop at EOS") is None  # no cap stated: as stated
+    assert stated_eos_cap("--random-output-len 800 (ignore_eos on by default)") is None
+
+    def throughput(row_notes: str) -> float:
+        row = example("output_tps_total", input_tokens=80, output_tokens=58, dataset=None,
+                      load={"kind": "burst", "value": 64}, notes=row_notes)
+        (prediction,) = predict_scenarios([row])
+        assert prediction.predicted is not None
+        return prediction.predicted
+
+    fixed, eos = throughput("vllm serve M"), throughput(notes)
+    assert 0.3 * fixed < eos < 0.6 * fixed  # 58 of 150 tokens a request, and the short ones leave the batch idle
 
 
 def test_a_tensorrt_llm_ceiling_run_of_unstated_batch_runs_trtllm_benchs_tuned_batch() -> None:

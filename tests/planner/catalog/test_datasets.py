@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferplan.planner.catalog.datasets import DATASETS, dataset_lengths, sample_lengths
+from inferplan.planner.catalog.datasets import DATASETS, dataset_lengths, eos_lengths, sample_lengths
 from inferplan.planner.names import CatalogLookupError
 
 
@@ -40,3 +40,12 @@ def test_samples_are_deterministic() -> None:
 def test_an_unknown_dataset_names_the_closest() -> None:
     with pytest.raises(CatalogLookupError, match="sharegpt"):
         dataset_lengths("sharegtp")
+
+
+@pytest.mark.parametrize("n", [16, 64, 256])
+def test_completions_that_end_at_eos_keep_their_mean_and_the_longest_reaches_the_cap(n: int) -> None:
+    lengths = eos_lengths(n, 58.0, 150)
+    assert abs(lengths.mean() - 58.0) < 1.0
+    assert lengths.min() >= 1 and lengths.max() == 150  # a burst lasts as long as its longest completion
+    assert np.array_equal(lengths, eos_lengths(n, 58.0, 150))  # deterministic
+    assert (eos_lengths(n, 150.0, 150) == 150).all()  # a mean at the cap: every request runs to it
