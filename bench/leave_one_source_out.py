@@ -4,7 +4,7 @@ the fitted engine terms move when one source is left out?
 Usage (from the repository root):
 
     python bench/leave_one_source_out.py [--scenarios FILE ...] [--sweeps N] [--jobs J]
-        [--full FACTORS.json] [--predictions FILE.jsonl] [--save DIR] [--compare FILE.jsonl]
+        [--full FACTORS.json] [--predictions FILE.jsonl] [--save DIR | --folds DIR] [--compare FILE.jsonl]
 
 It runs `calibrate(...)` (the shipped procedure) once on all rows of the scenario files (by default the four
 published files in ../shared/accuracy, pooled) and once per source without that source's rows (sources =
@@ -12,7 +12,11 @@ published files in ../shared/accuracy, pooled) and once per source without that 
 on stderr (`inferplan.progress`; Ctrl-C stops it with exit status 130 and ends the pool's workers). Every fit starts
 from the neutral prior alone, so an engine line or a harness seen only in the held-out source is unknown to its fold
 (a held-out source's harness is the fold's typical one for its engine line, `FactorSet.harness_for`). Step times
-come from measured kernels and are the same in every fold: only engine terms and harness times are fitted. It prints:
+come from measured kernels and are the same in every fold: only engine terms and harness times are fitted. With
+`--folds DIR` it fits nothing and reads every fit from DIR, as an earlier run's `--save DIR` wrote them: a change
+to how rows are predicted that the fit would not answer (a held-out pair's default harness time, a simulator
+setting the fit has no term for) is then scored in about three minutes, not ten to fifteen; a change the fit would
+answer still needs the fits run again before it is chosen. It prints:
 
   (i)   per engine term, the all-rows value and its largest relative change over the folds that still fit it;
   (ii)  per held-out source and metric, the median APE of its rows predicted with the fold's factors (held out),
@@ -91,10 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "in-sample; rows of unmodelled architectures marked `unmodelled`) as JSON lines")
     parser.add_argument("--save", type=Path, metavar="DIR",
                         help="write every fit's factors to DIR (all-rows.json, <source>.json)")
+    parser.add_argument("--folds", type=Path, metavar="DIR",
+                        help="read every fit's factors from DIR, as --save wrote them, instead of fitting: a change "
+                             "to how rows are predicted that leaves the fit alone is scored in minutes (a change "
+                             "the fit would answer needs the fits run again)")
     parser.add_argument("--compare", type=Path, metavar="FILE.jsonl",
                         help="an earlier run's --predictions file: print each source's held-out median APE there "
                              "and here, and the median and worst source of both")
     args = parser.parse_args(argv)
+    if args.folds is not None and args.save is not None:
+        parser.error("--save with --folds: nothing is fitted to save")
     reference = None
     if args.compare is not None:
         try:
@@ -144,19 +154,10 @@ def compare_sources(here: dict[str, float], there: dict[str, float]) -> list[str
     return lines
 
 
-def _leave_one_source_out(args: argparse.Namespace, reference: dict[str, float] | None) -> int:
-    missing = [str(p) for p in args.scenarios if not p.is_file()]
-    if missing:
-        print(f"scenario file not found: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    rows = [row for path in args.scenarios for row in read_scenarios(path).scenarios]
-    by_source: dict[str, list[Scenario]] = defaultdict(list)
-    for row in rows:
-        by_source[row.source_name].append(row)
-    sources = sorted(by_source, key=lambda s: (-len(by_source[s]), s))
-
-    start = time.perf_counter()
-    shipped = load_factors()
+def _fit_folds(args: argparse.Namespace, rows: list[Scenario], by_source: dict[str, list[Scenario]],
+               sources: list[str], shipped: FactorSet) -> dict[str, FactorSet]:
+    """Every fit of the run: all rows (unless `--full` gives it) and each source left out, keyed by the source
+    left out ("(all rows)" for the first); written to `--save` as they end."""
     initial = replace(shipped, engines={}, harness_ms={}, meta={})
     jobs = [] if args.full else [("(all rows)", rows, initial, args.sweeps)]
     jobs += [(source, [r for r in rows if r.source_name != source], initial, args.sweeps) for source in sources]
@@ -182,6 +183,46 @@ def _leave_one_source_out(args: argparse.Namespace, reference: dict[str, float] 
                 args.save.mkdir(parents=True, exist_ok=True)
                 name = "all-rows" if source == "(all rows)" else source
                 write_atomically(args.save / f"{name}.json", json.dumps(fitted.to_json(), indent=2) + "\n")
+    return folds
+
+
+def _read_folds(folder: Path, sources: Sequence[str], *, with_all_rows: bool) -> dict[str, FactorSet]:
+    """The fits a `--save` run wrote to `folder`, keyed as `_fit_folds` keys them; a missing one is an error, not a
+    fit made here."""
+    names = (["(all rows)"] if with_all_rows else []) + list(sources)
+    folds: dict[str, FactorSet] = {}
+    for name in names:
+        path = folder / f"{'all-rows' if name == '(all rows)' else name}.json"
+        if not path.is_file():
+            raise ValueError(f"no {path.name} (a fold of these scenarios that a --save run writes)")
+        try:
+            folds[name] = parse_factors(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path.name} is not a fit's factors ({exc!r})") from exc
+    return folds
+
+
+def _leave_one_source_out(args: argparse.Namespace, reference: dict[str, float] | None) -> int:
+    missing = [str(p) for p in args.scenarios if not p.is_file()]
+    if missing:
+        print(f"scenario file not found: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    rows = [row for path in args.scenarios for row in read_scenarios(path).scenarios]
+    by_source: dict[str, list[Scenario]] = defaultdict(list)
+    for row in rows:
+        by_source[row.source_name].append(row)
+    sources = sorted(by_source, key=lambda s: (-len(by_source[s]), s))
+
+    start = time.perf_counter()
+    shipped = load_factors()
+    if args.folds is not None:
+        try:
+            folds = _read_folds(args.folds, sources, with_all_rows=args.full is None)
+        except (OSError, ValueError) as exc:
+            print(f"--folds {args.folds}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        folds = _fit_folds(args, rows, by_source, sources, shipped)
     full = parse_factors(json.loads(args.full.read_text(encoding="utf-8"))) if args.full else folds.pop("(all rows)")
 
     # (i) stability of the engine terms

@@ -6,6 +6,7 @@ leave-one-source-out run reporting fits as they end and stopping on Ctrl-C with 
 from __future__ import annotations
 
 import io
+import json
 import multiprocessing
 import os
 import stat
@@ -206,3 +207,46 @@ def test_leave_one_source_out_compares_each_source_with_an_earlier_run(
     assert refused.value.code == 2
     err = capsys.readouterr().err
     assert "--compare" in err and "line 1 is not a held-out prediction" in err
+
+
+def test_leave_one_source_out_scores_the_fits_a_saved_run_wrote_without_fitting_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--folds DIR` reads every fit from DIR as `--save DIR` wrote them and fits nothing: each held-out row is
+    predicted with its source's saved fold, the in-sample column with the saved all-rows fit. A fold that is
+    missing is refused (exit 2, naming the file), and `--save` with `--folds` is refused."""
+    from bench.leave_one_source_out import main
+    from inferplan.planner.calibration.calibrate import unmodelled
+    from inferplan.planner.calibration.predict import predict_scenarios
+    from inferplan.planner.model.factors import parse_factors
+
+    folds = tmp_path / "folds"
+    assert main(["--scenarios", str(EXAMPLE), "--sweeps", "1", "--jobs", "2", "--save", str(folds)]) == 0
+    capsys.readouterr()
+    predictions = tmp_path / "read.jsonl"
+    assert main(["--scenarios", str(EXAMPLE), "--folds", str(folds), "--predictions", str(predictions)]) == 0
+    captured = capsys.readouterr()
+    assert "fit without" not in captured.out and "fits" not in captured.err  # nothing fitted, no progress bar
+    written = [json.loads(line) for line in predictions.read_text(encoding="utf-8").splitlines()]
+    rows = [row for row in read_scenarios(EXAMPLE).scenarios if not unmodelled(row)]
+    assert {w["id"] for w in written} == {row.id for row in rows}
+
+    def saved(name: str) -> object:
+        return parse_factors(json.loads((folds / f"{name}.json").read_text(encoding="utf-8")))
+
+    by_id = {w["id"]: w for w in written}
+    full = saved("all-rows")
+    for source in {row.source_name for row in rows}:
+        held = [row for row in rows if row.source_name == source]
+        for row, out, ins in zip(held, predict_scenarios(held, saved(source)), predict_scenarios(held, full),
+                                 strict=True):
+            assert (by_id[row.id]["held_out"], by_id[row.id]["in_sample"]) == (out.predicted, ins.predicted)
+
+    victim = next(p for p in folds.glob("*.json") if p.name != "all-rows.json")
+    victim.unlink()
+    assert main(["--scenarios", str(EXAMPLE), "--folds", str(folds)]) == 2
+    assert f"no {victim.name}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main(["--scenarios", str(EXAMPLE), "--folds", str(folds), "--save", str(tmp_path / "again")])
+    assert refused.value.code == 2
+    assert "--save with --folds" in capsys.readouterr().err
