@@ -551,18 +551,34 @@ _OWNED_KEYS = tuple(field.alias or name for name, field in PlanStatus.model_fiel
 def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
     """The merge patch that turns `old` into `new` for the fields `next_status` owns (empty: write nothing).
 
-    A merge patch keeps keys it does not mention, so a field `new` leaves out (a cleared recommendation) is
-    patched to None; lists are replaced whole. Keys of `old` that PlanStatus does not know (other writers')
-    are left alone.
+    A merge patch (RFC 7386) keeps keys it does not mention, at every depth: a field `new` leaves out (a cleared
+    recommendation, or an interval the new recommendation does not state) is patched to None, and a mapping in
+    both is patched with the difference of the two, so that nothing of an earlier answer stays behind in a later
+    one; lists are replaced whole. Keys of `old` that PlanStatus does not know (other writers') are left alone.
     """
     old = old or {}
+    owned = {key: new[key] for key in dict.fromkeys([*_OWNED_KEYS, *new]) if key in new}
+    cleared = {key: None for key in _OWNED_KEYS if key not in new and old.get(key) is not None}
+    return {**_merge_patch(old, owned, remove=False), **cleared}
+
+
+def _merge_patch(old: Mapping[str, Any], new: Mapping[str, Any], *, remove: bool = True) -> dict[str, Any]:
+    """RFC 7386's patch from `old` to `new`: changed and new keys, None for a key `old` has that `new` lacks or
+    holds as None (with `remove`), mappings in both by their own patch."""
     patch: dict[str, Any] = {}
-    for key in dict.fromkeys([*_OWNED_KEYS, *new]):
-        if key in new:
-            if key not in old or old[key] != new[key]:
-                patch[key] = new[key]
-        elif old.get(key) is not None:
-            patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if value is None:
+            if before is not None:
+                patch[key] = None
+        elif isinstance(value, Mapping) and isinstance(before, Mapping):
+            inner = _merge_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif key not in old or before != value:
+            patch[key] = value
+    if remove:
+        patch.update({key: None for key, value in old.items() if key not in new and value is not None})
     return patch
 
 

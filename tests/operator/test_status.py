@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from typing import Any
 
 import pytest
@@ -252,6 +253,35 @@ def test_status_patch() -> None:
     assert "inventory" not in patch and "plannerVersion" not in patch
     assert patch["observedGeneration"] == 2 and patch["conditions"] == failed["conditions"]
     assert "recommendation" not in status_patch({**failed, "recommendation": None}, failed)
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 as the API server applies a merge patch: mappings merged key by key, None removes, else replaced."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def test_status_patch_clears_what_a_later_answer_leaves_out_at_any_depth() -> None:
+    """A later recommendation without a field the earlier one had (a KV-bound concurrency's interval, which a
+    batch-cap-bound answer does not state) must not keep the earlier value: a merge patch keeps every key it does
+    not name, nested ones too, so the patch names it as None. The status the server then holds is the new one."""
+    planned = status(result=feasible_result())
+    earlier = json.loads(json.dumps(planned))
+    earlier["recommendation"]["predicted"]["intervals"]["maxConcurrency"] = [216.8, 1078.0]
+    earlier["recommendation"]["retired"] = {"note": "a key the new answer does not have"}
+    patch = status_patch(earlier, planned)
+    assert patch["recommendation"]["predicted"]["intervals"] == {"maxConcurrency": None}
+    assert patch["recommendation"]["retired"] is None
+    assert set(patch) == {"recommendation"}  # nothing else differs, nothing else is written
+    assert _merge(earlier, patch) == planned
+    assert status_patch(planned, planned) == {}
 
 
 def test_status_patch_leaves_other_writers_keys_alone() -> None:
