@@ -15,8 +15,8 @@ from the neutral prior alone, so an engine line or a harness seen only in the he
 come from measured kernels and are the same in every fold: only engine terms and harness times are fitted. With
 `--folds DIR` it fits nothing and reads every fit from DIR, as an earlier run's `--save DIR` wrote them: a change
 to how rows are predicted that the fit would not answer (a held-out pair's default harness time, a simulator
-setting the fit has no term for) is then scored in about three minutes, not ten to fifteen; a change the fit would
-answer still needs the fits run again before it is chosen. It prints:
+setting the fit has no term for) is then scored in seconds (8 s on 2 cores), not ten to fifteen minutes; a change
+the fit would answer still needs the fits run again before it is chosen. It prints:
 
   (i)   per engine term, the all-rows value and its largest relative change over the folds that still fit it;
   (ii)  per held-out source and metric, the median APE of its rows predicted with the fold's factors (held out),
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write every fit's factors to DIR (all-rows.json, <source>.json)")
     parser.add_argument("--folds", type=Path, metavar="DIR",
                         help="read every fit's factors from DIR, as --save wrote them, instead of fitting: a change "
-                             "to how rows are predicted that leaves the fit alone is scored in minutes (a change "
+                             "to how rows are predicted that leaves the fit alone is scored in seconds (a change "
                              "the fit would answer needs the fits run again)")
     parser.add_argument("--compare", type=Path, metavar="FILE.jsonl",
                         help="an earlier run's --predictions file: print each source's held-out median APE there "

@@ -557,14 +557,13 @@ def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
     one; lists are replaced whole. Keys of `old` that PlanStatus does not know (other writers') are left alone.
     """
     old = old or {}
-    owned = {key: new[key] for key in dict.fromkeys([*_OWNED_KEYS, *new]) if key in new}
     cleared = {key: None for key in _OWNED_KEYS if key not in new and old.get(key) is not None}
-    return {**_merge_patch(old, owned, remove=False), **cleared}
+    return {**_merge_patch(old, new, remove=False), **cleared}
 
 
 def _merge_patch(old: Mapping[str, Any], new: Mapping[str, Any], *, remove: bool = True) -> dict[str, Any]:
-    """RFC 7386's patch from `old` to `new`: changed and new keys, None for a key `old` has that `new` lacks or
-    holds as None (with `remove`), mappings in both by their own patch."""
+    """RFC 7386's patch from `old` to `new`: new and changed keys; None for a key of `old` that `new` holds as
+    None, and (with `remove`) for one `new` lacks; a mapping in both by its own patch."""
     patch: dict[str, Any] = {}
     for key, value in new.items():
         before = old.get(key)
