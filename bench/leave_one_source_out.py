@@ -11,7 +11,8 @@ published files in ../shared/accuracy, pooled) and once per source without that 
 `Scenario.source_name`), `--jobs` fits at a time (default: one per core), showing the fits done and the time left
 on stderr (`inferplan.progress`; Ctrl-C stops it with exit status 130 and ends the pool's workers). Every fit starts
 from the neutral prior alone, so an engine line or a harness seen only in the held-out source is unknown to its fold
-(a held-out source's harness is the fold's typical one for its engine line, `FactorSet.harness_for`). Step times
+(a held-out source's harness is the fold's typical one for its engine line, at most its typical one of all,
+`FactorSet.harness_for`). Step times
 come from measured kernels and are the same in every fold: only engine terms and harness times are fitted. With
 `--folds DIR` it fits nothing and reads every fit from DIR, as an earlier run's `--save DIR` wrote them: a change
 to how rows are predicted that the fit would not answer (a held-out pair's default harness time, a simulator

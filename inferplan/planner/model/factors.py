@@ -78,13 +78,17 @@ class FactorSet:
 
     def harness_for(self, source: str, line: str) -> float:
         """The harness time of `source` measuring engine line `line`: fitted, or for a pair the factors were not
-        fitted on (a user's own file, a held-out source) the median over the fitted sources of that engine line,
-        else over all, what a typical client and front end add."""
+        fitted on (a user's own file, a held-out source) what a typical client and front end add: the median over
+        the fitted sources of that engine line, at most the median over all of them (a harness is the
+        measurement's, its client and endpoint: the two or three sources of a line that happened to measure through
+        heavy clients do not set it for one not seen), the latter where no source measured the line. Chosen by
+        leave-one-source-out (docs/calibration.md): no source worse, DO-Solutions and sgl-project better."""
         key = harness_key(source, line)
         if key in self.harness_ms:
             return self.harness_ms[key]
+        typical = _median(list(self.harness_ms.values()))
         same = [v for k, v in self.harness_ms.items() if k.rsplit("/", 1)[-1] == line]
-        return _median(same or list(self.harness_ms.values()))
+        return min(_median(same), typical) if same else typical
 
     def engine(self, name: str) -> EngineFactors:
         """The factors of factor line `name` (`engines.factor_key`); a stack line without factors of its own

@@ -318,7 +318,7 @@ def test_a_sources_harness_time_is_on_the_ttft_of_its_online_runs_only() -> None
     """`FactorSet.harness_ms` is what a source's benchmark client adds to every TTFT it measures of an engine line:
     a run of one request at a time through llama.cpp's server (a burst of one) pays it once on its TTFT; the same
     measurement taken offline (llama-bench: no client) does not. A source the factors were not fitted on pays the
-    median of that engine line's fitted sources."""
+    median of that engine line's fitted sources, at most the median of all of them."""
     from dataclasses import replace
 
     from inferplan.planner.model.factors import harness_key, load_factors
@@ -331,10 +331,14 @@ def test_a_sources_harness_time_is_on_the_ttft_of_its_online_runs_only() -> None
     own = replace(plain, harness_ms={harness_key(online.source_name, "llama.cpp"): 50.0})
     others = replace(plain, harness_ms={harness_key("a", "llama.cpp"): 20.0, harness_key("b", "llama.cpp"): 60.0,
                                         harness_key("c", "llama.cpp"): 90.0, harness_key("a", "vllm"): 400.0})
-    before, after, typical = (predict_scenarios([online, base], f) for f in (plain, own, others))
+    heavy = replace(plain, harness_ms={harness_key("a", "llama.cpp"): 90.0, harness_key("b", "llama.cpp"): 120.0,
+                                       harness_key("a", "vllm"): 10.0, harness_key("b", "vllm"): 20.0,
+                                       harness_key("c", "vllm"): 30.0})
+    before, after, typical, capped = (predict_scenarios([online, base], f) for f in (plain, own, others, heavy))
     assert after[0].predicted == pytest.approx(before[0].predicted + 50.0)
-    assert typical[0].predicted == pytest.approx(before[0].predicted + 60.0)
-    assert before[1].predicted == after[1].predicted == typical[1].predicted
+    assert typical[0].predicted == pytest.approx(before[0].predicted + 60.0)  # the line's median, under all's 75
+    assert capped[0].predicted == pytest.approx(before[0].predicted + 30.0)  # all's median, under the line's 105
+    assert before[1].predicted == after[1].predicted == typical[1].predicted == capped[1].predicted
 
 
 def test_a_run_at_the_whole_memory_is_predicted_like_any_other() -> None:
