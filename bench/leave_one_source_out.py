@@ -26,14 +26,16 @@ the fit would answer still needs the fits run again before it is chosen. It prin
         median and the worst source. Rows of architectures the model does not represent yet (`calibrate.unmodelled`:
         MLA, DeepSeek-V3/R1) are scored apart and are not in these figures.
   (iv)  with `--compare FILE.jsonl` (an earlier run's `--predictions`, e.g. of the code before a change): per source,
-        its held-out median APE there and here and the difference, then the median and the worst source of each,
-        the figures a model or fit variant is chosen by (docs/calibration.md).
+        its held-out median APE there and here and the difference, its mean |ln(predicted / measured)| there and
+        here and the difference (a median can flip between two rows; the mean moves with every row), then the
+        median and the worst source of each, the figures a model or fit variant is chosen by (docs/calibration.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -78,6 +80,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _log(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def _fitted_lines(rows: Sequence[Scenario]) -> set[str]:
     return fittable_lines(training_rows(rows))
 
@@ -119,39 +125,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def held_out_by_source(path: Path) -> dict[str, float]:
-    """Each source's held-out median APE in a `--predictions` file, scored as table (iii) scores it: rows that are
-    not suspect, of modelled architectures, with a prediction."""
+def held_out_by_source(path: Path) -> dict[str, tuple[float, float]]:
+    """Each source's held-out errors in a `--predictions` file (`held_out_errors`)."""
+    return held_out_errors(path.read_text(encoding="utf-8").splitlines())
+
+
+def held_out_errors(lines: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Each source's held-out (median APE, mean |ln(predicted / measured)|) over `--predictions` lines, scored as
+    table (iii) scores them: rows that are not suspect, of modelled architectures, with a prediction. The median is
+    what variants are chosen by; the mean log error moves with every row, where a median can flip between two rows
+    (a source's median can get worse while most of its rows get better), so table (iv) prints both."""
     apes: dict[str, list[float]] = defaultdict(list)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    logs: dict[str, list[float]] = defaultdict(list)
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
             if row.get("suspect") or row.get("unmodelled") or row["held_out"] is None:
                 continue
-            apes[row["source"]].append(absolute_percentage_error(float(row["held_out"]), float(row["measured"])))
-        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+            predicted, measured = float(row["held_out"]), float(row["measured"])
+            apes[row["source"]].append(absolute_percentage_error(predicted, measured))
+            logs[row["source"]].append(abs(math.log(predicted / measured)))
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
             raise ValueError(f"line {number} is not a held-out prediction ({exc!r})") from exc
     if not apes:
         raise ValueError("no held-out predictions in it")
     # Rounded as `accuracy.score` rounds its medians, so the two tables agree to the digit.
-    return {source: round(statistics.median(values), 4) for source, values in apes.items()}
+    return {source: (round(statistics.median(values), 4), round(statistics.fmean(logs[source]), 4))
+            for source, values in apes.items()}
 
 
-def compare_sources(here: dict[str, float], there: dict[str, float]) -> list[str]:
-    """Table (iv): each source's held-out median APE in the reference run and in this one (largest change
-    first), then each run's median over its sources and its worst source."""
-    lines = [f"{'source':22s} {'reference':>9s} {'this run':>9s} {'change':>8s}"]
+def compare_sources(here: dict[str, tuple[float, float]], there: dict[str, tuple[float, float]]) -> list[str]:
+    """Table (iv): each source's held-out median APE in the reference run and in this one with the change (largest
+    change first), its mean |log error| in both with the change, then each run's median over its sources and its
+    worst source."""
+    lines = [f"{'source':22s} {'reference':>9s} {'this run':>9s} {'change':>8s} {'mean|log|':>10s} {'this run':>9s} "
+             f"{'change':>7s}"]
+
+    def median_of(figures: dict[str, tuple[float, float]], source: str) -> float:
+        return figures[source][0] if source in figures else 0.0
+
     for source in sorted(set(here) | set(there),
-                         key=lambda s: (-abs(here.get(s, 0.0) - there.get(s, 0.0)), s)):
+                         key=lambda s: (-abs(median_of(here, s) - median_of(there, s)), s)):
         a, b = there.get(source), here.get(source)
-        change = "-" if a is None or b is None else f"{100 * (b - a):+.1f}"
-        lines.append(f"{source:22s} {_pct(a):>9s} {_pct(b):>9s} {change:>8s}")
+        change = "-" if a is None or b is None else f"{100 * (b[0] - a[0]):+.1f}"
+        log_change = "-" if a is None or b is None else f"{b[1] - a[1]:+.3f}"
+        lines.append(f"{source:22s} {_pct(a and a[0]):>9s} {_pct(b and b[0]):>9s} {change:>8s} "
+                     f"{_log(a and a[1]):>10s} {_log(b and b[1]):>9s} {log_change:>7s}")
     for name, figures in (("reference", there), ("this run", here)):
-        worst = max(figures, key=lambda s: figures[s])
-        lines.append(f"{name}: median {_pct(statistics.median(figures.values()))} over {len(figures)} sources, "
-                     f"worst {_pct(figures[worst])} ({worst})")
+        worst = max(figures, key=lambda s: figures[s][0])
+        lines.append(f"{name}: median {_pct(statistics.median(v[0] for v in figures.values()))} over "
+                     f"{len(figures)} sources, worst {_pct(figures[worst][0])} ({worst})")
     return lines
 
 
@@ -291,8 +316,7 @@ def _leave_one_source_out(args: argparse.Namespace, reference: dict[str, float] 
     if reference is not None:
         print()
         print(f"(iv) held-out median APE per source against {args.compare}")
-        here = {source: held_out for source, _, held_out, _, _ in summary if held_out is not None}
-        print("\n".join(compare_sources(here, reference)))
+        print("\n".join(compare_sources(held_out_errors(dumped), reference)))
     if args.predictions:
         write_atomically(args.predictions, "".join(line + "\n" for line in dumped))
         print(f"\nheld-out predictions of {len(dumped)} rows written to {args.predictions}")

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import multiprocessing
 import os
 import stat
+import statistics
 from importlib import resources
 from pathlib import Path
 
@@ -179,8 +181,8 @@ def test_leave_one_source_out_compares_each_source_with_an_earlier_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`--compare` reads an earlier run's `--predictions` and prints each source's held-out median APE there and
-    here with the change, and both runs' median and worst source, as table (iii) scores them; a file that is not
-    such a run is refused before any fit."""
+    here with the change, its mean |log error| there and here with the change, and both runs' median and worst
+    source, as table (iii) scores them; a file that is not such a run is refused before any fit."""
     from bench.leave_one_source_out import main
 
     before = tmp_path / "before.jsonl"
@@ -194,7 +196,15 @@ def test_leave_one_source_out_compares_each_source_with_an_earlier_run(
     sources = {row.source_name for row in read_scenarios(EXAMPLE).scenarios}
     per_source = {row[0]: row[1:] for row in rows if row[0] in sources}
     assert per_source and set(per_source) <= sources
-    assert all(there == here and change == "+0.0" for there, here, change in per_source.values())  # same code
+    # The same code: the same figures, and the mean log error that of the rows themselves.
+    assert all(there == here and change == "+0.0" and log_there == log_here and log_change == "+0.000"
+               for there, here, change, log_there, log_here, log_change in per_source.values())
+    predicted = [json.loads(line) for line in before.read_text(encoding="utf-8").splitlines()]
+    for source, figures in per_source.items():
+        logs = [abs(math.log(p["held_out"] / p["measured"])) for p in predicted
+                if p["source"] == source and p["held_out"] is not None and not p["suspect"]
+                and not p.get("unmodelled")]
+        assert figures[3] == f"{statistics.fmean(logs):.3f}", source
     summary = next(line for line in out.splitlines() if line.startswith("held out over"))
     median = summary.split("median ")[1].split(",")[0]
     assert f"reference: median {median} over {len(per_source)} sources" in table
