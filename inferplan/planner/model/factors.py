@@ -82,7 +82,8 @@ class FactorSet:
         the fitted sources of that engine line, at most the median over all of them (a harness is the
         measurement's, its client and endpoint: the two or three sources of a line that happened to measure through
         heavy clients do not set it for one not seen), the latter where no source measured the line. Chosen by
-        leave-one-source-out (docs/calibration.md): no source worse, DO-Solutions and sgl-project better."""
+        leave-one-source-out (docs/calibration.md): DO-Solutions and sgl-project better, dennislee22 0.02 points
+        worse."""
         key = harness_key(source, line)
         if key in self.harness_ms:
             return self.harness_ms[key]
