@@ -404,6 +404,9 @@ def hardware_grid(
     decode_flops = 2.0 * (matmul_params + split.lm_head) / shards
     prefill_flops = 2.0 * matmul_params / shards
     dense_per_gpu = dense_read[None, None, :, None] / shards
+    # Absorbed MLA decode per GPU: its heads split over the TP ranks, counted in the kernels' tiles (NVIDIA's).
+    tiles = np.array([mla_head_tile(g) for g in gpus])[:, None, None, None]
+    mla_flops = mla_decode_flops_per_pair(arch, arch.num_attention_heads / tp, tiles) / pp
 
     shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
     sizes = tuple(int(t) for t in tps)
@@ -461,7 +464,7 @@ def hardware_grid(
         prefill_flops_per_token_per_gpu=prefill_flops,
         attention_full_flops_per_pair_per_gpu=attention_per_layer * full_layers / shards,
         attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
-        mla_decode_flops_per_pair_per_gpu=mla_decode_flops_per_pair(arch) / shards,
+        mla_decode_flops_per_pair_per_gpu=mla_flops,
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
         step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
@@ -497,17 +500,34 @@ def _windowed(hw: Hardware, context_tokens: ArrayLike) -> tuple[FloatArray, Floa
     return ctx, np.minimum(ctx, np.where(hw.window_tokens > 0, hw.window_tokens, ctx))
 
 
-def mla_decode_flops_per_pair(arch: ModelArchitecture) -> float:
-    """Absorbed MLA decode's attention FLOPs per (query, context token) pair over every layer, all heads: the query
-    of each head, projected into the latent, scores the latent and rope key (kv_lora_rank + qk_rope_head_dim) and
-    sums the latent values (kv_lora_rank), a multiply-add each. 0 for other attention. DeepSeek-V3 (128 heads,
-    kv_lora_rank 512, rope 64): 278,528 per layer, 3.4x the un-absorbed dims' (`attention_flops_per_token`): the
-    measured MLA decode kernels are compute-bound from a few sequences on (AIConfigurator's TensorRT-LLM
-    `generation_mla` table on H200: 600-720 TFLOPS of these FLOPs at 4k-16k context and batch 64-256, reading
-    the latent at 1.2-1.5 TB/s)."""
+# NVIDIA's MLA decode kernels run a rank's query heads in tiles of 64: AIConfigurator's measured tables
+# (`generation_mla` of TensorRT-LLM 1.3 and SGLang 0.5.14, vLLM 0.24's `mla_generation_module`; H100, H200,
+# B200, B300, GB200) take the same time for 1 to 64 heads a GPU at a given batch and context (within 8%) and
+# twice that for 128 (TensorRT-LLM on H200, fp8 KV, batch 128, 4k context: 0.114-0.125 ms a layer for 1-64
+# heads, 0.236 ms for 128). DeepSeek-V3 at TP 8 (16 heads a GPU) pays for 64. AMD's kernels are not measured.
+MLA_DECODE_HEAD_TILE = 64
+
+
+def mla_head_tile(gpu: GpuSpec) -> int:
+    """The heads an MLA decode kernel runs at once on `gpu`: `MLA_DECODE_HEAD_TILE` on NVIDIA's, 1 elsewhere."""
+    return MLA_DECODE_HEAD_TILE if gpu.vendor == "nvidia" else 1
+
+
+def mla_decode_flops_per_pair(arch: ModelArchitecture, heads: ArrayLike | None = None,
+                              head_tile: int = 1) -> FloatArray:
+    """Absorbed MLA decode's attention FLOPs per (query, context token) pair over every layer for a rank of `heads`
+    query heads (default all), counted in whole tiles of `head_tile` heads (`MLA_DECODE_HEAD_TILE` on NVIDIA's
+    kernels; 1 counts the heads themselves): the query of each head, projected into the latent, scores the latent
+    and rope key (kv_lora_rank + qk_rope_head_dim) and sums the latent values (kv_lora_rank), a multiply-add each.
+    0 for other attention. DeepSeek-V3 (128 heads, kv_lora_rank 512, rope 64): 278,528 per layer, 3.4x the
+    un-absorbed dims' (`attention_flops_per_token`): the measured MLA decode kernels are compute-bound from a few
+    sequences on (AIConfigurator's TensorRT-LLM `generation_mla` table on H200: 600-720 TFLOPS of these FLOPs at
+    4k-16k context and batch 64-256, 64 or 128 heads)."""
     if not arch.is_mla:
-        return 0.0
-    return 2.0 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.num_layers
+        return np.zeros_like(np.asarray(1.0 if heads is None else heads, dtype=float))
+    h = np.asarray(arch.num_attention_heads if heads is None else heads, dtype=float)
+    counted = np.ceil(h / head_tile - 1e-9) * head_tile
+    return 2.0 * counted * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.num_layers
 
 
 def decode_attention_s_per_token(hw: Hardware) -> tuple[FloatArray, FloatArray]:
@@ -695,18 +715,23 @@ def with_expert_parallel(hw: Hardware, ep: NDArray[np.bool_], arch: ModelArchite
                                                           hw.allreduce_bytes_per_token))
 
 
-def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64]) -> Hardware:
+def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64],
+                      mla_flops_per_pair: ArrayLike = 0.0) -> Hardware:
     """`hw` (one row per shape) with data-parallel attention on the rows `dp`: a rank serves its own requests'
     attention, so a step reads 1/tp of the replica's KV per GPU (the latent no longer replicated on every rank),
     and every rank reads the whole attention's weights (`attention_bytes`, the model's, at its precision) instead
-    of 1/tp of them. The MoE and dense MLP layers stay split over all ranks."""
+    of 1/tp of them. The MoE and dense MLP layers stay split over all ranks. An MLA model's absorbed decode runs
+    every head on 1/tp of the sequences: `mla_flops_per_pair` is `mla_decode_flops_per_pair` of all its heads in
+    the GPU's tiles (`mla_head_tile`), per row; split over the ranks, each counted its own heads' tiles."""
     tp = np.asarray(hw.tp, dtype=float)
     share = np.where(dp, 1.0 / tp, 1.0)
+    mla = np.where(dp, np.asarray(mla_flops_per_pair, dtype=float) / (tp * hw.pp), hw.mla_decode_flops_per_pair_per_gpu)
     extra = np.where(dp, np.asarray(attention_bytes, dtype=float) * (1.0 - 1.0 / tp), 0.0)
     # The added reads stream at the GPU's large-weight rate (`expert_bandwidth_bytes_s`), not at the layout's
     # batch-1 rate, which carries every kernel's floor.
     dense = np.asarray(hw.decode_dense_bytes_per_gpu, dtype=float)
     seconds = dense / hw.bandwidth_bytes_s + extra / hw.expert_bandwidth_bytes_s
-    return replace(hw, kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
+    return replace(hw, mla_decode_flops_per_pair_per_gpu=mla,
+                   kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
                    kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,
                    decode_dense_bytes_per_gpu=dense + extra, bandwidth_bytes_s=(dense + extra) / seconds)

@@ -28,6 +28,8 @@ from inferplan.planner.model.memory import (
 from inferplan.planner.model.performance import (
     Hardware,
     build_hardware,
+    mla_decode_flops_per_pair,
+    mla_head_tile,
     stack_hardware,
     with_dp_attention,
     with_expert_parallel,
@@ -224,7 +226,8 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     if pp > 1:
         hardware = over_the_pipeline(hardware, req.network_gbps, np.array(tp * pp > domain))
     if candidate.data_parallel_attention:
-        hardware = with_dp_attention(hardware, np.array(True), attention_weight_bytes(req.arch, precision))
+        hardware = with_dp_attention(hardware, np.array(True), attention_weight_bytes(req.arch, precision),
+                                     mla_decode_flops_per_pair(req.arch, None, mla_head_tile(gpu)))
     if candidate.expert_parallel:
         hardware = with_expert_parallel(hardware, np.array(True), req.arch, np.array(domain))
     return Deployment(hardware, settings, memory)

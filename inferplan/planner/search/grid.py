@@ -38,6 +38,8 @@ from inferplan.planner.model.memory import (
 from inferplan.planner.model.performance import (
     Hardware,
     hardware_grid,
+    mla_decode_flops_per_pair,
+    mla_head_tile,
     take_hardware,
     with_dp_attention,
     with_expert_parallel,
@@ -277,7 +279,8 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     if np.any(pp > 1):
         flat = over_the_pipeline(flat, req.network_gbps, tp * pp > domain)
     if np.any(dp):
-        flat = with_dp_attention(flat, dp, attention)
+        mla = np.array([float(mla_decode_flops_per_pair(req.arch, None, mla_head_tile(g))) for g in gpus])[gpu]
+        flat = with_dp_attention(flat, dp, attention, mla)
     if np.any(ep):
         flat = with_expert_parallel(flat, ep, req.arch, domain)
     return _Grid(gpus, gpu, tp, pi, ki, dp, pp, ep, price, flat, batch_sizes, batch_settings, row_shape, row_batch,

@@ -29,6 +29,8 @@ from inferplan.planner.model.memory import weight_bytes, weight_split
 from inferplan.planner.model.performance import (
     ALLREDUCE_KNEE_BYTES,
     ALLREDUCE_LATENCY_S,
+    MLA_DECODE_HEAD_TILE,
+    Hardware,
     allreduce_message_s,
     allreduce_s,
     attention_flops,
@@ -39,6 +41,7 @@ from inferplan.planner.model.performance import (
     hardware_grid,
     layer_shapes,
     mla_decode_flops_per_pair,
+    mla_head_tile,
     prefill_compute_s_per_token,
     prefill_s,
     stack_hardware,
@@ -424,23 +427,42 @@ def test_moe_formats_follow_what_the_engines_run_on_each_gpu() -> None:
     assert moe_formats(weight_precision("int8-w8a8"), h100) == ()
 
 
-def test_mla_decode_attention_is_compute_bound_with_every_head_on_a_rank_and_a_latent_read_when_split() -> None:
+def test_mla_decode_attention_counts_nvidia_kernels_64_head_tiles() -> None:
     """Absorbed MLA decode: each head scores and sums the latent, 2 x heads x (2 x 512 + 64) FLOPs per context token
-    and layer for DeepSeek-V3. With data-parallel attention a rank runs all 128 heads over 1/tp of the KV: the
-    FLOPs at the attention rate outweigh the read (AIConfigurator's TensorRT-LLM table on H200: 620-650 TFLOPS at
-    128 heads, 4k context, batch 128-512). Split over 8 ranks (16 heads each) the latent's read outweighs them
-    (2.6-2.8 TB/s there)."""
+    and layer for DeepSeek-V3. NVIDIA's kernels run a rank's heads in tiles of 64 (AIConfigurator's TensorRT-LLM
+    `generation_mla` table on H200, fp8 KV, batch 128, 4k context: 0.114-0.125 ms a layer for 1 to 64 heads,
+    0.236 ms for 128; 620-650 TFLOPS of the tiles' FLOPs). Split over 8 ranks (16 heads each) a rank pays for a
+    whole tile, which outweighs an fp8 latent's read; a bf16 latent's read is about the tile's time.
+    With data-parallel attention a rank runs all 128 heads (two whole tiles) over 1/tp of the sequences. AMD's
+    kernels are not measured: their heads count as they are."""
     arch = resolve_model("deepseek-ai/DeepSeek-V3")
-    assert mla_decode_flops_per_pair(arch) == 2 * 128 * (2 * 512 + 64) * 61
+    per_head = 2 * (2 * 512 + 64) * 61
+    assert mla_decode_flops_per_pair(arch) == 128 * per_head
+    assert mla_decode_flops_per_pair(arch, 16, MLA_DECODE_HEAD_TILE) == 64 * per_head
+    assert mla_decode_flops_per_pair(arch, 128, MLA_DECODE_HEAD_TILE) == 128 * per_head
+    assert mla_decode_flops_per_pair(arch, 65, MLA_DECODE_HEAD_TILE) == 128 * per_head
     assert mla_decode_flops_per_pair(resolve_model("meta-llama/Llama-3.1-8B")) == 0.0
-    hw = build_hardware(arch, resolve_gpu("H200-SXM-141GB"), weight_precision("fp8"), 1.0, ENGINES["sglang"],
-                        load_factors().engine("sglang"), 8)
+
+    def on(gpu: str, kv_bytes: float) -> Hardware:
+        return build_hardware(arch, resolve_gpu(gpu), weight_precision("fp8"), kv_bytes, ENGINES["tensorrt-llm"],
+                              load_factors().engine("tensorrt-llm"), 8)
+
+    hw = on("H200-SXM-141GB", 1.0)
+    assert float(hw.mla_decode_flops_per_pair_per_gpu) == 64 * per_head
     read = float(hw.kv_full_bytes_per_token_per_gpu) / float(hw.kv_bandwidth_bytes_s)
     flops = float(hw.mla_decode_flops_per_pair_per_gpu) / float(hw.attention_flops_s)
     split, _ = decode_attention_s_per_token(hw)
-    assert read > flops and float(split) == pytest.approx(read)
-    dp = with_dp_attention(stack_hardware([hw]), np.array([True]), np.array([0.0]))
+    assert flops > read and float(split) == pytest.approx(flops)
+    bf16 = on("H200-SXM-141GB", 2.0)
+    bf16_read = float(bf16.kv_full_bytes_per_token_per_gpu) / float(bf16.kv_bandwidth_bytes_s)
+    bf16_flops = float(bf16.mla_decode_flops_per_pair_per_gpu) / float(bf16.attention_flops_s)
+    assert float(decode_attention_s_per_token(bf16)[0]) == pytest.approx(max(bf16_read, bf16_flops))
+    assert bf16_read > read and float(decode_attention_s_per_token(bf16)[0]) >= float(split)
+    assert float(on("MI300X", 1.0).mla_decode_flops_per_pair_per_gpu) == 16 * per_head
+    dp = with_dp_attention(stack_hardware([hw]), np.array([True]), np.array([0.0]),
+                           mla_decode_flops_per_pair(arch, None, mla_head_tile(resolve_gpu("H200-SXM-141GB"))))
+    assert float(dp.mla_decode_flops_per_pair_per_gpu[0]) == 16 * per_head  # 128 heads on 1/8 of the sequences
     together, _ = decode_attention_s_per_token(dp)
-    assert float(together[0]) == pytest.approx(flops) and flops > read / 8
+    assert float(together[0]) == pytest.approx(max(flops / 4, read / 8))
     # The simulator's step model reads the same per-token time.
-    assert _StepModel(take_hardware(dp, 0)).kv_full_s == pytest.approx(flops)
+    assert _StepModel(take_hardware(dp, 0)).kv_full_s == pytest.approx(float(together[0]))
