@@ -18,6 +18,16 @@ systems/<system>.yaml. This script reduces them to what `inferplan.planner.model
 - `decode_attention[backend][kv dtype]`: latency [us] of one layer's decode attention on a grid of
   log2(KV bytes read) x log2(batch x KV heads), each node the least-squares value of the measured rows around it
   (bilinear in log space, head dims 64 and 128, full attention);
+- `mla_decode[backend][kv dtype]`: absorbed MLA decode attention (DeepSeek-V3's latent, kv_lora_rank 512 and rope
+  64) per query head count a GPU, 1, 2, 4, ..., 128: nanoseconds per (sequence, context token) of one layer, the
+  median of latency / (batch x context) over the table's rows of at least 2^20 such pairs (where the time is
+  linear in them: their 10th and 90th percentiles within 10% of the median on the H200 and B200), fewer heads never
+  slower than more (a padded call runs in the larger count's time). TensorRT-LLM's
+  and SGLang's `generation_mla` tables (vLLM's AIConfigurator data has only the whole MLA module, projections
+  included);
+- `mla_prefill[backend]`: MLA context (prefill) attention at the same head counts: TFLOPS of its causal FLOPs,
+  2 x batch x heads x (qk 192 + v 128) x prompt^2 / 2, the median over the `context_mla` table's rows of 16-bit
+  latent with prompts of 2048 tokens or more and at least 8192 tokens a call;
 - `prefill_attention[backend]`: the same for context (prefill) attention on log2(causal FLOPs) x
   log2(batch x query heads), 16-bit KV;
 - `allreduce[tp]`: latency [us] of a 16-bit all-reduce of 2^i bytes on `tp` GPUs, the faster of NCCL and the
@@ -65,6 +75,11 @@ GEMM_M = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 GEMM_NK = (512, 1024, 2048, 4096, 8192, 16384, 65536)
 DECODE_BYTES_LOG2 = tuple(range(12, 37, 2))   # 4 KiB .. 64 GiB of KV read per layer
 DECODE_UNITS_LOG2 = tuple(range(0, 15))       # batch x KV heads 1 .. 16384
+MLA_HEADS_LOG2 = tuple(range(0, 8))          # query heads a GPU 1 .. 128
+MLA_LINEAR_PAIRS = 2**20                      # (sequence, context token) pairs from which the time is linear
+MLA_LATENT_ELEMENTS = 512 + 64                # kv_lora_rank + qk_rope_head_dim, the bytes a pair reads per element
+MLA_PREFILL_DIMS = 192 + 128                  # DeepSeek-V3's query-key (nope 128 + rope 64) and value head dims
+MLA_PREFILL_MIN_PROMPT, MLA_PREFILL_MIN_TOKENS = 2048, 8192
 PREFILL_FLOPS_LOG2 = tuple(range(20, 49, 2))  # 1 MFLOP .. 256 TFLOP per layer
 PREFILL_UNITS_LOG2 = tuple(range(0, 13))      # batch x query heads 1 .. 4096
 ALLREDUCE_BYTES_LOG2 = tuple(range(10, 31))   # 1 KiB .. 1 GiB
@@ -274,6 +289,53 @@ def _full_attention(frame: Any) -> Any:
     return frame[keep]
 
 
+def mla_decode_table(frame: Any, peak_bytes_s: float, label: str, check: list[str]) -> dict[str, list[float]]:
+    """Per KV dtype, ns per (sequence, context token) of one layer's absorbed MLA decode at 1, 2, 4, ..., 128 query
+    heads a GPU (the module docstring); a dtype without rows at every head count is left out."""
+    tables: dict[str, list[float]] = {}
+    for kv, rows in frame.groupby("kv_cache_dtype"):
+        kv_bytes = 2.0 if kv in ("bfloat16", "float16") else 1.0
+        pairs = rows.batch_size * (rows.step + 1)
+        ns = rows.latency * 1e6 / pairs
+        keep = (pairs >= MLA_LINEAR_PAIRS) & (MLA_LATENT_ELEMENTS * kv_bytes / (ns * 1e-9) <= peak_bytes_s)
+        values, spread = [], []
+        for log2_heads in MLA_HEADS_LOG2:
+            at = ns[keep & (rows.num_heads == 2**log2_heads)]
+            if len(at) < 5:
+                break
+            median = float(at.median())
+            values.append(_sig(median))
+            spread.append(max(abs(float(at.quantile(0.1)) / median - 1), abs(float(at.quantile(0.9)) / median - 1)))
+        if len(values) == len(MLA_HEADS_LOG2):
+            # Fewer heads never take longer than more, which a padded call would run in (B200's 32-head rows are
+            # slower than its 64- and 128-head ones).
+            values = [min(values[i:]) for i in range(len(values))]
+            key = "bf16" if kv_bytes == 2.0 else "fp8"
+            tables[key] = values
+            check.append(f"{label} {key:4s} ns/pair at 1..128 heads {values}  p10/p90 within "
+                         f"{100 * max(spread):4.1f}% of the median")
+    return tables
+
+
+def mla_prefill_rates(frame: Any, label: str, check: list[str]) -> list[float] | None:
+    """TFLOPS of MLA context attention at 1, 2, 4, ..., 128 query heads a GPU (the module docstring); None where a
+    head count has too few rows."""
+    rows = frame[frame.kv_cache_dtype == "bfloat16"]
+    if "mla_dtype" in rows:
+        rows = rows[rows.mla_dtype == "bfloat16"]
+    rows = rows[(rows.isl >= MLA_PREFILL_MIN_PROMPT) & (rows.batch_size * rows.isl >= MLA_PREFILL_MIN_TOKENS)]
+    flops = rows.batch_size * rows.num_heads * MLA_PREFILL_DIMS * rows.isl.astype(float) ** 2
+    tflops = flops / (rows.latency * 1e-3) / 1e12
+    values = []
+    for log2_heads in MLA_HEADS_LOG2:
+        at = tflops[rows.num_heads == 2**log2_heads]
+        if len(at) < 5:
+            return None
+        values.append(_sig(float(at.median())))
+    check.append(f"{label} TFLOPS at 1..128 heads {values}")
+    return values
+
+
 def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None:
     import pandas as pd
     import yaml
@@ -294,7 +356,8 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
             "int8_tops": (gpu.get("int8_tc_flops") or 0) / 1e12 or None,
             "intra_node_gb_s": node.get("intra_node_bw", 0) / 1e9 or None,
         },
-        "versions": {}, "gemm": {}, "decode_attention": {}, "prefill_attention": {}, "allreduce": {}, "moe": {},
+        "versions": {}, "gemm": {}, "decode_attention": {}, "mla_decode": {}, "mla_prefill": {},
+        "prefill_attention": {}, "allreduce": {}, "moe": {},
         "filled": {}, "repaired": {},
     }
     peak_bytes_s = gpu["mem_bw"]
@@ -339,6 +402,16 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
             if tables:
                 out["decode_attention"][backend] = tables
                 out["versions"][f"decode_attention/{backend}"] = version
+        for kind, filename in (("mla_decode", "generation_mla_perf.parquet"),
+                               ("mla_prefill", "context_mla_perf.parquet")):
+            found = newest(data / "mla" / backend, filename)
+            label = f"{name:20s} {kind.replace('_', ' ')} {backend:6s}"
+            reduced = None if not found else (
+                mla_decode_table(pd.read_parquet(found[1]), peak_bytes_s, label, check) if kind == "mla_decode"
+                else mla_prefill_rates(pd.read_parquet(found[1]), label, check))
+            if found and reduced:
+                out[kind][backend] = reduced
+                out["versions"][f"{kind}/{backend}"] = found[0]
         found = newest(data / "attention" / backend, "context_attention_perf.parquet")
         if found:
             version, path = found
@@ -412,6 +485,9 @@ def derive(systems: Path, check: list[str]) -> dict[str, Any]:
             "gemm_nk": list(GEMM_NK),
             "decode_attention_axes": {"log2_kv_bytes": list(DECODE_BYTES_LOG2),
                                       "log2_batch_x_kv_heads": list(DECODE_UNITS_LOG2)},
+            "mla_decode_log2_heads": list(MLA_HEADS_LOG2),
+            "mla_decode_units": "ns per (sequence, context token) of one layer's decode attention",
+            "mla_prefill_units": "TFLOPS of causal context attention, 2 x heads x (192 + 128) per (query, key) pair",
             "prefill_attention_axes": {"log2_causal_flops": list(PREFILL_FLOPS_LOG2),
                                        "log2_batch_x_heads": list(PREFILL_UNITS_LOG2)},
             "allreduce_log2_bytes": list(ALLREDUCE_BYTES_LOG2),

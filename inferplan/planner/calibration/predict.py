@@ -39,8 +39,7 @@ from inferplan.planner.model.memory import (
 from inferplan.planner.model.performance import (
     Hardware,
     build_hardware,
-    mla_decode_flops_per_pair,
-    mla_head_tile,
+    mla_dp_ratio,
     stack_hardware,
     with_dp_attention,
     with_expert_parallel,
@@ -208,7 +207,7 @@ def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: in
     hw = build_hardware(arch, spec, precision, kv, engine_profile(engine), engine_factors, tp, pp)
     if dp_attention:  # as the search lays a replica out (`search.dp_attention_possible`)
         hw = with_dp_attention(hw, np.array(True), np.array(attention_weight_bytes(arch, precision)),
-                               mla_decode_flops_per_pair(arch, None, mla_head_tile(spec)))
+                               mla_dp_ratio(arch, spec, engine, kv, tp))
     if expert_parallel:  # the GPUs one replica reaches without the network: an 8-GPU node's, or an NVLink domain's
         hw = with_expert_parallel(hw, np.array(True), arch, np.array(spec.link_domain_gpus(8)))
     return hw

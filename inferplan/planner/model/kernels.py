@@ -4,9 +4,9 @@ Every figure here is a latency of one kernel call on one GPU [s], looked up wher
 
 - **measured**: NVIDIA GPUs that NVIDIA AIConfigurator profiled (`data/kernels.json`, derived from
   `aiconfigurator-core` 0.12.0 by `scripts/derive_kernel_tables.py`; Apache-2.0, attribution in NOTICE). GEMM by
-  M x N x K and weight format, decode attention by KV bytes read and batch x KV heads, prefill attention by causal
-  FLOPs and batch x heads, all-reduce by bytes and GPUs, each under the kernels of the engine's backend (vLLM,
-  SGLang or TensorRT-LLM).
+  M x N x K and weight format, decode attention by KV bytes read and batch x KV heads (MLA's by query heads, per
+  sequence and context token), prefill attention by causal FLOPs and batch x heads (MLA's rate by query heads),
+  all-reduce by bytes and GPUs, each under the kernels of the engine's backend (vLLM, SGLang or TensorRT-LLM).
 - **scaled**: a GPU of the same die or architecture as a profiled one (A100 40GB and PCIe, H100 PCIe/NVL, GH200,
   H200 NVL, the Ada and GA102 cards): the profiled GPU's latencies times the ratio of the two GPUs' roofline times
   for the same call (`GpuSpec.kernel_tables` names the profiled system; the catalog says why).
@@ -440,6 +440,49 @@ class GpuKernels:
         stream = self._efficiency("hbm_stream_efficiency", "decode_attention")
         return UNMEASURED_ATTENTION_FLOOR_S + np.asarray(read_bytes, float) / (
             self.gpu.memory_bandwidth_gb_s * 1e9 * stream)
+
+    def _mla_table(self, kind: str) -> tuple[Any, str] | None:
+        """The measured MLA `kind` entry ("mla_decode" or "mla_prefill") of the engine's backend, else
+        TensorRT-LLM's, else SGLang's on this GPU (vLLM's MLA kernels are not profiled apart from their
+        projections), with the backend read; None where none covers the GPU."""
+        if self._system is None:
+            return None
+        table = kernel_tables()["systems"][self._system].get(kind, {})
+        for backend in dict.fromkeys((self.backend, "trtllm", "sglang")):
+            if backend in table:
+                return table[backend], backend
+        return None
+
+    def mla_prefill_flops_s(self, heads: ArrayLike) -> FloatArray | None:
+        """MLA context attention's rate [FLOP/s] of its causal FLOPs (2 x heads x (qk + v) per query-key pair) with
+        `heads` query heads on this GPU: the measured table (`_mla_table`), interpolated in log2(heads); on a
+        sibling's tables at the ratio of the 16-bit tensor peaks. None where no MLA table covers this GPU."""
+        found = self._mla_table("mla_prefill")
+        if found is None:
+            return None
+        axis = np.asarray(kernel_tables()["meta"]["mla_decode_log2_heads"], dtype=float)
+        h = np.clip(np.asarray(heads, dtype=float), 1.0, 2.0 ** axis[-1])
+        tflops = np.exp(np.interp(np.log2(h), axis, np.log(np.asarray(found[0], dtype=float))))
+        if self.basis.kind == "scaled":
+            tflops = tflops * self.gpu.fp16_tflops / self._peaks["bf16_tflops"]
+        return tflops * 1e12
+
+    def mla_decode_s_per_pair(self, kv: str, heads: ArrayLike) -> FloatArray | None:
+        """Absorbed MLA decode attention (a 512 + 64 latent) of one layer with `heads` query heads on this GPU, per
+        (sequence, context token) [s]: the measured table (`_mla_table`) at the KV dtype `kv`, interpolated in
+        log2(heads) (in proportion beyond 128); on a sibling's tables at the ratio of the bandwidths. None where no
+        MLA table covers this GPU (the caller costs the latent's read and the FLOPs)."""
+        found = self._mla_table("mla_decode")
+        values = None if found is None else found[0].get(kv)
+        if values is None:
+            return None
+        axis = np.asarray(kernel_tables()["meta"]["mla_decode_log2_heads"], dtype=float)
+        h = np.maximum(np.asarray(heads, dtype=float), 1.0)
+        ns = np.exp(np.interp(np.log2(h), axis, np.log(np.asarray(values, dtype=float))))
+        ns = ns * np.maximum(h / 2.0 ** axis[-1], 1.0)
+        if self.basis.kind == "scaled":
+            ns = ns * self._peaks["mem_bw_gb_s"] / self.gpu.memory_bandwidth_gb_s
+        return ns * 1e-9
 
     def prefill_attention_s(self, causal_flops: ArrayLike, batch_x_heads: ArrayLike) -> FloatArray:
         """One layer's prefill attention of `causal_flops` (QK^T and PV over the causal half) for batch x heads."""

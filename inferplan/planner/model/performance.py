@@ -108,6 +108,10 @@ class Hardware:
     # 0 for other attention. A decode step's attention takes the larger of its KV read and these FLOPs at
     # `attention_flops_s` (`decode_attention_s_per_token`).
     mla_decode_flops_per_pair_per_gpu: Number = 0.0
+    # MLA decode where a measured table covers the GPU (`kernels.GpuKernels.mla_decode_s_per_pair`): seconds per
+    # (sequence, context token) over the stage's layers at this rank's query heads; it replaces the read-or-FLOPs
+    # estimate above. 0 where nothing measured it (AMD, the typical GPUs) or for other attention.
+    mla_decode_s_per_pair_per_gpu: Number = 0.0
     # The all-reduce curve is concave in the message size: the measured tables (`kernels.allreduce_s`) take far longer
     # per byte between one token's message and ALLREDUCE_KNEE_BYTES (latency-bound algorithms, protocol switches)
     # than beyond it. Below the knee each ring byte costs `link_knee_s_per_byte` more than at `link_bytes_s`, so an
@@ -309,7 +313,33 @@ def _attention_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str
     heads = np.maximum(arch.num_attention_heads / tp, 1.0)
     flops = 2.0 * heads * (arch.head_dim + (arch.v_head_dim if arch.is_mla else arch.head_dim)) \
         * PREFILL_ATTENTION_TOKENS**2 / 2.0
-    return floor, kv_rate, flops / kernels.prefill_attention_s(flops, heads)
+    rate = flops / kernels.prefill_attention_s(flops, heads)
+    measured = kernels.mla_prefill_flops_s(heads) if arch.is_mla else None  # MLA's own kernels where profiled
+    return floor, kv_rate, rate if measured is None else measured
+
+
+@lru_cache(maxsize=4096)
+def _mla_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str, tps: tuple[int, ...],
+               pp: int) -> FloatArray:
+    """Measured MLA decode per (sequence, context token) over a stage's layers [s] at each TP size's query heads a
+    rank; 0 for other attention and where no table covers the GPU."""
+    measured = gpu_kernels(gpu, engine).mla_decode_s_per_pair(
+        kv, arch.num_attention_heads / np.array(tps, dtype=float)) if arch.is_mla else None
+    return np.zeros(len(tps)) if measured is None else measured * arch.num_layers / pp
+
+
+def mla_dp_ratio(arch: ModelArchitecture, gpu: GpuSpec, engine: str, kv_bytes: float, tp: ArrayLike) -> FloatArray:
+    """Data-parallel attention's measured MLA decode against tensor-parallel's, per replica sequence: every query
+    head on 1/tp of the sequences over the rank's heads on all of them (`with_dp_attention`); 1/tp where no table
+    covers the GPU (the FLOPs and the read are the same per GPU then)."""
+    t = np.maximum(np.asarray(tp, dtype=float), 1.0)
+    kernels = gpu_kernels(gpu, engine)
+    kv_name = "fp8" if kv_bytes < 2.0 else "bf16"
+    whole = kernels.mla_decode_s_per_pair(kv_name, float(arch.num_attention_heads)) if arch.is_mla else None
+    split = kernels.mla_decode_s_per_pair(kv_name, arch.num_attention_heads / t) if arch.is_mla else None
+    if whole is None or split is None:
+        return 1.0 / t
+    return whole / (t * split)
 
 
 @lru_cache(maxsize=4096)
@@ -404,26 +434,25 @@ def hardware_grid(
     decode_flops = 2.0 * (matmul_params + split.lm_head) / shards
     prefill_flops = 2.0 * matmul_params / shards
     dense_per_gpu = dense_read[None, None, :, None] / shards
-    # Absorbed MLA decode per GPU: its heads split over the TP ranks, counted in the kernels' tiles (NVIDIA's).
-    tiles = np.array([mla_head_tile(g) for g in gpus])[:, None, None, None]
-    mla_flops = mla_decode_flops_per_pair(arch, arch.num_attention_heads / tp, tiles) / pp
 
     shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
     sizes = tuple(int(t) for t in tps)
-    weights_s, decode_s, prefill_s_, overlap, kv_rate, attention_rate = (np.empty(shape) for _ in range(6))
+    weights_s, decode_s, prefill_s_, overlap, kv_rate, attention_rate, mla_s = (np.empty(shape) for _ in range(7))
     stream, latency, ring, knee = np.empty(shape[:3]), np.empty(shape[:2]), np.empty(shape[:2]), np.empty(shape[:2])
     for i, gpu in enumerate(gpus):
         latency[i], ring[i], knee[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
         for j, precision in enumerate(precisions):
             if needed is not None and not needed[i, j]:  # no shape of this pair is evaluated: its kernels unread
-                for unread in (weights_s, decode_s, prefill_s_, kv_rate, attention_rate):
+                for unread in (weights_s, decode_s, prefill_s_, kv_rate, attention_rate, mla_s):
                     unread[i, :, j] = np.nan
                 overlap[i, :, j], stream[i, :, j] = 0.0, np.nan
                 continue
             w, d, p_, o, stream[i, :, j] = _gemm_terms(arch, gpu, precision, engine.name, sizes, pp)
             for k in range(kv.shape[-1]):
+                kv_name = "fp8" if kv[i, j, k] < 2.0 else "bf16"
                 floor, kv_rate[i, :, j, k], attention_rate[i, :, j, k] = _attention_terms(
-                    arch, gpu, "fp8" if kv[i, j, k] < 2.0 else "bf16", engine.name, sizes, pp)
+                    arch, gpu, kv_name, engine.name, sizes, pp)
+                mla_s[i, :, j, k] = _mla_terms(arch, gpu, kv_name, engine.name, sizes, pp)
                 weights_s[i, :, j, k] = w + floor
                 decode_s[i, :, j, k], prefill_s_[i, :, j, k], overlap[i, :, j, k] = d, p_, o
     cap = np.array([sm_stream_cap(g, f) for g, f in zip(gpus, factors, strict=True)])[:, None, None, None]
@@ -437,6 +466,7 @@ def hardware_grid(
         "bandwidth_bytes_s": np.minimum(dense_per_gpu / weights_s, cap) * decode,
         "expert_bandwidth_bytes_s": np.minimum(stream[..., None], cap) * decode,
         "kv_bandwidth_bytes_s": np.minimum(kv_rate, np.minimum(cap, rated)) * decode,
+        "mla_decode_s_per_pair_per_gpu": mla_s / decode,
         "decode_flops_s": decode_flops / decode_s * decode,
         "prefill_flops_s": prefill_flops / prefill_s_ * prefill,
         "attention_flops_s": attention_rate * prefill,
@@ -464,7 +494,7 @@ def hardware_grid(
         prefill_flops_per_token_per_gpu=prefill_flops,
         attention_full_flops_per_pair_per_gpu=attention_per_layer * full_layers / shards,
         attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
-        mla_decode_flops_per_pair_per_gpu=mla_flops,
+        mla_decode_flops_per_pair_per_gpu=mla_decode_flops_per_pair(arch) / shards,
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
         step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
@@ -500,41 +530,27 @@ def _windowed(hw: Hardware, context_tokens: ArrayLike) -> tuple[FloatArray, Floa
     return ctx, np.minimum(ctx, np.where(hw.window_tokens > 0, hw.window_tokens, ctx))
 
 
-# NVIDIA's MLA decode kernels run a rank's query heads in tiles of 64: AIConfigurator's measured tables
-# (`generation_mla` of TensorRT-LLM 1.3 and SGLang 0.5.14, vLLM 0.24's `mla_generation_module`; H100, H200,
-# B200, B300, GB200) take the same time for 1 to 64 heads a GPU at a given batch and context (within 8%) and
-# twice that for 128 (TensorRT-LLM on H200, fp8 KV, batch 128, 4k context: 0.114-0.125 ms a layer for 1-64
-# heads, 0.236 ms for 128). DeepSeek-V3 at TP 8 (16 heads a GPU) pays for 64. AMD's kernels are not measured.
-MLA_DECODE_HEAD_TILE = 64
-
-
-def mla_head_tile(gpu: GpuSpec) -> int:
-    """The heads an MLA decode kernel runs at once on `gpu`: `MLA_DECODE_HEAD_TILE` on NVIDIA's, 1 elsewhere."""
-    return MLA_DECODE_HEAD_TILE if gpu.vendor == "nvidia" else 1
-
-
-def mla_decode_flops_per_pair(arch: ModelArchitecture, heads: ArrayLike | None = None,
-                              head_tile: int = 1) -> FloatArray:
-    """Absorbed MLA decode's attention FLOPs per (query, context token) pair over every layer for a rank of `heads`
-    query heads (default all), counted in whole tiles of `head_tile` heads (`MLA_DECODE_HEAD_TILE` on NVIDIA's
-    kernels; 1 counts the heads themselves): the query of each head, projected into the latent, scores the latent
-    and rope key (kv_lora_rank + qk_rope_head_dim) and sums the latent values (kv_lora_rank), a multiply-add each.
-    0 for other attention. DeepSeek-V3 (128 heads, kv_lora_rank 512, rope 64): 278,528 per layer, 3.4x the
-    un-absorbed dims' (`attention_flops_per_token`): the measured MLA decode kernels are compute-bound from a few
-    sequences on (AIConfigurator's TensorRT-LLM `generation_mla` table on H200: 600-720 TFLOPS of these FLOPs at
-    4k-16k context and batch 64-256, 64 or 128 heads)."""
+def mla_decode_flops_per_pair(arch: ModelArchitecture) -> float:
+    """Absorbed MLA decode's attention FLOPs per (query, context token) pair over every layer, all heads: the query
+    of each head, projected into the latent, scores the latent and rope key (kv_lora_rank + qk_rope_head_dim) and
+    sums the latent values (kv_lora_rank), a multiply-add each. 0 for other attention. DeepSeek-V3 (128 heads,
+    kv_lora_rank 512, rope 64): 278,528 per layer, 3.4x the un-absorbed dims' (`attention_flops_per_token`): the
+    measured MLA decode kernels are compute-bound from a few sequences on (AIConfigurator's TensorRT-LLM
+    `generation_mla` table on H200: 600-720 TFLOPS of these FLOPs at 4k-16k context and batch 64-256, reading
+    the latent at 1.2-1.5 TB/s)."""
     if not arch.is_mla:
-        return np.zeros_like(np.asarray(1.0 if heads is None else heads, dtype=float))
-    h = np.asarray(arch.num_attention_heads if heads is None else heads, dtype=float)
-    counted = np.ceil(h / head_tile - 1e-9) * head_tile
-    return 2.0 * counted * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.num_layers
+        return 0.0
+    return 2.0 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.num_layers
 
 
 def decode_attention_s_per_token(hw: Hardware) -> tuple[FloatArray, FloatArray]:
     """Decode attention's time per context token of one sequence [s]: (full-attention layers, sliding layers): the
-    KV read at its measured rate, or for MLA the larger of that and its FLOPs at the attention rate."""
-    full = np.maximum(np.asarray(hw.kv_full_bytes_per_token_per_gpu, dtype=float) / hw.kv_bandwidth_bytes_s,
-                      np.asarray(hw.mla_decode_flops_per_pair_per_gpu, dtype=float) / hw.attention_flops_s)
+    KV read at its measured rate; for MLA its measured time where a table covers the GPU, else the larger of its
+    latent's read and its FLOPs at the attention rate."""
+    estimate = np.maximum(np.asarray(hw.kv_full_bytes_per_token_per_gpu, dtype=float) / hw.kv_bandwidth_bytes_s,
+                          np.asarray(hw.mla_decode_flops_per_pair_per_gpu, dtype=float) / hw.attention_flops_s)
+    measured = np.asarray(hw.mla_decode_s_per_pair_per_gpu, dtype=float)
+    full = np.where(measured > 0, measured, estimate)
     return full, np.asarray(hw.kv_window_bytes_per_token_per_gpu, dtype=float) / hw.kv_bandwidth_bytes_s
 
 
@@ -716,22 +732,22 @@ def with_expert_parallel(hw: Hardware, ep: NDArray[np.bool_], arch: ModelArchite
 
 
 def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64],
-                      mla_flops_per_pair: ArrayLike = 0.0) -> Hardware:
+                      mla_ratio: ArrayLike) -> Hardware:
     """`hw` (one row per shape) with data-parallel attention on the rows `dp`: a rank serves its own requests'
     attention, so a step reads 1/tp of the replica's KV per GPU (the latent no longer replicated on every rank),
     and every rank reads the whole attention's weights (`attention_bytes`, the model's, at its precision) instead
-    of 1/tp of them. The MoE and dense MLP layers stay split over all ranks. An MLA model's absorbed decode runs
-    every head on 1/tp of the sequences: `mla_flops_per_pair` is `mla_decode_flops_per_pair` of all its heads in
-    the GPU's tiles (`mla_head_tile`), per row; split over the ranks, each counted its own heads' tiles."""
+    of 1/tp of them. The MoE and dense MLP layers stay split over all ranks. An MLA model's measured decode
+    attention takes `mla_ratio` of its tensor-parallel time per replica sequence (`mla_dp_ratio`, per row)."""
     tp = np.asarray(hw.tp, dtype=float)
     share = np.where(dp, 1.0 / tp, 1.0)
-    mla = np.where(dp, np.asarray(mla_flops_per_pair, dtype=float) / (tp * hw.pp), hw.mla_decode_flops_per_pair_per_gpu)
+    mla = np.asarray(hw.mla_decode_s_per_pair_per_gpu, dtype=float)
+    mla = np.where(dp, mla * np.asarray(mla_ratio, dtype=float), mla)
     extra = np.where(dp, np.asarray(attention_bytes, dtype=float) * (1.0 - 1.0 / tp), 0.0)
     # The added reads stream at the GPU's large-weight rate (`expert_bandwidth_bytes_s`), not at the layout's
     # batch-1 rate, which carries every kernel's floor.
     dense = np.asarray(hw.decode_dense_bytes_per_gpu, dtype=float)
     seconds = dense / hw.bandwidth_bytes_s + extra / hw.expert_bandwidth_bytes_s
-    return replace(hw, mla_decode_flops_per_pair_per_gpu=mla,
+    return replace(hw, mla_decode_s_per_pair_per_gpu=mla,
                    kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
                    kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,
                    decode_dense_bytes_per_gpu=dense + extra, bandwidth_bytes_s=(dense + extra) / seconds)

@@ -28,8 +28,7 @@ from inferplan.planner.model.memory import (
 from inferplan.planner.model.performance import (
     Hardware,
     build_hardware,
-    mla_decode_flops_per_pair,
-    mla_head_tile,
+    mla_dp_ratio,
     stack_hardware,
     with_dp_attention,
     with_expert_parallel,
@@ -227,7 +226,7 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
         hardware = over_the_pipeline(hardware, req.network_gbps, np.array(tp * pp > domain))
     if candidate.data_parallel_attention:
         hardware = with_dp_attention(hardware, np.array(True), attention_weight_bytes(req.arch, precision),
-                                     mla_decode_flops_per_pair(req.arch, None, mla_head_tile(gpu)))
+                                     mla_dp_ratio(req.arch, gpu, engine.name, kv_bytes, tp))
     if candidate.expert_parallel:
         hardware = with_expert_parallel(hardware, np.array(True), req.arch, np.array(domain))
     return Deployment(hardware, settings, memory)

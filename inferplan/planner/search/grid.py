@@ -38,8 +38,7 @@ from inferplan.planner.model.memory import (
 from inferplan.planner.model.performance import (
     Hardware,
     hardware_grid,
-    mla_decode_flops_per_pair,
-    mla_head_tile,
+    mla_dp_ratio,
     take_hardware,
     with_dp_attention,
     with_expert_parallel,
@@ -279,8 +278,11 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     if np.any(pp > 1):
         flat = over_the_pipeline(flat, req.network_gbps, tp * pp > domain)
     if np.any(dp):
-        mla = np.array([float(mla_decode_flops_per_pair(req.arch, None, mla_head_tile(g))) for g in gpus])[gpu]
-        flat = with_dp_attention(flat, dp, attention, mla)
+        ratio = np.ones(len(dp))
+        for r in np.flatnonzero(dp):
+            ratio[r] = mla_dp_ratio(req.arch, gpus[gpu[r]], engine.name, float(kv_bytes[gpu[r], pi[r], ki[r]]),
+                                    float(tp[r]))
+        flat = with_dp_attention(flat, dp, attention, ratio)
     if np.any(ep):
         flat = with_expert_parallel(flat, ep, req.arch, domain)
     return _Grid(gpus, gpu, tp, pi, ki, dp, pp, ep, price, flat, batch_sizes, batch_settings, row_shape, row_batch,

@@ -47,10 +47,11 @@ class _StepModel:
         self.moe = f.get("num_experts", 0.0) > 0
         self.miss = min(max(1.0 - f.get("experts_per_token", 0.0) / experts, 0.0), 1.0)
         self.window = f.get("window_tokens", 0.0)
-        # Decode attention per context token: the KV read, or for MLA the larger of it and its FLOPs
-        # (`performance.decode_attention_s_per_token`).
-        self.kv_full_s = max(ratio("kv_full_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s"),
-                             ratio("mla_decode_flops_per_pair_per_gpu", "attention_flops_s"))
+        # Decode attention per context token: the KV read; for MLA its measured time, else the larger of its read
+        # and its FLOPs (`performance.decode_attention_s_per_token`).
+        mla_s = f.get("mla_decode_s_per_pair_per_gpu", 0.0)
+        self.kv_full_s = mla_s if mla_s > 0 else max(ratio("kv_full_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s"),
+                                                     ratio("mla_decode_flops_per_pair_per_gpu", "attention_flops_s"))
         self.kv_window_s = ratio("kv_window_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s")
         self.decode_s = ratio("decode_flops_per_token_per_gpu", "decode_flops_s")
         self.prefill_token_s = ratio("prefill_flops_per_token_per_gpu", "prefill_flops_s")

@@ -335,3 +335,43 @@ def test_fp4_gemms_use_the_fp4_peak_where_the_catalog_states_one() -> None:
     fp4 = float(kernels.gemm_s("nvfp4", size, size, size))
     assert fp4 == pytest.approx(2.0 * size**3 / (mi355x.fp4_tflops * 1e12 * efficiency), rel=0.01)
     assert float(kernels.gemm_s("fp8", size, size, size)) == pytest.approx(2.0 * fp4, rel=0.01)
+
+
+# -- MLA: DeepSeek's latent attention, by query heads a GPU -------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", [H100, "H200-SXM-141GB", "B200", "GB200-NVL72"])
+def test_mla_tables_cover_the_hopper_and_blackwell_gpus_and_never_charge_fewer_heads_more(gpu: str) -> None:
+    """Every engine on a profiled Hopper or Blackwell GPU reads a measured MLA decode time per sequence and context
+    token and a measured MLA prefill rate; fewer heads never cost more in decode (a padded call runs in the larger
+    count's time), and no decode time reads the 576-element latent faster than the GPU's HBM allows."""
+    spec = resolve_gpu(gpu)
+    heads = 2.0 ** np.arange(8)
+    for engine in ("vllm", "sglang", "tensorrt-llm"):
+        kernels = gpu_kernels(spec, engine)
+        for kv, kv_bytes in (("bf16", 2.0), ("fp8", 1.0)):
+            seconds = kernels.mla_decode_s_per_pair(kv, heads)
+            assert seconds is not None and np.all(np.diff(seconds) >= 0)
+            assert np.all(576 * kv_bytes / seconds <= spec.memory_bandwidth_gb_s * 1e9)
+        rate = kernels.mla_prefill_flops_s(heads)
+        assert rate is not None and np.all((rate > 0) & (rate < spec.fp16_tflops * 1e12))
+
+
+def test_mla_tables_scale_to_a_sibling_and_are_absent_where_nothing_profiled_mla() -> None:
+    """The H200 NVL reads the H200 SXM's MLA tables at the ratio of their bandwidths (decode) and of their 16-bit
+    peaks (prefill); vLLM reads TensorRT-LLM's (its MLA kernels are not profiled apart from their projections); the
+    MI300X has no MLA table (the caller estimates)."""
+    sxm, nvl = resolve_gpu("H200-SXM-141GB"), resolve_gpu("H200-NVL-141GB")
+    assert nvl.kernel_tables == sxm.kernel_tables and kernel_basis(nvl).kind == "scaled"
+    peaks = _system("H200-SXM-141GB")["peaks"]
+    measured, scaled = gpu_kernels(sxm, "sglang"), gpu_kernels(nvl, "sglang")
+    assert float(scaled.mla_decode_s_per_pair("bf16", 16)) == pytest.approx(
+        float(measured.mla_decode_s_per_pair("bf16", 16)) * peaks["mem_bw_gb_s"] / nvl.memory_bandwidth_gb_s)
+    assert float(scaled.mla_prefill_flops_s(16)) == pytest.approx(
+        float(measured.mla_prefill_flops_s(16)) * nvl.fp16_tflops / peaks["bf16_tflops"])
+    table = _system("H200-SXM-141GB")["mla_decode"]
+    assert "vllm" not in table
+    assert float(gpu_kernels(sxm, "vllm").mla_decode_s_per_pair("fp8", 16)) == pytest.approx(
+        table["trtllm"]["fp8"][4] * 1e-9)
+    amd = gpu_kernels(resolve_gpu("MI300X"), "vllm")
+    assert amd.mla_decode_s_per_pair("bf16", 16) is None and amd.mla_prefill_flops_s(16) is None

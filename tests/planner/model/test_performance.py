@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplan.planner.catalog.engines import ENGINES
-from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
+from inferplan.planner.catalog.gpus import GpuSpec, load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
@@ -29,7 +29,6 @@ from inferplan.planner.model.memory import weight_bytes, weight_split
 from inferplan.planner.model.performance import (
     ALLREDUCE_KNEE_BYTES,
     ALLREDUCE_LATENCY_S,
-    MLA_DECODE_HEAD_TILE,
     Hardware,
     allreduce_message_s,
     allreduce_s,
@@ -41,7 +40,7 @@ from inferplan.planner.model.performance import (
     hardware_grid,
     layer_shapes,
     mla_decode_flops_per_pair,
-    mla_head_tile,
+    mla_dp_ratio,
     prefill_compute_s_per_token,
     prefill_s,
     stack_hardware,
@@ -427,42 +426,47 @@ def test_moe_formats_follow_what_the_engines_run_on_each_gpu() -> None:
     assert moe_formats(weight_precision("int8-w8a8"), h100) == ()
 
 
-def test_mla_decode_attention_counts_nvidia_kernels_64_head_tiles() -> None:
-    """Absorbed MLA decode: each head scores and sums the latent, 2 x heads x (2 x 512 + 64) FLOPs per context token
-    and layer for DeepSeek-V3. NVIDIA's kernels run a rank's heads in tiles of 64 (AIConfigurator's TensorRT-LLM
-    `generation_mla` table on H200, fp8 KV, batch 128, 4k context: 0.114-0.125 ms a layer for 1 to 64 heads,
-    0.236 ms for 128; 620-650 TFLOPS of the tiles' FLOPs). Split over 8 ranks (16 heads each) a rank pays for a
-    whole tile, which outweighs an fp8 latent's read; a bf16 latent's read is about the tile's time.
-    With data-parallel attention a rank runs all 128 heads (two whole tiles) over 1/tp of the sequences. AMD's
-    kernels are not measured: their heads count as they are."""
+def test_mla_decode_attention_reads_the_measured_mla_tables_and_costs_the_latent_where_none() -> None:
+    """Absorbed MLA decode where AIConfigurator measured it (kernels.json `mla_decode`, ns per sequence and context
+    token of a layer by query heads a GPU): DeepSeek-V3 at TP 8 runs 16 heads a rank over every sequence; with
+    data-parallel attention a rank runs all 128 heads over 1/8 of them. vLLM's MLA kernels are not profiled apart
+    from their projections: it reads TensorRT-LLM's table. Where no table covers the GPU (AMD) the latent's read and
+    the absorbed FLOPs (2 x heads x (2 x 512 + 64) per context token and layer) at the attention rate, the larger.
+    Prefill attention runs at the measured MLA context rate (`mla_prefill`, TFLOPS by query heads)."""
     arch = resolve_model("deepseek-ai/DeepSeek-V3")
-    per_head = 2 * (2 * 512 + 64) * 61
-    assert mla_decode_flops_per_pair(arch) == 128 * per_head
-    assert mla_decode_flops_per_pair(arch, 16, MLA_DECODE_HEAD_TILE) == 64 * per_head
-    assert mla_decode_flops_per_pair(arch, 128, MLA_DECODE_HEAD_TILE) == 128 * per_head
-    assert mla_decode_flops_per_pair(arch, 65, MLA_DECODE_HEAD_TILE) == 128 * per_head
+    assert mla_decode_flops_per_pair(arch) == 2 * 128 * (2 * 512 + 64) * 61
     assert mla_decode_flops_per_pair(resolve_model("meta-llama/Llama-3.1-8B")) == 0.0
+    h200, mi300x = resolve_gpu("H200-SXM-141GB"), resolve_gpu("MI300X")
+    tables = kernel_tables()["systems"]["h200_sxm"]["mla_decode"]
 
-    def on(gpu: str, kv_bytes: float) -> Hardware:
-        return build_hardware(arch, resolve_gpu(gpu), weight_precision("fp8"), kv_bytes, ENGINES["tensorrt-llm"],
-                              load_factors().engine("tensorrt-llm"), 8)
+    def per_token(hw: Hardware) -> float:
+        return float(np.ravel(decode_attention_s_per_token(hw)[0])[0])
 
-    hw = on("H200-SXM-141GB", 1.0)
-    assert float(hw.mla_decode_flops_per_pair_per_gpu) == 64 * per_head
-    read = float(hw.kv_full_bytes_per_token_per_gpu) / float(hw.kv_bandwidth_bytes_s)
-    flops = float(hw.mla_decode_flops_per_pair_per_gpu) / float(hw.attention_flops_s)
-    split, _ = decode_attention_s_per_token(hw)
-    assert flops > read and float(split) == pytest.approx(flops)
-    bf16 = on("H200-SXM-141GB", 2.0)
-    bf16_read = float(bf16.kv_full_bytes_per_token_per_gpu) / float(bf16.kv_bandwidth_bytes_s)
-    bf16_flops = float(bf16.mla_decode_flops_per_pair_per_gpu) / float(bf16.attention_flops_s)
-    assert float(decode_attention_s_per_token(bf16)[0]) == pytest.approx(max(bf16_read, bf16_flops))
-    assert bf16_read > read and float(decode_attention_s_per_token(bf16)[0]) >= float(split)
-    assert float(on("MI300X", 1.0).mla_decode_flops_per_pair_per_gpu) == 16 * per_head
+    def on(gpu: GpuSpec, engine: str, kv_bytes: float) -> Hardware:
+        return build_hardware(arch, gpu, weight_precision("fp8"), kv_bytes, ENGINES[engine],
+                              load_factors().engine(engine), 8)
+
+    sixteen, all_heads = 4, 7  # the table's entries at 2^4 and 2^7 heads
+    hw = on(h200, "sglang", 2.0)
+    assert per_token(hw) == pytest.approx(tables["sglang"]["bf16"][sixteen] * 1e-9 * 61)
+    assert per_token(on(h200, "vllm", 1.0)) == pytest.approx(tables["trtllm"]["fp8"][sixteen] * 1e-9 * 61)
     dp = with_dp_attention(stack_hardware([hw]), np.array([True]), np.array([0.0]),
-                           mla_decode_flops_per_pair(arch, None, mla_head_tile(resolve_gpu("H200-SXM-141GB"))))
-    assert float(dp.mla_decode_flops_per_pair_per_gpu[0]) == 16 * per_head  # 128 heads on 1/8 of the sequences
-    together, _ = decode_attention_s_per_token(dp)
-    assert float(together[0]) == pytest.approx(max(flops / 4, read / 8))
+                           mla_dp_ratio(arch, h200, "sglang", 2.0, 8))
+    assert per_token(dp) == pytest.approx(tables["sglang"]["bf16"][all_heads] * 1e-9 * 61 / 8)
     # The simulator's step model reads the same per-token time.
-    assert _StepModel(take_hardware(dp, 0)).kv_full_s == pytest.approx(float(together[0]))
+    assert _StepModel(take_hardware(dp, 0)).kv_full_s == pytest.approx(per_token(dp))
+
+    # Prefill: MLA's context-attention rate at the rank's heads, from its own table (vLLM: TensorRT-LLM's).
+    prefill = kernel_tables()["systems"]["h200_sxm"]["mla_prefill"]
+    assert float(hw.attention_flops_s) == pytest.approx(prefill["sglang"][sixteen] * 1e12)
+    assert float(on(h200, "vllm", 1.0).attention_flops_s) == pytest.approx(prefill["trtllm"][sixteen] * 1e12)
+
+    amd = on(mi300x, "vllm", 1.0)
+    assert float(amd.mla_decode_s_per_pair_per_gpu) == 0.0
+    read = float(amd.kv_full_bytes_per_token_per_gpu) / float(amd.kv_bandwidth_bytes_s)
+    flops = float(amd.mla_decode_flops_per_pair_per_gpu) / float(amd.attention_flops_s)
+    assert per_token(amd) == pytest.approx(max(read, flops))
+    amd_dp = with_dp_attention(stack_hardware([amd]), np.array([True]), np.array([0.0]),
+                               mla_dp_ratio(arch, mi300x, "vllm", 1.0, 8))
+    assert per_token(amd_dp) == pytest.approx(max(read / 8, flops))
+    assert _StepModel(take_hardware(amd_dp, 0)).kv_full_s == pytest.approx(per_token(amd_dp))
