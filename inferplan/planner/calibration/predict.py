@@ -82,9 +82,9 @@ class Prediction:
 
 def unmodelled(row: Scenario) -> str | None:
     """Why the step-time model cannot stand for `row`'s deployment, or None: multi-head latent attention
-    (DeepSeek-V2/V3/R1) has its kernels costed (absorbed decode, the latent KV, fused-MoE tables, expert and data
-    parallelism) but runs 2-4x slower than them on the one source that measured it, so its rows are scored apart
-    and never fitted on, which would push what the model lacks into the engine terms."""
+    (DeepSeek-V2/V3/R1) has its kernels costed (its measured MLA decode and prefill, the latent KV, fused-MoE
+    tables, expert and data parallelism) but runs 2-4x slower than them on the one source that measured it, so its
+    rows are scored apart and never fitted on, which would push what the model lacks into the engine terms."""
     return _unmodelled_model(row.model)
 
 

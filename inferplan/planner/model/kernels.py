@@ -58,6 +58,9 @@ ELEMENTWISE_KERNELS_PER_LAYER = 4
 # profiled NVIDIA GPUs' GEMM tables is 3-5 us, their decode attention's about 10 us (kernels.json).
 UNMEASURED_GEMM_FLOOR_S = 4e-6
 UNMEASURED_ATTENTION_FLOOR_S = 10e-6
+# The latent the MLA tables were measured on (DeepSeek-V3's kv_lora_rank 512 + qk_rope_head_dim 64): a model with
+# another latent reads its tables in proportion to its own (`performance._mla_terms`).
+MLA_TABLE_LATENT = 512 + 64
 
 
 @dataclass(frozen=True)
@@ -569,6 +572,6 @@ def gpu_kernels(gpu: GpuSpec, engine: str) -> GpuKernels:
     return GpuKernels(gpu, BACKEND_OF_ENGINE.get(engine, "vllm"), kernel_basis(gpu))
 
 
-__all__ = ["BACKEND_OF_ENGINE", "ELEMENTWISE_FLOOR_S", "ELEMENTWISE_KERNELS_PER_LAYER", "MOE_PEAK_OF", "GpuKernels",
-           "KernelBasis", "gemm_format", "gemm_roofline_s", "gpu_kernels", "kernel_basis", "kernel_tables",
-           "moe_formats", "typical_efficiencies"]
+__all__ = ["BACKEND_OF_ENGINE", "ELEMENTWISE_FLOOR_S", "ELEMENTWISE_KERNELS_PER_LAYER", "MLA_TABLE_LATENT",
+           "MOE_PEAK_OF", "GpuKernels", "KernelBasis", "gemm_format", "gemm_roofline_s", "gpu_kernels", "kernel_basis",
+           "kernel_tables", "moe_formats", "typical_efficiencies"]

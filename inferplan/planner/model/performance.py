@@ -30,6 +30,7 @@ from inferplan.planner.model.factors import EngineFactors
 from inferplan.planner.model.kernels import (
     ELEMENTWISE_FLOOR_S,
     ELEMENTWISE_KERNELS_PER_LAYER,
+    MLA_TABLE_LATENT,
     gemm_format,
     gpu_kernels,
     moe_formats,
@@ -322,10 +323,14 @@ def _attention_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str
 def _mla_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str, tps: tuple[int, ...],
                pp: int) -> FloatArray:
     """Measured MLA decode per (sequence, context token) over a stage's layers [s] at each TP size's query heads a
-    rank; 0 for other attention and where no table covers the GPU."""
+    rank, in proportion to the model's latent against the tables' (`MLA_TABLE_LATENT`); 0 for other attention and
+    where no table covers the GPU."""
     measured = gpu_kernels(gpu, engine).mla_decode_s_per_pair(
         kv, arch.num_attention_heads / np.array(tps, dtype=float)) if arch.is_mla else None
-    return np.zeros(len(tps)) if measured is None else measured * arch.num_layers / pp
+    if measured is None:
+        return np.zeros(len(tps))
+    latent = (arch.kv_lora_rank + arch.qk_rope_head_dim) / MLA_TABLE_LATENT
+    return measured * latent * arch.num_layers / pp
 
 
 def mla_dp_ratio(arch: ModelArchitecture, gpu: GpuSpec, engine: str, kv_bytes: float, tp: ArrayLike) -> FloatArray:

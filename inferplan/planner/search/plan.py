@@ -205,7 +205,7 @@ def _plan(req: PlanRequest, factors: FactorSet, suggest: bool, confirm: bool) ->
 # measured (`python bench/leave_one_source_out.py --predictions`: the in-sample predictions of its MLA rows, which
 # are scored apart and never fitted on; 2026-12-04).
 MLA_WARNING = ("multi-head latent attention (DeepSeek-V3/R1, Kimi-K2) is not calibrated: its step times come from "
-               "measured kernels (absorbed MLA decode, fused-MoE tables by tokens per expert, expert-parallel "
+               "measured kernels (MLA decode and prefill, fused-MoE tables by tokens per expert, expert-parallel "
                "all-to-all), but on the only published serving runs (dstack, March 2025: DeepSeek-R1 on eight H200 "
                "or MI300X; SGLang 0.4, vLLM 0.7, TensorRT-LLM 0.17) the predicted TPOT was 0.26-0.90 of the "
                "measured (median 0.44) and TTFT 0.03-0.68 (median 0.19); the prediction intervals carry those "

@@ -456,6 +456,10 @@ def test_mla_decode_attention_reads_the_measured_mla_tables_and_costs_the_latent
     # The simulator's step model reads the same per-token time.
     assert _StepModel(take_hardware(dp, 0)).kv_full_s == pytest.approx(per_token(dp))
 
+    # Another latent (kv_lora_rank 256, rope 32) reads the tables in proportion to its size.
+    small = build_hardware(replace(arch, kv_lora_rank=256, qk_rope_head_dim=32), h200, weight_precision("fp8"), 2.0,
+                           ENGINES["sglang"], load_factors().engine("sglang"), 8)
+    assert per_token(small) == pytest.approx(per_token(hw) * (256 + 32) / (512 + 64))
     # Prefill: MLA's context-attention rate at the rank's heads, from its own table (vLLM: TensorRT-LLM's).
     prefill = kernel_tables()["systems"]["h200_sxm"]["mla_prefill"]
     assert float(hw.attention_flops_s) == pytest.approx(prefill["sglang"][sixteen] * 1e12)
