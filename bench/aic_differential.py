@@ -31,10 +31,10 @@ and phase and the N largest deviations. `--csv FILE` writes every compared row. 
 Grid: GPUs a100_sxm, h100_sxm, h200_sxm, b200_sxm, l40s (b300_sxm and gb200 only if the planner's GPU
 catalog has them); engines vllm, sglang, tensorrt-llm (AIC backend trtllm); dense Llama-3.1 8B / 70B / 405B,
 Qwen3 8B / 32B, MoE Qwen3-30B-A3B, Qwen3-235B-A22B, Mixtral-8x7B and MLA DeepSeek-V3 (a MoE whose attention is
-multi-head latent; AIC costs it with its measured MLA tables, the planner as attention over the latent KV);
-TP 1, 2, 4, 8 where the weights per GPU
-are at most 90% of its memory; bf16 weights with bf16 KV, and on Ada, Hopper and Blackwell FP8 weights
-(per-tensor W8A8) with FP8 KV; decode at batch 1, 16, 128, 512 for (isl, osl) = (128, 128), (1024, 1024),
+multi-head latent; AIC costs it with its measured MLA tables, except on vLLM, which it prices as plain attention
+over the un-absorbed heads; the planner reads the same MLA tables, TensorRT-LLM's for vLLM); TP 1, 2, 4, 8 where
+the weights per GPU are at most 90% of its memory; bf16 weights with bf16 KV, and on Ada, Hopper and Blackwell
+FP8 weights (per-tensor W8A8) with FP8 KV; decode at batch 1, 16, 128, 512 for (isl, osl) = (128, 128), (1024, 1024),
 (4096, 512), (2048, 32768), (32768, 256); prefill of b prompts of isl tokens for b in 1, 4, 32, 256 with
 b * isl <= 32768. A point is skipped when weights plus the batch's KV at isl + osl tokens exceed 90% of the
 GPU memory. gpt-oss is listed as a skipped model.
