@@ -444,28 +444,31 @@ class GpuKernels:
         return UNMEASURED_ATTENTION_FLOOR_S + np.asarray(read_bytes, float) / (
             self.gpu.memory_bandwidth_gb_s * 1e9 * stream)
 
-    def _mla_table(self, kind: str) -> tuple[Any, str] | None:
-        """The measured MLA `kind` entry ("mla_decode" or "mla_prefill") of the engine's backend, else
-        TensorRT-LLM's, else SGLang's on this GPU (vLLM's MLA kernels are not profiled apart from their
-        projections), with the backend read; None where none covers the GPU."""
+    def _mla_table(self, kind: str, kv: str | None = None) -> Any | None:
+        """The measured MLA `kind` entry ("mla_decode" at KV dtype `kv`, or "mla_prefill") of the engine's backend,
+        else TensorRT-LLM's, else SGLang's on this GPU (vLLM's MLA kernels are not profiled apart from their
+        projections); None where none covers the GPU."""
         if self._system is None:
             return None
         table = kernel_tables()["systems"][self._system].get(kind, {})
         for backend in dict.fromkeys((self.backend, "trtllm", "sglang")):
-            if backend in table:
-                return table[backend], backend
+            entry = table.get(backend)
+            if entry is not None and kv is not None:
+                entry = entry.get(kv)
+            if entry is not None:
+                return entry
         return None
 
     def mla_prefill_flops_s(self, heads: ArrayLike) -> FloatArray | None:
         """MLA context attention's rate [FLOP/s] of its causal FLOPs (2 x heads x (qk + v) per query-key pair) with
         `heads` query heads on this GPU: the measured table (`_mla_table`), interpolated in log2(heads); on a
         sibling's tables at the ratio of the 16-bit tensor peaks. None where no MLA table covers this GPU."""
-        found = self._mla_table("mla_prefill")
-        if found is None:
+        values = self._mla_table("mla_prefill")
+        if values is None:
             return None
         axis = np.asarray(kernel_tables()["meta"]["mla_decode_log2_heads"], dtype=float)
         h = np.clip(np.asarray(heads, dtype=float), 1.0, 2.0 ** axis[-1])
-        tflops = np.exp(np.interp(np.log2(h), axis, np.log(np.asarray(found[0], dtype=float))))
+        tflops = np.exp(np.interp(np.log2(h), axis, np.log(np.asarray(values, dtype=float))))
         if self.basis.kind == "scaled":
             tflops = tflops * self.gpu.fp16_tflops / self._peaks["bf16_tflops"]
         return tflops * 1e12
@@ -475,8 +478,7 @@ class GpuKernels:
         (sequence, context token) [s]: the measured table (`_mla_table`) at the KV dtype `kv`, interpolated in
         log2(heads) (in proportion beyond 128); on a sibling's tables at the ratio of the bandwidths. None where no
         MLA table covers this GPU (the caller costs the latent's read and the FLOPs)."""
-        found = self._mla_table("mla_decode")
-        values = None if found is None else found[0].get(kv)
+        values = self._mla_table("mla_decode", kv)
         if values is None:
             return None
         axis = np.asarray(kernel_tables()["meta"]["mla_decode_log2_heads"], dtype=float)

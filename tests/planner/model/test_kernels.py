@@ -359,8 +359,8 @@ def test_mla_tables_cover_the_hopper_and_blackwell_gpus_and_never_charge_fewer_h
 
 def test_mla_tables_scale_to_a_sibling_and_are_absent_where_nothing_profiled_mla() -> None:
     """The H200 NVL reads the H200 SXM's MLA tables at the ratio of their bandwidths (decode) and of their 16-bit
-    peaks (prefill); vLLM reads TensorRT-LLM's (its MLA kernels are not profiled apart from their projections); the
-    MI300X has no MLA table (the caller estimates)."""
+    peaks (prefill); vLLM reads TensorRT-LLM's (its MLA kernels are not profiled apart from their projections), as
+    does a backend without the KV dtype's table; the MI300X has no MLA table (the caller estimates)."""
     sxm, nvl = resolve_gpu("H200-SXM-141GB"), resolve_gpu("H200-NVL-141GB")
     assert nvl.kernel_tables == sxm.kernel_tables and kernel_basis(nvl).kind == "scaled"
     peaks = _system("H200-SXM-141GB")["peaks"]
@@ -373,5 +373,10 @@ def test_mla_tables_scale_to_a_sibling_and_are_absent_where_nothing_profiled_mla
     assert "vllm" not in table
     assert float(gpu_kernels(sxm, "vllm").mla_decode_s_per_pair("fp8", 16)) == pytest.approx(
         table["trtllm"]["fp8"][4] * 1e-9)
+    # A backend without the KV dtype's table (SGLang's fp8 on the L40S) reads the next backend's that has it.
+    l40s = _system("L40S")["mla_decode"]
+    assert "fp8" not in l40s["sglang"]
+    assert float(gpu_kernels(resolve_gpu("L40S"), "sglang").mla_decode_s_per_pair("fp8", 16)) == pytest.approx(
+        l40s["trtllm"]["fp8"][4] * 1e-9)
     amd = gpu_kernels(resolve_gpu("MI300X"), "vllm")
     assert amd.mla_decode_s_per_pair("bf16", 16) is None and amd.mla_prefill_flops_s(16) is None
