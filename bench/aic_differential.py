@@ -30,14 +30,15 @@ and phase and the N largest deviations. `--csv FILE` writes every compared row. 
 
 Grid: GPUs a100_sxm, h100_sxm, h200_sxm, b200_sxm, l40s (b300_sxm and gb200 only if the planner's GPU
 catalog has them); engines vllm, sglang, tensorrt-llm (AIC backend trtllm); dense Llama-3.1 8B / 70B / 405B,
-Qwen3 8B / 32B, MoE Qwen3-30B-A3B, Qwen3-235B-A22B, Mixtral-8x7B and MLA DeepSeek-V3 (a MoE whose attention is
+Qwen3 8B / 32B, MoE Qwen3-30B-A3B, Qwen3-235B-A22B, Mixtral-8x7B, gpt-oss-120b (in its MXFP4 format only: AIC's
+weight-only `w4a16_mxfp4` experts, the other GEMMs and the KV 16-bit) and MLA DeepSeek-V3 (a MoE whose attention is
 multi-head latent; AIC costs it with its measured MLA tables, except on vLLM, which it prices as plain attention
 over the un-absorbed heads; the planner reads the same MLA tables, TensorRT-LLM's for vLLM); TP 1, 2, 4, 8 where
 the weights per GPU are at most 90% of its memory; bf16 weights with bf16 KV, and on Ada, Hopper and Blackwell
 FP8 weights (per-tensor W8A8) with FP8 KV; decode at batch 1, 16, 128, 512 for (isl, osl) = (128, 128), (1024, 1024),
 (4096, 512), (2048, 32768), (32768, 256); prefill of b prompts of isl tokens for b in 1, 4, 32, 256 with
 b * isl <= 32768. A point is skipped when weights plus the batch's KV at isl + osl tokens exceed 90% of the
-GPU memory. gpt-oss is listed as a skipped model.
+GPU memory.
 
 Needs aiconfigurator-core (with pandas and pyarrow); without it the script prints how to install it
 (pip install aiconfigurator-core pyarrow pandas) and exits 0. Asserts nothing.
@@ -105,16 +106,20 @@ MODELS = (
     ("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-v0.1", "moe"),
     ("Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B", "moe"),
     ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3", "mla"),
+    ("openai/gpt-oss-120b", "openai/gpt-oss-120b", "moe"),
 )
 MOE_KINDS = ("moe", "mla")  # MLA: DeepSeek-V3, a mixture of experts with multi-head latent attention
-SKIPPED_MODELS = (
-    ("openai/gpt-oss-120b", "MXFP4 experts, attention sinks and sliding windows: out of scope here"),
-)
+SKIPPED_MODELS: tuple[tuple[str, str], ...] = ()
 # (name, planner weight precision, KV bytes per element, AIC GEMM/MoE quant mode, AIC KV-cache quant mode)
 DTYPES = (
     ("bf16", "bf16", 2.0, "bfloat16", "bfloat16"),
     ("fp8", "fp8", 1.0, "fp8", "fp8"),
 )
+# A model published in one format only is compared in it: gpt-oss's MXFP4 experts (AIC's weight-only
+# `w4a16_mxfp4` MoE, its other GEMMs 16-bit, 16-bit KV), in place of DTYPES.
+MODEL_DTYPES = {"openai/gpt-oss-120b": (("mxfp4", "mxfp4", 2.0, "bfloat16", "bfloat16"),)}
+MOE_QUANT = {"mxfp4": "w4a16_mxfp4"}  # AIC's MoE quant mode where it differs from the GEMMs'
+DTYPE_NAMES = {d[0]: d for dtypes in (DTYPES, *MODEL_DTYPES.values()) for d in dtypes}
 FP8_FAMILIES = ("ada", "hopper", "blackwell")
 TP_SIZES = (1, 2, 4, 8)
 DECODE_BATCHES = (1, 16, 128, 512)
@@ -222,13 +227,14 @@ class Aic:
                 self.versions[key] = "?"
         return self.versions[key]
 
-    def compile(self, model: str, moe: bool, system: str, backend: str, tp: int, quant: str, kv: str) -> Any:
+    def compile(self, model: str, moe: bool, system: str, backend: str, tp: int, quant: str, kv: str,
+                moe_quant: str | None = None) -> Any:
         path = self.model_path(model)
         if path is None:
             raise LookupError("model not in AIConfigurator's packaged configs")
         kwargs: dict[str, Any] = {"tp_size": tp, "gemm_quant_mode": quant, "kvcache_quant_mode": kv}
         if moe:
-            kwargs.update(moe_tp_size=tp, moe_ep_size=1, moe_quant_mode=quant)
+            kwargs.update(moe_tp_size=tp, moe_ep_size=1, moe_quant_mode=moe_quant or quant)
         return self._handle.compile(path, system, backend, **kwargs)
 
 
@@ -340,7 +346,7 @@ def run(aic: Aic, phase_filter: str, progress: Callable[[str], None], only_gpus:
             version = aic.version(system, backend)
             progress(f"{system} {engine} (AIC {backend} {version})")
             for ours, theirs, kind, arch in models:
-                for dtype, precision_name, kv_bytes, quant, kv_mode in DTYPES:
+                for dtype, precision_name, kv_bytes, quant, kv_mode in MODEL_DTYPES.get(ours, DTYPES):
                     if dtype != "bf16" and gpu.family not in FP8_FAMILIES:
                         continue
                     precision = weight_precision(precision_name)
@@ -358,7 +364,8 @@ def run(aic: Aic, phase_filter: str, progress: Callable[[str], None], only_gpus:
                             continue
                         where = f"{system} {engine} {kind} {dtype}"
                         try:
-                            handle = aic.compile(theirs, kind in MOE_KINDS, system, backend, tp, quant, kv_mode)
+                            handle = aic.compile(theirs, kind in MOE_KINDS, system, backend, tp, quant, kv_mode,
+                                                 MOE_QUANT.get(dtype))
                         except Exception as exc:  # counted by reason
                             failed[(f"compile: {failure_reason(exc)}", where)] += len(todo)
                             continue
@@ -547,16 +554,16 @@ def explain(aic: Aic, rows: Sequence[Row], count: int) -> None:
     gpus = dict(GPUS)
     backends = dict(ENGINES)
     models = {ours: theirs for ours, theirs, _ in MODELS}
-    dtypes = {d[0]: d for d in DTYPES}
     zero = kernel_factors()
     print("== breakdowns (ms per step; planner terms as performance.py sums them) ==")
     for r in picked:
         c = r.config
-        _, precision_name, kv_bytes, quant, kv_mode = dtypes[c.dtype]
+        _, precision_name, kv_bytes, quant, kv_mode = DTYPE_NAMES[c.dtype]
         arch, gpu = resolve_model(c.model), resolve_gpu(gpus[c.gpu])
         hw = build_hardware(arch, gpu, weight_precision(precision_name), kv_bytes, engine_profile(c.engine), zero,
                             c.tp, 1)
-        handle = aic.compile(models[c.model], c.kind in MOE_KINDS, c.gpu, backends[c.engine], c.tp, quant, kv_mode)
+        handle = aic.compile(models[c.model], c.kind in MOE_KINDS, c.gpu, backends[c.engine], c.tp, quant, kv_mode,
+                             MOE_QUANT.get(c.dtype))
         print(f"{c.gpu} {c.engine} {c.phase} {c.label()}: planner {r.planner_ms:.3f}, AIC {r.aic_ms:.3f} "
               f"({pct(r.deviation)})")
         if c.phase == "decode":
