@@ -279,9 +279,12 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
         flat = over_the_pipeline(flat, req.network_gbps, tp * pp > domain)
     if np.any(dp):
         ratio = np.ones(len(dp))
+        ratios: dict[tuple[int, float, float], float] = {}  # per (GPU, KV bytes, TP): few against the rows
         for r in np.flatnonzero(dp):
-            ratio[r] = mla_dp_ratio(req.arch, gpus[gpu[r]], engine.name, float(kv_bytes[gpu[r], pi[r], ki[r]]),
-                                    float(tp[r]))
+            key = (int(gpu[r]), float(kv_bytes[gpu[r], pi[r], ki[r]]), float(tp[r]))
+            if key not in ratios:
+                ratios[key] = float(mla_dp_ratio(req.arch, gpus[key[0]], engine.name, key[1], key[2]))
+            ratio[r] = ratios[key]
         flat = with_dp_attention(flat, dp, attention, ratio)
     if np.any(ep):
         flat = with_expert_parallel(flat, ep, req.arch, domain)
