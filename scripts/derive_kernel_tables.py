@@ -485,7 +485,7 @@ def derive(systems: Path, check: list[str]) -> dict[str, Any]:
             "gemm_nk": list(GEMM_NK),
             "decode_attention_axes": {"log2_kv_bytes": list(DECODE_BYTES_LOG2),
                                       "log2_batch_x_kv_heads": list(DECODE_UNITS_LOG2)},
-            "mla_decode_log2_heads": list(MLA_HEADS_LOG2),
+            "mla_log2_heads": list(MLA_HEADS_LOG2),
             "mla_decode_units": "ns per (sequence, context token) of one layer's decode attention",
             "mla_prefill_units": "TFLOPS of causal context attention, 2 x heads x (192 + 128) per (query, key) pair",
             "prefill_attention_axes": {"log2_causal_flops": list(PREFILL_FLOPS_LOG2),

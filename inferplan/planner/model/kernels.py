@@ -466,7 +466,7 @@ class GpuKernels:
         values = self._mla_table("mla_prefill")
         if values is None:
             return None
-        axis = np.asarray(kernel_tables()["meta"]["mla_decode_log2_heads"], dtype=float)
+        axis = np.asarray(kernel_tables()["meta"]["mla_log2_heads"], dtype=float)
         h = np.clip(np.asarray(heads, dtype=float), 1.0, 2.0 ** axis[-1])
         tflops = np.exp(np.interp(np.log2(h), axis, np.log(np.asarray(values, dtype=float))))
         if self.basis.kind == "scaled":
@@ -481,7 +481,7 @@ class GpuKernels:
         values = self._mla_table("mla_decode", kv)
         if values is None:
             return None
-        axis = np.asarray(kernel_tables()["meta"]["mla_decode_log2_heads"], dtype=float)
+        axis = np.asarray(kernel_tables()["meta"]["mla_log2_heads"], dtype=float)
         h = np.maximum(np.asarray(heads, dtype=float), 1.0)
         ns = np.exp(np.interp(np.log2(h), axis, np.log(np.asarray(values, dtype=float))))
         ns = ns * np.maximum(h / 2.0 ** axis[-1], 1.0)
