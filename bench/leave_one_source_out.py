@@ -23,8 +23,8 @@ the fit would answer still needs the fits run again before it is chosen. It prin
   (ii)  per held-out source and metric, the median APE of its rows predicted with the fold's factors (held out),
         with the all-rows fit (in sample) and with the shipped factors;
   (iii) per source over all its metrics: held-out median APE and share within 25%, in-sample median APE; then the
-        median and the worst source. Rows of architectures the model does not represent yet (`calibrate.unmodelled`:
-        MLA, DeepSeek-V3/R1) are scored apart and are not in these figures.
+        median and the worst source. Rows of a model kind scored apart and never fitted on (`predict.unmodelled`:
+        MLA, DeepSeek-V3/R1) are not in these figures.
   (iv)  with `--compare FILE.jsonl` (an earlier run's `--predictions`, e.g. of the code before a change): per source,
         its held-out median APE there and here and the difference, its mean |ln(predicted / measured)| there and
         here and the difference (a median can flip between two rows; the mean moves with every row), then the

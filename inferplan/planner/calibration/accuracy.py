@@ -1,8 +1,9 @@
 """Score predictions against measurements: per metric MAPE, median APE and the share within 25%.
 
 `suspect` rows (flagged unreliable by their source) are scored apart and never mixed into the
-headline figures; so are rows of an architecture the step-time model does not represent yet
-(`predict.unmodelled`: MLA), listed under `unmodelled` with their own figures. Rows that cannot be predicted
+headline figures; so are rows of a model kind scored apart and never fitted on (`predict.unmodelled`: MLA,
+whose one serving source ran 2-4x slower than its measured kernels), listed under `unmodelled` with their own
+figures. Rows that cannot be predicted
 are counted with their reason. Given the factors that predicted them, each figure also says how many measured
 values fall inside the stated 80% prediction interval of their prediction (`intervals.py`: bounds from held-out
 residuals, applied here to whatever predictions are scored, in sample for `inferplan accuracy`).
@@ -183,7 +184,7 @@ def format_report(report: AccuracyReport) -> str:
             lines.append(f"  {name:20s} {s.scored:6d}         {pct(s.median_ape):>7s} {pct(s.mape):>8s}")
     if report.unmodelled:
         lines.append("")
-        lines.append("rows of an architecture the model does not represent yet (not in the figures above):")
+        lines.append("rows of a model kind scored apart and never fitted on (not in the figures above):")
         for reason, s in report.unmodelled.items():
             lines.append(f"  {s.scored:4d} rows, median APE {pct(s.median_ape)}, within 25% {pct(s.within25)}, "
                          f"in the 80% interval {pct(s.interval_coverage)}: {reason}")

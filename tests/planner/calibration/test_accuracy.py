@@ -174,7 +174,7 @@ def test_every_row_outside_25_percent_is_listed_with_its_caveat() -> None:
 
 
 def test_rows_of_an_unmodelled_architecture_are_scored_apart() -> None:
-    """DeepSeek-V3 (multi-head latent attention, not represented by the step model yet): its rows get their own
+    """DeepSeek-V3 (multi-head latent attention, scored apart and never fitted on): its rows get their own
     figures under the reason and never enter the headline ones, nor the outliers; a suspect one stays suspect."""
     rows, preds = _case()
     mla = [_row(DECODE, f"m{i}", 100.0).model_copy(update={"model": "deepseek-ai/DeepSeek-V3"}) for i in range(3)]
