@@ -572,6 +572,8 @@ def explain(aic: Aic, rows: Sequence[Row], count: int) -> None:
             terms = {
                 "dense weights": float(step.dense_weights_s),
                 f"experts x {touched:.2f} touched": float(step.expert_weights_s) * touched,
+                "MoE floor": float(step.moe_floor_s),
+                "MoE compute": c.batch * float(step.expert_s_per_sequence),
                 "KV reads": c.batch * float(step.kv_s_per_sequence),
                 "GEMM compute": c.batch * float(step.compute_s_per_sequence),
                 "all-reduce": float(allreduce_s(hw, c.batch)),
@@ -584,11 +586,14 @@ def explain(aic: Aic, rows: Sequence[Row], count: int) -> None:
                 "dense weights": float(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s),
                 f"experts x {touched:.2f} touched": float(hw.expert_bytes_per_gpu / hw.expert_bandwidth_bytes_s)
                 * touched,
+                "MoE floor": float(hw.moe_floor_s),
+                "MoE compute": tokens * float(hw.expert_s_per_token),
                 "GEMM compute": tokens * float(hw.prefill_flops_per_token_per_gpu / hw.prefill_flops_s),
                 "attention": tokens * float(attention_flops(hw, c.isl / 2.0) / hw.attention_flops_s),
                 "all-reduce": float(allreduce_s(hw, tokens)),
             }
             ops = handle.run_static_per_op(batch_size=c.batch, isl=c.isl, osl=2)[0]
+        # The fused MoE layers' three terms add to the step; the rest share the roofline (`performance.DecodeStep`).
         print("    planner: " + ", ".join(f"{k} {1e3 * v:.3f}" for k, v in terms.items())
               + f"; overlap {float(hw.overlap_penalty):.2f}; rates GB/s: weights {hw.bandwidth_bytes_s / 1e9:.0f}, "
               f"experts {hw.expert_bandwidth_bytes_s / 1e9:.0f}, KV {hw.kv_bandwidth_bytes_s / 1e9:.0f} "

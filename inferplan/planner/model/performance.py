@@ -120,6 +120,14 @@ class Hardware:
     # (`allreduce_message_s`); 0 where no table measured the curve (rated link figures, over the network).
     link_knee_bytes: Number = 0.0
     link_knee_s_per_byte: Number = 0.0
+    # A mixture of experts' fused MoE layers, kernels of their own after the dense GEMMs: what they add to a step
+    # over `tokens` routed to them, per stage, is moe_floor_s + expert_bytes_per_gpu x experts_touched_fraction /
+    # expert_bandwidth_bytes_s + tokens x expert_s_per_token (`moe_step_s`), summed with the rest of the step, not
+    # shared in the dense GEMMs' roofline: the measured fused-MoE tables are that sum of a floor, a read of the
+    # experts routed to and a compute per routed token within 10% from 1 to 16k tokens, where the larger of read and
+    # compute falls up to 40% short between 100 and 2k tokens (docs/model.md, One step). 0 for dense models.
+    moe_floor_s: Number = 0.0
+    expert_s_per_token: Number = 0.0
 
 
 def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
@@ -190,6 +198,8 @@ class StepKernels:
     allreduce_latency_s: FloatArray  # one token's all-reduce; NaN: no measured table (rated link figures)
     allreduce_bytes_s: FloatArray    # ring bandwidth between decode and prefill message sizes (NaN: none)
     allreduce_knee_s_per_byte: FloatArray  # extra time per ring byte below ALLREDUCE_KNEE_BYTES (NaN: none)
+    moe_floor_s: FloatArray          # the fused MoE layers' floor per step (0: dense)
+    expert_token_s: FloatArray       # their compute per routed token (0: dense)
 
 
 def _shape_arrays(arch: ModelArchitecture, tps: tuple[int, ...], pp: int
@@ -212,9 +222,11 @@ def _shape_arrays(arch: ModelArchitecture, tps: tuple[int, ...], pp: int
 
 @lru_cache(maxsize=4096)
 def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, engine: str,
-                tps: tuple[int, ...], pp: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """(batch-1 GEMM and elementwise time, decode token time, prefill token time, overlap) per TP size, and the
-    large-weight streaming rate: every GEMM of every TP size looked up in one call per format."""
+                tps: tuple[int, ...], pp: int
+                ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """(batch-1 GEMM and elementwise time, decode token time, prefill token time, overlap) of the dense GEMMs per TP
+    size, the large-weight streaming rate, and the MoE layers' compute per routed token and floor per step (0 for
+    a dense model; `Hardware.moe_floor_s`): every GEMM of every TP size looked up in one call per format."""
     kernels = gpu_kernels(gpu, engine)
     fmt = gemm_format(precision, gpu)
     dense_fmt = fmt if precision.quantizes != "experts" else "bfloat16"
@@ -284,8 +296,7 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
     else:
         expert_token = np.zeros(len(tps))
     dense_token = (dense[:, 2] - dense[:, 1]) / (DECODE_SLOPE_M[1] - DECODE_SLOPE_M[0])
-    decode_token = dense_token + expert_token
-    prefill_token = (dense[:, 4] - dense[:, 3]) / (PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0]) + expert_token
+    prefill_token = (dense[:, 4] - dense[:, 3]) / (PREFILL_SLOPE_M[1] - PREFILL_SLOPE_M[0])
     # The overlap at the crossover of memory (the batch-1 time) and compute (tokens x the decode slope), read on the
     # dense GEMMs' curve (an MoE model's experts have their own term).
     cross = np.maximum(weights / np.maximum(dense_token, 1e-12), 1.0)
@@ -294,7 +305,7 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
     # Experts and the weights a layout adds to a step's reads (data-parallel attention) stream at `stream` per TP
     # size: the fused MoE tables' rate, else the rate this GPU's tables read a large weight at M = 1 (the fused MoE
     # kernels load only the routed experts, each of which is too small for the GEMM tables' grid).
-    return weights + moe_floor, decode_token, prefill_token, overlap, stream
+    return weights, dense_token, prefill_token, overlap, stream, expert_token, moe_floor
 
 
 @lru_cache(maxsize=4096)
@@ -372,11 +383,12 @@ def step_kernels(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisi
                  tps: tuple[int, ...], pp: int = 1) -> StepKernels:
     """Read `engine`'s kernels on `gpu` for `arch` at `precision` with KV elements of `kv_bytes`, on each TP size of
     `tps` x `pp` GPUs (module docstring)."""
-    weights, decode_token, prefill_token, overlap, stream = _gemm_terms(arch, gpu, precision, engine, tps, pp)
+    weights, decode_token, prefill_token, overlap, stream, expert_token, moe_floor = _gemm_terms(
+        arch, gpu, precision, engine, tps, pp)
     floor, kv_rate, attention_rate = _attention_terms(arch, gpu, "fp8" if kv_bytes < 2.0 else "bf16", engine, tps, pp)
     latency, bandwidth, knee = _allreduce_terms(arch, gpu, engine, tps)
     return StepKernels(weights + floor, decode_token, prefill_token, overlap, stream, kv_rate, attention_rate,
-                       latency, bandwidth, knee)
+                       latency, bandwidth, knee, moe_floor, expert_token)
 
 
 @lru_cache(maxsize=16384)
@@ -433,7 +445,10 @@ def hardware_grid(
     per_layer_kv = kv_bytes_per_token_per_gpu(arch, kv[:, None, :, :], tp, pp) / max(arch.num_layers, 1)
     # One new token attending to one context token, per layer (QK^T and the weighted sum of V).
     attention_per_layer = arch.attention_flops_per_token(1.0) / arch.num_layers
-    matmul_params = arch.active_param_count() - split.input_embedding - (
+    # The dense GEMMs' parameters a token multiplies (the routed experts' are the MoE layers' own term,
+    # `Hardware.expert_s_per_token`).
+    routed = float(arch.moe_layer_count * arch.experts_per_token * 3 * arch.hidden_size * arch.expert_intermediate_size)
+    matmul_params = arch.active_param_count() - routed - split.input_embedding - (
         0.0 if arch.tie_word_embeddings else split.lm_head
     )
     decode_flops = 2.0 * (matmul_params + split.lm_head) / shards
@@ -443,6 +458,7 @@ def hardware_grid(
     shape = (len(gpus), len(tps), len(precisions), kv.shape[-1])
     sizes = tuple(int(t) for t in tps)
     weights_s, decode_s, prefill_s_, overlap, kv_rate, attention_rate, mla_s = (np.empty(shape) for _ in range(7))
+    moe_floor, expert_token = np.zeros(shape[:3]), np.zeros(shape[:3])
     stream, latency, ring, knee = np.empty(shape[:3]), np.empty(shape[:2]), np.empty(shape[:2]), np.empty(shape[:2])
     for i, gpu in enumerate(gpus):
         latency[i], ring[i], knee[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
@@ -451,8 +467,10 @@ def hardware_grid(
                 for unread in (weights_s, decode_s, prefill_s_, kv_rate, attention_rate, mla_s):
                     unread[i, :, j] = np.nan
                 overlap[i, :, j], stream[i, :, j] = 0.0, np.nan
+                moe_floor[i, :, j] = expert_token[i, :, j] = np.nan
                 continue
-            w, d, p_, o, stream[i, :, j] = _gemm_terms(arch, gpu, precision, engine.name, sizes, pp)
+            w, d, p_, o, stream[i, :, j], expert_token[i, :, j], moe_floor[i, :, j] = _gemm_terms(
+                arch, gpu, precision, engine.name, sizes, pp)
             for k in range(kv.shape[-1]):
                 kv_name = "fp8" if kv[i, j, k] < 2.0 else "bf16"
                 floor, kv_rate[i, :, j, k], attention_rate[i, :, j, k] = _attention_terms(
@@ -472,6 +490,8 @@ def hardware_grid(
         "expert_bandwidth_bytes_s": np.minimum(stream[..., None], cap) * decode,
         "kv_bandwidth_bytes_s": np.minimum(kv_rate, np.minimum(cap, rated)) * decode,
         "mla_decode_s_per_pair_per_gpu": mla_s / decode,
+        "moe_floor_s": moe_floor[..., None] / decode,
+        "expert_s_per_token": expert_token[..., None] / decode,
         "decode_flops_s": decode_flops / decode_s * decode,
         "prefill_flops_s": prefill_flops / prefill_s_ * prefill,
         "attention_flops_s": attention_rate * prefill,
@@ -575,6 +595,14 @@ def experts_touched_fraction(hw: Hardware, tokens: ArrayLike) -> FloatArray:
     return np.where(hw.num_experts > 0, 1.0 - miss**t, 0.0)
 
 
+def moe_step_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
+    """What the fused MoE layers of one stage add to a step over `tokens` tokens [s]: their floor, the read of the
+    experts the tokens route to and their compute per routed token (`Hardware.moe_floor_s`); 0 for dense models."""
+    t = np.asarray(tokens, dtype=float)
+    return (hw.moe_floor_s + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, t) / hw.expert_bandwidth_bytes_s
+            + t * hw.expert_s_per_token)
+
+
 def _roofline(memory_s: FloatArray, compute_s: FloatArray, overlap_penalty: Number) -> FloatArray:
     return np.maximum(memory_s, compute_s) + overlap_penalty * np.minimum(memory_s, compute_s)
 
@@ -612,6 +640,8 @@ class DecodeStep:
     hw: Hardware
     dense_weights_s: FloatArray  # reading the non-expert weights
     expert_weights_s: FloatArray  # reading every expert (scaled by the share a batch routes to)
+    moe_floor_s: FloatArray       # the fused MoE layers' floor per step (`Hardware.moe_floor_s`)
+    expert_s_per_sequence: FloatArray  # their compute per routed token
     kv_s_per_sequence: FloatArray
     compute_s_per_sequence: FloatArray
     allreduce_s_per_token: FloatArray
@@ -626,6 +656,8 @@ class DecodeStep:
             hw=take_hardware(self.hw, index) if hw is None else hw,
             dense_weights_s=self.dense_weights_s[index],
             expert_weights_s=self.expert_weights_s[index],
+            moe_floor_s=self.moe_floor_s[index],
+            expert_s_per_sequence=self.expert_s_per_sequence[index],
             kv_s_per_sequence=self.kv_s_per_sequence[index],
             compute_s_per_sequence=self.compute_s_per_sequence[index],
             allreduce_s_per_token=self.allreduce_s_per_token[index],
@@ -640,12 +672,13 @@ class DecodeStep:
         hw = self.hw
         b = np.maximum(np.asarray(batch, dtype=float), 1.0)
         memory_s = self.dense_weights_s + b * self.kv_s_per_sequence
-        if self.has_experts:
-            memory_s = memory_s + self.expert_weights_s * experts_touched_fraction(hw, b)
         compute_s = b * self.compute_s_per_sequence
         per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty)
         per_stage = per_stage + self.allreduce_latency_s + b * self.allreduce_s_per_token \
             + np.minimum(b, self.allreduce_knee_tokens) * self.allreduce_knee_s_per_token
+        if self.has_experts:  # the fused MoE layers, after the roofline (`moe_step_s`)
+            per_stage = per_stage + self.moe_floor_s + self.expert_weights_s * experts_touched_fraction(hw, b) \
+                + b * self.expert_s_per_sequence
         return hw.pp * per_stage + hw.step_overhead_s + hw.sequence_overhead_s * b
 
 
@@ -656,6 +689,8 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
         hw=hw,
         dense_weights_s=np.asarray(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
         expert_weights_s=np.asarray(hw.expert_bytes_per_gpu / hw.expert_bandwidth_bytes_s, dtype=float),
+        moe_floor_s=np.asarray(hw.moe_floor_s, dtype=float),
+        expert_s_per_sequence=np.asarray(hw.expert_s_per_token, dtype=float),
         kv_s_per_sequence=_decode_attention_s(hw, context_tokens),
         # Decode attention is a read of the KV at its measured rate, or for MLA the larger of that and its absorbed
         # FLOPs (`decode_attention_s_per_token`); the GEMMs' tensor-core work is `compute_s_per_sequence`.
@@ -690,6 +725,12 @@ def prefill_compute_s_per_token(hw: Hardware, prompt_tokens: ArrayLike) -> Float
                     + attention_flops(hw, mean_context) / hw.attention_flops_s)
 
 
+def prompt_token_s(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
+    """What one prompt token of a prompt of `prompt_tokens` adds to the steps it rides in [s]: its compute in the
+    dense GEMMs and attention (`prefill_compute_s_per_token`) and in the fused MoE layers (`moe_step_s`)."""
+    return prefill_compute_s_per_token(hw, prompt_tokens) + hw.pp * np.asarray(hw.expert_s_per_token, dtype=float)
+
+
 def prefill_s(
     hw: Hardware, prompt_tokens: ArrayLike, prompts: ArrayLike = 1.0, chunk_tokens: ArrayLike | None = None
 ) -> FloatArray:
@@ -705,9 +746,9 @@ def prefill_s(
         steps = np.maximum(np.ceil(total / np.asarray(chunk_tokens, dtype=float)), 1.0)
     tokens_per_step = total / steps
     compute_s = tokens_per_step * prefill_compute_s_per_token(hw, p) / hw.pp
-    memory_s = (hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s
-                + hw.expert_bytes_per_gpu * experts_touched_fraction(hw, tokens_per_step) / hw.expert_bandwidth_bytes_s)
-    per_step = hw.pp * (_roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, tokens_per_step))
+    memory_s = hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s
+    per_step = hw.pp * (_roofline(memory_s, compute_s, hw.overlap_penalty) + allreduce_s(hw, tokens_per_step)
+                        + moe_step_s(hw, tokens_per_step))
     return steps * (per_step + hw.step_overhead_s) + hw.sequence_overhead_s * np.asarray(prompts, dtype=float)
 
 

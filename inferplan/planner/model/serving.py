@@ -33,8 +33,8 @@ from inferplan.planner.model.performance import (
     decode_step,
     decode_step_s,
     hardware_column,
-    prefill_compute_s_per_token,
     prefill_s,
+    prompt_token_s,
     take_hardware,
 )
 from inferplan.planner.quantiles import QUANTILES, normal_ppf
@@ -282,7 +282,7 @@ def poisson_capacity(hw: Hardware, traffic: Traffic, slots: ArrayLike, chunk_tok
     shape = np.broadcast(p, o, c, np.asarray(hw.bandwidth_bytes_s)).shape
     p, o, c = (np.broadcast_to(v, shape).astype(float) for v in (p, o, c))
     computed = p * np.asarray(prefill_fraction, dtype=float)
-    w = computed * prefill_compute_s_per_token(hw, p)
+    w = computed * prompt_token_s(hw, p)
     a = prefill_s(hw, np.maximum(computed, 1.0), 1.0, chunk_tokens)
     b = o * decode_step(hw, running_context(p, o, output_cv)).at(c)
     linear = a + b + c * w
@@ -543,7 +543,7 @@ def poisson_model(
     fraction = np.broadcast_to(np.asarray(prefill_fraction, dtype=float), shape)
     ctx = running_context(p, o, o_cv)
 
-    prompt_work = p * fraction * prefill_compute_s_per_token(hw, p)
+    prompt_work = p * fraction * prompt_token_s(hw, p)
     own_prefill = prefill_s(hw, np.maximum(p * fraction, 1.0), 1.0, chunk_tokens)
     if capacity is None:
         capacity = poisson_capacity(hw, Traffic(p, o, output_cv=o_cv, prefill_fraction=fraction), c, chunk_tokens, k)

@@ -46,6 +46,10 @@ class _StepModel:
         experts = max(f.get("num_experts", 0.0), 1.0)
         self.moe = f.get("num_experts", 0.0) > 0
         self.miss = min(max(1.0 - f.get("experts_per_token", 0.0) / experts, 0.0), 1.0)
+        # The fused MoE layers add their floor, the read of the experts routed to and a compute per routed token to
+        # a step, after the dense roofline (`performance.moe_step_s`).
+        self.moe_floor_s = f.get("moe_floor_s", 0.0)
+        self.expert_token_s = f.get("expert_s_per_token", 0.0)
         self.window = f.get("window_tokens", 0.0)
         # Decode attention per context token: the KV read; for MLA its measured time, else the larger of its read
         # and its FLOPs (`performance.decode_attention_s_per_token`).
@@ -102,11 +106,11 @@ class _StepModel:
             compute += batch * self.decode_s
         else:
             tokens = max(tokens, 1.0)
-        if self.moe:
-            memory += self.experts_s * (1.0 - self.miss**tokens)
         big, small = (memory, compute) if memory >= compute else (compute, memory)
         stage = big + self.overlap * small + self.allreduce_latency_s + self.allreduce_token_s * tokens \
             + self.knee_token_s * min(tokens, self.knee_tokens)
+        if self.moe:
+            stage += self.moe_floor_s + self.experts_s * (1.0 - self.miss**tokens) + self.expert_token_s * tokens
         return self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * sequences
 
 
@@ -179,6 +183,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     inf = math.inf
     ceil = math.ceil
     pp, overlap, moe, miss, experts_s = model.pp, model.overlap, model.moe, model.miss, model.experts_s
+    moe_floor_s, expert_token_s = model.moe_floor_s, model.expert_token_s
     weights_s, kv_full_s, kv_window_s = model.weights_s, model.kv_full_s, model.kv_window_s
     decode_s = model.decode_s
     allreduce_s, allreduce_token_s = model.allreduce_latency_s, model.allreduce_token_s
@@ -186,17 +191,20 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
     computed = model.prompts_computed
     window = model.window if model.window > 0 else inf
-    # Per decode batch size: the memory time that does not depend on the context, and the time outside the
-    # roofline (all-reduces, overheads), so that a decode step costs a dozen float operations. A decoding
-    # sequence holds at least two tokens of KV, which bounds the batch too.
+    # Per decode batch size: the time outside the roofline (all-reduces, the fused MoE layers, overheads), so that
+    # a decode step costs a dozen float operations. A decoding sequence holds at least two tokens of KV, which
+    # bounds the batch too.
     sizes = range(min(max_batch, kv_cap // 2) + 1)
-    memory_base = [weights_s + (experts_s * (1.0 - miss**b) if moe else 0.0) for b in sizes]
+
+    def moe_s(tokens: float) -> float:
+        return moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens if moe else 0.0
+
     policy = policy or Scheduling()
     # Multi-step scheduling: the scheduler runs once per `multi` decode steps (from the last prompt step on), so
     # a run of decode steps admits new requests only at its end (its CPU time is charged per step as without it).
     multi = policy.steps_per_schedule
     last_sched = 0
-    outside = [pp * (allreduce_s + allreduce_token_s * b + knee_token_s * min(b, knee_tokens))
+    outside = [pp * (allreduce_s + allreduce_token_s * b + knee_token_s * min(b, knee_tokens) + moe_s(b))
                + step_overhead_s + sequence_overhead_s * b for b in sizes]
     heappush, heappop = heapq.heappush, heapq.heappop
 
@@ -205,7 +213,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
         mean context (exact where the step is linear in it)."""
         m = c + (k - 1) / 2.0
         w = m if m < window else window
-        memory = memory_base[b] + b * (kv_full_s * m + kv_window_s * w)
+        memory = weights_s + b * (kv_full_s * m + kv_window_s * w)
         compute = b * decode_s
         return pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) + outside[b]
 
@@ -269,11 +277,10 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
             else:
                 memory = weights_s
                 compute = need * req[4]
-            if moe:
-                memory += experts_s * (1.0 - miss**tokens)
             step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
                          + allreduce_s + allreduce_token_s * tokens
-                         + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
+                         + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)
+                         + (moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens if moe else 0.0)) \
                 + step_overhead_s + sequence_overhead_s * (b + 1)
             end = now + step
             if end > t_limit:
@@ -398,9 +405,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     compute += b * decode_s
                 elif tokens < 1:
                     tokens = 1
-                if moe:
-                    memory += experts_s * (1.0 - miss**tokens)
                 stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
+                if moe:
+                    stage += moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens
                 step = pp * (stage + allreduce_s + allreduce_token_s * tokens
                              + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
                     + step_overhead_s + sequence_overhead_s * (b + finishing)

@@ -41,6 +41,7 @@ from inferplan.planner.model.performance import (
     layer_shapes,
     mla_decode_flops_per_pair,
     mla_dp_ratio,
+    moe_step_s,
     prefill_compute_s_per_token,
     prefill_s,
     stack_hardware,
@@ -232,11 +233,41 @@ def test_moe_decode_reads_only_routed_experts_at_batch_one() -> None:
     assert step64 > all_experts_s * 0.99
 
 
+def test_the_fused_moe_layers_add_to_a_step_after_the_dense_roofline() -> None:
+    """Qwen3-30B-A3B on an H100: the fused MoE layers are kernels of their own, so a decode step and a prompt's
+    step are the dense part's roofline plus the MoE layers' floor, their read of the experts routed to and their
+    compute per routed token, the measured fused-MoE table's three figures for that very shape; the simulator
+    charges the same."""
+    arch, gpu = resolve_model("Qwen/Qwen3-30B-A3B"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
+    hw = measured_hardware("Qwen/Qwen3-30B-A3B")
+    dense = replace(hw, num_experts=0.0, moe_floor_s=0.0, expert_s_per_token=0.0, expert_bytes_per_gpu=0.0)
+    model = _StepModel(hw)
+    for batch in (1, 16, 128, 512):
+        moe = float(moe_step_s(hw, batch))
+        assert float(decode_step_s(hw, batch, 1000.0)) == pytest.approx(
+            float(decode_step_s(dense, batch, 1000.0)) + moe, rel=1e-12)
+        assert model.time(batch, 1000.0, 0, 0.0, batch) == pytest.approx(float(decode_step_s(hw, batch, 1000.0)))
+    for prompt in (128, 2048, 8192):
+        assert float(prefill_s(hw, prompt)) == pytest.approx(float(prefill_s(dense, prompt))
+                                                             + float(moe_step_s(hw, prompt)), rel=1e-12)
+    flops = 6.0 * arch.hidden_size * arch.expert_intermediate_size
+    shape = moe_shape_key(arch.hidden_size, arch.expert_intermediate_size, arch.num_experts, arch.experts_per_token, 1)
+    floor, stream, compute = gpu_kernels(gpu, "vllm").moe_layer(moe_formats(weight_precision("bf16"), gpu),
+                                                                flops, shape)
+    layers = arch.moe_layer_count
+    assert hw.moe_floor_s == pytest.approx(layers * floor, rel=1e-9)
+    assert hw.expert_s_per_token == pytest.approx(layers * arch.experts_per_token * flops / compute, rel=1e-9)
+    assert hw.expert_bandwidth_bytes_s == pytest.approx(stream, rel=1e-9)
+    # Every expert touched: the whole read, once.
+    assert float(moe_step_s(hw, 1e6)) == pytest.approx(
+        hw.moe_floor_s + hw.expert_bytes_per_gpu / stream + 1e6 * hw.expert_s_per_token, rel=1e-6)
+
+
 def test_an_expert_only_format_changes_the_experts_kernels_only() -> None:
     """gpt-oss in MXFP4: its attention and embeddings stay 16-bit, read by the same 16-bit GEMMs as the bf16
-    checkpoint (the same bytes in the same time, but for the floors of the two formats' fused MoE kernels, which
-    a batch-1 step carries with it); only the experts are fewer bytes through their own kernels, so they stream
-    in less time than the 16-bit experts."""
+    checkpoint (the same bytes in the same time); the two formats' fused MoE kernels differ in their floors, which
+    every step carries, and the experts are fewer bytes through their own kernels, so they stream in less time
+    than the 16-bit experts."""
     mxfp4, bf16 = (measured_hardware("openai/gpt-oss-20b", weights=w) for w in ("mxfp4", "bf16"))
     assert mxfp4.decode_dense_bytes_per_gpu == bf16.decode_dense_bytes_per_gpu
     arch, gpu = resolve_model("openai/gpt-oss-20b"), resolve_gpu("NVIDIA-H100-80GB-HBM3")
@@ -246,9 +277,9 @@ def test_an_expert_only_format_changes_the_experts_kernels_only() -> None:
     floors = [kernels.moe_layer(moe_formats(weight_precision(w), gpu), expert * weight_precision(w).bytes_per_param,
                                 shape)[0] for w in ("mxfp4", "bf16")]
     moe_layers = arch.num_layers - arch.first_dense_layers
-    assert (mxfp4.decode_dense_bytes_per_gpu / mxfp4.bandwidth_bytes_s
-            - bf16.decode_dense_bytes_per_gpu / bf16.bandwidth_bytes_s) == pytest.approx(
-        moe_layers * (floors[0] - floors[1]), rel=1e-6, abs=1e-9)
+    assert mxfp4.decode_dense_bytes_per_gpu / mxfp4.bandwidth_bytes_s == pytest.approx(
+        bf16.decode_dense_bytes_per_gpu / bf16.bandwidth_bytes_s, rel=1e-12)
+    assert mxfp4.moe_floor_s - bf16.moe_floor_s == pytest.approx(moe_layers * (floors[0] - floors[1]), rel=1e-6)
     assert mxfp4.expert_bytes_per_gpu == pytest.approx(bf16.expert_bytes_per_gpu * 4.25 / 16)
     assert (mxfp4.expert_bytes_per_gpu / mxfp4.expert_bandwidth_bytes_s
             < bf16.expert_bytes_per_gpu / bf16.expert_bandwidth_bytes_s)
