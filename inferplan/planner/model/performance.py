@@ -183,25 +183,6 @@ def layer_shapes(arch: ModelArchitecture, tp: int) -> LayerShapes:
     )
 
 
-@dataclass(frozen=True)
-class StepKernels:
-    """A deployment's measured kernel times reduced for the roofline (`build_hardware`), per pipeline stage, one
-    value per TP size of the `tps` it was read for (arrays) [s unless stated]."""
-
-    weights_s: FloatArray          # batch-1 step: every dense GEMM at M = 1, the LM head, attention, elementwise floors
-    decode_token_s: FloatArray     # marginal GEMM (and elementwise) time of one more token at decode batch sizes
-    prefill_token_s: FloatArray    # ... at prefill chunk sizes
-    overlap: FloatArray            # the GEMM curve's excess over max(memory, compute) at their crossover
-    expert_bytes_s: FloatArray     # streaming rate of the experts and added reads [bytes/s]
-    kv_bytes_s: FloatArray         # decode attention's rate on KV bytes [bytes/s]
-    attention_flops_s: FloatArray  # prefill attention's rate [FLOP/s]
-    allreduce_latency_s: FloatArray  # one token's all-reduce; NaN: no measured table (rated link figures)
-    allreduce_bytes_s: FloatArray    # ring bandwidth between decode and prefill message sizes (NaN: none)
-    allreduce_knee_s_per_byte: FloatArray  # extra time per ring byte below ALLREDUCE_KNEE_BYTES (NaN: none)
-    moe_floor_s: FloatArray          # the fused MoE layers' floor per step (0: dense)
-    expert_token_s: FloatArray       # their compute per routed token (0: dense)
-
-
 def _shape_arrays(arch: ModelArchitecture, tps: tuple[int, ...], pp: int
                   ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, LayerShapes]:
     """(N, K, calls per stage) of every non-expert GEMM of a stage, and (N, K) of one routed expert's, per TP size
@@ -377,18 +358,6 @@ def _allreduce_terms(arch: ModelArchitecture, gpu: GpuSpec, engine: str, tps: tu
             bandwidth[t] = ring * (2.0**24 - ALLREDUCE_KNEE_BYTES) / max(ar[2] - ar[1], 1e-12)
             knee[t] = (ar[1] - ar[0]) / (ring * ALLREDUCE_KNEE_BYTES) - 1.0 / bandwidth[t]
     return latency, bandwidth, knee
-
-
-def step_kernels(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, kv_bytes: float, engine: str,
-                 tps: tuple[int, ...], pp: int = 1) -> StepKernels:
-    """Read `engine`'s kernels on `gpu` for `arch` at `precision` with KV elements of `kv_bytes`, on each TP size of
-    `tps` x `pp` GPUs (module docstring)."""
-    weights, decode_token, prefill_token, overlap, stream, expert_token, moe_floor = _gemm_terms(
-        arch, gpu, precision, engine, tps, pp)
-    floor, kv_rate, attention_rate = _attention_terms(arch, gpu, "fp8" if kv_bytes < 2.0 else "bf16", engine, tps, pp)
-    latency, bandwidth, knee = _allreduce_terms(arch, gpu, engine, tps)
-    return StepKernels(weights + floor, decode_token, prefill_token, overlap, stream, kv_rate, attention_rate,
-                       latency, bandwidth, knee, moe_floor, expert_token)
 
 
 @lru_cache(maxsize=16384)
