@@ -6,6 +6,7 @@ says otherwise; a model instance spans `tp x pp` GPUs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -55,6 +56,34 @@ def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
     else:  # pragma: no cover - guarded by the precision table
         raise ValueError(f"unknown quantisation scope {precision.quantizes!r}")
     return quantized * precision.bytes_per_param + (split.total - quantized) * 2.0
+
+
+# vLLM pads gpt-oss's MXFP4 experts to its MoE kernels' tiles as it creates them (vLLM 0.11
+# model_executor/layers/quantization/mxfp4.py, `Mxfp4MoEMethod.create_weights`): Marlin, its kernel on NVIDIA GPUs
+# before Hopper, rounds a rank's expert width up to a multiple of 128 and the hidden size to 256; FlashInfer, its
+# default on Blackwell, and the ROCm build round both to 256. gpt-oss (hidden size and expert width 2880) at TP 4 on
+# the A100 then holds 1.14x the experts' bytes: its startup log printed 17.22 GiB of weights a GPU (dennislee22,
+# vLLM 0.10.1), 15.2 unpadded. Hopper runs Triton's kernels (the width to 64, which 2880 already is) and keeps the
+# unpadded bytes here; llm-d's H100 logs read 5-6% above them (13.47 GiB for gpt-oss-20b against 12.82), which the
+# source does not explain (docs/model.md, Known gaps).
+VLLM_MXFP4_TILES = {"marlin": (128, 256), "flashinfer": (256, 256), "rocm": (256, 256)}
+MARLIN_FAMILIES = frozenset({"turing", "ampere", "ada"})
+
+
+def expert_padding_bytes(arch: ModelArchitecture, precision: WeightPrecision, engine: str, gpu: GpuSpec,
+                         tp: ArrayLike) -> Number:
+    """Bytes the engine adds to the whole model's weights by padding its MoE experts to its kernels' tiles at
+    tensor-parallel size `tp` (`VLLM_MXFP4_TILES`: vLLM with gpt-oss's MXFP4 experts); 0 where it pads nothing."""
+    kernel = ("rocm" if gpu.vendor == "amd" else "flashinfer" if gpu.family == "blackwell"
+              else "marlin" if gpu.family in MARLIN_FAMILIES else None)
+    if engine != "vllm" or precision.name != "mxfp4" or not arch.is_moe or kernel is None:
+        return 0.0
+    width_tile, hidden_tile = VLLM_MXFP4_TILES[kernel]
+    ranks = np.asarray(tp, dtype=float)
+    width = np.ceil(np.ceil(arch.expert_intermediate_size / ranks) / width_tile) * width_tile * ranks
+    hidden = math.ceil(arch.hidden_size / hidden_tile) * hidden_tile
+    extra = width * hidden - float(arch.expert_intermediate_size * arch.hidden_size)
+    return arch.moe_layer_count * arch.num_experts * 3.0 * extra * precision.bytes_per_param
 
 
 def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, kv_bytes: Number, tp: Number, pp: Number = 1) -> Number:
@@ -185,7 +214,8 @@ def plan_memory_for_settings(
     what does not depend on the settings computed once. `dp_attention`: data-parallel attention
     (`dp_attention_weights`); each rank's KV pool holds its own sequences, so the instance holds `tp` times
     one rank's tokens."""
-    weights = weight_bytes(arch, precision) + (dp_attention_weights(arch, precision, tp) if dp_attention else 0.0)
+    weights = weight_bytes(arch, precision) + float(expert_padding_bytes(arch, precision, engine.name, gpu, tp)) + (
+        dp_attention_weights(arch, precision, tp) if dp_attention else 0.0)
     grid = memory_grid(
         arch, float(gpu.usable_memory_bytes), weights, kv_bytes, engine, factors, tp,
         profile_tokens=np.array([s.profile_tokens for s in settings], dtype=float),

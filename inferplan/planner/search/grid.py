@@ -32,6 +32,7 @@ from inferplan.planner.model.memory import (
     GIB,
     MemoryPlan,
     attention_weight_bytes,
+    expert_padding_bytes,
     memory_grid,
     weight_bytes,
 )
@@ -228,6 +229,13 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     # Memory of every (shape, batch size) at once: axis 0 shapes, axis 1 batch sizes.
     usable = np.array([float(g.usable_memory_bytes) for g in gpus])[gpu]
     weights = np.array([weight_bytes(req.arch, p) for p in precisions])[pi]
+    if engine.name == "vllm" and req.arch.is_moe and any(p.name == "mxfp4" for p in precisions):
+        # gpt-oss's MXFP4 experts as vLLM pads them, per (GPU, precision, TP) of each shape
+        keys = np.stack([gpu, pi, tp], axis=1)
+        pairs, back = np.unique(keys, axis=0, return_inverse=True)
+        pads = np.array([float(expert_padding_bytes(req.arch, precisions[j], engine.name, gpus[g], t))
+                         for g, j, t in pairs])
+        weights = weights + pads[back.reshape(-1)]
     attention = np.array([attention_weight_bytes(req.arch, p) for p in precisions])[pi]
     weights = weights + np.where(dp, attention * (tp - 1), 0.0)  # dp_attention_weights, per shape
     memory = memory_grid(req.arch, usable[:, None], weights[:, None], kv_bytes[gpu, pi, ki][:, None], engine,

@@ -24,6 +24,7 @@ from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.memory import (
     GIB,
     activation_peak_bytes,
+    expert_padding_bytes,
     kv_bytes_per_token_per_gpu,
     kv_cache_tokens,
     kv_pool_bytes,
@@ -38,6 +39,27 @@ def test_weights_of_qwen2_7b_match_vllm_startup_log() -> None:
     # vLLM 0.10.1.1 printed "Model loading took 14.2488 GiB" for Qwen2-7B-Instruct in bf16.
     gib = weight_bytes(resolve_model("Qwen/Qwen2-7B-Instruct"), weight_precision("bf16")) / GIB
     assert gib == pytest.approx(14.2488, rel=0.01)
+
+
+def test_vllm_pads_gpt_oss_mxfp4_experts_to_its_kernels_tiles() -> None:
+    """vLLM 0.10.1.1 printed 17.22 GiB of weights a GPU for gpt-oss-120b at TP 4 on A100s (dennislee22's startup
+    log): Marlin rounds a rank's expert width (720) up to 768 and the hidden size (2880) to 3072, 1.14x the experts'
+    MXFP4 bytes. Blackwell and ROCm pad both to 256; Hopper's Triton kernels, other engines and other formats pad
+    nothing."""
+    arch, mxfp4 = resolve_model("openai/gpt-oss-120b"), weight_precision("mxfp4")
+    a100 = resolve_gpu("A100-SXM4-80GB")
+    plan = plan_memory(arch, a100, mxfp4, 2.0, engine_profile("vllm"), EngineSettings(
+        max_num_seqs=256, memory_fraction=0.8, max_model_len=16384, chunk_tokens=2048, profile_tokens=2048),
+        load_factors().engine("vllm"), tp=4)
+    assert plan.weights_per_gpu / GIB == pytest.approx(17.22, rel=0.01)
+    experts = arch.moe_layer_count * arch.num_experts * 3 * arch.hidden_size * arch.expert_intermediate_size
+    unpadded = experts * mxfp4.bytes_per_param
+    for gpu, tp, factor in (("A100-SXM4-80GB", 4, 768 * 4 * 3072 / 2880**2), ("B200", 1, 3072**2 / 2880**2),
+                            ("MI300X", 2, 1536 * 2 * 3072 / 2880**2), ("H100-SXM5-80GB", 1, 1.0)):
+        assert expert_padding_bytes(arch, mxfp4, "vllm", resolve_gpu(gpu), tp) == pytest.approx(
+            unpadded * (factor - 1.0))
+    assert expert_padding_bytes(arch, mxfp4, "sglang", a100, 4) == 0.0
+    assert expert_padding_bytes(arch, weight_precision("bf16"), "vllm", a100, 4) == 0.0
 
 
 def test_awq_keeps_embeddings_in_16_bits() -> None:
