@@ -63,9 +63,11 @@ def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
 # before Hopper, rounds a rank's expert width up to a multiple of 128 and the hidden size to 256; FlashInfer, its
 # default on Blackwell, and the ROCm build round both to 256. gpt-oss (hidden size and expert width 2880) at TP 4 on
 # the A100 then holds 1.14x the experts' bytes: its startup log printed 17.22 GiB of weights a GPU (dennislee22,
-# vLLM 0.10.1), 15.2 unpadded. Hopper runs Triton's kernels (the width to 64, which 2880 already is) and keeps the
-# unpadded bytes here; llm-d's H100 logs read 5-6% above them (13.47 GiB for gpt-oss-20b against 12.82), which the
-# source does not explain (docs/model.md, Known gaps).
+# vLLM 0.10.1), 15.2 unpadded. Hopper keeps the unpadded bytes here: vLLM runs Triton's kernels there where the
+# optional triton_kernels package is installed (the width to 64, which 2880 already is) and Marlin otherwise; llm-d's
+# H100 logs read 5-6% over the unpadded bytes (13.47 GiB for gpt-oss-20b against 12.82), Marlin's padding would add
+# 9%, and with it gpt-oss-120b on one H100 would leave no KV pool where llm-d's run started with 3.33 GiB
+# (docs/model.md, Known gaps).
 VLLM_MXFP4_TILES = {"marlin": (128, 256), "flashinfer": (256, 256), "rocm": (256, 256)}
 MARLIN_FAMILIES = frozenset({"turing", "ampere", "ada"})
 
