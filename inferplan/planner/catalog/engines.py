@@ -244,6 +244,30 @@ class EngineSettings:
 VLLM_V1_SAMPLER_BYTES = 39.0
 
 
+# vLLM pads gpt-oss's MXFP4 experts to its MoE kernels' tiles as it creates them (vLLM 0.11
+# model_executor/layers/quantization/mxfp4.py, `Mxfp4MoEMethod.create_weights`): Marlin, its kernel on NVIDIA GPUs
+# before Hopper, rounds a rank's expert width up to a multiple of 128 and the hidden size to 256; FlashInfer, its
+# default on Blackwell, and the ROCm build round both to 256. gpt-oss (hidden size and expert width 2880) at TP 4 on
+# the A100 then holds 1.14x the experts' bytes: its startup log printed 17.22 GiB of weights a GPU (dennislee22,
+# vLLM 0.10.1), 15.2 unpadded. Hopper keeps the unpadded bytes here: vLLM runs Triton's kernels there where the
+# optional triton_kernels package is installed (the width to 64, which 2880 already is) and Marlin otherwise; llm-d's
+# H100 logs read 5-6% over the unpadded bytes (13.47 GiB for gpt-oss-20b against 12.82), Marlin's padding would add
+# 9%, and with it gpt-oss-120b on one H100 would leave no KV pool where llm-d's run started with 3.33 GiB
+# (docs/model.md, Known gaps).
+VLLM_MXFP4_TILES = {"marlin": (128, 256), "flashinfer": (256, 256), "rocm": (256, 256)}
+MARLIN_FAMILIES = frozenset({"turing", "ampere", "ada"})
+
+
+def expert_tiles(engine: str, precision: str, vendor: str, family: str) -> tuple[int, int] | None:
+    """(expert width per rank, hidden size) multiples to which `engine` pads a MoE model's experts in `precision`
+    on a GPU of `vendor` and `family` (`VLLM_MXFP4_TILES`); None where it pads nothing."""
+    if engine != "vllm" or precision != "mxfp4":
+        return None
+    kernel = ("rocm" if vendor == "amd" else "flashinfer" if family == "blackwell"
+              else "marlin" if family in MARLIN_FAMILIES else None)
+    return None if kernel is None else VLLM_MXFP4_TILES[kernel]
+
+
 def sampler_profile_bytes(engine: str, version: str | None) -> float | None:
     """Bytes per sequence and vocabulary entry that `engine` at `version` (None: its current release) holds when
     it profiles its sampler apart from the forward pass (vLLM V1); None where the sampler is not profiled apart."""

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.catalog.architectures import ModelArchitecture
-from inferplan.planner.catalog.engines import EngineProfile, EngineSettings
+from inferplan.planner.catalog.engines import EngineProfile, EngineSettings, expert_tiles
 from inferplan.planner.catalog.gpus import GpuSpec
 from inferplan.planner.catalog.precisions import WeightPrecision
 from inferplan.planner.model.factors import EngineFactors
@@ -58,29 +58,15 @@ def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
     return quantized * precision.bytes_per_param + (split.total - quantized) * 2.0
 
 
-# vLLM pads gpt-oss's MXFP4 experts to its MoE kernels' tiles as it creates them (vLLM 0.11
-# model_executor/layers/quantization/mxfp4.py, `Mxfp4MoEMethod.create_weights`): Marlin, its kernel on NVIDIA GPUs
-# before Hopper, rounds a rank's expert width up to a multiple of 128 and the hidden size to 256; FlashInfer, its
-# default on Blackwell, and the ROCm build round both to 256. gpt-oss (hidden size and expert width 2880) at TP 4 on
-# the A100 then holds 1.14x the experts' bytes: its startup log printed 17.22 GiB of weights a GPU (dennislee22,
-# vLLM 0.10.1), 15.2 unpadded. Hopper keeps the unpadded bytes here: vLLM runs Triton's kernels there where the
-# optional triton_kernels package is installed (the width to 64, which 2880 already is) and Marlin otherwise; llm-d's
-# H100 logs read 5-6% over the unpadded bytes (13.47 GiB for gpt-oss-20b against 12.82), Marlin's padding would add
-# 9%, and with it gpt-oss-120b on one H100 would leave no KV pool where llm-d's run started with 3.33 GiB
-# (docs/model.md, Known gaps).
-VLLM_MXFP4_TILES = {"marlin": (128, 256), "flashinfer": (256, 256), "rocm": (256, 256)}
-MARLIN_FAMILIES = frozenset({"turing", "ampere", "ada"})
-
-
 def expert_padding_bytes(arch: ModelArchitecture, precision: WeightPrecision, engine: str, gpu: GpuSpec,
                          tp: ArrayLike) -> Number:
     """Bytes the engine adds to the whole model's weights by padding its MoE experts to its kernels' tiles at
-    tensor-parallel size `tp` (`VLLM_MXFP4_TILES`: vLLM with gpt-oss's MXFP4 experts); 0 where it pads nothing."""
-    kernel = ("rocm" if gpu.vendor == "amd" else "flashinfer" if gpu.family == "blackwell"
-              else "marlin" if gpu.family in MARLIN_FAMILIES else None)
-    if engine != "vllm" or precision.name != "mxfp4" or not arch.is_moe or kernel is None:
+    tensor-parallel size `tp` (`engines.expert_tiles`: vLLM with gpt-oss's MXFP4 experts); 0 where it pads
+    nothing."""
+    tiles = expert_tiles(engine, precision.name, gpu.vendor, gpu.family) if arch.is_moe else None
+    if tiles is None:
         return 0.0
-    width_tile, hidden_tile = VLLM_MXFP4_TILES[kernel]
+    width_tile, hidden_tile = tiles
     ranks = np.asarray(tp, dtype=float)
     width = np.ceil(np.ceil(arch.expert_intermediate_size / ranks) / width_tile) * width_tile * ranks
     hidden = math.ceil(arch.hidden_size / hidden_tile) * hidden_tile

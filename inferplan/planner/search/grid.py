@@ -16,6 +16,7 @@ from inferplan.planner.catalog.engines import (
     SERVED_PRECISIONS,
     EngineProfile,
     EngineSettings,
+    expert_tiles,
     sampler_profile_bytes,
     scheduling_of,
 )
@@ -229,8 +230,9 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     # Memory of every (shape, batch size) at once: axis 0 shapes, axis 1 batch sizes.
     usable = np.array([float(g.usable_memory_bytes) for g in gpus])[gpu]
     weights = np.array([weight_bytes(req.arch, p) for p in precisions])[pi]
-    if engine.name == "vllm" and req.arch.is_moe and any(p.name == "mxfp4" for p in precisions):
-        # gpt-oss's MXFP4 experts as vLLM pads them, per (GPU, precision, TP) of each shape
+    if req.arch.is_moe and any(expert_tiles(engine.name, p.name, g.vendor, g.family) for p in precisions for g in gpus):
+        # the experts as the engine pads them to its kernels' tiles (gpt-oss's MXFP4 on vLLM), per (GPU, precision,
+        # TP) of each shape
         keys = np.stack([gpu, pi, tp], axis=1)
         pairs, back = np.unique(keys, axis=0, return_inverse=True)
         pads = np.array([float(expert_padding_bytes(req.arch, precisions[j], engine.name, gpus[g], t))
