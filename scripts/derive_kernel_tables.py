@@ -8,7 +8,9 @@ the project depends on):
 `aiconfigurator-core` 0.12.0 (Apache-2.0, PyPI; data at ai-dynamo/aiconfigurator commit 095f58a5) ships
 per-operator latencies measured on each GPU under each engine's kernels:
 aiconfigurator_core/systems/data/<system>/<op>/<backend>/<version>/*.parquet, with each system's peaks in
-systems/<system>.yaml. This script reduces them to what `inferplan.planner.model.kernels` reads, per system:
+systems/<system>.yaml. This script reduces them to what `inferplan.planner.model.kernels` reads, per system, from
+the version of each backend's data AIConfigurator itself queries as current (`systems/query_versions.yaml`; the
+newest folder where the current one lacks a table):
 
 - `gemm[backend][dtype]`: latency [us] of y = x W on a grid of M (tokens) x N x K, the fastest kernel the
   backend's table holds for each shape (the table's own values; a grid point the table lacks, the A100 tables'
@@ -119,10 +121,30 @@ def _version_key(version: str) -> tuple[tuple[int, ...], int, int]:
     return numbers, 0 if pre else 1, int(pre.group(1)) if pre else 0
 
 
-def newest(folder: Path, filename: str) -> tuple[str, Path] | None:
-    """(version, file) of the newest version folder under `folder` that holds `filename`."""
+def current_versions(systems: Path) -> dict[str, Any]:
+    """AIConfigurator's `systems/query_versions.yaml`: the version of each backend's data it queries as "current"
+    (its defaults, and overrides per system); {} where the file is absent (older packages)."""
+    import yaml
+
+    path = systems / "query_versions.yaml"
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {} if path.is_file() else {}
+
+
+def current_version(slots: dict[str, Any], system: str, backend: str) -> str | None:
+    """The version AIConfigurator's own estimates read for `backend` on `system` (`current_versions`)."""
+    entry = (slots.get("overrides") or {}).get(system, {}).get(backend) or (slots.get("defaults") or {}).get(backend)
+    return (entry or {}).get("current")
+
+
+def newest(folder: Path, filename: str, current: str | None = None) -> tuple[str, Path] | None:
+    """(version, file) of the `current` version folder under `folder` where it holds `filename` (the data
+    AIConfigurator's estimates read; a newer folder can be a partial collection of the next release: TensorRT-LLM
+    1.3.0rc23's MoE table on the H200 holds 3 of rc20's shapes in two of its four dtypes), else of the newest one
+    that does."""
     if not folder.is_dir():
         return None
+    if current and (folder / current / filename).is_file():
+        return current, folder / current / filename
     versions = sorted((p.name for p in folder.iterdir() if (p / filename).is_file()), key=_version_key)
     return (versions[-1], folder / versions[-1] / filename) if versions else None
 
@@ -336,7 +358,7 @@ def mla_prefill_rates(frame: Any, label: str, check: list[str]) -> list[float] |
     return values
 
 
-def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None:
+def _system(systems: Path, name: str, check: list[str], slots: dict[str, Any]) -> dict[str, Any] | None:
     import pandas as pd
     import yaml
 
@@ -362,7 +384,8 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
     }
     peak_bytes_s = gpu["mem_bw"]
     for backend in BACKENDS:
-        found = newest(data / "gemm" / backend, "gemm_perf.parquet")
+        current = current_version(slots, name, backend)
+        found = newest(data / "gemm" / backend, "gemm_perf.parquet", current)
         if found:
             version, path = found
             frame = pd.read_parquet(path, columns=["device", "gemm_dtype", "m", "n", "k", "latency"])
@@ -379,7 +402,7 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
             if tables:
                 out["gemm"][backend] = tables
                 out["versions"][f"gemm/{backend}"] = version
-        found = newest(data / "attention" / backend, "generation_attention_perf.parquet")
+        found = newest(data / "attention" / backend, "generation_attention_perf.parquet", current)
         if found:
             version, path = found
             frame = _full_attention(pd.read_parquet(path))
@@ -404,7 +427,7 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
                 out["versions"][f"decode_attention/{backend}"] = version
         for kind, filename in (("mla_decode", "generation_mla_perf.parquet"),
                                ("mla_prefill", "context_mla_perf.parquet")):
-            found = newest(data / "mla" / backend, filename)
+            found = newest(data / "mla" / backend, filename, current)
             label = f"{name:20s} {kind.replace('_', ' ')} {backend:6s}"
             reduced = None if not found else (
                 mla_decode_table(pd.read_parquet(found[1]), peak_bytes_s, label, check) if kind == "mla_decode"
@@ -412,7 +435,7 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
             if found and reduced:
                 out[kind][backend] = reduced
                 out["versions"][f"{kind}/{backend}"] = found[0]
-        found = newest(data / "attention" / backend, "context_attention_perf.parquet")
+        found = newest(data / "attention" / backend, "context_attention_perf.parquet", current)
         if found:
             version, path = found
             frame = _full_attention(pd.read_parquet(path))
@@ -425,7 +448,7 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
                 out["versions"][f"prefill_attention/{backend}"] = version
                 check.append(f"{name:20s} prefill attention {backend:6s}      rows {len(rows):6d}"
                              f"               median {100 * med:5.1f}%  p90 {100 * p90:5.1f}%")
-        found = newest(data / "moe" / backend, "moe_perf.parquet")
+        found = newest(data / "moe" / backend, "moe_perf.parquet", current)
         if found:
             version, path = found
             curves = moe_curves(pd.read_parquet(path), out["peaks"], f"{name:20s} {backend:6s}", check)
@@ -444,7 +467,8 @@ def _system(systems: Path, name: str, check: list[str]) -> dict[str, Any] | None
             if len(rows):
                 curves[tp].append((rows.index.values * 2.0, rows.values * 1e3))
     for backend in BACKENDS:
-        found = newest(data / "comm" / backend, "custom_allreduce_perf.parquet")
+        found = newest(data / "comm" / backend, "custom_allreduce_perf.parquet",
+                       current_version(slots, name, backend))
         if not found:
             continue
         frame = pd.read_parquet(found[1])
@@ -496,8 +520,9 @@ def derive(systems: Path, check: list[str]) -> dict[str, Any]:
         },
         "systems": {},
     }
+    slots = current_versions(systems)
     for name in SYSTEMS:
-        made = _system(systems, name, check)
+        made = _system(systems, name, check, slots)
         if made and made["gemm"]:
             result["systems"][name] = made
     return result
