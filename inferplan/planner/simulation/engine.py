@@ -279,8 +279,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 compute = need * req[4]
             step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
                          + allreduce_s + allreduce_token_s * tokens
-                         + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)
-                         + (moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens if moe else 0.0)) \
+                         + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens) + moe_s(tokens)) \
                 + step_overhead_s + sequence_overhead_s * (b + 1)
             end = now + step
             if end > t_limit:
@@ -406,8 +405,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 elif tokens < 1:
                     tokens = 1
                 stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
-                if moe:
-                    stage += moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens
+                stage += moe_s(tokens)
                 step = pp * (stage + allreduce_s + allreduce_token_s * tokens
                              + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
                     + step_overhead_s + sequence_overhead_s * (b + finishing)
