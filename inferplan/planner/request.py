@@ -13,7 +13,8 @@ from typing import Any
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.checkpoints import native_precision
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
-from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS
+from inferplan.planner.catalog.engine_args import MTP_LINES, version_line
+from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.model_configs import load_config_json, resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
@@ -114,6 +115,9 @@ class PlanRequest:
     max_nodes_per_replica: int = 1      # constraints.maxNodesPerReplica: TP over nodes up to this many
     named_by_label: frozenset[str] = frozenset()  # keys of the GPUs the constraints name by node label (text uses it)
     confidence: float | None = None     # slo.confidence: each SLO must hold at the one-sided bound at this probability
+    mtp_draft_tokens: int = 0           # engine.multiTokenPrediction.draftTokens (0: no drafting)
+    mtp_tokens_per_step: float = 1.0    # ... the tokens a sequence emits per step on average (acceptedPerStep)
+    mtp_accepted_stated: bool = False   # ... the plan stated them (else MTP_ACCEPTANCE's chain)
 
 
 def cv_from_sigma(sigma: float) -> float:
@@ -231,6 +235,15 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     if prompt + output > context:  # the mean request would not fit: a plan for it would be a plan for errors
         problems.append(("workload.promptTokens.mean", f"the mean request ({prompt} prompt + {output} output "
                                                        f"tokens) does not fit in {context_name} ({context} tokens)"))
+    mtp = engine.multi_token_prediction
+    if mtp is not None and not arch.mtp_layers:
+        problems.append(("engine.multiTokenPrediction", f"{arch.repo_id} ships no multi-token-prediction modules "
+                                                        "(num_nextn_predict_layers) to draft with"))
+    line = version_line(engine.name, engine.version)
+    if mtp is not None and (engine.name, line) not in MTP_LINES:
+        problems.append(("engine.multiTokenPrediction", f"{engine.name} {line}.x does not draft with MTP modules "
+                                                        "in inferplan's argument mapping; "
+                                                        f"{', '.join(f'{e} {v}.x' for e, v in sorted(MTP_LINES))} do"))
     limits = spec.constraints
     if limits.available_gpus and limits.gpu_types is None and not any(limits.available_gpus.values()):
         problems.append(("constraints.availableGpus", "no GPU type has a count > 0 and constraints.gpuTypes is not "
@@ -283,6 +296,11 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         prefix_hit_rate=float(workload.prefix_cache_hit_rate),
         slos=slos,
         confidence=None if spec.slo.confidence is None else float(spec.slo.confidence),
+        mtp_draft_tokens=0 if mtp is None else mtp.draft_tokens,
+        mtp_tokens_per_step=1.0 if mtp is None else (
+            float(mtp.accepted_per_step) if mtp.accepted_per_step is not None
+            else mtp_tokens_per_step(mtp.draft_tokens)),
+        mtp_accepted_stated=mtp is not None and mtp.accepted_per_step is not None,
         gpu_types=None if limits.gpu_types is None else tuple(_gpu_key(name) for name in limits.gpu_types),
         plan_absent_gpu_types=limits.plan_absent_gpu_types,
         tp_sizes=tuple(limits.tensor_parallel_sizes),

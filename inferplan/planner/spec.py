@@ -187,6 +187,38 @@ class ModelSource(_SpecModel):
         return self
 
 
+MAX_MTP_DRAFT_TOKENS = 4  # drafts a step: the engines' DeepSeek recipes use 1-3
+
+
+class MultiTokenPrediction(_SpecModel):
+    """Speculative decoding with the model's own multi-token-prediction modules (DeepSeek-V3/R1): each step drafts
+    `draftTokens` tokens a sequence and verifies them in the next."""
+
+    draft_tokens: int = Field(
+        ge=1, le=MAX_MTP_DRAFT_TOKENS,
+        description="Tokens drafted a step (vLLM num_speculative_tokens, SGLang --speculative-num-steps, "
+        "TensorRT-LLM num_nextn_predict_layers), 1-4.",
+    )
+    accepted_per_step: decimal_type(ge="1", le=str(MAX_MTP_DRAFT_TOKENS + 1)) | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="Tokens a sequence emits per step on average, the engine's mean acceptance length (SGLang's "
+        "'accept len', vLLM's spec-decode metrics), decimal string in [1, draftTokens + 1]. Default: each draft "
+        "accepted with probability 0.85 once the one before it was (DeepSeek-V3's report: 85-90% for the first).",
+    )
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _cel("!has(self.acceptedPerStep) || double(self.acceptedPerStep) <= double(self.draftTokens) + 1.0",
+             "acceptedPerStep must be at most draftTokens + 1", ".acceptedPerStep"),
+    )
+
+    @model_validator(mode="after")
+    def _accepted_within_drafts(self) -> MultiTokenPrediction:
+        if self.accepted_per_step is not None and float(self.accepted_per_step) > self.draft_tokens + 1:
+            raise _rule("acceptedPerStep", f"at most draftTokens + 1 = {self.draft_tokens + 1} tokens a step, "
+                        f"got {self.accepted_per_step}")
+        return self
+
+
 class EngineSpec(_SpecModel):
     """The serving engine and the settings it will run with; absent settings take the engine's defaults."""
 
@@ -212,6 +244,11 @@ class EngineSpec(_SpecModel):
     max_num_batched_tokens: int | None = Field(
         default=None, ge=1, le=_MAX_TOKENS,
         description="Token budget of one scheduler step (the prefill chunk). Default: the engine's.",
+    )
+    multi_token_prediction: MultiTokenPrediction | None = Field(
+        default=None,
+        description="Draft tokens with the model's multi-token-prediction modules (vllm, sglang, tensorrt-llm; "
+        "models that ship them, such as DeepSeek-V3/R1). Default: off.",
     )
     image: str | None = Field(
         default=None, min_length=1, max_length=_MAX_IMAGE_CHARS, pattern=IMAGE_REFERENCE,

@@ -512,3 +512,36 @@ def test_a_dataset_preset_stands_in_for_the_lengths() -> None:
     req = resolve_plan(parse_plan(data))
     assert (req.prompt_mean, req.prompt_cv, req.output_mean, req.output_cv) == (900.0, 1.1, 50.0, 0.3)
     assert "workload.dataset" in problems_of(with_(data, "workload.dataset", "alpaca"))
+
+
+# -- multi-token prediction ----------------------------------------------------------------------------------
+
+DEEPSEEK = with_(with_(MINIMAL, "model.name", "deepseek-ai/DeepSeek-R1"), "engine.name", "sglang")
+
+
+def test_multi_token_prediction_resolves_its_drafts_and_the_tokens_a_step_emits() -> None:
+    """Off unless asked; the tokens a step emits are the plan's where it states them, else each draft accepted with
+    0.85 once the one before it was."""
+    assert resolve_plan(parse_plan(DEEPSEEK)).mtp_draft_tokens == 0
+    req = resolve_plan(parse_plan(with_(DEEPSEEK, "engine.multiTokenPrediction", {"draftTokens": 2})))
+    assert (req.mtp_draft_tokens, req.mtp_accepted_stated) == (2, False)
+    assert req.mtp_tokens_per_step == pytest.approx(1 + 0.85 + 0.85**2)
+    req = resolve_plan(parse_plan(with_(DEEPSEEK, "engine.multiTokenPrediction",
+                                        {"draftTokens": 2, "acceptedPerStep": "2.4"})))
+    assert (req.mtp_tokens_per_step, req.mtp_accepted_stated) == (2.4, True)
+
+
+def test_multi_token_prediction_is_refused_where_nothing_can_draft() -> None:
+    """More tokens a step than drafts plus one; a model without MTP modules; an engine or release line that does
+    not draft with them: each a problem at engine.multiTokenPrediction."""
+    too_many = problems_of(with_(DEEPSEEK, "engine.multiTokenPrediction", {"draftTokens": 2, "acceptedPerStep": "3.5"}))
+    assert "at most draftTokens + 1 = 3" in too_many["engine.multiTokenPrediction.acceptedPerStep"]
+    assert "engine.multiTokenPrediction.draftTokens" in problems_of(
+        with_(DEEPSEEK, "engine.multiTokenPrediction", {"draftTokens": 5}))
+    for path, value, words in (("model.name", "meta-llama/Llama-3.1-8B", "ships no multi-token-prediction modules"),
+                               ("engine.name", "tgi", "tgi 3.x does not draft"),
+                               ("engine", {"name": "vllm", "version": "0.6.3"}, "vllm 0.6.x does not draft")):
+        plan = with_(with_(DEEPSEEK, path, value), "engine.multiTokenPrediction", {"draftTokens": 1})
+        with pytest.raises(PlanError) as info:
+            resolve_plan(parse_plan(plan))
+        assert words in dict(info.value.problems)["engine.multiTokenPrediction"]

@@ -48,6 +48,7 @@ _CONFIG_KEY = {
     "num_shared_experts": "n_shared_experts",
     "first_dense_layers": "first_k_dense_replace / mlp_only_layers / interleave_moe_layer_step",
     "layer_windows": "sliding_window / layer_types",
+    "mtp_layers": "num_nextn_predict_layers",
 }
 
 
@@ -70,7 +71,9 @@ class ModelArchitecture:
     `head_dim` is the query/key head size; for MLA it is `qk_nope_head_dim + qk_rope_head_dim`
     and the value head is `v_head_dim`. `layer_windows` holds one entry per layer (None for
     full attention, an int for a sliding window in tokens), or is empty when every layer
-    attends to the full context.
+    attends to the full context. `mtp_layers` counts the multi-token-prediction modules the
+    checkpoint ships (DeepSeek-V3's `num_nextn_predict_layers`), which engines load only to draft
+    tokens for speculative decoding (`mtp_param_count`).
     """
 
     repo_id: str
@@ -95,6 +98,7 @@ class ModelArchitecture:
     q_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    mtp_layers: int = 0
     aliases: tuple[str, ...] = ()
     params_total_published: float | None = None
     params_active_published: float | None = None
@@ -220,6 +224,32 @@ class ModelArchitecture:
         """
         return self._count(self.num_experts)
 
+    def mtp_param_count(self) -> int:
+        """Parameters of the multi-token-prediction modules [parameters]: per module two norms, the projection of
+        the concatenated hidden state and embedding (2h x h) and one decoder layer like the model's last (MoE where
+        the model is), and once their own embedding and LM head (DeepSeek-V3's checkpoint holds 685B parameters,
+        671B of the model and 14B of its one module). 0 without such modules."""
+        if not self.mtp_layers:
+            return 0
+        h = self.hidden_size
+        if self.is_moe:
+            ffn = (self.num_experts * self._mlp_params(self.expert_intermediate_size) + self._shared_expert_params()
+                   + self._router_params())
+        else:
+            ffn = self._mlp_params(self.intermediate_size)
+        module = 2 * h + 2 * h * h + self._attention_params() + self._norms_per_layer() + ffn
+        return self.mtp_layers * module + 2 * self.vocab_size * h
+
+    def mtp_active_param_count(self) -> int:
+        """Parameters one drafted token passes through in one module: its layer with `experts_per_token` experts,
+        the projection and the LM head [parameters]; 0 without modules."""
+        if not self.mtp_layers:
+            return 0
+        h = self.hidden_size
+        ffn = (self.experts_per_token * self._mlp_params(self.expert_intermediate_size) + self._shared_expert_params()
+               + self._router_params()) if self.is_moe else self._mlp_params(self.intermediate_size)
+        return 2 * h * h + self._attention_params() + ffn + self.vocab_size * h
+
     def active_param_count(self) -> int:
         """Parameters one token passes through [parameters].
 
@@ -324,6 +354,7 @@ def _validate(arch: ModelArchitecture) -> None:
         "q_lora_rank",
         "qk_rope_head_dim",
         "v_head_dim",
+        "mtp_layers",
     ):
         if getattr(arch, name) < 0:
             raise ValueError(f"{_field_label(name)} must be >= 0, got {getattr(arch, name)}")

@@ -336,7 +336,7 @@ def _step_budget(settings: EngineSettings) -> int | None:
 
 def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_format: str, precision: str,
                   tp: int, batch: int, kv_dtype: str, settings: EngineSettings, *, kv_tokens: int | None = None,
-                  expected_queue: int | None = None, pp: int = 1) -> EngineLaunch:
+                  expected_queue: int | None = None, pp: int = 1, mtp_draft_tokens: int = 0) -> EngineLaunch:
     """The launch of `engine` (at `version`, None: `DEFAULT_VERSIONS`) serving `checkpoint` for one replica.
 
     checkpoint: the repository (or path) the engine loads; it already holds `precision` unless
@@ -346,6 +346,7 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     kv_tokens: KV-cache tokens one replica holds (the memory plan's), used for TGI's
       `--max-batch-total-tokens`; expected_queue: requests the plan expects waiting at peak (TGI's cap).
     pp: pipeline stages (each `tp` GPUs), given with the engine's flag (`EngineFlags.pp`) after the TP size.
+    mtp_draft_tokens: tokens drafted a step with the model's MTP modules (0: no speculative decoding).
     Raises ValueError for a combination the engine cannot serve (a quantised precision on a 16-bit
     "native" checkpoint, online quantisation where the engine has none, FP8 KV where it has none).
     """
@@ -360,7 +361,11 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     build = builders.get(engine)
     if build is None:
         raise ValueError(f"no argument mapping for engine {engine!r}")
-    ctx = _Ctx(engine, line, checkpoint, fmt, precision, tp, batch, fp8_kv, settings, kv_tokens, expected_queue)
+    ctx = _Ctx(engine, line, checkpoint, fmt, precision, tp, batch, fp8_kv, settings, kv_tokens, expected_queue,
+               mtp_draft_tokens)
+    if mtp_draft_tokens and (engine, line) not in MTP_LINES:
+        raise ValueError(f"{engine} {line}.x does not draft with a model's MTP modules in inferplan's argument "
+                         f"mapping ({', '.join(f'{e} {v}.x' for e, v in sorted(MTP_LINES))} do)")
     launch = build(ctx)
     return launch if pp == 1 else _pipelined(launch, engine, tp, pp)
 
@@ -435,6 +440,7 @@ class _Ctx:
     settings: EngineSettings
     kv_tokens: int | None
     expected_queue: int | None
+    mtp: int = 0  # tokens drafted a step with the model's MTP modules
 
     @property
     def chunked(self) -> bool:
@@ -464,6 +470,17 @@ def _dtype_and_online(c: _Ctx) -> list[str]:
     if c.sixteen_bit:
         return [flags.dtype[0], "bfloat16" if c.precision == "bf16" else "float16"]
     return [flags.quantization[0], "fp8"] if c.fmt == "online" else []
+
+
+# The version lines whose launches draft with a model's MTP modules (the pinned parsers in engine-flags.json have
+# the flags): vLLM V1's --speculative-config (method "mtp", which 0.11 names for DeepSeek's, GLM's and MiMo's modules;
+# `config/speculative.py`), SGLang's EAGLE over the NextN weights, TensorRT-LLM 1.x's MTP decoding in its options file.
+MTP_LINES = frozenset({("vllm", "0.11"), ("sglang", "0.4"), ("sglang", "0.5"), ("tensorrt-llm", "1")})
+
+
+def _mtp_note(c: _Ctx, how: str) -> str:
+    return (f"multi-token prediction: {how}; each step drafts {c.mtp} token{'s' if c.mtp > 1 else ''} a sequence with "
+            "the model's MTP module and verifies them in the next, as the plan's step times assume")
 
 
 def _vllm(c: _Ctx) -> EngineLaunch:
@@ -508,6 +525,10 @@ def _vllm(c: _Ctx) -> EngineLaunch:
             args += ["--enable-chunked-prefill", "True" if c.chunked else "False"]
             notes.append(f"--enable-chunked-prefill {c.chunked}: vLLM 0.6 chunks on its own only for contexts "
                          "over 32768")
+    if c.mtp:
+        config = f'{{"method":"mtp","num_speculative_tokens":{c.mtp}}}'
+        args += ["--speculative-config", config]
+        notes.append(_mtp_note(c, f"--speculative-config '{config}'"))
     entry = "vllm serve" if c.line == "0.11" else "python3 -m vllm.entrypoints.openai.api_server"
     return EngineLaunch(args, notes, entry_point=entry, version_line=c.line)
 
@@ -538,6 +559,12 @@ def _sglang(c: _Ctx) -> EngineLaunch:
     else:
         args += ["--chunked-prefill-size", "-1"]
         notes.append("--chunked-prefill-size -1: chunked prefill off, prompts go whole as the plan simulated")
+    if c.mtp:
+        mtp = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(c.mtp), "--speculative-eagle-topk",
+               "1", "--speculative-num-draft-tokens", str(c.mtp + 1)]
+        args += mtp
+        notes.append(_mtp_note(c, " ".join(mtp) + " (SGLang's EAGLE reads a DeepSeek checkpoint's NextN module as "
+                                               "its draft)"))
     return EngineLaunch(args, notes, entry_point="python3 -m sglang.launch_server", version_line=c.line)
 
 
@@ -638,6 +665,9 @@ def _trtllm(c: _Ctx) -> EngineLaunch:
     elif c.precision == "fp8":
         notes.append("KV cache on 'auto': FP8 if the ModelOpt checkpoint declares kv_cache_quant_algo FP8, else "
                      "16-bit (docs/engines.md)")
+    if c.mtp:
+        options["speculative_config"] = f"{{decoding_type: MTP, num_nextn_predict_layers: {c.mtp}}}"
+        notes.append(_mtp_note(c, f"speculative_config {options['speculative_config']} in {TRT_OPTIONS_FILE}"))
     files: dict[str, str] = {}
     if options:
         files[TRT_OPTIONS_FILE] = "".join(f"{k}: {v}\n" for k, v in options.items())

@@ -424,3 +424,16 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
                                scheduling_of(name, version, max_model_len))
     return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens),
                            engine.default_memory_fraction, scheduling_of(name, version, max_model_len))
+
+
+# The share of drafted tokens a DeepSeek-V3 MTP module gets accepted: "the acceptance rate of the second token
+# prediction ranges between 85% and 90%" (DeepSeek-V3 Technical Report, arXiv 2412.19437, section 5.4.3); the low end.
+MTP_ACCEPTANCE = 0.85
+
+
+def mtp_tokens_per_step(draft_tokens: int, acceptance: float = MTP_ACCEPTANCE) -> float:
+    """Tokens a sequence emits per step, on average, with `draft_tokens` drafts each accepted with probability
+    `acceptance` once the one before it was (the chain stops at the first rejection): 1 + a + ... + a^k. The module's
+    one published rate is for the first draft; the later ones are assumed to keep it (docs/model.md)."""
+    return sum(acceptance**i for i in range(max(draft_tokens, 0) + 1))
+

@@ -272,6 +272,7 @@ def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> Mod
         q_lora_rank=_optional_int(config, "q_lora_rank"),
         qk_rope_head_dim=qk_rope if kv_lora_rank else 0,
         v_head_dim=v_head_dim if kv_lora_rank else 0,
+        mtp_layers=_optional_int(config, "num_nextn_predict_layers"),
         **moe,
     )
 

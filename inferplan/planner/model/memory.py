@@ -58,6 +58,15 @@ def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
     return quantized * precision.bytes_per_param + (split.total - quantized) * 2.0
 
 
+def mtp_weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
+    """Bytes of the multi-token-prediction modules an engine loads to draft with them (whole model, all GPUs): their
+    layers at `precision` as the model's, their own embedding and LM head at 16 bits (`mtp_param_count`)."""
+    if not arch.mtp_layers:
+        return 0.0
+    tables = 2.0 * arch.vocab_size * arch.hidden_size
+    return (arch.mtp_param_count() - tables) * precision.bytes_per_param + tables * 2.0
+
+
 def expert_padding_bytes(arch: ModelArchitecture, precision: WeightPrecision, engine: str, gpu: GpuSpec,
                          tp: ArrayLike) -> Number:
     """Bytes the engine adds to the whole model's weights by padding its MoE experts to its kernels' tiles at
@@ -197,13 +206,15 @@ def plan_memory_for_settings(
     tp: int = 1,
     pp: int = 1,
     dp_attention: bool = False,
+    mtp: bool = False,
 ) -> list[MemoryPlan]:
     """`plan_memory` for several engine settings of one deployment (the search varies max_num_seqs), with
     what does not depend on the settings computed once. `dp_attention`: data-parallel attention
     (`dp_attention_weights`); each rank's KV pool holds its own sequences, so the instance holds `tp` times
     one rank's tokens."""
     weights = weight_bytes(arch, precision) + float(expert_padding_bytes(arch, precision, engine.name, gpu, tp)) + (
-        dp_attention_weights(arch, precision, tp) if dp_attention else 0.0)
+        dp_attention_weights(arch, precision, tp) if dp_attention else 0.0) + (
+        mtp_weight_bytes(arch, precision) if mtp else 0.0)
     grid = memory_grid(
         arch, float(gpu.usable_memory_bytes), weights, kv_bytes, engine, factors, tp,
         profile_tokens=np.array([s.profile_tokens for s in settings], dtype=float),
@@ -212,6 +223,7 @@ def plan_memory_for_settings(
         max_model_len=np.array([s.max_model_len for s in settings], dtype=float),
         pp=pp,
         sampler_bytes=settings[0].sampler_bytes,
+        mtp_layers=arch.mtp_layers if mtp else 0,
     )
     plans = [grid.plan(k) for k in range(len(settings))]
     return [replace(p, kv_cache_tokens=p.kv_cache_tokens * tp) for p in plans] if dp_attention else plans
@@ -273,11 +285,13 @@ def memory_grid(
     max_model_len: ArrayLike,
     pp: ArrayLike = 1,
     sampler_bytes: float | None = None,
+    mtp_layers: int = 0,
 ) -> MemoryGrid:
     """What `plan_memory` computes, for arrays that broadcast together: the usable memory of the GPU
     (`gpu_bytes`), the whole model's weights (`weight_bytes` of its precision), the KV element size, the TP
     size and the engine settings. The search plans every (GPU, TP, precision, KV dtype, max_num_seqs) in one
-    call; `plan_memory` is the one-element case, so the two always agree."""
+    call; `plan_memory` is the one-element case, so the two always agree. `mtp_layers`: the MTP modules a drafting
+    engine loads, whose layers keep a KV cache of their own (their weights are in `weights_bytes`)."""
     tp_ = np.asarray(tp, dtype=float)
     total = np.asarray(gpu_bytes, dtype=float)
     fraction = np.asarray(memory_fraction, dtype=float)
@@ -285,6 +299,8 @@ def memory_grid(
     weights = np.asarray(weights_bytes, dtype=float) / (tp_ * pp_)
     non_torch = factors.non_torch_gib * GIB
     per_token = np.asarray(kv_bytes_per_token_per_gpu(arch, np.asarray(kv_bytes, dtype=float), tp_, pp_))
+    if mtp_layers:  # each module's layer caches like one of the model's
+        per_token = per_token * (arch.num_layers + mtp_layers) / arch.num_layers
     graphs = engine.cuda_graph_gib * GIB
     activation = activation_peak_bytes(arch, profile_tokens, max_num_seqs, tp_, factors.activation_scale,
                                        sampler_bytes)

@@ -128,6 +128,15 @@ class Hardware:
     # compute falls up to 40% short between 100 and 2k tokens (docs/model.md, One step). 0 for dense models.
     moe_floor_s: Number = 0.0
     expert_s_per_token: Number = 0.0
+    # Speculative decoding with the model's multi-token-prediction modules (`with_mtp`): a decode step verifies
+    # `verify_tokens` tokens of each sequence (its last token and the drafts) in the model's GEMMs, all-reduces and
+    # MoE layers (its KV read once), runs `draft_passes` passes of a module over the batch, each `draft_share` of the
+    # model's decode GPU time, and emits `tokens_per_step` tokens a sequence on average. The decode step of the
+    # analytic model and the simulator is then the time per token emitted (`DecodeStep.at`). 1, 0, 0, 1: off.
+    verify_tokens: Number = 1.0
+    draft_passes: Number = 0.0
+    draft_share: Number = 0.0
+    tokens_per_step: Number = 1.0
 
 
 def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
@@ -618,6 +627,8 @@ class DecodeStep:
     allreduce_knee_tokens: FloatArray        # the batch at which the all-reduces reach their knee ...
     allreduce_knee_s_per_token: FloatArray   # ... below which each token costs this much more
     has_experts: bool = True  # any deployment a mixture of experts (else the expert term is skipped)
+    has_mtp: bool = False     # any deployment drafting with MTP modules (else `Hardware.verify_tokens` and the rest
+                              # are their defaults and the step is the plain one)
 
     def take(self, index: ArrayLike, hw: Hardware | None = None) -> DecodeStep:
         """Rows `index` of a curve over many deployments (`hw`: those rows of its hardware, if already taken)."""
@@ -634,21 +645,32 @@ class DecodeStep:
             allreduce_knee_tokens=self.allreduce_knee_tokens[index],
             allreduce_knee_s_per_token=self.allreduce_knee_s_per_token[index],
             has_experts=self.has_experts,
+            has_mtp=self.has_mtp,
         )
 
     def at(self, batch: ArrayLike) -> FloatArray:
-        """Step time with `batch` running sequences [s]."""
+        """Step time with `batch` running sequences [s]; with MTP drafting, the time per token each sequence emits
+        (the step over `Hardware.tokens_per_step`)."""
         hw = self.hw
         b = np.maximum(np.asarray(batch, dtype=float), 1.0)
+        if not self.has_mtp:
+            return hw.pp * self._gpu_s(b, b) + hw.step_overhead_s + hw.sequence_overhead_s * b
+        gpu = self._gpu_s(b, b * hw.verify_tokens) + hw.draft_passes * hw.draft_share * self._gpu_s(b, b)
+        return (hw.pp * gpu + hw.step_overhead_s + hw.sequence_overhead_s * b) / hw.tokens_per_step
+
+    def _gpu_s(self, b: FloatArray, tokens: FloatArray) -> FloatArray:
+        """One stage's GPU time of a decode step over `b` sequences that pass `tokens` tokens through the GEMMs,
+        all-reduces and MoE layers (b, or b x the verified tokens with MTP) [s]."""
+        hw = self.hw
         memory_s = self.dense_weights_s + b * self.kv_s_per_sequence
-        compute_s = b * self.compute_s_per_sequence
+        compute_s = tokens * self.compute_s_per_sequence
         per_stage = _roofline(memory_s, compute_s, hw.overlap_penalty)
-        per_stage = per_stage + self.allreduce_latency_s + b * self.allreduce_s_per_token \
-            + np.minimum(b, self.allreduce_knee_tokens) * self.allreduce_knee_s_per_token
+        per_stage = per_stage + self.allreduce_latency_s + tokens * self.allreduce_s_per_token \
+            + np.minimum(tokens, self.allreduce_knee_tokens) * self.allreduce_knee_s_per_token
         if self.has_experts:  # the fused MoE layers, after the roofline (`moe_step_s`)
-            per_stage = per_stage + self.moe_floor_s + self.expert_weights_s * experts_touched_fraction(hw, b) \
-                + b * self.expert_s_per_sequence
-        return hw.pp * per_stage + hw.step_overhead_s + hw.sequence_overhead_s * b
+            per_stage = per_stage + self.moe_floor_s + self.expert_weights_s * experts_touched_fraction(hw, tokens) \
+                + tokens * self.expert_s_per_sequence
+        return per_stage
 
 
 def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
@@ -672,6 +694,7 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
         allreduce_knee_s_per_token=np.asarray(hw.allreduces_per_step * ring_bytes * hw.link_knee_s_per_byte,
                                               dtype=float),
         has_experts=bool(np.any(np.asarray(hw.num_experts) > 0)),
+        has_mtp=bool(np.any(np.asarray(hw.draft_passes) > 0)),
     )
 
 
@@ -744,6 +767,21 @@ def with_expert_parallel(hw: Hardware, ep: NDArray[np.bool_], arch: ModelArchite
     ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
     return replace(hw, allreduce_bytes_per_token=np.where(ep, sent / np.maximum(ring, 1e-9),
                                                           hw.allreduce_bytes_per_token))
+
+
+def with_mtp(hw: Hardware, arch: ModelArchitecture, draft_tokens: ArrayLike, tokens_per_step: ArrayLike) -> Hardware:
+    """`hw` drafting `draft_tokens` tokens a step with the model's MTP modules (0: off) and emitting `tokens_per_step`
+    tokens a sequence on average (`Hardware.verify_tokens`): each step verifies 1 + drafts tokens a sequence and runs
+    one pass of a module per draft (vLLM, SGLang and TensorRT-LLM reuse DeepSeek-V3's one module for more drafts),
+    whose GPU time is its share of the model's decode work by the parameters a token passes through (its layer, the
+    projection and the LM head: 4.3% of DeepSeek-V3's)."""
+    shape = np.shape(np.asarray(hw.bandwidth_bytes_s))  # one value per deployment, as every other field
+    k = np.broadcast_to(np.asarray(draft_tokens, dtype=float), shape)
+    share = arch.mtp_active_param_count() / max(arch.active_param_count(), 1)
+    on = k > 0
+    return replace(hw, verify_tokens=np.where(on, 1.0 + k, 1.0), draft_passes=np.where(on, k, 0.0),
+                   draft_share=np.where(on, share, 0.0),
+                   tokens_per_step=np.where(on, np.asarray(tokens_per_step, dtype=float), 1.0))
 
 
 def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDArray[np.float64],

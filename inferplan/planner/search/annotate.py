@@ -32,6 +32,7 @@ from inferplan.planner.model.performance import (
     stack_hardware,
     with_dp_attention,
     with_expert_parallel,
+    with_mtp,
 )
 from inferplan.planner.model.serving import (
     poisson_capacity,
@@ -216,7 +217,8 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     pp = candidate.pipeline_parallel
     tp = candidate.gpus_per_replica // pp
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
-                                      tp, pp, dp_attention=candidate.data_parallel_attention)[0]
+                                      tp, pp, dp_attention=candidate.data_parallel_attention,
+                                      mtp=req.mtp_draft_tokens > 0)[0]
     hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
                               factors.engine_on(engine.name, gpu.key, gpu.vendor), tp, pp)
     domain = link_domain_gpus(req, gpu)
@@ -229,4 +231,6 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
                                      mla_dp_ratio(req.arch, gpu, engine.name, kv_bytes, tp))
     if candidate.expert_parallel:
         hardware = with_expert_parallel(hardware, np.array(True), req.arch, np.array(domain))
+    if req.mtp_draft_tokens:
+        hardware = with_mtp(hardware, req.arch, req.mtp_draft_tokens, req.mtp_tokens_per_step)
     return Deployment(hardware, settings, memory)

@@ -35,6 +35,7 @@ from inferplan.planner.model.memory import (
     attention_weight_bytes,
     expert_padding_bytes,
     memory_grid,
+    mtp_weight_bytes,
     weight_bytes,
 )
 from inferplan.planner.model.performance import (
@@ -44,6 +45,7 @@ from inferplan.planner.model.performance import (
     take_hardware,
     with_dp_attention,
     with_expert_parallel,
+    with_mtp,
 )
 from inferplan.planner.model.serving import (
     running_context,
@@ -240,11 +242,14 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
         weights = weights + pads[back.reshape(-1)]
     attention = np.array([attention_weight_bytes(req.arch, p) for p in precisions])[pi]
     weights = weights + np.where(dp, attention * (tp - 1), 0.0)  # dp_attention_weights, per shape
+    mtp = req.mtp_draft_tokens > 0
+    if mtp:  # the MTP modules a drafting engine loads
+        weights = weights + np.array([mtp_weight_bytes(req.arch, p) for p in precisions])[pi]
     memory = memory_grid(req.arch, usable[:, None], weights[:, None], kv_bytes[gpu, pi, ki][:, None], engine,
                          factors.engine(engine.name), tp[:, None], profile_tokens=settings.profile_tokens,
                          max_num_seqs=batch_sizes[None, :], memory_fraction=settings.memory_fraction,
                          max_model_len=settings.max_model_len, pp=pp[:, None],
-                         sampler_bytes=settings.sampler_bytes)
+                         sampler_bytes=settings.sampler_bytes, mtp_layers=req.arch.mtp_layers if mtp else 0)
     fixed = (memory.weights_per_gpu + memory.activation_per_gpu + memory.non_torch_per_gpu) / GIB
     problem = ((fixed >= (settings.memory_fraction * (usable / GIB))[:, None])
                | (memory.kv_cache_tokens < settings.max_model_len) | (memory.headroom_per_gpu < 0))
@@ -298,6 +303,8 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
         flat = with_dp_attention(flat, dp, attention, ratio)
     if np.any(ep):
         flat = with_expert_parallel(flat, ep, req.arch, domain)
+    if mtp:
+        flat = with_mtp(flat, req.arch, req.mtp_draft_tokens, req.mtp_tokens_per_step)
     return _Grid(gpus, gpu, tp, pi, ki, dp, pp, ep, price, flat, batch_sizes, batch_settings, row_shape, row_batch,
                  tokens[row_shape, row_batch], rejected, checkpoints, slo_limits(req, factors, gpus))
 

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from inferplan.planner.catalog.engines import (
     ENGINES,
+    MTP_ACCEPTANCE,
     EngineProfile,
     EngineSettings,
 )
@@ -241,6 +242,14 @@ def _assumptions(req: PlanRequest, settings: EngineSettings) -> list[str]:
                  f"vllm:time_to_first_token_seconds): {overhead:g} ms of per-request time on top of the step model; "
                  "no benchmark client's tokenising, HTTP or streaming time, which published clients add on top "
                  "(docs/calibration.md)")
+    if req.mtp_draft_tokens:
+        drafts = req.mtp_draft_tokens
+        notes.append(f"multi-token prediction: {drafts} draft token{'s' if drafts > 1 else ''} a step, "
+                     f"{req.mtp_tokens_per_step:.3g} tokens emitted a step on average ("
+                     + ("engine.multiTokenPrediction.acceptedPerStep" if req.mtp_accepted_stated else
+                        f"each draft accepted with {MTP_ACCEPTANCE:g} once the one before it was: DeepSeek-V3's report "
+                        "gives 85-90% for its first draft; acceptedPerStep sets what your engine reports")
+                     + "); a step verifies every draft and runs the module once per draft (docs/model.md)")
     notes.append(f"at least {req.min_replicas} replica{'s' if req.min_replicas > 1 else ''} and "
                  f"{req.min_headroom:.0%} headroom (constraints.minReplicas, minHeadroom)")
     if req.network_from != "plan" and (req.max_nodes_per_replica > 1 or "disaggregated" in req.shapes):

@@ -71,6 +71,14 @@ class _StepModel:
             # Below the all-reduce curve's knee each token costs more (`performance.allreduce_message_s`).
             self.knee_token_s = f["allreduces_per_step"] * ring * f["link_knee_s_per_byte"]
             self.knee_tokens = f["link_knee_bytes"] / f["allreduce_bytes_per_token"] if self.knee_token_s else 0.0
+        # Drafting with MTP modules (`Hardware.verify_tokens`): each decoding sequence passes `verify` tokens through
+        # the step, the drafts add `draft` times the plain decode GPU time, and a step is charged per token emitted:
+        # the real step less (1 - 1 / tokens_per_step) of its decode-only part (`decode_only`), exact in expectation
+        # for TPOT since the prompt work a sequence waits through is the same however many tokens each step emits.
+        self.verify = f.get("verify_tokens", 1.0)
+        self.draft = f.get("draft_passes", 0.0) * f.get("draft_share", 0.0)
+        self.emitted = f.get("tokens_per_step", 1.0)
+        self.mtp = self.draft > 0
         self.overlap = f.get("overlap_penalty", 0.0)
         self.step_overhead_s = f.get("step_overhead_s", 0.0)
         self.sequence_overhead_s = f.get("sequence_overhead_s", 0.0)
@@ -95,15 +103,16 @@ class _StepModel:
         windowed = np.minimum(half, self.window) if self.window > 0 else half
         return self.prefill_token_s + self.attn_full_prefill_s * half + self.attn_window_prefill_s * windowed
 
-    def time(self, batch: int, context: float, prefill_tokens: float, prefill_compute_s: float,
-             sequences: int) -> float:
+    def _stage(self, batch: int, context: float, prefill_tokens: float, prefill_compute_s: float,
+               verified: float) -> float:
+        """One stage's GPU time: `batch` sequences passing `verified` tokens each, and the prompt work."""
         memory = self.weights_s
         compute = prefill_compute_s
-        tokens = batch + prefill_tokens
+        tokens = batch * verified + prefill_tokens
         if batch:
             windowed = self._windowed(context)
             memory += batch * (self.kv_full_s * context + self.kv_window_s * windowed)
-            compute += batch * self.decode_s
+            compute += batch * verified * self.decode_s
         else:
             tokens = max(tokens, 1.0)
         big, small = (memory, compute) if memory >= compute else (compute, memory)
@@ -111,7 +120,25 @@ class _StepModel:
             + self.knee_token_s * min(tokens, self.knee_tokens)
         if self.moe:
             stage += self.moe_floor_s + self.experts_s * (1.0 - self.miss**tokens) + self.expert_token_s * tokens
-        return self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * sequences
+        return stage
+
+    def decode_only(self, batch: int, context: float) -> float:
+        """A decode-only step of `batch` sequences as it runs, drafts included (with MTP: before the charge per
+        token emitted)."""
+        stage = self._stage(batch, context, 0.0, 0.0, self.verify)
+        if self.mtp:
+            stage += self.draft * self._stage(batch, context, 0.0, 0.0, 1.0)
+        return self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * batch
+
+    def time(self, batch: int, context: float, prefill_tokens: float, prefill_compute_s: float,
+             sequences: int) -> float:
+        stage = self._stage(batch, context, prefill_tokens, prefill_compute_s, self.verify)
+        if self.mtp and batch:
+            stage += self.draft * self._stage(batch, context, 0.0, 0.0, 1.0)
+        step = self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * sequences
+        if self.mtp and batch:
+            step -= (1.0 - 1.0 / self.emitted) * self.decode_only(batch, context)
+        return step
 
 
 Request = list[Any]
@@ -191,6 +218,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
     computed = model.prompts_computed
     window = model.window if model.window > 0 else inf
+    mtp, emitted = model.mtp, model.emitted
     # Per decode batch size: the time outside the roofline (all-reduces, the fused MoE layers, overheads), so that
     # a decode step costs a dozen float operations. A decoding sequence holds at least two tokens of KV, which
     # bounds the batch too.
@@ -212,6 +240,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
         """A decode step's time at batch `b` over a jump of `k` steps from mean context `c`: the step at the jump's
         mean context (exact where the step is linear in it)."""
         m = c + (k - 1) / 2.0
+        if mtp:  # charged per token emitted (`_StepModel.decode_only`)
+            return model.decode_only(b, m) / emitted
         w = m if m < window else window
         memory = weights_s + b * (kv_full_s * m + kv_window_s * w)
         compute = b * decode_s
@@ -219,7 +249,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
 
     mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
     estimate = policy.estimate_output
-    fast = mixed and not whole and not reserve  # the shortcut below is vLLM V1's step
+    fast = mixed and not whole and not reserve and not mtp  # the shortcut below is vLLM V1's step
     reserved = 0                                 # KV tokens promised to running sequences (reserve only)
     prompts = outputs = 0                        # prompt and output tokens of the running sequences (estimate only)
     ratio = RATIO_INIT                           # SGLang's new-token ratio (estimate only)
@@ -394,21 +424,26 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         n_decoding -= 1
                         next_finish = heap[0][0] if heap else inf
                 b = n_decoding if mixed else 0  # prefill first: the decoding sequences wait this step
-                tokens = b + (touched if computed else prompt_tokens)
-                memory = weights_s
-                compute = prompt_s
-                if b:
+                if mtp and b:
+                    # Drafting: the real step, less what its decode part saves per token emitted.
                     c = context_sum / b
-                    w = c if c < window else window
-                    memory += b * (kv_full_s * c + kv_window_s * w)
-                    compute += b * decode_s
-                elif tokens < 1:
-                    tokens = 1
-                stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
-                stage += moe_s(tokens)
-                step = pp * (stage + allreduce_s + allreduce_token_s * tokens
-                             + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
-                    + step_overhead_s + sequence_overhead_s * (b + finishing)
+                    step = model.time(b, c, touched if computed else prompt_tokens, prompt_s, b + finishing)
+                else:
+                    tokens = b + (touched if computed else prompt_tokens)
+                    memory = weights_s
+                    compute = prompt_s
+                    if b:
+                        c = context_sum / b
+                        w = c if c < window else window
+                        memory += b * (kv_full_s * c + kv_window_s * w)
+                        compute += b * decode_s
+                    elif tokens < 1:
+                        tokens = 1
+                    stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
+                    stage += moe_s(tokens)
+                    step = pp * (stage + allreduce_s + allreduce_token_s * tokens
+                                 + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
+                        + step_overhead_s + sequence_overhead_s * (b + finishing)
                 end = now + step
                 if end > t_limit:
                     t_limit = yield end

@@ -280,3 +280,35 @@ def test_multi_step_scheduling_is_read_as_a_command_line_or_a_settings_table_sta
     assert stated_scheduler_steps("CSV: num-scheduler-step 15, enable-chunked-prefill FALSE") == 15
     assert stated_scheduler_steps("vllm serve M --num_scheduler_steps=8") == 8
     assert stated_scheduler_steps("vllm serve M --max-num-seqs 256") is None
+
+
+@pytest.mark.parametrize(("engine", "version"), [("vllm", "0.11.2"), ("sglang", "0.4.6.post5"), ("sglang", "0.5.2"),
+                                                 ("tensorrt-llm", "1.0.0")])
+def test_multi_token_prediction_drafts_with_the_engines_own_switches(engine: str, version: str) -> None:
+    """A launch that drafts 3 tokens a step with DeepSeek's MTP module: vLLM's speculative config (method mtp),
+    SGLang's EAGLE over the NextN weights (3 steps, 4 draft tokens, top-1), TensorRT-LLM's MTP in its options file;
+    every flag in the pinned parser of the line, and a note that says what it does."""
+    launch = engine_launch(engine, version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto",
+                           _settings(True), mtp_draft_tokens=3)
+    assert flag_problems(engine, version, launch.args) == []
+    if engine == "vllm":
+        assert _value(launch.args, "--speculative-config") == '{"method":"mtp","num_speculative_tokens":3}'
+    elif engine == "sglang":
+        assert [_value(launch.args, f) for f in ("--speculative-algorithm", "--speculative-num-steps",
+                                                 "--speculative-eagle-topk", "--speculative-num-draft-tokens")] == [
+            "EAGLE", "3", "1", "4"]
+    else:
+        assert "speculative_config: {decoding_type: MTP, num_nextn_predict_layers: 3}\n" in next(
+            iter(launch.files.values()))
+    assert any(n.startswith("multi-token prediction:") and "drafts 3 tokens" in n for n in launch.notes)
+    plain = engine_launch(engine, version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto",
+                          _settings(True))
+    assert not any("specul" in a for a in plain.args) and not any("speculative" in f for f in plain.files.values())
+
+
+@pytest.mark.parametrize(("engine", "version"), [("vllm", "0.6.3.post1"), ("tensorrt-llm", "0.18.2"),
+                                                 ("tgi", "3.3.7")])
+def test_lines_that_cannot_draft_with_mtp_modules_refuse_it(engine: str, version: str) -> None:
+    with pytest.raises(ValueError, match="does not draft with a model's MTP modules"):
+        engine_launch(engine, version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto", _settings(True),
+                      mtp_draft_tokens=1)

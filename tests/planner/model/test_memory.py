@@ -30,7 +30,9 @@ from inferplan.planner.model.memory import (
     kv_pool_bytes,
     max_concurrency,
     memory_grid,
+    mtp_weight_bytes,
     plan_memory,
+    plan_memory_for_settings,
     weight_bytes,
 )
 
@@ -60,6 +62,29 @@ def test_vllm_pads_gpt_oss_mxfp4_experts_to_its_kernels_tiles() -> None:
             unpadded * (factor - 1.0))
     assert expert_padding_bytes(arch, mxfp4, "sglang", a100, 4) == 0.0
     assert expert_padding_bytes(arch, weight_precision("bf16"), "vllm", a100, 4) == 0.0
+
+
+def test_a_drafting_engine_holds_the_mtp_module_and_its_layers_kv() -> None:
+    """DeepSeek-V3's MTP module is 13.5B parameters (its repository's 684.5B less the model's 671B): its layer at the
+    plan's precision, its own embedding and LM head at 16 bits; its layer caches KV like one of the model's 61, so
+    a drafting deployment holds those weights more and 61/62 of the tokens in the same pool."""
+    arch, fp8 = resolve_model("deepseek-ai/DeepSeek-V3"), weight_precision("fp8")
+    assert arch.mtp_layers == 1
+    assert arch.mtp_param_count() / 1e9 == pytest.approx(684.5 - 671.0, abs=0.1)
+    tables = 2 * arch.vocab_size * arch.hidden_size
+    assert mtp_weight_bytes(arch, fp8) == pytest.approx(arch.mtp_param_count() - tables + 2.0 * tables)
+    assert mtp_weight_bytes(resolve_model("meta-llama/Llama-3.1-8B"), fp8) == 0.0
+    h200 = resolve_gpu("NVIDIA-H200")
+    settings = EngineSettings(max_num_seqs=256, memory_fraction=0.9, max_model_len=16384, chunk_tokens=8192,
+                              profile_tokens=8192)
+    plain, drafting = (plan_memory_for_settings(arch, h200, fp8, 2.0, engine_profile("sglang"), [settings],
+                                                load_factors().engine("sglang"), tp=8, mtp=mtp)[0]
+                       for mtp in (False, True))
+    assert (drafting.weights_per_gpu - plain.weights_per_gpu) * 8 == pytest.approx(mtp_weight_bytes(arch, fp8))
+    assert drafting.kv_bytes_per_token_gpu == pytest.approx(plain.kv_bytes_per_token_gpu * 62 / 61)
+    assert drafting.kv_pool_per_gpu == pytest.approx(plain.kv_pool_per_gpu - mtp_weight_bytes(arch, fp8) / 8)
+    assert drafting.kv_cache_tokens == pytest.approx(
+        plain.kv_cache_tokens * drafting.kv_pool_per_gpu / plain.kv_pool_per_gpu * 61 / 62, rel=0.01)
 
 
 def test_awq_keeps_embeddings_in_16_bits() -> None:

@@ -47,6 +47,7 @@ from inferplan.planner.model.performance import (
     stack_hardware,
     take_hardware,
     with_dp_attention,
+    with_mtp,
 )
 from inferplan.planner.simulation.engine import _StepModel
 from tests.support.hardware import BANDWIDTH_SHARE, DECODE_SHARE, FACTORS, hardware, measured_hardware
@@ -284,6 +285,32 @@ def test_an_expert_only_format_changes_the_experts_kernels_only() -> None:
     assert (mxfp4.expert_bytes_per_gpu / mxfp4.expert_bandwidth_bytes_s
             < bf16.expert_bytes_per_gpu / bf16.expert_bandwidth_bytes_s)
     assert decode_step_s(mxfp4, 64, 1000) < decode_step_s(bf16, 64, 1000)
+
+
+def test_an_mtp_drafting_step_verifies_every_draft_runs_the_module_per_draft_and_is_charged_per_token() -> None:
+    """DeepSeek-V3 on 8 H200 drafting k tokens a step: the step passes k + 1 tokens of each sequence through the
+    GEMMs, all-reduces and MoE layers (the KV read once), adds k module passes at the module's share of the plain
+    step's GPU time (its active parameters over the model's), keeps the CPU terms, and is charged per token
+    emitted. No drafts, the plain step."""
+    hw = measured_hardware("deepseek-ai/DeepSeek-V3", gpu="NVIDIA-H200", weights="fp8", tp=8)
+    arch = resolve_model("deepseek-ai/DeepSeek-V3")
+    share = arch.mtp_active_param_count() / arch.active_param_count()
+    assert share == pytest.approx(0.043, abs=0.001)
+    for k, emitted in ((1, 1.85), (3, 3.19)):
+        drafting = with_mtp(hw, arch, k, emitted)
+        for batch, ctx in ((1, 1000.0), (64, 4000.0), (512, 1500.0)):
+            curve, plain = decode_step(drafting, ctx), decode_step(hw, ctx)
+            b = np.array(float(batch))
+            gpu = curve._gpu_s(b, b * (k + 1)) + k * share * plain._gpu_s(b, b)
+            expected = (hw.pp * gpu + hw.step_overhead_s + hw.sequence_overhead_s * batch) / emitted
+            assert float(curve.at(batch)) == pytest.approx(float(expected), rel=1e-12)
+        # At batch 1 the drafting step costs more than the plain one (the verified tokens route to k + 1 times the
+        # experts) but far less than k + 1 plain steps, so a token costs less.
+        one = float(decode_step_s(drafting, 1, 1000) * emitted / decode_step_s(hw, 1, 1000))
+        assert 1.0 < one < 1.0 + 0.5 * k
+        assert float(decode_step_s(drafting, 1, 1000)) < float(decode_step_s(hw, 1, 1000))
+    off = with_mtp(hw, arch, 0, 2.0)
+    assert float(decode_step_s(off, 64, 4000)) == float(decode_step_s(hw, 64, 4000))
 
 
 @pytest.mark.parametrize("gpu", ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S"])

@@ -592,3 +592,25 @@ def test_a_plan_carries_no_harness_time_and_says_what_per_request_time_it_assume
     assert overhead == factors.default_engine.request_overhead_ms  # never fitted
     stated = [a for a in with_harness.assumptions if a.startswith("TTFT as the engine measures it")]
     assert len(stated) == 1 and f"{overhead:g} ms of per-request time" in stated[0]
+
+
+def test_a_plan_that_drafts_with_mtp_carries_it_into_its_step_times_memory_and_launch() -> None:
+    """DeepSeek-R1 in NVFP4 on four B200s, with and without three drafts a step: the same deployment decodes a
+    token in under half the time, holds no more sequences (the module's weights and KV take from the pool), launches
+    with TensorRT-LLM's MTP options, and says what it assumed of the acceptance."""
+    base = {"model": {"name": "deepseek-ai/DeepSeek-R1", "precisions": ["nvfp4"]}, "engine": {"name": "tensorrt-llm"},
+            "workload": {"requestsPerSecond": "2", "promptTokens": {"mean": 3000}, "outputTokens": {"mean": 1000}},
+            "slo": {"tpot": {"maxMs": 60}},
+            "constraints": {"gpuTypes": ["NVIDIA-B200"], "tensorParallelSizes": [4], "maxReplicas": 2}}
+    drafting = copy.deepcopy(base)
+    drafting["engine"]["multiTokenPrediction"] = {"draftTokens": 3}
+    plain, mtp = (plan(resolve_plan(parse_plan(p))) for p in (base, drafting))
+    a, b = plain.recommendation, mtp.recommendation
+    assert a is not None and b is not None
+    assert (a.gpu_type, a.gpus_per_replica, a.max_batch) == (b.gpu_type, b.gpus_per_replica, b.max_batch)
+    assert b.predicted.tpot_ms.p50 < 0.5 * a.predicted.tpot_ms.p50
+    assert b.predicted.max_concurrency <= a.predicted.max_concurrency
+    assert "num_nextn_predict_layers: 3" in "".join(b.engine_files.values())
+    assert not any("speculative" in text for text in a.engine_files.values())
+    assert any(note.startswith("multi-token prediction: 3 draft tokens a step, 3.19 tokens")
+               for note in mtp.assumptions)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from inferplan.planner.catalog.engines import Scheduling
-from inferplan.planner.model.performance import attention_flops, decode_step_s, prefill_s
+from inferplan.planner.catalog.model_configs import resolve_model
+from inferplan.planner.model.performance import attention_flops, decode_step_s, prefill_s, with_mtp
 from inferplan.planner.model.serving import Traffic, single_stream
 from inferplan.planner.simulation import engine as engine_module
 from inferplan.planner.simulation.engine import _StepModel
@@ -47,6 +48,30 @@ def test_step_model_matches_decode_and_prefill_of_the_step_model(build) -> None:
             for prompt in (1, 700, 8000):
                 compute = prompt * model.prefill_token_compute_s(prompt)
                 assert model.time(0, 0.0, prompt, compute, 1) == pytest.approx(float(prefill_s(hw, prompt)))
+
+
+def test_mtp_drafting_is_charged_per_token_emitted_in_the_simulator_as_in_the_step_model() -> None:
+    """DeepSeek-V3 drafting 2 tokens a step and emitting 2.5: a decode-only step is the drafting step over 2.5, the
+    analytic step's; a prompt in the step costs what it costs in the real drafting step (charged whole); and a
+    served run's TPOT falls by the step model's ratio at the batches it runs while every token is still
+    produced."""
+    hw = measured_hardware("deepseek-ai/DeepSeek-V3", gpu="NVIDIA-H200", weights="fp8", tp=8)
+    arch = resolve_model("deepseek-ai/DeepSeek-V3")
+    drafting, real = with_mtp(hw, arch, 2, 2.5), with_mtp(hw, arch, 2, 1.0)
+    view, step = _StepModel(drafting), _StepModel(real)
+    for batch, ctx in ((1, 1000.0), (48, 3000.0), (256, 2000.0)):
+        assert view.time(batch, ctx, 0, 0.0, batch) == pytest.approx(float(decode_step_s(drafting, batch, ctx)))
+        assert view.time(batch, ctx, 0, 0.0, batch) == pytest.approx(step.time(batch, ctx, 0, 0.0, batch) / 2.5)
+        prompt = 2048 * view.prefill_token_compute_s(2048)
+        assert view.time(batch, ctx, 2048, prompt, batch + 1) - view.time(batch, ctx, 0, 0.0, batch) == pytest.approx(
+            step.time(batch, ctx, 2048, prompt, batch + 1) - step.time(batch, ctx, 0, 0.0, batch))
+    work = generate_workload(1.0, 200, Traffic(1000, 300), seed=5)
+    plain = simulate(hw, work, max_batch=64, kv_tokens=400_000)
+    drafted = simulate(drafting, work, max_batch=64, kv_tokens=400_000)
+    assert drafted.generated_tokens == plain.generated_tokens
+    # A few sequences run at a time at this load: the TPOT ratio is the step ratio between batch 1 and 8.
+    low, high = (float(decode_step_s(drafting, b, 1150) / decode_step_s(hw, b, 1150)) for b in (1, 8))
+    assert low <= drafted.tpot.mean_s / plain.tpot.mean_s <= high < 0.7
 
 
 def test_step_model_charges_prefill_attention_at_the_attention_rate_only() -> None:
