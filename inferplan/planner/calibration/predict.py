@@ -15,12 +15,18 @@ import numpy as np
 from inferplan.planner.calibration.scenarios import Scenario
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, eos_lengths, sample_lengths
-from inferplan.planner.catalog.engine_args import stated_chunked_prefill, stated_layout, stated_scheduler_steps
+from inferplan.planner.catalog.engine_args import (
+    stated_chunked_prefill,
+    stated_layout,
+    stated_mtp,
+    stated_scheduler_steps,
+)
 from inferplan.planner.catalog.engines import (
     EngineProfile,
     EngineSettings,
     engine_profile,
     factor_key,
+    mtp_tokens_per_step,
     parse_version,
     sampler_profile_bytes,
     version_defaults,
@@ -43,6 +49,7 @@ from inferplan.planner.model.performance import (
     stack_hardware,
     with_dp_attention,
     with_expert_parallel,
+    with_mtp,
 )
 from inferplan.planner.model.serving import (
     LoadResult,
@@ -164,6 +171,8 @@ class _Resolved:
     pp: int
     dp_attention: bool = False  # the attention data-parallel over the TP ranks (`replica_layout`)
     expert_parallel: bool = False  # the MoE layers expert-parallel over them
+    mtp_draft_tokens: int = 0      # drafting with the model's MTP module as the notes state it (`stated_mtp`)
+    mtp_tokens_per_step: float = 1.0
 
 
 def replica_layout(notes: str, arch: ModelArchitecture) -> tuple[bool, bool]:
@@ -198,12 +207,15 @@ def _resolve(row: Scenario) -> _Resolved | str:
     except CatalogLookupError as exc:
         return f"weight format not supported: {exc}"
     dp, ep = replica_layout(row.notes, arch) if tp > 1 else (False, False)
-    return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep)
+    drafts, accepted = stated_mtp(row.notes) if arch.mtp_layers else (0, None)
+    per_step = (accepted or mtp_tokens_per_step(drafts)) if drafts else 1.0
+    return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep, drafts, per_step)
 
 
 @lru_cache(maxsize=8192)
 def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: int, pp: int,
-              engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False) -> Hardware:
+              engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False,
+              mtp: tuple[int, float] = (0, 1.0)) -> Hardware:
     arch, precision, spec = resolve_model(model), weight_precision(weights), resolve_gpu(gpu)
     hw = build_hardware(arch, spec, precision, kv, engine_profile(engine), engine_factors, tp, pp)
     if dp_attention:  # as the search lays a replica out (`search.dp_attention_possible`)
@@ -211,6 +223,8 @@ def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: in
                                mla_dp_ratio(arch, spec, engine, kv, tp))
     if expert_parallel:  # the GPUs one replica reaches without the network: an 8-GPU node's, or an NVLink domain's
         hw = with_expert_parallel(hw, np.array(True), arch, np.array(spec.link_domain_gpus(8)))
+    if mtp[0]:  # drafting with the model's MTP module, as the notes state it
+        hw = with_mtp(hw, arch, *mtp)
     return hw
 
 
@@ -226,7 +240,8 @@ def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactor
 
 def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
     return _hardware(row.model, row.gpu, r.engine.name, row.weights, _kv_bytes(row, r), r.tp, r.pp,
-                     row_factors(row, r, factors), r.dp_attention, r.expert_parallel)
+                     row_factors(row, r, factors), r.dp_attention, r.expert_parallel,
+                     (r.mtp_draft_tokens, r.mtp_tokens_per_step))
 
 
 @lru_cache(maxsize=4096)
@@ -255,7 +270,8 @@ def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fact
     if settings.activation_scale is not None:
         engine_factors = replace(engine_factors, activation_scale=settings.activation_scale)
     memory = plan_memory_for_settings(r.arch, r.gpu, weight_precision(row.weights), _kv_bytes(row, r), r.engine,
-                                      (settings,), engine_factors, r.tp, r.pp, r.dp_attention)[0]
+                                      (settings,), engine_factors, r.tp, r.pp, r.dp_attention,
+                                      mtp=r.mtp_draft_tokens > 0)[0]
     # Data-parallel attention: each rank's pool holds its own sequences (as the search counts them).
     return replace(memory, kv_cache_tokens=memory.kv_cache_tokens * r.tp) if r.dp_attention else memory
 

@@ -179,6 +179,31 @@ def stated_scheduler_steps(text: str) -> int | None:
     return steps
 
 
+def stated_mtp(text: str) -> tuple[int, float | None]:
+    """(draft tokens a step, mean tokens accepted a step or None) of a run that drafts with a model's MTP module, as
+    its command line or options state it in the spellings the launches write: TensorRT-LLM's
+    `decoding_type: MTP` with `num_nextn_predict_layers: N`, SGLang's `--speculative-algorithm EAGLE|NEXTN` with
+    `--speculative-num-steps N`, vLLM's speculative config with method `mtp` or `deepseek_mtp` and
+    `num_speculative_tokens: N`; and a stated mean acceptance length (`acceptance length 2.7`, `accept len: 2.7`).
+    (0, None) where it states none (the last one counts)."""
+    drafts = 0
+    if re.search(r"decoding_type\W{0,3}MTP\b", text):
+        for m in re.finditer(r"num_nextn_predict_layers\W{0,3}(\d+)", text):
+            drafts = int(m.group(1))
+    if re.search(r"--speculative[-_]algorithm[\s=]+(?:EAGLE|NEXTN)\b", text):
+        for m in re.finditer(r"--speculative[-_]num[-_]steps[\s=]+(\d+)", text):
+            drafts = int(m.group(1))
+    if re.search(r"\bmethod\W{0,4}(?:deepseek_)?mtp\b", text):
+        for m in re.finditer(r"num_speculative_tokens\W{0,3}(\d+)", text):
+            drafts = int(m.group(1))
+    accepted = None
+    if drafts:
+        for m in re.finditer(r"(?:mean\s+)?accept(?:ance)?[ _-]len(?:gth)?\W{0,3}(\d+(?:\.\d+)?)", text,
+                             flags=re.IGNORECASE):
+            accepted = float(m.group(1))
+    return drafts, accepted
+
+
 @dataclass(frozen=True)
 class EngineLaunch:
     """How to start one engine for one deployment.

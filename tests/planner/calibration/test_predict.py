@@ -428,3 +428,30 @@ def test_a_run_with_data_parallel_attention_is_predicted_with_it() -> None:
     assert laid_out is not None and plain is not None
     assert laid_out > 2.0 * plain
     assert abs(laid_out / 11489.2671 - 1.0) < 0.25
+
+
+def test_a_run_that_drafts_with_the_mtp_module_is_predicted_with_it() -> None:
+    """A DeepSeek-R1 run on 8 x B200 whose options draft three tokens a step with the MTP module (TensorRT-LLM's
+    spelling) decodes a token in under half the time of the same run without drafts; a stated acceptance length
+    replaces the assumed one, and a model without an MTP module ignores the spelling."""
+    data = {"id": "mtp", "source": "https://github.com/NVIDIA/TensorRT-LLM/blob/x/blog.md", "detail": "d",
+            "model": "deepseek-ai/DeepSeek-R1", "gpu": "NVIDIA-B200", "gpu_variant_assumed": True, "gpus": 8,
+            "tensor_parallel": 8, "pipeline_parallel": 1, "replicas": 1, "engine": "tensorrt-llm",
+            "engine_version": "1.0.0", "weights": "nvfp4", "kv_cache": "auto", "input_tokens": 1024,
+            "output_tokens": 1024, "dataset": None, "load": {"kind": "concurrency", "value": 1},
+            "gpu_memory_utilization": None, "max_model_len": None, "max_num_seqs": 64,
+            "max_num_batched_tokens": None, "prefix_caching": None, "metric": "tpot_ms_mean", "value": 4.0,
+            "unit": "ms", "includes_prefill": None, "suspect": False,
+            "notes": "trtllm-serve with speculative_config: {decoding_type: MTP, num_nextn_predict_layers: 3}"}
+    rows = [parse_scenario_line(json.dumps({**data, "id": key, "notes": notes}), 1) for key, notes in (
+        ("drafting", data["notes"]), ("plain", "trtllm-serve"),
+        ("stated", data["notes"] + "; mean acceptance length 2.0"))]
+    assert all(isinstance(row, Scenario) for row in rows)
+    drafting, plain, stated = (predict_scenarios([row])[0].predicted for row in rows)
+    assert drafting is not None and plain is not None and stated is not None
+    assert drafting < 0.5 * plain
+    assert drafting < stated < plain  # 2.0 tokens a step instead of the assumed 3.19
+    llama = parse_scenario_line(json.dumps({**data, "model": "meta-llama/Llama-3.1-70B-Instruct"}), 1)
+    llama_plain = parse_scenario_line(json.dumps({**data, "model": "meta-llama/Llama-3.1-70B-Instruct",
+                                                  "notes": "trtllm-serve"}), 1)
+    assert predict_scenarios([llama])[0].predicted == predict_scenarios([llama_plain])[0].predicted

@@ -22,6 +22,7 @@ from inferplan.planner.catalog.engine_args import (
     flag_spellings,
     stated_chunked_prefill,
     stated_layout,
+    stated_mtp,
     stated_scheduler_steps,
     version_line,
 )
@@ -312,3 +313,18 @@ def test_lines_that_cannot_draft_with_mtp_modules_refuse_it(engine: str, version
     with pytest.raises(ValueError, match="does not draft with a model's MTP modules"):
         engine_launch(engine, version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto", _settings(True),
                       mtp_draft_tokens=1)
+
+
+def test_drafting_with_an_mtp_module_is_read_in_the_launches_spellings() -> None:
+    """Each engine's way of asking for MTP drafts, and a stated mean acceptance length; not a mention of MTP alone,
+    nor SGLang's speculative steps without its EAGLE/NextN algorithm."""
+    assert stated_mtp("speculative_config: {decoding_type: MTP, num_nextn_predict_layers: 3}") == (3, None)
+    assert stated_mtp("--speculative-algorithm NEXTN --speculative-num-steps 2 --speculative-eagle-topk 1") == (2, None)
+    assert stated_mtp('--speculative-config \'{"method": "deepseek_mtp", "num_speculative_tokens": 1}\'; '
+                      "accept len: 1.9") == (1, 1.9)
+    assert stated_mtp("DeepSeek-R1 without MTP; acceptance length 2.5") == (0, None)
+    assert stated_mtp("--speculative-algorithm NGRAM --speculative-num-steps 4") == (0, None)
+    for engine, version in (("vllm", "0.11.2"), ("sglang", "0.5.2"), ("tensorrt-llm", "1.0.0")):
+        launch = engine_launch(engine, version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto",
+                               _settings(True), mtp_draft_tokens=2)
+        assert stated_mtp(" ".join(launch.args) + " " + " ".join(launch.files.values())) == (2, None)
