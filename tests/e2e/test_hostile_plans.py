@@ -196,6 +196,9 @@ API_REJECTED: list[tuple[str, Callable[[dict[str, Any]], None], list[str]]] = [
      ["spec.workload.source", "observed needs spec.observe"]),
     ("observe-current-empty", _observe(current={}),
      ["spec.observe.current", "give deployment, or gpuType and replicas"]),
+    ("mtp-accepting-more-than-drafted", _set("spec.engine.multiTokenPrediction",
+                                             {"draftTokens": 1, "acceptedPerStep": "2.5"}),
+     ["spec.engine.multiTokenPrediction.acceptedPerStep", "acceptedPerStep must be at most draftTokens + 1"]),
 ]
 
 # (id, change, Ready reason, fragments the Ready message must contain (the field path first), fragments it must not)
