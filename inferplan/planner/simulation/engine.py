@@ -218,7 +218,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
     computed = model.prompts_computed
     window = model.window if model.window > 0 else inf
-    mtp, emitted = model.mtp, model.emitted
+    mtp, verify, emitted = model.mtp, model.verify, model.emitted
     # Per decode batch size: the time outside the roofline (all-reduces, the fused MoE layers, overheads), so that
     # a decode step costs a dozen float operations. A decoding sequence holds at least two tokens of KV, which
     # bounds the batch too.
@@ -387,7 +387,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 # served, within the token budget. Preempt while the step's new tokens do not fit in the KV
                 # cache.
                 while True:
-                    budget = chunk - n_decoding if mixed else chunk
+                    # The decoding sequences' tokens come out of the step's budget (with MTP, every verified one).
+                    budget = chunk - (int(n_decoding * verify) if mtp else n_decoding) if mixed else chunk
                     prompt_tokens = finishing = touched = take = 0
                     prompt_s = 0.0
                     for req in prefilling:
