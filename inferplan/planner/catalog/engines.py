@@ -317,6 +317,20 @@ FACTOR_LINES: dict[str, tuple[tuple[int, ...], date, str]] = {
 }
 
 
+# Engines that run on some GPU vendors only (the rest run on every vendor of the catalog): TensorRT-LLM is built on
+# CUDA and TensorRT, NVIDIA's own (its install docs: NVIDIA GPUs; its images are NGC's, CUDA only).
+ENGINE_VENDORS: dict[str, tuple[str, ...]] = {"tensorrt-llm": ("nvidia",)}
+
+
+def engine_vendor_problem(engine: str, vendor: str, gpu: str) -> str | None:
+    """Why `engine` cannot run on `gpu` of `vendor`; None where it can."""
+    vendors = ENGINE_VENDORS.get(engine)
+    if vendors is None or vendor in vendors:
+        return None
+    return (f"{engine} runs on {' and '.join(v.upper() for v in vendors)} GPUs only; {gpu} is an {vendor.upper()} "
+            "GPU")
+
+
 # GPU vendors whose engine builds run other kernels than the CUDA build (ROCm: hipBLASLt GEMMs, Triton or AITER
 # attention, RCCL, HIP graphs) and so get factor lines of their own: `vllm` on an MI300X is fitted as `vllm-rocm`.
 # A stack line without fitted factors falls back to the engine's line (`base_line`), never to the neutral prior.

@@ -16,6 +16,7 @@ from inferplan.planner.catalog.engines import (
     SERVED_PRECISIONS,
     EngineProfile,
     EngineSettings,
+    engine_vendor_problem,
     expert_tiles,
     sampler_profile_bytes,
     scheduling_of,
@@ -146,6 +147,8 @@ def _checkpoint_for(model: str, precision: str, engine: str, declared: bool, fam
 
 def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision: WeightPrecision,
                        checkpoint: Checkpoint | str, version: str | None = None) -> str | None:
+    if (problem := engine_vendor_problem(engine.name, gpu.vendor, gpu.key)) is not None:
+        return problem
     if name not in SERVED_PRECISIONS.get(engine.name, ()):
         return f"{engine.name} does not serve {name} weights"
     if isinstance(checkpoint, str):

@@ -614,3 +614,21 @@ def test_a_plan_that_drafts_with_mtp_carries_it_into_its_step_times_memory_and_l
     assert not any("speculative" in text for text in a.engine_files.values())
     assert any(note.startswith("multi-token prediction: 3 draft tokens a step, 3.19 tokens")
                for note in mtp.assumptions)
+
+
+def test_tensorrt_llm_is_planned_on_nvidia_gpus_only() -> None:
+    """TensorRT-LLM is built on CUDA and TensorRT: an AMD GPU is refused with the reason (the plan's nearest
+    candidate says it), and among both vendors only the NVIDIA one is planned; vLLM plans either."""
+    base = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "tensorrt-llm"},
+            "workload": {"requestsPerSecond": "3", "promptTokens": {"mean": 2000}, "outputTokens": {"mean": 500}},
+            "slo": {"ttft": {"maxMs": 5000}}, "constraints": {"gpuTypes": ["MI300X"]}}
+    amd = plan(resolve_plan(parse_plan(base)))
+    assert amd.recommendation is None
+    assert any("tensorrt-llm runs on NVIDIA GPUs only; MI300X is an AMD GPU" in c.reason for c in amd.infeasible)
+    both = copy.deepcopy(base)
+    both["constraints"]["gpuTypes"] = ["MI300X", "H100-SXM5-80GB"]
+    shown = all_shown(plan(resolve_plan(parse_plan(both))))
+    assert shown and {c.gpu_type for c in shown} == {"H100-SXM5-80GB"}
+    vllm = copy.deepcopy(base)
+    vllm["engine"]["name"] = "vllm"
+    assert plan(resolve_plan(parse_plan(vllm))).recommendation is not None
