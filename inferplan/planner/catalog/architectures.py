@@ -197,15 +197,16 @@ class ModelArchitecture:
         count = 4 if self.architecture in _FOUR_NORMS_PER_LAYER else 2
         return count * self.hidden_size
 
+    def _moe_ffn_params(self, routed_experts: int) -> int:
+        """One MoE layer's feed-forward with `routed_experts` routed experts, its shared experts and its router."""
+        return (routed_experts * self._mlp_params(self.expert_intermediate_size) + self._shared_expert_params()
+                + self._router_params())
+
     def _count(self, routed_experts: int) -> int:
         """Total with `routed_experts` experts per MoE layer (all of them, or the active ones)."""
         moe_layers = self.moe_layer_count
         dense_layers = self.num_layers - moe_layers
-        per_moe_layer = (
-            routed_experts * self._mlp_params(self.expert_intermediate_size)
-            + self._shared_expert_params()
-            + self._router_params()
-        )
+        per_moe_layer = self._moe_ffn_params(routed_experts)
         return (
             self.embedding_param_count()
             + self.hidden_size  # final norm
@@ -232,11 +233,7 @@ class ModelArchitecture:
         if not self.mtp_layers:
             return 0
         h = self.hidden_size
-        if self.is_moe:
-            ffn = (self.num_experts * self._mlp_params(self.expert_intermediate_size) + self._shared_expert_params()
-                   + self._router_params())
-        else:
-            ffn = self._mlp_params(self.intermediate_size)
+        ffn = self._moe_ffn_params(self.num_experts) if self.is_moe else self._mlp_params(self.intermediate_size)
         module = 2 * h + 2 * h * h + self._attention_params() + self._norms_per_layer() + ffn
         return self.mtp_layers * module + 2 * self.vocab_size * h
 
@@ -246,8 +243,7 @@ class ModelArchitecture:
         if not self.mtp_layers:
             return 0
         h = self.hidden_size
-        ffn = (self.experts_per_token * self._mlp_params(self.expert_intermediate_size) + self._shared_expert_params()
-               + self._router_params()) if self.is_moe else self._mlp_params(self.intermediate_size)
+        ffn = self._moe_ffn_params(self.experts_per_token) if self.is_moe else self._mlp_params(self.intermediate_size)
         return 2 * h * h + self._attention_params() + ffn + self.vocab_size * h
 
     def active_param_count(self) -> int:

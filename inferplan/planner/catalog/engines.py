@@ -450,4 +450,3 @@ def mtp_tokens_per_step(draft_tokens: int, acceptance: float = MTP_ACCEPTANCE) -
     `acceptance` once the one before it was (the chain stops at the first rejection): 1 + a + ... + a^k. The module's
     one published rate is for the first draft; the later ones are assumed to keep it (docs/model.md)."""
     return sum(acceptance**i for i in range(max(draft_tokens, 0) + 1))
-
