@@ -27,7 +27,13 @@ from inferplan.deploy.manifests import (
     render,
     to_yaml,
 )
-from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, flag_problems, router_flag_problems
+from inferplan.planner.catalog.engine_args import (
+    DEFAULT_VERSIONS,
+    ROCM_FAMILIES,
+    engine_gpu_problem,
+    flag_problems,
+    router_flag_problems,
+)
 from inferplan.planner.catalog.gpus import GPU_VENDORS, load_gpu_catalog
 from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate
@@ -435,6 +441,27 @@ def test_vllm_on_amd_runs_a_rocm_image_of_the_pinned_release_or_the_first_publis
     assert engine_image("vllm", "0.6.3.post1", "amd", "cdna3") == "rocm/vllm:rocm6.2_mi300_ubuntu20.04_py3.9_vllm_0.6.4"
     with pytest.raises(ValueError, match="cdna4"):
         engine_image("vllm", "0.6.3.post1", "amd", "cdna4")
+
+
+def test_the_planner_plans_an_amd_family_only_where_the_release_line_has_an_image_for_it() -> None:
+    """The families the planner lets each line run on (`engine_args.ROCM_FAMILIES`) are those it renders images
+    for: a release line without a build for a GPU's family is refused at planning, never left for `render` to fail
+    on."""
+    for (engine, line), families in ROCM_FAMILIES.items():
+        version = {"0.6": "0.6.3.post1", "0.11": None, "0.4": "0.4.6.post5", "0.5": None, "2": "2.4.1",
+                   "3": None}[line]
+        for family in ("cdna3", "cdna4"):
+            gpu = "MI355X" if family == "cdna4" else "MI300X"
+            problem = engine_gpu_problem(engine, version, "amd", family, gpu)
+            if family in families:
+                assert problem is None and engine_image(engine, version, "amd", family)
+            else:
+                assert problem == (f"{engine} {line}.x has no ROCm build for {family} GPUs ({gpu}); its builds run on "
+                                   f"{', '.join(sorted(families))}: plan a later release (engine.version)")
+                with pytest.raises(ValueError, match=family):
+                    engine_image(engine, version, "amd", family)
+    assert engine_gpu_problem("tensorrt-llm", None, "amd", "cdna3", "MI300X") == (
+        "tensorrt-llm runs on NVIDIA GPUs only; MI300X is an AMD GPU")
 
 
 @pytest.mark.parametrize("path", [p for p in IN_A_NODE if p.stem in ("amd-only-cluster", "qwen3-235b-mi355x")],

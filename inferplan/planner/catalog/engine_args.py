@@ -30,7 +30,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from inferplan.planner.catalog.engines import EngineSettings, parse_version
+from inferplan.planner.catalog.engines import EngineSettings, engine_vendor_problem, parse_version
 
 # The pinned release of each engine's current line (what `version=None` means).
 DEFAULT_VERSIONS: dict[str, str] = {
@@ -177,6 +177,34 @@ def stated_scheduler_steps(text: str) -> int | None:
     for m in re.finditer(r"(?<![\w-])-{0,2}num[-_]scheduler[-_]steps?(?:\s*=\s*|\s+)(\d+)", text):
         steps = int(m.group(1))
     return steps
+
+
+# The AMD GPU families each pinned line has ROCm builds for, what deploy/manifests.py renders images of
+# (`_AMD_IMAGES`, where the sources are): vLLM 0.6's ROCm 6.2 builds and SGLang 0.4's ROCm 6.3 builds predate gfx950
+# (MI355X, CDNA 4); vLLM 0.11 (the upstream ROCm images, gfx942 and gfx950), SGLang 0.5 (its -mi30x and -mi35x
+# builds) and TGI's one ROCm build per release take both families.
+ROCM_FAMILIES: dict[tuple[str, str], frozenset[str]] = {
+    ("vllm", "0.6"): frozenset({"cdna3"}),
+    ("vllm", "0.11"): frozenset({"cdna3", "cdna4"}),
+    ("sglang", "0.4"): frozenset({"cdna3"}),
+    ("sglang", "0.5"): frozenset({"cdna3", "cdna4"}),
+    ("tgi", "2"): frozenset({"cdna3", "cdna4"}),
+    ("tgi", "3"): frozenset({"cdna3", "cdna4"}),
+}
+
+
+def engine_gpu_problem(engine: str, version: str | None, vendor: str, family: str, gpu: str) -> str | None:
+    """Why `engine` at `version` (None: the pinned release) cannot run on `gpu` (of `vendor` and `family`): an
+    engine that runs on other vendors only (`engines.ENGINE_VENDORS`), or a release line with no ROCm build for an
+    AMD GPU's family (`ROCM_FAMILIES`); None where it can."""
+    if (problem := engine_vendor_problem(engine, vendor, gpu)) is not None:
+        return problem
+    line = version_line(engine, version)
+    families = ROCM_FAMILIES.get((engine, line))
+    if vendor == "amd" and families is not None and family not in families:
+        return (f"{engine} {line}.x has no ROCm build for {family} GPUs ({gpu}); its builds run on "
+                f"{', '.join(sorted(families))}: plan a later release (engine.version)")
+    return None
 
 
 def stated_mtp(text: str) -> tuple[int, float | None]:

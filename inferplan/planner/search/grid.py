@@ -11,12 +11,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.catalog.checkpoints import Checkpoint, checkpoint_for, gpu_problem
-from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_flags, version_line
+from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_flags, engine_gpu_problem, version_line
 from inferplan.planner.catalog.engines import (
     SERVED_PRECISIONS,
     EngineProfile,
     EngineSettings,
-    engine_vendor_problem,
     expert_tiles,
     sampler_profile_bytes,
     scheduling_of,
@@ -147,7 +146,7 @@ def _checkpoint_for(model: str, precision: str, engine: str, declared: bool, fam
 
 def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision: WeightPrecision,
                        checkpoint: Checkpoint | str, version: str | None = None) -> str | None:
-    if (problem := engine_vendor_problem(engine.name, gpu.vendor, gpu.key)) is not None:
+    if (problem := engine_gpu_problem(engine.name, version, gpu.vendor, gpu.family, gpu.key)) is not None:
         return problem
     if name not in SERVED_PRECISIONS.get(engine.name, ()):
         return f"{engine.name} does not serve {name} weights"
