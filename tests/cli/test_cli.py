@@ -453,7 +453,7 @@ def test_an_infeasible_plan_exits_1_with_the_reasons(capsys: pytest.CaptureFixtu
     assert "no feasible deployment" in err and "budget" in err
 
 
-def test_an_amd_recommendation_renders_a_rocm_image_and_an_engine_without_one_exits_2(
+def test_an_amd_recommendation_renders_a_rocm_image_and_a_release_without_a_build_for_the_gpu_is_not_planned(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     amd = REPO / "examples" / "platform" / "amd-only-cluster.yaml"
     code, out, err = run(capsys, "render", str(amd), "--no-verify")
@@ -469,8 +469,8 @@ def test_an_amd_recommendation_renders_a_rocm_image_and_an_engine_without_one_ex
     path = tmp_path / "vllm-0.6-mi355x.yaml"
     path.write_text(yaml.safe_dump(manifest))
     code, out, err = run(capsys, "render", str(path), "--no-verify")
-    assert code == 2 and out == ""
-    assert "--image" in err and "vllm 0.6.3.post1" in err
+    assert code == 1 and out == ""  # refused at planning, as an infeasible plan, not left for render to fail on
+    assert "vllm 0.6.x has no ROCm build for cdna4 GPUs (MI355X)" in err and "engine.version" in err
 
 
 def test_an_unknown_autoscaling_engine_and_a_bad_name_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
