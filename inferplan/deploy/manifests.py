@@ -160,8 +160,8 @@ def _gib(value_bytes: float) -> int:
 
 def _checkpoint_bytes(request: PlanRequest, candidate: Candidate) -> float:
     precision = candidate.precision
-    if precision not in ("bf16", "fp16") and candidate.checkpoint in (request.served_model, request.arch.repo_id):
-        precision = "bf16"  # "online" quantisation: the repository holds 16-bit weights
+    if candidate.provenance.get("checkpoint") == "online":
+        precision = "bf16"  # the engine quantises the repository's 16-bit weights while loading
     try:
         return float(weight_bytes(request.arch, weight_precision(precision)))
     except Exception:  # a precision the catalog does not size (GGUF, MLC): the 16-bit size bounds it

@@ -35,6 +35,8 @@ from inferplan.planner.catalog.engine_args import (
     router_flag_problems,
 )
 from inferplan.planner.catalog.gpus import GPU_VENDORS, load_gpu_catalog
+from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.model.memory import weight_bytes
 from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate
 from inferplan.planner.spec_parsing import PlanError, load_plan_file, parse_plan
@@ -180,6 +182,19 @@ def test_the_cache_holds_every_copy_of_the_weights_the_engine_downloads() -> Non
     assert cache_gib(rendered(path)) >= 2 * weights_gib * 1.1
     chat_request, _ = planned(EXAMPLES[0])  # a repository with one copy of its weights keeps a cache of one
     assert cache_gib(rendered(EXAMPLES[0])) < 2 * chat_request.arch.params_total_published * 2 / 2**30
+
+
+@pytest.mark.parametrize("stem", ["deepseek-r1-shapes", "gpt-oss-120b-h100"])
+def test_a_model_published_in_fp8_or_mxfp4_is_cached_at_that_size(stem: str) -> None:
+    # DeepSeek-R1's own repository holds block-scaled FP8 weights (about 642 GiB), gpt-oss-120b's MXFP4 experts
+    # (about 61 GiB): the engine downloads those, not a 16-bit copy, which only an engine quantising at load reads.
+    # The pod's cache and start-up budget were sized from 16-bit weights (1377 GiB for DeepSeek-R1).
+    request, candidate = planned(next(p for p in EXAMPLES if p.stem == stem))
+    assert candidate.checkpoint == request.served_model and candidate.provenance["checkpoint"] == "catalog"
+    planned_gib = weight_bytes(request.arch, weight_precision(candidate.precision)) / 2**30
+    sixteen_bit_gib = weight_bytes(request.arch, weight_precision("bf16")) / 2**30
+    sizing = manifests.pod_sizing(request, candidate, candidate.gpus_per_replica)
+    assert planned_gib * 1.1 <= sizing.cache_gib <= planned_gib * 1.1 + 4 < sixteen_bit_gib
 
 
 # ----------------------------------------------------------------------------------------------------------
