@@ -11,12 +11,12 @@ from statistics import NormalDist
 from typing import Any
 
 from inferplan.planner.catalog.architectures import ModelArchitecture
-from inferplan.planner.catalog.checkpoints import native_precision
+from inferplan.planner.catalog.checkpoints import NamedCheckpoint, native_precision, resolve_served
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
 from inferplan.planner.catalog.engine_args import MTP_LINES, version_line
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
-from inferplan.planner.catalog.model_configs import load_config_json, resolve_model
+from inferplan.planner.catalog.model_configs import load_config_json
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.spec import DEFAULT_NETWORK_GBPS, Constraints, ModelSource, PlanSpec, TokenDistribution
@@ -181,16 +181,16 @@ def _length(dist: TokenDistribution | None, path: str, notes: list[str], preset:
     return mean, DEFAULT_LENGTH_CV
 
 
-def _architecture(source: ModelSource, base_dir: Path | None) -> ModelArchitecture:
+def _architecture(source: ModelSource, base_dir: Path | None) -> tuple[ModelArchitecture, NamedCheckpoint | None]:
     if source.name is not None:
-        return resolve_model(source.name)
+        return resolve_served(source.name)
     if source.architecture is not None:
-        return inline_architecture(source.architecture)
+        return inline_architecture(source.architecture), None
     if source.config_file is not None:
         path = Path(source.config_file).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
-        return load_config_json(path)
+        return load_config_json(path), None
     raise ValueError(
         "a ConfigMap can only be read by the operator in the cluster; from the command line give the "
         "config.json with model.configFile (or the model by model.name)"
@@ -219,7 +219,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     problems: list[tuple[str, str]] = []
     notes: list[str] = []
     try:
-        arch = _architecture(spec.model, base_dir)
+        arch, named = _architecture(spec.model, base_dir)
     except ValueError as exc:
         raise PlanError([(_source_path(spec.model), str(exc))]) from None
     engine = spec.engine
@@ -244,6 +244,10 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         problems.append(("engine.multiTokenPrediction", f"{engine.name} {line}.x does not draft with MTP modules "
                                                         "in inferplan's argument mapping; "
                                                         f"{', '.join(f'{e} {v}.x' for e, v in sorted(MTP_LINES))} do"))
+    if named is not None and spec.model.precisions is not None and [
+            weight_precision(name).name for name in spec.model.precisions] != [named.checkpoint.precision]:
+        problems.append(("model.precisions", f"{named.checkpoint.repo} holds {named.checkpoint.precision} weights: "
+                                             f"list only {named.checkpoint.precision}, or leave model.precisions out"))
     limits = spec.constraints
     if limits.available_gpus and limits.gpu_types is None and not any(limits.available_gpus.values()):
         problems.append(("constraints.availableGpus", "no GPU type has a count > 0 and constraints.gpuTypes is not "
@@ -251,7 +255,9 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     if problems:
         raise PlanError(problems)
 
-    if spec.model.precisions is None:
+    if named is not None:  # a quantised repository holds its one precision
+        precisions = (named.checkpoint.precision,)
+    elif spec.model.precisions is None:
         precisions = DEFAULT_PRECISIONS[engine.name]
         # A model published only in a format outside the engine's defaults (gpt-oss: MXFP4) is planned in it too.
         native = native_precision(spec.model.name or arch.repo_id)

@@ -122,7 +122,8 @@ class ModelSource(_SpecModel):
     name: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_check_model_name)] | None = Field(
         default=None,
         description="Catalog repo id or alias, e.g. meta-llama/Llama-3.1-8B-Instruct or llama-3.1-8b "
-        "(case and separators ignored).",
+        "(case and separators ignored), or a catalogued quantised repository of one, e.g. nvidia/DeepSeek-R1-FP4, "
+        "planned in its precision only.",
     )
     architecture: Annotated[dict[str, Any], Field(max_length=MAX_ARCHITECTURE_KEYS),
                             AfterValidator(_check_architecture)] | None = (

@@ -19,8 +19,9 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from inferplan.planner.catalog.architectures import ModelArchitecture
+from inferplan.planner.catalog.checkpoints import resolve_served
 from inferplan.planner.catalog.gpus import parse_gpu_product, resolve_gpu
-from inferplan.planner.catalog.model_configs import architecture_from_inline, resolve_model
+from inferplan.planner.catalog.model_configs import architecture_from_inline
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.names import CatalogLookupError
 
@@ -140,7 +141,7 @@ def _check_precision(name: str) -> str:
 
 def _check_model_name(name: str) -> str:
     try:
-        resolve_model(name)
+        resolve_served(name)
     except CatalogLookupError as exc:
         raise ValueError(str(exc)) from None
     return name

@@ -39,6 +39,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engines import engine_profile, parse_version
 from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
@@ -219,6 +220,55 @@ def _model_key(model: str) -> str | None:
     return repo_id if repo_id in _catalog() else None
 
 
+@dataclass(frozen=True)
+class NamedCheckpoint:
+    """A quantised repository of the catalog that a plan names as its model (`model.name`)."""
+
+    model: str                 # the model whose weights it holds: its quantizedFrom, else the catalog's key
+    checkpoint: Checkpoint
+    engines: tuple[str, ...]   # the engines its source names (FORMAT_LOADERS has the rest)
+
+
+@cache
+def _quantised_repositories() -> dict[str, NamedCheckpoint]:
+    return {normalize_name(entry.checkpoint.repo): NamedCheckpoint(entry.quantized_from or key, entry.checkpoint,
+                                                                   entry.engines)
+            for key, by_precision in _catalog().items() for entries in by_precision.values() for entry in entries
+            if entry.checkpoint.format != "native"}
+
+
+def named_checkpoint(name: str) -> NamedCheckpoint | None:
+    """The catalogued quantised repository whose Hugging Face id `name` is (case and separators ignored), e.g.
+    nvidia/DeepSeek-R1-FP4 or Qwen/Qwen3-235B-A22B-FP8; None for any other name, a model's own repository among
+    them (DeepSeek-R1's block-scaled FP8 is the model's repository, and a model name)."""
+    return _quantised_repositories().get(normalize_name(name))
+
+
+def resolve_served(name: str) -> tuple[ModelArchitecture, NamedCheckpoint | None]:
+    """The architecture `model.name` plans, and the quantised repository it names where it names one: a model of
+    the catalog by repo id or alias (`resolve_model`, which wins), else a catalogued quantised repository of one.
+    Raises CatalogLookupError (the model catalog's) for neither."""
+    try:
+        return resolve_model(name), None
+    except CatalogLookupError:
+        named = named_checkpoint(name)
+        if named is None:
+            raise
+        return resolve_model(named.model), named
+
+
+def _named(named: NamedCheckpoint, precision: str, engine: str) -> Checkpoint | str:
+    """What `checkpoint_for` answers for a plan naming the quantised repository itself: that repository only."""
+    checkpoint = named.checkpoint
+    if precision != checkpoint.precision:
+        return f"{checkpoint.repo} holds {checkpoint.precision} weights, not {precision}"
+    if engine not in FORMAT_LOADERS.get(_loader_key(checkpoint), frozenset()) and engine not in named.engines:
+        loaders = sorted(FORMAT_LOADERS.get(_loader_key(checkpoint), frozenset()) | set(named.engines))
+        return (f"{engine} does not load {checkpoint.format} checkpoints such as {checkpoint.repo}"
+                + (f" ({', '.join(loaders)} {'does' if len(loaders) == 1 else 'do'})" if loaders else ""))
+    return checkpoint
+
+
 def _loader_key(entry: Checkpoint) -> str:
     if entry.format != "native":
         return entry.format
@@ -279,9 +329,12 @@ def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = 
                    version: str | None = None) -> Checkpoint | str:
     """The checkpoint `engine` loads to serve `model` at `precision`, or the reason there is none (a string). With
     `gpu_family`, the first catalogued one that `engine` (at `version`) runs on that family (`gpu_problem`), else
-    the engine's quantisation at load, else the first catalogued one (whose problem the precision gate states)."""
+    the engine's quantisation at load, else the first catalogued one (whose problem the precision gate states). A
+    `model` that names a catalogued quantised repository (`named_checkpoint`) is that repository or nothing."""
     precision = weight_precision(precision).name
     engine = engine_profile(engine).name
+    if (named := named_checkpoint(model)) is not None:
+        return _named(named, precision, engine)
     key = _model_key(model)
     if key is None:
         if precision in SIXTEEN_BIT:

@@ -18,7 +18,9 @@ from inferplan.planner.catalog.checkpoints import (
     download_bytes,
     gpu_problem,
     known_precisions,
+    named_checkpoint,
     repository_files,
+    resolve_served,
 )
 from inferplan.planner.catalog.engines import ENGINES
 from inferplan.planner.catalog.model_configs import load_model_catalog, resolve_model
@@ -240,6 +242,28 @@ def test_a_sibling_models_checkpoint_is_never_served() -> None:
     assert isinstance(checkpoint_for("deepseek-ai/DeepSeek-R1", "mxfp4-w4a4", "vllm"), str)  # only R1-0528 has one
     chosen = checkpoint_for("deepseek-ai/DeepSeek-R1-0528", "mxfp4-w4a4", "vllm")
     assert isinstance(chosen, Checkpoint) and chosen.repo == "amd/DeepSeek-R1-0528-MXFP4-Preview"
+
+
+def test_every_quantised_repository_names_the_model_it_holds() -> None:
+    # A plan's model.name may be the quantised repository itself: it resolves to the architecture of the model
+    # whose weights it holds, and an engine that loads its format loads exactly it, at its precision only.
+    repos = [c for model in load_model_catalog() for rows in known_precisions(model.repo_id).values() for c in rows
+             if c.format != "native"]
+    assert len(repos) >= 40
+    for checkpoint in repos:
+        arch, named = resolve_served(checkpoint.repo.upper())  # case and separators ignored, as for models
+        assert named is not None and named.checkpoint == checkpoint
+        assert arch == resolve_model(named.model) and arch.repo_id == resolve_model(named.model).repo_id
+        engine = sorted(named.engines or FORMAT_LOADERS[checkpoint.format])[0]
+        assert checkpoint_for(checkpoint.repo, checkpoint.precision, engine) == checkpoint
+        other = "bf16" if checkpoint.precision != "bf16" else "fp8"
+        assert checkpoint_for(checkpoint.repo, other, engine) == (
+            f"{checkpoint.repo} holds {checkpoint.precision} weights, not {other}")
+    # A model's own repository stays a model name, whatever precision it is published in.
+    assert named_checkpoint("deepseek-ai/DeepSeek-R1") is None and named_checkpoint("openai/gpt-oss-120b") is None
+    assert resolve_served("meta-llama/Llama-3.1-8B-Instruct")[1] is None
+    with pytest.raises(CatalogLookupError):
+        resolve_served("nvidia/Llama-3.1-8B-Instruct-FP9")
 
 
 def test_quark_formats_keep_their_precisions() -> None:

@@ -23,7 +23,7 @@ from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
 from inferplan.planner.search.grid import checkpoint_of, context_overflow
 from inferplan.planner.search.plan import plan
 from inferplan.planner.simulation.verification import planned as plan_answer
-from inferplan.planner.spec_parsing import load_plan_file, parse_plan
+from inferplan.planner.spec_parsing import PlanError, load_plan_file, parse_plan
 from inferplan.tables import format_plan
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -237,6 +237,42 @@ def test_quantised_weights_come_from_a_repository_that_holds_them() -> None:
     refused = plan(resolve_plan(parse_plan(spec)))
     assert refused.recommendation is None
     assert any(i.gate == "precision" and "no public int4-awq checkpoint" in i.reason for i in refused.infeasible)
+
+
+def test_a_plan_may_name_the_quantised_repository_it_deploys() -> None:
+    # What a team deploys is often a quantised repository (nvidia/DeepSeek-R1-FP4, Qwen/Qwen3-235B-A22B-FP8);
+    # naming it had been "unknown model". It plans the architecture it holds, in its precision only, and loads it.
+    spec = spec_of(ROOT / "examples/platform/deepseek-r1-nvfp4-b200.yaml")
+    spec["model"] = {"name": "nvidia/DeepSeek-R1-FP4"}
+    spec["engine"] = {"name": "tensorrt-llm"}
+    spec["constraints"] = {"gpuTypes": ["NVIDIA-B200", "NVIDIA-H200"]}
+    req = resolve_plan(parse_plan(spec))
+    assert req.arch.is_mla and req.arch.mtp_layers == 1 and req.precisions == ("nvfp4",)
+    result = plan(req)
+    assert shown(result) and all(c.checkpoint == "nvidia/DeepSeek-R1-FP4" and c.precision == "nvfp4"
+                                 and c.gpu_type == "B200" for c in shown(result))
+    assert "nvidia/DeepSeek-R1-FP4" in result.recommendation.engine_args  # trtllm-serve's model argument
+    # The H200 (Hopper) has no FP4 tensor cores: refused, not planned from another repository.
+    assert any(i.gpu_type == "H200-SXM-141GB" and i.gate == "precision" and "nvfp4" in i.reason
+               for i in result.infeasible)
+
+    spec["model"] = {"name": "amd/Llama-3.1-70B-Instruct-FP8-KV"}
+    spec["engine"] = {"name": "tensorrt-llm"}
+    spec["constraints"] = {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"]}
+    refused = plan(resolve_plan(parse_plan(spec)))
+    assert refused.recommendation is None and any(
+        "tensorrt-llm does not load quark-fp8 checkpoints such as amd/Llama-3.1-70B-Instruct-FP8-KV" in i.reason
+        for i in refused.infeasible)
+
+    spec["model"] = {"name": "Qwen/Qwen3-235B-A22B-FP8", "precisions": ["bf16"]}
+    with pytest.raises(PlanError) as raised:
+        resolve_plan(parse_plan(spec))
+    assert raised.value.problems == [("model.precisions", "Qwen/Qwen3-235B-A22B-FP8 holds fp8 weights: list only "
+                                                          "fp8, or leave model.precisions out")]
+    spec["model"] = {"name": "Qwen/Qwen3-235B-A22B-FP9"}  # a name neither catalog has is still refused
+    with pytest.raises(PlanError) as raised:
+        parse_plan(spec)
+    assert "unknown model 'Qwen/Qwen3-235B-A22B-FP9'" in str(raised.value)
 
 
 def test_a_plan_beyond_any_autoscaler_says_so() -> None:
