@@ -193,12 +193,32 @@ ROCM_FAMILIES: dict[tuple[str, str], frozenset[str]] = {
 }
 
 
+# The first release of an engine whose CUDA build runs on an NVIDIA GPU family, where older releases have none.
+# PyTorch's first builds with Blackwell kernels are 2.7's (CUDA 12.8); a release pinned to an older torch runs on no
+# Blackwell GPU, whatever image it comes in. Read in the releases' sdists (pypi.org): vLLM 0.8.5's docker/Dockerfile
+# builds on CUDA 12.4.1 for TORCH_CUDA_ARCH_LIST '7.0 7.5 8.0 8.6 8.9 9.0+PTX' with torch 2.6.0
+# (requirements/cuda.txt), 0.9.0's on CUDA 12.8.1 for '7.0 7.5 8.0 8.9 9.0 10.0+PTX' with torch 2.7.0; SGLang's
+# pyproject.toml pins torch 2.5.1 (0.4.5), 2.6.0 (0.4.6 to 0.4.6.post5) and 2.7.1 from 0.4.7. TensorRT-LLM and TGI
+# were not read: their releases are not limited here.
+CUDA_SINCE: dict[tuple[str, str], tuple[int, ...]] = {
+    ("vllm", "blackwell"): (0, 9, 0),
+    ("sglang", "blackwell"): (0, 4, 7),
+}
+
+
 def engine_gpu_problem(engine: str, version: str | None, vendor: str, family: str, gpu: str) -> str | None:
     """Why `engine` at `version` (None: the pinned release) cannot run on `gpu` (of `vendor` and `family`): an
-    engine that runs on other vendors only (`engines.ENGINE_VENDORS`), or a release line with no ROCm build for an
-    AMD GPU's family (`ROCM_FAMILIES`); None where it can."""
+    engine that runs on other vendors only (`engines.ENGINE_VENDORS`), a release older than the first whose CUDA
+    build runs on an NVIDIA GPU's family (`CUDA_SINCE`), or a release line with no ROCm build for an AMD GPU's
+    family (`ROCM_FAMILIES`); None where it can."""
     if (problem := engine_vendor_problem(engine, vendor, gpu)) is not None:
         return problem
+    since = CUDA_SINCE.get((engine, family)) if vendor == "nvidia" else None
+    released = parse_version(version)
+    if since is not None and released is not None and released < since:
+        first = ".".join(map(str, since))
+        return (f"{engine} {version} has no CUDA build for {family} GPUs ({gpu}): the first release that runs on "
+                f"them is {first} (PyTorch 2.7, CUDA 12.8): plan {first} or later (engine.version)")
     line = version_line(engine, version)
     families = ROCM_FAMILIES.get((engine, line))
     if vendor == "amd" and families is not None and family not in families:

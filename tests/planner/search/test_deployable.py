@@ -275,6 +275,25 @@ def test_a_plan_may_name_the_quantised_repository_it_deploys() -> None:
     assert "unknown model 'Qwen/Qwen3-235B-A22B-FP9'" in str(raised.value)
 
 
+@pytest.mark.parametrize(("engine", "too_old", "first"), [("vllm", "0.6.3", "0.9.0"), ("vllm", "0.8.5", "0.9.0"),
+                                                          ("sglang", "0.4.6.post5", "0.4.7")])
+def test_a_release_without_blackwell_kernels_is_not_planned_on_blackwell(engine: str, too_old: str,
+                                                                          first: str) -> None:
+    # vLLM before 0.9.0 and SGLang before 0.4.7 run on torch < 2.7, which has no Blackwell (sm_100) kernels: a plan
+    # pinning one had been given B200 replicas that would not start.
+    spec = spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml")
+    spec["engine"] = {"name": engine, "version": too_old}
+    spec["constraints"] = {"gpuTypes": ["NVIDIA-B200", "NVIDIA-H100-80GB-HBM3"]}
+    result = plan(resolve_plan(parse_plan(spec)))
+    assert shown(result) and all(c.gpu_type != "B200" for c in shown(result))
+    assert any(i.gpu_type == "B200" and i.gate == "precision" and i.reason.startswith(
+        f"{engine} {too_old} has no CUDA build for blackwell GPUs (B200): the first release that runs on them is "
+        f"{first}") for i in result.infeasible)
+    spec["engine"] = {"name": engine, "version": first}
+    spec["constraints"] = {"gpuTypes": ["NVIDIA-B200"]}
+    assert plan(resolve_plan(parse_plan(spec))).recommendation.gpu_type == "B200"
+
+
 def test_a_plan_beyond_any_autoscaler_says_so() -> None:
     # 500,000 requests/s of a 70B model: hundreds of thousands of GPUs. The answer is printed, with a warning
     # that no maxReplicas or autoscaler reaches it (it was "Feasible" without a word).
