@@ -13,7 +13,7 @@ from typing import Any
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.checkpoints import NamedCheckpoint, native_precision, resolve_served
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
-from inferplan.planner.catalog.engine_args import MTP_LINES, version_line
+from inferplan.planner.catalog.engine_args import mtp_problem
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.model_configs import load_config_json
@@ -239,11 +239,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     if mtp is not None and not arch.mtp_layers:
         problems.append(("engine.multiTokenPrediction", f"{arch.repo_id} ships no multi-token-prediction modules "
                                                         "(num_nextn_predict_layers) to draft with"))
-    line = version_line(engine.name, engine.version)
-    if mtp is not None and (engine.name, line) not in MTP_LINES:
-        problems.append(("engine.multiTokenPrediction", f"{engine.name} {line}.x does not draft with MTP modules "
-                                                        "in inferplan's argument mapping; "
-                                                        f"{', '.join(f'{e} {v}.x' for e, v in sorted(MTP_LINES))} do"))
+    if mtp is not None and (problem := mtp_problem(engine.name, engine.version)) is not None:
+        problems.append(("engine.multiTokenPrediction", problem))
     if named is not None and spec.model.precisions is not None and [
             weight_precision(name).name for name in spec.model.precisions] != [named.checkpoint.precision]:
         problems.append(("model.precisions", f"{named.checkpoint.repo} holds {named.checkpoint.precision} weights: "

@@ -435,10 +435,9 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     if build is None:
         raise ValueError(f"no argument mapping for engine {engine!r}")
     ctx = _Ctx(engine, line, checkpoint, fmt, precision, tp, batch, fp8_kv, settings, kv_tokens, expected_queue,
-               mtp_draft_tokens)
-    if mtp_draft_tokens and (engine, line) not in MTP_LINES:
-        raise ValueError(f"{engine} {line}.x does not draft with a model's MTP modules in inferplan's argument "
-                         f"mapping ({', '.join(f'{e} {v}.x' for e, v in sorted(MTP_LINES))} do)")
+               mtp_draft_tokens, version)
+    if mtp_draft_tokens and (problem := mtp_problem(engine, version)) is not None:
+        raise ValueError(problem)
     launch = build(ctx)
     return launch if pp == 1 else _pipelined(launch, engine, tp, pp)
 
@@ -514,6 +513,7 @@ class _Ctx:
     kv_tokens: int | None
     expected_queue: int | None
     mtp: int = 0  # tokens drafted a step with the model's MTP modules
+    version: str | None = None  # the release as the plan pins it (None: DEFAULT_VERSIONS)
 
     @property
     def chunked(self) -> bool:
@@ -546,9 +546,40 @@ def _dtype_and_online(c: _Ctx) -> list[str]:
 
 
 # The version lines whose launches draft with a model's MTP modules (the pinned parsers in engine-flags.json have
-# the flags): vLLM V1's --speculative-config (method "mtp", which 0.11 names for DeepSeek's, GLM's and MiMo's modules;
-# `config/speculative.py`), SGLang's EAGLE over the NextN weights, TensorRT-LLM 1.x's MTP decoding in its options file.
+# the flags): vLLM V1's --speculative-config (method "mtp", which 0.11 names for DeepSeek's, GLM's and MiMo's modules,
+# `config/speculative.py`; "deepseek_mtp" in 0.9-0.10, `VLLM_MTP_METHODS`), SGLang's EAGLE over the NextN weights,
+# TensorRT-LLM 1.x's MTP decoding in its options file.
 MTP_LINES = frozenset({("vllm", "0.11"), ("sglang", "0.4"), ("sglang", "0.5"), ("tensorrt-llm", "1")})
+
+# vLLM's name for DeepSeek's MTP method, by release (read in the sdists and wheel): 0.8.5's V1 engine drafts with
+# ngram and EAGLE only (`engine/arg_utils.py` `_is_v1_supported_oracle`; anything else falls back to V0), 0.9.0 adds
+# "deepseek_mtp" there (`config.py` SpeculativeMethod, still the only spelling in 0.10.2), and 0.11.0 adds "mtp",
+# taking "deepseek_mtp" as a deprecated alias (`config/speculative.py`).
+VLLM_MTP_METHODS: tuple[tuple[tuple[int, ...], str], ...] = (((0, 9), "deepseek_mtp"), ((0, 11), "mtp"))
+
+
+def _vllm_mtp_method(version: str | None) -> str | None:
+    """The --speculative-config method vLLM at `version` (None: the pinned release) drafts DeepSeek's MTP module
+    with on its V1 engine; None before 0.9."""
+    released = parse_version(version) or parse_version(DEFAULT_VERSIONS["vllm"])
+    method = None
+    for since, name in VLLM_MTP_METHODS:
+        if released is not None and released >= since:
+            method = name
+    return method
+
+
+def mtp_problem(engine: str, version: str | None) -> str | None:
+    """Why `engine` at `version` (None: the pinned release) cannot draft with a model's MTP modules in inferplan's
+    argument mapping; None where it can."""
+    line = version_line(engine, version)
+    if (engine, line) not in MTP_LINES:
+        return (f"{engine} {line}.x does not draft with MTP modules in inferplan's argument mapping; "
+                f"{', '.join(f'{e} {v}.x' for e, v in sorted(MTP_LINES))} do")
+    if engine == "vllm" and _vllm_mtp_method(version) is None:
+        return (f"vllm {version} drafts with MTP modules only on its V0 engine (V1 takes method deepseek_mtp from "
+                "0.9.0): plan 0.9.0 or later (engine.version)")
+    return None
 
 
 def _mtp_note(c: _Ctx, how: str) -> str:
@@ -599,7 +630,7 @@ def _vllm(c: _Ctx) -> EngineLaunch:
             notes.append(f"--enable-chunked-prefill {c.chunked}: vLLM 0.6 chunks on its own only for contexts "
                          "over 32768")
     if c.mtp:
-        config = f'{{"method":"mtp","num_speculative_tokens":{c.mtp}}}'
+        config = f'{{"method":"{_vllm_mtp_method(c.version)}","num_speculative_tokens":{c.mtp}}}'
         args += ["--speculative-config", config]
         notes.append(_mtp_note(c, f"--speculative-config '{config}'"))
     entry = "vllm serve" if c.line == "0.11" else "python3 -m vllm.entrypoints.openai.api_server"

@@ -20,6 +20,7 @@ from inferplan.planner.catalog.engine_args import (
     engine_launch,
     flag_problems,
     flag_spellings,
+    mtp_problem,
     stated_chunked_prefill,
     stated_layout,
     stated_mtp,
@@ -307,12 +308,28 @@ def test_multi_token_prediction_drafts_with_the_engines_own_switches(engine: str
     assert not any("specul" in a for a in plain.args) and not any("speculative" in f for f in plain.files.values())
 
 
-@pytest.mark.parametrize(("engine", "version"), [("vllm", "0.6.3.post1"), ("tensorrt-llm", "0.18.2"),
-                                                 ("tgi", "3.3.7")])
-def test_lines_that_cannot_draft_with_mtp_modules_refuse_it(engine: str, version: str) -> None:
-    with pytest.raises(ValueError, match="does not draft with a model's MTP modules"):
+@pytest.mark.parametrize(("engine", "version", "reason"), [
+    ("vllm", "0.6.3.post1", "vllm 0.6.x does not draft with MTP modules"),
+    ("tensorrt-llm", "0.18.2", "tensorrt-llm 0.18.x does not draft with MTP modules"),
+    ("tgi", "3.3.7", "tgi 3.x does not draft with MTP modules"),
+    ("vllm", "0.8.5", "vllm 0.8.5 drafts with MTP modules only on its V0 engine"),  # V1 took them from 0.9.0
+])
+def test_lines_that_cannot_draft_with_mtp_modules_refuse_it(engine: str, version: str, reason: str) -> None:
+    assert mtp_problem(engine, version).startswith(reason)
+    with pytest.raises(ValueError, match=reason):
         engine_launch(engine, version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto", _settings(True),
                       mtp_draft_tokens=1)
+
+
+@pytest.mark.parametrize(("version", "method"), [("0.9.2", "deepseek_mtp"), ("0.10.2", "deepseek_mtp"),
+                                                 ("0.11.0", "mtp"), (None, "mtp")])
+def test_vllm_names_the_mtp_method_its_release_takes(version: str | None, method: str) -> None:
+    # vLLM's SpeculativeMethod has "deepseek_mtp" only from 0.9.0 to 0.10.2 and adds "mtp" in 0.11.0: a 0.9 or 0.10
+    # release refuses "mtp" when it validates the config, so it gets the name it knows.
+    launch = engine_launch("vllm", version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto",
+                           _settings(True), mtp_draft_tokens=2)
+    assert _value(launch.args, "--speculative-config") == f'{{"method":"{method}","num_speculative_tokens":2}}'
+    assert stated_mtp(" ".join(launch.args)) == (2, None)
 
 
 def test_drafting_with_an_mtp_module_is_read_in_the_launches_spellings() -> None:
