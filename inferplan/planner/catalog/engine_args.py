@@ -569,6 +569,19 @@ def _vllm_mtp_method(version: str | None) -> str | None:
     return method
 
 
+# SGLang drafts from the model's own checkpoint from 0.4.6.post2 on (`server_args.py` sets
+# speculative_draft_model_path to the model for DeepseekV3ForCausalLM, `configs/model_config.py` turns the draft's
+# architecture into DeepseekV3ForCausalLMNextN); 0.4.3 to 0.4.6.post1 load the NextN module only from a separately
+# exported repository whose layer 0 it is (`models/deepseek_nextn.py` reads `model.layers.0`; lmsys/DeepSeek-V3-NextN),
+# which the launch does not name. Read in the 0.4.3.post2, 0.4.4, 0.4.5, 0.4.6 and 0.4.6.post1-post5 sdists.
+SGLANG_MTP_SINCE = ((0, 4, 6), 2)  # (release, post release)
+
+
+def _post(version: str | None) -> int:
+    match = re.search(r"\.post(\d+)", version or "")
+    return int(match.group(1)) if match else 0
+
+
 def mtp_problem(engine: str, version: str | None) -> str | None:
     """Why `engine` at `version` (None: the pinned release) cannot draft with a model's MTP modules in inferplan's
     argument mapping; None where it can."""
@@ -579,6 +592,11 @@ def mtp_problem(engine: str, version: str | None) -> str | None:
     if engine == "vllm" and _vllm_mtp_method(version) is None:
         return (f"vllm {version} drafts with MTP modules only on its V0 engine (V1 takes method deepseek_mtp from "
                 "0.9.0): plan 0.9.0 or later (engine.version)")
+    released = parse_version(version)
+    if engine == "sglang" and released is not None and (released, _post(version)) < SGLANG_MTP_SINCE:
+        return (f"sglang {version} drafts only from a separately exported NextN repository "
+                "(--speculative-draft-model-path); from 0.4.6.post2 it reads the module from the model's own "
+                "checkpoint, as the launch assumes: plan 0.4.6.post2 or later (engine.version)")
     return None
 
 

@@ -313,12 +313,23 @@ def test_multi_token_prediction_drafts_with_the_engines_own_switches(engine: str
     ("tensorrt-llm", "0.18.2", "tensorrt-llm 0.18.x does not draft with MTP modules"),
     ("tgi", "3.3.7", "tgi 3.x does not draft with MTP modules"),
     ("vllm", "0.8.5", "vllm 0.8.5 drafts with MTP modules only on its V0 engine"),  # V1 took them from 0.9.0
+    # Before 0.4.6.post2 SGLang loads DeepSeek's module only from a separately exported NextN repository.
+    ("sglang", "0.4.6.post1", "sglang 0.4.6.post1 drafts only from a separately exported NextN repository"),
+    ("sglang", "0.4.3.post2", "sglang 0.4.3.post2 drafts only from a separately exported NextN repository"),
 ])
 def test_lines_that_cannot_draft_with_mtp_modules_refuse_it(engine: str, version: str, reason: str) -> None:
     assert mtp_problem(engine, version).startswith(reason)
     with pytest.raises(ValueError, match=reason):
         engine_launch(engine, version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto", _settings(True),
                       mtp_draft_tokens=1)
+
+
+def test_sglang_drafts_from_the_models_own_checkpoint_from_0_4_6_post2() -> None:
+    assert mtp_problem("sglang", "0.4.6.post2") is None and mtp_problem("sglang", "0.4.7") is None
+    assert mtp_problem("sglang", None) is None  # the pinned release
+    launch = engine_launch("sglang", "0.4.6.post2", "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto",
+                           _settings(True), mtp_draft_tokens=1)
+    assert "--speculative-draft-model-path" not in launch.args  # it sets the model's own path itself
 
 
 @pytest.mark.parametrize(("version", "method"), [("0.9.2", "deepseek_mtp"), ("0.10.2", "deepseek_mtp"),
