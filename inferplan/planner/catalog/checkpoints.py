@@ -43,7 +43,7 @@ from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engines import engine_profile, parse_version
 from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
-from inferplan.planner.names import CatalogLookupError, normalize_name
+from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
 
 SIXTEEN_BIT = ("bf16", "fp16")
 
@@ -250,10 +250,11 @@ def resolve_served(name: str) -> tuple[ModelArchitecture, NamedCheckpoint | None
     Raises CatalogLookupError (the model catalog's) for neither."""
     try:
         return resolve_model(name), None
-    except CatalogLookupError:
+    except CatalogLookupError as exc:
         named = named_checkpoint(name)
-        if named is None:
-            raise
+        if named is None:  # the closest names among the models and the quantised repositories
+            repos = [n.checkpoint.repo for n in _quantised_repositories().values()]
+            raise CatalogLookupError("model", name, closest_names(name, [*exc.suggestions, *repos])) from None
         return resolve_model(named.model), named
 
 

@@ -262,8 +262,9 @@ def test_every_quantised_repository_names_the_model_it_holds() -> None:
     # A model's own repository stays a model name, whatever precision it is published in.
     assert named_checkpoint("deepseek-ai/DeepSeek-R1") is None and named_checkpoint("openai/gpt-oss-120b") is None
     assert resolve_served("meta-llama/Llama-3.1-8B-Instruct")[1] is None
-    with pytest.raises(CatalogLookupError):
-        resolve_served("nvidia/Llama-3.1-8B-Instruct-FP9")
+    with pytest.raises(CatalogLookupError) as raised:
+        resolve_served("nvidia/DeepSeek-R1-NVFP4")  # a misspelt repository: the closest names include repositories
+    assert raised.value.suggestions[0] == "nvidia/DeepSeek-R1-FP4"
 
 
 def test_quark_formats_keep_their_precisions() -> None:
