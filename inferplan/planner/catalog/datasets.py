@@ -84,8 +84,8 @@ def _uniform_points(n: int, seed: int) -> NDArray[np.float64]:
 
 
 def _lognormal(mean: float, cv: float, u: NDArray[np.float64], cap: float) -> NDArray[np.float64]:
-    if cv <= 0:
-        return np.full(len(u), min(mean, cap))
+    if cv <= 0 or mean <= 0:  # a mean of 0 (an empty prompt) has no spread to scale
+        return np.full(len(u), min(max(mean, 0.0), cap))
     s2 = math.log1p(cv * cv)
     x = mean * np.exp(math.sqrt(s2) * normal_ppf(u) - s2 / 2.0)
     for _ in range(4):  # a cut moves the mean; rescaling moves values past the cut again: a few passes settle

@@ -288,6 +288,14 @@ def test_a_row_naming_a_dataset_without_lengths_uses_the_preset() -> None:
     assert prediction.skipped is None and prediction.predicted and prediction.predicted > 0
 
 
+def test_a_dataset_of_empty_prompts_is_predicted_not_a_crash() -> None:
+    # A ShareGPT row stating a mean prompt of 0 tokens had scaled its lengths by 0 / 0 and stopped the whole file's
+    # prediction with a ValueError (found by a fuzz of the format's fields); it is predicted as empty prompts are.
+    row = _online("burst", input_tokens=0, metric="output_tps_total", unit="output tokens/s")
+    prediction = predict_scenarios([row, _online("burst", id="next", metric="tpot_ms_p50")])
+    assert [p.skipped for p in prediction] == [None, None] and all(p.predicted > 0 for p in prediction)
+
+
 def test_startup_metrics_agree_with_each_other() -> None:
     base = example("kv_cache_tokens")
     rows = [base] + [

@@ -31,6 +31,12 @@ def test_sharegpt_is_spread_and_random_is_fixed() -> None:
     assert none_p.tolist() == [100, 100, 100]
 
 
+def test_a_mean_of_zero_tokens_samples_the_shortest_lengths() -> None:
+    preset = dataset_lengths("sharegpt")
+    prompts, outputs = sample_lengths(100, 0, 200, preset)  # an empty prompt has no spread, and no NaN
+    assert set(prompts.tolist()) == {preset.min_tokens} and outputs.mean() == pytest.approx(200, rel=0.05)
+
+
 def test_samples_are_deterministic() -> None:
     a = sample_lengths(500, 230, 210, dataset_lengths("ShareGPT"))
     b = sample_lengths(500, 230, 210, dataset_lengths("sharegpt"))
