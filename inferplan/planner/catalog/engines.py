@@ -398,8 +398,19 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
                 return VersionDefaults(256, 512.0, 0.9, scheduling_of(name, version, max_model_len))
             return VersionDefaults(256, float(max(max_model_len, 2048)), 0.9,
                                    scheduling_of(name, version, max_model_len))
-        big = gib >= 70 and "a100" not in gpu_key.lower() and (v is None or v >= (0, 9))
-        seqs, budget = (1024, 16384 if offline else 8192) if big else (256, 8192 if offline else 2048)
+        # Which GPUs get the larger step budget and sequence limit moved within 0.8 (`EngineArgs` in the sdists):
+        # 0.8.0-0.8.3 a name with "h100" or "h200" in it for the budget and 1024 sequences everywhere, 0.8.4 that
+        # name for both, 0.8.5 70 GiB or more, 0.9 on 70 GiB or more but no A100.
+        key = gpu_key.lower()
+        named = "h100" in key or "h200" in key
+        if v is not None and v < (0, 8, 5):
+            big, seqs_everywhere = named, v < (0, 8, 4)
+        elif v is not None and v < (0, 9):
+            big, seqs_everywhere = gib >= 70, False
+        else:
+            big, seqs_everywhere = gib >= 70 and "a100" not in key, False
+        seqs = 1024 if big or seqs_everywhere else 256
+        budget = (16384 if offline else 8192) if big else (8192 if offline else 2048)
         return VersionDefaults(seqs, float(budget), 0.9, scheduling_of(name, version, max_model_len))
     if name == "sglang":
         if v is not None and v < (0, 5):

@@ -104,6 +104,13 @@ def test_vllm_defaults_depend_on_version_and_gpu() -> None:
     assert (on_a100.chunk_tokens, on_a100.max_num_seqs) == (2048.0, 256)  # V1 server defaults on A100
     assert (on_h100.chunk_tokens, on_h100.max_num_seqs) == (8192.0, 1024)  # ... on 70 GiB and more, not A100
     assert on_h100.scheduling == Scheduling(mixed=True, chunked=True, reserve_output=False)
+    # Within 0.8 the rule moved (`EngineArgs` of the 0.8.0-0.8.5 sdists): 1024 sequences on every GPU and the larger
+    # budget on an H100 or H200 by name up to 0.8.3, both by that name in 0.8.4, by 70 GiB (A100s too) in 0.8.5.
+    expected = {("0.8.3", a100): (2048.0, 1024), ("0.8.3", h100): (8192.0, 1024), ("0.8.4", a100): (2048.0, 256),
+                ("0.8.4", h100): (8192.0, 1024), ("0.8.5", a100): (8192.0, 1024), ("0.9.0", a100): (2048.0, 256)}
+    for (version, gpu), defaults in expected.items():
+        got = settings(version, gpu)
+        assert (got.chunk_tokens, got.max_num_seqs) == defaults, (version, gpu.key)
 
 
 def test_an_offline_vllm_v1_run_has_the_llm_classs_step_budget() -> None:
