@@ -493,10 +493,7 @@ def disaggregation_args(engine: str, version: str | None, role: str) -> list[str
     if entry is None:
         return None
     flag, args = entry
-    line = version_line(engine, version)
-    if not line or flag not in engine_flags()[engine][line]["flags"]:
-        return None
-    return args(role)
+    return args(role) if flag_released(engine, version, flag) else None
 
 
 @dataclass(frozen=True)
@@ -574,12 +571,39 @@ def _vllm_mtp_method(version: str | None) -> str | None:
 # architecture into DeepseekV3ForCausalLMNextN); 0.4.3 to 0.4.6.post1 load the NextN module only from a separately
 # exported repository whose layer 0 it is (`models/deepseek_nextn.py` reads `model.layers.0`; lmsys/DeepSeek-V3-NextN),
 # which the launch does not name. Read in the 0.4.3.post2, 0.4.4, 0.4.5, 0.4.6 and 0.4.6.post1-post5 sdists.
-SGLANG_MTP_SINCE = ((0, 4, 6), 2)  # (release, post release)
+SGLANG_MTP_SINCE = (0, 4, 6, 2)  # (major, minor, patch, post release)
 
 
-def _post(version: str | None) -> int:
-    match = re.search(r"\.post(\d+)", version or "")
-    return int(match.group(1)) if match else 0
+def _release(version: str | None) -> tuple[int, ...] | None:
+    """(major, minor, patch, post) of `version` (`0.4.6.post2` -> (0, 4, 6, 2)), None without a number."""
+    parsed = parse_version(version)
+    if parsed is None:
+        return None
+    post = re.search(r"\.post(\d+)", version or "")
+    return (*parsed, int(post.group(1)) if post else 0)
+
+
+# The first release with a flag the launches give for a shape, where the pinned parser of its line (a later release)
+# has it: read in the sdists (vLLM 0.8.0-0.10.2, SGLang 0.4.0-0.4.10). vLLM's --kv-transfer-config names the
+# NixlConnector, registered from 0.9.0 (`kv_connector/factory.py`); SGLang's --ep-size is in 0.4.1, DeepEP's switch
+# in 0.4.5, --disaggregation-transfer-backend (nixl) in 0.4.6 and --pp-size in 0.4.6.post2.
+FLAG_SINCE: dict[tuple[str, str], tuple[int, ...]] = {
+    ("vllm", "--kv-transfer-config"): (0, 9, 0, 0),
+    ("sglang", "--ep-size"): (0, 4, 1, 0),
+    ("sglang", "--enable-deepep-moe"): (0, 4, 5, 0),
+    ("sglang", "--disaggregation-mode"): (0, 4, 6, 0),
+    ("sglang", "--pp-size"): (0, 4, 6, 2),
+}
+
+
+def flag_released(engine: str, version: str | None, flag: str) -> bool:
+    """Whether `engine` at `version` (None: the pinned release) takes `flag`: its line's pinned parser has it and
+    the release is not older than the first that does (`FLAG_SINCE`)."""
+    line = version_line(engine, version)
+    if not line or flag not in engine_flags()[engine][line]["flags"]:
+        return False
+    since, released = FLAG_SINCE.get((engine, flag)), _release(version)
+    return since is None or released is None or released >= since
 
 
 def mtp_problem(engine: str, version: str | None) -> str | None:
@@ -592,8 +616,8 @@ def mtp_problem(engine: str, version: str | None) -> str | None:
     if engine == "vllm" and _vllm_mtp_method(version) is None:
         return (f"vllm {version} drafts with MTP modules only on its V0 engine (V1 takes method deepseek_mtp from "
                 "0.9.0): plan 0.9.0 or later (engine.version)")
-    released = parse_version(version)
-    if engine == "sglang" and released is not None and (released, _post(version)) < SGLANG_MTP_SINCE:
+    released = _release(version)
+    if engine == "sglang" and released is not None and released < SGLANG_MTP_SINCE:
         return (f"sglang {version} drafts only from a separately exported NextN repository "
                 "(--speculative-draft-model-path); from 0.4.6.post2 it reads the module from the model's own "
                 "checkpoint, as the launch assumes: plan 0.4.6.post2 or later (engine.version)")

@@ -107,7 +107,7 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
     `warnings` where the engine has no disaggregated serving or no pair meets the targets and limits."""
     if disaggregation_args(req.engine, req.engine_version, "prefill") is None:
         warnings.append(f"{req.engine} {req.engine_version or ''}".rstrip() + ": no disaggregated serving inferplan "
-                        "can configure (vLLM 0.11 and later, SGLang 0.4 and later); only aggregated candidates "
+                        "can configure (vLLM 0.9 and later, SGLang 0.4.6 and later); only aggregated candidates "
                         "were planned")
         return []
     # The pools are searched within the strictest limits of the GPUs planned (each SLO's target at the plan's

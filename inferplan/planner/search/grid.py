@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.catalog.checkpoints import Checkpoint, checkpoint_for, gpu_problem
-from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_flags, engine_gpu_problem, version_line
+from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_gpu_problem, flag_released
 from inferplan.planner.catalog.engines import (
     SERVED_PRECISIONS,
     EngineProfile,
@@ -334,9 +334,8 @@ def dp_attention_possible(req: PlanRequest) -> bool:
     """Whether the plan's engine runs the model with data-parallel attention: SGLang's `--enable-dp-attention`
     (in the pinned flags of its version line) for MLA models (DeepSeek-V2/V3/R1), whose latent KV every
     tensor-parallel rank would otherwise hold whole."""
-    line = version_line(req.engine, req.engine_version)
-    return (req.engine == "sglang" and req.arch.is_mla and bool(line)
-            and ENGINE_FLAGS["sglang"].dp_attention[0] in engine_flags()["sglang"][line]["flags"])
+    return (req.engine == "sglang" and req.arch.is_mla
+            and flag_released("sglang", req.engine_version, ENGINE_FLAGS["sglang"].dp_attention[0]))
 
 
 def expert_parallel_possible(req: PlanRequest) -> bool:
@@ -344,17 +343,17 @@ def expert_parallel_possible(req: PlanRequest) -> bool:
     (`dp_attention_possible`) whose pinned parser has `--ep-size` and DeepEP's switch, for a mixture of experts."""
     if not dp_attention_possible(req) or req.arch.num_experts <= 0:
         return False
-    flags = engine_flags()["sglang"][version_line(req.engine, req.engine_version)]["flags"]
-    return ENGINE_FLAGS["sglang"].ep[0] in flags and ("--moe-a2a-backend" in flags or "--enable-deepep-moe" in flags)
+    version = req.engine_version
+    return flag_released("sglang", version, ENGINE_FLAGS["sglang"].ep[0]) and any(
+        flag_released("sglang", version, switch) for switch in ("--moe-a2a-backend", "--enable-deepep-moe"))
 
 
 def pipeline_possible(req: PlanRequest) -> bool:
     """Whether the plan lets a replica span nodes and its engine (version line) splits a model's layers into
     pipeline stages: vLLM, SGLang and TensorRT-LLM, each with its flag (`EngineFlags.pp`) in its pinned parser."""
     flags = ENGINE_FLAGS.get(req.engine)
-    line = version_line(req.engine, req.engine_version)
-    return (req.max_nodes_per_replica > 1 and flags is not None and bool(flags.pp) and bool(line)
-            and flags.pp[0] in engine_flags()[req.engine][line]["flags"])
+    return (req.max_nodes_per_replica > 1 and flags is not None and bool(flags.pp)
+            and flag_released(req.engine, req.engine_version, flags.pp[0]))
 
 
 def link_domain_gpus(req: PlanRequest, gpu: GpuSpec) -> int:

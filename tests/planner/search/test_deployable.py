@@ -14,13 +14,18 @@ import yaml
 
 from inferplan.cli import main
 from inferplan.planner.catalog.checkpoints import Checkpoint, gpu_problem
-from inferplan.planner.catalog.engine_args import flag_problems
+from inferplan.planner.catalog.engine_args import disaggregation_args, flag_problems
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search.advice import CONTEXT_LIMIT_SHARE
 from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
-from inferplan.planner.search.grid import checkpoint_of, context_overflow
+from inferplan.planner.search.grid import (
+    checkpoint_of,
+    context_overflow,
+    expert_parallel_possible,
+    pipeline_possible,
+)
 from inferplan.planner.search.plan import plan
 from inferplan.planner.simulation.verification import planned as plan_answer
 from inferplan.planner.spec_parsing import PlanError, load_plan_file, parse_plan
@@ -292,6 +297,31 @@ def test_a_release_without_blackwell_kernels_is_not_planned_on_blackwell(engine:
     spec["engine"] = {"name": engine, "version": first}
     spec["constraints"] = {"gpuTypes": ["NVIDIA-B200"]}
     assert plan(resolve_plan(parse_plan(spec))).recommendation.gpu_type == "B200"
+
+
+@pytest.mark.parametrize(("engine", "older", "first", "shape"), [
+    ("sglang", "0.4.4", "0.4.5", "expert parallel"),         # DeepEP's switch (--enable-deepep-moe)
+    ("sglang", "0.4.6.post1", "0.4.6.post2", "pipeline"),   # --pp-size
+    ("sglang", "0.4.5", "0.4.6", "disaggregated"),          # --disaggregation-transfer-backend nixl
+    ("vllm", "0.8.5", "0.9.0", "disaggregated"),            # --kv-transfer-config's NixlConnector
+])
+def test_a_shape_is_planned_only_on_releases_that_take_its_flags(engine: str, older: str, first: str,
+                                                                 shape: str) -> None:
+    # The pinned parser of a version line is its newest release's; a plan pinning an older release of the line had
+    # been given flags that release lacks (read in the sdists: `engine_args.FLAG_SINCE`).
+    spec = spec_of(ROOT / "examples/platform/deepseek-r1-shapes.yaml")
+    spec["constraints"] = {"gpuTypes": ["H200-SXM-141GB"], "maxNodesPerReplica": 2}
+
+    def possible(version: str) -> bool:
+        spec["engine"] = {"name": engine, "version": version}
+        req = resolve_plan(parse_plan(spec))
+        if shape == "expert parallel":
+            return expert_parallel_possible(req)
+        if shape == "pipeline":
+            return pipeline_possible(req)
+        return disaggregation_args(engine, version, "prefill") is not None
+
+    assert not possible(older) and possible(first)
 
 
 def test_a_plan_beyond_any_autoscaler_says_so() -> None:
