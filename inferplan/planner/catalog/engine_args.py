@@ -587,6 +587,7 @@ def _release(version: str | None) -> tuple[int, ...] | None:
 # has it: read in the sdists (vLLM 0.8.0-0.10.2, SGLang 0.4.0-0.4.10). vLLM's --kv-transfer-config names the
 # NixlConnector, registered from 0.9.0 (`kv_connector/factory.py`); SGLang's --ep-size is in 0.4.1, DeepEP's switch
 # in 0.4.5, --disaggregation-transfer-backend (nixl) in 0.4.6 and --pp-size in 0.4.6.post2.
+SGLANG_E4M3_KV_SINCE = (0, 4, 2, 0)  # --kv-cache-dtype choices: auto, fp8_e5m2 in 0.4.0-0.4.1; fp8_e4m3 from 0.4.2
 FLAG_SINCE: dict[tuple[str, str], tuple[int, ...]] = {
     ("vllm", "--kv-transfer-config"): (0, 9, 0, 0),
     ("sglang", "--ep-size"): (0, 4, 1, 0),
@@ -691,7 +692,11 @@ def _sglang(c: _Ctx) -> EngineLaunch:
         notes.append("--quantization modelopt_fp4: SGLang detects a ModelOpt checkpoint as 'modelopt' (FP8), whose "
                      "config refuses NVFP4 ('For FP4 quantization, use ModelOptFp4Config': "
                      "layers/quantization/modelopt_quant.py and configs/model_config.py in 0.5.2)")
-    if c.fp8_kv:
+    if c.fp8_kv and (_release(c.version) or SGLANG_E4M3_KV_SINCE) < SGLANG_E4M3_KV_SINCE:
+        args += [flags.kv_cache_dtype[0], "fp8_e5m2"]
+        notes.append("FP8 KV cache: --kv-cache-dtype fp8_e5m2, the only FP8 KV cache SGLang 0.4.0 and 0.4.1 take "
+                     "(fp8_e4m3 from 0.4.2)")
+    elif c.fp8_kv:
         args += [flags.kv_cache_dtype[0], "fp8_e4m3"]
         notes.append("FP8 KV cache: --kv-cache-dtype fp8_e4m3, the format FP8 checkpoints calibrate their k/v "
                      "scales for and the only FP8 KV that SGLang's FA3 backend takes (fp8_e5m2 falls back to triton "

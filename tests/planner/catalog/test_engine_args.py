@@ -324,6 +324,14 @@ def test_lines_that_cannot_draft_with_mtp_modules_refuse_it(engine: str, version
                       mtp_draft_tokens=1)
 
 
+@pytest.mark.parametrize(("version", "kv"), [("0.4.1", "fp8_e5m2"), ("0.4.2", "fp8_e4m3"), (None, "fp8_e4m3")])
+def test_sglang_gets_the_fp8_kv_cache_its_release_takes(version: str | None, kv: str) -> None:
+    # SGLang 0.4.0 and 0.4.1 take --kv-cache-dtype auto or fp8_e5m2 only (fp8_e4m3 from 0.4.2, read in the sdists).
+    launch = engine_launch("sglang", version, "meta-llama/Llama-3.1-8B-Instruct", "native", "bf16", 1, 64, "fp8",
+                           _settings(True))
+    assert _value(launch.args, "--kv-cache-dtype") == kv
+
+
 def test_sglang_drafts_from_the_models_own_checkpoint_from_0_4_6_post2() -> None:
     assert mtp_problem("sglang", "0.4.6.post2") is None and mtp_problem("sglang", "0.4.7") is None
     assert mtp_problem("sglang", None) is None  # the pinned release
