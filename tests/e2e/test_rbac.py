@@ -200,9 +200,14 @@ class Run:
 
 
 def audit_events(ctx: Context, offset: int) -> list[dict[str, Any]]:
+    """The audit events written from byte `offset` of the log on. An offset is the log's size at some moment, which
+    may fall inside a line the server was still writing: that event began before it and is left out."""
     with open(ctx.audit, "rb") as f:
-        f.seek(offset)
+        f.seek(max(offset - 1, 0))
         data = f.read()
+    if offset > 0:  # from the byte before the offset: drop through its line's end (only the newline if it is one)
+        end = data.find(b"\n")
+        data = data[end + 1:] if end >= 0 else b""
     lines = data.decode(errors="replace").splitlines()
     if lines and not data.endswith(b"\n"):
         lines = lines[:-1]  # a line still being written
