@@ -31,6 +31,7 @@ from importlib import resources
 from typing import Any
 
 from inferplan.planner.catalog.engines import EngineSettings, engine_vendor_problem, parse_version
+from inferplan.planner.catalog.gpus import NO_BF16_FAMILIES
 
 # The pinned release of each engine's current line (what `version=None` means).
 DEFAULT_VERSIONS: dict[str, str] = {
@@ -227,6 +228,38 @@ def engine_gpu_problem(engine: str, version: str | None, vendor: str, family: st
     return None
 
 
+# Architectures an engine release refuses to run in float16, from the first release read to refuse them: vLLM's
+# `_FLOAT16_NOT_SUPPORTED_MODELS` (model types gemma2, gemma3, gemma3_text, plamo2 and glm4: "Numerical instability.
+# Please use bfloat16 or float32 instead."), read in the 0.10.0 and 0.10.2 sdists (`config.py`) and the 0.11.0 wheel
+# (`config/model.py`); 0.9.0's `_get_and_verify_dtype` has no such check. With `--dtype auto` on a GPU without
+# bfloat16 (`gpus.NO_BF16_FAMILIES`) the same releases fall back to float32, which is not planned. SGLang casts
+# between float16 and bfloat16 with a warning (`configs/model_config.py` in 0.5.5.post1).
+FLOAT16_REFUSED: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {
+    "vllm": ((0, 10), frozenset({"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration",
+                                 "Glm4ForCausalLM", "Plamo2ForCausalLM"})),
+}
+
+
+def float16_problem(engine: str, version: str | None, architecture: str, precision: str, family: str,
+                    gpu: str) -> str | None:
+    """Why `engine` at `version` (None: the pinned release) cannot run `architecture` in 16-bit `precision` on a GPU
+    of `family`: the engine refuses float16 for it (`FLOAT16_REFUSED`), and the run is float16 because the plan
+    says fp16 or the GPU has no bfloat16; None where it can."""
+    if precision not in ("bf16", "fp16"):
+        return None
+    refused = FLOAT16_REFUSED.get(engine)
+    released = _release(version) or _release(DEFAULT_VERSIONS.get(engine))
+    if refused is None or architecture not in refused[1] or released is None or released < refused[0]:
+        return None
+    release = version or DEFAULT_VERSIONS[engine]
+    if family in NO_BF16_FAMILIES:
+        return (f"{gpu} has no bfloat16 arithmetic and {engine} {release} refuses float16 for {architecture} "
+                "(numerical instability): it would run in float32, which is not planned")
+    if precision == "fp16":
+        return f"{engine} {release} refuses float16 for {architecture} (numerical instability): plan bf16"
+    return None
+
+
 def stated_mtp(text: str) -> tuple[int, float | None]:
     """(draft tokens a step, mean tokens accepted a step or None) of a run that drafts with a model's MTP module, as
     its command line or options state it in the spellings the launches write: TensorRT-LLM's
@@ -409,7 +442,8 @@ def _step_budget(settings: EngineSettings) -> int | None:
 
 def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_format: str, precision: str,
                   tp: int, batch: int, kv_dtype: str, settings: EngineSettings, *, kv_tokens: int | None = None,
-                  expected_queue: int | None = None, pp: int = 1, mtp_draft_tokens: int = 0) -> EngineLaunch:
+                  expected_queue: int | None = None, pp: int = 1, mtp_draft_tokens: int = 0,
+                  gpu_family: str | None = None) -> EngineLaunch:
     """The launch of `engine` (at `version`, None: `DEFAULT_VERSIONS`) serving `checkpoint` for one replica.
 
     checkpoint: the repository (or path) the engine loads; it already holds `precision` unless
@@ -420,6 +454,7 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
       `--max-batch-total-tokens`; expected_queue: requests the plan expects waiting at peak (TGI's cap).
     pp: pipeline stages (each `tp` GPUs), given with the engine's flag (`EngineFlags.pp`) after the TP size.
     mtp_draft_tokens: tokens drafted a step with the model's MTP modules (0: no speculative decoding).
+    gpu_family: the GPUs' family; on one without bfloat16 (`gpus.NO_BF16_FAMILIES`) bf16 weights run in float16.
     Raises ValueError for a combination the engine cannot serve (a quantised precision on a 16-bit
     "native" checkpoint, online quantisation where the engine has none, FP8 KV where it has none).
     """
@@ -435,7 +470,7 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     if build is None:
         raise ValueError(f"no argument mapping for engine {engine!r}")
     ctx = _Ctx(engine, line, checkpoint, fmt, precision, tp, batch, fp8_kv, settings, kv_tokens, expected_queue,
-               mtp_draft_tokens, version)
+               mtp_draft_tokens, version, gpu_family)
     if mtp_draft_tokens and (problem := mtp_problem(engine, version)) is not None:
         raise ValueError(problem)
     launch = build(ctx)
@@ -511,6 +546,7 @@ class _Ctx:
     expected_queue: int | None
     mtp: int = 0  # tokens drafted a step with the model's MTP modules
     version: str | None = None  # the release as the plan pins it (None: DEFAULT_VERSIONS)
+    gpu_family: str | None = None  # None: a GPU with bfloat16
 
     @property
     def chunked(self) -> bool:
@@ -524,10 +560,18 @@ class _Ctx:
     def sixteen_bit(self) -> bool:
         return self.precision in ("bf16", "fp16")
 
+    @property
+    def dtype(self) -> str:
+        """The `--dtype` of 16-bit weights: float16 where the GPU has no bfloat16 (vLLM refuses bfloat16 there)."""
+        return "bfloat16" if self.precision == "bf16" and self.gpu_family not in NO_BF16_FAMILIES else "float16"
+
 
 def _precision_note(c: _Ctx) -> str:
     if c.fmt == "online":
         return f"precision fp8: {c.checkpoint} holds 16-bit weights; the engine quantises them to FP8 while loading"
+    if c.sixteen_bit and c.precision == "bf16" and c.dtype == "float16":
+        return (f"precision bf16: {c.checkpoint} holds 16-bit weights; {c.gpu_family} GPUs have no bfloat16 "
+                "arithmetic, so the engine runs them in float16 (--dtype float16)")
     if c.sixteen_bit:
         return f"precision {c.precision}: {c.checkpoint} holds 16-bit weights"
     return (f"precision {c.precision}: {c.checkpoint} is a {c.fmt} checkpoint; the engine reads the method from "
@@ -538,7 +582,7 @@ def _dtype_and_online(c: _Ctx) -> list[str]:
     """vLLM's and SGLang's flags for 16-bit weights (`--dtype`) and for FP8 quantised at load."""
     flags = ENGINE_FLAGS[c.engine]
     if c.sixteen_bit:
-        return [flags.dtype[0], "bfloat16" if c.precision == "bf16" else "float16"]
+        return [flags.dtype[0], c.dtype]
     return [flags.quantization[0], "fp8"] if c.fmt == "online" else []
 
 
@@ -732,7 +776,7 @@ def _tgi(c: _Ctx) -> EngineLaunch:
     args = ["--model-id", c.checkpoint, flags.tp[0], str(c.tp), "--cuda-memory-fraction", c.fraction,
             "--max-input-tokens", str(max_input), "--max-total-tokens", str(s.max_model_len)]
     if c.sixteen_bit:
-        args += [flags.dtype[0], "bfloat16" if c.precision == "bf16" else "float16"]
+        args += [flags.dtype[0], c.dtype]
     quantize = _TGI_QUANTIZE.get(c.fmt)
     if quantize is not None:
         args += [flags.quantization[0], quantize]

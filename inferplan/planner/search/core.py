@@ -596,7 +596,7 @@ def _candidate(
     kv = resolve_kv_dtype(shape.kv_dtype, shape.precision, engine.name, kv_hint(checkpoint))
     launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
                            shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens), pp=shape.pp,
-                           mtp_draft_tokens=req.mtp_draft_tokens)
+                           mtp_draft_tokens=req.mtp_draft_tokens, gpu_family=gpu.family)
     if shape.ep:
         launch = replace(launch, args=[*launch.args, *expert_parallel_args(req.engine_version, shape.tp)], notes=[
             *launch.notes, f"--ep-size {shape.tp} with DeepEP: each rank holds 1/{shape.tp} of the experts whole and "

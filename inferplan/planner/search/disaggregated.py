@@ -442,7 +442,8 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
     # A drafting decode pool needs the MTP layer's KV of each prompt: the prefill pool loads and runs the module too.
     pre_launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format,
                                pre_shape.precision, pre_shape.tp, int(rows.batch[pre]), kv, pre_settings,
-                               kv_tokens=int(grid.row_kv_tokens[pre]), mtp_draft_tokens=req.mtp_draft_tokens)
+                               kv_tokens=int(grid.row_kv_tokens[pre]), mtp_draft_tokens=req.mtp_draft_tokens,
+                               gpu_family=pre_shape.gpu.family)
     pre_args = [*(expert_parallel_args(req.engine_version, pre_shape.tp) if pre_shape.ep else []),
                 *(dp_attention_args(pre_shape.tp) if pre_shape.dp_attention else []),
                 *(disaggregation_args(req.engine, req.engine_version, "prefill") or [])]

@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.catalog.checkpoints import Checkpoint, checkpoint_for, gpu_problem
-from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_gpu_problem, flag_released
+from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_gpu_problem, flag_released, float16_problem
 from inferplan.planner.catalog.engines import (
     SERVED_PRECISIONS,
     EngineProfile,
@@ -145,11 +145,13 @@ def _checkpoint_for(model: str, precision: str, engine: str, declared: bool, fam
 
 
 def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision: WeightPrecision,
-                       checkpoint: Checkpoint | str, version: str | None = None) -> str | None:
+                       checkpoint: Checkpoint | str, version: str | None = None, architecture: str = "") -> str | None:
     if (problem := engine_gpu_problem(engine.name, version, gpu.vendor, gpu.family, gpu.key)) is not None:
         return problem
     if name not in SERVED_PRECISIONS.get(engine.name, ()):
         return f"{engine.name} does not serve {name} weights"
+    if (problem := float16_problem(engine.name, version, architecture, name, gpu.family, gpu.key)) is not None:
+        return problem
     if isinstance(checkpoint, str):
         return checkpoint
     if precision.compute == "fp8" and not gpu.fp8_tflops:
@@ -271,7 +273,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
                      memory.kv_cache_tokens[too_big, 0], settings.max_model_len,
                      memory.headroom_per_gpu[too_big, 0], usable[too_big])))
 
-    problems = [[_precision_problem(engine, g, name, p, c, req.engine_version)
+    problems = [[_precision_problem(engine, g, name, p, c, req.engine_version, req.arch.architecture)
                  for name, p, c in zip(req.precisions, precisions, row, strict=True)]
                 for g, row in zip(gpus, checkpoints, strict=True)]
     unsupported = np.array([[problem is not None for problem in row] for row in problems], dtype=bool)[gpu, pi]

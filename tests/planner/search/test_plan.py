@@ -98,6 +98,38 @@ def test_precision_gate_knows_fp8_hardware() -> None:
     assert result.infeasible[0].gate == "precision" and "FP8 tensor cores" in result.infeasible[0].reason
 
 
+def test_a_gpu_without_bfloat16_runs_bf16_weights_in_float16() -> None:
+    # vLLM refuses --dtype bfloat16 below compute capability 8.0 (T4: 7.5) and runs a bf16 checkpoint in float16.
+    for engine in ("vllm", "sglang", "tgi"):
+        t4 = plan(request(**{"engine.name": engine, "model.precisions": ["bf16"], "constraints.gpuTypes": ["Tesla-T4"],
+                             "constraints.tensorParallelSizes": [2], "workload.requestsPerSecond": "1"})).recommendation
+        a100 = plan(request(**{"engine.name": engine, "model.precisions": ["bf16"],
+                               "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]})).recommendation
+        assert t4 is not None and a100 is not None
+        args = t4.engine_args
+        assert args[args.index("--dtype") + 1] == "float16" and "bfloat16" not in args, engine
+        assert any("no bfloat16 arithmetic" in note for note in t4.engine_notes), engine
+        assert a100.engine_args[a100.engine_args.index("--dtype") + 1] == "bfloat16", engine
+
+
+def test_a_model_vllm_refuses_in_float16_is_not_planned_in_float16() -> None:
+    # vLLM 0.10+ refuses float16 for Gemma 2 and 3 (numerical instability); on a T4, without bfloat16, it would fall
+    # back to float32, which the planner does not model. vLLM 0.9 and SGLang run them in float16.
+    gemma = {"model.name": "google/gemma-2-9b", "workload.requestsPerSecond": "1"}
+    on_t4 = plan(request(**gemma, **{"model.precisions": ["bf16"], "constraints.gpuTypes": ["Tesla-T4"],
+                                     "constraints.tensorParallelSizes": [2]}))
+    assert on_t4.recommendation is None and on_t4.infeasible[0].gate == "precision"
+    assert "no bfloat16 arithmetic" in on_t4.infeasible[0].reason and "float32" in on_t4.infeasible[0].reason
+    fp16 = plan(request(**gemma, **{"model.precisions": ["fp16"], "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}))
+    assert fp16.recommendation is None and "refuses float16 for Gemma2ForCausalLM" in fp16.infeasible[0].reason
+    for other in ({"engine.version": "0.9.0"}, {"engine.name": "sglang"}):
+        run = plan(request(**gemma, **other, **{"model.precisions": ["fp16"],
+                                                "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}))
+        assert run.recommendation is not None, other
+    assert plan(request(**gemma, **{"model.precisions": ["bf16"],
+                                    "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]})).recommendation is not None
+
+
 def test_inventory_and_budget_gates() -> None:
     short = plan(request(**{"workload.requestsPerSecond": "200", "constraints.availableGpus": {"H100": 1}}))
     assert short.recommendation is None
