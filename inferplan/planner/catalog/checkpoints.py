@@ -79,6 +79,7 @@ _BLACKWELL = frozenset({"blackwell"})
 _CDNA4 = frozenset({"cdna4"})
 _CUDA_SM80_UP = frozenset({"ampere", "ada", "hopper", "blackwell"})
 _NVIDIA = frozenset({"volta", "turing", "ampere", "ada", "hopper", "blackwell"})
+_NVIDIA_FP8 = frozenset({"ada", "hopper", "blackwell"})
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,11 @@ FORMAT_SUPPORT: dict[tuple[str, str], FormatSupport] = {
         _CDNA4, (0, 5, 2), "SGLang 0.5.2 `quantization/__init__.py`: the Quark loader is registered only "
         "on ROCm where `mxfp_supported()` (gfx95x)"),
     ("modelopt-fp8", "vllm"): FormatSupport(
-        _NVIDIA, None, "vLLM 0.11.0, 0.11.2 and 0.12.0 `platforms/rocm.py` supported_quantization (awq, gptq, fp8, "
-        "compressed-tensors, fbgemm_fp8, gguf, quark, ptpc_fp8, mxfp4, petit_nvfp4, torchao) has no 'modelopt': "
+        _NVIDIA_FP8, None, "vLLM 0.11.0, 0.11.2 and 0.12.0 `platforms/rocm.py` supported_quantization (awq, gptq, "
+        "fp8, compressed-tensors, fbgemm_fp8, gguf, quark, ptpc_fp8, mxfp4, petit_nvfp4, torchao) has no 'modelopt': "
         "ROCm refuses ModelOpt checkpoints; on AMD GPUs FP8 is quantised at load or read from a compressed-tensors "
-        "or Quark repository"),
+        "or Quark repository. `quantization/modelopt.py` ModelOptFp8Config.get_min_capability 89 (0.11.0): no "
+        "Ampere either, where FP8 runs weight-only from the other formats (`FP8_WEIGHT_ONLY`)"),
     ("compressed-tensors-int8", "vllm"): FormatSupport(
         frozenset({"turing", "ampere", "ada", "hopper", "cdna3", "cdna4"}), None,
         "vLLM 0.11.0-0.12.0 `quantization/kernels/scaled_mm/__init__.py`: on CUDA the only W8A8 kernel is CUTLASS "
@@ -132,6 +134,36 @@ FORMAT_SUPPORT: dict[tuple[str, str], FormatSupport] = {
         None, (0, 11), "vLLM 0.11.2 `quark/schemes/quark_w8a8_fp8.py` (min capability 89); 'quark' is in the ROCm "
         "platform's supported_quantization"),
 }
+# Where an engine runs FP8 checkpoints on GPUs without FP8 tensor cores: weight-only, each weight dequantised to 16-bit
+# math in a Marlin kernel (W8A16), activations unquantised; engine -> (GPU families, first release, formats). vLLM:
+# `Fp8Config.get_min_capability` 80 and `use_marlin` below capability 8.9 for linear and fused-MoE layers, block
+# scales included, from 0.9.0 (`quantization/fp8.py` in the 0.9.0, 0.10.x sdists and the 0.11.0 wheel; 0.8.x turns
+# Marlin off for block scales and has no FP8 MoE Marlin); compressed-tensors FP8 runs as `CompressedTensorsW8A16Fp8`
+# (min capability 80). ModelOpt and Quark FP8 need 8.9 (`FORMAT_SUPPORT`). SGLang 0.5.2's Marlin FP8 imports vLLM's
+# kernels and is off without them: not planned.
+FP8_WEIGHT_ONLY: dict[str, tuple[frozenset[str], tuple[int, ...], frozenset[str]]] = {
+    "vllm": (frozenset({"ampere"}), (0, 9, 0),
+             frozenset({"online", "fp8-native", "fp8-block", "autofp8", "compressed-tensors-fp8"})),
+}
+
+
+def fp8_weight_only_problem(checkpoint: Checkpoint, engine: str, gpu_family: str,
+                            version: str | None = None) -> str | None:
+    """Why `engine` (at `version`, None: its current release) cannot run FP8 `checkpoint` weight-only on a GPU of
+    `gpu_family` that has no FP8 tensor cores (`FP8_WEIGHT_ONLY`); None where it can."""
+    support = FP8_WEIGHT_ONLY.get(engine)
+    if support is None or gpu_family not in support[0]:
+        return f"{engine} runs FP8 weights only on FP8 tensor cores"
+    fmt = "online" if checkpoint.online else checkpoint.launch_format
+    if fmt not in support[2]:
+        return f"{engine} runs {fmt} checkpoints only on FP8 tensor cores"
+    released = parse_version(version)
+    if released is not None and released < support[1]:
+        return (f"{engine} {version} runs FP8 weights on {gpu_family} GPUs only from "
+                f"{'.'.join(map(str, support[1]))} (Marlin, weight-only)")
+    return None
+
+
 # Where the checkpoint is only declared by the plan (its format unknown): the precision's own GPUs.
 _PRECISION_FAMILIES: dict[str, frozenset[str]] = {"nvfp4": _BLACKWELL, "mxfp4-w4a4": _CDNA4}
 

@@ -31,7 +31,7 @@ from importlib import resources
 from typing import Any
 
 from inferplan.planner.catalog.engines import EngineSettings, engine_vendor_problem, parse_version
-from inferplan.planner.catalog.gpus import NO_BF16_FAMILIES
+from inferplan.planner.catalog.gpus import FP8_FAMILIES, NO_BF16_FAMILIES
 
 # The pinned release of each engine's current line (what `version=None` means).
 DEFAULT_VERSIONS: dict[str, str] = {
@@ -567,6 +567,14 @@ class _Ctx:
 
 
 def _precision_note(c: _Ctx) -> str:
+    note = _precision_source(c)
+    if c.precision == "fp8" and c.gpu_family is not None and c.gpu_family not in FP8_FAMILIES:
+        note += (f"; {c.gpu_family} GPUs have no FP8 tensor cores, so the engine runs the FP8 weights weight-only "
+                 "(a Marlin kernel dequantises them to 16-bit math; activations stay 16-bit)")
+    return note
+
+
+def _precision_source(c: _Ctx) -> str:
     if c.fmt == "online":
         return f"precision fp8: {c.checkpoint} holds 16-bit weights; the engine quantises them to FP8 while loading"
     if c.sixteen_bit and c.precision == "bf16" and c.dtype == "float16":

@@ -10,7 +10,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from inferplan.planner.catalog.checkpoints import Checkpoint, checkpoint_for, gpu_problem
+from inferplan.planner.catalog.checkpoints import Checkpoint, checkpoint_for, fp8_weight_only_problem, gpu_problem
 from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_gpu_problem, flag_released, float16_problem
 from inferplan.planner.catalog.engines import (
     SERVED_PRECISIONS,
@@ -154,8 +154,9 @@ def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision
         return problem
     if isinstance(checkpoint, str):
         return checkpoint
-    if precision.compute == "fp8" and not gpu.fp8_tflops:
-        return f"{name} needs FP8 tensor cores; {gpu.key} has none"
+    if precision.compute == "fp8" and not gpu.fp8_tflops and (
+            problem := fp8_weight_only_problem(checkpoint, engine.name, gpu.family, version)) is not None:
+        return f"{name} needs FP8 tensor cores; {gpu.key} has none ({problem})"
     if precision.compute == "int8" and not gpu.int8_tops:
         return f"{name} needs INT8 tensor cores; {gpu.key} has none in the catalog"
     problem = gpu_problem(checkpoint, engine.name, gpu.family, version)  # FP4 formats: GPUs and releases

@@ -295,7 +295,9 @@ def _checkpoint(fmt: str, precision: str) -> Checkpoint:
     ("quark-fp8", "fp8", "vllm", "cdna3", True),
     ("declared", "nvfp4", "vllm", "blackwell", True),  # a plan's own repository: the precision's GPUs
     ("declared", "nvfp4", "vllm", "hopper", False),
-    ("modelopt-fp8", "fp8", "vllm", "ampere", True),  # not an FP4 format: the FP8 gate is the search's
+    ("modelopt-fp8", "fp8", "vllm", "hopper", True),
+    ("modelopt-fp8", "fp8", "vllm", "ampere", False),  # ModelOptFp8Config needs capability 8.9; others run weight-only
+    ("compressed-tensors-fp8", "fp8", "vllm", "ampere", True),  # FP8 on Ampere: fp8_weight_only_problem
 ])
 def test_fp4_formats_run_on_their_gpus(fmt: str, precision: str, engine: str, family: str, ok: bool) -> None:
     problem = gpu_problem(_checkpoint(fmt, precision), engine, family)

@@ -93,9 +93,29 @@ def test_memory_gate_names_the_sizes() -> None:
 
 
 def test_precision_gate_knows_fp8_hardware() -> None:
-    result = plan(request(**{"model.precisions": ["fp8"], "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}))
-    assert result.recommendation is None
-    assert result.infeasible[0].gate == "precision" and "FP8 tensor cores" in result.infeasible[0].reason
+    # An A100 has no FP8 tensor cores: TGI and TensorRT-LLM are refused FP8 there, and so is vLLM before 0.9.0.
+    fp8_a100 = {"model.precisions": ["fp8"], "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}
+    for other in ({"engine.name": "tgi"}, {"engine.name": "tensorrt-llm"}, {"engine.version": "0.8.5"}):
+        result = plan(request(**fp8_a100, **other))
+        assert result.recommendation is None, other
+        assert result.infeasible[0].gate == "precision" and "FP8 tensor cores" in result.infeasible[0].reason, other
+
+
+def test_vllm_runs_fp8_weights_weight_only_on_ampere() -> None:
+    # vLLM 0.9+ dequantises FP8 weights in its Marlin kernel below compute capability 8.9 (Fp8Config, compressed
+    # tensors' W8A16 scheme), MoE layers too; ModelOpt FP8 needs 8.9, so an Ampere plan loads another repository.
+    fp8_a100 = {"model.precisions": ["fp8"], "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}
+    dense = plan(request(**fp8_a100)).recommendation
+    assert dense is not None and dense.precision == "fp8"
+    assert dense.checkpoint and not dense.checkpoint.startswith("nvidia/")
+    assert any("no FP8 tensor cores" in note and "Marlin" in note for note in dense.engine_notes)
+    moe = plan(request(**fp8_a100, **{"model.name": "Qwen/Qwen3-30B-A3B", "constraints.tensorParallelSizes": [1, 2]}))
+    assert moe.recommendation is not None and moe.recommendation.checkpoint == "Qwen/Qwen3-30B-A3B-FP8"
+    # Weight-only FP8 reads half the weight bytes of bf16 a decode step: at light load, a shorter TPOT.
+    light = {"workload.requestsPerSecond": "0.5", "constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}
+    tpot = {p: plan(request(**light, **{"model.precisions": [p]})).recommendation for p in ("fp8", "bf16")}
+    assert tpot["fp8"] is not None and tpot["bf16"] is not None
+    assert tpot["fp8"].predicted.tpot_ms.p50 < 0.8 * tpot["bf16"].predicted.tpot_ms.p50
 
 
 def test_a_gpu_without_bfloat16_runs_bf16_weights_in_float16() -> None:
