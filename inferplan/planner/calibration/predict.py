@@ -541,7 +541,9 @@ def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, fac
     if m == "itl_ms_mean":  # the mean gap between streamed tokens, over every gap of every request
         gaps = np.isfinite(result.tpot_s)
         decode_s = (result.e2e_s - result.ttft_s)[gaps]
-        return 1e3 * float(decode_s.sum() / (decode_s / result.tpot_s[gaps]).sum()) if gaps.any() else None
+        if not gaps.any():
+            return "no simulated request generated more than one token at the row's KV capacity"
+        return 1e3 * float(decode_s.sum() / (decode_s / result.tpot_s[gaps]).sum())
     if m == "decode_tps_single":
         if row.includes_prefill:  # output tokens over the whole request, first token included
             outputs = np.where(np.isfinite(result.tpot_s), (result.e2e_s - result.ttft_s) / result.tpot_s + 1.0, 1.0)
