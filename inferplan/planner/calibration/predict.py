@@ -32,7 +32,7 @@ from inferplan.planner.catalog.engines import (
     version_defaults,
 )
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
-from inferplan.planner.catalog.model_configs import resolve_model
+from inferplan.planner.catalog.model_configs import resolve_model_variant
 from inferplan.planner.catalog.precisions import kv_dtype_bytes, weight_precision
 from inferplan.planner.model.factors import EngineFactors, FactorSet, load_factors
 from inferplan.planner.model.memory import (
@@ -98,7 +98,7 @@ def unmodelled(row: Scenario) -> str | None:
 @lru_cache(maxsize=1024)
 def _unmodelled_model(model: str) -> str | None:
     try:
-        arch = resolve_model(model)
+        arch = resolve_model_variant(model)
     except CatalogLookupError:
         return None
     return ("multi-head latent attention (MLA): costed from its measured kernels, which its one serving source ran "
@@ -199,7 +199,7 @@ def _resolve(row: Scenario) -> _Resolved | str:
     except CatalogLookupError as exc:
         return f"GPU not in the catalog: {exc}"
     try:
-        arch = resolve_model(row.model)
+        arch = resolve_model_variant(row.model)
     except CatalogLookupError as exc:
         return f"model not in the catalog: {exc}"
     try:
@@ -216,7 +216,7 @@ def _resolve(row: Scenario) -> _Resolved | str:
 def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: int, pp: int,
               engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False,
               mtp: tuple[int, float] = (0, 1.0)) -> Hardware:
-    arch, precision, spec = resolve_model(model), weight_precision(weights), resolve_gpu(gpu)
+    arch, precision, spec = resolve_model_variant(model), weight_precision(weights), resolve_gpu(gpu)
     hw = build_hardware(arch, spec, precision, kv, engine_profile(engine), engine_factors, tp, pp)
     if dp_attention:  # as the search lays a replica out (`search.dp_attention_possible`)
         hw = with_dp_attention(hw, np.array(True), np.array(attention_weight_bytes(arch, precision)),

@@ -404,6 +404,24 @@ class _CatalogFile(BaseModel):
     models: list[_CatalogEntry] = Field(min_length=1)
 
 
+# Words a repository's name adds to a catalogued model's without changing its architecture: the training stage
+# (`-Base`, `-Instruct`, `-it`), a release date (`-2507`) and a quantisation format (`-FP8-Dynamic`, `-AWQ`,
+# `.w8a8`; a scenario line states the format in `weights`). Whole words of the name's last part, split at `-`,
+# `_` and `.`; the rest, compared as `normalize_name` does, is the name's stem (`variant_of`).
+VARIANT_WORDS = frozenset({"base", "instruct", "chat", "it", "pt", "hf", "thinking"})
+QUANTISED_WORDS = frozenset({"fp8", "dynamic", "static", "awq", "gptq", "int4", "int8", "w8a8", "w4a16", "w8a16",
+                             "quantized", "nvfp4", "fp4", "mxfp4", "kv", "bnb", "4bit", "8bit", "gguf"})
+_DATE = re.compile(r"^\d{4}$")
+
+
+def _stem(name: str) -> tuple[str, frozenset[str]]:
+    """(the stem of `name`'s last part, the release dates it names)."""
+    words = [w for w in re.split(r"[-_.]", name.rsplit("/", 1)[-1].lower()) if w]
+    dates = frozenset(w for w in words if _DATE.match(w))
+    kept = [w for w in words if w not in VARIANT_WORDS and w not in QUANTISED_WORDS and w not in dates]
+    return normalize_name("".join(kept)), dates
+
+
 class ModelCatalog:
     """The packaged model architectures, looked up by repo id or alias (case and separators ignored).
 
@@ -440,6 +458,28 @@ class ModelCatalog:
         if model is None:
             raise CatalogLookupError("model", name, closest_names(name, self.names()))
         return model
+
+    def variant_of(self, name: str) -> ModelArchitecture | None:
+        """The one catalogued model whose name `name` extends only by variant words (`VARIANT_WORDS`,
+        `QUANTISED_WORDS`, a date), whatever its organisation: `Qwen/Qwen3-8B-Base` and
+        `RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8` name Qwen3-8B and Llama-3.1-8B. Where several models share the
+        stem (Qwen3-235B-A22B and its -2507 release), the one with a name of the same release date (none for an
+        undated name); None where that leaves none or several."""
+        stem, dates = _stem(name)
+        if not stem:
+            return None
+        matches: dict[str, ModelArchitecture] = {}
+        same_date: set[str] = set()
+        for model in self._models:
+            for alias in (model.repo_id, *model.aliases):
+                own, own_dates = _stem(alias)
+                if own == stem:
+                    matches[model.repo_id] = model
+                    if own_dates == dates:
+                        same_date.add(model.repo_id)
+        if len(matches) > 1:
+            matches = {k: v for k, v in matches.items() if k in same_date}
+        return next(iter(matches.values())) if len(matches) == 1 else None
 
     def names(self) -> list[str]:
         """Every repo id and alias the catalog answers to."""
@@ -491,3 +531,17 @@ def load_model_catalog() -> ModelCatalog:
 def resolve_model(name: str) -> ModelArchitecture:
     """Look a model up in the packaged catalog by repo id or alias."""
     return load_model_catalog().resolve(name)
+
+
+def resolve_model_variant(name: str) -> ModelArchitecture:
+    """`resolve_model`, or where the catalog does not name `name`, the model it is a variant of
+    (`ModelCatalog.variant_of`: a training stage, a release date or a quantisation format added to a catalogued
+    name). For scenario lines, whose `weights` carries the format; unknown names raise as `resolve_model` does."""
+    catalog = load_model_catalog()
+    try:
+        return catalog.resolve(name)
+    except CatalogLookupError:
+        variant = catalog.variant_of(name)
+        if variant is None:
+            raise
+        return variant

@@ -24,7 +24,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from inferplan.planner.catalog.gpus import resolve_gpu
-from inferplan.planner.catalog.model_configs import resolve_model
+from inferplan.planner.catalog.model_configs import resolve_model_variant
 from inferplan.planner.names import CatalogLookupError
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _vendor(family: str | None) -> str:
 def model_kind(model: str) -> str:
     """"mla", "moe" or "dense" (a model the catalog does not know counts as dense)."""
     try:
-        arch = resolve_model(model)
+        arch = resolve_model_variant(model)
     except CatalogLookupError:
         return "dense"
     return "mla" if arch.is_mla else "moe" if arch.is_moe else "dense"

@@ -78,6 +78,17 @@ def test_unpredictable_rows_say_why(changes: dict[str, object], reason: str) -> 
     assert predictions[1].skipped is not None and predictions[1].skipped.startswith(reason)
 
 
+def test_a_line_naming_a_variant_of_a_catalogued_model_is_predicted_as_that_model() -> None:
+    # The format maps quantised checkpoints to their base repository; files that name the checkpoint, a -Base or a
+    # dated release are predicted with the architecture they extend (`weights` carries the format).
+    base = example("tpot_ms_p50")
+    assert base.model == "meta-llama/Meta-Llama-3-8B-Instruct"
+    for name in ("meta-llama/Meta-Llama-3-8B-Instruct-GPTQ-Int8", "someorg/Meta-Llama-3-8B-Instruct-FP8-dynamic"):
+        variant = example("tpot_ms_p50", id="variant-row", model=name)
+        ours, theirs = predict_scenarios([base, variant])
+        assert theirs.skipped is None and theirs.predicted == ours.predicted, name
+
+
 def test_missing_output_tokens_only_skip_metrics_that_need_them() -> None:
     poisson = example("tpot_ms_p50", metric="ttft_ms_p99", unit="ms", output_tokens=None, dataset=None)
     assert predict_scenarios([poisson])[0].skipped == "output token count not stated"

@@ -18,6 +18,7 @@ from inferplan.planner.catalog.model_configs import (
     load_config_json,
     load_model_catalog,
     resolve_model,
+    resolve_model_variant,
 )
 from inferplan.planner.names import CatalogLookupError
 
@@ -156,6 +157,32 @@ def test_mistral_v02_and_v03_are_not_aliases_of_v01() -> None:
     v01 = resolve_model("mistralai/Mistral-7B-v0.1")
     assert resolve_model("mistralai/Mistral-7B-Instruct-v0.2") is not v01
     assert resolve_model("mistralai/Mistral-7B-Instruct-v0.3").vocab_size == 32768
+
+
+@pytest.mark.parametrize(
+    ("name", "repo_id"),
+    [
+        ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-8B"),  # a training stage
+        ("meta-llama/Llama-4-Scout-17B-16E", "meta-llama/Llama-4-Scout-17B-16E-Instruct"),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic", "meta-llama/Llama-3.1-8B"),  # another organisation
+        ("neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "meta-llama/Llama-3.1-70B"),
+        ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", "Qwen/Qwen2.5-7B"),
+        # Two entries share the stem: the release date decides, an undated name takes the undated release.
+        ("Qwen/Qwen3-235B-A22B-Thinking-2507", "Qwen/Qwen3-235B-A22B-Instruct-2507"),
+        ("Qwen/Qwen3-235B-A22B-FP8", "Qwen/Qwen3-235B-A22B"),
+    ],
+)
+def test_a_variant_name_resolves_to_the_model_it_extends(name: str, repo_id: str) -> None:
+    with pytest.raises(CatalogLookupError):
+        resolve_model(name)  # plans take catalogued names only
+    assert resolve_model_variant(name).repo_id == repo_id
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-4B", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/QwQ-32B",
+                                  "microsoft/Phi-3-mini-128k-instruct", "acme/never-heard-of-it-7b"])
+def test_a_name_that_adds_more_than_variant_words_stays_unknown(name: str) -> None:
+    with pytest.raises(CatalogLookupError):
+        resolve_model_variant(name)
 
 
 def test_unknown_model_lists_close_names() -> None:
