@@ -173,6 +173,15 @@ class _Resolved:
     expert_parallel: bool = False  # the MoE layers expert-parallel over them
     mtp_draft_tokens: int = 0      # drafting with the model's MTP module as the notes state it (`stated_mtp`)
     mtp_tokens_per_step: float = 1.0
+    precision: str = "bf16"        # the planner precision of the row's `weights` (`row_precision`)
+
+
+def row_precision(weights: str, arch: ModelArchitecture) -> str:
+    """The planner precision a scenario's `weights` names for `arch`. The format has one MXFP4 value, gpt-oss's
+    (MoE experts in MXFP4); on a model without experts it can only mean MXFP4 on every linear layer, AMD Quark's
+    W4A4 (`mxfp4-w4a4`: amd/Llama-3.1-405B-Instruct-MXFP4-Preview on MI355X)."""
+    name = weight_precision(weights).name
+    return "mxfp4-w4a4" if name == "mxfp4" and not arch.is_moe else name
 
 
 def replica_layout(notes: str, arch: ModelArchitecture) -> tuple[bool, bool]:
@@ -203,13 +212,14 @@ def _resolve(row: Scenario) -> _Resolved | str:
     except CatalogLookupError as exc:
         return f"model not in the catalog: {exc}"
     try:
-        weight_precision(row.weights)
+        precision = row_precision(row.weights, arch)
     except CatalogLookupError as exc:
         return f"weight format not supported: {exc}"
     dp, ep = replica_layout(row.notes, arch) if tp > 1 else (False, False)
     drafts, accepted = stated_mtp(row.notes) if arch.mtp_layers else (0, None)
     per_step = (accepted or mtp_tokens_per_step(drafts)) if drafts else 1.0
-    return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep, drafts, per_step)
+    return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep, drafts, per_step,
+                     precision)
 
 
 @lru_cache(maxsize=8192)
@@ -239,7 +249,7 @@ def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactor
 
 
 def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
-    return _hardware(row.model, row.gpu, r.engine.name, row.weights, _kv_bytes(row, r), r.tp, r.pp,
+    return _hardware(row.model, row.gpu, r.engine.name, r.precision, _kv_bytes(row, r), r.tp, r.pp,
                      row_factors(row, r, factors), r.dp_attention, r.expert_parallel,
                      (r.mtp_draft_tokens, r.mtp_tokens_per_step))
 
@@ -262,14 +272,14 @@ def _factor_key(row: Scenario, r: _Resolved) -> str:
 
 
 def _kv_bytes(row: Scenario, r: _Resolved) -> float:
-    return kv_dtype_bytes(row.kv_cache, row.weights, r.engine.name, checkpoint_named(row.notes))
+    return kv_dtype_bytes(row.kv_cache, r.precision, r.engine.name, checkpoint_named(row.notes))
 
 
 def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> MemoryPlan:
     engine_factors = factors.engine(_factor_key(row, r))
     if settings.activation_scale is not None:
         engine_factors = replace(engine_factors, activation_scale=settings.activation_scale)
-    memory = plan_memory_for_settings(r.arch, r.gpu, weight_precision(row.weights), _kv_bytes(row, r), r.engine,
+    memory = plan_memory_for_settings(r.arch, r.gpu, weight_precision(r.precision), _kv_bytes(row, r), r.engine,
                                       (settings,), engine_factors, r.tp, r.pp, r.dp_attention,
                                       mtp=r.mtp_draft_tokens > 0)[0]
     # Data-parallel attention: each rank's pool holds its own sequences (as the search counts them).

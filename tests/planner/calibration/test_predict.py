@@ -89,6 +89,17 @@ def test_a_line_naming_a_variant_of_a_catalogued_model_is_predicted_as_that_mode
         assert theirs.skipped is None and theirs.predicted == ours.predicted, name
 
 
+def test_mxfp4_weights_of_a_model_without_experts_are_mxfp4_on_every_linear_layer() -> None:
+    # The format's one MXFP4 value is gpt-oss's (experts only); a dense model in MXFP4 is AMD Quark's W4A4.
+    bf16 = example("weights_gib", weights="bf16")
+    mxfp4 = example("weights_gib", id="mxfp4-row", weights="mxfp4")
+    sixteen, four = (p.predicted for p in predict_scenarios([bf16, mxfp4]))
+    assert sixteen is not None and four is not None
+    arch = resolve_model(bf16.model)
+    linear = arch.param_count() - arch.embedding_param_count()  # embedding and LM head stay 16-bit
+    assert four == pytest.approx(sixteen - linear * (2.0 - 4.25 / 8) / 2**30, rel=0.02)
+
+
 def test_missing_output_tokens_only_skip_metrics_that_need_them() -> None:
     poisson = example("tpot_ms_p50", metric="ttft_ms_p99", unit="ms", output_tokens=None, dataset=None)
     assert predict_scenarios([poisson])[0].skipped == "output token count not stated"
