@@ -7,10 +7,11 @@ import difflib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import (
+    BaseModel,
     ValidationError,
 )
 
@@ -39,6 +40,50 @@ for _model in SPEC_MODELS:
 _ALIASES = sorted(set(_ALIAS_OF.values()))
 
 
+def _field_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[str]]:
+    """Every field of the spec by its camelCase name: the dotted paths it has (`kvCacheDtypes`: model.kvCacheDtypes)."""
+    paths: dict[str, list[str]] = {}
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{info.alias or name}"
+        paths.setdefault(info.alias or name, []).append(path)
+        pending = [info.annotation]
+        while pending:
+            kind = pending.pop()
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                for key, more in _field_paths(kind, f"{path}.").items():
+                    paths.setdefault(key, []).extend(more)
+            else:
+                pending.extend(get_args(kind))
+    return paths
+
+
+_FIELD_PATHS = _field_paths(PlanSpec)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The spec model a field's annotation holds (through Optional, list and dict), None for a plain value."""
+    pending = [annotation]
+    while pending:
+        kind = pending.pop()
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            return kind
+        pending.extend(get_args(kind))
+    return None
+
+
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The camelCase field names of the spec mapping at `loc` (empty where it is not a spec model)."""
+    model: type[BaseModel] | None = PlanSpec
+    for part in loc:
+        if model is None:
+            return []
+        if isinstance(part, int) or part == "[key]":
+            continue
+        info = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        model = _model_of(info.annotation) if info is not None else None
+    return [] if model is None else [f.alias or n for n, f in model.model_fields.items()]
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:
@@ -58,9 +103,14 @@ def _message(error: Mapping[str, Any]) -> str:
     value = error.get("input")
     if kind == "extra_forbidden":
         name = str(error["loc"][-1]) if error["loc"] else ""
-        close = difflib.get_close_matches(name, _ALIASES, n=3, cutoff=0.6)
-        hint = f"; did you mean {' or '.join(close)}?" if close else " (keys are camelCase)"
-        return f"unknown field{hint}"
+        # Close names of this mapping first, then where the spec has the name itself (a field put in the wrong place).
+        close = difflib.get_close_matches(name, _fields_at(tuple(error["loc"][:-1])), n=3, cutoff=0.6)
+        elsewhere = f"{name} is {' or '.join(_FIELD_PATHS[name])}" if name in _FIELD_PATHS else ""
+        if not close and not elsewhere:
+            close = difflib.get_close_matches(name, _ALIASES, n=3, cutoff=0.6)
+        if close:
+            return f"unknown field; did you mean {' or '.join(close)}?" + (f" ({elsewhere})" if elsewhere else "")
+        return f"unknown field; {elsewhere}" if elsewhere else "unknown field (keys are camelCase)"
     if kind == "missing":
         return "required"
     if kind == "string_pattern_mismatch" and ctx.get("pattern") == _DECIMAL_PATTERN:

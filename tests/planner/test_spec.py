@@ -238,6 +238,18 @@ def test_unknown_keys_are_rejected_with_a_suggestion() -> None:
     assert problems["colour"].startswith("unknown field")
 
 
+def test_a_field_in_the_wrong_place_is_told_where_it_belongs() -> None:
+    # The suggestion comes from the fields of the mapping the key is in, and a field of another part of the spec
+    # is named with its path (it used to suggest the very name given, from every part of the spec at once).
+    misplaced = problems_of(with_(MINIMAL, "constraints.kvCacheDtypes", ["fp8"]))
+    assert misplaced["constraints.kvCacheDtypes"] == "unknown field; kvCacheDtypes is model.kvCacheDtypes"
+    typo = problems_of(with_(MINIMAL, "constraints.gpuType", ["H100"]))
+    assert typo["constraints.gpuType"].startswith("unknown field; did you mean gpuTypes?")
+    assert "observe.current.gpuType" in typo["constraints.gpuType"]
+    assert problems_of(with_(MINIMAL, "engine.verison", "0.11.2"))["engine.verison"] == \
+        "unknown field; did you mean version?"
+
+
 def test_a_yaml_float_is_told_to_quote_it() -> None:
     data = yaml.safe_load(yaml.safe_dump(MINIMAL).replace("'12.5'", "12.5"))
     assert data["workload"]["requestsPerSecond"] == 12.5
