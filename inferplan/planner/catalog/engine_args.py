@@ -31,7 +31,7 @@ from importlib import resources
 from typing import Any
 
 from inferplan.planner.catalog.engines import EngineSettings, engine_vendor_problem, parse_version
-from inferplan.planner.catalog.gpus import FP8_FAMILIES, NO_BF16_FAMILIES
+from inferplan.planner.catalog.gpus import FP8_FAMILIES, PRE_AMPERE_FAMILIES
 
 # The pinned release of each engine's current line (what `version=None` means).
 DEFAULT_VERSIONS: dict[str, str] = {
@@ -232,7 +232,7 @@ def engine_gpu_problem(engine: str, version: str | None, vendor: str, family: st
 # `_FLOAT16_NOT_SUPPORTED_MODELS` (model types gemma2, gemma3, gemma3_text, plamo2 and glm4: "Numerical instability.
 # Please use bfloat16 or float32 instead."), read in the 0.10.0 and 0.10.2 sdists (`config.py`) and the 0.11.0 wheel
 # (`config/model.py`); 0.9.0's `_get_and_verify_dtype` has no such check. With `--dtype auto` on a GPU without
-# bfloat16 (`gpus.NO_BF16_FAMILIES`) the same releases fall back to float32, which is not planned. SGLang casts
+# bfloat16 (`gpus.PRE_AMPERE_FAMILIES`) the same releases fall back to float32, which is not planned. SGLang casts
 # between float16 and bfloat16 with a warning (`configs/model_config.py` in 0.5.5.post1).
 FLOAT16_REFUSED: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {
     "vllm": ((0, 10), frozenset({"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration",
@@ -252,12 +252,32 @@ def float16_problem(engine: str, version: str | None, architecture: str, precisi
     if refused is None or architecture not in refused[1] or released is None or released < refused[0]:
         return None
     release = version or DEFAULT_VERSIONS[engine]
-    if family in NO_BF16_FAMILIES:
+    if family in PRE_AMPERE_FAMILIES:
         return (f"{gpu} has no bfloat16 arithmetic and {engine} {release} refuses float16 for {architecture} "
                 "(numerical instability): it would run in float32, which is not planned")
     if precision == "fp16":
         return f"{engine} {release} refuses float16 for {architecture} (numerical instability): plan bf16"
     return None
+
+
+# vLLM from 0.10.2 runs its V1 engine below compute capability 8.0 (0.10.1.1 and earlier fall back to V0 there,
+# "Compute Capability < 8.0" in `engine/arg_utils.py`) and attends with FlexAttention there (`platforms/cuda.py`:
+# "FlexAttention is the default for older GPUs"), which raises "FlexAttention does not support quantized kv-cache"
+# (`v1/attention/backends/flex_attention.py`, read in the 0.10.2 sdist and the 0.11.0 wheel).
+VLLM_FLEX_ATTENTION_SINCE = (0, 10, 2)
+
+
+def kv_dtype_problem(engine: str, version: str | None, family: str, kv_dtype: str, gpu: str) -> str | None:
+    """Why `engine` at `version` (None: the pinned release) cannot keep its KV cache in `kv_dtype` on a GPU of
+    `family`, or None where it can."""
+    if engine != "vllm" or kv_dtype != "fp8" or family not in PRE_AMPERE_FAMILIES:
+        return None
+    release = version or DEFAULT_VERSIONS[engine]
+    released = _release(release)
+    if released is None or released < VLLM_FLEX_ATTENTION_SINCE:
+        return None
+    return (f"vllm {release} attends on {gpu} (compute capability below 8.0) with FlexAttention, which has no FP8 KV "
+            "cache")
 
 
 def stated_mtp(text: str) -> tuple[int, float | None]:
@@ -454,7 +474,7 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
       `--max-batch-total-tokens`; expected_queue: requests the plan expects waiting at peak (TGI's cap).
     pp: pipeline stages (each `tp` GPUs), given with the engine's flag (`EngineFlags.pp`) after the TP size.
     mtp_draft_tokens: tokens drafted a step with the model's MTP modules (0: no speculative decoding).
-    gpu_family: the GPUs' family; on one without bfloat16 (`gpus.NO_BF16_FAMILIES`) bf16 weights run in float16.
+    gpu_family: the GPUs' family; on one without bfloat16 (`gpus.PRE_AMPERE_FAMILIES`) bf16 weights run in float16.
     Raises ValueError for a combination the engine cannot serve (a quantised precision on a 16-bit
     "native" checkpoint, online quantisation where the engine has none, FP8 KV where it has none).
     """
@@ -563,7 +583,7 @@ class _Ctx:
     @property
     def dtype(self) -> str:
         """The `--dtype` of 16-bit weights: float16 where the GPU has no bfloat16 (vLLM refuses bfloat16 there)."""
-        return "bfloat16" if self.precision == "bf16" and self.gpu_family not in NO_BF16_FAMILIES else "float16"
+        return "bfloat16" if self.precision == "bf16" and self.gpu_family not in PRE_AMPERE_FAMILIES else "float16"
 
 
 def _precision_note(c: _Ctx) -> str:

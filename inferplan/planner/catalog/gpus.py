@@ -78,10 +78,11 @@ KERNEL_FIGURES = (
 FP8_FAMILIES = frozenset({"ada", "hopper", "blackwell", "cdna3", "cdna4"})
 # Architectures with FP4 tensor cores; only they may state an fp4_tflops.
 FP4_FAMILIES = frozenset({"blackwell", "cdna4"})
-# Architectures without bfloat16 arithmetic (compute capability below 8.0): engines run a bf16 checkpoint there in
-# float16, and vLLM refuses `--dtype bfloat16` on them ("Bfloat16 is only supported on GPUs with compute capability
-# of at least 8.0", `platforms/cuda.py` in 0.11.0; `supported_dtypes` is [float16, float32] below 8.0).
-NO_BF16_FAMILIES = frozenset({"turing"})
+# Architectures below compute capability 8.0. They have no bfloat16 arithmetic: engines run a bf16 checkpoint there
+# in float16, and vLLM refuses `--dtype bfloat16` on them ("Bfloat16 is only supported on GPUs with compute capability
+# of at least 8.0", `platforms/cuda.py` in 0.11.0; `supported_dtypes` is [float16, float32] below 8.0). vLLM's V1
+# engine attends there with FlexAttention (`engine_args.kv_dtype_problem`).
+PRE_AMPERE_FAMILIES = frozenset({"turing"})
 
 # Leading words a name may carry or drop ("NVIDIA-GeForce-RTX-4090" == "RTX 4090", "Tesla-T4" == "T4").
 _VENDOR_WORDS = re.compile(r"^(?:nvidia|geforce|tesla|amd|instinct)+")

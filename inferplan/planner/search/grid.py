@@ -11,7 +11,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.catalog.checkpoints import Checkpoint, checkpoint_for, fp8_weight_only_problem, gpu_problem
-from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_gpu_problem, flag_released, float16_problem
+from inferplan.planner.catalog.engine_args import (
+    ENGINE_FLAGS,
+    engine_gpu_problem,
+    flag_released,
+    float16_problem,
+    kv_dtype_problem,
+)
 from inferplan.planner.catalog.engines import (
     SERVED_PRECISIONS,
     EngineProfile,
@@ -277,11 +283,14 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     problems = [[_precision_problem(engine, g, name, p, c, req.engine_version, req.arch.architecture)
                  for name, p, c in zip(req.precisions, precisions, row, strict=True)]
                 for g, row in zip(gpus, checkpoints, strict=True)]
-    unsupported = np.array([[problem is not None for problem in row] for row in problems], dtype=bool)[gpu, pi]
+    kv_problems = [[kv_dtype_problem(engine.name, req.engine_version, g.family, kv, g.key) for kv in req.kv_dtypes]
+                   for g in gpus]
+    unsupported = (np.array([[problem is not None for problem in row] for row in problems], dtype=bool)[gpu, pi]
+                   | np.array([[problem is not None for problem in row] for row in kv_problems], dtype=bool)[gpu, ki])
     unserved = np.flatnonzero(unsupported)
     rejected.append(_Rejections(
         "precision", unserved, unserved, None, replica_price[unserved],
-        lambda s: problems[gpu[s]][pi[s]] or ""))
+        lambda s: problems[gpu[s]][pi[s]] or kv_problems[gpu[s]][ki[s]] or ""))
     fitting &= ~unsupported[:, None]
 
     row_shape, row_batch = np.nonzero(fitting)

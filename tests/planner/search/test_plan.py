@@ -132,6 +132,19 @@ def test_a_gpu_without_bfloat16_runs_bf16_weights_in_float16() -> None:
         assert a100.engine_args[a100.engine_args.index("--dtype") + 1] == "bfloat16", engine
 
 
+def test_vllm_keeps_no_fp8_kv_cache_on_a_gpu_below_compute_capability_8() -> None:
+    # vLLM 0.10.2+ attends with FlexAttention on a T4, which refuses a quantised KV cache; 0.10.1 ran V0 there.
+    t4_fp8_kv = {"model.kvCacheDtypes": ["fp8"], "model.precisions": ["int8-w8a8"], "workload.requestsPerSecond": "1",
+                 "constraints.gpuTypes": ["Tesla-T4"], "slo.ttft.maxMs": 2000}
+    refused = plan(request(**t4_fp8_kv))
+    assert refused.recommendation is None
+    assert any("FlexAttention, which has no FP8 KV cache" in i.reason for i in refused.infeasible)
+    for other in ({"engine.version": "0.10.1"}, {"engine.name": "sglang"},
+                  {"constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}):
+        kept = plan(request(**t4_fp8_kv | other)).recommendation
+        assert kept is not None and kept.kv_cache_dtype == "fp8", other
+
+
 def test_a_model_vllm_refuses_in_float16_is_not_planned_in_float16() -> None:
     # vLLM 0.10+ refuses float16 for Gemma 2 and 3 (numerical instability); on a T4, without bfloat16, it would fall
     # back to float32, which the planner does not model. vLLM 0.9 and SGLang run them in float16.
