@@ -164,8 +164,12 @@ def fp8_weight_only_problem(checkpoint: Checkpoint, engine: str, gpu_family: str
     return None
 
 
-# Where the checkpoint is only declared by the plan (its format unknown): the precision's own GPUs.
-_PRECISION_FAMILIES: dict[str, frozenset[str]] = {"nvfp4": _BLACKWELL, "mxfp4-w4a4": _CDNA4}
+# The GPUs a precision runs on where `FORMAT_SUPPORT` has no row for the checkpoint's format and engine (a checkpoint
+# the plan declares, a model's own repository): NVFP4 on Blackwell, Quark's MXFP4 on CDNA 4, and gpt-oss's MXFP4
+# from compute capability 8.0 (vLLM 0.11.0 and SGLang 0.5.2 `quantization/mxfp4.py`: `Mxfp4Config.get_min_capability`
+# 80; on ROCm vLLM's Triton kernels run it).
+_PRECISION_FAMILIES: dict[str, frozenset[str]] = {"nvfp4": _BLACKWELL, "mxfp4-w4a4": _CDNA4,
+                                                  "mxfp4": _CUDA_SM80_UP | {"cdna3", "cdna4"}}
 
 
 # Engines that quantise a 16-bit repository at load: precision -> engine -> (how, source).

@@ -298,6 +298,9 @@ def _checkpoint(fmt: str, precision: str) -> Checkpoint:
     ("modelopt-fp8", "fp8", "vllm", "hopper", True),
     ("modelopt-fp8", "fp8", "vllm", "ampere", False),  # ModelOptFp8Config needs capability 8.9; others run weight-only
     ("compressed-tensors-fp8", "fp8", "vllm", "ampere", True),  # FP8 on Ampere: fp8_weight_only_problem
+    ("native", "mxfp4", "vllm", "ampere", True),  # gpt-oss: Mxfp4Config needs capability 8.0 (Marlin below 9.0)
+    ("native", "mxfp4", "sglang", "turing", False),
+    ("native", "mxfp4", "vllm", "cdna3", True),
 ])
 def test_fp4_formats_run_on_their_gpus(fmt: str, precision: str, engine: str, family: str, ok: bool) -> None:
     problem = gpu_problem(_checkpoint(fmt, precision), engine, family)
