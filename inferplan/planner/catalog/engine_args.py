@@ -273,7 +273,7 @@ def kv_dtype_problem(engine: str, version: str | None, family: str, kv_dtype: st
     if engine != "vllm" or kv_dtype != "fp8" or family not in PRE_AMPERE_FAMILIES:
         return None
     release = version or DEFAULT_VERSIONS[engine]
-    released = _release(release)
+    released = _release(version) or _release(DEFAULT_VERSIONS[engine])  # a version without a number: the pinned one
     if released is None or released < VLLM_FLEX_ATTENTION_SINCE:
         return None
     return (f"vllm {release} attends on {gpu} (compute capability below 8.0) with FlexAttention, which has no FP8 KV "
