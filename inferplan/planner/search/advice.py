@@ -77,8 +77,8 @@ def suggestions_for(req: PlanRequest, answer: Answer, factors: FactorSet | None 
 
 def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Answer) -> list[str]:
     """For a plan with no feasible candidate: the smallest changes that make one feasible, one line each (the
-    context, the limits (budget, GPU counts, replicas), the GPU types, the precision, the TP, a shorter context,
-    each SLO), with the deployment it gives (`answer`'s recommendation for the changed plan)."""
+    context, the limits (budget, GPU counts, replicas), the GPU types, the precision, the KV-cache dtype, the TP, a
+    shorter context, each SLO), with the deployment it gives (`answer`'s recommendation for the changed plan)."""
     overflow = context_overflow(req, max_len)
     if overflow > CONTEXT_LIMIT_SHARE:
         need = _tokens_for(req, CONTEXT_WARN_SHARE)
@@ -117,7 +117,7 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
         other = best(replace(req, gpu_types=None, available_gpus=None))
         if other is not None and other.gpu_type not in types:
             out.append(f"GPU type: {_describe(other)} meets every target (a type this plan does not consider)")
-    out += [line for line in (_precision_suggestion(req, best), _tp_suggestion(req, best),
+    out += [line for line in (_precision_suggestion(req, best), _kv_suggestion(req, best), _tp_suggestion(req, best),
                               _shorter_context_suggestion(req, factors, max_len, best)) if line]
     for k, slo in enumerate(req.slos):
         name = QUANTILE_NAMES[slo.quantile]
@@ -160,8 +160,9 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
             out.append(f"SLO: {_describe_slo(slo)} <= {math.ceil(high * 1e3)} ms (now {slo.max_s * 1e3:g}) gives "
                        f"{_describe(found)}")
     if not out:
-        out.append(f"no single change among the limits, the GPU types, the precision, the TP, the context and one SLO "
-                   f"(up to {SLO_RELAXED:g}x) makes this plan feasible: see infeasible for what each candidate fails")
+        out.append(f"no single change among the limits, the GPU types, the precision, the KV cache, the TP, the "
+                   f"context and one SLO (up to {SLO_RELAXED:g}x) makes this plan feasible: see infeasible for what "
+                   "each candidate fails")
     return out
 
 
@@ -176,6 +177,17 @@ def _precision_suggestion(req: PlanRequest, best: Callable[[PlanRequest], Candid
     source = "quantised at load from" if found.provenance.get("checkpoint") == "online" else "from"
     return (f"precision: {found.precision} weights {source} {found.checkpoint} (model.precisions, now "
             f"{', '.join(req.precisions)}) gives {_describe(found)}")
+
+
+def _kv_suggestion(req: PlanRequest, best: Callable[[PlanRequest], Candidate | None]) -> str | None:
+    """The cheapest deployment with the KV-cache dtype the plan does not list of the engine's default (`auto`) and
+    FP8, in words; None where the plan lists both or neither makes it feasible."""
+    others = tuple(kv for kv in ("auto", "fp8") if kv not in req.kv_dtypes)
+    found = best(replace(req, kv_dtypes=others)) if others else None
+    if found is None:
+        return None
+    return (f"KV cache: {found.kv_cache_dtype} (model.kvCacheDtypes, now {', '.join(req.kv_dtypes)}) gives "
+            f"{_describe(found)}")
 
 
 def _tp_suggestion(req: PlanRequest, best: Callable[[PlanRequest], Candidate | None]) -> str | None:

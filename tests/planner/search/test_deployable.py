@@ -395,6 +395,23 @@ def test_a_context_the_kv_cache_cannot_hold_gets_a_shorter_one() -> None:
     assert plan(resolve_plan(parse_plan(spec))).recommendation is not None
 
 
+def test_a_kv_cache_too_small_for_the_context_gets_an_fp8_one() -> None:
+    # 65536 tokens of maxModelLen on one L4 next to 16-bit Llama-3.1-8B: a 16-bit KV cache holds fewer tokens than one
+    # sequence, an FP8 one (half the bytes a token) holds it.
+    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+            "engine": {"name": "vllm", "maxModelLen": 65536},
+            "workload": {"requestsPerSecond": "0.5", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
+            "slo": {"tpot": {"maxMs": 100, "percentile": "p95"}},
+            "constraints": {"gpuTypes": ["L4"], "tensorParallelSizes": [1]}}
+    result = plan(resolve_plan(parse_plan(copy.deepcopy(spec))))
+    assert result.recommendation is None
+    line = _suggestion(result, "KV cache")
+    assert line.startswith("KV cache: fp8 (model.kvCacheDtypes, now auto) gives ")
+    spec["model"]["kvCacheDtypes"] = ["fp8"]
+    rec = plan(resolve_plan(parse_plan(spec))).recommendation
+    assert rec is not None and rec.kv_cache_dtype == "fp8" and f"{rec.replicas} x " in line
+
+
 def test_a_plan_verification_leaves_empty_gets_suggestions_that_pass_the_simulator() -> None:
     # The analytic search finds 14 x 8 H100 within maxReplicas 14; the simulator finds its E2E p95 over the target
     # at every replica count the limit allows. The answer was "no deployment" with no suggestion at all.
