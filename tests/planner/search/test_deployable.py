@@ -378,14 +378,18 @@ def test_a_suggestion_changes_the_tensor_parallel_size_beyond_the_plan_list() ->
     assert rec is not None and rec.gpus_per_replica == tp and f"{rec.replicas} x {tp} " in line
 
 
+def _llama_8b_on_one_l4(max_model_len: int, rate: str) -> dict[str, Any]:
+    return {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
+            "engine": {"name": "vllm", "maxModelLen": max_model_len},
+            "workload": {"requestsPerSecond": rate, "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
+            "slo": {"tpot": {"maxMs": 100, "percentile": "p95"}},
+            "constraints": {"gpuTypes": ["L4"], "tensorParallelSizes": [1]}}
+
+
 def test_a_context_the_kv_cache_cannot_hold_gets_a_shorter_one() -> None:
     # maxModelLen 131072 on one L4: the KV cache holds fewer tokens than one sequence; 1,200-token requests
     # need far less.
-    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
-            "engine": {"name": "vllm", "maxModelLen": 131072},
-            "workload": {"requestsPerSecond": "1", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
-            "slo": {"tpot": {"maxMs": 100, "percentile": "p95"}},
-            "constraints": {"gpuTypes": ["L4"], "tensorParallelSizes": [1]}}
+    spec = _llama_8b_on_one_l4(131072, "1")
     result = plan(resolve_plan(parse_plan(copy.deepcopy(spec))))
     assert result.recommendation is None
     line = _suggestion(result, "context")
@@ -398,11 +402,7 @@ def test_a_context_the_kv_cache_cannot_hold_gets_a_shorter_one() -> None:
 def test_a_kv_cache_too_small_for_the_context_gets_an_fp8_one() -> None:
     # 65536 tokens of maxModelLen on one L4 next to 16-bit Llama-3.1-8B: a 16-bit KV cache holds fewer tokens than one
     # sequence, an FP8 one (half the bytes a token) holds it.
-    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "precisions": ["bf16"]},
-            "engine": {"name": "vllm", "maxModelLen": 65536},
-            "workload": {"requestsPerSecond": "0.5", "promptTokens": {"mean": 1000}, "outputTokens": {"mean": 200}},
-            "slo": {"tpot": {"maxMs": 100, "percentile": "p95"}},
-            "constraints": {"gpuTypes": ["L4"], "tensorParallelSizes": [1]}}
+    spec = _llama_8b_on_one_l4(65536, "0.5")
     result = plan(resolve_plan(parse_plan(copy.deepcopy(spec))))
     assert result.recommendation is None
     line = _suggestion(result, "KV cache")
