@@ -676,7 +676,9 @@ throughputs) was 2.38 (argonne-lcf, 19 rows), 2.49 (dstackai, 60), 0.71 (mlcommo
 2026-12-04). The runs disagree by more than 2x among themselves (docs/model.md#known-gaps): a median, not a bound."""
 
 
-UNMEASURED_EVIDENCE = "the median held-out error on MI300X serving runs"  # what UNMEASURED_STEP_SLOWDOWN is, in words
+# What UNMEASURED_STEP_SLOWDOWN is, in words (the same for every unmeasured GPU, an NVIDIA one included).
+UNMEASURED_EVIDENCE = ("the median held-out error where a GPU's kernels were not measured, read on MI300X serving "
+                       "runs, the only such GPU published runs measured")
 
 
 def _unmeasured_warning(engine: EngineProfile, gpu: GpuSpec, kernels: str, upper: UpperCost | None) -> str:
