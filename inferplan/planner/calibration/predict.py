@@ -199,10 +199,11 @@ def _resolve(row: Scenario) -> _Resolved | str:
     if row.engine is None:
         return "engine outside the supported set (named in notes)"
     tp = row.tensor_parallel
-    if tp is None:
-        if row.gpus // row.pipeline_parallel != 1:
+    if tp is None:  # the format's identity gpus = tensor_parallel x pipeline_parallel x replicas, where it settles TP
+        instances = row.pipeline_parallel * (row.replicas or 1)
+        if row.gpus % instances or (row.replicas is None and row.gpus != row.pipeline_parallel):
             return "sharding not stated (tensor_parallel is null)"
-        tp = 1
+        tp = row.gpus // instances
     try:
         gpu = resolve_gpu(row.gpu)
     except CatalogLookupError as exc:

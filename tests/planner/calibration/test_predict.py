@@ -66,7 +66,8 @@ def test_every_bundled_example_is_predicted_close_to_its_measurement() -> None:
         ({"gpu": "NVIDIA-H1000"}, "GPU not in the catalog: unknown GPU 'NVIDIA-H1000'; closest"),
         ({"model": "acme/never-heard-of-it-7b"}, "model not in the catalog: unknown model"),
         ({"weights": "int3-magic"}, "weight format not supported"),
-        ({"gpus": 2, "tensor_parallel": None}, "sharding not stated"),
+        ({"gpus": 2, "tensor_parallel": None, "replicas": None}, "sharding not stated"),
+        ({"gpus": 3, "tensor_parallel": None, "replicas": 2}, "sharding not stated"),
     ],
 )
 def test_unpredictable_rows_say_why(changes: dict[str, object], reason: str) -> None:
@@ -98,6 +99,17 @@ def test_mxfp4_weights_of_a_model_without_experts_are_mxfp4_on_every_linear_laye
     arch = resolve_model(bf16.model)
     linear = arch.param_count() - arch.embedding_param_count()  # embedding and LM head stay 16-bit
     assert four == pytest.approx(sixteen - linear * (2.0 - 4.25 / 8) / 2**30, rel=0.02)
+
+
+def test_a_null_tensor_parallel_is_what_the_gpus_replicas_and_stages_leave() -> None:
+    # gpus = tensor_parallel x pipeline_parallel x replicas (SCENARIOS.md): with the replicas stated, TP follows.
+    stated = example("tpot_ms_p50", gpus=2, tensor_parallel=2, replicas=1)
+    implied = example("tpot_ms_p50", id="implied-tp", gpus=2, tensor_parallel=None, replicas=1)
+    four = example("tpot_ms_p50", id="two-replicas", gpus=4, tensor_parallel=2, replicas=2)
+    four_implied = example("tpot_ms_p50", id="two-replicas-implied", gpus=4, tensor_parallel=None, replicas=2)
+    ours, theirs, replicated, replicated_implied = predict_scenarios([stated, implied, four, four_implied])
+    assert theirs.skipped is None and theirs.predicted == ours.predicted
+    assert replicated_implied.skipped is None and replicated_implied.predicted == replicated.predicted
 
 
 def test_missing_output_tokens_only_skip_metrics_that_need_them() -> None:
