@@ -174,6 +174,7 @@ class _Resolved:
     mtp_draft_tokens: int = 0      # drafting with the model's MTP module as the notes state it (`stated_mtp`)
     mtp_tokens_per_step: float = 1.0
     precision: str = "bf16"        # the planner precision of the row's `weights` (`row_precision`)
+    replicas: int = 1              # instances the run spread its load over (`replicas`, or what the GPUs leave)
 
 
 def row_precision(weights: str, arch: ModelArchitecture) -> str:
@@ -219,8 +220,11 @@ def _resolve(row: Scenario) -> _Resolved | str:
     dp, ep = replica_layout(row.notes, arch) if tp > 1 else (False, False)
     drafts, accepted = stated_mtp(row.notes) if arch.mtp_layers else (0, None)
     per_step = (accepted or mtp_tokens_per_step(drafts)) if drafts else 1.0
+    # gpus = tensor_parallel x pipeline_parallel x replicas (SCENARIOS.md): unstated replicas are what it leaves.
+    instance = tp * row.pipeline_parallel
+    replicas = row.replicas or (row.gpus // instance if row.gpus % instance == 0 else 1)
     return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep, drafts, per_step,
-                     precision)
+                     precision, max(replicas, 1))
 
 
 @lru_cache(maxsize=8192)
@@ -422,7 +426,7 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
     # their pool cannot hold (vLLM checks the pool against max_model_len at start and rejects longer prompts), so
     # a pool the model sizes below that is short (docs/model.md#known-gaps), not a run of one-token outputs.
     kv_tokens = max(kv_tokens, -(-math.ceil(prompt_mean + output_mean) // block) * block)
-    replicas = max(int(row.replicas or 1), 1)
+    replicas = r.replicas
     load = int(getattr(row.load, "value", 1))
     arrivals = None
     if row.load.kind == "offline" and row.load.num_prompts is None:
@@ -533,14 +537,14 @@ def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, fac
         if isinstance(rate, str):
             return rate
         per_request = _lengths(row)[1] if row.metric == "output_tps_total" else 1.0
-        return rate * per_request * float(row.replicas or 1)
+        return rate * per_request * float(r.replicas)
     key = _run_key(row)
     if key not in runs:
         runs[key] = simulate_run(row, r, settings, factors)
     result = runs[key]
     if isinstance(result, str):
         return result
-    replicas = float(row.replicas or 1)
+    replicas = float(r.replicas)
     m = row.metric
     if m in ("output_tps_total", "requests_per_s") and _ceiling_run(row):
         tokens_per_s, requests_per_s = steady_throughput(result)
@@ -602,7 +606,7 @@ def _predict_kind(kind: str, items: list, factors: FactorSet) -> list[float | No
     lengths = [_lengths(row) for row in rows]
     p = np.array([prompt for prompt, _, _ in lengths])
     o = np.array([output for _, output, _ in lengths])
-    replicas = np.array([float(row.replicas or 1) for row in rows])
+    replicas = np.array([float(r.replicas) for _, _, r, _ in items])
     if kind == "single":
         result = single_stream(hw, p, o)
     elif kind == "static_batch":

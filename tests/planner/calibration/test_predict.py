@@ -110,6 +110,12 @@ def test_a_null_tensor_parallel_is_what_the_gpus_replicas_and_stages_leave() -> 
     ours, theirs, replicated, replicated_implied = predict_scenarios([stated, implied, four, four_implied])
     assert theirs.skipped is None and theirs.predicted == ours.predicted
     assert replicated_implied.skipped is None and replicated_implied.predicted == replicated.predicted
+    # And the replicas, where they are not stated: two GPUs at TP 1 are two replicas sharing the burst (not one).
+    one = example("output_tps_total", gpus=1, tensor_parallel=1, replicas=1)
+    two = example("output_tps_total", id="two-stated", gpus=2, tensor_parallel=1, replicas=2)
+    unstated = example("output_tps_total", id="two-unstated", gpus=2, tensor_parallel=1, replicas=None)
+    single, double, implied_two = predict_scenarios([one, two, unstated])
+    assert implied_two.skipped is None and implied_two.predicted == double.predicted > single.predicted
 
 
 def test_missing_output_tokens_only_skip_metrics_that_need_them() -> None:
