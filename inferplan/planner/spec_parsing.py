@@ -37,29 +37,6 @@ _ALIAS_OF: dict[str, str] = {}
 for _model in SPEC_MODELS:
     for _name, _field in _model.model_fields.items():
         _ALIAS_OF[_name] = _field.alias or _name
-_ALIASES = sorted(set(_ALIAS_OF.values()))
-
-
-def _field_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[str]]:
-    """Every field of the spec by its camelCase name: the dotted paths it has (`kvCacheDtypes`: model.kvCacheDtypes)."""
-    paths: dict[str, list[str]] = {}
-    for name, info in model.model_fields.items():
-        path = f"{prefix}{info.alias or name}"
-        paths.setdefault(info.alias or name, []).append(path)
-        pending = [info.annotation]
-        while pending:
-            kind = pending.pop()
-            if isinstance(kind, type) and issubclass(kind, BaseModel):
-                for key, more in _field_paths(kind, f"{path}.").items():
-                    paths.setdefault(key, []).extend(more)
-            else:
-                pending.extend(get_args(kind))
-    return paths
-
-
-_FIELD_PATHS = _field_paths(PlanSpec)
-
-
 def _model_of(annotation: Any) -> type[BaseModel] | None:
     """The spec model a field's annotation holds (through Optional, list and dict), None for a plain value."""
     pending = [annotation]
@@ -69,6 +46,22 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
             return kind
         pending.extend(get_args(kind))
     return None
+
+
+def _field_paths(model: type[BaseModel], prefix: str = "") -> dict[str, list[str]]:
+    """Every field of the spec by its camelCase name: the dotted paths it has (`kvCacheDtypes`: model.kvCacheDtypes)."""
+    paths: dict[str, list[str]] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        paths.setdefault(key, []).append(f"{prefix}{key}")
+        if (inner := _model_of(info.annotation)) is not None:
+            for inner_key, more in _field_paths(inner, f"{prefix}{key}.").items():
+                paths.setdefault(inner_key, []).extend(more)
+    return paths
+
+
+_FIELD_PATHS = _field_paths(PlanSpec)
+_ALIASES = sorted(_FIELD_PATHS)  # every camelCase field name of the spec
 
 
 def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
