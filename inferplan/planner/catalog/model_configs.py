@@ -9,7 +9,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -459,6 +459,16 @@ class ModelCatalog:
             raise CatalogLookupError("model", name, closest_names(name, self.names()))
         return model
 
+    @cached_property
+    def _stems(self) -> dict[str, list[tuple[ModelArchitecture, frozenset[str]]]]:
+        """Every catalogued name by its stem (`_stem`), with the release dates it names."""
+        stems: dict[str, list[tuple[ModelArchitecture, frozenset[str]]]] = {}
+        for model in self._models:
+            for alias in (model.repo_id, *model.aliases):
+                stem, dates = _stem(alias)
+                stems.setdefault(stem, []).append((model, dates))
+        return stems
+
     def variant_of(self, name: str) -> ModelArchitecture | None:
         """The one catalogued model whose name `name` extends only by variant words (`VARIANT_WORDS`,
         `QUANTISED_WORDS`, a date), whatever its organisation: `Qwen/Qwen3-8B-Base` and
@@ -470,13 +480,10 @@ class ModelCatalog:
             return None
         matches: dict[str, ModelArchitecture] = {}
         same_date: set[str] = set()
-        for model in self._models:
-            for alias in (model.repo_id, *model.aliases):
-                own, own_dates = _stem(alias)
-                if own == stem:
-                    matches[model.repo_id] = model
-                    if own_dates == dates:
-                        same_date.add(model.repo_id)
+        for model, own_dates in self._stems.get(stem, ()):
+            matches[model.repo_id] = model
+            if own_dates == dates:
+                same_date.add(model.repo_id)
         if len(matches) > 1:
             matches = {k: v for k, v in matches.items() if k in same_date}
         return next(iter(matches.values())) if len(matches) == 1 else None
