@@ -267,17 +267,22 @@ def float16_problem(engine: str, version: str | None, architecture: str, precisi
 VLLM_FLEX_ATTENTION_SINCE = (0, 10, 2)
 
 
+def flex_attention(engine: str, version: str | None, family: str) -> bool:
+    """Whether `engine` at `version` (None: the pinned release; one without a number reads as it) attends with vLLM's
+    FlexAttention on a GPU of `family` (`VLLM_FLEX_ATTENTION_SINCE`)."""
+    if engine != "vllm" or family not in PRE_AMPERE_FAMILIES:
+        return False
+    released = _release(version) or _release(DEFAULT_VERSIONS[engine])
+    return released is not None and released >= VLLM_FLEX_ATTENTION_SINCE
+
+
 def kv_dtype_problem(engine: str, version: str | None, family: str, kv_dtype: str, gpu: str) -> str | None:
     """Why `engine` at `version` (None: the pinned release) cannot keep its KV cache in `kv_dtype` on a GPU of
     `family`, or None where it can."""
-    if engine != "vllm" or kv_dtype != "fp8" or family not in PRE_AMPERE_FAMILIES:
+    if kv_dtype != "fp8" or not flex_attention(engine, version, family):
         return None
-    release = version or DEFAULT_VERSIONS[engine]
-    released = _release(version) or _release(DEFAULT_VERSIONS[engine])  # a version without a number: the pinned one
-    if released is None or released < VLLM_FLEX_ATTENTION_SINCE:
-        return None
-    return (f"vllm {release} attends on {gpu} (compute capability below 8.0) with FlexAttention, which has no FP8 KV "
-            "cache")
+    return (f"{engine} {version or DEFAULT_VERSIONS[engine]} attends on {gpu} (compute capability below 8.0) with "
+            "FlexAttention, which has no FP8 KV cache")
 
 
 def stated_mtp(text: str) -> tuple[int, float | None]:

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from inferplan.planner.catalog.checkpoints import Checkpoint
-from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_launch, version_line
+from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_launch, flex_attention, version_line
 from inferplan.planner.catalog.engines import (
     EngineProfile,
     EngineSettings,
@@ -581,6 +581,9 @@ def _candidate(
     basis = kernel_basis(gpu)  # (an unmeasured candidate's own warning comes first: `_unmeasured_warning`)
     if basis.kind != "measured":
         warnings.append(f"{gpu.key}: {basis.note}; step times are extrapolated (docs/model.md#kernel-basis)")
+    if flex_attention(engine.name, req.engine_version, gpu.family):
+        warnings.append(f"{engine.name} attends on {gpu.key} (compute capability below 8.0) with FlexAttention, whose "
+                        "times the step model does not price: its attention is costed as FlashAttention's")
     # The measured serving runs behind the engine terms a plan (the current release) uses: its line on this stack.
     line = factor_key(engine.name, None, gpu.vendor)
     measured_lines = lines_on_family.get(line, 0)
