@@ -81,8 +81,14 @@ def kernel_tables() -> dict[str, Any]:
 
 def gemm_format(precision: WeightPrecision, gpu: GpuSpec) -> str:
     """The kernel table that serves a precision's linear layers: 16-bit, FP8 (per tensor), INT8 W8A8 (`sq`), NVFP4,
-    or a weight-only kernel of 4 or 8 bits (GPTQ, AWQ, MXFP4 experts on pre-Blackwell GPUs, GGUF and MLC formats)."""
-    name = precision.name
+    or a weight-only kernel of 4 or 8 bits (GPTQ, AWQ, gpt-oss's MXFP4 experts, GGUF and MLC formats).
+
+    gpt-oss's MXFP4 experts are weight-only on every GPU, FP4 tensor cores or not (its other weights are 16-bit):
+    vLLM's default MXFP4 MoE backends multiply them with 16-bit activations (Marlin below Hopper, FlashInfer's
+    MXFP4 x BF16 on Blackwell, the triton kernels with `mxfp4_w4a16_moe_quant_config` on ROCm, CDNA 4 included;
+    `quantization/mxfp4.py` of the 0.11.0 wheel) and SGLang on ROCm runs them through the same triton kernels or
+    upcast to bf16 (0.5.5.post1). Where a fused-MoE table measured them (`moe_formats`: `w4a16_mxfp4`) that table
+    serves them; this format is the GEMM tables' stand-in elsewhere."""
     if precision.compute == "fp4":
         # W4A4 (NVFP4, Quark MXFP4) on FP4 tensor cores; elsewhere an engine that runs the format dequantises the
         # weights to 16-bit math (vLLM's FP4 Marlin kernels), a weight-only kernel of 4 bits.
@@ -96,8 +102,6 @@ def gemm_format(precision: WeightPrecision, gpu: GpuSpec) -> str:
     bits = precision.bits_per_param
     if bits >= 12:
         return "bfloat16"
-    if name == "mxfp4" and gpu.family in FP4_FAMILIES:
-        return "nvfp4"
     return "int8_wo" if bits > 6 else "int4_wo"
 
 

@@ -134,6 +134,18 @@ def test_a_moe_prompt_takes_at_least_its_active_flops_at_the_tensor_peak() -> No
     assert float(prefill_s(moe, 8192)) > float(prefill_s(measured_hardware(), 8192))
 
 
+@pytest.mark.parametrize("gpu", ["MI355X", "MI300X", "NVIDIA-B200"])
+def test_gpt_oss_experts_compute_at_no_more_than_the_16_bit_peak(gpu: str) -> None:
+    """gpt-oss-120b's MXFP4 experts multiply 16-bit activations on every GPU (weight-only): a routed token's expert
+    FLOPs (36 layers x 4 experts x 3 GEMMs of 2880 x 2880) take at least their time at the 16-bit tensor peak, on
+    the MI355X too, whose FP4 peak (10.1 PFLOPS) no engine uses for them (it had been read at it: 0.65 us a token
+    against 13 us measured on a B200)."""
+    spec = resolve_gpu(gpu)
+    hw = measured_hardware("openai/gpt-oss-120b", gpu, "mxfp4")
+    flops = 36 * 4 * 6.0 * 2880 * 2880
+    assert float(hw.expert_s_per_token) >= flops / (spec.fp16_tflops * 1e12)
+
+
 def test_fp8_runs_on_fp8_tensor_cores_where_the_gpu_has_them() -> None:
     """H100: the FP8 GEMM tables are faster than the 16-bit ones on a large batch, by less than the 2x of the
     peaks (AIConfigurator's measurements reach a smaller share of the FP8 peak)."""
