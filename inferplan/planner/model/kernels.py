@@ -385,40 +385,31 @@ class GpuKernels:
         which it reads the experts a batch routes to [bytes/s], its compute on routed tokens [FLOP/s]). `shape`
         (`moe_shape_key`): where the table measured that very shape, its own figures, else the medians of the
         shapes of its expert size. A scaled GPU carries the profiled GPU's shares of bandwidth and peak to its
-        own. None where no table serves (AMD, typical GPUs): the experts then stream at the GEMM tables' rate."""
+        own. A GPU without tables (AMD, typical GPUs) takes the median over the profiled GPUs of the floor and of
+        the shares of bandwidth and peak that the engine's fused MoE kernels reach (`_typical_moe`): nothing
+        measured them there, and on every GPU that was measured they reach a far smaller share of the peak than
+        the dense GEMMs and pay a floor a layer (routing, permutation, the combine). None where no profiled GPU
+        measured the format (INT8 W8A8): the experts then run as the dense GEMM tables' calls."""
         if self._system is None:
+            found = _typical_moe(self.backend, formats, expert_bytes, shape)
+        else:
+            found = _moe_shares(self._system, self.backend, formats, expert_bytes, shape)
+        if found is None:
             return None
-        tables = kernel_tables()
-        moe = tables["systems"][self._system].get("moe", {})
-        for fmt in formats:
-            curves = next((moe[b][fmt] for b in (self.backend, *BACKENDS) if fmt in moe.get(b, {})), None)
-            if curves is None:
-                continue
-            # The shape itself where these kernels measured it (another backend's kernels for the same shape can
-            # be several times apart: TensorRT-LLM's per-tensor FP8 against SGLang's block FP8), else the medians
-            # of the shapes of its expert size.
-            exact = curves.get("shapes", {}).get(shape) if shape else None
-            if exact is not None:
-                floor, stream, compute = (float(v) for v in exact)
-            else:
-                axis = np.asarray(tables["meta"]["moe_shard_log2_bytes"], dtype=float)
-                x = math.log2(max(expert_bytes, 1.0))
-                floor, stream, compute = (float(np.interp(x, axis, np.asarray(curves[name], dtype=float)))
-                                          for name in ("floor_us", "stream", "compute"))
-            kind = MOE_PEAK_OF[fmt]
-            if self.basis.kind == "measured":
-                peaks = self._peaks
-                bandwidth = peaks["mem_bw_gb_s"] * 1e9
-                peak = (peaks.get(f"{kind}_tflops") or peaks.get("fp8_tflops") or peaks["bf16_tflops"]) * 1e12
-            else:
-                bandwidth = self.gpu.memory_bandwidth_gb_s * 1e9
-                peak = {"bf16": self.gpu.fp16_tflops, "fp8": self.gpu.fp8_tflops,
-                        "fp4": self.gpu.fp4_tflops or self.gpu.fp8_tflops}[kind] or self.gpu.fp16_tflops
-                peak *= 1e12
-            # A share above the rated bandwidth is a small call served from L2 or fewer experts touched than
-            # uniform routing counts: never faster than the HBM.
-            return floor * 1e-6, min(stream, 1.0) * bandwidth, compute * peak
-        return None
+        fmt, floor, stream, compute = found
+        kind = MOE_PEAK_OF[fmt]
+        if self.basis.kind == "measured":
+            peaks = self._peaks
+            bandwidth = peaks["mem_bw_gb_s"] * 1e9
+            peak = (peaks.get(f"{kind}_tflops") or peaks.get("fp8_tflops") or peaks["bf16_tflops"]) * 1e12
+        else:
+            bandwidth = self.gpu.memory_bandwidth_gb_s * 1e9
+            peak = {"bf16": self.gpu.fp16_tflops, "fp8": self.gpu.fp8_tflops,
+                    "fp4": self.gpu.fp4_tflops or self.gpu.fp8_tflops}[kind] or self.gpu.fp16_tflops
+            peak *= 1e12
+        # A share above the rated bandwidth is a small call served from L2 or fewer experts touched than
+        # uniform routing counts: never faster than the HBM.
+        return floor * 1e-6, min(stream, 1.0) * bandwidth, compute * peak
 
     # -- attention -------------------------------------------------------------------------------------------
 
@@ -549,6 +540,45 @@ class GpuKernels:
         link = peaks.get("intra_node_gb_s")
         return self.gpu.interconnect == "nvlink" and link is not None and math.isclose(
             link, self.gpu.interconnect_gb_s, rel_tol=0.05)
+
+
+def _moe_shares(system: str, backend: str, formats: tuple[str, ...], expert_bytes: float, shape: str | None
+                ) -> tuple[str, float, float, float] | None:
+    """The first of `formats` that `system`'s fused-MoE tables measured (`backend`'s, else another backend's on the
+    same GPU): (format, floor [us], share of the HBM bandwidth at which it reads the routed experts, share of the
+    format's peak it computes at). The shape itself where these kernels measured it (another backend's kernels for
+    the same shape can be several times apart: TensorRT-LLM's per-tensor FP8 against SGLang's block FP8), else the
+    medians of the shapes of its expert size."""
+    tables = kernel_tables()
+    moe = tables["systems"][system].get("moe", {})
+    for fmt in formats:
+        curves = next((moe[b][fmt] for b in (backend, *BACKENDS) if fmt in moe.get(b, {})), None)
+        if curves is None:
+            continue
+        exact = curves.get("shapes", {}).get(shape) if shape else None
+        if exact is not None:
+            floor, stream, compute = (float(v) for v in exact)
+        else:
+            axis = np.asarray(tables["meta"]["moe_shard_log2_bytes"], dtype=float)
+            x = math.log2(max(expert_bytes, 1.0))
+            floor, stream, compute = (float(np.interp(x, axis, np.asarray(curves[name], dtype=float)))
+                                      for name in ("floor_us", "stream", "compute"))
+        return fmt, floor, stream, compute
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _typical_moe(backend: str, formats: tuple[str, ...], expert_bytes: float, shape: str | None
+                 ) -> tuple[str, float, float, float] | None:
+    """`_moe_shares` for a GPU without tables: the first of `formats` some profiled GPU measured, and per figure the
+    median over the profiled GPUs that measured it."""
+    for fmt in formats:
+        found = [f for system in kernel_tables()["systems"]
+                 if (f := _moe_shares(system, backend, (fmt,), expert_bytes, shape)) is not None]
+        if found:
+            floor, stream, compute = (float(np.median([f[i] for f in found])) for i in (1, 2, 3))
+            return fmt, floor, stream, compute
+    return None
 
 
 def moe_shape_key(hidden: int, intermediate: int, experts: int, top_k: int, tp: int) -> str:
