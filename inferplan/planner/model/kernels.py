@@ -385,15 +385,15 @@ class GpuKernels:
         which it reads the experts a batch routes to [bytes/s], its compute on routed tokens [FLOP/s]). `shape`
         (`moe_shape_key`): where the table measured that very shape, its own figures, else the medians of the
         shapes of its expert size. A scaled GPU carries the profiled GPU's shares of bandwidth and peak to its
-        own. A GPU without tables (AMD, typical GPUs) takes the median over the profiled GPUs of the floor and of
-        the shares of bandwidth and peak that the engine's fused MoE kernels reach (`_typical_moe`): nothing
-        measured them there, and on every GPU that was measured they reach a far smaller share of the peak than
-        the dense GEMMs and pay a floor a layer (routing, permutation, the combine). None where no profiled GPU
-        measured the format (INT8 W8A8): the experts then run as the dense GEMM tables' calls."""
-        if self._system is None:
+        own. A GPU without tables (AMD, typical GPUs), or whose tables lack every one of `formats`, takes the
+        median over the profiled GPUs of the floor and of the shares of bandwidth and peak that the engine's fused
+        MoE kernels reach (`_typical_moe`): nothing measured them there, and on every GPU that was measured they
+        reach a far smaller share of the peak than the dense GEMMs and pay a floor a layer (routing, permutation,
+        the combine). None where no profiled GPU measured the format (INT8 W8A8): the experts then run as the dense
+        GEMM tables' calls."""
+        found = _moe_shares(self._system, self.backend, formats, expert_bytes, shape) if self._system else None
+        if found is None:
             found = _typical_moe(self.backend, formats, expert_bytes, shape)
-        else:
-            found = _moe_shares(self._system, self.backend, formats, expert_bytes, shape)
         if found is None:
             return None
         fmt, floor, stream, compute = found

@@ -146,6 +146,17 @@ def test_gpt_oss_experts_compute_at_no_more_than_the_16_bit_peak(gpu: str) -> No
     assert float(hw.expert_s_per_token) >= flops / (spec.fp16_tflops * 1e12)
 
 
+def test_a_gpu_whose_tables_lack_the_formats_fused_moe_takes_the_profiled_gpus_medians() -> None:
+    """The A100's tables hold no MXFP4 fused MoE (gpt-oss runs there through vLLM's Marlin kernels): its MoE layers
+    pay the floor the GPUs that measured them pay, as a GPU without any tables does, not the dense GEMM tables'
+    calls with no floor."""
+    moe = kernel_tables()["systems"]["a100_sxm"]["moe"]
+    assert not any("w4a16_mxfp4" in formats for formats in moe.values())
+    hw = measured_hardware("openai/gpt-oss-120b", "NVIDIA-A100-SXM4-80GB", "mxfp4")
+    h100 = measured_hardware("openai/gpt-oss-120b", "NVIDIA-H100-80GB-HBM3", "mxfp4")
+    assert 0.5 * float(h100.moe_floor_s) < float(hw.moe_floor_s) < 2.0 * float(h100.moe_floor_s)
+
+
 def test_fp8_runs_on_fp8_tensor_cores_where_the_gpu_has_them() -> None:
     """H100: the FP8 GEMM tables are faster than the 16-bit ones on a large batch, by less than the 2x of the
     peaks (AIConfigurator's measurements reach a smaller share of the FP8 peak)."""
