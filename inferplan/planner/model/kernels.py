@@ -570,8 +570,8 @@ def _moe_shares(system: str, backend: str, formats: tuple[str, ...], expert_byte
 @lru_cache(maxsize=1024)
 def _typical_moe(backend: str, formats: tuple[str, ...], expert_bytes: float, shape: str | None
                  ) -> tuple[str, float, float, float] | None:
-    """`_moe_shares` for a GPU without tables: the first of `formats` some profiled GPU measured, and per figure the
-    median over the profiled GPUs that measured it."""
+    """`_moe_shares` for a GPU whose tables (if any) measured none of `formats`: the first of them some profiled GPU
+    measured, and per figure the median over the profiled GPUs that measured it."""
     for fmt in formats:
         found = [f for system in kernel_tables()["systems"]
                  if (f := _moe_shares(system, backend, (fmt,), expert_bytes, shape)) is not None]
