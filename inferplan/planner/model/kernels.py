@@ -15,6 +15,9 @@ Every figure here is a latency of one kernel call on one GPU [s], looked up wher
   each call's floor.
 - **typical**: neither (T4): the roofline at the median efficiency the profiled GPUs reach, which the plan states.
 
+A fused MoE layer that no table of a GPU measured (published and typical GPUs, a format a GPU's tables lack) takes
+the profiled GPUs' median fused-MoE floor and shares of bandwidth and peak (`GpuKernels.moe_layer`).
+
 Nothing here is fitted to serving runs; `inferplan.planner.model.performance` sums these per step, and the fit
 (`calibrate`) touches only engine terms on top of them. Times broadcast over numpy arrays.
 """
