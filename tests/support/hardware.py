@@ -20,7 +20,7 @@ from inferplan.planner.model.performance import Hardware, build_hardware
 
 # No engine time on top of the kernels: expected step times are the kernels' alone.
 FACTORS = EngineFactors(step_overhead_ms=0.0, sequence_overhead_ms=0.0, request_overhead_ms=0.0,
-                        non_torch_gib=0.3, activation_scale=1.0)
+                        non_torch_gib=0.3, activation_scale=1.0, eager_layer_ms=0.0)
 
 BANDWIDTH_SHARE = 0.8  # of the rated memory bandwidth, on weights, experts and KV
 DECODE_SHARE = 0.5     # of the 16-bit tensor peak, on a decode token's FLOPs

@@ -35,7 +35,13 @@ import numpy as np
 
 from inferplan.planner.calibration.predict import ONLINE_LOADS, predict_scenarios, unmodelled
 from inferplan.planner.calibration.scenarios import Scenario
-from inferplan.planner.catalog.engines import base_line, engine_of_line, engine_profile, factor_key
+from inferplan.planner.catalog.engines import (
+    GRAPH_CAPPED_LINES,
+    base_line,
+    engine_of_line,
+    engine_profile,
+    factor_key,
+)
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.model.factors import FITTED_ENGINE_FACTORS, NO_SM_CAP_GB_S, FactorSet, harness_key, load_factors
 from inferplan.planner.names import CatalogLookupError
@@ -50,6 +56,9 @@ BOUNDS = {
     # GB/s one SM streams with the engine's own kernels: 3 is below any card's measured share, 100 (the prior)
     # caps nothing (rated bandwidth per SM is at most about 55 GB/s in the catalog).
     "sm_stream_gb_s": (3.0, NO_SM_CAP_GB_S),
+    # A layer's kernels launched from Python one by one: from a few kernels at a microsecond each to some dozens at
+    # tens of microseconds with the framework's per-module overhead.
+    "eager_layer_ms": (0.005, 2.0),
     "harness_ms": (0.0, 400.0),
 }
 PRIOR_WEIGHT = 2.0  # chosen by leave-one-source-out among 0.5, 2 and 4 (docs/calibration.md)
@@ -206,11 +215,13 @@ def harness_keys(rows: Sequence[Scenario]) -> dict[str, list[Scenario]]:
 
 
 def engine_targets(line: str) -> tuple[str, ...]:
-    """The terms fitted for factor line `line`: a stack line keeps its engine's memory terms, and only engines
-    with their own weight kernels have a per-SM streaming rate."""
+    """The terms fitted for factor line `line`: a stack line keeps its engine's memory terms, only engines
+    with their own weight kernels have a per-SM streaming rate, and only lines whose defaults leave some batches
+    outside their CUDA graphs (`GRAPH_CAPPED_LINES`) an eager time per layer."""
     return tuple(n for n in FITTED_ENGINE_FACTORS
                  if not (n in MEMORY_FACTOR_NAMES and base_line(line) != line)
-                 and (n != "sm_stream_gb_s" or _own_kernels(line)))
+                 and (n != "sm_stream_gb_s" or _own_kernels(line))
+                 and (n != "eager_layer_ms" or base_line(line) in GRAPH_CAPPED_LINES))
 
 
 def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, sweeps: int = 3,

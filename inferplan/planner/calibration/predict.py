@@ -24,6 +24,7 @@ from inferplan.planner.catalog.engine_args import (
 from inferplan.planner.catalog.engines import (
     EngineProfile,
     EngineSettings,
+    cuda_graph_max_batch,
     engine_profile,
     factor_key,
     mtp_tokens_per_step,
@@ -254,9 +255,14 @@ def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactor
 
 
 def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
-    return _hardware(row.model, row.gpu, r.engine.name, r.precision, _kv_bytes(row, r), r.tp, r.pp,
-                     row_factors(row, r, factors), r.dp_attention, r.expert_parallel,
-                     (r.mtp_draft_tokens, r.mtp_tokens_per_step))
+    hw = _hardware(row.model, row.gpu, r.engine.name, r.precision, _kv_bytes(row, r), r.tp, r.pp,
+                   row_factors(row, r, factors), r.dp_attention, r.expert_parallel,
+                   (r.mtp_draft_tokens, r.mtp_tokens_per_step))
+    # The CUDA graphs of the row's release (the hardware's are the current release's): with data-parallel attention
+    # each rank captures its own batch.
+    graphs = cuda_graph_max_batch(r.engine.name, row.version, r.gpu.memory_bytes, r.tp,
+                                  row.max_num_batched_tokens) * (r.tp if r.dp_attention else 1)
+    return hw if graphs == float(np.asarray(hw.graph_max_batch)) else replace(hw, graph_max_batch=graphs)
 
 
 @lru_cache(maxsize=4096)

@@ -451,6 +451,52 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
                            engine.default_memory_fraction, scheduling_of(name, version, max_model_len))
 
 
+# The factor lines whose releases, at their defaults, run some decode batches outside their captured CUDA graphs
+# (`cuda_graph_max_batch` finite): vLLM V1, SGLang, TGI. vLLM V0 captures every batch up to its max_num_seqs.
+GRAPH_CAPPED_LINES = ("vllm", "sglang", "tgi")
+
+
+def cuda_graph_max_batch(engine: str, version: str | None, gpu_memory_bytes: float, tp: int,
+                         step_tokens: float | None = None) -> float:
+    """The largest decode batch `engine` at `version` (None: its current release) runs from a captured CUDA graph at
+    its defaults, on `tp` GPUs of `gpu_memory_bytes` (NVML total) each; a step over more sequences runs eagerly,
+    launching every kernel of every layer from the CPU (`Hardware.eager_step_s`). math.inf where graphs cover any
+    batch the engine runs, or where the engine's default is not known (TensorRT-LLM, LMDeploy, llama.cpp, MLC).
+
+    - vLLM V1 (0.8 on): `min(2 x max_num_seqs, 512)` capped at `max_num_batched_tokens` (`_set_cudagraph_sizes`;
+      0.8-0.10: the sizes 1, 2, 4, 8 ... 512 up to the step budget), so 512 at its defaults: only a batch above 512
+      runs eagerly. V0 captures up to its `max_num_seqs` (`_get_max_graph_batch_size`): never eager at its defaults.
+    - SGLang before 0.5.3: sizes 1, 2, 4, 8 ... 160 (0.3.0 `model_runner.py`; 0.4.0-0.5.2 `cuda_graph_max_bs`
+      160, or 8 at TP < 4 and 80 above on GPUs under 25,000 MiB). From 0.5.3 by GPU memory and TP
+      (`_handle_gpu_memory_settings` in the 0.5.3, 0.5.4 and 0.5.5 sdists): under 20 GiB 8; under 35 GiB 16 (24 from
+      0.5.5) at TP < 4, 80 above; under 60 GiB 32 or 160; under 160 GiB (H100, A100-80GB, H200) 256 or 512;
+      above (B200, MI300X) 512.
+    - TGI: `--cuda-graphs` "Default = 1,2,4,8,16,32" (launcher `main.rs`, v2.0.4 to v3.3.7).
+    """
+    v = parse_version(version)
+    mib = gpu_memory_bytes / 2**20
+    if engine == "vllm":
+        if v is not None and v < (0, 8):
+            return math.inf
+        return float(min(512.0, step_tokens if step_tokens is not None else math.inf))
+    if engine == "sglang":
+        small = tp < 4
+        if v is not None and v < (0, 5, 3):
+            return 160.0 if mib >= 25_000 else (8.0 if small else 80.0)
+        if mib < 20 * 1024:
+            return 8.0
+        if mib < 35 * 1024:
+            return (16.0 if v is not None and v < (0, 5, 5) else 24.0) if small else 80.0
+        if mib < 60 * 1024:
+            return 32.0 if small else 160.0
+        if mib < 160 * 1024:
+            return 256.0 if small else 512.0
+        return 512.0
+    if engine == "tgi":
+        return 32.0
+    return math.inf
+
+
 # The share of drafted tokens a DeepSeek-V3 MTP module gets accepted: "the acceptance rate of the second token
 # prediction ranges between 85% and 90%" (DeepSeek-V3 Technical Report, arXiv 2412.19437, section 5.4.3); the low end.
 MTP_ACCEPTANCE = 0.85

@@ -25,6 +25,7 @@ ENGINE_FACTOR_NAMES = (
     "non_torch_gib",              # memory outside the PyTorch allocator: CUDA context, NCCL, cuBLAS [GiB]
     "activation_scale",           # profiled activation peak relative to the analytic estimate [-]
     "sm_stream_gb_s",             # most one SM streams from memory with the engine's own kernels [GB/s per SM]
+    "eager_layer_ms",             # per layer of a step whose batch is above the engine's largest CUDA graph [ms]
     "decode_speed",               # observed decode speed over the kernel model's on one deployment (online only) [-]
     "prefill_speed",              # the same for prefill [-]
 )
@@ -32,10 +33,16 @@ ENGINE_FACTOR_NAMES = (
 # (`inferplan.planner.model.kernels`) and never fitted; `decode_speed` and `prefill_speed` belong to online calibration
 # of one running deployment, `request_overhead_ms` is a sourced assumption.
 FITTED_ENGINE_FACTORS = ("step_overhead_ms", "sequence_overhead_ms", "non_torch_gib", "activation_scale",
-                         "sm_stream_gb_s")
+                         "sm_stream_gb_s", "eager_layer_ms")
 # A per-SM rate no GPU in the catalog comes near (rated bandwidth / SMs is at most about 55 GB/s): no cap. It is
 # the prior, and the value a factors file that predates the factor gets.
 NO_SM_CAP_GB_S = 100.0
+# The prior of `eager_layer_ms`: a decoder layer run eagerly launches some 10-20 kernels (norms, the GEMMs, rotary
+# embedding, attention, activation, all-reduces at TP > 1) from Python, each with the framework's per-module work
+# around it, 0.1-0.2 ms a layer, which a captured CUDA graph replays in one launch. An assumption (nothing published
+# measures it per engine), fitted per engine line like the other CPU times; 0.2 was chosen over 0.1 by leave one
+# source out (docs/calibration.md: worst source 42.7% against 44.9%). The value a factors file without the term gets.
+EAGER_LAYER_PRIOR_MS = 0.2
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class EngineFactors:
     non_torch_gib: float
     activation_scale: float
     sm_stream_gb_s: float = NO_SM_CAP_GB_S
+    eager_layer_ms: float = EAGER_LAYER_PRIOR_MS
     decode_speed: float = 1.0
     prefill_speed: float = 1.0
 
@@ -125,7 +133,8 @@ def parse_factors(data: dict[str, Any]) -> FactorSet:
     earlier model (efficiencies, GPU-family corrections) are not read: the kernel tables replace them."""
 
     def engine(name: str, raw: dict[str, Any]) -> EngineFactors:
-        raw = {"sm_stream_gb_s": NO_SM_CAP_GB_S, "decode_speed": 1.0, "prefill_speed": 1.0} | raw
+        raw = {"sm_stream_gb_s": NO_SM_CAP_GB_S, "eager_layer_ms": EAGER_LAYER_PRIOR_MS, "decode_speed": 1.0,
+               "prefill_speed": 1.0} | raw
         missing = [f for f in ENGINE_FACTOR_NAMES if f not in raw]
         if missing:
             raise ValueError(f"factors for engine {name!r}: missing {', '.join(missing)}")

@@ -15,6 +15,7 @@ engine adds its per-step and per-sequence CPU time (`factors`), the only fitted 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
@@ -23,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.catalog.architectures import ModelArchitecture
-from inferplan.planner.catalog.engines import ENGINES, EngineProfile
+from inferplan.planner.catalog.engines import ENGINES, EngineProfile, cuda_graph_max_batch
 from inferplan.planner.catalog.gpus import GpuSpec
 from inferplan.planner.catalog.precisions import WeightPrecision
 from inferplan.planner.model.factors import EngineFactors
@@ -137,6 +138,11 @@ class Hardware:
     draft_passes: Number = 0.0
     draft_share: Number = 0.0
     tokens_per_step: Number = 1.0
+    # A step over more running sequences than the engine's largest captured CUDA graph (`graph_max_batch`,
+    # `engines.cuda_graph_max_batch`) runs eagerly: the CPU launches every kernel of every layer, `eager_step_s` over
+    # the model's layers (the engine line's `eager_layer_ms`) on top of the step. inf and 0: never.
+    graph_max_batch: Number = math.inf
+    eager_step_s: Number = 0.0
 
 
 def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
@@ -501,6 +507,9 @@ def hardware_grid(
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
         step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
+        graph_max_batch=np.array([[cuda_graph_max_batch(engine.name, None, g.memory_bytes, int(t)) for t in sizes]
+                                  for g in gpus], dtype=float)[:, :, None, None],
+        eager_step_s=per_gpu([f.eager_layer_ms / 1e3 * arch.num_layers for f in factors]),
         sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 for f in factors]),
         request_overhead_s=per_gpu([f.request_overhead_ms / 1e3 for f in factors]),
         **measured,
@@ -607,6 +616,11 @@ def allreduce_s(hw: Hardware, tokens: ArrayLike) -> FloatArray:
         + t * hw.stage_send_s_per_token
 
 
+# The half width of `DecodeStep.mean_at`'s ramp, in standard deviations of the running count: a linear ramp through
+# one half with the slope of the normal CDF at its centre, 1 / (sigma sqrt(2 pi)), spans 1.25 sigma either way.
+EAGER_RAMP_SIGMAS = 1.25
+
+
 @dataclass(frozen=True)
 class DecodeStep:
     """A decode step's time as a function of the batch, for fixed deployments and context.
@@ -629,6 +643,9 @@ class DecodeStep:
     has_experts: bool = True  # any deployment a mixture of experts (else the expert term is skipped)
     has_mtp: bool = False     # any deployment drafting with MTP modules (else `Hardware.verify_tokens` and the rest
                               # are their defaults and the step is the plain one)
+    has_eager: bool = True    # any deployment with steps outside its CUDA graphs that cost time (else no eager term)
+    eager_ramp_from: FloatArray | float = np.inf  # `mean_at`'s ramp: where it starts and how wide it is [sequences]
+    eager_ramp_width: FloatArray | float = 1.0
 
     def take(self, index: ArrayLike, hw: Hardware | None = None) -> DecodeStep:
         """Rows `index` of a curve over many deployments (`hw`: those rows of its hardware, if already taken)."""
@@ -646,17 +663,43 @@ class DecodeStep:
             allreduce_knee_s_per_token=self.allreduce_knee_s_per_token[index],
             has_experts=self.has_experts,
             has_mtp=self.has_mtp,
+            has_eager=self.has_eager,
+            eager_ramp_from=np.asarray(self.eager_ramp_from)[index] if np.ndim(self.eager_ramp_from) else
+            self.eager_ramp_from,
+            eager_ramp_width=np.asarray(self.eager_ramp_width)[index] if np.ndim(self.eager_ramp_width) else
+            self.eager_ramp_width,
         )
 
     def at(self, batch: ArrayLike) -> FloatArray:
         """Step time with `batch` running sequences [s]; with MTP drafting, the time per token each sequence emits
         (the step over `Hardware.tokens_per_step`)."""
-        hw = self.hw
         b = np.maximum(np.asarray(batch, dtype=float), 1.0)
+        return self._at(b, np.where(b > self.hw.graph_max_batch, 1.0, 0.0) if self.has_eager else None)
+
+    def mean_at(self, batch: ArrayLike) -> FloatArray:
+        """The mean step over a running batch of `batch` sequences on average, as an open system's count varies
+        (M/G/inf: Poisson about that mean, standard deviation sqrt(mean)): `at`, but with the eager time of a step
+        above the largest CUDA graph weighted by the share of steps there, not switched on at the mean. The share,
+        P(N > graph_max_batch), is taken as a ramp through one half at graph_max_batch + 0.5 with the normal
+        approximation's slope there, 1.25 standard deviations either way: piecewise linear in the batch like the
+        rest of the step, which the queueing model's Newton steps rely on (`serving._concurrency`)."""
+        b = np.maximum(np.asarray(batch, dtype=float), 1.0)
+        if not self.has_eager:
+            return self._at(b, None)
+        share = (b - self.eager_ramp_from) / self.eager_ramp_width
+        if np.all(share <= 0.0):  # the usual case: every batch well within its graphs
+            return self._at(b, None)
+        return self._at(b, np.clip(share, 0.0, 1.0))
+
+    def _at(self, b: FloatArray, eager_share: FloatArray | None) -> FloatArray:
+        hw = self.hw
+        cpu = hw.step_overhead_s + hw.sequence_overhead_s * b
+        if eager_share is not None:
+            cpu = cpu + eager_share * hw.eager_step_s
         if not self.has_mtp:
-            return hw.pp * self._gpu_s(b, b) + hw.step_overhead_s + hw.sequence_overhead_s * b
+            return hw.pp * self._gpu_s(b, b) + cpu
         gpu = self._gpu_s(b, b * hw.verify_tokens) + hw.draft_passes * hw.draft_share * self._gpu_s(b, b)
-        return (hw.pp * gpu + hw.step_overhead_s + hw.sequence_overhead_s * b) / hw.tokens_per_step
+        return (hw.pp * gpu + cpu) / hw.tokens_per_step
 
     def _gpu_s(self, b: FloatArray, tokens: FloatArray) -> FloatArray:
         """One stage's GPU time of a decode step over `b` sequences that pass `tokens` tokens through the GEMMs,
@@ -676,6 +719,8 @@ class DecodeStep:
 def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
     """The decode-step curve of `hw` at mean context `context_tokens` (see `decode_step_s`)."""
     ring_bytes = _ring_share(hw) * hw.allreduce_bytes_per_token  # one token's share of each all-reduce
+    middle = np.asarray(hw.graph_max_batch, dtype=float) + 0.5
+    half_width = EAGER_RAMP_SIGMAS * np.sqrt(np.minimum(middle, 1e12))
     return DecodeStep(
         hw=hw,
         dense_weights_s=np.asarray(hw.decode_dense_bytes_per_gpu / hw.bandwidth_bytes_s, dtype=float),
@@ -695,6 +740,9 @@ def decode_step(hw: Hardware, context_tokens: ArrayLike) -> DecodeStep:
                                               dtype=float),
         has_experts=bool(np.any(np.asarray(hw.num_experts) > 0)),
         has_mtp=bool(np.any(np.asarray(hw.draft_passes) > 0)),
+        has_eager=bool(np.any(np.isfinite(hw.graph_max_batch) & (np.asarray(hw.eager_step_s) > 0))),
+        eager_ramp_from=middle - half_width,
+        eager_ramp_width=2.0 * half_width,
     )
 
 

@@ -203,12 +203,12 @@ def _concurrency(curve: DecodeStep, x: FloatArray, own_prefill: FloatArray, o: F
 
     Below one sequence in flight the step runs at batch 1, so n = x L(1) there. Above it, h(n) = n -
     x L(n) rises from h(1) < 0 to h(slots) >= 0 (x never exceeds capacity); the step time is piecewise
-    linear in n, so Newton steps kept inside the bracket (bisection when they leave it) converge in a
-    few iterations. A row stays put once converged (h = 0, or a step below 1e-12 of n): stepping on from
+    linear in n (`DecodeStep.mean_at`), so Newton steps kept inside the bracket (bisection when they leave it)
+    converge in a few iterations. A row stays put once converged (h = 0, or a step below 1e-12 of n): stepping on from
     there would only move it off the root to the bracket's midpoint.
     """
     def latency(n: FloatArray) -> FloatArray:
-        return own_prefill + o * (curve.at(n) / stretch)
+        return own_prefill + o * (curve.mean_at(n) / stretch)
 
     light = x * latency(np.ones_like(x))
     if np.all(light <= 1.0):
@@ -416,7 +416,7 @@ class PoissonModel:
         stretch = _prompt_stretch(x, self.prompt_work)
         n = _concurrency(self.curve, x, self.own_prefill, self.o, stretch, self.c)
         n = np.maximum(n, np.minimum(x * self.own_prefill, self.c))
-        step = self.curve.at(np.maximum(n, 1.0))
+        step = self.curve.mean_at(np.maximum(n, 1.0))
         tpot_bar = step / stretch  # the mean TPOT: the step stretched by the prompt work
         return _Load(lam, x, overloaded, n, tpot_bar, step)
 
@@ -501,7 +501,7 @@ class PoissonModel:
         context, whose variance is (1 + cv^2) times the count's for contexts of squared CV cv^2 (compound
         Poisson)."""
         n = np.maximum(load.n, 1.0)
-        slope = self.curve.at(n + 1.0) - load.step  # load.step is the step at max(n, 1)
+        slope = self.curve.mean_at(n + 1.0) - load.step  # load.step is the step at max(n, 1)
         kv_share = np.clip(self.curve.kv_s_per_sequence / np.maximum(slope, 1e-15), 0.0, 1.0)
         variance = load.n * (1.0 + kv_share * self.context_cv2)
         g = np.sqrt(variance)[..., None] * self.batch_spread  # sqrt(n g(T / d)) z: T / d does not depend on the rate

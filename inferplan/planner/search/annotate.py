@@ -142,7 +142,7 @@ _STEP_RATES = ("bandwidth_bytes_s", "expert_bandwidth_bytes_s", "kv_bandwidth_by
 
 
 _STEP_TIMES = ("link_latency_s", "link_knee_s_per_byte", "step_overhead_s", "sequence_overhead_s",
-               "stage_send_latency_s", "stage_send_s_per_token", "moe_floor_s", "expert_s_per_token")
+               "stage_send_latency_s", "stage_send_s_per_token", "moe_floor_s", "expert_s_per_token", "eager_step_s")
 
 
 def slower_steps(hw: Hardware, factor: float | NDArray[np.float64]) -> Hardware:

@@ -83,6 +83,9 @@ class _StepModel:
         self.step_overhead_s = f.get("step_overhead_s", 0.0)
         self.sequence_overhead_s = f.get("sequence_overhead_s", 0.0)
         self.request_overhead_s = f.get("request_overhead_s", 0.0)
+        # A step whose decode batch is above the largest captured CUDA graph runs eagerly (`Hardware.eager_step_s`).
+        self.graph_max_batch = f.get("graph_max_batch", math.inf)
+        self.eager_step_s = f.get("eager_step_s", 0.0)
         # A decode replica of a disaggregated deployment receives prompts already computed (their KV sent by a
         # prefill replica): a prompt then passes through a step as one token, not as its length.
         self.prompts_computed = False
@@ -128,14 +131,18 @@ class _StepModel:
         stage = self._stage(batch, context, 0.0, 0.0, self.verify)
         if self.mtp:
             stage += self.draft * self._stage(batch, context, 0.0, 0.0, 1.0)
-        return self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * batch
+        return self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * batch + self.eager(batch)
+
+    def eager(self, batch: float) -> float:
+        """What running a step of `batch` decoding sequences eagerly adds: `eager_step_s` above the graphs' batch."""
+        return self.eager_step_s if batch > self.graph_max_batch else 0.0
 
     def time(self, batch: int, context: float, prefill_tokens: float, prefill_compute_s: float,
              sequences: int) -> float:
         stage = self._stage(batch, context, prefill_tokens, prefill_compute_s, self.verify)
         if self.mtp and batch:
             stage += self.draft * self._stage(batch, context, 0.0, 0.0, 1.0)
-        step = self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * sequences
+        step = self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * sequences + self.eager(batch)
         if self.mtp and batch:
             step -= (1.0 - 1.0 / self.emitted) * self.decode_only(batch, context)
         return step
@@ -216,6 +223,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     allreduce_s, allreduce_token_s = model.allreduce_latency_s, model.allreduce_token_s
     knee_token_s, knee_tokens = model.knee_token_s, model.knee_tokens
     step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
+    graph_max_batch, eager_step_s = model.graph_max_batch, model.eager_step_s
     computed = model.prompts_computed
     window = model.window if model.window > 0 else inf
     mtp, verify, emitted = model.mtp, model.verify, model.emitted
@@ -233,7 +241,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     multi = policy.steps_per_schedule
     last_sched = 0
     outside = [pp * (allreduce_s + allreduce_token_s * b + knee_token_s * min(b, knee_tokens) + moe_s(b))
-               + step_overhead_s + sequence_overhead_s * b for b in sizes]
+               + step_overhead_s + sequence_overhead_s * b + (eager_step_s if b > graph_max_batch else 0.0)
+               for b in sizes]
     heappush, heappop = heapq.heappush, heapq.heappop
 
     def jump_step(b: int, c: float, k: int) -> float:
@@ -310,7 +319,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
             step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
                          + allreduce_s + allreduce_token_s * tokens
                          + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens) + moe_s(tokens)) \
-                + step_overhead_s + sequence_overhead_s * (b + 1)
+                + step_overhead_s + sequence_overhead_s * (b + 1) + (eager_step_s if b > graph_max_batch else 0.0)
             end = now + step
             if end > t_limit:
                 # Only an arrival at this very moment could change a prefill step; later ones wait for it.
@@ -444,7 +453,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     stage += moe_s(tokens)
                     step = pp * (stage + allreduce_s + allreduce_token_s * tokens
                                  + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
-                        + step_overhead_s + sequence_overhead_s * (b + finishing)
+                        + step_overhead_s + sequence_overhead_s * (b + finishing) \
+                        + (eager_step_s if b > graph_max_batch else 0.0)
                 end = now + step
                 if end > t_limit:
                     t_limit = yield end

@@ -182,8 +182,10 @@ def compare(candidate: Candidate, result: SimulationResult) -> list[Comparison]:
 
 VERIFY_REQUESTS = 5_000  # per candidate, in steady state: enough for a stable p99 at a few hundred ms per candidate
 # A pass this close to a target (a share of it) is confirmed on CONFIRM_REQUESTS in steady state (what
-# `inferplan simulate` serves in all): a p95 of 5,000 requests is a little noisy where outputs are long.
-EDGE = 0.03
+# `inferplan simulate` serves in all): a p95 of 5,000 requests is a little noisy where outputs are long, and under
+# bursty arrivals a longer run meets more bursts (moe-qwen3-30b-a3b's 2 x H100: TPOT p95 38.0 ms on 5,000, 40.2 ms
+# on 20,000 against 40 ms; the margin was 3% until then).
+EDGE = 0.06
 CONFIRM_REQUESTS = 20_000
 # Replicas start empty: the running batch, and with it the step time, grows for about one request lifetime, and
 # shrinks again once arrivals stop. Verification serves WARMUP_LIFETIMES x the candidate's analytic e2e p95 of

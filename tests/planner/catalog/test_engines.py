@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date
 
 import pytest
 
-from inferplan.planner.catalog.engines import ENGINES, base_line, engine_of_line, engine_profile, factor_key
+from inferplan.planner.catalog.engines import (
+    ENGINES,
+    base_line,
+    cuda_graph_max_batch,
+    engine_of_line,
+    engine_profile,
+    factor_key,
+)
 from inferplan.planner.names import CatalogLookupError
 
 
@@ -43,3 +51,26 @@ def test_a_measurement_without_a_version_is_on_the_line_current_when_its_source_
     assert factor_key("vllm", "0.11.0", published=date(2024, 11, 1)) == "vllm"  # a stated version wins
     assert factor_key("tensorrt-llm", None, "nvidia", date(2025, 6, 1)) == "tensorrt-llm-v0"
     assert factor_key("vllm", None, "amd", date(2024, 11, 1)) == "vllm-v0-rocm"
+
+
+GIB = 2**30
+
+
+def test_each_engine_release_captures_cuda_graphs_up_to_its_own_default_batch() -> None:
+    """The largest batch a default server runs from a CUDA graph, as each release's source sets it: vLLM V1 512 (V0
+    every batch up to max_num_seqs), SGLang 160 before 0.5.3 and by GPU memory and TP after, TGI 32, and no cap
+    where the default is not known."""
+    h100, h200, b200, a100_40, l4 = 80 * GIB, 141 * GIB, 180 * GIB, 40 * GIB, 22.5 * GIB
+    assert cuda_graph_max_batch("vllm", "0.11.0", h100, 1) == 512
+    assert cuda_graph_max_batch("vllm", None, h100, 1, step_tokens=256) == 256
+    assert cuda_graph_max_batch("vllm", "0.6.3", h100, 8) == math.inf
+    assert cuda_graph_max_batch("sglang", "0.3.0", h100, 1) == 160
+    assert cuda_graph_max_batch("sglang", "0.4.3.post2", l4, 1) == 8
+    assert cuda_graph_max_batch("sglang", "0.5.5.post1", h100, 1) == 256
+    assert cuda_graph_max_batch("sglang", "0.5.5.post1", h200, 4) == 512
+    assert cuda_graph_max_batch("sglang", None, b200, 1) == 512
+    assert cuda_graph_max_batch("sglang", "0.5.4", a100_40, 2) == 32
+    assert cuda_graph_max_batch("sglang", "0.5.4", l4, 1) == 16
+    assert cuda_graph_max_batch("sglang", "0.5.5", l4, 1) == 24
+    assert cuda_graph_max_batch("tgi", None, h100, 1) == 32
+    assert cuda_graph_max_batch("tensorrt-llm", "1.2.0rc1", h100, 1) == math.inf

@@ -570,3 +570,21 @@ def test_mla_decode_attention_reads_the_measured_mla_tables_and_costs_the_latent
                                mla_dp_ratio(arch, mi300x, "vllm", 1.0, 8))
     assert per_token(amd_dp) == pytest.approx(max(read / 8, flops))
     assert _StepModel(take_hardware(amd_dp, 0)).kv_full_s == pytest.approx(per_token(amd_dp))
+
+
+def test_an_open_systems_mean_step_weights_the_eager_time_by_the_share_of_steps_above_the_graphs() -> None:
+    """A step above the largest CUDA graph runs eagerly: at a fixed batch that is a switch at the graphs' batch
+    (`at`); the mean step of an open system whose running count varies as a Poisson count about its mean (`mean_at`,
+    what the queueing model solves for) pays the eager time in the share of steps above it: none far below, all far
+    above, about half at the graphs' batch, and never a jump."""
+    base = measured_hardware()
+    hw = replace(base, graph_max_batch=32.0, eager_step_s=0.010)
+    curve, plain = decode_step(hw, 500.0), decode_step(base, 500.0)
+    assert float(curve.at(32)) == pytest.approx(float(plain.at(32)))
+    assert float(curve.at(33)) == pytest.approx(float(plain.at(33)) + 0.010)
+    assert float(curve.mean_at(4)) == pytest.approx(float(plain.at(4)), abs=1e-9)
+    assert float(curve.mean_at(200)) == pytest.approx(float(plain.at(200)) + 0.010, abs=1e-9)
+    assert float(curve.mean_at(32.5)) == pytest.approx(float(plain.at(32.5)) + 0.005, rel=1e-3)
+    batches = np.linspace(1.0, 100.0, 991)
+    extra = curve.mean_at(batches) - plain.at(batches)
+    assert np.all(np.diff(extra) >= -1e-12) and np.max(np.diff(extra)) < 0.010 / 20

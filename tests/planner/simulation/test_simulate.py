@@ -50,6 +50,31 @@ def test_step_model_matches_decode_and_prefill_of_the_step_model(build) -> None:
                 assert model.time(0, 0.0, prompt, compute, 1) == pytest.approx(float(prefill_s(hw, prompt)))
 
 
+def test_a_batch_above_the_engines_cuda_graphs_runs_eagerly_in_the_simulator_as_in_the_step_model() -> None:
+    """Four sequences captured, a 20 ms eager step: a step of four decodes costs what it cost, one of five the eager
+    time more, in the step model and in the simulator; eight requests decoding together pay it on every step, so their
+    TPOT grows by about that much, and four do not pay it at all."""
+    base = measured_hardware()
+    hw = replace(base, graph_max_batch=4.0, eager_step_s=0.020)
+    model, plain = _StepModel(hw), _StepModel(base)
+    for batch in (1, 4):
+        assert model.time(batch, 500.0, 0, 0.0, batch) == pytest.approx(plain.time(batch, 500.0, 0, 0.0, batch))
+    for batch in (5, 64):
+        assert float(decode_step_s(hw, batch, 500.0)) == pytest.approx(float(decode_step_s(base, batch, 500.0)) + 0.020)
+        assert model.time(batch, 500.0, 0, 0.0, batch) == pytest.approx(float(decode_step_s(hw, batch, 500.0)))
+        assert model.time(batch, 500.0, 300, 0.01, batch + 1) == pytest.approx(
+            plain.time(batch, 500.0, 300, 0.01, batch + 1) + 0.020)
+    for n, slower in ((4, False), (8, True)):
+        w = trace_workload(np.zeros(n), np.full(n, 100), np.full(n, 200))
+        eager = simulate(hw, w, chunk_tokens=8192)
+        graphs = simulate(base, w, chunk_tokens=8192)
+        assert eager.generated_tokens == graphs.generated_tokens == n * 200
+        if slower:
+            assert eager.tpot.mean_s == pytest.approx(graphs.tpot.mean_s + 0.020, rel=0.05)
+        else:
+            assert eager.tpot.mean_s == pytest.approx(graphs.tpot.mean_s, rel=1e-9)
+
+
 def test_mtp_drafting_is_charged_per_token_emitted_in_the_simulator_as_in_the_step_model() -> None:
     """DeepSeek-V3 drafting 2 tokens a step and emitting 2.5: a decode-only step is the drafting step over 2.5, the
     analytic step's; a prompt in the step costs what it costs in the real drafting step (charged whole); and a
