@@ -466,8 +466,9 @@ def cuda_graph_max_batch(engine: str, version: str | None, gpu_memory_bytes: flo
     - vLLM V1 (0.8 on): `min(2 x max_num_seqs, 512)` capped at `max_num_batched_tokens` (`_set_cudagraph_sizes`;
       0.8-0.10: the sizes 1, 2, 4, 8 ... 512 up to the step budget), so 512 at its defaults: only a batch above 512
       runs eagerly. V0 captures up to its `max_num_seqs` (`_get_max_graph_batch_size`): never eager at its defaults.
-    - SGLang before 0.5.3: sizes 1, 2, 4, 8 ... 160 (0.3.0 `model_runner.py`; 0.4.0-0.5.2 `cuda_graph_max_bs`
-      160, or 8 at TP < 4 and 80 above on GPUs under 25,000 MiB). From 0.5.3 by GPU memory and TP
+    - SGLang before 0.5.3: sizes 1, 2, 4, 8 ... 160 (0.3.0 `model_runner.py`, on every GPU; 0.4 `cuda_graph_max_bs`
+      160, or 8 at TP < 4 and 80 above on GPUs under 25,000 MiB, 0.5.0-0.5.2 under 35 GiB). From 0.5.3 by GPU
+      memory and TP
       (`_handle_gpu_memory_settings` in the 0.5.3, 0.5.4 and 0.5.5 sdists): under 20 GiB 8; under 35 GiB 16 (24 from
       0.5.5) at TP < 4, 80 above; under 60 GiB 32 or 160; under 160 GiB (H100, A100-80GB, H200) 256 or 512;
       above (B200, MI300X) 512.
@@ -482,7 +483,8 @@ def cuda_graph_max_batch(engine: str, version: str | None, gpu_memory_bytes: flo
     if engine == "sglang":
         small = tp < 4
         if v is not None and v < (0, 5, 3):
-            return 160.0 if mib >= 25_000 else (8.0 if small else 80.0)
+            below = 0.0 if v < (0, 4) else 25_000.0 if v < (0, 5) else 35 * 1024.0  # where the automatic cap starts
+            return 160.0 if mib >= below else (8.0 if small else 80.0)
         if mib < 20 * 1024:
             return 8.0
         if mib < 35 * 1024:

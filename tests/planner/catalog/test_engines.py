@@ -66,6 +66,8 @@ def test_each_engine_release_captures_cuda_graphs_up_to_its_own_default_batch() 
     assert cuda_graph_max_batch("vllm", "0.6.3", h100, 8) == math.inf
     assert cuda_graph_max_batch("sglang", "0.3.0", h100, 1) == 160
     assert cuda_graph_max_batch("sglang", "0.4.3.post2", l4, 1) == 8
+    assert cuda_graph_max_batch("sglang", "0.3.0", l4, 1) == 160
+    assert cuda_graph_max_batch("sglang", "0.5.2", 32 * GIB, 1) == 8
     assert cuda_graph_max_batch("sglang", "0.5.5.post1", h100, 1) == 256
     assert cuda_graph_max_batch("sglang", "0.5.5.post1", h200, 4) == 512
     assert cuda_graph_max_batch("sglang", None, b200, 1) == 512
