@@ -385,9 +385,10 @@ def build_hardware(
     factors: EngineFactors,
     tp: int = 1,
     pp: int = 1,
+    version: str | None = None,
 ) -> Hardware:
-    """Reduce (model, GPU, precision, engine, parallelism) to a `Hardware` of floats."""
-    grid = hardware_grid(arch, [gpu], [precision], [[kv_bytes]], engine, [factors], [tp], pp)
+    """Reduce (model, GPU, precision, engine at `version`, parallelism) to a `Hardware` of floats."""
+    grid = hardware_grid(arch, [gpu], [precision], [[kv_bytes]], engine, [factors], [tp], pp, version=version)
     return Hardware(**{f.name: float(getattr(grid, f.name)[0, 0, 0, 0]) for f in fields(Hardware)})
 
 
@@ -401,6 +402,7 @@ def hardware_grid(
     tps: Sequence[int],
     pp: int = 1,
     needed: NDArray[np.bool_] | None = None,
+    version: str | None = None,
 ) -> Hardware:
     """`build_hardware` for every (GPU, TP size, precision, KV dtype) at once.
 
@@ -410,6 +412,7 @@ def hardware_grid(
     `build_hardware` is the one-element case, so the two always agree. `needed` (GPUs x precisions), where given,
     says which pairs any shape will read: the kernels of the others are not looked up and their step-time
     fields are NaN.
+    `version`: the engine release whose default CUDA graphs set `graph_max_batch` (None: the current one).
     """
     split = weight_split(arch)
     # Per precision (axis 2): bytes of the weights and what a decode step reads of them.
@@ -507,7 +510,7 @@ def hardware_grid(
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
         step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
-        graph_max_batch=np.array([[cuda_graph_max_batch(engine.name, None, g.memory_bytes, int(t)) for t in sizes]
+        graph_max_batch=np.array([[cuda_graph_max_batch(engine.name, version, g.memory_bytes, int(t)) for t in sizes]
                                   for g in gpus], dtype=float)[:, :, None, None],
         eager_step_s=per_gpu([f.eager_layer_ms / 1e3 * arch.num_layers for f in factors]),
         sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 for f in factors]),
@@ -838,7 +841,8 @@ def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDAr
     attention, so a step reads 1/tp of the replica's KV per GPU (the latent no longer replicated on every rank),
     and every rank reads the whole attention's weights (`attention_bytes`, the model's, at its precision) instead
     of 1/tp of them. The MoE and dense MLP layers stay split over all ranks. An MLA model's measured decode
-    attention takes `mla_ratio` of its tensor-parallel time per replica sequence (`mla_dp_ratio`, per row)."""
+    attention takes `mla_ratio` of its tensor-parallel time per replica sequence (`mla_dp_ratio`, per row). Each
+    rank captures CUDA graphs for its own batch: the replica runs eagerly above tp times a rank's largest."""
     tp = np.asarray(hw.tp, dtype=float)
     share = np.where(dp, 1.0 / tp, 1.0)
     mla = np.asarray(hw.mla_decode_s_per_pair_per_gpu, dtype=float)
@@ -849,6 +853,7 @@ def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDAr
     dense = np.asarray(hw.decode_dense_bytes_per_gpu, dtype=float)
     seconds = dense / hw.bandwidth_bytes_s + extra / hw.expert_bandwidth_bytes_s
     return replace(hw, mla_decode_s_per_pair_per_gpu=mla,
+                   graph_max_batch=np.where(dp, np.asarray(hw.graph_max_batch, dtype=float) * tp, hw.graph_max_batch),
                    kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
                    kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,
                    decode_dense_bytes_per_gpu=dense + extra, bandwidth_bytes_s=(dense + extra) / seconds)

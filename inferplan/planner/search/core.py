@@ -19,6 +19,7 @@ from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_launch, f
 from inferplan.planner.catalog.engines import (
     EngineProfile,
     EngineSettings,
+    cuda_graph_max_batch,
     factor_key,
 )
 from inferplan.planner.catalog.gpus import GpuSpec, load_gpu_catalog
@@ -600,6 +601,12 @@ def _candidate(
     launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
                            shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens), pp=shape.pp,
                            mtp_draft_tokens=req.mtp_draft_tokens, gpu_family=gpu.family)
+    graphs = cuda_graph_max_batch(engine.name, req.engine_version, gpu.memory_bytes, shape.tp) * (
+        shape.tp if shape.dp_attention else 1)
+    if batch > graphs:
+        launch = replace(launch, notes=[*launch.notes, (
+            f"max batch {batch} is above the {graphs:.0f} sequences {engine.name} captures CUDA graphs for at its "
+            f"defaults: a step over {graphs:.0f} runs eagerly, which the plan prices (docs/engines.md, CUDA graphs)")])
     if shape.ep:
         launch = replace(launch, args=[*launch.args, *expert_parallel_args(req.engine_version, shape.tp)], notes=[
             *launch.notes, f"--ep-size {shape.tp} with DeepEP: each rank holds 1/{shape.tp} of the experts whole and "

@@ -333,7 +333,7 @@ def _shape_hardware(req: PlanRequest, gpus: list[GpuSpec], precisions: list[Weig
     for stages in sorted(set(pp.tolist())):  # not np.unique: without its indices it imports numpy.ma (5 ms)
         grid = hardware_grid(req.arch, gpus, precisions, kv_bytes, engine,
                              [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus], req.tp_sizes, int(stages),
-                             needed)
+                             needed, req.engine_version)
         flat = take_hardware(Hardware(**{name: np.ravel(value) for name, value in vars(grid).items()}), cell)
         mine = pp == stages
         out = flat if out is None else Hardware(**{name: np.where(mine, getattr(flat, name), getattr(out, name))

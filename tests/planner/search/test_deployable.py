@@ -213,6 +213,16 @@ def test_tgi_caps_the_batch_and_queues_above_it() -> None:
         assert int(args[args.index("--max-concurrent-requests") + 1]) > c.max_batch
 
 
+def test_a_batch_above_the_engines_cuda_graphs_says_its_steps_there_run_eagerly() -> None:
+    # TGI captures graphs up to 32 sequences by default (--cuda-graphs): a candidate whose batch cap is above it is
+    # told so, one at or below it is not.
+    _, result = planned(ROOT / "examples" / "platform" / "tgi-mistral-7b.yaml")
+    for c in shown(result):
+        said = any("captures CUDA graphs" in note for note in c.engine_notes)
+        assert said == (c.max_batch > 32), (c.max_batch, c.engine_notes)
+    assert any(c.max_batch > 32 for c in shown(result))
+
+
 def test_tensorrt_llm_serves_fp8_from_a_modelopt_checkpoint() -> None:
     _, result = planned(ROOT / "examples" / "platform" / "trtllm-70b-fp8.yaml")
     fp8 = [c for c in shown(result) if c.precision == "fp8"]
