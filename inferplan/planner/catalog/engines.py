@@ -422,7 +422,7 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
             fraction = 0.88
             if gib <= 80 or v < (0, 4, 6):
                 fraction = by_tp.get(next((k for k in (16, 8, 4, 2) if gpus_per_instance >= k), 1), 0.88)
-        else:
+        elif v is not None and v < (0, 5, 3):
             limit = 35.0
             reserved = 32.0
             if gib < 35:
@@ -432,6 +432,20 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
             elif gib < 160:
                 reserved = 12.0 + gpus_per_instance / 2
             fraction = round((gib - reserved) / gib, 3)
+        else:
+            # 0.5.3 on (`ServerArgs._handle_gpu_memory_settings` of the 0.5.3, 0.5.4 and 0.5.5.post1 sdists): the
+            # prefill chunk by the GPU's memory, and mem_fraction_static = (GPU MiB - reserved) / GPU MiB, the reserve
+            # for activations and CUDA graphs 512 MiB + 1.5 MiB per token of the chunk (at least 2048) + 2 MiB per
+            # sequence of the largest captured batch + 128 MiB per GPU of the instance, at least 10 GiB on a GPU of
+            # more than 60 GiB (data-parallel attention, speculative decoding and piecewise CUDA graphs, all off by
+            # default, reserve more).
+            chunk = 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
+            graphs = cuda_graph_max_batch(name, version, gpu_memory_bytes, gpus_per_instance)
+            reserved_mib = 512 + max(chunk, 2048) * 1.5 + graphs * 2 + gpus_per_instance / 8 * 1024
+            if gib > 60:
+                reserved_mib = max(reserved_mib, 10 * 1024)
+            fraction = round((gib * 1024 - reserved_mib) / (gib * 1024), 3)
+            return VersionDefaults(4096, float(chunk), fraction, scheduling_of(name, version, max_model_len))
         budget = 2048 if gib < limit else (8192 if gib < 160 else 16384)
         return VersionDefaults(4096, float(budget), fraction, scheduling_of(name, version, max_model_len))
     if name == "tensorrt-llm":
