@@ -177,9 +177,9 @@ class PrometheusServer:
         data = self._get("/api/v1/query", params)
         return data["result"] if isinstance(data["result"], list) else [data["result"]]
 
-    def value(self, expr: str) -> float:
-        """The value of a query that must return exactly one series."""
-        result = self.query(expr)
+    def value(self, expr: str, at: float | None = None) -> float:
+        """The value of a query that must return exactly one series (at Unix time `at`, default now)."""
+        result = self.query(expr, at)
         if len(result) != 1:
             raise AssertionError(f"{expr!r}: expected one series, got {len(result)}: {result}")
         return float(result[0]["value"][1])

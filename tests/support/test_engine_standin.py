@@ -208,10 +208,11 @@ def test_through_prometheus(engine_standin: StandinFactory, prometheus: Promethe
 
     # Request rate: the count in 30 s is Poisson(30 rps), standard deviation sqrt(30 rps); 4 of them, plus 5 %
     # for rate()'s extrapolation to the window's edges (up to half a scrape interval each side).
-    observed_rps = prom.value(f"sum(rate(vllm:e2e_request_latency_seconds_count{sel}[30s]))")
+    at = time.time()  # both rates over the same window: a scrape landing between two queries would shift it
+    observed_rps = prom.value(f"sum(rate(vllm:e2e_request_latency_seconds_count{sel}[30s]))", at)
     assert abs(observed_rps - rps) <= 4 * math.sqrt(rps * 30) / 30 + 0.05 * rps, observed_rps
     # the stand-in increments both counters together under one lock: every scrape sees them equal
-    assert prom.value(f"sum(rate(vllm:request_success_total{sel}[30s]))") == pytest.approx(observed_rps, rel=1e-9)
+    assert prom.value(f"sum(rate(vllm:request_success_total{sel}[30s]))", at) == pytest.approx(observed_rps, rel=1e-9)
 
     # Quantiles from the histograms land in (or next to) the configured quantile's bucket.
     n = prom.value(f"sum(increase(vllm:time_to_first_token_seconds_count{sel}[30s]))")
