@@ -477,10 +477,11 @@ def cuda_graph_max_batch(engine: str, version: str | None, gpu_memory_bytes: flo
     launching every kernel of every layer from the CPU (`Hardware.eager_step_s`). math.inf where graphs cover any
     batch the engine runs, or where the engine's default is not known (TensorRT-LLM, LMDeploy, llama.cpp, MLC).
 
-    - vLLM V1: the sizes 1, 2, 4, 8, 16 ... up to 512, none above `max_num_batched_tokens` (`VllmConfig.
-      _set_cudagraph_sizes` in the 0.8.5, 0.9.2 and 0.10.1.1 wheels; from 0.10 up to `min(2 x max_num_seqs, 512)`,
-      `SchedulerConfig.cuda_graph_sizes`, which never leaves a batch of max_num_seqs outside; 0.11 the same,
-      ../shared/catalog-facts/engine-defaults.md): only a batch above 512 runs eagerly. V0 captures every size up to its `max_num_seqs` (the same function's V0 branch; 0.6.3
+    - vLLM V1: the sizes 1, 2, 4, 8, 16 ... up to 512, none above `max_num_batched_tokens`
+      (`VllmConfig._set_cudagraph_sizes` in the 0.8.5, 0.9.2 and 0.10.1.1 wheels; from 0.10 up to
+      `min(2 x max_num_seqs, 512)`, `SchedulerConfig.cuda_graph_sizes`, which never leaves a batch of max_num_seqs
+      outside; 0.11 the same, ../shared/catalog-facts/engine-defaults.md): only a batch above 512 runs eagerly. V0
+      captures every size up to its `max_num_seqs` (the same function's V0 branch; 0.6.3
       `_get_max_graph_batch_size`): never eager at its defaults.
     - SGLang before 0.5.3: sizes 1, 2, 4, 8 ... 160 (0.3.0 `model_runner.py`, on every GPU; 0.4 `cuda_graph_max_bs`
       160, or 8 at TP < 4 and 80 above on GPUs under 25,000 MiB, 0.5.0-0.5.2 under 35 GiB). From 0.5.3 by GPU
