@@ -24,7 +24,6 @@ from inferplan.planner.catalog.engine_args import (
 from inferplan.planner.catalog.engines import (
     EngineProfile,
     EngineSettings,
-    cuda_graph_max_batch,
     engine_profile,
     factor_key,
     mtp_tokens_per_step,
@@ -231,9 +230,12 @@ def _resolve(row: Scenario) -> _Resolved | str:
 @lru_cache(maxsize=8192)
 def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: int, pp: int,
               engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False,
-              mtp: tuple[int, float] = (0, 1.0)) -> Hardware:
+              mtp: tuple[int, float] = (0, 1.0), version: str | None = None,
+              step_tokens: float | None = None) -> Hardware:
     arch, precision, spec = resolve_model_variant(model), weight_precision(weights), resolve_gpu(gpu)
-    hw = build_hardware(arch, spec, precision, kv, engine_profile(engine), engine_factors, tp, pp)
+    # The CUDA graphs are the row's release's at its stated step budget (`cuda_graph_max_batch`).
+    hw = build_hardware(arch, spec, precision, kv, engine_profile(engine), engine_factors, tp, pp, version,
+                        step_tokens)
     if dp_attention:  # as the search lays a replica out (`search.dp_attention_possible`)
         hw = with_dp_attention(hw, np.array(True), np.array(attention_weight_bytes(arch, precision)),
                                mla_dp_ratio(arch, spec, engine, kv, tp))
@@ -255,14 +257,9 @@ def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactor
 
 
 def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
-    hw = _hardware(row.model, row.gpu, r.engine.name, r.precision, _kv_bytes(row, r), r.tp, r.pp,
-                   row_factors(row, r, factors), r.dp_attention, r.expert_parallel,
-                   (r.mtp_draft_tokens, r.mtp_tokens_per_step))
-    # The CUDA graphs of the row's release (the hardware's are the current release's): with data-parallel attention
-    # each rank captures its own batch.
-    graphs = cuda_graph_max_batch(r.engine.name, row.version, r.gpu.memory_bytes, r.tp,
-                                  row.max_num_batched_tokens) * (r.tp if r.dp_attention else 1)
-    return hw if graphs == float(np.asarray(hw.graph_max_batch)) else replace(hw, graph_max_batch=graphs)
+    return _hardware(row.model, row.gpu, r.engine.name, r.precision, _kv_bytes(row, r), r.tp, r.pp,
+                     row_factors(row, r, factors), r.dp_attention, r.expert_parallel,
+                     (r.mtp_draft_tokens, r.mtp_tokens_per_step), row.version, row.max_num_batched_tokens)
 
 
 @lru_cache(maxsize=4096)

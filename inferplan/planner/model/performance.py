@@ -386,9 +386,11 @@ def build_hardware(
     tp: int = 1,
     pp: int = 1,
     version: str | None = None,
+    step_tokens: float | None = None,
 ) -> Hardware:
     """Reduce (model, GPU, precision, engine at `version`, parallelism) to a `Hardware` of floats."""
-    grid = hardware_grid(arch, [gpu], [precision], [[kv_bytes]], engine, [factors], [tp], pp, version=version)
+    grid = hardware_grid(arch, [gpu], [precision], [[kv_bytes]], engine, [factors], [tp], pp, version=version,
+                         step_tokens=step_tokens)
     return Hardware(**{f.name: float(getattr(grid, f.name)[0, 0, 0, 0]) for f in fields(Hardware)})
 
 
@@ -403,6 +405,7 @@ def hardware_grid(
     pp: int = 1,
     needed: NDArray[np.bool_] | None = None,
     version: str | None = None,
+    step_tokens: float | None = None,
 ) -> Hardware:
     """`build_hardware` for every (GPU, TP size, precision, KV dtype) at once.
 
@@ -412,7 +415,8 @@ def hardware_grid(
     `build_hardware` is the one-element case, so the two always agree. `needed` (GPUs x precisions), where given,
     says which pairs any shape will read: the kernels of the others are not looked up and their step-time
     fields are NaN.
-    `version`: the engine release whose default CUDA graphs set `graph_max_batch` (None: the current one).
+    `version`: the engine release whose default CUDA graphs set `graph_max_batch` (None: the current one), at a step
+    budget of `step_tokens` (None: its default).
     """
     split = weight_split(arch)
     # Per precision (axis 2): bytes of the weights and what a decode step reads of them.
@@ -510,7 +514,8 @@ def hardware_grid(
         allreduce_bytes_per_token=2.0 * arch.hidden_size,
         allreduces_per_step=np.where(tp > 1, 2 * arch.num_layers / pp, 0.0),
         step_overhead_s=per_gpu([f.step_overhead_ms / 1e3 for f in factors]),
-        graph_max_batch=np.array([[cuda_graph_max_batch(engine.name, version, g.memory_bytes, int(t)) for t in sizes]
+        graph_max_batch=np.array([[cuda_graph_max_batch(engine.name, version, g.memory_bytes, int(t), step_tokens)
+                                   for t in sizes]
                                   for g in gpus], dtype=float)[:, :, None, None],
         eager_step_s=per_gpu([f.eager_layer_ms / 1e3 * arch.num_layers for f in factors]),
         sequence_overhead_s=per_gpu([f.sequence_overhead_ms / 1e3 for f in factors]),
