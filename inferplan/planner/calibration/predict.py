@@ -14,6 +14,7 @@ import numpy as np
 
 from inferplan.planner.calibration.scenarios import Scenario
 from inferplan.planner.catalog.architectures import ModelArchitecture
+from inferplan.planner.catalog.checkpoints import checkpoint_precision
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, eos_lengths, sample_lengths
 from inferplan.planner.catalog.engine_args import (
     stated_chunked_prefill,
@@ -231,8 +232,9 @@ def _resolve(row: Scenario) -> _Resolved | str:
 def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: int, pp: int,
               engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False,
               mtp: tuple[int, float] = (0, 1.0), version: str | None = None,
-              step_tokens: float | None = None) -> Hardware:
-    arch, precision, spec = resolve_model_variant(model), weight_precision(weights), resolve_gpu(gpu)
+              step_tokens: float | None = None, checkpoint: str | None = None) -> Hardware:
+    arch, spec = resolve_model_variant(model), resolve_gpu(gpu)
+    precision = checkpoint_precision(weights, checkpoint)  # as the repository the notes name holds it
     # The CUDA graphs are the row's release's at its stated step budget (`cuda_graph_max_batch`).
     hw = build_hardware(arch, spec, precision, kv, engine_profile(engine), engine_factors, tp, pp, version,
                         step_tokens)
@@ -259,7 +261,8 @@ def row_factors(row: Scenario, r: _Resolved, factors: FactorSet) -> EngineFactor
 def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
     return _hardware(row.model, row.gpu, r.engine.name, r.precision, _kv_bytes(row, r), r.tp, r.pp,
                      row_factors(row, r, factors), r.dp_attention, r.expert_parallel,
-                     (r.mtp_draft_tokens, r.mtp_tokens_per_step), row.version, row.max_num_batched_tokens)
+                     (r.mtp_draft_tokens, r.mtp_tokens_per_step), row.version, row.max_num_batched_tokens,
+                     checkpoint_named(row.notes))
 
 
 @lru_cache(maxsize=4096)
@@ -287,9 +290,9 @@ def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fact
     engine_factors = factors.engine(_factor_key(row, r))
     if settings.activation_scale is not None:
         engine_factors = replace(engine_factors, activation_scale=settings.activation_scale)
-    memory = plan_memory_for_settings(r.arch, r.gpu, weight_precision(r.precision), _kv_bytes(row, r), r.engine,
-                                      (settings,), engine_factors, r.tp, r.pp, r.dp_attention,
-                                      mtp=r.mtp_draft_tokens > 0)[0]
+    precision = checkpoint_precision(r.precision, checkpoint_named(row.notes))
+    memory = plan_memory_for_settings(r.arch, r.gpu, precision, _kv_bytes(row, r), r.engine, (settings,),
+                                      engine_factors, r.tp, r.pp, r.dp_attention, mtp=r.mtp_draft_tokens > 0)[0]
     # Data-parallel attention: each rank's pool holds its own sequences (as the search counts them).
     return replace(memory, kv_cache_tokens=memory.kv_cache_tokens * r.tp) if r.dp_attention else memory
 

@@ -42,7 +42,7 @@ from typing import Any
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engines import engine_profile, parse_version
 from inferplan.planner.catalog.model_configs import resolve_model
-from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.catalog.precisions import WeightPrecision, weight_precision
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
 
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -57,7 +57,9 @@ SIXTEEN_BIT = ("bf16", "fp16")
 # NVFP4 and AMD Quark, read in vLLM 0.11.0 and 0.11.2 `quantization/__init__.py` (modelopt_fp4, compressed-tensors,
 # quark), SGLang 0.5.2 (`modelopt_fp4`; `quark` is its Quark loader only on ROCm gfx95x, on CUDA it names the
 # gpt-oss MXFP4 loader; compressed-tensors has no FP4 scheme there), and TensorRT-LLM's deployment guides
-# (ModelOpt NVFP4 repositories, shared/catalog-facts/checkpoints.json).
+# (ModelOpt NVFP4 repositories, shared/catalog-facts/checkpoints.json). Meta's FP8 (`fbgemm-fp8`): vLLM's
+# `quantization/fbgemm_fp8.py` (0.8.5, 0.9.2, 0.10.1.1 wheels; `fbgemm_fp8` is in the ROCm platform's list too),
+# Marlin weight-only below capability 8.9; not in SGLang 0.5.2's list.
 FORMAT_LOADERS: dict[str, frozenset[str]] = {
     "native-16bit": frozenset({"vllm", "sglang", "tgi", "tensorrt-llm", "lmdeploy", "mlc-llm"}),
     "native-fp8": frozenset({"vllm", "sglang", "tensorrt-llm", "lmdeploy"}),
@@ -72,6 +74,7 @@ FORMAT_LOADERS: dict[str, frozenset[str]] = {
     "modelopt-nvfp4": frozenset({"vllm", "sglang", "tensorrt-llm"}),
     "compressed-tensors-nvfp4": frozenset({"vllm"}),
     "quark-fp8": frozenset({"vllm"}),
+    "fbgemm-fp8": frozenset({"vllm"}),
     "quark-mxfp4": frozenset({"vllm", "sglang"}),
 }
 
@@ -143,7 +146,7 @@ FORMAT_SUPPORT: dict[tuple[str, str], FormatSupport] = {
 # kernels and is off without them: not planned.
 FP8_WEIGHT_ONLY: dict[str, tuple[frozenset[str], tuple[int, ...], frozenset[str]]] = {
     "vllm": (frozenset({"ampere"}), (0, 9, 0),
-             frozenset({"online", "fp8-native", "fp8-block", "autofp8", "compressed-tensors-fp8"})),
+             frozenset({"online", "fp8-native", "fp8-block", "autofp8", "compressed-tensors-fp8", "fbgemm-fp8"})),
 }
 
 
@@ -199,6 +202,7 @@ class Checkpoint:
     online: bool              # True: quantised by the engine at load time (e.g. vLLM --quantization fp8)
     source: str
     note: str = ""
+    quantizes: str | None = None  # what it quantises where less than its precision does (`WeightPrecision.quantizes`)
 
     @property
     def launch_format(self) -> str:
@@ -239,7 +243,7 @@ def _catalog() -> dict[str, dict[str, tuple[_Entry, ...]]]:
             precision: tuple(
                 _Entry(Checkpoint(repo=row["repo"], precision=precision, format=row["format"],
                                   kv_cache=row["kvCache"], online=False, source=row["source"],
-                                  note=row.get("note", "")),
+                                  note=row.get("note", ""), quantizes=row.get("quantizes")),
                        tuple(row["engines"]), row.get("quantizedFrom"))
                 for row in rows)
             for precision, rows in by_precision.items()
@@ -278,6 +282,17 @@ def named_checkpoint(name: str) -> NamedCheckpoint | None:
     nvidia/DeepSeek-R1-FP4 or Qwen/Qwen3-235B-A22B-FP8; None for any other name, a model's own repository among
     them (DeepSeek-R1's block-scaled FP8 is the model's repository, and a model name)."""
     return _quantised_repositories().get(normalize_name(name))
+
+
+def checkpoint_precision(precision: str, repo: str | None) -> WeightPrecision:
+    """Precision `precision` as repository `repo` holds it: a catalogued checkpoint that quantises less than its
+    precision does (`Checkpoint.quantizes`: Meta's FP8 Llama 3.1 405B leaves its attention and its first and last
+    layers 16-bit) with that scope, any other repository (or None) with the precision's own."""
+    base = weight_precision(precision)
+    named = named_checkpoint(repo) if repo else None
+    if named is None or named.checkpoint.quantizes is None or named.checkpoint.precision != base.name:
+        return base
+    return replace(base, quantizes=named.checkpoint.quantizes)
 
 
 def resolve_served(name: str) -> tuple[ModelArchitecture, NamedCheckpoint | None]:

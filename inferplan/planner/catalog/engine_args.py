@@ -53,7 +53,7 @@ VERSION_LINES: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {
 
 CHECKPOINT_FORMATS = ("native", "fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8",
                       "autofp8", "awq", "gptq", "online", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8",
-                      "quark-mxfp4")
+                      "quark-mxfp4", "fbgemm-fp8")
 _FORMAT_ALIASES = {"bf16-native": "native", "fp16-native": "native", "mxfp4-native": "native",
                    "compressed-tensors-w8a8-int8": "compressed-tensors-int8", "w8a8-int8": "compressed-tensors-int8"}
 
@@ -61,7 +61,8 @@ _FORMAT_ALIASES = {"bf16-native": "native", "fp16-native": "native", "mxfp4-nati
 _FORMATS_OF: dict[str, frozenset[str]] = {
     "bf16": frozenset({"native"}),
     "fp16": frozenset({"native"}),
-    "fp8": frozenset({"fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "autofp8", "online", "quark-fp8"}),
+    "fp8": frozenset({"fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "autofp8", "online", "quark-fp8",
+                      "fbgemm-fp8"}),
     "int8-w8a8": frozenset({"compressed-tensors-int8"}),
     "int4-awq": frozenset({"awq"}),
     "int4-gptq": frozenset({"gptq"}),

@@ -23,7 +23,9 @@ class WeightPrecision:
 
     bits_per_param: average bits of a quantised parameter, scales and zero points included.
     quantizes: which parameters use `bits_per_param`; the rest stay 16-bit:
-      "all" (GGUF, MLC), "linear" (every linear layer but embedding and LM head), "experts" (MoE experts).
+      "all" (GGUF, MLC), "linear" (every linear layer but embedding and LM head), "experts" (MoE experts),
+      "inner-ffn" (a dense model's feed-forward layers but the first and the last layer's: Meta's FP8 recipe for
+      Llama 3.1 405B, whose attention projections stay 16-bit; a checkpoint's scope, `Checkpoint.quantizes`).
     compute: the tensor-core dtype of the matmuls: "fp16" (16-bit activations, weight-only quantisation
       dequantises on the fly), "fp8" or "int8" (weights and activations in 8 bits), "fp4" (weights and activations
       in 4 bits on FP4 tensor cores: NVFP4 on Blackwell, MXFP4 on CDNA 4; on other GPUs an engine that runs the

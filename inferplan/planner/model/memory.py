@@ -53,9 +53,21 @@ def weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:
         quantized = unembedded
     elif precision.quantizes == "experts":
         quantized = split.experts
+    elif precision.quantizes == "inner-ffn":
+        quantized = inner_ffn_params(arch)
     else:  # pragma: no cover - guarded by the precision table
         raise ValueError(f"unknown quantisation scope {precision.quantizes!r}")
     return quantized * precision.bytes_per_param + (split.total - quantized) * 2.0
+
+
+def inner_ffn_params(arch: ModelArchitecture) -> float:
+    """Parameters of the feed-forward layers of every transformer layer but the first and the last: what Meta's
+    FP8 recipe quantises ("we quantize most parameters and activations in the feedforward network layers ... we do
+    not quantize parameters in the self-attention layers ... nor in the first and last Transformer layers", The
+    Llama 3 Herd of Models, arXiv:2407.21783, section 6.2). A dense model's scope only."""
+    if arch.is_moe:
+        raise ValueError(f"{arch.repo_id}: the inner-ffn quantisation scope is defined for dense models only")
+    return float(max(arch.num_layers - 2, 0) * arch._mlp_params(arch.intermediate_size))
 
 
 def mtp_weight_bytes(arch: ModelArchitecture, precision: WeightPrecision) -> float:

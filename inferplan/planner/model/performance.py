@@ -37,7 +37,7 @@ from inferplan.planner.model.kernels import (
     moe_formats,
     moe_shape_key,
 )
-from inferplan.planner.model.memory import kv_bytes_per_token_per_gpu, weight_bytes, weight_split
+from inferplan.planner.model.memory import inner_ffn_params, kv_bytes_per_token_per_gpu, weight_bytes, weight_split
 
 FloatArray = NDArray[np.float64]
 Number = float | FloatArray
@@ -216,6 +216,22 @@ def _shape_arrays(arch: ModelArchitecture, tps: tuple[int, ...], pp: int
     return table[..., 0], table[..., 1], table[..., 2], expert[..., 0], expert[..., 1], every[0]
 
 
+def _quantized_share(arch: ModelArchitecture, precision: WeightPrecision, gemms: int) -> FloatArray:
+    """The share of each non-expert GEMM's parameters (in `_shape_arrays`' order, the LM head last) that
+    `precision` quantises: 1 for every linear layer of "linear" and "all", 0 for "experts" (the 16-bit dense
+    layers of gpt-oss's MXFP4), and for "inner-ffn" the feed-forward GEMMs of all but the first and the last layer
+    (`memory.inner_ffn_params`), the attention projections none. The LM head's entry is the caller's to set."""
+    if precision.quantizes in ("linear", "all"):
+        return np.ones(gemms)
+    share = np.zeros(gemms)
+    if precision.quantizes == "inner-ffn":
+        shapes = layer_shapes(arch, 1)
+        ffn = len(shapes.dense) - (2 if arch.intermediate_size > 0 else 0)
+        share[ffn:len(shapes.dense)] = inner_ffn_params(arch) / max(
+            arch.num_layers * arch._mlp_params(arch.intermediate_size), 1)
+    return share
+
+
 @lru_cache(maxsize=4096)
 def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, engine: str,
                 tps: tuple[int, ...], pp: int
@@ -227,15 +243,18 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
     fmt = gemm_format(precision, gpu)
     dense_fmt = fmt if precision.quantizes != "experts" else "bfloat16"
     n, k, calls, expert_n, expert_k, first = _shape_arrays(arch, tps, pp)
-    head = np.zeros(n.shape, dtype=bool)
-    head[:, -1] = True
+    share = _quantized_share(arch, precision, n.shape[1])
     layers_per_stage = arch.num_layers / pp
     # Engines with their own weight kernels (llama.cpp, ExLlama, MLC) read the weights of a small batch with their
     # own matrix-vector kernels, whose speed is the bytes at the GPU's streaming rate (`GpuKernels.stream_s`), not
     # the vendor GEMMs' (whose weight-only int4 calls on the A100 have floors of 17-20 us).
     own = ENGINES[engine].own_weight_kernels if engine in ENGINES else False
-    per_weight = np.where(head, precision.bytes_per_param if precision.quantizes == "all" else 2.0,
-                          precision.bytes_per_param if precision.quantizes in ("all", "linear") else 2.0)
+    per_weight = share * precision.bytes_per_param + (1.0 - share) * 2.0
+    # The LM head is quantised only where everything is (GGUF, MLC); its GEMM runs 16-bit either way.
+    per_weight[-1] = precision.bytes_per_param if precision.quantizes == "all" else 2.0
+    per_weight = np.broadcast_to(per_weight, n.shape)
+    gemm_share = share[:, None].copy()
+    gemm_share[-1] = 0.0  # the LM head's GEMM runs 16-bit
 
     def gemms(m: FloatArray) -> FloatArray:
         """Every non-expert GEMM of a stage at M = m tokens ([..., len(m)] per TP size), with the elementwise
@@ -243,9 +262,10 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
         m = np.asarray(m, dtype=float)
         m3 = m if m.ndim == 2 else np.broadcast_to(m, (len(tps), m.size))
         seconds = kernels.gemm_s(dense_fmt, m3[:, None, :], n[..., None], k[..., None])
-        if dense_fmt != "bfloat16":  # the LM head stays 16-bit
-            lm = kernels.gemm_s("bfloat16", m3[:, None, :], n[..., None], k[..., None])
-            seconds = np.where(head[..., None], lm, seconds)
+        if dense_fmt != "bfloat16":  # what the precision leaves 16-bit (the LM head at least) runs 16-bit GEMMs
+            sixteen = kernels.gemm_s("bfloat16", m3[:, None, :], n[..., None], k[..., None])
+            seconds = np.where(gemm_share == 1.0, seconds, np.where(
+                gemm_share == 0.0, sixteen, gemm_share * seconds + (1.0 - gemm_share) * sixteen))
         if own:
             streamed = kernels.stream_s(per_weight * n * k)[..., None]
             seconds = np.where(m3[:, None, :] <= 1.0, streamed, seconds)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
+from inferplan.planner.catalog.checkpoints import checkpoint_precision
 from inferplan.planner.catalog.engines import (
     ENGINES,
     EngineSettings,
@@ -15,7 +16,6 @@ from inferplan.planner.catalog.engines import (
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.catalog.precisions import (
     kv_dtype_bytes,
-    weight_precision,
 )
 from inferplan.planner.model.factors import FactorSet, load_factors
 from inferplan.planner.model.intervals import DEFAULT_CONFIDENCE, load_intervals
@@ -209,7 +209,7 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     factors = factors or load_factors()
     engine = ENGINES[req.engine]
     gpu = load_gpu_catalog().get(candidate.gpu_type)
-    precision = weight_precision(candidate.precision)
+    precision = checkpoint_precision(candidate.precision, req.served_model)
     checkpoint = checkpoint_of(req, candidate.precision, gpu)
     kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine, kv_hint(checkpoint))
     settings = _settings(req, engine, candidate.max_batch)

@@ -10,7 +10,13 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from inferplan.planner.catalog.checkpoints import Checkpoint, checkpoint_for, fp8_weight_only_problem, gpu_problem
+from inferplan.planner.catalog.checkpoints import (
+    Checkpoint,
+    checkpoint_for,
+    checkpoint_precision,
+    fp8_weight_only_problem,
+    gpu_problem,
+)
 from inferplan.planner.catalog.engine_args import (
     ENGINE_FLAGS,
     engine_gpu_problem,
@@ -28,10 +34,8 @@ from inferplan.planner.catalog.engines import (
 )
 from inferplan.planner.catalog.gpus import GpuSpec, load_gpu_catalog
 from inferplan.planner.catalog.precisions import (
-    WEIGHT_PRECISIONS,
     WeightPrecision,
     kv_dtype_bytes,
-    weight_precision,
 )
 from inferplan.planner.catalog.validity import tp_mask, tp_problem
 from inferplan.planner.model.factors import FactorSet
@@ -191,8 +195,8 @@ def _memory_problem(req: PlanRequest, shape: _Shape, memory: MemoryPlan, setting
 def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     """Every shape of `req` through the placement, memory and precision gates, as arrays."""
     gpus = _candidate_gpus(req)
-    # The plan's names are canonical: look them up directly (weight_precision also matches spellings).
-    precisions = [WEIGHT_PRECISIONS.get(name) or weight_precision(name) for name in req.precisions]
+    # As the repository the plan names holds them (Meta's FP8 405B quantises its feed-forward layers only).
+    precisions = [checkpoint_precision(name, req.served_model) for name in req.precisions]
     # Without continuous batching an engine runs one sequence per replica: it scales by replicas only.
     batch_sizes = np.array(BATCH_SIZES if engine.continuous_batching else (1,))
     settings = _settings(req, engine, int(batch_sizes[0]))

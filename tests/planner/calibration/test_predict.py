@@ -101,6 +101,21 @@ def test_mxfp4_weights_of_a_model_without_experts_are_mxfp4_on_every_linear_laye
     assert four == pytest.approx(sixteen - linear * (2.0 - 4.25 / 8) / 2**30, rel=0.02)
 
 
+def test_a_checkpoint_the_notes_name_is_predicted_with_what_it_quantises() -> None:
+    # Meta's FP8 405B keeps its attention and its first and last layers 16-bit: dstack measured 56.77 GB of weights
+    # a GPU at TP 8 on H100 (vLLM 0.6.3) loading it, where an all-linear FP8 repository holds 47.7 GiB.
+    def weights(checkpoint: str) -> float:
+        row = example("weights_gib", id=f"weights-{checkpoint.split('/')[0].lower()}",
+                      model="meta-llama/Llama-3.1-405B", weights="fp8", gpu="NVIDIA-H100-80GB-HBM3", gpus=8,
+                      tensor_parallel=8, notes=f"vllm serve; checkpoint {checkpoint} (FP8 W8A8)")
+        (prediction,) = predict_scenarios([row])
+        assert prediction.predicted is not None, prediction.skipped
+        return prediction.predicted
+
+    assert weights("meta-llama/Llama-3.1-405B-FP8") == pytest.approx(56.77, rel=0.01)
+    assert weights("nvidia/Llama-3.1-405B-Instruct-FP8") == pytest.approx(47.74, rel=0.01)
+
+
 def test_a_null_tensor_parallel_is_what_the_gpus_replicas_and_stages_leave() -> None:
     # gpus = tensor_parallel x pipeline_parallel x replicas (SCENARIOS.md): with the replicas stated, TP follows.
     stated = example("tpot_ms_p50", gpus=2, tensor_parallel=2, replicas=1)

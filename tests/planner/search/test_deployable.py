@@ -16,9 +16,11 @@ from inferplan.cli import main
 from inferplan.planner.catalog.checkpoints import Checkpoint, gpu_problem
 from inferplan.planner.catalog.engine_args import disaggregation_args, flag_problems
 from inferplan.planner.catalog.gpus import load_gpu_catalog
+from inferplan.planner.model.memory import GIB
 from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search.advice import CONTEXT_LIMIT_SHARE
+from inferplan.planner.search.annotate import deployment_of
 from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
 from inferplan.planner.search.grid import (
     checkpoint_of,
@@ -288,6 +290,30 @@ def test_a_plan_may_name_the_quantised_repository_it_deploys() -> None:
     with pytest.raises(PlanError) as raised:
         parse_plan(spec)
     assert "unknown model 'Qwen/Qwen3-235B-A22B-FP9'" in str(raised.value)
+
+
+def test_metas_fp8_405b_is_planned_with_the_16_bit_layers_it_keeps() -> None:
+    # Meta's FP8 recipe quantises the feed-forward layers but the first and last (arXiv:2407.21783, 6.2): 56.7 GiB
+    # of weights a GPU at TP 8, as dstack measured (56.77 GB, vLLM 0.6.3), where an all-linear FP8 repository of the
+    # same model holds 47.7. A plan naming it had been given the KV pool of the smaller one.
+    spec = spec_of(ROOT / "examples/platform/llama-405b-bf16-h100.yaml")
+    spec["constraints"] = {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "tensorParallelSizes": [8]}
+    weights = {}
+    for name in ("meta-llama/Llama-3.1-405B-Instruct-FP8", "nvidia/Llama-3.1-405B-Instruct-FP8"):
+        spec["model"] = {"name": name}
+        req = resolve_plan(parse_plan(spec))
+        result = plan(req)
+        assert result.recommendation is not None and result.recommendation.checkpoint == name
+        weights[name] = deployment_of(req, result.recommendation).memory.weights_per_gpu / GIB
+    assert weights["meta-llama/Llama-3.1-405B-Instruct-FP8"] == pytest.approx(56.77, rel=0.01)
+    assert weights["nvidia/Llama-3.1-405B-Instruct-FP8"] == pytest.approx(47.74, rel=0.01)
+    # vLLM loads it (fbgemm_fp8); SGLang's quantisation methods do not include it.
+    spec["model"] = {"name": "meta-llama/Llama-3.1-405B-Instruct-FP8"}
+    spec["engine"] = {"name": "sglang"}
+    refused = plan(resolve_plan(parse_plan(spec)))
+    assert refused.recommendation is None and any(
+        "sglang does not load fbgemm-fp8 checkpoints such as meta-llama/Llama-3.1-405B-Instruct-FP8" in i.reason
+        for i in refused.infeasible)
 
 
 @pytest.mark.parametrize(("engine", "too_old", "first"), [("vllm", "0.6.3", "0.9.0"), ("vllm", "0.8.5", "0.9.0"),
