@@ -601,7 +601,8 @@ def _candidate(
     launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
                            shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens), pp=shape.pp,
                            mtp_draft_tokens=req.mtp_draft_tokens, gpu_family=gpu.family)
-    graphs = cuda_graph_max_batch(engine.name, req.engine_version, gpu.memory_bytes, shape.tp) * (
+    # As the shape's hardware was built (`grid._shape_hardware`): the release's graphs at the plan's step budget.
+    graphs = cuda_graph_max_batch(engine.name, req.engine_version, gpu.memory_bytes, shape.tp, settings.step_tokens) * (
         shape.tp if shape.dp_attention else 1)
     if batch > graphs:
         launch = replace(launch, notes=[*launch.notes, (

@@ -302,7 +302,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     needed = np.zeros((len(gpus), len(precisions)), dtype=bool)  # the (GPU, precision) pairs any row evaluates
     needed[gpu[row_shape], pi[row_shape]] = True
     flat = _shape_hardware(req, gpus, precisions, kv_bytes, engine, factors, pp,
-                           np.ravel_multi_index((gpu, ti, pi, ki), axes), needed)
+                           np.ravel_multi_index((gpu, ti, pi, ki), axes), needed, settings.step_tokens)
     # Over nodes, a replica's collectives cross the network unless one NVLink domain joins its nodes (GB200 NVL72).
     domain = domain_gpus[gpu]
     over_network = over_nodes & (tp > domain)
@@ -329,15 +329,16 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
 
 def _shape_hardware(req: PlanRequest, gpus: list[GpuSpec], precisions: list[WeightPrecision],
                     kv_bytes: NDArray[np.float64], engine: EngineProfile, factors: FactorSet, pp: NDArray[np.int_],
-                    cell: NDArray[np.intp], needed: NDArray[np.bool_] | None = None) -> Hardware:
+                    cell: NDArray[np.intp], needed: NDArray[np.bool_] | None = None,
+                    step_tokens: float | None = None) -> Hardware:
     """The hardware of every shape: cell `cell` (of the flat (GPU, TP, precision, KV dtype) grid) at `pp` stages,
     one `hardware_grid` per number of stages; step times only of the (GPU, precision) pairs `needed` (all if
-    None), NaN for the rest."""
+    None), NaN for the rest; the CUDA graphs of the plan's step budget `step_tokens` (`cuda_graph_max_batch`)."""
     out: Hardware | None = None
     for stages in sorted(set(pp.tolist())):  # not np.unique: without its indices it imports numpy.ma (5 ms)
         grid = hardware_grid(req.arch, gpus, precisions, kv_bytes, engine,
                              [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus], req.tp_sizes, int(stages),
-                             needed, req.engine_version)
+                             needed, req.engine_version, step_tokens)
         flat = take_hardware(Hardware(**{name: np.ravel(value) for name, value in vars(grid).items()}), cell)
         mine = pp == stages
         out = flat if out is None else Hardware(**{name: np.where(mine, getattr(flat, name), getattr(out, name))

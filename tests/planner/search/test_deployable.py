@@ -225,6 +225,20 @@ def test_a_batch_above_the_engines_cuda_graphs_says_its_steps_there_run_eagerly(
     assert any(c.max_batch > 32 for c in shown(result))
 
 
+def test_the_cuda_graphs_a_plan_prices_are_those_of_its_own_step_budget() -> None:
+    # vLLM V1 captures graphs up to 512 sequences but none above max_num_batched_tokens: a plan that sets 256 gets
+    # its steps over 256 priced eager, and its note says 256, as the engine it launches would run them.
+    spec = spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml")
+    spec["engine"] = {"name": "vllm", "maxNumBatchedTokens": 256}
+    req = resolve_plan(parse_plan(spec))
+    result = plan(req)
+    above = [c for c in shown(result) if c.max_batch > 256]
+    assert above, [c.max_batch for c in shown(result)]
+    for c in above:
+        assert any("above the 256 sequences vllm captures CUDA graphs for" in note for note in c.engine_notes)
+        assert float(deployment_of(req, c).hardware.graph_max_batch) == 256
+
+
 def test_tensorrt_llm_serves_fp8_from_a_modelopt_checkpoint() -> None:
     _, result = planned(ROOT / "examples" / "platform" / "trtllm-70b-fp8.yaml")
     fp8 = [c for c in shown(result) if c.precision == "fp8"]
