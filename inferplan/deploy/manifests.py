@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from inferplan.deploy.bounds import replica_bounds
-from inferplan.planner.catalog.checkpoints import download_bytes
+from inferplan.planner.catalog.checkpoints import checkpoint_precision, download_bytes
 from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, router_flags, version_line
 from inferplan.planner.catalog.engines import parse_version
 from inferplan.planner.catalog.gpus import GPU_VENDORS, GpuSpec, load_gpu_catalog
@@ -162,8 +162,8 @@ def _checkpoint_bytes(request: PlanRequest, candidate: Candidate) -> float:
     precision = candidate.precision
     if candidate.provenance.get("checkpoint") == "online":
         precision = "bf16"  # the engine quantises the repository's 16-bit weights while loading
-    try:
-        return float(weight_bytes(request.arch, weight_precision(precision)))
+    try:  # as the repository holds it (Meta's FP8 405B keeps its attention 16-bit: `checkpoint_precision`)
+        return float(weight_bytes(request.arch, checkpoint_precision(precision, candidate.checkpoint)))
     except Exception:  # a precision the catalog does not size (GGUF, MLC): the 16-bit size bounds it
         return float(weight_bytes(request.arch, weight_precision("bf16")))
 

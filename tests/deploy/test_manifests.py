@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from inferplan.deploy import manifests
 from inferplan.deploy.manifests import (
@@ -27,6 +28,7 @@ from inferplan.deploy.manifests import (
     render,
     to_yaml,
 )
+from inferplan.planner.catalog.checkpoints import checkpoint_precision
 from inferplan.planner.catalog.engine_args import (
     DEFAULT_VERSIONS,
     ROCM_FAMILIES,
@@ -39,6 +41,7 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.memory import weight_bytes
 from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate
+from inferplan.planner.search.plan import plan
 from inferplan.planner.spec_parsing import PlanError, load_plan_file, parse_plan
 from tests.support.plans import DISAGGREGATED, EXAMPLES, IN_A_NODE, disaggregated, over_two_nodes, planned
 from tests.support.schemas import assert_valid
@@ -195,6 +198,24 @@ def test_a_model_published_in_fp8_or_mxfp4_is_cached_at_that_size(stem: str) -> 
     sixteen_bit_gib = weight_bytes(request.arch, weight_precision("bf16")) / 2**30
     sizing = manifests.pod_sizing(request, candidate, candidate.gpus_per_replica)
     assert planned_gib * 1.1 <= sizing.cache_gib <= planned_gib * 1.1 + 4 < sixteen_bit_gib
+
+
+def test_a_checkpoint_that_keeps_layers_16_bit_is_cached_at_its_own_size() -> None:
+    # Meta's FP8 Llama 3.1 405B keeps its attention and its first and last layers 16-bit (docs/engines.md): 454 GiB
+    # of weights to download, where an all-linear FP8 repository of the model holds 382. The cache had been sized
+    # for the latter, too small for the repository the deployment names.
+    example = EXAMPLES[0].parents[1] / "platform" / "llama-405b-bf16-h100.yaml"
+    data = yaml.safe_load(example.read_text(encoding="utf-8"))["spec"]
+    data["model"] = {"name": "meta-llama/Llama-3.1-405B-Instruct-FP8"}
+    data["constraints"]["tensorParallelSizes"] = [8]
+    request = resolve_plan(parse_plan(data))
+    candidate = plan(request).recommendation
+    assert candidate is not None and candidate.checkpoint == "meta-llama/Llama-3.1-405B-Instruct-FP8"
+    held_gib = weight_bytes(request.arch, checkpoint_precision("fp8", candidate.checkpoint)) / 2**30
+    all_linear_gib = weight_bytes(request.arch, weight_precision("fp8")) / 2**30
+    assert held_gib == pytest.approx(454, abs=1) and all_linear_gib == pytest.approx(382, abs=1)
+    sizing = manifests.pod_sizing(request, candidate, candidate.gpus_per_replica)
+    assert held_gib * 1.1 <= sizing.cache_gib <= held_gib * 1.1 + 4
 
 
 # ----------------------------------------------------------------------------------------------------------
