@@ -608,8 +608,12 @@ def _precision_source(c: _Ctx) -> str:
                 "arithmetic, so the engine runs them in float16 (--dtype float16)")
     if c.sixteen_bit:
         return f"precision {c.precision}: {c.checkpoint} holds 16-bit weights"
-    return (f"precision {c.precision}: {c.checkpoint} is a {c.fmt} checkpoint; the engine reads the method from "
+    note = (f"precision {c.precision}: {c.checkpoint} is a {c.fmt} checkpoint; the engine reads the method from "
             "its quantisation config, so no quantisation flag is given")
+    if c.fmt == "fbgemm-fp8":  # what `checkpoints.checkpoint_precision` sizes and times it by
+        note += ("; Meta's recipe keeps its attention and its first and last layers 16-bit "
+                 "(modules_to_not_convert), as the plan's memory and step times count them")
+    return note
 
 
 def _dtype_and_online(c: _Ctx) -> list[str]:

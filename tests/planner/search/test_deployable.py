@@ -319,6 +319,9 @@ def test_metas_fp8_405b_is_planned_with_the_16_bit_layers_it_keeps() -> None:
         result = plan(req)
         assert result.recommendation is not None and result.recommendation.checkpoint == name
         weights[name] = deployment_of(req, result.recommendation).memory.weights_per_gpu / GIB
+        said = any("keeps its attention and its first and last layers 16-bit" in note
+                   for note in result.recommendation.engine_notes)
+        assert said == name.startswith("meta-llama/")  # the engine note says why the weights are larger
     assert weights["meta-llama/Llama-3.1-405B-Instruct-FP8"] == pytest.approx(56.77, rel=0.01)
     assert weights["nvidia/Llama-3.1-405B-Instruct-FP8"] == pytest.approx(47.74, rel=0.01)
     # vLLM loads it (fbgemm_fp8); SGLang's quantisation methods do not include it.
