@@ -401,7 +401,10 @@ def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = 
     entries = _catalog()[key]
     native = _native(entries)
     lookup = "bf16" if precision in SIXTEEN_BIT else precision  # the catalog keeps 16-bit repos under bf16
-    candidates = [e for e in entries.get(lookup, ()) if _serves(e, model) and (
+    # A repository that quantises less than its precision does (`Checkpoint.quantizes`: Meta's FP8 405B) serves only a
+    # plan that names it (`named_checkpoint`), never as the catalog's choice of the precision: an all-linear
+    # repository of the same precision is smaller and faster, and without one so is the engine's quantisation at load.
+    candidates = [e for e in entries.get(lookup, ()) if _serves(e, model) and e.checkpoint.quantizes is None and (
         engine in FORMAT_LOADERS.get(_loader_key(e.checkpoint), frozenset()) or engine in e.engines)]
     candidates.sort(key=lambda e: (e.checkpoint.format.startswith("quark-"), engine not in e.engines))  # stable
     # A repository id as the plan gives it (an -Instruct variant the catalog keys under its base model, a

@@ -339,6 +339,18 @@ def test_vllm_on_rocm_does_not_load_modelopt_and_blackwell_runs_no_int8_w8a8(ver
     assert gpu_problem(int8, "vllm", "ampere", version) is None and gpu_problem(int8, "vllm", "cdna3", version) is None
 
 
+@pytest.mark.parametrize("family", [None, "ampere", "ada", "hopper", "blackwell", "cdna3"])
+def test_a_checkpoint_that_quantises_less_than_its_precision_is_served_only_by_name(family: str | None) -> None:
+    # Meta's FP8 405B keeps its attention 16-bit: 19% larger and slower than an all-linear FP8 repository. Chosen
+    # for the model's fp8, it had replaced AMD's FP8-KV repository on MI300X (which vLLM runs tuned) and been
+    # planned with all-linear weights; it is loaded only where the plan names it.
+    chosen = checkpoint_for("meta-llama/Llama-3.1-405B-Instruct", "fp8", "vllm", gpu_family=family)
+    assert not (isinstance(chosen, Checkpoint) and chosen.quantizes is not None), chosen
+    named = checkpoint_for("meta-llama/Llama-3.1-405B-Instruct-FP8", "fp8", "vllm", gpu_family=family)
+    assert isinstance(named, Checkpoint) and (named.repo, named.quantizes) == (
+        "meta-llama/Llama-3.1-405B-Instruct-FP8", "inner-ffn")
+
+
 def test_the_checkpoint_is_chosen_for_the_gpu_it_runs_on() -> None:
     # The same FP8 plan loads NVIDIA's ModelOpt repository on an H100 and one ROCm loads on an MI300X.
     on_h100 = checkpoint_for("meta-llama/Llama-3.1-70B-Instruct", "fp8", "vllm", gpu_family="hopper")
