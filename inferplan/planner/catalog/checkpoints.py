@@ -42,7 +42,7 @@ from typing import Any
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engines import engine_profile, parse_version
 from inferplan.planner.catalog.model_configs import resolve_model
-from inferplan.planner.catalog.precisions import WeightPrecision, weight_precision
+from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS, WeightPrecision, weight_precision
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
 
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -288,7 +288,7 @@ def checkpoint_precision(precision: str, repo: str | None) -> WeightPrecision:
     """Precision `precision` as repository `repo` holds it: a catalogued checkpoint that quantises less than its
     precision does (`Checkpoint.quantizes`: Meta's FP8 Llama 3.1 405B leaves its attention and its first and last
     layers 16-bit) with that scope, any other repository (or None) with the precision's own."""
-    base = weight_precision(precision)
+    base = WEIGHT_PRECISIONS.get(precision) or weight_precision(precision)  # canonical names directly
     named = named_checkpoint(repo) if repo else None
     if named is None or named.checkpoint.quantizes is None or named.checkpoint.precision != base.name:
         return base
