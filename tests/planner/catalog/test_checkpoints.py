@@ -66,7 +66,7 @@ def test_bundled_data_is_well_formed() -> None:
     assert data["about"].isascii() and "catalog-facts" in data["about"]
     catalog_ids = {m.repo_id for m in load_model_catalog()}
     assert set(data["models"]) == catalog_ids
-    for by_precision in data["models"].values():
+    for key, by_precision in data["models"].items():
         for precision, rows in by_precision.items():
             assert precision in WEIGHT_PRECISIONS
             for row in rows:
@@ -77,6 +77,8 @@ def test_bundled_data_is_well_formed() -> None:
                 assert set(row) <= {"repo", "format", "kvCache", "engines", "source", "note", "quantizedFrom",
                                     "quantizes"}
                 assert row.get("quantizes") in (None, "inner-ffn"), row  # what WeightPrecision.quantizes knows
+                if row.get("quantizes") == "inner-ffn":  # a dense model's scope (memory.inner_ffn_params)
+                    assert not resolve_model(key).is_moe, (key, row["repo"])
     names = {normalize_name(name) for name in load_model_catalog().names()}
     for repo, files in data["repositoryFiles"].items():
         assert normalize_name(repo) in names, repo  # a repository a plan can name
