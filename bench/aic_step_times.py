@@ -60,7 +60,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferplan.planner.calibration.predict import checkpoint_named
+from inferplan.planner.calibration.predict import row_checkpoint
 from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.datasets import dataset_lengths
@@ -309,7 +309,7 @@ def _batch(row: Scenario, decode: bool) -> int | str:
 
 def _gemm_dtype(row: Scenario) -> str | None:
     if row.weights == "fp8":
-        checkpoint = (checkpoint_named(row.notes) or "").lower()
+        checkpoint = (row_checkpoint(row) or "").lower()
         return "fp8_block" if checkpoint.startswith("qwen/") else "fp8"  # Qwen/*-FP8: 128x128 block scales
     return WEIGHT_GEMM.get(row.weights)
 
@@ -368,7 +368,7 @@ def select_cases(rows: Sequence[Scenario], aic: AicData) -> tuple[list[Case], Co
         if gemm_dtype is None or aic.gemm(system, backend, gemm_dtype) is None:
             skipped[f"no AIC {backend} GEMM rows for {row.weights} weights on {system}"] += 1
             continue
-        kv = resolve_kv_dtype(row.kv_cache, row.weights, row.engine, checkpoint_named(row.notes))
+        kv = resolve_kv_dtype(row.kv_cache, row.weights, row.engine, row_checkpoint(row))
         kv_dtype = "fp8" if kv == "fp8" else "bfloat16"
         phases = ["generation", "context"] if decode and row.includes_prefill else [
             "generation" if decode else "context"]
@@ -460,7 +460,7 @@ def planner_hardware(c: Case, factors: FactorSet) -> Hardware:
     row = c.row
     assert row.gpu is not None and row.engine is not None
     gpu = resolve_gpu(row.gpu)
-    kv = kv_dtype_bytes(row.kv_cache, row.weights, row.engine, checkpoint_named(row.notes))
+    kv = kv_dtype_bytes(row.kv_cache, row.weights, row.engine, row_checkpoint(row))
     return build_hardware(c.arch, gpu, weight_precision(row.weights), kv, engine_profile(row.engine),
                           factors.engine(factor_key(row.engine, row.engine_version, gpu.vendor, row.published)),
                           c.tp, row.pipeline_parallel)

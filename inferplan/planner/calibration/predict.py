@@ -14,7 +14,7 @@ import numpy as np
 
 from inferplan.planner.calibration.scenarios import Scenario
 from inferplan.planner.catalog.architectures import ModelArchitecture
-from inferplan.planner.catalog.checkpoints import checkpoint_precision
+from inferplan.planner.catalog.checkpoints import checkpoint_precision, named_checkpoint, resolve_served
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, eos_lengths, sample_lengths
 from inferplan.planner.catalog.engine_args import (
     stated_chunked_prefill,
@@ -33,7 +33,6 @@ from inferplan.planner.catalog.engines import (
     version_defaults,
 )
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
-from inferplan.planner.catalog.model_configs import resolve_model_variant
 from inferplan.planner.catalog.precisions import kv_dtype_bytes, weight_precision
 from inferplan.planner.model.factors import EngineFactors, FactorSet, load_factors
 from inferplan.planner.model.memory import (
@@ -99,7 +98,7 @@ def unmodelled(row: Scenario) -> str | None:
 @lru_cache(maxsize=1024)
 def _unmodelled_model(model: str) -> str | None:
     try:
-        arch = resolve_model_variant(model)
+        arch = resolve_served(model, variants=True)[0]
     except CatalogLookupError:
         return None
     return ("multi-head latent attention (MLA): costed from its measured kernels, which its one serving source ran "
@@ -178,12 +177,18 @@ class _Resolved:
     replicas: int = 1              # instances the run spread its load over (`replicas`, or what the GPUs leave)
 
 
-def row_precision(weights: str, arch: ModelArchitecture) -> str:
-    """The planner precision a scenario's `weights` names for `arch`. The format has one MXFP4 value, gpt-oss's
-    (MoE experts in MXFP4); on a model without experts it can only mean MXFP4 on every linear layer, AMD Quark's
-    W4A4 (`mxfp4-w4a4`: amd/Llama-3.1-405B-Instruct-MXFP4-Preview on MI355X)."""
+def row_precision(weights: str, arch: ModelArchitecture, checkpoint: str | None = None) -> str:
+    """The planner precision a scenario's `weights` names for `arch` served from `checkpoint` (`row_checkpoint`).
+    The format has one MXFP4 value, gpt-oss's (MoE experts in MXFP4); on a model without experts it can only mean
+    MXFP4 on every linear layer, AMD Quark's W4A4 (`mxfp4-w4a4`: amd/Llama-3.1-405B-Instruct-MXFP4-Preview on
+    MI355X), and on a MoE it means that too where the line's checkpoint is a catalogued W4A4 repository
+    (amd/DeepSeek-R1-0528-MXFP4-Preview)."""
     name = weight_precision(weights).name
-    return "mxfp4-w4a4" if name == "mxfp4" and not arch.is_moe else name
+    if name != "mxfp4":
+        return name
+    named = named_checkpoint(checkpoint) if checkpoint else None
+    return "mxfp4-w4a4" if not arch.is_moe or (named is not None and named.checkpoint.precision == "mxfp4-w4a4") \
+        else name
 
 
 def replica_layout(notes: str, arch: ModelArchitecture) -> tuple[bool, bool]:
@@ -211,11 +216,11 @@ def _resolve(row: Scenario) -> _Resolved | str:
     except CatalogLookupError as exc:
         return f"GPU not in the catalog: {exc}"
     try:
-        arch = resolve_model_variant(row.model)
+        arch = resolve_served(row.model, variants=True)[0]
     except CatalogLookupError as exc:
         return f"model not in the catalog: {exc}"
     try:
-        precision = row_precision(row.weights, arch)
+        precision = row_precision(row.weights, arch, row_checkpoint(row))
     except CatalogLookupError as exc:
         return f"weight format not supported: {exc}"
     dp, ep = replica_layout(row.notes, arch) if tp > 1 else (False, False)
@@ -233,7 +238,7 @@ def _hardware(model: str, gpu: str, engine: str, weights: str, kv: float, tp: in
               engine_factors: EngineFactors, dp_attention: bool = False, expert_parallel: bool = False,
               mtp: tuple[int, float] = (0, 1.0), version: str | None = None,
               step_tokens: float | None = None, checkpoint: str | None = None) -> Hardware:
-    arch, spec = resolve_model_variant(model), resolve_gpu(gpu)
+    arch, spec = resolve_served(model, variants=True)[0], resolve_gpu(gpu)
     precision = checkpoint_precision(weights, checkpoint)  # as the repository the notes name holds it
     # The CUDA graphs are the row's release's at its stated step budget (`cuda_graph_max_batch`).
     hw = build_hardware(arch, spec, precision, kv, engine_profile(engine), engine_factors, tp, pp, version,
@@ -262,16 +267,29 @@ def _row_hardware(row: Scenario, r: _Resolved, factors: FactorSet) -> Hardware:
     return _hardware(row.model, row.gpu, r.engine.name, r.precision, _kv_bytes(row, r), r.tp, r.pp,
                      row_factors(row, r, factors), r.dp_attention, r.expert_parallel,
                      (r.mtp_draft_tokens, r.mtp_tokens_per_step), row.version, row.max_num_batched_tokens,
-                     checkpoint_named(row.notes))
+                     row_checkpoint(row))
+
+
+def row_checkpoint(row: Scenario) -> str | None:
+    """The checkpoint a scenario line ran: its `model` where that is a catalogued quantised repository (the format
+    asks for the base repository there, with the checkpoint in the notes; a file of one's own may name the
+    repository it served), else what its notes name (`checkpoint_named`)."""
+    named = named_checkpoint(row.model)
+    return named.checkpoint.repo if named is not None else checkpoint_named(row.notes)
 
 
 @lru_cache(maxsize=4096)
 def checkpoint_named(notes: str) -> str | None:
-    """The checkpoint a scenario's notes name (`FP8 checkpoint nvidia/Llama-3.1-8B-Instruct-FP8 ...`), or the
-    toolkit that made it (ModelOpt, NIM); None when they name neither."""
+    """The checkpoint a scenario's notes name (`FP8 checkpoint nvidia/Llama-3.1-8B-Instruct-FP8 ...`; else the
+    first catalogued quantised repository they mention, however worded: `served nvidia/Llama-3.1-8B-Instruct-FP8`),
+    or the toolkit that made it (ModelOpt, NIM); None when they name none of these."""
     match = re.search(r"checkpoint\s+([\w.-]+/[\w.-]+)", notes)
     if match:
         return match.group(1)
+    mentioned = (named_checkpoint(repo.rstrip(".")) for repo in re.findall(r"[\w.-]+/[\w.-]+", notes))
+    named = next((n for n in mentioned if n is not None), None)
+    if named is not None:
+        return named.checkpoint.repo
     for word in ("ModelOpt", "NIM"):
         if re.search(rf"\b{word}\b", notes):
             return word.lower()
@@ -283,14 +301,14 @@ def _factor_key(row: Scenario, r: _Resolved) -> str:
 
 
 def _kv_bytes(row: Scenario, r: _Resolved) -> float:
-    return kv_dtype_bytes(row.kv_cache, r.precision, r.engine.name, checkpoint_named(row.notes))
+    return kv_dtype_bytes(row.kv_cache, r.precision, r.engine.name, row_checkpoint(row))
 
 
 def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> MemoryPlan:
     engine_factors = factors.engine(_factor_key(row, r))
     if settings.activation_scale is not None:
         engine_factors = replace(engine_factors, activation_scale=settings.activation_scale)
-    precision = checkpoint_precision(r.precision, checkpoint_named(row.notes))
+    precision = checkpoint_precision(r.precision, row_checkpoint(row))
     memory = plan_memory_for_settings(r.arch, r.gpu, precision, _kv_bytes(row, r), r.engine, (settings,),
                                       engine_factors, r.tp, r.pp, r.dp_attention, mtp=r.mtp_draft_tokens > 0)[0]
     # Data-parallel attention: each rank's pool holds its own sequences (as the search counts them).

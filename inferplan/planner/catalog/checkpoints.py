@@ -41,7 +41,7 @@ from typing import Any
 
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engines import engine_profile, parse_version
-from inferplan.planner.catalog.model_configs import resolve_model
+from inferplan.planner.catalog.model_configs import load_model_catalog, resolve_model
 from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS, WeightPrecision, weight_precision
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
 
@@ -295,18 +295,24 @@ def checkpoint_precision(precision: str, repo: str | None) -> WeightPrecision:
     return replace(base, quantizes=named.checkpoint.quantizes)
 
 
-def resolve_served(name: str) -> tuple[ModelArchitecture, NamedCheckpoint | None]:
+def resolve_served(name: str, variants: bool = False) -> tuple[ModelArchitecture, NamedCheckpoint | None]:
     """The architecture `model.name` plans, and the quantised repository it names where it names one: a model of
     the catalog by repo id or alias (`resolve_model`, which wins), else a catalogued quantised repository of one.
-    Raises CatalogLookupError (the model catalog's) for neither."""
+    With `variants` (a scenario line, whose `weights` states the format), else a name that a catalogued model's
+    extends only by variant words (`ModelCatalog.variant_of`: `RedHatAI/Qwen2.5-72B-Instruct-FP8-dynamic`).
+    Raises CatalogLookupError (the model catalog's) for none of them."""
     try:
         return resolve_model(name), None
     except CatalogLookupError as exc:
         named = named_checkpoint(name)
-        if named is None:  # the closest names among the models and the quantised repositories
-            repos = [n.checkpoint.repo for n in _quantised_repositories().values()]
-            raise CatalogLookupError("model", name, closest_names(name, [*exc.suggestions, *repos])) from None
-        return resolve_model(named.model), named
+        if named is not None:
+            return resolve_model(named.model), named
+        variant = load_model_catalog().variant_of(name) if variants else None
+        if variant is not None:
+            return variant, None
+        # the closest names among the models and the quantised repositories
+        repos = [n.checkpoint.repo for n in _quantised_repositories().values()]
+        raise CatalogLookupError("model", name, closest_names(name, [*exc.suggestions, *repos])) from None
 
 
 def _named(named: NamedCheckpoint, precision: str, engine: str) -> Checkpoint | str:

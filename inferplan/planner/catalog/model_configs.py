@@ -538,17 +538,3 @@ def load_model_catalog() -> ModelCatalog:
 def resolve_model(name: str) -> ModelArchitecture:
     """Look a model up in the packaged catalog by repo id or alias."""
     return load_model_catalog().resolve(name)
-
-
-def resolve_model_variant(name: str) -> ModelArchitecture:
-    """`resolve_model`, or where the catalog does not name `name`, the model it is a variant of
-    (`ModelCatalog.variant_of`: a training stage, a release date or a quantisation format added to a catalogued
-    name). For scenario lines, whose `weights` carries the format; unknown names raise as `resolve_model` does."""
-    catalog = load_model_catalog()
-    try:
-        return catalog.resolve(name)
-    except CatalogLookupError:
-        variant = catalog.variant_of(name)
-        if variant is None:
-            raise
-        return variant

@@ -23,8 +23,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from inferplan.planner.catalog.checkpoints import resolve_served
 from inferplan.planner.catalog.gpus import resolve_gpu
-from inferplan.planner.catalog.model_configs import resolve_model_variant
 from inferplan.planner.names import CatalogLookupError
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _vendor(family: str | None) -> str:
 def model_kind(model: str) -> str:
     """"mla", "moe" or "dense" (a model the catalog does not know counts as dense)."""
     try:
-        arch = resolve_model_variant(model)
+        arch = resolve_served(model, variants=True)[0]
     except CatalogLookupError:
         return "dense"
     return "mla" if arch.is_mla else "moe" if arch.is_moe else "dense"

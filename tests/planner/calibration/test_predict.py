@@ -116,6 +116,36 @@ def test_a_checkpoint_the_notes_name_is_predicted_with_what_it_quantises() -> No
     assert weights("nvidia/Llama-3.1-405B-Instruct-FP8") == pytest.approx(47.74, rel=0.01)
 
 
+def test_a_line_whose_model_is_a_catalogued_repository_is_predicted_as_that_repository_holds_it() -> None:
+    # The format asks for the base repository in `model` and the checkpoint in the notes; a file of one's own may
+    # name the repository it served instead, and is predicted the same way.
+    def weights(model: str, notes: str, weights: str = "fp8", gpu: str = "NVIDIA-H100-80GB-HBM3") -> float:
+        row = example("weights_gib", id=f"weights-{len(notes)}-{model.lower().replace('/', '-')}", model=model,
+                      weights=weights, gpu=gpu, gpus=8, tensor_parallel=8, notes=notes)
+        (prediction,) = predict_scenarios([row])
+        assert prediction.predicted is not None, prediction.skipped
+        return prediction.predicted
+
+    in_notes = weights("meta-llama/Llama-3.1-405B", "vllm serve; checkpoint meta-llama/Llama-3.1-405B-Instruct-FP8")
+    as_model = weights("meta-llama/Llama-3.1-405B-Instruct-FP8", "vllm serve")
+    all_linear = weights("meta-llama/Llama-3.1-405B", "vllm serve")
+    assert as_model == in_notes == pytest.approx(56.7, rel=0.01)  # its attention, first and last layers 16-bit
+    assert all_linear < 0.9 * as_model
+    # AMD's MXFP4 DeepSeek-R1 quantises every linear layer (Quark W4A4), where the format's `mxfp4` on a MoE is
+    # gpt-oss's experts-only MXFP4; its repository name was not a model name at all.
+    amd = weights("amd/DeepSeek-R1-0528-MXFP4-Preview", "vllm serve", "mxfp4", "AMD-Instinct-MI355X")
+    experts_only = weights("deepseek-ai/DeepSeek-R1-0528", "vllm serve", "mxfp4", "AMD-Instinct-MI355X")
+    assert amd < experts_only
+    assert amd == weights("deepseek-ai/DeepSeek-R1-0528", "vllm serve --model amd/DeepSeek-R1-0528-MXFP4-Preview",
+                          "mxfp4", "AMD-Instinct-MI355X")
+
+
+def test_notes_name_a_catalogued_repository_however_worded() -> None:
+    assert checkpoint_named("trtllm-serve nvidia/Llama-3.1-8B-Instruct-FP8 --tp_size 1.") == \
+        "nvidia/Llama-3.1-8B-Instruct-FP8"
+    assert checkpoint_named("served acme/own-finetune-7b from a local path") is None  # not catalogued
+
+
 def test_a_null_tensor_parallel_is_what_the_gpus_replicas_and_stages_leave() -> None:
     # gpus = tensor_parallel x pipeline_parallel x replicas (SCENARIOS.md): with the replicas stated, TP follows.
     stated = example("tpot_ms_p50", gpus=2, tensor_parallel=2, replicas=1)

@@ -22,6 +22,7 @@ from inferplan.planner.model.intervals import (
     derive,
     interval,
     load_intervals,
+    model_kind,
 )
 from inferplan.planner.search.annotate import candidate_intervals
 from inferplan.tables import interval_text
@@ -231,3 +232,13 @@ def test_a_tails_bounds_contain_its_medians() -> None:
     own = IntervalTable.from_json(derive(rows[:25] + [Residual(_evidence("tpot_ms_p50"), "b", 0.001 * (k - 12))
                                                        for k in range(25)], min_rows=20))
     assert -0.2 < own.log_bounds(_evidence("tpot_ms_p99"))[0] < -0.05  # a wider tail keeps its own bounds
+
+
+@pytest.mark.parametrize(("model", "kind"), [
+    ("deepseek-ai/DeepSeek-R1", "mla"),
+    ("amd/DeepSeek-R1-0528-MXFP4-Preview", "mla"),  # a catalogued repository of DeepSeek-R1
+    ("nvidia/Qwen3-235B-A22B-NVFP4", "moe"),
+    ("RedHatAI/Qwen2.5-72B-Instruct-FP8-dynamic", "dense"),  # a variant name of a catalogued model
+])
+def test_a_model_kind_is_read_through_its_repository_names(model: str, kind: str) -> None:
+    assert model_kind(model) == kind
