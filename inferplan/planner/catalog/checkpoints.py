@@ -252,10 +252,14 @@ def _catalog() -> dict[str, dict[str, tuple[_Entry, ...]]]:
 
 
 def _model_key(model: str) -> str | None:
-    """The catalog repo id `model` names (repo id or alias, as `resolve_model` matches), None if none."""
+    """The catalog repo id `model` names (repo id or alias, as `resolve_model` matches), None if none or if `model`
+    is a derivative of it (`ModelCatalog.is_derivative`: other weights of the same architecture, which none of its
+    repositories hold; served from its own repository as an uncatalogued model is)."""
     try:
         repo_id = resolve_model(model).repo_id
     except CatalogLookupError:
+        return None
+    if load_model_catalog().is_derivative(model):
         return None
     return repo_id if repo_id in _catalog() else None
 

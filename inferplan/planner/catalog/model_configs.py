@@ -8,7 +8,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
@@ -387,6 +387,9 @@ class _CatalogEntry(BaseModel):
 
     repo_id: str = Field(min_length=3)
     aliases: list[str] = []
+    # Aliases whose repositories hold other weights of this architecture (a distillation or fine-tune published
+    # under its own name): planned and predicted with it, served from their own repository only.
+    derivatives: list[str] = []
     served_configs: dict[str, _ServedConfig] = {}
     config: dict[str, Any]
     params_total_published: float | None = Field(default=None, gt=0)
@@ -427,10 +430,11 @@ class ModelCatalog:
 
     `served` maps an alias to the architecture as that repository's own config.json states it, where it differs
     from the entry's (an -Instruct model's shorter context): the alias, and a short alias naming the same
-    repository, resolve to it."""
+    repository, resolve to it. `derivatives` are aliases whose repositories hold other weights of their entry's
+    architecture (`is_derivative`)."""
 
     def __init__(self, models: list[ModelArchitecture],
-                 served: Mapping[str, ModelArchitecture] | None = None) -> None:
+                 served: Mapping[str, ModelArchitecture] | None = None, derivatives: Sequence[str] = ()) -> None:
         self._models = list(models)
         self._by_key: dict[str, ModelArchitecture] = {}
         for model in self._models:
@@ -449,6 +453,16 @@ class ModelCatalog:
             for name in base.aliases:
                 if normalize_name(name) in (normalize_name(repo), short):
                     self._served[normalize_name(name)] = arch
+        self._derivatives = frozenset(normalize_name(name) for name in derivatives)
+        for name in derivatives:
+            model = self._by_key.get(normalize_name(name))
+            if model is None or normalize_name(name) == normalize_name(model.repo_id):
+                raise ValueError(f"derivative {name!r} is not an alias of a catalogued model")
+
+    def is_derivative(self, name: str) -> bool:
+        """Whether `name` is a repository of other weights than its entry's (a distillation or fine-tune of the
+        same architecture, `derivatives` in data/models.json): no quantised repository of the entry serves it."""
+        return normalize_name(name) in self._derivatives
 
     def resolve(self, name: str) -> ModelArchitecture:
         """The model a repo id or alias names, with that repository's own context where the catalog records one
@@ -521,6 +535,7 @@ def load_model_catalog() -> ModelCatalog:
         raise ValueError(f"packaged models.json is invalid: {exc}") from exc
     models = []
     served: dict[str, ModelArchitecture] = {}
+    derivatives: list[str] = []
     for entry in data.models:
         try:
             arch = _architecture_from_entry(entry)
@@ -531,8 +546,11 @@ def load_model_catalog() -> ModelCatalog:
                     sources=(*own.sources, *arch.sources))
         except ValueError as exc:
             raise ValueError(f"packaged models.json entry {entry.repo_id}: {exc}") from exc
+        if not set(entry.derivatives) <= set(entry.aliases):
+            raise ValueError(f"packaged models.json entry {entry.repo_id}: a derivative that is not one of its aliases")
         models.append(arch)
-    return ModelCatalog(models, served)
+        derivatives += entry.derivatives
+    return ModelCatalog(models, served, derivatives)
 
 
 def resolve_model(name: str) -> ModelArchitecture:

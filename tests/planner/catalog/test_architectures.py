@@ -178,7 +178,7 @@ def test_a_variant_name_resolves_to_the_model_it_extends(name: str, repo_id: str
     assert variant is not None and variant.repo_id == repo_id
 
 
-@pytest.mark.parametrize("name", ["Qwen/Qwen3-4B", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/QwQ-32B",
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-4B", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen2.5-Math-7B",
                                   "microsoft/Phi-3-mini-128k-instruct", "acme/never-heard-of-it-7b"])
 def test_a_name_that_adds_more_than_variant_words_stays_unknown(name: str) -> None:
     assert CATALOG.variant_of(name) is None
@@ -795,3 +795,28 @@ def test_qwen_sparse_step_and_dense_layers_anywhere_are_counted() -> None:
     assert from_hf_config({**config, "decoder_sparse_step": 2}).moe_layer_count == 4  # layers 1, 3, 5, 7
     assert from_hf_config({**config, "mlp_only_layers": [2, 6]}).first_dense_layers == 2
     assert from_hf_config({**config, "decoder_sparse_step": 2, "mlp_only_layers": [1, 2]}).moe_layer_count == 3
+
+
+@pytest.mark.parametrize(("derivative", "base", "context"), [
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "Qwen/Qwen2.5-32B", 131072),
+    ("Qwen/QwQ-32B", "Qwen/Qwen2.5-32B", 40960),
+    ("Qwen/Qwen2.5-Coder-32B-Instruct", "Qwen/Qwen2.5-32B", 32768),
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "Qwen/Qwen2.5-14B", 131072),
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "Qwen/Qwen2.5-7B", 131072),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "meta-llama/Llama-3.1-8B", 131072),
+])
+def test_a_derivative_is_planned_with_its_bases_architecture_and_its_own_context(derivative: str, base: str,
+                                                                                  context: int) -> None:
+    arch, of_base = resolve_model(derivative), resolve_model(base)
+    assert arch.repo_id == base and arch.max_position_embeddings == context
+    assert (arch.param_count(), arch.kv_bytes_per_token(2)) == (of_base.param_count(), of_base.kv_bytes_per_token(2))
+    assert CATALOG.is_derivative(derivative) and not CATALOG.is_derivative(base)
+    assert not CATALOG.is_derivative(f"{base}-Instruct")  # the same weights' instruct repository is an alias
+
+
+def test_a_derivative_must_be_an_alias_of_its_entry() -> None:
+    llama = resolve_model("meta-llama/Llama-3.1-8B")
+    with pytest.raises(ValueError, match="not an alias"):
+        type(CATALOG)([llama], derivatives=["acme/never-heard-of-it-8b"])
+    with pytest.raises(ValueError, match="not an alias"):
+        type(CATALOG)([llama], derivatives=["meta-llama/Llama-3.1-8B"])  # the entry itself holds its own weights

@@ -399,3 +399,20 @@ def test_download_rules_follow_each_engines_patterns() -> None:
     assert not vllm.takes("original/consolidated.00.safetensors")  # vLLM's default --ignore-patterns
     assert not vllm.takes("consolidated.00.pth") and not vllm.takes("pytorch_model.bin")
     assert tgi.takes("consolidated.safetensors") and not tgi.takes("subfolder/model.safetensors")
+
+
+@pytest.mark.parametrize(("derivative", "base_alias"), [
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "meta-llama/Llama-3.1-8B-Instruct"),
+    ("Qwen/QwQ-32B", "Qwen/Qwen2.5-32B-Instruct"),
+])
+def test_a_derivative_is_served_from_its_own_repository_only(derivative: str, base_alias: str) -> None:
+    # A distillation or fine-tune of a catalogued architecture is planned with that architecture, but none of the
+    # entry's quantised repositories holds its weights: Llama-3.1-8B's INT8 repository is Meta's instruct model.
+    own = checkpoint_for(derivative, "bf16", "vllm")
+    assert isinstance(own, Checkpoint) and own.repo == derivative
+    at_load = checkpoint_for(derivative, "fp8", "vllm")
+    assert isinstance(at_load, Checkpoint) and (at_load.repo, at_load.online) == (derivative, True)
+    for precision in ("int8-w8a8", "int4-awq"):
+        assert isinstance(checkpoint_for(derivative, precision, "vllm"), str)
+    assert known_precisions(derivative) == {}
+    assert known_precisions(base_alias)  # the entry's own names keep its repositories
