@@ -15,6 +15,7 @@ from inferplan.planner.calibration.predict import (
     engine_settings,
     predict_scenarios,
     replica_layout,
+    slo_limits,
     stated_eos_cap,
 )
 from inferplan.planner.calibration.scenarios import Scenario, parse_scenario_line
@@ -138,6 +139,27 @@ def test_a_line_whose_model_is_a_catalogued_repository_is_predicted_as_that_repo
     assert amd < experts_only
     assert amd == weights("deepseek-ai/DeepSeek-R1-0528", "vllm serve --model amd/DeepSeek-R1-0528-MXFP4-Preview",
                           "mxfp4", "AMD-Instinct-MI355X")
+
+
+def test_an_mlperf_server_run_is_predicted_within_the_limits_its_notes_state() -> None:
+    # Poisson with rate null is MLPerf Server: the highest rate whose TTFT and TPOT p99 meet the round's limits, which
+    # the format has no field for. Without both limits in the notes there is nothing to predict; with them, a
+    # tighter limit can only lower the rate.
+    def server(notes: str) -> tuple[float | None, str | None]:
+        row = example("output_tps_total", id=f"mlperf-{len(notes)}", notes=notes,
+                      load={"kind": "poisson", "rate": None, "num_prompts": None})
+        (prediction,) = predict_scenarios([row])
+        return prediction.predicted, prediction.skipped
+
+    assert slo_limits("MLPerf Server: TTFT p99 <= 2 s, TPOT p99 <= 200 ms") == {"ttft": 2.0, "tpot": 0.2}
+    assert slo_limits("MLPerf Server: TTFT p99 <= 2 s") == {}
+    assert server("MLPerf Server: TTFT p99 <= 2 s") == (None, "highest SLO-compliant rate (MLPerf Server) without "
+                                                              "its TTFT and TPOT p99 limits in the notes")
+    loose, _ = server("MLPerf Server: TTFT p99 <= 2 s, TPOT p99 <= 200 ms")
+    tight_tpot, _ = server("MLPerf Server: TTFT p99 <= 2 s, TPOT p99 <= 40 ms")
+    tight_ttft, _ = server("MLPerf Server: TTFT p99 <= 500 ms, TPOT p99 <= 200 ms")
+    assert loose is not None and tight_tpot is not None and tight_ttft is not None
+    assert tight_tpot < loose and tight_ttft < loose
 
 
 def test_notes_name_a_catalogued_repository_however_worded() -> None:
