@@ -804,6 +804,8 @@ def test_qwen_sparse_step_and_dense_layers_anywhere_are_counted() -> None:
     ("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "Qwen/Qwen2.5-14B", 131072),
     ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "Qwen/Qwen2.5-7B", 131072),
     ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "meta-llama/Llama-3.1-8B", 131072),
+    ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistralai/Mistral-Small-24B-Base-2501", 131072),
+    ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistralai/Mistral-Small-24B-Base-2501", 131072),
 ])
 def test_a_derivative_is_planned_with_its_bases_architecture_and_its_own_context(derivative: str, base: str,
                                                                                   context: int) -> None:
