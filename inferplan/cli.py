@@ -200,13 +200,15 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     from inferplan.planner.catalog.model_configs import load_model_catalog
     from inferplan.tables import format_models
 
-    models = list(load_model_catalog())
+    catalog = load_model_catalog()
+    models = list(catalog)
     if args.output == "json":
         import dataclasses
 
         print(json.dumps([dataclasses.asdict(m) | {"paramCount": m.param_count(),
-                                                   "activeParamCount": m.active_param_count()} for m in models],
-                         indent=2))
+                                                   "activeParamCount": m.active_param_count(),
+                                                   "derivatives": [a for a in m.aliases if catalog.is_derivative(a)]}
+                          for m in models], indent=2))
     else:
         print(format_models(models))
     return 0

@@ -299,6 +299,10 @@ def test_catalog_lists(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["catalog", kind, "-o", "json"]) == 0
     entries = json.loads(capsys.readouterr().out)
     assert len(entries) >= (25 if kind == "gpus" else 30)
+    if kind == "models":  # the aliases that hold other weights of the architecture (docs/catalogs-models.md)
+        qwen = next(e for e in entries if e["repo_id"] == "Qwen/Qwen2.5-32B")
+        assert "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B" in qwen["derivatives"]
+        assert "Qwen/Qwen2.5-32B-Instruct" in qwen["aliases"] and "Qwen/Qwen2.5-32B-Instruct" not in qwen["derivatives"]
 
 
 # ----------------------------------------------------------------------------------------------------------
