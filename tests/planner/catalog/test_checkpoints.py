@@ -408,6 +408,8 @@ def test_download_rules_follow_each_engines_patterns() -> None:
 def test_a_derivative_is_served_from_its_own_repository_only(derivative: str, base_alias: str) -> None:
     # A distillation or fine-tune of a catalogued architecture is planned with that architecture, but none of the
     # entry's quantised repositories holds its weights: Llama-3.1-8B's INT8 repository is Meta's instruct model.
+    arch, named = resolve_served(derivative)
+    assert named is None and arch.repo_id == resolve_model(base_alias).repo_id  # the base's architecture
     own = checkpoint_for(derivative, "bf16", "vllm")
     assert isinstance(own, Checkpoint) and own.repo == derivative
     at_load = checkpoint_for(derivative, "fp8", "vllm")
