@@ -20,7 +20,9 @@ A model outside the catalog is served at bf16/fp16 from the name as given, and a
 at load (its repository is assumed 16-bit).
 
 A repository quantised from another model of the same architecture (nvidia/DeepSeek-R1-0528-FP4 beside
-DeepSeek-V3) names that model in `quantizedFrom`: it serves only a plan naming that model, never its siblings.
+DeepSeek-V3, nvidia/Llama-3.1-8B-Instruct-FP8 beside the base Llama-3.1-8B) names that model in `quantizedFrom`: it
+serves only a plan naming that model by its repo id (or a former one, `formerNames`), never its siblings, the base
+model or a short alias of the entry; those get their own repository quantised at load, where the engine does.
 
 Which GPUs an engine runs a checkpoint on (`gpu_problem`): FP4 formats need FP4 tensor cores except where an engine
 dequantises them (vLLM's Marlin kernels for compressed-tensors NVFP4), and some formats are newer than the older
@@ -234,9 +236,21 @@ class _Entry:
 
 
 @cache
-def _catalog() -> dict[str, dict[str, tuple[_Entry, ...]]]:
+def _data() -> dict[str, Any]:
     text = resources.files("inferplan.planner").joinpath("data/checkpoints.json").read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
+    return data
+
+
+@cache
+def _former_names() -> dict[str, tuple[str, ...]]:
+    """Repo ids each model was published under before a rename (`formerNames`), by its current repo id."""
+    return {repo: tuple(names) for repo, names in _data()["formerNames"].items()}
+
+
+@cache
+def _catalog() -> dict[str, dict[str, tuple[_Entry, ...]]]:
+    data = _data()
     catalog: dict[str, dict[str, tuple[_Entry, ...]]] = {}
     for repo_id, by_precision in data["models"].items():
         catalog[repo_id] = {
@@ -271,12 +285,13 @@ class NamedCheckpoint:
     model: str                 # the model whose weights it holds: its quantizedFrom, else the catalog's key
     checkpoint: Checkpoint
     engines: tuple[str, ...]   # the engines its source names (FORMAT_LOADERS has the rest)
+    entry: str = ""            # the catalog's key, whose architecture it has (`model` where that is the key)
 
 
 @cache
 def _quantised_repositories() -> dict[str, NamedCheckpoint]:
     return {normalize_name(entry.checkpoint.repo): NamedCheckpoint(entry.quantized_from or key, entry.checkpoint,
-                                                                   entry.engines)
+                                                                   entry.engines, key)
             for key, by_precision in _catalog().items() for entries in by_precision.values() for entry in entries
             if entry.checkpoint.format != "native"}
 
@@ -310,7 +325,12 @@ def resolve_served(name: str, variants: bool = False) -> tuple[ModelArchitecture
     except CatalogLookupError as exc:
         named = named_checkpoint(name)
         if named is not None:
-            return resolve_model(named.model), named
+            # The model it was quantised from where the catalog names it (with that repository's own context),
+            # else its entry (amd/Mixtral-8x22B-Instruct-v0.1-FP8-KV: an -Instruct model not catalogued apart).
+            try:
+                return resolve_model(named.model), named
+            except CatalogLookupError:
+                return resolve_model(named.entry), named
         variant = load_model_catalog().variant_of(name) if variants else None
         if variant is not None:
             return variant, None
@@ -343,8 +363,10 @@ def _names_model(name: str, repo: str) -> bool:
 
 
 def _serves(entry: _Entry, model: str) -> bool:
-    """A repository quantised from a sibling model serves only a plan that names that model."""
-    return entry.quantized_from is None or _names_model(model, entry.quantized_from)
+    """A repository quantised from a sibling model serves only a plan that names that model (its repo id, a former
+    one or the id's last part)."""
+    source = entry.quantized_from
+    return source is None or any(_names_model(model, repo) for repo in (source, *_former_names().get(source, ())))
 
 
 def known_precisions(model: str) -> dict[str, list[Checkpoint]]:
@@ -530,8 +552,7 @@ class RepositoryFile:
 
 @cache
 def _repository_files() -> dict[str, tuple[RepositoryFile, ...]]:
-    text = resources.files("inferplan.planner").joinpath("data/checkpoints.json").read_text(encoding="utf-8")
-    data: dict[str, Any] = json.loads(text)
+    data = _data()
     return {normalize_name(repo): tuple(
         RepositoryFile(path=row["path"], size_bytes=None if row["size"] == "weights" else float(row["size"]),
                        source=row["source"], note=row.get("note", ""))

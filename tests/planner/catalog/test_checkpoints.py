@@ -89,12 +89,49 @@ def test_bundled_data_is_well_formed() -> None:
 
 
 def test_llama31_8b_fp8_prefers_a_prequantised_repo_over_online() -> None:
-    known = known_precisions("llama-3.1-8b")["fp8"]
+    known = known_precisions("meta-llama/Llama-3.1-8B-Instruct")["fp8"]
     for engine in ("vllm", "sglang"):
-        chosen = checkpoint_for("llama-3.1-8b", "fp8", engine)
+        chosen = checkpoint_for("meta-llama/Llama-3.1-8B-Instruct", "fp8", engine)
         assert isinstance(chosen, Checkpoint)
         assert not chosen.online and chosen in known
         assert engine in FORMAT_LOADERS[chosen.format]
+
+
+@pytest.mark.parametrize("name", ["meta-llama/Llama-3.1-8B", "llama-3.1-8b"])
+def test_a_base_model_is_not_served_from_its_instruct_models_quantised_repositories(name: str) -> None:
+    # The facts keep Llama 3.1's quantised -Instruct repositories under the base model (same architecture, other
+    # weights): a plan for the base model, or for the entry's short alias (whose 16-bit repository is the base
+    # model's), is served its own weights, quantised at load where the engine does, refused where it does not.
+    online = checkpoint_for(name, "fp8", "vllm")
+    assert isinstance(online, Checkpoint) and online.online and online.repo == "meta-llama/Llama-3.1-8B"
+    assert checkpoint_for(name, "bf16", "vllm").repo == "meta-llama/Llama-3.1-8B"  # type: ignore[union-attr]
+    refused = checkpoint_for(name, "fp8", "tensorrt-llm")
+    assert isinstance(refused, str)
+    assert "nvidia/Llama-3.1-8B-Instruct-FP8 of meta-llama/Llama-3.1-8B-Instruct" in refused
+    assert isinstance(checkpoint_for(name, "int4-awq", "vllm"), str)  # no engine makes AWQ at load
+
+
+@pytest.mark.parametrize("name", ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct",
+                                  "Llama-3.1-8B-Instruct"])
+def test_an_instruct_model_is_served_from_its_quantised_repositories_by_any_of_its_names(name: str) -> None:
+    # The repo id, the id it had before Meta's rename (formerNames) and the id's last part.
+    chosen = checkpoint_for(name, "fp8", "tensorrt-llm")
+    assert isinstance(chosen, Checkpoint) and chosen.repo == "nvidia/Llama-3.1-8B-Instruct-FP8"
+    awq = checkpoint_for(name, "int4-awq", "vllm")
+    assert isinstance(awq, Checkpoint) and awq.repo == "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"
+
+
+def test_a_repository_quantised_from_another_model_names_one_of_its_entry() -> None:
+    # quantizedFrom and formerNames name models of the key's architecture, so that a plan can name them.
+    data = _bundled()
+    for key, by_precision in data["models"].items():
+        for rows in by_precision.values():
+            for row in rows:
+                source = row.get("quantizedFrom")
+                if source is not None and source != "mistralai/Mixtral-8x22B-Instruct-v0.1":  # not catalogued yet
+                    assert resolve_model(source).repo_id == key, (key, row["repo"])
+    for repo, former in data["formerNames"].items():
+        assert all(resolve_model(name).repo_id == resolve_model(repo).repo_id for name in former), repo
 
 
 def test_llama31_8b_fp8_on_tensorrt_llm_is_the_modelopt_repo() -> None:
@@ -178,9 +215,12 @@ def test_bundled_data_agrees_with_catalog_facts() -> None:
             continue  # a model the catalog does not hold yet (test_architectures.PENDING_MODELS)
         if repo != key:
             continue  # named beside its architecture (DeepSeek-R1): its own rule, tested below
-        # Rows quantised from a sibling model (quantizedFrom) are compared with that model's facts, below.
+        # Rows quantised from a sibling model the facts key apart (quantizedFrom: DeepSeek-R1) are compared with that
+        # model's facts, below; the -Instruct models' rows are kept under their base model in the facts too.
+        apart = {row["repo"] for rows in bundled[repo].values() for row in rows if row.get("quantizedFrom") in facts
+                 and any(f["repo"] == row["repo"] for fs in facts[row["quantizedFrom"]].values() for f in fs)}
         ours = {p: own for p, rows in bundled[repo].items()
-                if (own := [r for r in rows if "quantizedFrom" not in r and r["repo"] not in OWN_REPOS])}
+                if (own := [r for r in rows if r["repo"] not in apart and r["repo"] not in OWN_REPOS])}
         # Repositories added to the facts on 2026-12-03 that come with the issue on deployable answers (36).
         known: dict[str, list[dict]] = {}
         for p, rows in by_precision.items():
@@ -261,7 +301,10 @@ def test_every_quantised_repository_names_the_model_it_holds() -> None:
     for checkpoint in repos:
         arch, named = resolve_served(checkpoint.repo.upper())  # case and separators ignored, as for models
         assert named is not None and named.checkpoint == checkpoint
-        assert arch == resolve_model(named.model) and arch.repo_id == resolve_model(named.model).repo_id
+        # The model it holds where the catalog names it, else its entry's architecture (an -Instruct model that is
+        # no alias of its base entry: amd/Mixtral-8x22B-Instruct-v0.1-FP8-KV).
+        holds = named.model if named.model != "mistralai/Mixtral-8x22B-Instruct-v0.1" else named.entry
+        assert arch == resolve_model(holds) and arch.repo_id == resolve_model(named.entry).repo_id
         engine = sorted(named.engines or FORMAT_LOADERS[checkpoint.format])[0]
         assert checkpoint_for(checkpoint.repo, checkpoint.precision, engine) == checkpoint
         other = "bf16" if checkpoint.precision != "bf16" else "fp8"
@@ -281,7 +324,7 @@ def test_quark_formats_keep_their_precisions() -> None:
     assert isinstance(checkpoint_for("llama-3.3-70b-instruct", "mxfp4", "vllm"), str)  # gpt-oss's MXFP4: none
     fp8 = known_precisions("llama-3.1-8b")["fp8"]
     assert fp8[-1].format == "quark-fp8" and fp8[-1].kv_cache == "fp8"
-    chosen = checkpoint_for("llama-3.1-8b", "fp8", "vllm")  # the ModelOpt repository stays first
+    chosen = checkpoint_for("llama-3.1-8b-instruct", "fp8", "vllm")  # the ModelOpt repository stays first
     assert isinstance(chosen, Checkpoint) and chosen.format == "modelopt-fp8"
 
 
