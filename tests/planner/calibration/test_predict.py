@@ -490,6 +490,20 @@ def test_a_run_that_served_long_requests_had_room_for_one_of_them() -> None:
     assert got["ttft_ms_mean"].predicted > 1.5 * single.predicted
 
 
+def test_a_run_whose_requests_exceed_its_context_says_so() -> None:
+    # An engine rejects a request longer than the context it serves: such a line is not predicted, and says why
+    # (it had read "no simulated request generated more than one token").
+    rows = [_online("burst", id=f"too-long-{m}", metric=m, unit=u, dataset=None, input_tokens=32000,
+                    output_tokens=100, max_model_len=8192) for m, u in (("tpot_ms_p50", "ms"), ("ttft_ms_p50", "ms"))]
+    for p in predict_scenarios(rows):
+        assert p.predicted is None
+        assert p.skipped == ("the row's requests (32000 prompt + 100 output tokens) exceed its max_model_len 8192, "
+                             "which the engine rejects")
+    fits = predict_scenarios([_online("burst", id="fits", dataset=None, input_tokens=8000, output_tokens=100,
+                                      max_model_len=8192)])[0]
+    assert fits.predicted is not None
+
+
 def test_a_highest_slo_compliant_rate_is_the_rate_the_planners_queueing_model_holds_within_the_stated_limits() -> None:
     notes = "MLPerf Server style: the highest rate that met TTFT p99 <= 20 s, TPOT p99 <= 2000 ms."
     served = _online("poisson", id="slo", load={"kind": "poisson", "rate": None, "num_prompts": None},
