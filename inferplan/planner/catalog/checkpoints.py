@@ -285,7 +285,7 @@ class NamedCheckpoint:
     model: str                 # the model whose weights it holds: its quantizedFrom, else the catalog's key
     checkpoint: Checkpoint
     engines: tuple[str, ...]   # the engines its source names (FORMAT_LOADERS has the rest)
-    entry: str = ""            # the catalog's key, whose architecture it has (`model` where that is the key)
+    entry: str                 # the catalog's key, whose architecture it has (`model` where that is the key)
 
 
 @cache
@@ -485,8 +485,11 @@ def _reason(key: str, model: str, precision: str, engine: str, entries: dict[str
         if native is not None and native.precision not in SIXTEEN_BIT:
             head += f" (its weights ship as {native.precision.upper()})"
         if siblings:
-            head += (" (other models of its architecture have: "
-                     + ", ".join(f"{e.checkpoint.repo} of {e.quantized_from}" for e in siblings) + ")")
+            by_model: dict[str, list[str]] = {}
+            for e in siblings:
+                by_model.setdefault(str(e.quantized_from), []).append(e.checkpoint.repo)
+            head += (" (other models of its architecture have them: "
+                     + "; ".join(f"{model}: {', '.join(repos)}" for model, repos in by_model.items()) + ")")
     online_engines = sorted(ONLINE.get(precision, {}))
     if precision.startswith(("gguf-", "mlc-")):
         tail = "GGUF and MLC builds are not in the checkpoint catalog"

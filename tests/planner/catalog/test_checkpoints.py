@@ -107,7 +107,7 @@ def test_a_base_model_is_not_served_from_its_instruct_models_quantised_repositor
     assert checkpoint_for(name, "bf16", "vllm").repo == "meta-llama/Llama-3.1-8B"  # type: ignore[union-attr]
     refused = checkpoint_for(name, "fp8", "tensorrt-llm")
     assert isinstance(refused, str)
-    assert "nvidia/Llama-3.1-8B-Instruct-FP8 of meta-llama/Llama-3.1-8B-Instruct" in refused
+    assert "have them: meta-llama/Llama-3.1-8B-Instruct: nvidia/Llama-3.1-8B-Instruct-FP8, RedHatAI/" in refused
     assert isinstance(checkpoint_for(name, "int4-awq", "vllm"), str)  # no engine makes AWQ at load
 
 
@@ -286,7 +286,7 @@ def test_nvfp4_checkpoint_is_the_named_models_own(model: str, engine: str, repo:
 def test_a_sibling_models_checkpoint_is_never_served() -> None:
     reason = checkpoint_for("deepseek-ai/DeepSeek-V3", "nvfp4", "tensorrt-llm")
     assert isinstance(reason, str)
-    assert "nvidia/DeepSeek-R1-FP4 of deepseek-ai/DeepSeek-R1" in reason  # said, not served
+    assert "deepseek-ai/DeepSeek-R1: nvidia/DeepSeek-R1-FP4, nvidia/DeepSeek-R1-FP4-v2" in reason  # said, not served
     assert isinstance(checkpoint_for("deepseek-ai/DeepSeek-R1", "mxfp4-w4a4", "vllm"), str)  # only R1-0528 has one
     chosen = checkpoint_for("deepseek-ai/DeepSeek-R1-0528", "mxfp4-w4a4", "vllm")
     assert isinstance(chosen, Checkpoint) and chosen.repo == "amd/DeepSeek-R1-0528-MXFP4-Preview"
