@@ -185,6 +185,9 @@ class Controller:
         self._loop_task: asyncio.Task[None] | None = None
         self._active = not settings.peering  # with peering: not before the peering object says so
         self._stale_before = -math.inf  # plans last seen before this replica paused: stale until kopf relists
+        # When this replica last began to work (peering): what it saw of a plan before may be older than what a
+        # peer wrote meanwhile, and kopf, resuming, may not have listed that plan again yet.
+        self._active_since = -math.inf
         self._peering_checked = -math.inf
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -213,13 +216,17 @@ class Controller:
         now = time.monotonic()
         plan = Plan(uid, namespace, name, generation, spec, status, now)
         registry = self.registry
-        first = uid not in registry.plans
+        previous = registry.plans.get(uid)
+        # A plan last seen before this replica began to work is looked at as if seen for the first time: a peer
+        # may have answered it meanwhile.
+        first = previous is None or previous.seen_at < self._active_since
         registry.plans[uid] = plan
         if first and uid not in registry.answered:
             relevant = self.inventories.relevant(plan.checked_spec, self.inventory())
             why = unanswered(plan.checked_spec, plan.checked, generation, relevant, __version__)
             if why is not None:
-                self.logger.info("%s/%s: to plan: %s", namespace, name, why)
+                if previous is None:
+                    self.logger.info("%s/%s: to plan: %s", namespace, name, why)
             else:
                 # The event's own spec and status: the plan's packed copies hold the same, unpacked only to read.
                 registry.answered[uid] = Answer(generation, list((plan.checked or {}).get("inventory", [])), now)
@@ -289,9 +296,35 @@ class Controller:
                         last_observed=registry.last_observed.get(uid, -math.inf),
                         resync_s=self.settings.resync_seconds, observe_s=self.settings.observe_seconds,
                         answer_grace_s=ANSWER_GRACE_S)
-        if work:
+        if work and plan.seen_at < self._active_since:
+            # Seen before this replica began to work: what it holds of the plan may be older than a peer's answer
+            # (kopf, resuming, lists every plan again, but not all at once). Read it again before any work.
+            self._tasks[uid] = asyncio.get_running_loop().create_task(
+                self._refresh(plan), name=f"read {plan.namespace}/{plan.name}")
+        elif work:
             self._tasks[uid] = asyncio.get_running_loop().create_task(
                 self._work(plan, work.replan, work.observe), name=f"reconcile {plan.namespace}/{plan.name}")
+
+    async def _refresh(self, plan: Plan) -> None:
+        """Read `plan` from the API server and take it as an event would show it (`seen`)."""
+        try:
+            body = await kube.with_retries(f"reading {plan.namespace}/{plan.name}",
+                                           functools.partial(kube.read_plan, plan.namespace, plan.name), self.api,
+                                           self.logger)
+        except kube.ApiException as exc:
+            if exc.status != 404:  # deleted: its DELETED event lets it go
+                self.logger.warning("%s/%s: reading it failed: %s %s", plan.namespace, plan.name, exc.status,
+                                    exc.reason)
+                self.registry.retry_at[plan.uid] = time.monotonic() + 15.0
+            return
+        finally:
+            self._tasks.pop(plan.uid, None)
+        latest = self.registry.plans.get(plan.uid)
+        meta = (body or {}).get("metadata") or {}
+        if body is None or latest is not plan or meta.get("uid") != plan.uid:
+            return  # unreachable (the next check tries again), or kopf delivered it (or its successor) meanwhile
+        self.seen(plan.uid, plan.namespace, plan.name, int(meta.get("generation") or plan.generation),
+                  body.get("spec") or {}, body.get("status"))
 
     async def _work(self, plan: Plan, replan: bool, observe: bool) -> None:
         try:
@@ -333,6 +366,7 @@ class Controller:
         if active != self._active:
             self._active = active
             if active:
+                self._active_since = now
                 self.logger.info("peering %s: this replica (%s) works now", peering, self.identity)
             else:
                 # What this replica knows may go stale while another one works: trust only what kopf delivers

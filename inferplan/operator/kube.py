@@ -80,6 +80,16 @@ def plan_status_path(namespace: str, name: str) -> str:
     return f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace)}/{PLURAL}/{quote(name)}/status"
 
 
+def read_plan(namespace: str, name: str) -> dict:
+    """A plan as the API server has it now: listed by name, which the operator's `list` permission allows (its
+    RBAC grants no `get`); ApiException 404 when there is none."""
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace)}/{PLURAL}"
+    items = request("GET", path, query=[("fieldSelector", f"metadata.name={name}")]).get("items") or []
+    if not items:
+        raise kubernetes.client.ApiException(status=404, reason="Not Found")
+    return items[0]
+
+
 def write_status(namespace: str, name: str, patch: dict[str, Any]) -> dict:
     """Merge-patch a plan's status subresource."""
     return request("PATCH", plan_status_path(namespace, name), {"status": patch}, None,

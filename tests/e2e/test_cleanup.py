@@ -391,6 +391,25 @@ def test_the_operators_role_cannot_patch_plans(env: Env) -> None:
     assert env.get(namespace, "old")["metadata"]["finalizers"] == [KOPF_FINALIZER]
 
 
+def test_the_operators_role_reads_a_plan_by_listing_it(env: Env) -> None:
+    """A replica that begins to work reads a plan it last saw before then (`Controller._refresh`) with the
+    `list` its role has: the plan as the server has it, status included; 404 when there is none. Its role grants
+    no `get`."""
+    namespace = env.namespace("reader")
+    env.create(namespace, "read-me", [], {})
+    env.create(namespace, "read-me-not", [], {})
+    with as_user(env.operator_kubeconfig):
+        kube.write_status(namespace, "read-me", {"plannerVersion": "test"})
+        body = kube.read_plan(namespace, "read-me")
+        assert body["metadata"]["name"] == "read-me" and body["status"] == {"plannerVersion": "test"}
+        with pytest.raises(kubernetes.client.ApiException) as missing:
+            kube.read_plan(namespace, "no-such-plan")
+        assert missing.value.status == 404
+        with pytest.raises(kubernetes.client.ApiException) as denied:
+            kube.request("GET", cleanup.plan_path(namespace, "read-me"))
+        assert denied.value.status == 403
+
+
 def test_the_operator_as_deployed_tries_to_remove_the_old_finalizer_and_is_refused(env: Env) -> None:
     """Why the cleanup exists: kopf, with no handler that needs its finalizer, removes it from every plan it
     sees; the operator's role has no patch on plans, so it is refused (and retries for about a minute) and the

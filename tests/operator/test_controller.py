@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import datetime
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
@@ -300,3 +302,49 @@ def test_a_plan_deleted_while_its_status_is_written_is_let_go(cluster: Cluster) 
     cluster.api.write_error = kube.ApiException(status=403, reason="Forbidden")
     with pytest.raises(kube.ApiException):  # anything else is the reconcile's failure (logged, retried)
         cluster.reconcile()
+
+
+# -- beginning to work beside a peer ---------------------------------------------------------------------
+
+
+def test_a_replica_that_begins_to_work_reads_a_plan_again_before_planning_it(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With peering, a replica can see a plan before its status is written and be paused by kopf in favour of a
+    peer that then answers it. When the replica begins to work, kopf lists the plans again, but not all at once:
+    a plan it last saw before then is read from the API server before any work, and the peer's answer is taken,
+    not planned and written again (the e2e handover test caught replica-b writing such a plan after it took over)."""
+    cluster.add(CHAT)
+    cluster.reconcile()  # the peer's answer, as the peer wrote it
+    ((_, _, answer),) = cluster.api.writes
+    cluster.api.writes.clear()
+    cluster.pool.asked.clear()
+    stored: dict[str, Any] = {"metadata": {"uid": UID, "generation": 1}, "spec": CHAT, "status": answer}
+    monkeypatch.setattr(kube, "read_plan", lambda namespace, name: copy.deepcopy(stored))
+    lead = {"b": {"priority": 1, "lifetime": 60, "lastseen": datetime.datetime.now(datetime.UTC).isoformat()}}
+    monkeypatch.setattr(kube, "peering_statuses", lambda peering, namespaces: [("KopfPeering x/inferplan", lead)])
+
+    def replica_b() -> Controller:
+        inline = InlineExecutor()
+        return Controller(OperatorSettings(verify=False, peering="inferplan"), pool=cast(PlannerPool, cluster.pool),
+                          api=inline, observe=inline, endpoints=EndpointsFile(None), identity="b", priority=1,
+                          nodes=lambda: cluster.nodes)
+
+    async def begins_to_work(replica: Controller) -> None:
+        replica.seen(UID, NAMESPACE, NAME, 1, CHAT, None)  # seen before the pause: no status yet
+        await asyncio.sleep(0.01)
+        assert await replica._works()  # the peer is gone: this replica leads
+        for _ in range(3):  # what the checker does: look at the plan, and again after each task
+            replica._check(UID, replica.inventory(), time.monotonic())
+            await asyncio.gather(*replica._tasks.values())
+
+    b = replica_b()
+    asyncio.run(begins_to_work(b))
+    assert cluster.api.writes == [] and cluster.pool.asked == []
+    assert b.registry.answered[UID].generation == 1 and b.registry.plans[UID].status == answer
+    b.forget(UID, NAMESPACE, NAME)
+    # Where the peer had not answered it, the replica plans it, once, with what it read.
+    stored["status"] = None
+    b = replica_b()
+    asyncio.run(begins_to_work(b))
+    assert len(cluster.pool.asked) == 1 and len(cluster.api.writes) == 1
+    b.forget(UID, NAMESPACE, NAME)
