@@ -306,25 +306,37 @@ class Controller:
                 self._work(plan, work.replan, work.observe), name=f"reconcile {plan.namespace}/{plan.name}")
 
     async def _refresh(self, plan: Plan) -> None:
-        """Read `plan` from the API server and take it as an event would show it (`seen`)."""
+        """Read `plan` from the API server and take it as an event would show it (`seen`); let it go if it is gone
+        (deleted, or deleted and created again, while kopf's watch was paused: no event says so)."""
+        body: dict | None = None
+        gone = False
         try:
             body = await kube.with_retries(f"reading {plan.namespace}/{plan.name}",
                                            functools.partial(kube.read_plan, plan.namespace, plan.name), self.api,
                                            self.logger)
         except kube.ApiException as exc:
-            if exc.status != 404:  # deleted: its DELETED event lets it go
+            gone = exc.status == 404
+            if not gone:
                 self.logger.warning("%s/%s: reading it failed: %s %s", plan.namespace, plan.name, exc.status,
                                     exc.reason)
                 self.registry.retry_at[plan.uid] = time.monotonic() + 15.0
-            return
+        except Exception:
+            self.logger.exception("reading %s/%s failed", plan.namespace, plan.name)
+            self.registry.retry_at[plan.uid] = time.monotonic() + 15.0
         finally:
             self._tasks.pop(plan.uid, None)
-        latest = self.registry.plans.get(plan.uid)
+        if self.registry.plans.get(plan.uid) is not plan:
+            return  # kopf delivered it (or its deletion) meanwhile
         meta = (body or {}).get("metadata") or {}
-        if body is None or latest is not plan or meta.get("uid") != plan.uid:
-            return  # unreachable (the next check tries again), or kopf delivered it (or its successor) meanwhile
-        self.seen(plan.uid, plan.namespace, plan.name, int(meta.get("generation") or plan.generation),
-                  body.get("spec") or {}, body.get("status"))
+        if body is not None and meta.get("uid") == plan.uid:
+            self.seen(plan.uid, plan.namespace, plan.name, int(meta.get("generation") or plan.generation),
+                      body.get("spec") or {}, body.get("status"))
+        elif gone or body is not None:  # deleted (another uid: created again, with events of its own)
+            self.forget(plan.uid, plan.namespace, plan.name)
+            for other in list(self.registry.plans.values()):  # the new one keeps the name's metric series
+                if (other.namespace, other.name) == (plan.namespace, plan.name) and other.uid in self.registry.recorded:
+                    self._record(other, other.status or {})
+        # else unreachable: the next check reads it again
 
     async def _work(self, plan: Plan, replan: bool, observe: bool) -> None:
         try:

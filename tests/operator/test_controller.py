@@ -348,3 +348,12 @@ def test_a_replica_that_begins_to_work_reads_a_plan_again_before_planning_it(
     asyncio.run(begins_to_work(b))
     assert len(cluster.pool.asked) == 1 and len(cluster.api.writes) == 1
     b.forget(UID, NAMESPACE, NAME)
+    # Deleted while kopf's watch was paused (no event says so): let go, not planned.
+
+    def deleted(namespace: str, name: str) -> dict[str, Any]:
+        raise kube.ApiException(status=404, reason="Not Found")
+
+    monkeypatch.setattr(kube, "read_plan", deleted)
+    b = replica_b()
+    asyncio.run(begins_to_work(b))
+    assert UID not in b.registry.plans and len(cluster.pool.asked) == 1 and len(cluster.api.writes) == 1
