@@ -21,6 +21,8 @@ few microseconds.
 
 With peering (INFERPLAN_PEERING), kopf pauses the watches of every replica but the highest-priority one; the
 checker applies the same rule (`scheduling.leads`) to the same peering object, so that only that replica works.
+A plan the replica last saw before it began to work (kopf, resuming, lists the plans again, but not all at once)
+is read from the API server before any work on it (`_refresh`).
 """
 
 from __future__ import annotations
@@ -184,7 +186,6 @@ class Controller:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._active = not settings.peering  # with peering: not before the peering object says so
-        self._stale_before = -math.inf  # plans last seen before this replica paused: stale until kopf relists
         # When this replica last began to work (peering): what it saw of a plan before may be older than what a
         # peer wrote meanwhile, and kopf, resuming, may not have listed that plan again yet.
         self._active_since = -math.inf
@@ -287,8 +288,6 @@ class Controller:
         plan = registry.plans.get(uid)
         if plan is None or uid in self._tasks or registry.retry_at.get(uid, 0.0) > now:
             return
-        if plan.seen_at <= self._stale_before:
-            return  # last seen before this replica paused; kopf lists every plan again when it resumes
         work = work_due(generation=plan.generation, status=plan.checked,
                         relevant=self.inventories.relevant(plan.checked_spec, inventory),
                         answer=registry.answered.get(uid), observes=bool(plan.checked_spec.get("observe")), now=now,
@@ -381,9 +380,8 @@ class Controller:
                 self._active_since = now
                 self.logger.info("peering %s: this replica (%s) works now", peering, self.identity)
             else:
-                # What this replica knows may go stale while another one works: trust only what kopf delivers
-                # after it resumes (it lists every plan again then).
-                self._stale_before = now
+                # What this replica knows may go stale while another one works: once it works again, a plan it
+                # last saw before then is read again before any work on it (`_check`, `_refresh`).
                 self.logger.info("peering %s: another replica works; this one (%s) waits", peering, self.identity)
         return active
 
