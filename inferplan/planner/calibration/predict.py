@@ -448,8 +448,10 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
     prompt_mean, output_mean, dataset = _lengths(row)
     if prompt_mean + output_mean > settings.max_model_len:
         # vLLM, SGLang and TensorRT-LLM reject a request whose prompt and max_tokens exceed the context they serve.
-        return (f"the row's requests ({prompt_mean:.0f} prompt + {output_mean:.0f} output tokens) exceed its "
-                f"max_model_len {settings.max_model_len}, which the engine rejects")
+        context = (f"its max_model_len {settings.max_model_len}" if row.max_model_len is not None
+                   else f"the model's context of {settings.max_model_len} tokens")
+        return (f"the row's requests ({prompt_mean:.0f} prompt + {output_mean:.0f} output tokens) exceed {context}, "
+                "which the engine rejects")
     # Likewise a run that served requests of a mean length held one of them: engines refuse or abort a request
     # their pool cannot hold (vLLM checks the pool against max_model_len at start and rejects longer prompts), so
     # a pool the model sizes below that is short (docs/model.md#known-gaps), not a run of one-token outputs.

@@ -502,6 +502,11 @@ def test_a_run_whose_requests_exceed_its_context_says_so() -> None:
     fits = predict_scenarios([_online("burst", id="fits", dataset=None, input_tokens=8000, output_tokens=100,
                                       max_model_len=8192)])[0]
     assert fits.predicted is not None
+    # Without a stated max_model_len, the model's own context (Llama-3-8B: 8192 tokens).
+    unstated = predict_scenarios([_online("burst", id="unstated", dataset=None, input_tokens=32000,
+                                          output_tokens=100)])[0]
+    assert unstated.skipped == ("the row's requests (32000 prompt + 100 output tokens) exceed the model's context "
+                                "of 8192 tokens, which the engine rejects")
 
 
 def test_a_highest_slo_compliant_rate_is_the_rate_the_planners_queueing_model_holds_within_the_stated_limits() -> None:
