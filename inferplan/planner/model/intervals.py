@@ -51,6 +51,11 @@ GROUPS_JOINED = 2
 """A query's bounds join this many groups of its walk, finest first. Held out by source (scripts/derive_intervals.py,
 2026-12-04), the 80% intervals covered 75.2% of 970 rows with the finest group alone and 79.6% with it and its parent
 (ttft_ms_mean 69.6% -> 74.1%, tpot_ms_mean 77.3% -> 85.3%); weighing each source alike in a group, 69.3%."""
+BOUND_GROUPS_JOINED = 1
+"""Groups a one-sided bound (`upper_log_bound`, the SLO checks) joins: the finest alone. Held out by source
+(scripts/derive_intervals.py, 2026-12-06), the measured latency stayed within the one-sided bound at 0.8 on 82.3%
+of 537 latency rows (87.7% with two groups joined), at 0.9 on 91.1% (92.6%), at 0.7 on 76.7% (83.1%); the central
+intervals keep two (`GROUPS_JOINED`), whose 80% ones covered 79.7% of all rows with one, 83.3% with two."""
 MIN_ROWS = 20
 """Rows a group needs for bounds of its own; a smaller one falls back to the next coarser group."""
 
@@ -215,7 +220,7 @@ class IntervalTable:
     measured: Mapping[str, Sequence[Sequence[float]]]
     extrapolated: Mapping[str, Sequence[Sequence[float]]]
     # Each query's bounds, read once: a plan asks the same few (one per SLO and GPU type, per shown candidate).
-    _grids: dict[Evidence, Sequence[Sequence[float]]] = field(default_factory=dict, init=False, repr=False,
+    _grids: dict[tuple[Evidence, int], Sequence[Sequence[float]]] = field(default_factory=dict, init=False, repr=False,
                                                              compare=False)
 
     @classmethod
@@ -244,48 +249,51 @@ class IntervalTable:
         return [list(top) for _ in LEVELS]
 
     @staticmethod
-    def _grid(table: Mapping[str, Sequence[Sequence[float]]], keys: Sequence[str]) -> Sequence[Sequence[float]] | None:
-        """The bounds of the finest group of `keys` in `table`, widened to its parent's (the next group found): a
-        group's own bounds rest on few sources, and a held-out source is often unlike them (`GROUPS_JOINED`)."""
-        found = [table[key] for key in keys if key in table][:GROUPS_JOINED]
+    def _grid(table: Mapping[str, Sequence[Sequence[float]]], keys: Sequence[str], joined: int = GROUPS_JOINED
+              ) -> Sequence[Sequence[float]] | None:
+        """The bounds of the finest group of `keys` in `table`, widened to its parents' up to `joined` groups in all
+        (the next groups found): a group's own bounds rest on few sources, and a held-out source is often unlike
+        them (`GROUPS_JOINED`, `BOUND_GROUPS_JOINED`)."""
+        found = [table[key] for key in keys if key in table][:joined]
         if not found:
             return None
         return [[min(g[i][0] for g in found), max(g[i][1] for g in found)] for i in range(len(found[0]))]
 
-    def _evidence_grid(self, evidence: Evidence) -> Sequence[Sequence[float]]:
+    def _evidence_grid(self, evidence: Evidence, joined: int = GROUPS_JOINED) -> Sequence[Sequence[float]]:
         """The bounds (per level of `LEVELS`) that `evidence` reads: its measured groups, or for an extrapolated
         pair the union of its own groups and the nearest measured evidence's; for an unmodelled kind without a
         group of its own, as `_unmodelled` widens it. A tail's bounds spread at least as far as its median's
-        (`TAIL_OF`); an extrapolated pair's contain the nearest measured evidence's, tail rule included."""
-        grid = self._grids.get(evidence)
+        (`TAIL_OF`); an extrapolated pair's contain the nearest measured evidence's, tail rule included. `joined`:
+        how many groups of each walk join (`_grid`)."""
+        grid = self._grids.get((evidence, joined))
         if grid is None:
-            grid = self._grids[evidence] = self._read_grid(evidence)
+            grid = self._grids[(evidence, joined)] = self._read_grid(evidence, joined)
         return grid
 
-    def _read_grid(self, evidence: Evidence) -> Sequence[Sequence[float]]:
-        grid = self._at_least_the_median(evidence)
+    def _read_grid(self, evidence: Evidence, joined: int) -> Sequence[Sequence[float]]:
+        grid = self._at_least_the_median(evidence, joined)
         nearest = _as_measured(evidence)
         if evidence.measured or evidence.metric not in TAIL_OF or \
                 self._grid(self.measured, group_keys(nearest)) is None:
             return grid  # (for an extrapolated pair `_own_grid` joined the nearest measured evidence already)
-        return _union(grid, self._at_least_the_median(nearest))
+        return _union(grid, self._at_least_the_median(nearest, joined))
 
-    def _at_least_the_median(self, evidence: Evidence) -> Sequence[Sequence[float]]:
+    def _at_least_the_median(self, evidence: Evidence, joined: int) -> Sequence[Sequence[float]]:
         """`evidence`'s own bounds; for a tail, widened at each level to its median's spread beyond the median's
         level-0 bounds, measured from the tail's own level-0 bounds: the median's errors, not its bias."""
-        grid = self._own_grid(evidence)
+        grid = self._own_grid(evidence, joined)
         median = TAIL_OF.get(evidence.metric)
         if median is None:
             return grid
-        inner = self._own_grid(replace(evidence, metric=median))
+        inner = self._own_grid(replace(evidence, metric=median), joined)
         (t_low, t_high), (m_low, m_high) = grid[0], inner[0]
         return _union(grid, [[t_low + low - m_low, t_high + high - m_high] for low, high in inner])
 
-    def _own_grid(self, evidence: Evidence) -> Sequence[Sequence[float]]:
+    def _own_grid(self, evidence: Evidence, joined: int) -> Sequence[Sequence[float]]:
         """The bounds of `evidence`'s groups: its measured walk's, joined for an extrapolated pair with its own
         groups'; for an unmodelled kind without a group of its own, as `_unmodelled` widens it."""
-        grid = self._grid(self.measured, group_keys(evidence if evidence.measured else _as_measured(evidence)))
-        other = None if evidence.measured else self._grid(self.extrapolated, group_keys(evidence))
+        grid = self._grid(self.measured, group_keys(evidence if evidence.measured else _as_measured(evidence)), joined)
+        other = None if evidence.measured else self._grid(self.extrapolated, group_keys(evidence), joined)
         if grid is not None and other is not None:
             grid = _union(grid, other)
         grid = grid or other
@@ -308,13 +316,13 @@ class IntervalTable:
         at or below `prediction x exp(bound)` with probability `confidence` (the upper end of the central interval
         at level 2 x confidence - 1). Never below 0: a plan is never judged looser than its prediction."""
         _check(confidence)
-        return max(_interpolate(self._evidence_grid(evidence), 2.0 * confidence - 1.0)[1], 0.0)
+        return max(_interpolate(self._evidence_grid(evidence, BOUND_GROUPS_JOINED), 2.0 * confidence - 1.0)[1], 0.0)
 
     def confidence_within(self, evidence: Evidence, log_ratio: float) -> float:
         """The largest confidence (0.5-0.99, floored to 0.01) at which `upper_log_bound` stays within `log_ratio`
         (log of a target over its prediction): the probability, by the held-out errors, that the measured value
         stays within the target. 0.0 where even the bound at 0.5 exceeds it."""
-        uppers = [high for (_, high) in self._evidence_grid(evidence)]
+        uppers = [high for (_, high) in self._evidence_grid(evidence, BOUND_GROUPS_JOINED)]
         top = LEVELS.index(2 * CONFIDENCES[-1] - 1)  # the level of the highest confidence (0.98)
         if max(uppers[0], 0.0) > log_ratio:
             return 0.0

@@ -74,6 +74,18 @@ def test_one_sided_bounds_rise_with_confidence_and_invert(metric: str, measured:
     assert table.confidence_within(evidence, 50.0) == CONFIDENCES[-1]
 
 
+def test_a_one_sided_bound_reads_its_finest_group_alone_and_an_interval_joins_its_parent() -> None:
+    # Held out, two groups joined made the one-sided bounds too wide (87.7% of the latency rows within the 80% bound,
+    # 82.3% with the finest alone); the central intervals keep the join (BOUND_GROUPS_JOINED, GROUPS_JOINED).
+    close = [Residual(_evidence("e2e_ms_mean", family="hopper"), "a", 0.01 * (k % 5)) for k in range(25)]
+    far = [Residual(_evidence("e2e_ms_mean", family="ampere"), "b", 0.2 * (k % 5)) for k in range(25)]
+    table = IntervalTable.from_json(derive(close + far, min_rows=20))
+    hopper = _evidence("e2e_ms_mean", family="hopper", load="burst")  # no group of its load: the pair's, the line's
+    assert table.upper_log_bound(hopper, 0.95) <= 0.04 + 1e-9  # the hopper rows' own spread
+    assert table.log_bounds(hopper, 0.9)[1] >= 0.6  # joined with the engine line's rows, ampere's among them
+    assert table.confidence_within(hopper, 0.05) == CONFIDENCES[-1]
+
+
 def test_a_confidence_outside_the_range_is_refused() -> None:
     for bad in (0.3, 0.995):
         with pytest.raises(ValueError, match="outside"):
