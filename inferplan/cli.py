@@ -59,12 +59,22 @@ def _read(path: str | None) -> tuple[list, list]:
     return list(parsed.scenarios), list(parsed.errors)
 
 
+class CliError(Exception):
+    """A problem with what the command was given, printed as `inferplan: error: ...` (exit 2)."""
+
+
 def _factors(path: str | None):  # -> FactorSet | None
     if not path:
         return None
     from inferplan.planner.model.factors import parse_factors
 
-    return parse_factors(json.loads(Path(path).read_text(encoding="utf-8")))
+    try:
+        return parse_factors(json.loads(Path(path).read_text(encoding="utf-8")))
+    except json.JSONDecodeError as exc:
+        raise CliError(f"factors file {path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+                       ) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CliError(f"factors file {path}: {exc}") from None
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -149,12 +159,16 @@ def _load_plan(file: str | None):  # -> PlanRequest | None
     from inferplan.planner.request import resolve_plan
     from inferplan.planner.spec_parsing import PlanError, load_plan_file
 
+    if file == "-":
+        read = _read_manifest(file)
+        return None if read is None else read[1]
     path = Path(file) if file else _example_plan()
     try:
         return resolve_plan(load_plan_file(path), path.parent)
     except PlanError as exc:
-        for field, message in exc.problems:
-            print(f"{path}: {field}: {message}" if field else f"{path}: {message}", file=sys.stderr)
+        for field, message in exc.problems:  # a problem of the whole file names the file as its field
+            print(f"{path}: {field}: {message}" if field and field != str(path) else f"{path}: {message}",
+                  file=sys.stderr)
         return None
 
 
@@ -725,11 +739,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                          ("trace", "trace file")):
         given = getattr(args, option, None)
         for path in given if isinstance(given, list) else [given]:
-            if path and path != "-" and not Path(path).is_file():  # "-": standard input (render)
+            if path == "-" and option != "file":  # a plan file may be read from standard input, nothing else
+                print(f"inferplan: error: a {what} cannot be read from standard input: give its path",
+                      file=sys.stderr)
+                return 2
+            if path and path != "-" and not Path(path).is_file():
                 print(f"inferplan: error: {what} not found: {path}", file=sys.stderr)
                 return 2
     try:
         return int(args.func(args))
+    except CliError as exc:
+        print(f"inferplan: error: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # e.g. piped into head
         return 0
 

@@ -97,6 +97,9 @@ def row_evidence(row: Scenario, measured_pairs: Iterable[tuple[str | None, str |
     return Evidence(row.metric, model_kind(row.model), line, family, row.load.kind, measured)
 
 
+UNSCORABLE_ZERO = "measured value 0 against a prediction above 0: no relative error to score"
+
+
 def _score(apes: Sequence[float], skipped: int, inside: Sequence[bool] = ()) -> MetricScore:
     if not apes:
         return MetricScore(0, skipped, None, None, None)
@@ -135,21 +138,30 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], fact
     apes: dict[str, list[float]] = {}
     suspect_apes: dict[str, list[float]] = {}
     skipped: Counter[str] = Counter()
+    suspect_skipped: Counter[str] = Counter()
+    apart_skipped: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     outliers: list[Outlier] = []
     apart: dict[str, list[float]] = {}
     for row, pred in zip(scenarios, predictions, strict=True):
+        why_not = (pred.skipped or "not predicted") if pred.predicted is None else \
+            UNSCORABLE_ZERO if row.value == 0 and pred.predicted != 0 else None
         reason = None if row.suspect else unmodelled(row)
         if reason is not None:
-            if pred.predicted is not None:
+            if why_not is not None:
+                apart_skipped[reason] += 1
+            else:
                 apart.setdefault(reason, []).append(absolute_percentage_error(pred.predicted, row.value))
                 apart_inside.setdefault(reason, []).extend(covered(row, pred.predicted))
             continue
-        if pred.predicted is None:
-            if not row.suspect:  # suspect rows never enter the headline counts
+        if why_not is not None:
+            if row.suspect:  # suspect rows never enter the headline counts
+                suspect_skipped[row.metric] += 1
+            else:
                 skipped[row.metric] += 1
-                reasons[pred.skipped or "not predicted"] += 1
+                reasons[why_not] += 1
             continue
+        assert pred.predicted is not None
         ape = absolute_percentage_error(pred.predicted, row.value)
         (suspect_apes if row.suspect else apes).setdefault(row.metric, []).append(ape)
         if not row.suspect:
@@ -163,8 +175,10 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], fact
                      [b for v in inside.values() for b in v])
     outliers.sort(key=lambda o: -abs(o.error))
     return AccuracyReport(metrics, overall, dict(reasons.most_common()),
-                          {m: _score(v, 0) for m, v in sorted(suspect_apes.items())}, outliers,
-                          {r: _score(v, 0, apart_inside.get(r, [])) for r, v in sorted(apart.items())})
+                          {m: _score(suspect_apes.get(m, []), suspect_skipped[m])
+                           for m in sorted(set(suspect_apes) | set(suspect_skipped))}, outliers,
+                          {r: _score(apart.get(r, []), apart_skipped[r], apart_inside.get(r, []))
+                           for r in sorted(set(apart) | set(apart_skipped))})
 
 
 def format_report(report: AccuracyReport) -> str:
@@ -181,13 +195,14 @@ def format_report(report: AccuracyReport) -> str:
         lines.append("")
         lines.append("suspect rows (flagged by their source; not in the figures above):")
         for name, s in report.suspect.items():
-            lines.append(f"  {name:20s} {s.scored:6d}         {pct(s.median_ape):>7s} {pct(s.mape):>8s}")
+            lines.append(f"  {name:20s} {s.scored:6d} {s.skipped:7d} {pct(s.median_ape):>7s} {pct(s.mape):>8s}")
     if report.unmodelled:
         lines.append("")
         lines.append("rows of a model kind scored apart and never fitted on (not in the figures above):")
         for reason, s in report.unmodelled.items():
-            lines.append(f"  {s.scored:4d} rows, median APE {pct(s.median_ape)}, within 25% {pct(s.within25)}, "
-                         f"in the 80% interval {pct(s.interval_coverage)}: {reason}")
+            unscored = f" ({s.skipped} more not predicted)" if s.skipped else ""
+            lines.append(f"  {s.scored:4d} rows{unscored}, median APE {pct(s.median_ape)}, "
+                         f"within 25% {pct(s.within25)}, in the 80% interval {pct(s.interval_coverage)}: {reason}")
     if report.skipped_reasons:
         lines.append("")
         lines.append("skipped:")

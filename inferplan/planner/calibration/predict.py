@@ -211,6 +211,9 @@ def _resolve(row: Scenario) -> _Resolved | str:
         if row.gpus % instances or (row.replicas is None and row.gpus != row.pipeline_parallel):
             return "sharding not stated (tensor_parallel is null)"
         tp = row.gpus // instances
+    elif row.replicas is not None and row.gpus != tp * row.pipeline_parallel * row.replicas:
+        return (f"gpus {row.gpus} is not tensor_parallel x pipeline_parallel x replicas ({tp} x "
+                f"{row.pipeline_parallel} x {row.replicas})")
     try:
         gpu = resolve_gpu(row.gpu)
     except CatalogLookupError as exc:
@@ -286,7 +289,9 @@ def checkpoint_named(notes: str) -> str | None:
     match = re.search(r"checkpoint\s+([\w.-]+/[\w.-]+)", notes)
     if match:
         return match.group(1)
-    mentioned = (named_checkpoint(repo.rstrip(".")) for repo in re.findall(r"[\w.-]+/[\w.-]+", notes))
+    # A repository starts a word (the look-behind keeps a long run of word characters from being rescanned from
+    # each of its positions, quadratic in its length).
+    mentioned = (named_checkpoint(repo.rstrip(".")) for repo in re.findall(r"(?<![\w.-])[\w.-]+/[\w.-]+", notes))
     named = next((n for n in mentioned if n is not None), None)
     if named is not None:
         return named.checkpoint.repo
@@ -316,6 +321,8 @@ def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fact
 
 
 def _startup(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> float | str:
+    if row.metric not in STARTUP_METRICS:
+        return f"metric {row.metric} of a startup load (no traffic) is not predicted"
     memory = _memory(row, r, settings, factors)
     if row.metric == "weights_gib":
         return memory.weights_per_gpu / GIB
@@ -354,15 +361,15 @@ def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None
             else:
                 out[i] = Prediction(row.id, row.metric, row.value, value)
             continue
-        reason = _timing_skip_reason(row, resolved)
-        if reason:
-            out[i] = Prediction(row.id, row.metric, row.value, None, reason)
-            continue
         kind = row.load.kind
         if kind in SIMULATED_LOADS and resolved.engine.continuous_batching:
             kind = "simulated"
         elif kind in ("static_batch", "burst", "concurrency") and getattr(row.load, "value", 0) == 1:
             kind = "single"
+        reason = _timing_skip_reason(row, resolved) or _context_skip_reason(row, settings, kind == "simulated")
+        if reason:
+            out[i] = Prediction(row.id, row.metric, row.value, None, reason)
+            continue
         timed.setdefault(kind, []).append((i, row, resolved, settings))
     runs: dict[tuple, SimulationResult | str] = {}
     for kind, items in timed.items():
@@ -422,11 +429,13 @@ def stated_eos_cap(notes: str) -> int | None:
 
 
 def _run_key(row: Scenario) -> tuple:
-    """What one measured run shares across its lines (the format's rule 3)."""
+    """What one measured run shares across its lines (the format's rule 3), its notes included: they state
+    conditions its simulation reads (the release, the checkpoint, chunked prefill, an EOS cap, the layout), so
+    lines that differ there are different runs, whatever order they come in."""
     return (row.source, row.model, row.gpu, row.gpus, row.tensor_parallel, row.pipeline_parallel, row.replicas,
             row.engine, row.engine_version, row.weights, row.kv_cache, row.input_tokens, row.output_tokens,
             row.dataset, row.load.model_dump_json(), row.gpu_memory_utilization, row.max_model_len,
-            row.max_num_seqs, row.max_num_batched_tokens, row.prefix_caching)
+            row.max_num_seqs, row.max_num_batched_tokens, row.prefix_caching, row.notes)
 
 
 def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> SimulationResult | str:
@@ -446,17 +455,11 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
         # fraction of a GiB). Not for the model's default context: a catalog entry may be the base model's.
         kv_tokens = max(kv_tokens, -(-settings.max_model_len // block) * block)
     prompt_mean, output_mean, dataset = _lengths(row)
-    if prompt_mean + output_mean > settings.max_model_len:
-        # vLLM, SGLang and TensorRT-LLM reject a request whose prompt and max_tokens exceed the context they serve.
-        context = (f"its max_model_len {settings.max_model_len}" if row.max_model_len is not None
-                   else f"the model's context of {settings.max_model_len} tokens")
-        return (f"the row's requests ({prompt_mean:.0f} prompt + {output_mean:.0f} output tokens) exceed {context}, "
-                "which the engine rejects")
     # Likewise a run that served requests of a mean length held one of them: engines refuse or abort a request
     # their pool cannot hold (vLLM checks the pool against max_model_len at start and rejects longer prompts), so
     # a pool the model sizes below that is short (docs/model.md#known-gaps), not a run of one-token outputs.
     kv_tokens = max(kv_tokens, -(-math.ceil(prompt_mean + output_mean) // block) * block)
-    replicas = r.replicas
+    replicas = serving_replicas(row, r.replicas)
     load = int(getattr(row.load, "value", 1))
     arrivals = None
     if row.load.kind == "offline" and row.load.num_prompts is None:
@@ -567,14 +570,14 @@ def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, fac
         if isinstance(rate, str):
             return rate
         per_request = _lengths(row)[1] if row.metric == "output_tps_total" else 1.0
-        return rate * per_request * float(r.replicas)
+        return rate * per_request * float(r.replicas)  # the rate per instance, on every instance
     key = _run_key(row)
     if key not in runs:
         runs[key] = simulate_run(row, r, settings, factors)
     result = runs[key]
     if isinstance(result, str):
         return result
-    replicas = float(r.replicas)
+    replicas = float(serving_replicas(row, r.replicas))
     m = row.metric
     if m in ("output_tps_total", "requests_per_s") and _ceiling_run(row):
         tokens_per_s, requests_per_s = steady_throughput(result)
@@ -607,6 +610,36 @@ def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, fac
     return value
 
 
+def _context_skip_reason(row: Scenario, settings: EngineSettings, simulated: bool) -> str | None:
+    """Why a timing row cannot be predicted at its context, or None: vLLM, SGLang and TensorRT-LLM reject a request
+    whose prompt and max_tokens exceed the context they serve, whatever the load. Beyond the model's own context
+    where the row states none, only a simulated run is refused (the simulator's pool must hold the request): a
+    measured run of one request or a static batch that long had its context extended (rope scaling; Qwen2.5's
+    128k-token speed runs), and its steps are computed as they are."""
+    prompt_mean, output_mean, _ = _lengths(row)
+    if prompt_mean + output_mean <= settings.max_model_len or (row.max_model_len is None and not simulated):
+        return None
+    context = (f"its max_model_len {settings.max_model_len}" if row.max_model_len is not None
+               else f"the model's context of {settings.max_model_len} tokens")
+    return (f"the row's requests ({prompt_mean:.0f} prompt + {output_mean:.0f} output tokens) exceed {context}, "
+            "which the engine rejects")
+
+
+def serving_replicas(row: Scenario, replicas: int) -> int:
+    """The replicas of a run of `replicas` that get work: no more than its requests or clients (one closed-loop
+    client on eight replicas keeps one busy). A run's throughput is theirs, each serving an even share."""
+    kind = row.load.kind
+    if kind in ("single", "startup"):
+        return 1
+    if kind == "offline":
+        count = row.load.num_prompts
+    elif kind == "poisson":
+        count = row.load.num_prompts or DEFAULT_NUM_PROMPTS
+    else:
+        count = row.load.value
+    return max(1, min(replicas, count)) if count is not None else replicas
+
+
 def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
     if row.dataset is not None:
         try:
@@ -627,6 +660,9 @@ def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
     if not r.engine.continuous_batching and row.load.kind in ("burst", "concurrency", "poisson", "offline") and \
             getattr(row.load, "value", None) != 1:
         return f"{r.engine.name} serves one stream at a time; concurrent loads are not modelled for it"
+    prompts = (row.load.num_prompts or DEFAULT_NUM_PROMPTS) if row.load.kind == "poisson" else None
+    if prompts is not None and row.load.rate is not None and prompts < r.replicas:
+        return f"{prompts} Poisson requests over {r.replicas} replicas: no replica's share is a stream of arrivals"
     return None
 
 
@@ -636,7 +672,7 @@ def _predict_kind(kind: str, items: list, factors: FactorSet) -> list[float | No
     lengths = [_lengths(row) for row in rows]
     p = np.array([prompt for prompt, _, _ in lengths])
     o = np.array([output for _, output, _ in lengths])
-    replicas = np.array([float(r.replicas) for _, _, r, _ in items])
+    replicas = np.array([float(serving_replicas(row, r.replicas)) for _, row, r, _ in items])
     if kind == "single":
         result = single_stream(hw, p, o)
     elif kind == "static_batch":

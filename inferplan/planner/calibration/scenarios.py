@@ -42,12 +42,18 @@ Metric = Literal[
     "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_mean", "e2e_ms_mean", "kv_cache_tokens",
     "max_concurrency", "weights_gib", "activation_peak_gib", "kv_cache_gib",
 ]
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+# Bounds far above any measured run, so that a typo (a count of 1e19) is a bad line, not an allocation.
+MAX_COUNT = 10**6  # requests, clients, prompts, sequences, GPUs
+MAX_TOKENS = 10**8  # tokens of a request, a context or a step
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+NonNegativeTokens = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict types: the format gives each key's JSON type, and a quoted number or boolean ("2", "yes") is a bad
+    # line, not a value pydantic guesses.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class SingleLoad(_Strict):
@@ -71,8 +77,15 @@ class BurstLoad(_Strict):
 
 class PoissonLoad(_Strict):
     kind: Literal["poisson"]
-    rate: Annotated[float, Field(gt=0)] | None
+    rate: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
     num_prompts: PositiveInt | None = None
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _finite_rate(cls, rate: object) -> object:
+        if isinstance(rate, float) and rate == float("inf"):
+            raise ValueError('an infinite rate sends every request at once: write {"kind": "burst", "value": N}')
+        return rate
 
 
 class OfflineLoad(_Strict):
@@ -107,14 +120,14 @@ class Scenario(_Strict):
     engine_version: str | None
     weights: str
     kv_cache: Literal["fp16", "bf16", "fp8", "auto"]
-    input_tokens: NonNegativeInt | None
-    output_tokens: NonNegativeInt | None
+    input_tokens: NonNegativeTokens | None
+    output_tokens: NonNegativeTokens | None
     dataset: str | None
     load: Load
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None
-    max_model_len: PositiveInt | None
+    max_model_len: TokenCount | None
     max_num_seqs: PositiveInt | None
-    max_num_batched_tokens: PositiveInt | None
+    max_num_batched_tokens: TokenCount | None
     prefix_caching: bool | None
     metric: Metric
     value: Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -217,6 +230,8 @@ def parse_scenario_line(text: str, line: int) -> Scenario | ScenarioError:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return ScenarioError(line, None, f"not valid JSON ({exc.msg} at column {exc.colno})")
+    except RecursionError:
+        return ScenarioError(line, None, "not valid JSON (nested too deeply)")
     if not isinstance(data, dict):
         return ScenarioError(line, None, "expected a JSON object")
     try:

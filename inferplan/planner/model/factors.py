@@ -138,12 +138,27 @@ def parse_factors(data: dict[str, Any]) -> FactorSet:
         missing = [f for f in ENGINE_FACTOR_NAMES if f not in raw]
         if missing:
             raise ValueError(f"factors for engine {name!r}: missing {', '.join(missing)}")
+        not_numbers = [f for f in ENGINE_FACTOR_NAMES if isinstance(raw[f], bool) or
+                       not isinstance(raw[f], (int, float))]
+        if not_numbers:
+            raise ValueError(f"factors for engine {name!r}: not a number: {', '.join(not_numbers)}")
         values = {f: float(raw[f]) for f in ENGINE_FACTOR_NAMES}
         bad = [f for f, v in values.items() if v < 0 or (v == 0 and f.endswith(("scale", "speed", "gb_s")))]
         if bad:
             raise ValueError(f"factors for engine {name!r}: out of range: {', '.join(bad)}")
         return EngineFactors(**values)
 
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object with 'engines' and 'default_engine', got {type(data).__name__}")
+    for key in ("engines", "default_engine"):
+        if not isinstance(data.get(key), dict):
+            raise ValueError(f"{key!r} must be a JSON object" if key in data else f"missing {key!r}")
+    for name, raw in data["engines"].items():
+        if not isinstance(raw, dict):
+            raise ValueError(f"factors for engine {name!r}: expected a JSON object of factors")
+    if not isinstance(data.get("harness_ms", {}), dict) or \
+            any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in data.get("harness_ms", {}).values()):
+        raise ValueError("'harness_ms' must map each source and engine line to a number of ms")
     harness = {str(k): float(v) for k, v in data.get("harness_ms", {}).items()}
     negative = sorted(k for k, v in harness.items() if v < 0)
     if negative:

@@ -248,3 +248,25 @@ def test_published_file_every_row_is_scored_skipped_or_suspect() -> None:
     assert sum(s.scored for s in report.suspect.values()) <= n_suspect
     assert report.overall.scored > 0.9 * len(rows)
     assert sum(report.skipped_reasons.values()) == report.overall.skipped
+
+
+def test_rows_apart_that_are_not_predicted_are_counted_where_they_belong() -> None:
+    # A suspect row or a row of an unmodelled kind without a prediction was counted nowhere: not scored, not skipped.
+    bad = _row(E2E, "s1", 10.0, suspect=True)
+    mla = parse_scenario_line(json.dumps(_example(E2E) | {"id": "r1", "model": "deepseek-ai/DeepSeek-R1"}), 1)
+    assert isinstance(mla, Scenario)
+    report = score([bad, mla], [_pred(bad, None, "GPU not stated"), _pred(mla, None, "weights do not fit")])
+    assert report.suspect["e2e_ms_mean"].scored == 0 and report.suspect["e2e_ms_mean"].skipped == 1
+    (apart,) = report.unmodelled.values()
+    assert apart.scored == 0 and apart.skipped == 1
+    assert "1 more not predicted" in format_report(report)
+
+
+def test_a_measured_value_of_zero_is_skipped_with_its_reason_and_the_json_stays_valid() -> None:
+    rows, preds = _case()
+    zero = _row(E2E, "z1", 0.0)
+    report = score([*rows, zero], [*preds, _pred(zero, 12.0)])
+    assert report.metrics["e2e_ms_mean"].skipped == 1
+    assert report.skipped_reasons == {"measured value 0 against a prediction above 0: no relative error to score": 1}
+    text = json.dumps(report.to_json(), allow_nan=False)  # no Infinity anywhere
+    assert json.loads(text)["overall"]["scored"] == 6

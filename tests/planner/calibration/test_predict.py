@@ -596,3 +596,53 @@ def test_a_run_that_drafts_with_the_mtp_module_is_predicted_with_it() -> None:
     llama_plain = parse_scenario_line(json.dumps({**data, "model": "meta-llama/Llama-3.1-70B-Instruct",
                                                   "notes": "trtllm-serve"}), 1)
     assert predict_scenarios([llama])[0].predicted == predict_scenarios([llama_plain])[0].predicted
+
+
+def test_a_lines_prediction_does_not_depend_on_the_lines_before_it() -> None:
+    # Two runs alike but for what their notes state (here an EOS cap) shared one simulation: the first line's.
+    capped = example("output_tps_total", id="capped", input_tokens=1000, output_tokens=500,
+                     notes="completions stop at EOS (no ignore_eos; output length 2000).")
+    fixed = example("output_tps_total", id="fixed", input_tokens=1000, output_tokens=500,
+                    notes="fixed lengths (ignore_eos).")
+    alone = [predict_scenarios([row])[0].predicted for row in (capped, fixed)]
+    assert alone[0] != alone[1]
+    assert [p.predicted for p in predict_scenarios([capped, fixed])] == alone
+    assert [p.predicted for p in predict_scenarios([fixed, capped])] == alone[::-1]
+
+
+def test_a_load_smaller_than_the_replicas_keeps_only_that_many_busy() -> None:
+    one = example("output_tps_total", id="one", load={"kind": "concurrency", "value": 1})
+    eight = example("output_tps_total", id="eight", load={"kind": "concurrency", "value": 1}, gpus=16, replicas=8)
+    three = example("output_tps_total", id="three", load={"kind": "concurrency", "value": 3}, gpus=16, replicas=8)
+    single, on_eight, three_on_eight = (p.predicted for p in predict_scenarios([one, eight, three]))
+    assert on_eight == pytest.approx(single)  # one client keeps one replica busy, not eight
+    assert three_on_eight == pytest.approx(3 * single, rel=0.02)
+    few = example("tpot_ms_p50", id="few", gpus=8, tensor_parallel=1, replicas=8,
+                  load={"kind": "poisson", "rate": 0.5, "num_prompts": 4})
+    (skipped,) = predict_scenarios([few])
+    assert skipped.predicted is None and "4 Poisson requests over 8 replicas" in (skipped.skipped or "")
+
+
+def test_a_startup_line_of_a_timing_metric_is_skipped_not_scored_against_its_concurrency() -> None:
+    row = example("kv_cache_tokens", id="st", metric="ttft_ms_mean", unit="ms")
+    (p,) = predict_scenarios([row])
+    assert p.predicted is None and "startup load" in (p.skipped or "")
+
+
+def test_a_single_stream_beyond_its_stated_context_is_skipped_and_beyond_the_models_own_is_not() -> None:
+    # The stated max_model_len binds every load; the model's own context only a simulated run (a measured single
+    # stream that long had its context extended, as Qwen2.5's 128k-token speed runs did).
+    base = {"metric": "e2e_ms_mean", "unit": "ms", "load": {"kind": "single"}, "input_tokens": 4096,
+            "output_tokens": 128, "engine": "vllm", "engine_version": "0.10.1.1", "weights": "bf16",
+            "model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "NVIDIA-H100-80GB-HBM3"}
+    stated = example("decode_tps_single", **base | {"id": "stated", "max_model_len": 2048})
+    beyond = example("decode_tps_single", **base | {"id": "beyond", "max_model_len": None, "input_tokens": 200_000})
+    p_stated, p_beyond = predict_scenarios([stated, beyond])
+    assert p_stated.predicted is None and "exceed its max_model_len 2048" in (p_stated.skipped or "")
+    assert p_beyond.predicted is not None
+
+
+def test_gpus_that_break_the_formats_identity_are_a_skip_reason() -> None:
+    row = example("output_tps_total", id="odd", gpus=8, tensor_parallel=2, replicas=1)
+    (p,) = predict_scenarios([row])
+    assert p.predicted is None and "gpus 8 is not tensor_parallel x pipeline_parallel x replicas" in (p.skipped or "")

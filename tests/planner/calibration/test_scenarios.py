@@ -135,6 +135,15 @@ def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
         pytest.param(_set("value", -1.0), "value", id="negative-value"),
         pytest.param(_set("id", "Has Spaces"), "id", id="id-bad-characters"),
         pytest.param(_set("unexpected_key", 1), "unexpected_key", id="extra-key"),
+        # The format's JSON types: a quoted number or boolean is a bad line, not a value pydantic guesses.
+        pytest.param(_set("gpus", "2"), "gpus", id="quoted-count"),
+        pytest.param(_set("suspect", "yes"), "suspect", id="quoted-boolean"),
+        pytest.param(_set("value", "12.5"), "value", id="quoted-value"),
+        pytest.param(_set("input_tokens", True), "input_tokens", id="boolean-count"),
+        # Far beyond any measured run: a bad line, not an allocation or an overflow.
+        pytest.param(_set("max_model_len", 10**30), "max_model_len", id="huge-context"),
+        pytest.param(_set("input_tokens", 10**19), "input_tokens", id="huge-prompt"),
+        pytest.param(_set("load", {"kind": "burst", "value": 10**19}), "load.burst.value", id="huge-burst"),
     ],
 )
 def test_malformed_line_names_line_and_field(mutate: Callable[[dict[str, Any]], None], field: str) -> None:
@@ -274,3 +283,19 @@ def test_a_line_without_a_date_takes_the_one_its_source_revision_gives(tmp_path:
     assert rows["c-other-commit"].published is None
     # A line read alone has only its own notes to go by.
     assert parse_scenario_line(json.dumps(same), 1).published is None
+
+
+def test_an_infinite_poisson_rate_is_a_bad_line_that_says_to_write_a_burst() -> None:
+    # vLLM's benchmark prints "request rate inf"; json reads 1e999 (or Infinity) as an infinite float.
+    for rate in ("1e999", "Infinity"):
+        line = _mutated(_set("load", {"kind": "poisson", "rate": 0.5, "num_prompts": 100}))
+        error = parse_scenario_line(line.replace('"rate": 0.5', f'"rate": {rate}'), 3)
+        assert isinstance(error, ScenarioError), error
+        assert error.field is not None and error.field.endswith("rate")
+        assert "burst" in error.message
+
+
+def test_json_nested_too_deeply_is_a_bad_line() -> None:
+    error = parse_scenario_line("[" * 200_000 + "]" * 200_000, 7)
+    assert isinstance(error, ScenarioError)
+    assert error.line == 7 and "JSON" in error.message

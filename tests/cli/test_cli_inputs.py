@@ -1,0 +1,51 @@
+"""What the CLI says about inputs it cannot use: a malformed factors file, standard input where it is not read."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from inferplan.cli import main
+
+PLAN = Path(__file__).resolve().parents[2] / "examples" / "plans" / "chat-assistant-8b.yaml"
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    ("not json", "not valid JSON"),
+    ("[1]", "expected a JSON object"),
+    ("{}", "missing 'engines'"),
+    ('{"engines": {"vllm": 5}, "default_engine": {}}', "engine 'vllm': expected a JSON object"),
+    ('{"engines": {}, "default_engine": {"per_step_ms": "x"}}', "engine 'default'"),
+])
+def test_a_malformed_factors_file_is_an_error_that_names_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, says: str) -> None:
+    factors = tmp_path / "f.json"
+    factors.write_text(content, encoding="utf-8")
+    for command in (["plan", str(PLAN), "--no-verify"], ["accuracy"]):
+        assert main([*command, "--factors", str(factors)]) == 2
+        err = capsys.readouterr().err
+        assert f"inferplan: error: factors file {factors}: " in err and says in err
+        assert "Traceback" not in err
+
+
+def test_a_plan_is_read_from_standard_input(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(PLAN.read_text(encoding="utf-8")))
+    assert main(["plan", "-", "--no-verify", "-o", "json"]) == 0
+    assert '"recommendation"' in capsys.readouterr().out
+
+
+def test_a_scenario_file_from_standard_input_is_refused_with_a_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["accuracy", "--scenarios", "-"]) == 2
+    assert "a scenario file cannot be read from standard input" in capsys.readouterr().err
+
+
+def test_a_problem_of_the_whole_plan_file_names_the_file_once(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("", encoding="utf-8")
+    assert main(["plan", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{empty}: ") and err.count(str(empty)) == 1
