@@ -241,6 +241,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"inferplan: error: {exc}", file=sys.stderr)
         return 2
+    if trace is not None and not len(trace):
+        print(f"inferplan: error: {args.trace}: the trace holds no requests", file=sys.stderr)
+        return 2
     # the recommendation `inferplan plan` prints with the same option
     candidate = planned(request, _factors(args.factors), verify_default=args.verify).recommendation
     if candidate is None:
@@ -573,6 +576,19 @@ def _cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least(low: int):  # -> Callable[[str], int]
+    """An argparse type: a whole number no smaller than `low`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inferplan",
@@ -594,8 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="simulate a plan's recommended deployment; simulated vs analytic latency")
     sim.add_argument("file", nargs="?", metavar="FILE", help="plan file (default: the bundled example plan)")
-    sim.add_argument("--requests", type=int, default=20_000, help="requests to simulate (default 20000)")
-    sim.add_argument("--seed", type=int, default=0, help="random seed of the generated workload (default 0)")
+    sim.add_argument("--requests", type=_at_least(1), default=20_000, help="requests to simulate (default 20000)")
+    sim.add_argument("--seed", type=_at_least(0), default=0, help="random seed of the generated workload (default 0)")
     sim.add_argument("--trace", metavar="TRACE.jsonl",
                      help='replay a trace instead: JSON lines {"t": seconds, "prompt": tokens, "output": tokens}')
     sim.add_argument("--router", choices=("round_robin", "least_outstanding"), default="round_robin",
@@ -612,9 +628,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "the answer in its status (default: the bundled example plan)")
     rep.add_argument("-o", "--output", metavar="REPORT.html", help="file to write (default: standard output)")
     rep.add_argument("--title", help="the page's title (default: from the plan file's name)")
-    rep.add_argument("--requests", type=int, default=20_000,
+    rep.add_argument("--requests", type=_at_least(1), default=20_000,
                      help="requests to simulate for the latency distributions (default 20000)")
-    rep.add_argument("--seed", type=int, default=0, help="random seed of the simulated workload (default 0)")
+    rep.add_argument("--seed", type=_at_least(0), default=0, help="random seed of the simulated workload (default 0)")
     rep.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     rep.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                      help="report the recommendation inferplan plan prints with the same option (default on)")

@@ -49,3 +49,23 @@ def test_a_problem_of_the_whole_plan_file_names_the_file_once(tmp_path: Path,
     assert main(["plan", str(empty)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"{empty}: ") and err.count(str(empty)) == 1
+
+
+@pytest.mark.parametrize("command", ["simulate", "report"])
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--requests", "-5", "must be at least 1"), ("--requests", "0", "must be at least 1"),
+    ("--seed", "-1", "must be at least 0"), ("--requests", "many", "expected a whole number"),
+])
+def test_simulation_options_out_of_range_are_usage_errors(
+        capsys: pytest.CaptureFixture[str], command: str, option: str, value: str, says: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, str(PLAN), option, value])
+    assert exit_.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_an_empty_trace_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n", encoding="utf-8")
+    assert main(["simulate", str(PLAN), "--trace", str(trace)]) == 2
+    assert "the trace holds no requests" in capsys.readouterr().err
