@@ -6,6 +6,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -417,6 +418,21 @@ def _refused(exc) -> int:  # exc: reviewed.StatusRefused
     return 2
 
 
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label, as Kubernetes requires
+
+
+def _render_target_problem(namespace: object, image: str | None) -> str | None:
+    """What the API server or the kubelet would refuse in the namespace or the image the objects get, or None."""
+    from inferplan.planner.spec import IMAGE_REFERENCE
+
+    if namespace is not None and (not isinstance(namespace, str) or not _NAMESPACE.match(namespace)):
+        return (f"namespace {namespace!r} is not a DNS-1123 label (lowercase letters, digits and '-', starting and "
+                "ending with a letter or digit, at most 63 characters)")
+    if image is not None and (len(image) > 256 or not re.match(IMAGE_REFERENCE, image)):
+        return f"image {image!r} is not a container image reference (e.g. vllm/vllm-openai:v0.11.0)"
+    return None
+
+
 def _cmd_render(args: argparse.Namespace) -> int:
     """Render the recommendation as Kubernetes objects (and an autoscaler), as multi-document YAML or a v1 List."""
     from inferplan.deploy.autoscaling import PROMETHEUS_URL, autoscaling, hand_replicas_to_autoscaler, replica_bounds
@@ -439,6 +455,10 @@ def _cmd_render(args: argparse.Namespace) -> int:
     meta = (raw.get("metadata") if isinstance(raw, dict) else None) or {}
     name = args.name or meta.get("name") or dns_label(request.served_model)
     namespace = args.namespace or meta.get("namespace")
+    problem = _render_target_problem(namespace, args.image)
+    if problem:
+        print(f"inferplan: error: {problem}", file=sys.stderr)
+        return 2
     try:
         objects = render(request, candidate, name=name, namespace=namespace, target=args.target, image=args.image)
         if args.autoscaling:

@@ -69,3 +69,24 @@ def test_an_empty_trace_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     trace.write_text("\n", encoding="utf-8")
     assert main(["simulate", str(PLAN), "--trace", str(trace)]) == 2
     assert "the trace holds no requests" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--namespace", "Bad NS", "is not a DNS-1123 label"),
+    ("--image", "not an image!!", "is not a container image reference"),
+])
+def test_render_refuses_a_namespace_or_an_image_kubernetes_would_refuse(
+        capsys: pytest.CaptureFixture[str], option: str, value: str, says: str) -> None:
+    assert main(["render", str(PLAN), "--no-verify", option, value]) == 2
+    captured = capsys.readouterr()
+    assert says in captured.err and captured.out == ""
+
+
+def test_render_refuses_a_manifest_namespace_kubernetes_would_refuse(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.read_text(encoding="utf-8").replace("  name: chat-assistant-8b\n",
+                                                             "  name: chat-assistant-8b\n  namespace: Team_A\n"),
+                    encoding="utf-8")
+    assert main(["render", str(plan), "--no-verify"]) == 2
+    assert "namespace 'Team_A' is not a DNS-1123 label" in capsys.readouterr().err
