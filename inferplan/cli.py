@@ -421,6 +421,18 @@ def _refused(exc) -> int:  # exc: reviewed.StatusRefused
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label, as Kubernetes requires
 
 
+_REPOSITORY = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def _unservable(checkpoint: str) -> str | None:
+    """Why the engine could not load `checkpoint` (what the plan's model names), or None for a repository id."""
+    if _REPOSITORY.fullmatch(checkpoint):
+        return None
+    return (f"the plan's model names no repository for the engine to load ({checkpoint!r}): plan it by model.name, "
+            "or give the repository in its config (\"_name_or_path\" of a configFile, \"repoId\" of an inline "
+            "architecture)")
+
+
 def _render_target_problem(namespace: object, image: str | None) -> str | None:
     """What the API server or the kubelet would refuse in the namespace or the image the objects get, or None."""
     from inferplan.planner.spec import IMAGE_REFERENCE
@@ -455,7 +467,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
     meta = (raw.get("metadata") if isinstance(raw, dict) else None) or {}
     name = args.name or meta.get("name") or dns_label(request.served_model)
     namespace = args.namespace or meta.get("namespace")
-    problem = _render_target_problem(namespace, args.image)
+    problem = _render_target_problem(namespace, args.image) or _unservable(candidate.checkpoint or
+                                                                           request.served_model)
     if problem:
         print(f"inferplan: error: {problem}", file=sys.stderr)
         return 2

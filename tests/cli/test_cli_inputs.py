@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,22 @@ def test_render_refuses_a_manifest_namespace_kubernetes_would_refuse(tmp_path: P
                     encoding="utf-8")
     assert main(["render", str(plan), "--no-verify"]) == 2
     assert "namespace 'Team_A' is not a DNS-1123 label" in capsys.readouterr().err
+
+
+def test_render_refuses_a_plan_whose_model_names_no_repository(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "num_hidden_layers": 32, "vocab_size": 128256, "max_position_embeddings": 131072,
+              "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    spec = ("model: {configFile: config.json}\nengine: {name: vllm}\n"
+            'workload: {requestsPerSecond: "5", promptTokens: {mean: 1000}, outputTokens: {mean: 200}}\n'
+            "slo: {ttft: {maxMs: 1000}, tpot: {maxMs: 50}}\nconstraints: {gpuTypes: [H100]}\n")
+    (tmp_path / "plan.yaml").write_text(spec, encoding="utf-8")
+    assert main(["render", str(tmp_path / "plan.yaml"), "--no-verify"]) == 2
+    err = capsys.readouterr().err
+    assert "names no repository for the engine to load (" in err and "config.json')" in err
+    (tmp_path / "config.json").write_text(json.dumps(config | {"_name_or_path": "acme/llama-8b"}), encoding="utf-8")
+    assert main(["render", str(tmp_path / "plan.yaml"), "--no-verify"]) == 0
+    assert "- acme/llama-8b" in capsys.readouterr().out
