@@ -119,13 +119,17 @@ def _quantile(req: PlanRequest, metric: str) -> float:
 
 
 def _predicted_ms(c: Candidate, metric: str, quantile: float) -> float:
+    """`c`'s predicted `metric` at `quantile` [ms]; NaN where it has none (TPOT where no output has a second token),
+    which a cell shows as "-"."""
     stats = {"ttft": c.predicted.ttft_ms, "tpot": c.predicted.tpot_ms, "e2e": c.predicted.e2e_ms}[metric]
-    return float(getattr(stats, QUANTILE_NAMES[quantile]))
+    return math.nan if stats is None else float(getattr(stats, QUANTILE_NAMES[quantile]))
 
 
-def _metrics(req: PlanRequest) -> list[str]:
-    """The metrics charted: TTFT and TPOT always, end-to-end latency when the plan sets an SLO on it."""
-    return ["ttft", "tpot", *(["e2e"] if _slo(req, "e2e") else [])]
+def _metrics(req: PlanRequest, candidates: Sequence[Candidate]) -> list[str]:
+    """The metrics charted for `candidates`: TTFT, TPOT unless none of them has one (no output with a second
+    token), end-to-end latency when the plan sets an SLO on it."""
+    tpot = not candidates or any(c.predicted.tpot_ms is not None for c in candidates)
+    return ["ttft", *(["tpot"] if tpot else []), *(["e2e"] if _slo(req, "e2e") else [])]
 
 
 def _shown(result: PlanResult) -> list[tuple[str, Candidate]]:
@@ -325,9 +329,10 @@ def _point(frame: _Frame, key: str, c: Candidate, latency_ms: float, metric_labe
 def _band(frame: _Frame, key: str, c: Candidate, metric: str, quantile: float) -> list[str]:
     """The interval of a candidate's predicted `metric` at `quantile` as a bar through its point (class `band`),
     cut at the chart's right edge; nothing where the candidate states no interval."""
-    if c.predicted.intervals is None:
+    bounds = None if c.predicted.intervals is None else getattr(c.predicted.intervals, f"{metric}_ms")
+    if bounds is None:
         return []
-    low, high = getattr(getattr(c.predicted.intervals, f"{metric}_ms"), QUANTILE_NAMES[quantile])
+    low, high = getattr(bounds, QUANTILE_NAMES[quantile])
     y = _px(frame.y(c.cost.dollars_per_hour))
     share = f"{c.predicted.confidence or 0.8:.0%}"
     return [f'<line class="band" x1="{_px(frame.x(low))}" y1="{y}" x2="{_px(frame.x(high))}" y2="{y}" '
@@ -340,7 +345,7 @@ def frontier_chart(req: PlanRequest, result: PlanResult, metric: str) -> str:
     beyond the SLO limit (and above the budget) shaded."""
     quantile, slo = _quantile(req, metric), _slo(req, metric)
     metric_label = f"{METRIC_NAMES[metric]} {QUANTILE_NAMES[quantile]}"
-    shown = _shown(result)
+    shown = [(key, c) for key, c in _shown(result) if math.isfinite(_predicted_ms(c, metric, quantile))]
     if not shown:
         return _figure(_empty_chart("frontier", metric, "No feasible deployment: nothing to plot"),
                        _e(f"Cost against {metric_label}: no candidate meets every gate."))
@@ -379,7 +384,8 @@ def _frontier_caption(metric_label: str, limit_ms: float | None, budget: float |
 
 
 def _frontier_section(req: PlanRequest, result: PlanResult) -> str:
-    charts = "\n".join(frontier_chart(req, result, metric) for metric in _metrics(req))
+    charts = "\n".join(frontier_chart(req, result, metric)
+                       for metric in _metrics(req, [c for _, c in _shown(result)]))
     keys = [("rec", "recommendation"), ("alt", "alternative (number = row in the table)"),
             ("slo", "beyond the SLO: infeasible"),
             *([("bud", "over budget")] if req.budget_usd_per_hour is not None else [])]
@@ -465,7 +471,7 @@ def _simulation_section(req: PlanRequest, result: PlanResult, simulation: Simula
         return f'{head}\n<p class="none">No recommendation to simulate.</p>\n</section>'
     if simulation is None:
         return f'{head}\n<p class="none">Not simulated.</p>\n</section>'
-    charts = "\n".join(cdf_chart(req, simulation, c, metric) for metric in _metrics(req))
+    charts = "\n".join(cdf_chart(req, simulation, c, metric) for metric in _metrics(req, [c]))
     summary = (f"<p>{len(simulation.ttft_s)} requests of the plan's workload on {_e(_deployment(c))}: "
                f"{simulation.output_tokens_per_s:.0f} output tokens/s, {simulation.preemptions} preemption(s).</p>")
     summary += "".join(f'\n<p class="flag">{_e(flag)}</p>' for flag in simulation_flags(req, c, simulation))

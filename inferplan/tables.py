@@ -32,30 +32,42 @@ def _figure(value: float) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2g}"
 
 
-def latency_figures(values_ms: Sequence[float]) -> tuple[str, list[str]]:
+def _times(factor: float) -> str:
+    """"1.38x"; "14,294x" from 100 up, where the hundredths say nothing."""
+    return f"{factor:.2f}x" if factor < 100 else f"{factor:,.0f}x"
+
+
+def latency_figures(values_ms: Sequence[float | None]) -> tuple[str, list[str]]:
     """One unit for a set of latencies [ms] shown together (a column, a metric's percentiles): ms, or s when any
-    reaches 10 s; the unit and the figures without it."""
-    if max(values_ms, default=0.0) >= 10_000:
-        return "s", [_figure(v / 1000) for v in values_ms]
-    return "ms", [_figure(v) for v in values_ms]
+    reaches 10 s; the unit and the figures without it, "-" for a latency there is none of (None: the TPOT of a
+    workload without a second token)."""
+    scale = 1000 if max((v for v in values_ms if v is not None), default=0.0) >= 10_000 else 1
+    return "s" if scale > 1 else "ms", ["-" if v is None else _figure(v / scale) for v in values_ms]
 
 
-def _percentiles_text(name: str, stats: Percentiles, quantiles: Sequence[str]) -> str:
-    """"TTFT p50/p95 32.1 / 82.2 ms": a metric's percentiles in one unit."""
+def _percentiles_text(name: str, stats: Percentiles | None, quantiles: Sequence[str]) -> str:
+    """"TTFT p50/p95 32.1 / 82.2 ms": a metric's percentiles in one unit; "TPOT -" where there are none (no
+    request generates a second token)."""
+    if stats is None:
+        return f"{name} -"
     unit, figures = latency_figures([getattr(stats, q) for q in quantiles])
     return f"{name} {'/'.join(quantiles)} {' / '.join(figures)} {unit}"
 
 
 def interval_text(c: Candidate, req: PlanRequest) -> str:
     """"TTFT p95 82.2 ms (80%: 61-120 ms); TPOT p95 19.5 ms (80%: 16-25 ms); ...": each latency at its SLO's
-    percentile (p95 without one) with its prediction interval; empty without intervals."""
+    percentile (p95 without one) with its prediction interval (none for a TPOT there is none of); empty without
+    intervals."""
     intervals, confidence = c.predicted.intervals, c.predicted.confidence
     if intervals is None or confidence is None:
         return ""
     parts = []
     for metric, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "e2e")):
         q = QUANTILE_NAMES[{s.metric: s.quantile for s in req.slos}.get(metric, 0.95)]
-        low, high = getattr(getattr(intervals, f"{metric}_ms"), q)
+        bounds = getattr(intervals, f"{metric}_ms")
+        if bounds is None:
+            continue
+        low, high = getattr(bounds, q)
         unit, (value, low_text, high_text) = latency_figures([_percentile(c, metric, req), low, high])
         parts.append(f"{name} {q} {value} {unit} ({confidence:.0%}: {low_text}-{high_text} {unit})")
     if (rate := intervals.max_requests_per_second_per_replica) is not None:
@@ -85,10 +97,12 @@ def _slo_text(req: PlanRequest) -> str:
     return ", ".join(f"{s.metric.upper()} {names[s.quantile]} <= {_ms(s.max_s * 1000)}" for s in req.slos)
 
 
-def _percentile(c: Candidate, metric: str, req: PlanRequest) -> float:
+def _percentile(c: Candidate, metric: str, req: PlanRequest) -> float | None:
+    """`c`'s `metric` at its SLO's percentile (p95 without one) [ms]; None where it has none (TPOT, no second
+    token)."""
     quantile = {s.metric: s.quantile for s in req.slos}.get(metric, 0.95)
     stats = {"ttft": c.predicted.ttft_ms, "tpot": c.predicted.tpot_ms, "e2e": c.predicted.e2e_ms}[metric]
-    return float(getattr(stats, QUANTILE_NAMES[quantile]))
+    return None if stats is None else float(getattr(stats, QUANTILE_NAMES[quantile]))
 
 
 def gpu_name(key: str, req: PlanRequest | None = None) -> str:
@@ -182,6 +196,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
         load = ("" if c.roles else  # a disaggregated one's: each pool's, on its line
                 f"utilization {c.predicted.utilization:.2f}: the planned rate over the rate that keeps every batch "
                 "slot busy; ")
+        capacity = c.max_requests_per_second()  # not rate / (1 - headroom): rounded, that divides by 0 near 100%
         lines += [
             "Recommendation (cheapest feasible; ties broken by headroom)"
             + (", latencies from the simulator:" if simulated else ":"),
@@ -199,8 +214,8 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             *([f"  SLOs by held-out error: {slo_check_text(c)}"] if slo_check_text(c) else []),
             # Two different shares, each said with its reference: headroom against the rate the SLOs allow,
             # utilization against the rate that saturates a replica.
-            f"  headroom {c.headroom:.0%}: every SLO holds up to {req.rate_rps / (1 - c.headroom):.1f} requests/s, "
-            f"{1 / (1 - c.headroom):.2f}x the planned {req.rate_rps:g}",
+            f"  headroom {c.headroom:.0%}: every SLO holds up to {capacity:.1f} requests/s, "
+            f"{_times(capacity / req.rate_rps)} the planned {req.rate_rps:g}",
             f"  {load}{c.predicted.output_tokens_per_second:g} output tokens/s",
             f"  ${c.cost.dollars_per_hour:.2f}/h, ${c.cost.dollars_per_million_tokens:.3f} per million output tokens",
             *([] if c.roles else [f"  node selector: {label}"]),

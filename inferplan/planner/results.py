@@ -72,7 +72,9 @@ class Intervals(_Result):
     bounds from the planner's held-out errors on published runs (docs/model.md#prediction-intervals)."""
 
     ttft_ms: PercentileIntervals
-    tpot_ms: PercentileIntervals
+    tpot_ms: PercentileIntervals | None = Field(
+        default=None, description="[low, high] of each TPOT percentile [ms]; absent where the TPOT is "
+                                  "(`Predicted.tpotMs`: no request generates a second token).")
     e2e_ms: PercentileIntervals = Field(alias="e2eMs")
     max_requests_per_second_per_replica: _Bounds | None = Field(
         default=None, description="[low, high] of the highest rate per replica within every SLO (the capacity), from "
@@ -107,7 +109,9 @@ class Predicted(_Result):
     """The model's predictions for one replica at the planned per-replica rate."""
 
     ttft_ms: Percentiles = Field(description="Time to first token (queueing + prefill) [ms].")
-    tpot_ms: Percentiles = Field(description="Time per output token after the first [ms].")
+    tpot_ms: Percentiles | None = Field(
+        default=None, description="Time per output token after the first [ms]; absent (null) where no request "
+                                  "generates a second token (every output is one token): TPOT is undefined there.")
     e2e_ms: Percentiles = Field(alias="e2eMs", description="End-to-end request latency [ms].")
     output_tokens_per_second: float = Field(description="Generated tokens per second, whole deployment.")
     utilization: float = Field(description="Planned rate / the rate at which every slot of a replica is busy.")
@@ -261,6 +265,14 @@ class Candidate(_Result):
     warnings: list[_Text] = Field(default_factory=list, max_length=16)
     why: str = Field(default="", max_length=256, description="One line: why this one is shown (what it is best at "
                                                              "and what it costs over the recommendation).")
+
+    def max_requests_per_second(self) -> float:
+        """The highest rate [requests/s] at which the whole deployment meets every SLO: replicas x
+        maxRequestsPerSecondPerReplica, a disaggregated one's the lower of its pools'. `headroom` is the share of it
+        the planned rate leaves unused; rounded, the headroom no longer gives it back near 1 (a tiny planned rate)."""
+        if self.roles:
+            return min(r.replicas * r.max_requests_per_second_per_replica for r in self.roles)
+        return self.replicas * self.predicted.max_requests_per_second_per_replica
 
     def pools(self) -> str:
         """A disaggregated candidate's pools in a few words ("11 x 8 H100-SXM5-80GB prefill + 2 x 8 ... decode");

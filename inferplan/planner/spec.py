@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -95,6 +96,7 @@ HitRate = decimal_type(ge="0", lt="1")
 Cv = decimal_type(ge="0", le=str(_MAX_CV))
 Cv2 = decimal_type(ge="0", le=str(_MAX_CV2))
 ErrorRatio = decimal_type(gt="0", le="10")
+Confidence = decimal_type(ge="0.5", le="0.99")
 GpuName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_check_gpu_name)]
 PrecisionName = Annotated[str, Field(min_length=1, max_length=32), AfterValidator(_check_precision)]
 Percentile = Literal["p50", "p90", "p95", "p99"]
@@ -314,6 +316,17 @@ class TokenDistribution(_SpecModel):
                f"percentiles.{name} must be >= mean", f".percentiles.{name}") for name in ("p95", "p99")),
     )
 
+    def always_one(self) -> bool:
+        """Whether every length it describes is exactly one token: mean 1 with no spread (CV 0, p95 1, or every
+        percentile given 1). As outputs, no token follows the first."""
+        if self.mean != 1:
+            return False
+        if self.cv is not None:
+            return Decimal(self.cv) == 0
+        if self.p95 is not None:
+            return self.p95 == 1
+        return self.percentiles is not None and set(self.percentiles.given().values()) == {1}
+
     @model_validator(mode="after")
     def _one_spread(self) -> TokenDistribution:
         given = [name for name in ("p95", "cv", "percentiles") if getattr(self, name) is not None]
@@ -433,13 +446,13 @@ class Slo(_SpecModel):
         description="Time per output token after the first (inter-token latency); `itl` is accepted as the same.",
     )
     e2e: SloBound | None = Field(default=None, alias="e2e", description="End-to-end request latency.")
-    confidence: float | None = Field(
-        default=None, ge=0.5, le=0.99,
+    confidence: Confidence | None = Field(
+        default=None,
         description="The probability with which a planned deployment must meet each target: a candidate is feasible "
                     "only if each target holds at the one-sided bound of its prediction at this confidence (the "
                     "prediction times the planner's held-out error at that level, docs/planning.md#slo-confidence). "
-                    "0.5-0.99. Unset: candidates are judged on the predictions themselves, and each SLO of the "
-                    "recommendation states the confidence it holds with.",
+                    "Decimal string in [0.5, 0.99], e.g. \"0.8\". Unset: candidates are judged on the predictions "
+                    "themselves, and each SLO of the recommendation states the confidence it holds with.",
     )
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
@@ -645,6 +658,15 @@ class Observe(_SpecModel):
     )
 
 
+_NO_SECOND_TOKEN = ("every output is one token (workload.outputTokens: mean 1, no spread), so no token follows the "
+                    "first and TPOT is undefined: give no tpot (or itl) target, or the outputs' real lengths")
+# CEL: a TokenDistribution `o` is `TokenDistribution.always_one` (its cv a decimal string).
+_CEL_ALWAYS_ONE = (
+    "{o}.mean == 1 && (has({o}.cv) ? double({o}.cv) == 0.0 : has({o}.p95) ? {o}.p95 == 1 : "
+    "has({o}.percentiles) && " + " && ".join(f"(!has({{o}}.percentiles.{q}) || {{o}}.percentiles.{q} == 1)"
+                                            for q in QUANTILE_VALUES) + ")")
+
+
 class PlanSpec(_SpecModel):
     """The spec of an InferenceCapacityPlan: the model, engine, traffic and targets to plan capacity for."""
 
@@ -673,12 +695,21 @@ class PlanSpec(_SpecModel):
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
         _cel("!has(self.workload.source) || self.workload.source != 'observed' || has(self.observe)",
              "workload.source observed needs spec.observe (where to observe)", ".workload.source"),
+        _cel(f"!(has(self.slo.tpot) || has(self.slo.itl)) || !has(self.workload.outputTokens) || "
+             f"!({_CEL_ALWAYS_ONE.format(o='self.workload.outputTokens')})", _NO_SECOND_TOKEN, ".slo.tpot"),
     )
 
     @model_validator(mode="after")
     def _observed_needs_observe(self) -> PlanSpec:
         if self.workload.source == "observed" and self.observe is None:
             raise _rule("workload.source", "observed needs spec.observe (where to observe)")
+        return self
+
+    @model_validator(mode="after")
+    def _tpot_needs_a_second_token(self) -> PlanSpec:
+        outputs = self.workload.output_tokens
+        if self.slo.tpot is not None and outputs is not None and outputs.always_one():
+            raise _rule("slo.tpot", _NO_SECOND_TOKEN)
         return self
 
 

@@ -440,3 +440,19 @@ def test_each_frontier_point_carries_its_prediction_interval(example, example_pa
             assert low <= float(points[key].attrs["data-latency-ms"]) <= high
             assert float(band.attrs["x1"]) <= float(points[key].attrs["cx"]) <= float(band.attrs["x2"])
     assert result.recommendation is not None and result.recommendation.predicted.intervals is not None
+
+
+def test_a_workload_without_a_second_token_reports_no_tpot(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Outputs of one token: no TPOT chart (frontier or distribution), "-" in the TPOT column, no NaN anywhere."""
+    path = _write_plan(tmp_path, {"workload": {"requestsPerSecond": "50", "promptTokens": {"mean": 800},
+                                               "outputTokens": {"mean": 1, "cv": "0"}},
+                                  "slo": {"ttft": {"maxMs": 500}}})
+    out = tmp_path / "report.html"
+    assert main(["report", str(path), "--requests", "2000", "-o", str(out)]) == 0
+    text = out.read_text()
+    page = parse(text)
+    assert {svg.attrs.get("data-metric") for svg in page.all("svg")} == {"ttft"}
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE)
+    rec = page.all("tr", "recommendation")[0].all("td")
+    assert sorted(rec[9].all_text().replace(" ", "")) == sorted("-/-/-/-")  # p50 / p90 / p95 / p99: none

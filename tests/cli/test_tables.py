@@ -13,8 +13,9 @@ import pytest
 from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate, Infeasible, PlanResult
 from inferplan.planner.search.plan import plan
-from inferplan.planner.spec_parsing import load_plan_file
+from inferplan.planner.spec_parsing import load_plan_file, parse_plan
 from inferplan.tables import format_plan, latency_figures
+from tests.support.plans import spec
 
 REPO = Path(__file__).resolve().parents[2]
 CHAT = REPO / "examples" / "plans" / "chat-assistant-8b.yaml"  # constraints.gpuTypes by node label
@@ -51,7 +52,7 @@ def test_headroom_and_utilization_are_each_said_against_what_they_are_a_share_of
     assert rec is not None
     lines = format_plan(result, request).splitlines()
     assert not [line for line in lines if "utilization" in line and "headroom" in line]
-    capacity = request.rate_rps / (1 - rec.headroom)
+    capacity = rec.replicas * rec.predicted.max_requests_per_second_per_replica
     assert any(line.startswith(f"  headroom {rec.headroom:.0%}: every SLO holds up to {capacity:.1f} requests/s, ")
                for line in lines)
     (load,) = [line for line in lines if line.startswith("  utilization ")]
@@ -125,3 +126,43 @@ def test_fewer_alternatives_than_asked_say_why() -> None:
     assert "Alternatives:\n  0 of the 5 alternatives asked: " in text
     assert "; 1 missed an SLO in simulation (gate verify, below)" in text
     assert "alternatives asked" not in format_plan(result, dataclasses.replace(request, alternatives=shown))
+
+
+@pytest.mark.parametrize("rate", ["0.0001", "0.001", "0.1", "20"])
+def test_the_rate_every_slo_holds_up_to_is_the_capacity_at_any_rate(rate: str) -> None:
+    """"every SLO holds up to X requests/s, Y x the planned": the replicas x the highest rate of one within every
+    SLO, not the planned rate over 1 - headroom, which rounds to 1 - 1 = 0 at a rate far below the capacity."""
+    request = resolve_plan(parse_plan({**spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"], tensorParallelSizes=[1]),
+                                       "workload": {"requestsPerSecond": rate, "promptTokens": {"mean": 500},
+                                                    "outputTokens": {"mean": 200}}}))
+    result = plan(request)
+    rec = result.recommendation
+    assert rec is not None
+    capacity = rec.replicas * rec.predicted.max_requests_per_second_per_replica
+    (line,) = [line for line in format_plan(result, request).splitlines() if line.startswith("  headroom ")]
+    match = re.fullmatch(r"  headroom (\d+)%: every SLO holds up to ([0-9.]+) requests/s, ([0-9.,]+)x the planned "
+                         r"([0-9.e-]+)", line)
+    assert match, line
+    assert float(match[2]) == pytest.approx(capacity, abs=0.05)
+    assert float(match[3].replace(",", "")) == pytest.approx(capacity / float(rate), rel=1e-3)
+    assert int(match[1]) == round(100 * (1 - float(rate) / capacity))
+    assert rec.max_requests_per_second() == pytest.approx(capacity)
+
+
+def test_a_workload_without_a_second_token_prints_no_tpot() -> None:
+    """Outputs of one token: TPOT is undefined, printed "-" (never a number, never nan)."""
+    request = resolve_plan(parse_plan({**spec(gpuTypes=["NVIDIA-H100-80GB-HBM3", "L40S"]),
+                                       "workload": {"requestsPerSecond": "50", "promptTokens": {"mean": 800},
+                                                    "outputTokens": {"mean": 1, "cv": "0"}},
+                                       "slo": {"ttft": {"maxMs": 300}}}))
+    result = plan(request)
+    assert result.recommendation is not None and result.alternatives
+    text = format_plan(result, request)
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE)
+    (latencies,) = [line for line in text.splitlines() if line.startswith("  TTFT p50/p95/p99 ")]
+    assert "; TPOT -; e2e p95 " in latencies
+    (intervals,) = [line for line in text.splitlines() if line.startswith("  intervals from held-out errors: ")]
+    assert "TPOT" not in intervals and "TTFT p95 " in intervals
+    header, rows = _table(text)
+    column = header.index("TPOT ms")
+    assert rows and all(row[column] == "-" for row in rows)

@@ -112,7 +112,8 @@ def candidate_intervals(req: PlanRequest, candidate: Candidate, confidence: floa
         return [rounded(low), rounded(high)]
 
     p = candidate.predicted
-    return Intervals(ttft_ms=bounds(p.ttft_ms, "ttft"), tpot_ms=bounds(p.tpot_ms, "tpot"),
+    return Intervals(ttft_ms=bounds(p.ttft_ms, "ttft"),
+                     tpot_ms=None if p.tpot_ms is None else bounds(p.tpot_ms, "tpot"),  # no second token: none
                      e2e_ms=bounds(p.e2e_ms, "e2e"),
                      max_requests_per_second_per_replica=around(p.max_requests_per_second_per_replica,
                                                                  "requests_per_s"),

@@ -459,6 +459,14 @@ def slo_checks(req: PlanRequest, candidate: Candidate) -> list[SloCheck]:
     return out
 
 
+def tpot_defined(req: PlanRequest) -> bool:
+    """Whether some request of `req`'s workload generates a token after its first, so that TPOT (the time per output
+    token after the first) is defined: not where every output is exactly one token (outputTokens mean 1 with no
+    spread). Such a plan's candidates carry no TPOT (`Predicted.tpot_ms` None), and TPOT is no objective of theirs;
+    the spec refuses a TPOT target on such outputs."""
+    return req.output_cv > 0 or req.output_mean > 1
+
+
 def output_tokens_per_hour(req: PlanRequest) -> float:
     """The output tokens the plan's rate generates an hour (what a cost per million tokens divides by)."""
     return req.rate_rps * req.output_mean * 3600.0
@@ -631,7 +639,7 @@ def _candidate(
         expert_parallel=shape.ep,
         predicted=Predicted(
             ttft_ms=_percentiles(report.ttft_q, i),
-            tpot_ms=_percentiles(report.tpot_q, i),
+            tpot_ms=_percentiles(report.tpot_q, i) if tpot_defined(req) else None,
             e2e_ms=_percentiles(report.e2e_q, i),
             output_tokens_per_second=rounded(req.rate_rps * req.output_mean),
             utilization=rounded(per_replica / capacity),

@@ -26,6 +26,7 @@ from inferplan.planner.search.core import (
     _RateSearch,
     _Rejections,
     _Rows,
+    tpot_defined,
 )
 from inferplan.planner.search.grid import (
     pipeline_possible,
@@ -67,6 +68,8 @@ def _shown_rows(req: PlanRequest, rows: _Rows, searched: NDArray[np.bool_], conf
             return index, replicas, np.zeros(0, dtype=np.intp)
         planned = req.rate_rps / replicas
         latencies = rows.model_of(index).quantiles(planned, _objective_latencies(req))
+        if not tpot_defined(req):  # no second token: the model's step time of a request that takes none
+            latencies[1] = 0.0
         spare = np.maximum(0.0, headroom(req.rate_rps, replicas * rows.best_rate[index]))
         objectives = np.column_stack([cost, latencies.T, -spare])
         chosen = _select(objectives, spare, gpus, req.alternatives)
@@ -251,11 +254,12 @@ def _select(objectives: NDArray[np.float64], headroom: NDArray[np.float64], gpus
 
 def _objectives(req: PlanRequest, c: Candidate) -> NDArray[np.float64]:
     """(cost, TTFT, TPOT, e2e at each metric's SLO percentile (p95 without SLO), -headroom) of a reported
-    candidate: all lower-is-better, the columns the frontier is computed on."""
+    candidate: all lower-is-better, the columns the frontier is computed on. No TPOT (no second token) counts 0,
+    as on the frontier of the search (`_shown_rows`)."""
     quantile = {s.metric: s.quantile for s in req.slos}
     values = [c.cost.dollars_per_hour]
     for metric, stats in (("ttft", c.predicted.ttft_ms), ("tpot", c.predicted.tpot_ms), ("e2e", c.predicted.e2e_ms)):
-        values.append(getattr(stats, QUANTILE_NAMES[quantile.get(metric, 0.95)]))
+        values.append(0.0 if stats is None else getattr(stats, QUANTILE_NAMES[quantile.get(metric, 0.95)]))
     values.append(-c.headroom)
     return np.array(values)
 
@@ -266,12 +270,15 @@ TAG_COLUMNS = (("cheapest", 0), ("lowestTtft", 1), ("lowestTpot", 2), ("lowestLa
 def tag_candidates(req: PlanRequest, front: list[Candidate]) -> list[Candidate]:
     """The candidates (in the order shown: the recommendation first) with tags saying which objective each is
     best at (cheapest, lowestTtft, lowestTpot, lowestLatency, mostHeadroom, fewestGpus; each tag on one row,
-    the first of those tied) and a line saying why each is worth reading (`why`)."""
+    the first of those tied; lowestTpot only where every one has a TPOT) and a line saying why each is worth
+    reading (`why`)."""
     if not front:
         return []
     objectives = np.array([_objectives(req, c) for c in front])
     tags: list[list[str]] = [[] for _ in front]
     for name, column in TAG_COLUMNS:
+        if name == "lowestTpot" and any(c.predicted.tpot_ms is None for c in front):
+            continue  # no TPOT to be lowest in
         tags[int(np.argmin(objectives[:, column]))].append(name)
     tags[int(np.argmin([c.gpus for c in front]))].append("fewestGpus")
     first = front[0]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -37,6 +36,7 @@ from inferplan.planner.search.select import (
     tag_candidates,
 )
 from inferplan.planner.simulation.simulate import (
+    Latency,
     RequestTrace,
     SimulationResult,
     generate_workload,
@@ -169,11 +169,14 @@ class Comparison:
 
 
 def compare(candidate: Candidate, result: SimulationResult) -> list[Comparison]:
-    """Analytic versus simulated percentiles of TTFT, TPOT and end-to-end latency."""
+    """Analytic versus simulated percentiles of TTFT, TPOT and end-to-end latency; no TPOT rows where either has
+    no TPOT (no request with a second token: `Predicted.tpot_ms` None, the simulation's statistics NaN)."""
     rows = []
     for metric, analytic, simulated in (("ttft", candidate.predicted.ttft_ms, result.ttft),
                                         ("tpot", candidate.predicted.tpot_ms, result.tpot),
                                         ("e2e", candidate.predicted.e2e_ms, result.e2e)):
+        if analytic is None or _simulated(simulated) is None:
+            continue
         for name, field in QUANTILE_FIELDS:
             rows.append(Comparison(metric, name, float(getattr(analytic, name)),
                                    float(getattr(simulated, field)) * 1e3))
@@ -269,7 +272,11 @@ def _simulate_verdict(req: PlanRequest, candidate: Candidate, judged: int, seed:
     return sim, misses, requests
 
 
-def _simulated(latency: Any) -> Percentiles:
+def _simulated(latency: Latency) -> Percentiles | None:
+    """`latency`'s percentiles [ms]; None where it has none (`latency_stats` of no finite value: NaN), as the TPOT
+    of a run in which no request generated a second token."""
+    if any(math.isnan(getattr(latency, field)) for _, field in QUANTILE_FIELDS):
+        return None
     return Percentiles(**{name: rounded(getattr(latency, field) * 1e3) for name, field in QUANTILE_FIELDS})
 
 

@@ -17,14 +17,14 @@ TIGHT_TPOT = {"slo.tpot.maxMs": 12}
 
 
 def test_a_candidate_accepted_at_confidence_0_5_is_rejected_at_0_9() -> None:
-    at_half = plan(request(**TIGHT_TPOT, **{"slo.confidence": 0.5}))
+    at_half = plan(request(**TIGHT_TPOT, **{"slo.confidence": "0.5"}))
     rec = at_half.recommendation
     assert rec is not None and rec.gpu_type == "H100-SXM5-80GB"
     tpot = next(c for c in rec.predicted.slo_checks if c.metric == "tpot")
     assert tpot.bound_ms <= 12 and tpot.margin >= 0 and tpot.ratio > 1
     assert rec.predicted.confidence == 0.5
 
-    at_ninety = plan(request(**TIGHT_TPOT, **{"slo.confidence": 0.9}))
+    at_ninety = plan(request(**TIGHT_TPOT, **{"slo.confidence": "0.9"}))
     assert at_ninety.recommendation is None and at_ninety.alternatives == []
     reasons = [i.reason for i in at_ninety.infeasible if i.gate == "slo"]
     assert reasons and "what the 12 ms target allows at confidence 0.9" in reasons[0]
@@ -35,7 +35,7 @@ def test_a_candidate_accepted_at_confidence_0_5_is_rejected_at_0_9() -> None:
 
 @pytest.mark.parametrize("confidence", [0.5, 0.8, 0.95])
 def test_every_shown_candidate_meets_each_slo_at_the_bound_of_its_confidence(confidence: float) -> None:
-    result = plan(request(**{"slo.confidence": confidence}))
+    result = plan(request(**{"slo.confidence": f"{confidence:g}"}))
     shown = all_shown(result)
     assert shown
     for c in shown:
@@ -49,7 +49,7 @@ def test_every_shown_candidate_meets_each_slo_at_the_bound_of_its_confidence(con
 def test_a_higher_confidence_never_costs_less() -> None:
     costs = []
     for confidence in (0.5, 0.7, 0.9):
-        rec = plan(request(**{"slo.confidence": confidence, "workload.requestsPerSecond": "30"})).recommendation
+        rec = plan(request(**{"slo.confidence": f"{confidence:g}", "workload.requestsPerSecond": "30"})).recommendation
         costs.append(rec.cost.dollars_per_hour if rec is not None else float("inf"))
     assert costs == sorted(costs)
 
@@ -64,13 +64,13 @@ def test_without_a_confidence_the_plan_is_judged_on_its_predictions_and_states_t
     assert tpot.margin < 0 and rec.predicted.confidence == 0.8
     assert 0.5 <= tpot.holds_with < 0.8
     # ... and at the confidence it states, the plan is feasible with the same shape, not above it.
-    at_stated = plan(request(**TIGHT_TPOT, **{"slo.confidence": max(tpot.holds_with, CONFIDENCES[0])}))
+    at_stated = plan(request(**TIGHT_TPOT, **{"slo.confidence": f"{max(tpot.holds_with, CONFIDENCES[0]):.4g}"}))
     assert at_stated.recommendation is not None
-    above = plan(request(**TIGHT_TPOT, **{"slo.confidence": min(tpot.holds_with + 0.05, CONFIDENCES[-1])}))
+    above = plan(request(**TIGHT_TPOT, **{"slo.confidence": f"{min(tpot.holds_with + 0.05, CONFIDENCES[-1]):.4g}"}))
     assert above.recommendation is None or above.recommendation.cost.dollars_per_hour >= rec.cost.dollars_per_hour
 
 
 def test_a_confidence_outside_0_5_to_0_99_is_refused() -> None:
-    for bad, words in ((0.4, "must be >= 0.5"), (1.0, "must be <= 0.99")):
-        with pytest.raises(PlanError, match=f"slo.confidence: {words}"):
+    for bad in ("0.4", "1.0"):
+        with pytest.raises(PlanError, match=f'slo.confidence: must be >= 0.5 and <= 0.99, got "{bad}"'):
             request(**{"slo.confidence": bad})

@@ -6,13 +6,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.annotate import deployment_of
 from inferplan.planner.search.plan import plan
 from inferplan.planner.search.select import describe_shape
-from inferplan.planner.simulation.simulate import simulate
+from inferplan.planner.simulation import verification
+from inferplan.planner.simulation.simulate import simulate, trace_workload
 from inferplan.planner.simulation.verification import (
     compare,
     plan_workload,
@@ -21,7 +23,8 @@ from inferplan.planner.simulation.verification import (
     verify_plan,
     warmup_s,
 )
-from inferplan.planner.spec_parsing import load_plan_file
+from inferplan.planner.spec_parsing import load_plan_file, parse_plan
+from tests.support.plans import spec
 
 CHAT = Path(__file__).resolve().parents[3] / "examples" / "plans" / "chat-assistant-8b.yaml"
 
@@ -188,3 +191,33 @@ def test_a_steady_window_with_no_request_leaves_the_run_as_it_is(planned) -> Non
     request, candidate = planned
     whole = simulate_candidate(request, candidate, requests=500, seed=1)
     assert simulate_candidate(request, candidate, requests=500, seed=1, warmup_s=1e6).tpot == whole.tpot
+
+
+def test_a_workload_without_a_second_token_is_verified_without_a_tpot() -> None:
+    """Outputs of exactly one token: the simulator has no token gap to time (its TPOT statistics are NaN), so the
+    verified candidates carry no TPOT (null), and the comparison has no TPOT row; TTFT and e2e are simulated."""
+    data = {**spec(gpuTypes=["NVIDIA-H100-80GB-HBM3", "L40S"]),
+            "workload": {"requestsPerSecond": "50", "promptTokens": {"mean": 800},
+                         "outputTokens": {"mean": 1, "cv": "0"}},
+            "slo": {"ttft": {"maxMs": 300}}}
+    request = resolve_plan(parse_plan(data))
+    result = verification.planned(request)
+    rec = result.recommendation
+    assert rec is not None and rec.provenance["predicted"] == "simulated"
+    assert rec.predicted.tpot_ms is None and rec.predicted.intervals is not None
+    assert rec.predicted.intervals.tpot_ms is None
+    assert rec.predicted.ttft_ms.p95 > 0 and rec.predicted.e2e_ms.p95 >= rec.predicted.ttft_ms.p95 * 0.5
+    simulated = simulate_candidate(request, rec, requests=2000, seed=1)
+    rows = compare(rec, simulated)
+    assert {r.metric for r in rows} == {"ttft", "e2e"} and all(math.isfinite(r.ratio) for r in rows)
+
+
+def test_a_trace_of_single_token_outputs_compares_no_tpot(planned) -> None:
+    """A replayed trace whose outputs are one token each: the analytic TPOT of the plan has nothing to compare
+    with."""
+    request, candidate = planned
+    trace = trace_workload(np.arange(500) / request.rate_rps, np.full(500, 400), np.ones(500, dtype=np.int64))
+    simulated = simulate_candidate(request, candidate, workload=trace)
+    assert math.isnan(simulated.tpot.p95_s)
+    rows = compare(candidate, simulated)
+    assert rows and {r.metric for r in rows} == {"ttft", "e2e"}
