@@ -342,6 +342,9 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
             "predicted": predicted, "provenance": candidate.provenance | {"predicted": "simulated"},
             "warnings": warnings[:16]}))
     kept = sorted(kept, key=by_cost)  # the recommendation is the cheapest verified one
+    # An alternative left unsimulated is shown with its analytic numbers, which the search (unconfirmed: the
+    # simulator is the arbiter) may have put just over a target: shown, it must meet each by them.
+    analytic = [c for c in analytic if meets_its_numbers(req, c)]
     kept = tag_candidates(req, distinct(req, kept[:1] + sorted(kept[1:] + analytic, key=by_cost)))
     warnings = list(result.warnings)
     if not kept and dropped:
@@ -352,6 +355,18 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
         "recommendation": rec, "alternatives": kept[1:], "infeasible": [*dropped, *result.infeasible][:20],
         "warnings": warnings, "shapes": shape_lines(options, rec) if options else result.shapes,
         "shape_options": options})))
+
+
+def meets_its_numbers(req: PlanRequest, candidate: Candidate) -> bool:
+    """Whether `candidate`'s shown percentiles meet each SLO of `req` within its limit at the plan's confidence
+    (the target over the candidate's bound ratio, `candidate_slo_ratios`; the target itself without one)."""
+    p = candidate.predicted
+    stats = {"ttft": p.ttft_ms, "tpot": p.tpot_ms, "e2e": p.e2e_ms}
+    for slo, ratio in zip(req.slos, candidate_slo_ratios(req, candidate), strict=True):
+        shown = stats[slo.metric]
+        if shown is not None and getattr(shown, QUANTILE_NAMES[slo.quantile]) > slo.max_s * 1e3 / ratio:
+            return False
+    return True
 
 
 def _option_verified(option: ShapeOption, kept: list[Candidate], missed: dict[str, str]) -> ShapeOption:
@@ -392,6 +407,7 @@ __all__ = [
     "Percentiles",
     "compare",
     "fit_to_context",
+    "meets_its_numbers",
     "plan_workload",
     "planned",
     "should_verify",
