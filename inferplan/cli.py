@@ -485,6 +485,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if args.autoscaling == "keda" and not args.prometheus_url:
         print(f"inferplan: the ScaledObject's serverAddress is a placeholder ({PROMETHEUS_URL}): set it with "
               "--prometheus-url", file=sys.stderr)
+    if args.autoscaling == "keda" and not namespace:
+        print("inferplan: the ScaledObject's query matches the pods by name in every namespace (no namespace "
+              "given): set --namespace, or pods of the same name elsewhere count too", file=sys.stderr)
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:

@@ -110,3 +110,13 @@ def test_render_refuses_a_plan_whose_model_names_no_repository(tmp_path: Path,
     (tmp_path / "config.json").write_text(json.dumps(config | {"_name_or_path": "acme/llama-8b"}), encoding="utf-8")
     assert main(["render", str(tmp_path / "plan.yaml"), "--no-verify"]) == 0
     assert "- acme/llama-8b" in capsys.readouterr().out
+
+
+def test_a_keda_scaler_without_a_namespace_says_its_query_spans_every_namespace(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    bare = PLAN.read_text(encoding="utf-8")
+    assert main(["render", str(PLAN), "--no-verify", "--autoscaling", "keda"]) == 0
+    assert "matches the pods by name in every namespace" in capsys.readouterr().err
+    assert "namespace:" not in bare.split("spec:")[0]  # the example plan names none
+    assert main(["render", str(PLAN), "--no-verify", "--autoscaling", "keda", "--namespace", "team-a"]) == 0
+    assert "every namespace" not in capsys.readouterr().err
