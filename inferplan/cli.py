@@ -250,6 +250,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if candidate is None:
         print("inferplan: the plan has no feasible deployment to simulate (see inferplan plan)", file=sys.stderr)
         return 1
+    if trace is not None and not candidate.roles:
+        from inferplan.planner.search.annotate import deployment_of
+
+        max_len = deployment_of(request, candidate, _factors(args.factors)).settings.max_model_len
+        over = int(((trace.prompt_tokens + trace.output_tokens) > max_len).sum())
+        if over:
+            print(f"inferplan: {over} of the trace's {len(trace)} requests exceed the deployment's max_model_len "
+                  f"{max_len}: the engine would reject them; the simulator serves them shortened to fit",
+                  file=sys.stderr)
     result = simulate_candidate(request, candidate, requests=args.requests, seed=args.seed, router=args.router,
                                 workload=trace, factors=_factors(args.factors))
     rows = compare(candidate, result)

@@ -120,3 +120,12 @@ def test_a_keda_scaler_without_a_namespace_says_its_query_spans_every_namespace(
     assert "namespace:" not in bare.split("spec:")[0]  # the example plan names none
     assert main(["render", str(PLAN), "--no-verify", "--autoscaling", "keda", "--namespace", "team-a"]) == 0
     assert "every namespace" not in capsys.readouterr().err
+
+
+def test_a_trace_with_requests_over_the_context_says_they_are_shortened(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"t": 0, "prompt": 200000, "output": 10}\n{"t": 0.5, "prompt": 100, "output": 10}\n',
+                     encoding="utf-8")
+    assert main(["simulate", str(PLAN), "--trace", str(trace), "--no-verify"]) == 0
+    assert "1 of the trace's 2 requests exceed the deployment's max_model_len" in capsys.readouterr().err
