@@ -245,22 +245,23 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if trace is not None and not len(trace):
         print(f"inferplan: error: {args.trace}: the trace holds no requests", file=sys.stderr)
         return 2
+    factors = _factors(args.factors)
     # the recommendation `inferplan plan` prints with the same option
-    candidate = planned(request, _factors(args.factors), verify_default=args.verify).recommendation
+    candidate = planned(request, factors, verify_default=args.verify).recommendation
     if candidate is None:
         print("inferplan: the plan has no feasible deployment to simulate (see inferplan plan)", file=sys.stderr)
         return 1
     if trace is not None and not candidate.roles:
         from inferplan.planner.search.annotate import deployment_of
 
-        max_len = deployment_of(request, candidate, _factors(args.factors)).settings.max_model_len
+        max_len = deployment_of(request, candidate, factors).settings.max_model_len
         over = int(((trace.prompt_tokens + trace.output_tokens) > max_len).sum())
         if over:
             print(f"inferplan: {over} of the trace's {len(trace)} requests exceed the deployment's max_model_len "
                   f"{max_len}: the engine would reject them; the simulator serves them shortened to fit",
                   file=sys.stderr)
     result = simulate_candidate(request, candidate, requests=args.requests, seed=args.seed, router=args.router,
-                                workload=trace, factors=_factors(args.factors))
+                                workload=trace, factors=factors)
     rows = compare(candidate, result)
     # What the plan predicted: the analytic model, or its own shorter simulation for a verified plan.
     planned_by = candidate.provenance.get("predicted", "analytic")
