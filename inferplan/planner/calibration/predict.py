@@ -459,7 +459,7 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
     # their pool cannot hold (vLLM checks the pool against max_model_len at start and rejects longer prompts), so
     # a pool the model sizes below that is short (docs/model.md#known-gaps), not a run of one-token outputs.
     kv_tokens = max(kv_tokens, -(-math.ceil(prompt_mean + output_mean) // block) * block)
-    replicas = serving_replicas(row, r.replicas)
+    replicas = _serving_replicas(row, r.replicas)
     load = int(getattr(row.load, "value", 1))
     arrivals = None
     if row.load.kind == "offline" and row.load.num_prompts is None:
@@ -577,7 +577,7 @@ def _simulated_metric(row: Scenario, r: _Resolved, settings: EngineSettings, fac
     result = runs[key]
     if isinstance(result, str):
         return result
-    replicas = float(serving_replicas(row, r.replicas))
+    replicas = float(_serving_replicas(row, r.replicas))
     m = row.metric
     if m in ("output_tps_total", "requests_per_s") and _ceiling_run(row):
         tokens_per_s, requests_per_s = steady_throughput(result)
@@ -625,7 +625,7 @@ def _context_skip_reason(row: Scenario, settings: EngineSettings, simulated: boo
             "which the engine rejects")
 
 
-def serving_replicas(row: Scenario, replicas: int) -> int:
+def _serving_replicas(row: Scenario, replicas: int) -> int:
     """The replicas of a run of `replicas` that get work: no more than its requests or clients (one closed-loop
     client on eight replicas keeps one busy). A run's throughput is theirs, each serving an even share."""
     kind = row.load.kind
@@ -672,7 +672,7 @@ def _predict_kind(kind: str, items: list, factors: FactorSet) -> list[float | No
     lengths = [_lengths(row) for row in rows]
     p = np.array([prompt for prompt, _, _ in lengths])
     o = np.array([output for _, output, _ in lengths])
-    replicas = np.array([float(serving_replicas(row, r.replicas)) for _, row, r, _ in items])
+    replicas = np.array([float(_serving_replicas(row, r.replicas)) for _, row, r, _ in items])
     if kind == "single":
         result = single_stream(hw, p, o)
     elif kind == "static_batch":
