@@ -660,6 +660,8 @@ def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
     if not r.engine.continuous_batching and row.load.kind in ("burst", "concurrency", "poisson", "offline") and \
             getattr(row.load, "value", None) != 1:
         return f"{r.engine.name} serves one stream at a time; concurrent loads are not modelled for it"
+    if row.metric.startswith(("tpot", "itl")) and row.output_tokens == 1 and row.dataset is None:
+        return "one-token outputs: no token follows the first, so there is no TPOT"
     prompts = (row.load.num_prompts or DEFAULT_NUM_PROMPTS) if row.load.kind == "poisson" else None
     if prompts is not None and row.load.rate is not None and prompts < r.replicas:
         return f"{prompts} Poisson requests over {r.replicas} replicas: no replica's share is a stream of arrivals"

@@ -646,3 +646,9 @@ def test_gpus_that_break_the_formats_identity_are_a_skip_reason() -> None:
     row = example("output_tps_total", id="odd", gpus=8, tensor_parallel=2, replicas=1)
     (p,) = predict_scenarios([row])
     assert p.predicted is None and "gpus 8 is not tensor_parallel x pipeline_parallel x replicas" in (p.skipped or "")
+
+
+def test_the_tpot_of_one_token_outputs_is_skipped_for_that_reason() -> None:
+    row = example("output_tps_total", id="one", metric="tpot_ms_mean", unit="ms", output_tokens=1)
+    (p,) = predict_scenarios([row])
+    assert p.predicted is None and p.skipped == "one-token outputs: no token follows the first, so there is no TPOT"
