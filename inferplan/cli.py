@@ -127,10 +127,19 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from inferplan.progress import ProgressLine, write_atomically
 
     written = False
+    if args.write:  # before the fit, which takes minutes on the published files
+        target = Path(args.write)
+        if target.is_dir() or not target.parent.is_dir():
+            why = "is a directory" if target.is_dir() else f"its folder {target.parent} does not exist"
+            print(f"inferplan: error: --write {args.write}: {why}", file=sys.stderr)
+            return 2
     try:
         from inferplan.planner.calibration.calibrate import CalibrationProgress, calibrate, format_calibration
 
         scenarios = [row for path in args.scenarios for row in _read(path)[0]]
+        if not scenarios:
+            print("inferplan: error: no scenario line to fit (the files hold no valid line)", file=sys.stderr)
+            return 2
         with ProgressLine(sys.stderr) as bar:
             def show(step: CalibrationProgress) -> None:
                 bar.update(step.done, step.total,
@@ -436,7 +445,7 @@ _REPOSITORY = re.compile(r"[\w.-]+/[\w.-]+")
 
 def _unservable(checkpoint: str) -> str | None:
     """Why the engine could not load `checkpoint` (what the plan's model names), or None for a repository id."""
-    if _REPOSITORY.fullmatch(checkpoint):
+    if _REPOSITORY.fullmatch(checkpoint) and not checkpoint.endswith(".json"):  # not a configFile's own path
         return None
     return (f"the plan's model names no repository for the engine to load ({checkpoint!r}): plan it by model.name, "
             "or give the repository in its config (\"_name_or_path\" of a configFile, \"repoId\" of an inline "
@@ -552,6 +561,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         candidate = _render_candidate(args, raw, request)
         if candidate is None:
             print("inferplan: error: the plan has no feasible deployment to compare with", file=sys.stderr)
+            return 2
+        unservable = _unservable(candidate.checkpoint or request.served_model)
+        if unservable:
+            print(f"inferplan: error: {unservable}", file=sys.stderr)
             return 2
         meta = (raw.get("metadata") if isinstance(raw, dict) else None) or {}
         desired = deployment(request, candidate, name=meta.get("name") or dns_label(request.served_model),
@@ -806,7 +819,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       file=sys.stderr)
                 return 2
             if path and path != "-" and not Path(path).is_file():
-                print(f"inferplan: error: {what} not found: {path}", file=sys.stderr)
+                why = "is a directory" if Path(path).is_dir() else "not found"
+                print(f"inferplan: error: {what} {why}: {path}" if why == "not found" else
+                      f"inferplan: error: {what} {path} {why}", file=sys.stderr)
                 return 2
     try:
         return int(args.func(args))

@@ -11,6 +11,7 @@ import pytest
 from inferplan.cli import main
 
 PLAN = Path(__file__).resolve().parents[2] / "examples" / "plans" / "chat-assistant-8b.yaml"
+EXAMPLE_ROWS = Path(__file__).resolve().parents[2] / "inferplan" / "planner" / "data" / "example-scenarios.jsonl"
 
 
 @pytest.mark.parametrize(("content", "says"), [
@@ -129,3 +130,38 @@ def test_a_trace_with_requests_over_the_context_says_they_are_shortened(tmp_path
                      encoding="utf-8")
     assert main(["simulate", str(PLAN), "--trace", str(trace), "--no-verify"]) == 0
     assert "1 of the trace's 2 requests exceed the deployment's max_model_len" in capsys.readouterr().err
+
+
+def test_a_config_file_path_that_reads_as_org_slash_name_is_no_repository(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "num_hidden_layers": 32, "vocab_size": 128256, "max_position_embeddings": 131072}
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "llama.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "plan.yaml").write_text(
+        "model: {configFile: cfg/llama.json}\nengine: {name: vllm}\n"
+        'workload: {requestsPerSecond: "5", promptTokens: {mean: 1000}, outputTokens: {mean: 200}}\n'
+        "slo: {ttft: {maxMs: 1000}}\nconstraints: {gpuTypes: [H100]}\n", encoding="utf-8")
+    assert main(["render", str(tmp_path / "plan.yaml"), "--no-verify"]) == 2
+    assert "names no repository for the engine to load" in capsys.readouterr().err
+
+
+def test_calibrate_checks_where_it_writes_before_it_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for target, says in ((tmp_path / "missing" / "f.json", "does not exist"), (tmp_path, "is a directory")):
+        assert main(["calibrate", "--scenarios", str(EXAMPLE_ROWS), "--write", str(target)]) == 2
+        assert says in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    assert main(["calibrate", "--scenarios", str(empty), "--write", str(tmp_path / "f.json")]) == 2
+    assert "no scenario line to fit" in capsys.readouterr().err and not (tmp_path / "f.json").exists()
+    assert main(["accuracy", "--scenarios", str(tmp_path)]) == 2
+    assert f"scenario file {tmp_path} is a directory" in capsys.readouterr().err
+
+
+def test_calibrate_names_the_lines_it_did_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    # The bundled example is one source: no line has rows from two, so none is fitted, and the output says so.
+    assert main(["calibrate", "--scenarios", str(EXAMPLE_ROWS)]) == 0
+    out = capsys.readouterr().out
+    assert "not fitted (a line needs 3 rows from 2 sources; these keep the neutral prior): " in out
+    assert "vllm (4 rows)" in out

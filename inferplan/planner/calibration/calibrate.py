@@ -365,6 +365,11 @@ def format_calibration(result: FactorFit) -> str:
     lines.append("engine".ljust(16) + " ".join(f"{n[:14]:>14s}" for n in FITTED_ENGINE_FACTORS))
     for name, ef in sorted(result.factors.engines.items()):
         lines.append(name.ljust(16) + " ".join(f"{getattr(ef, n):14.4g}" for n in FITTED_ENGINE_FACTORS))
+    unfitted = {line: n for line, n in sorted(result.rows_by_engine.items()) if line not in result.factors.engines}
+    if unfitted:
+        lines.append(f"not fitted (a line needs {MIN_ROWS_FOR_ENGINE} rows from {MIN_SOURCES_FOR_ENGINE} sources; "
+                     "these keep the neutral prior): "
+                     + ", ".join(f"{line} ({n} rows)" for line, n in unfitted.items()))
     lines.append("harness (ms added to an online TTFT, per scenario source and engine line)")
     for source, ms in sorted(result.factors.harness_ms.items()):
         lines.append(f"  {source:40s} {ms:8.1f}")
