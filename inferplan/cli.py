@@ -542,7 +542,7 @@ def _read_deployment(file: str):  # -> dict | None
 def _cmd_diff(args: argparse.Namespace) -> int:
     """What applying the recommendation changes in a running Deployment: one line per difference and a strategic
     merge patch. Exit 0 when in sync, 1 when it differs, 2 on trouble (as diff does)."""
-    from inferplan.deploy.diff import deployment_change
+    from inferplan.deploy.diff import asks_for_a_gpu, deployment_change
     from inferplan.deploy.manifests import deployment, dns_label
     from inferplan.deploy.reviewed import StatusRefused
     from inferplan.planner.results import replica_shape
@@ -570,6 +570,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         desired = deployment(request, candidate, name=meta.get("name") or dns_label(request.served_model),
                              image=args.image)
         change = deployment_change(current, desired)
+        if not asks_for_a_gpu(current):
+            print(f"inferplan: no container of {args.deployment} asks for a GPU: the diff reads its first container as "
+                  "the engine's; check that this is the engine's Deployment", file=sys.stderr)
     except StatusRefused as exc:
         return _refused(exc)
     except ValueError as exc:

@@ -16,9 +16,11 @@ of argv would be unreadable and fragile).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from inferplan.planner.catalog.gpus import GPU_VENDORS
@@ -52,6 +54,13 @@ def engine_container(pod_spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     containers = [c for c in pod_spec.get("containers") or [] if isinstance(c, Mapping)]
     with_gpu = [c for c in containers if any(key in _limits(c) for key in GPU_RESOURCES)]
     return (with_gpu or containers or [None])[0]
+
+
+def asks_for_a_gpu(deployment: Mapping[str, Any]) -> bool:
+    """Whether a container of `deployment` has a GPU limit (else `engine_container` falls back to the first one,
+    which may not run an engine at all)."""
+    containers = _pod(deployment).get("containers") or []
+    return any(isinstance(c, Mapping) and key in _limits(c) for c in containers for key in GPU_RESOURCES)
 
 
 def launch_tokens(container: Mapping[str, Any]) -> list[str]:
@@ -98,9 +107,13 @@ def split_launch(tokens: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str 
 def deployment_change(current: Mapping[str, Any], desired: Mapping[str, Any]) -> DeploymentDiff:
     """What to change in `current` (a Deployment as it runs) so that it runs `desired` (a rendered one).
 
-    Raises ValueError when `current` is not a Deployment with a container."""
+    Raises ValueError when `current` is not a Deployment with a container, or a field the comparison reads has
+    another shape than the API server gives it."""
     if current.get("kind") not in (None, "Deployment"):
         raise ValueError(f"expected a Deployment, got a {current.get('kind')}")
+    problem = _shape_problem(current)
+    if problem:
+        raise ValueError(f"the Deployment is malformed: {problem}")
     cur_pod = _pod(current)
     want_pod = _pod(desired)
     cur_container = engine_container(cur_pod)
@@ -128,6 +141,40 @@ def deployment_change(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
     if pod_patch:
         patch.setdefault("spec", {})["template"] = {"spec": pod_patch}
     return DeploymentDiff(tuple(summary), patch)
+
+
+def _shape_problem(deployment: Mapping[str, Any]) -> str | None:
+    """The first field the comparison reads whose shape is not the API server's (a mapping, a list of strings, a
+    whole number), as 'path: expected ...'; None where every one is as the API server stores it."""
+    for path in (("metadata",), ("spec",), ("spec", "template"), ("spec", "template", "spec")):
+        value: Any = deployment
+        for key in path:  # a parent of another shape was reported on its own path first
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is not None and not isinstance(value, Mapping):
+            return f"{'.'.join(path)}: expected a mapping"
+    replicas = (deployment.get("spec") or {}).get("replicas")
+    if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int)):
+        return f"spec.replicas: expected a whole number, got {replicas!r}"
+    pod, where = _pod(deployment), "spec.template.spec"
+    if not isinstance(pod.get("containers") or [], list):
+        return f"{where}.containers: expected a list"
+    for i, container in enumerate(pod.get("containers") or []):
+        at = f"{where}.containers[{i}]"
+        if not isinstance(container, Mapping):
+            return f"{at}: expected a mapping"
+        for key in ("command", "args"):
+            value = container.get(key)
+            if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                return f"{at}.{key}: expected a list of strings"
+        resources = container.get("resources")
+        if resources is not None and not isinstance(resources, Mapping):
+            return f"{at}.resources: expected a mapping"
+        for kind in ("limits", "requests"):
+            if not isinstance((resources or {}).get(kind) or {}, Mapping):
+                return f"{at}.resources.{kind}: expected a mapping"
+    if not isinstance(pod.get("nodeSelector") or {}, Mapping):
+        return f"{where}.nodeSelector: expected a mapping"
+    return None
 
 
 def _pod(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -159,6 +206,9 @@ def _container_change(current: Mapping[str, Any], desired: Mapping[str, Any], su
         changed: dict[str, Any] = {}
         for key in sorted(set(want) | {k for k in have if k in GPU_RESOURCES}):
             old, new = have.get(key), want.get(key)
+            if kind == "requests" and new is None and key in GPU_RESOURCES and \
+                    _quantity(old) == _quantity(_limits(desired).get(key)):
+                continue  # a GPU request equal to the limit: the API server sets it so where it is left out
             if _quantity(old) != _quantity(new):
                 summary.append(f"resources.{kind}.{key}: {_show(old)} -> {_show(new)}")
                 changed[key] = new  # None removes another vendor's GPU resource
@@ -169,9 +219,21 @@ def _container_change(current: Mapping[str, Any], desired: Mapping[str, Any], su
     return patch
 
 
-def _quantity(value: Any) -> str | None:
-    """A resource quantity as text, so that 1 and "1" compare equal."""
-    return None if value is None else str(value)
+_QUANTITY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+                      "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1, "k": 10**3,
+                      "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+def _quantity(value: Any) -> Decimal | str | None:
+    """A resource quantity by its amount, as the API server compares them: 19Gi and 19456Mi, 4 and 4000m, 1 and
+    "1" are the same. Text that is no quantity compares as itself."""
+    if value is None:
+        return None
+    match = _QUANTITY.match(str(value).strip())
+    if match is None:
+        return str(value)
+    return Decimal(match.group(1)) * Decimal(_QUANTITY_SUFFIXES[match.group(2) or ""])
 
 
 def _launch_lines(current: Sequence[str], desired: Sequence[str], summary: list[str]) -> bool:

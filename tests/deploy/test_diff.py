@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from inferplan.deploy.diff import deployment_change, launch_tokens, split_launch
+from inferplan.deploy.diff import asks_for_a_gpu, deployment_change, launch_tokens, split_launch
 
 
 def _deployment(replicas: int = 2, args: list[str] | None = None, gpus: int = 1,
@@ -114,3 +114,50 @@ def test_launch_parsing() -> None:
     assert launch_tokens({"command": ["/bin/sh", "-c", "vllm serve m --x 1"]}) == ["vllm", "serve", "m", "--x", "1"]
     assert split_launch(["vllm", "serve", "m", "--a=1", "--flag", "--b", "2", "--a", "3"]) == (
         ("vllm", "serve", "m"), {"--a": "3", "--flag": None, "--b": "2"})
+
+
+def test_quantities_are_compared_by_amount_and_a_gpu_request_equal_to_its_limit_is_no_difference() -> None:
+    running, rendered = _deployment(), _deployment()
+    limits = running["spec"]["template"]["spec"]["containers"][1]["resources"]
+    limits["limits"]["cpu"], limits["requests"]["cpu"] = "8000m", "4.0"
+    rendered["spec"]["template"]["spec"]["containers"][1]["resources"]["limits"]["memory"] = "19Gi"
+    limits["limits"]["memory"] = "19456Mi"
+    limits["requests"]["nvidia.com/gpu"] = "1"  # the API server's default where the manifest leaves it out
+    assert deployment_change(running, rendered).in_sync
+    limits["limits"]["memory"] = "20Gi"
+    assert deployment_change(running, rendered).summary == ("resources.limits.memory: 20Gi -> 19Gi",)
+
+
+@pytest.mark.parametrize(("where", "value", "says"), [
+    (("spec",), "oops", "spec: expected a mapping"),
+    (("metadata",), "x", "metadata: expected a mapping"),
+    (("spec", "replicas"), "2", "spec.replicas: expected a whole number"),
+    (("spec", "template", "spec", "nodeSelector"), ["a"], "spec.template.spec.nodeSelector: expected a mapping"),
+])
+def test_a_malformed_deployment_is_refused_with_the_path_of_the_field(where: tuple[str, ...], value: Any,
+                                                                      says: str) -> None:
+    running = _deployment()
+    node: Any = running
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    with pytest.raises(ValueError, match=f"the Deployment is malformed: {says}"):
+        deployment_change(running, _deployment())
+
+
+def test_a_malformed_container_field_is_refused_with_its_path() -> None:
+    running = _deployment()
+    running["spec"]["template"]["spec"]["containers"][1]["args"] = "--max-num-seqs 5"
+    with pytest.raises(ValueError, match=r"containers\[1\]\.args: expected a list of strings"):
+        deployment_change(running, _deployment())
+    running["spec"]["template"]["spec"]["containers"][1]["args"] = []
+    running["spec"]["template"]["spec"]["containers"][1]["resources"] = {"limits": ["nvidia.com/gpu"]}
+    with pytest.raises(ValueError, match=r"containers\[1\]\.resources\.limits: expected a mapping"):
+        deployment_change(running, _deployment())
+
+
+def test_a_deployment_without_a_gpu_container_is_told_apart() -> None:
+    assert asks_for_a_gpu(_deployment())
+    web = _deployment()
+    del web["spec"]["template"]["spec"]["containers"][1]["resources"]["limits"]["nvidia.com/gpu"]
+    assert not asks_for_a_gpu(web)
