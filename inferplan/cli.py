@@ -297,7 +297,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """Plan (as `inferplan plan`), simulate the recommendation (as `inferplan simulate`) and write the HTML report."""
-    from inferplan.deploy.reviewed import is_read_back, plan_name
+    from inferplan.deploy.reviewed import StatusRefused, is_read_back, plan_name, refuse_stale
     from inferplan.planner.simulation.verification import planned, simulate_candidate
     from inferplan.report import render_report
 
@@ -305,6 +305,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if read is None:
         return 2
     raw, request = read
+    try:
+        refuse_stale(raw)
+    except StatusRefused as exc:
+        if not args.allow_stale_status:
+            return _refused(exc)
+        print("inferplan: warning: the status answers an earlier generation of the spec (--allow-stale-status)",
+              file=sys.stderr)
     try:
         result = _status_result(raw)
     except ValueError as exc:
@@ -696,6 +703,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     rep.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                      help="report the recommendation inferplan plan prints with the same option (default on)")
+    rep.add_argument("--allow-stale-status", action="store_true",
+                     help="report a read-back plan whose status answers an earlier generation of its spec "
+                          "(refused without it)")
     rep.set_defaults(func=_cmd_report)
 
     ren = sub.add_parser("render", help="the recommendation as Kubernetes manifests (and autoscaling), multi-document "

@@ -83,8 +83,11 @@ def status_candidate(raw: Any) -> Candidate | None:
     """status.recommendation of a manifest as the Candidate it holds (the status's own keys, such as its manifests
     reference, left out); None when there is none. Raises ValueError when it is not a recommendation."""
     recommendation = _mapping(_mapping(raw).get("status")).get("recommendation")
-    if not isinstance(recommendation, Mapping):
+    if recommendation is None:
         return None
+    if not isinstance(recommendation, Mapping):
+        raise ValueError(f"status.recommendation is not a recommendation: a {type(recommendation).__name__}, not a "
+                         "mapping")
     fields = {field.alias or name for name, field in Candidate.model_fields.items()}
     try:
         return Candidate.model_validate({k: v for k, v in recommendation.items() if k in fields})
@@ -111,6 +114,22 @@ def _why_no_recommendation(status: Mapping[str, Any]) -> str:
     return "the operator has not answered it yet"
 
 
+def refuse_stale(raw: Any) -> None:
+    """Raise StatusRefused where the manifest `raw`, read back from the cluster, has a status that answers an
+    earlier generation of its spec (`status.observedGeneration` behind `metadata.generation`): what was reviewed is
+    not the answer to this spec. Nothing for a plan file or a current status."""
+    if not is_read_back(raw):
+        return
+    metadata, status = _mapping(raw.get("metadata")), _mapping(raw.get("status"))
+    reviewed_generation, generation = _int(status.get("observedGeneration")), _int(metadata.get("generation"))
+    if reviewed_generation is not None and generation is not None and reviewed_generation != generation:
+        raise StatusRefused(
+            f"{plan_name(raw)}: the status answers generation {reviewed_generation} of the spec, which is at "
+            f"generation {generation} now: it was not reviewed for this spec. Wait for the operator (kubectl wait "
+            f"inferencecapacityplan/{metadata.get('name')} --for=jsonpath='{{.status.observedGeneration}}'="
+            f"{generation}), read the plan again, or pass --allow-stale-status to use the earlier answer")
+
+
 def reviewed_recommendation(raw: Any, *, allow_stale: bool = False) -> Reviewed | None:
     """The recommendation to render for the manifest `raw`: None for a plan file (not read back: plan it), else the
     one in its status.
@@ -124,13 +143,8 @@ def reviewed_recommendation(raw: Any, *, allow_stale: bool = False) -> Reviewed 
     metadata, status = _mapping(raw.get("metadata")), _mapping(raw.get("status"))
     reviewed_generation, generation = _int(status.get("observedGeneration")), _int(metadata.get("generation"))
     plan = plan_name(raw)
-    if (not allow_stale and reviewed_generation is not None and generation is not None
-            and reviewed_generation != generation):
-        raise StatusRefused(
-            f"{plan}: the status answers generation {reviewed_generation} of the spec, which is at generation "
-            f"{generation} now: it was not reviewed for this spec. Wait for the operator (kubectl wait "
-            f"inferencecapacityplan/{metadata.get('name')} --for=jsonpath='{{.status.observedGeneration}}'="
-            f"{generation}), read the plan again, or pass --allow-stale-status to use the earlier answer")
+    if not allow_stale:
+        refuse_stale(raw)
     candidate = status_candidate(raw)
     if candidate is None:
         raise StatusRefused(

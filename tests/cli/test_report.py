@@ -456,3 +456,23 @@ def test_a_workload_without_a_second_token_reports_no_tpot(tmp_path: Path,
     assert not re.search(r"\bnan\b", text, re.IGNORECASE)
     rec = page.all("tr", "recommendation")[0].all("td")
     assert sorted(rec[9].all_text().replace(" ", "")) == sorted("-/-/-/-")  # p50 / p90 / p95 / p99: none
+
+
+def test_a_read_back_plan_whose_status_answers_an_earlier_spec_is_refused_as_render_refuses_it(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    manifest = {"apiVersion": "inferplan.io/v1alpha1", "kind": "InferenceCapacityPlan",
+                "metadata": {"name": "chat", "namespace": "serving", "uid": "1234", "generation": 2},
+                "spec": spec.get("spec", spec), "status": {"observedGeneration": 1, "recommendation": None,
+                                                           "infeasible": [{"gpuType": "H100-SXM5-80GB"}]}}
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(manifest)))
+    assert main(["report", "-", "--requests", "500"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "the status answers generation 1 of the spec, which is at generation 2" in err
+    manifest["status"]["recommendation"] = "garbage"
+    manifest["status"]["observedGeneration"] = 2
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(manifest)))
+    assert main(["report", "-", "--requests", "500"]) == 2
+    assert "status.recommendation is not a recommendation" in capsys.readouterr().err
