@@ -73,26 +73,37 @@ def _count(value: object) -> int:
     return int(match.group(1)) if match else 0
 
 
+NO_PRODUCT_LABEL = "GPUs but no GPU product label (GPU Feature Discovery or the AMD node labeller not running?)"
+
+
 def node_gpus(
     name: str,
     labels: Mapping[str, str],
     allocatable: Mapping[str, str],
     unschedulable: bool,
     conditions: Sequence[Mapping[str, str]],
+    taints: Sequence[Mapping[str, str]] = (),
 ) -> NodeGpus | None:
-    """The GPU facts of one node, or None when it has no GPU product label.
+    """The GPU facts of one node, or None when it has neither a GPU product label nor allocatable GPUs.
 
     `labels` and `allocatable` are the node's `metadata.labels` and `status.allocatable` (quantities are
-    strings such as "8"); `conditions` is `status.conditions`. The GPU count is the vendor's allocatable
-    resource (`nvidia.com/gpu`, `amd.com/gpu`) and, only where the node does not advertise it, the vendor's
-    `gpu.count` label; a quantity that is not a non-negative whole number counts as 0.
+    strings such as "8"); `conditions` is `status.conditions` and `taints` `spec.taints`. The GPU count is the
+    vendor's allocatable resource (`nvidia.com/gpu`, `amd.com/gpu`) and, only where the node does not advertise
+    it, the vendor's `gpu.count` label; a quantity that is not a non-negative whole number counts as 0. A node
+    with allocatable GPUs and no product label is kept (product "") so that the inventory can name it; a
+    NoSchedule or NoExecute taint keeps the pods the operator renders (which tolerate none) off the node, so its
+    GPUs do not count either.
     """
     for vendor in _VENDORS:
         product = (labels.get(vendor.product_label) or "").strip()
         if product:
             break
     else:
-        return None
+        unlabelled = sum(_count(allocatable.get(v.resource)) for v in _VENDORS)
+        if unlabelled <= 0:
+            return None
+        return NodeGpus(node=name, product="", gpus=unlabelled, schedulable=not unschedulable, ready=True,
+                        problems=(NO_PRODUCT_LABEL,))
     if vendor.resource in allocatable:
         gpus = _count(allocatable[vendor.resource])
     else:
@@ -100,6 +111,12 @@ def node_gpus(
     problems = []
     if unschedulable:
         problems.append("unschedulable")
+    keeping_off = [t for t in taints if isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute")]
+    if keeping_off:
+        taint = keeping_off[0]
+        value = f"={taint.get('value')}" if taint.get("value") else ""
+        problems.append(f"tainted {taint.get('key')}{value}:{taint.get('effect')} (rendered pods tolerate no taint)")
+        unschedulable = True
     ready_condition = next((c for c in conditions if c.get("type") == "Ready"), None)
     ready = ready_condition is not None and ready_condition.get("status") == "True"
     if ready_condition is None:
@@ -154,6 +171,11 @@ class Inventory:
         """Canonical GPU key -> most GPUs of that type on one node; PlanRequest.gpus_per_node."""
         return {entry.gpu_type: entry.gpus_per_node for entry in self.entries if entry.gpus > 0}
 
+    def product_labels(self) -> dict[str, str]:
+        """Canonical GPU key -> the node label value its nodes carry (`InventoryEntry.product_label`); what a
+        recommendation's node selector must say to reach them (PlanRequest.product_labels)."""
+        return {entry.gpu_type: entry.product_label for entry in self.entries if entry.gpus > 0}
+
     def network_gbps(self, gpu_types: Iterable[str]) -> float | None:
         """The least network bandwidth [Gbit/s per GPU] of the nodes of `gpu_types` (those the inventory has),
         None unless every one of their nodes is labelled (`InventoryEntry.network_gbps`)."""
@@ -172,28 +194,25 @@ class Inventory:
         """One sentence per kind of GPU that nodes carry but the inventory does not count."""
         warnings: list[str] = []
         if self.unknown_products:
-            warnings.append(
-                "GPU products the catalog does not know are not counted: " + ", ".join(self.unknown_products)
-            )
+            warnings.append(_listed("GPU products the catalog does not know are not counted: ",
+                                    self.unknown_products))
         if self.shared_or_mig:
-            warnings.append(
-                "MIG slices and shared GPUs are not whole GPUs for serving a model and are not counted: "
-                + ", ".join(self.shared_or_mig)
-            )
+            warnings.append(_listed("MIG slices and shared GPUs are not whole GPUs for serving a model and are not "
+                                    "counted: ", self.shared_or_mig))
         if self.skipped:
-            warnings.append(_skipped_text(self.skipped))
+            warnings.append(_listed(f"GPU nodes not counted ({len(self.skipped)}): ",
+                                    [f"{node} ({why})" for node, why in self.skipped]))
         return warnings
 
 
-def _skipped_text(skipped: Sequence[tuple[str, str]]) -> str:
-    """"GPU nodes not counted (2): a (no Ready condition), b (unschedulable)": at most MAX_NAMED nodes, within a
-    status warning's length, then "and N more"."""
-    head = f"GPU nodes not counted ({len(skipped)}): "
+def _listed(head: str, items: Sequence[str]) -> str:
+    """`head` and the items, comma separated: at most MAX_NAMED, within a status warning's length, then "and N
+    more" ("GPU nodes not counted (2): a (no Ready condition), b (unschedulable)"). A cluster of many MIG
+    profiles or unknown products had made one warning longer than a status holds, and no plan was answered."""
     text = head
-    for count in range(1, min(len(skipped), MAX_NAMED) + 1):
-        more = len(skipped) - count
-        longer = head + ", ".join(f"{node} ({why})" for node, why in skipped[:count]) + (
-            f", and {more} more" if more else "")
+    for count in range(1, min(len(items), MAX_NAMED) + 1):
+        more = len(items) - count
+        longer = head + ", ".join(items[:count]) + (f", and {more} more" if more else "")
         if len(longer) > _MAX_WARNING:
             break
         text = longer
@@ -227,7 +246,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     shared_or_mig: set[str] = set()
     skipped: set[tuple[str, str]] = set()
     for node in nodes:
-        if not (node.schedulable and node.ready):
+        if not (node.schedulable and node.ready) or not node.product:
             skipped.add((node.node, _why_skipped(node)))
             continue
         label = parse_gpu_product(node.product)

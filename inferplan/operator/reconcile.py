@@ -49,11 +49,14 @@ class Outcome:
 
 def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_available: bool) -> tuple[PlanRequest,
                                                                                                        list[str]]:
-    """The request with the cluster's GPU types, counts and node sizes filled in (see the module doc)."""
-    if spec_has_available:
-        return request, []
-    available = inventory.available()
+    """The request with the cluster's GPU types, counts and node sizes filled in (see the module doc). With the
+    spec's own `availableGpus` (a quota), only the node sizes and the label values the nodes carry are the
+    cluster's."""
     per_node = request.gpus_per_node | inventory.per_node()
+    labels = tuple(sorted(inventory.product_labels().items()))
+    if spec_has_available:
+        return dataclasses.replace(request, gpus_per_node=per_node, product_labels=labels), []
+    available = inventory.available()
     warnings = []
     if request.gpu_types is None:
         gpu_types: tuple[str, ...] | None = tuple(sorted(available))
@@ -70,7 +73,8 @@ def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_ava
                 warnings.append(f"left out {', '.join(absent)}: the cluster has no schedulable GPUs of "
                                 f"{'that type' if len(absent) == 1 else 'those types'} "
                                 "(constraints.planAbsentGpuTypes plans them anyway)")
-    cluster = dataclasses.replace(request, gpu_types=gpu_types, available_gpus=available, gpus_per_node=per_node)
+    cluster = dataclasses.replace(request, gpu_types=gpu_types, available_gpus=available, gpus_per_node=per_node,
+                                  product_labels=labels)
     network = inventory.network_gbps(gpu_types if gpu_types is not None else available)
     if request.network_from != "plan" and network is not None:
         cluster = dataclasses.replace(cluster, network_gbps=network, network_from="nodes")

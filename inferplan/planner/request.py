@@ -118,6 +118,7 @@ class PlanRequest:
     mtp_draft_tokens: int = 0           # engine.multiTokenPrediction.draftTokens (0: no drafting)
     mtp_tokens_per_step: float = 1.0    # ... the tokens a sequence emits per step on average (acceptedPerStep)
     mtp_accepted_stated: bool = False   # ... the plan stated them (else MTP_ACCEPTANCE's chain)
+    product_labels: tuple[tuple[str, str], ...] = ()  # (GPU key, node label value) the cluster's nodes carry
 
 
 def cv_from_sigma(sigma: float) -> float:

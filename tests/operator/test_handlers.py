@@ -101,3 +101,26 @@ def test_without_settings_from_main_the_startup_reads_them_and_refuses_a_bad_one
         await handlers.stop(memo=memo)
 
     asyncio.run(one_run())
+
+
+def test_a_node_that_loses_its_gpu_label_leaves_kopfs_index() -> None:
+    # kopf keeps an object's last indexed value where its handler returns None: a node whose GPU product label was
+    # removed stayed counted until the operator restarted. The handler's {} replaces it with nothing.
+    from kopf._core.engines.indexing import OperatorIndexer
+
+    from inferplan.operator.inventory import build_inventory
+
+    ready = {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]}
+    labelled = handlers.gpu_nodes(name="a100-1", labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+                                  spec={}, status=ready)
+    unlabelled = handlers.gpu_nodes(name="a100-1", labels={}, spec={}, status=ready)  # kept, to be named
+    no_gpus = handlers.gpu_nodes(name="a100-1", labels={}, spec={}, status={"allocatable": {"cpu": "8"}})
+    assert no_gpus == {}
+    indexer = OperatorIndexer()
+    indexer.replace(("", "a100-1"), labelled)
+    assert build_inventory(n for store in indexer.index.values() for n in store).available() == {
+        "A100-SXM4-80GB": 8}
+    indexer.replace(("", "a100-1"), unlabelled)
+    assert build_inventory(n for store in indexer.index.values() for n in store).available() == {}
+    indexer.replace(("", "a100-1"), no_gpus)
+    assert [n for store in indexer.index.values() for n in store] == []

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory, node_gpus
+from inferplan.operator.inventory import NO_PRODUCT_LABEL, Inventory, NodeGpus, build_inventory, node_gpus
 
 READY = [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}]
 NOT_READY = [{"type": "Ready", "status": "False"}]
@@ -74,10 +74,12 @@ def test_mig_and_shared_labels_are_kept_raw() -> None:
     assert parsed({"nvidia.com/gpu.product": shared}, {"nvidia.com/gpu": "32"}).product == shared
 
 
-def test_node_without_a_gpu_product_label_is_none() -> None:
+def test_node_without_a_gpu_product_label_is_none_unless_it_has_gpus_to_name() -> None:
     assert parse({"kubernetes.io/os": "linux"}, {"cpu": "8"}) is None
-    assert parse({"nvidia.com/gpu.count": "8"}, {"nvidia.com/gpu": "8"}) is None
-    assert parse({"nvidia.com/gpu.product": "  "}, {"nvidia.com/gpu": "8"}) is None
+    assert parse({"nvidia.com/gpu.count": "8"}, {"cpu": "8"}) is None
+    for blank in ({"nvidia.com/gpu.count": "8"}, {"nvidia.com/gpu.product": "  "}):
+        unlabelled = parse(blank, {"nvidia.com/gpu": "8"})
+        assert unlabelled is not None and unlabelled.product == "" and unlabelled.problems == (NO_PRODUCT_LABEL,)
 
 
 def test_missing_allocatable_falls_back_to_the_count_label() -> None:
@@ -234,3 +236,29 @@ def test_inventory_counts_exactly_the_whole_known_gpus_on_usable_nodes(nodes: li
         assert 0 < entry.gpus_per_node <= entry.gpus and entry.nodes >= 1
     assert list(inventory.available()) == sorted(inventory.available())
     assert build_inventory(reversed(nodes)) == inventory  # order of the index does not matter
+
+
+def test_every_warning_fits_a_status_however_many_products_the_cluster_has() -> None:
+    # 33 MIG profiles and time-sliced labels, or 40 unknown products, made one warning longer than a status holds
+    # (1024 characters): writing any plan's status failed and no plan was answered.
+    mig = [node(f"m{i}", f"NVIDIA-A100-SXM4-80GB-MIG-{i}g.{10 * i}gb") for i in range(1, 34)]
+    unknown = [node(f"u{i}", f"NVIDIA-Custom-Accelerator-Model-{i:02d}") for i in range(40)]
+    warnings = build_inventory([*mig, *unknown]).warnings()
+    assert len(warnings) == 2 and all(len(w) <= 1024 for w in warnings)
+    assert warnings[0].startswith("GPU products the catalog does not know are not counted: ")
+    assert warnings[0].endswith(" more") and warnings[1].endswith(" more")
+
+
+def test_a_tainted_node_and_a_gpu_node_without_a_product_label_are_named_and_not_counted() -> None:
+    ready = [{"type": "Ready", "status": "True"}]
+    tainted = node_gpus("h1", {"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "8"}, False, ready,
+                        [{"key": "dedicated", "value": "training", "effect": "NoSchedule"}])
+    preferring = node_gpus("h2", {"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "8"}, False, ready,
+                           [{"key": "spot", "effect": "PreferNoSchedule"}])  # pods may still land there
+    bare = node_gpus("g1", {}, {"nvidia.com/gpu": "8"}, False, ready)  # GPU Feature Discovery not installed
+    assert node_gpus("cpu", {}, {"cpu": "64"}, False, ready) is None
+    inventory = build_inventory([n for n in (tainted, preferring, bare) if n is not None])
+    assert inventory.available() == {"H100-SXM5-80GB": 8}
+    (warning,) = inventory.warnings()
+    assert "h1 (tainted dedicated=training:NoSchedule (rendered pods tolerate no taint))" in warning
+    assert "g1 (GPUs but no GPU product label" in warning

@@ -180,3 +180,26 @@ def test_an_observation_recomputes_the_change_of_the_recommendation_in_the_statu
     assert {k: v for k, v in after.items() if k != "recommendation"} == {
         k: v for k, v in status.items() if k != "recommendation"}
     assert with_current_change(spec(), status, name="chat", namespace="llm", body=applied) == status
+
+
+def test_the_node_selector_is_the_label_value_the_clusters_nodes_carry() -> None:
+    # The AMD labeller spells one product two ways; the recommendation named the catalog's spelling, which no node
+    # of this cluster carries, and its pods stayed Pending.
+    amd = build_inventory([NodeGpus("m1", "AMD_Instinct_MI300X", 8, True, True),
+                           NodeGpus("m2", "AMD_Instinct_MI300X", 8, True, True)])
+    outcome = reconcile_plan(spec(gpuTypes=["MI300X"]), amd)
+    assert outcome.result.recommendation is not None
+    for c in [outcome.result.recommendation, *outcome.result.alternatives]:
+        assert c.node_selector == {"amd.com/gpu.product-name": "AMD_Instinct_MI300X"}
+
+
+def test_with_the_specs_available_gpus_the_node_sizes_are_still_the_clusters() -> None:
+    # availableGpus is a quota: a replica of more GPUs than the cluster's nodes hold cannot be scheduled.
+    l4 = build_inventory([NodeGpus("l", "NVIDIA-L4", 4, True, True)])
+    big = {**spec(gpuTypes=["NVIDIA-L4"], availableGpus={"NVIDIA-L4": 64}),
+           "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16"]},
+           "workload": {**SPEC["workload"], "requestsPerSecond": "0.5"}}
+    outcome = reconcile_plan(big, l4)
+    # 70B in bf16 needs 8 L4 a replica: on 4-GPU nodes no single-node replica holds it (it had recommended TP 8)
+    assert outcome.result.recommendation is None
+    assert any(i.gate == "placement" and "nodes have 4" in i.reason for i in outcome.result.infeasible)

@@ -577,7 +577,7 @@ def _candidate(
     price = req.prices.get(gpu.key, gpu.usd_per_hour)
     gpus = replicas * shape.gpus
     per_replica = req.rate_rps / replicas
-    label_key, label = node_selector(gpu)
+    label_key, label = node_selector(gpu, req)
     warnings = [f"{gpu.key}: figures not yet verified against a datasheet: {', '.join(gpu.unverified_fields)}"
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
     if _tail_warning(req):
@@ -711,6 +711,8 @@ def _unmeasured_warning(engine: EngineProfile, gpu: GpuSpec, kernels: str, upper
     return f"{missing}: {upper.words()} (docs/planning.md#unmeasured-candidates)"
 
 
-def node_selector(gpu: GpuSpec) -> tuple[str, str]:
-    """The node label and value that select `gpu` (GPU Feature Discovery or the AMD labeller)."""
-    return gpu.product_label_key, gpu.product_label
+def node_selector(gpu: GpuSpec, req: PlanRequest) -> tuple[str, str]:
+    """The node label and value that select `gpu` (GPU Feature Discovery or the AMD labeller): the value the
+    cluster's nodes of that type carry where the operator read them (`PlanRequest.product_labels`; the labeller's
+    spellings of one product differ, `AMD_Instinct_MI300X` and `AMD_Instinct_MI300X_OAM`), else the catalog's."""
+    return gpu.product_label_key, dict(req.product_labels).get(gpu.key, gpu.product_label)

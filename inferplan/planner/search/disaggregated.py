@@ -451,7 +451,7 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
 
     def role(name: str, shape: _Shape, replicas: int, batch: int, best: float, capacity: float,
              args: list[str]) -> Role:
-        key, label = node_selector(shape.gpu)
+        key, label = node_selector(shape.gpu, req)
         return Role(role=name, gpu_type=shape.gpu.key, node_selector={key: label}, gpus_per_replica=shape.tp,
                     nodes_per_replica=max(1, shape.tp // req.gpus_per_node.get(shape.gpu.key, 8)),
                     replicas=replicas, gpus=replicas * shape.tp, max_batch=batch,
