@@ -449,7 +449,10 @@ def slo_checks(req: PlanRequest, candidate: Candidate) -> list[SloCheck]:
     table, out = load_intervals(), []
     for slo, ratio in zip(req.slos, ratios, strict=True):
         name = QUANTILE_NAMES[slo.quantile]
-        value = float(getattr(getattr(candidate.predicted, f"{slo.metric}_ms"), name))
+        stats = getattr(candidate.predicted, f"{slo.metric}_ms")
+        if stats is None:  # no TPOT: an observed workload whose every output is one token (`tpot_defined`)
+            continue
+        value = float(getattr(stats, name))
         target, bound = slo.max_s * 1e3, value * ratio
         evidence = interval_evidence(req, gpu, slo.metric, slo.quantile, lines)
         holds = table.confidence_within(evidence, math.log(target / value)) if value > 0 else CONFIDENCES[-1]

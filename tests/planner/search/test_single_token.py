@@ -63,3 +63,22 @@ def test_tpot_does_not_pick_alternatives_where_there_is_none() -> None:
     assert np.all(objectives[:, 2] == 0.0)  # TPOT: the same (none) for every row
     assert non_dominated(objectives).all()
     assert all(not c.why.startswith("lowest TPOT") for c in shown)
+
+
+def test_an_observed_workload_of_one_token_outputs_judges_no_tpot_target() -> None:
+    # The spec refuses a TPOT target on declared one-token outputs; an observed workload can still become one (the
+    # operator replaces the declared mean with the observed one): its SLO checks judge the targets it has.
+    import dataclasses
+
+    from inferplan.planner.calibration.observed import ObservedWorkload, planning_request
+
+    data = spec()
+    data["workload"] = {**data["workload"], "outputTokens": {"mean": 200, "cv": "0"}, "source": "observed"}
+    data["observe"] = {"prometheus": "main", "selector": {"model_name": "chat"}, "current": {"deployment": "chat"}}
+    declared = resolve_plan(parse_plan(data))
+    observed, _ = planning_request(declared, ObservedWorkload(declared.rate_rps, declared.prompt_mean, 1.0))
+    assert not tpot_defined(observed)
+    result = plan(dataclasses.replace(observed, verify=False))
+    assert result.recommendation is not None and result.recommendation.predicted.tpot_ms is None
+    assert [c.metric for c in result.recommendation.predicted.slo_checks] == [
+        s.metric for s in observed.slos if s.metric != "tpot"]
