@@ -108,7 +108,7 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
             if recorder is not None:
                 recorder.note(free.gpu_type, np.array([free.gpus]), have)
             if free.gpus > have:
-                changes.append(f"{free.gpus} {free.gpu_type} GPUs in the cluster (now {have})")
+                changes.append(f"{free.gpus} {free.gpu_type} GPUs in the cluster (now fewer)")
             if req.max_replicas is not None and free.replicas > req.max_replicas:
                 changes.append(f"maxReplicas {free.replicas} (now {req.max_replicas})")
             if changes:

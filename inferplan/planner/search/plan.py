@@ -101,7 +101,7 @@ def _limit_reason(req: PlanRequest, check: int, shape: _Shape, replicas: int, gp
     key = shape.gpu.key
     return (
         f"needs {replicas} replicas of {shape.parallelism()}; maxReplicas is {req.max_replicas}",
-        f"needs {gpus} {key}, more than the {(req.available_gpus or {}).get(key, 0)} available",
+        f"needs {gpus} {key}, more than are available",
         f"needs {gpus} {key}; maxGpusPerType allows {req.max_gpus_per_type.get(key)}",
         f"needs {gpus} GPUs ({replica_shape(replicas, shape.gpus, key)}); maxGpus is {req.max_gpus}",
         f"{gpus} x {key} cost ${cost:.2f}/h; the budget is ${req.budget_usd_per_hour or 0.0:.2f}/h",

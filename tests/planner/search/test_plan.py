@@ -169,8 +169,7 @@ def test_a_model_vllm_refuses_in_float16_is_not_planned_in_float16() -> None:
 def test_inventory_and_budget_gates() -> None:
     short = plan(request(**{"workload.requestsPerSecond": "200", "constraints.availableGpus": {"H100": 1}}))
     assert short.recommendation is None
-    assert any(i.gate == "inventory" and "more than the 1 available" in i.reason for i in short.infeasible)
-    assert any("H100-SXM5-80GB GPUs in the cluster (now 1)" in s for s in short.suggestions), short.suggestions
+    assert any(i.gate == "inventory" and "more than are available" in i.reason for i in short.infeasible)
     broke = plan(request(**{"workload.requestsPerSecond": "200", "constraints.budgetDollarsPerHour": "1"}))
     assert broke.recommendation is None and broke.infeasible[0].gate == "budget"
     assert GATES.index("inventory") < GATES.index("budget")
