@@ -108,6 +108,8 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
             if recorder is not None:
                 recorder.note(free.gpu_type, np.array([free.gpus]), have)
             if free.gpus > have:
+                # "fewer", not the count: the suggestion is part of the result, which must not change with the
+                # count within its range (as `plan._limit_reason`'s words)
                 changes.append(f"{free.gpus} {free.gpu_type} GPUs in the cluster (now fewer)")
             if req.max_replicas is not None and free.replicas > req.max_replicas:
                 changes.append(f"maxReplicas {free.replicas} (now {req.max_replicas})")

@@ -101,6 +101,8 @@ def _limit_reason(req: PlanRequest, check: int, shape: _Shape, replicas: int, gp
     key = shape.gpu.key
     return (
         f"needs {replicas} replicas of {shape.parallelism()}; maxReplicas is {req.max_replicas}",
+        # Not the count available: a result that names it changes with every count within the status's range, and
+        # the operator would write a status where only the count moved (test_the_same_answer_for_a_count_...).
         f"needs {gpus} {key}, more than are available",
         f"needs {gpus} {key}; maxGpusPerType allows {req.max_gpus_per_type.get(key)}",
         f"needs {gpus} GPUs ({replica_shape(replicas, shape.gpus, key)}); maxGpus is {req.max_gpus}",
