@@ -131,9 +131,9 @@ async def checker_probe(memo: kopf.Memo, **_: Any) -> str:
 
 @kopf.index("", "v1", "nodes")
 def gpu_nodes(name: str, labels: dict, spec: dict, status: dict, **_: Any) -> dict:
-    """One small value per GPU node (never the whole object); {} for a node without a GPU label, which also takes
-    out what the node indexed before it lost its label (kopf keeps an object's last value where a handler
-    returns None)."""
+    """One small value per GPU node (never the whole object; a node with GPUs but no product label too, to be
+    named); {} for a node without GPUs, which also takes out what it indexed before (kopf keeps an object's last
+    value where a handler returns None)."""
     info = node_gpus(name, labels, status.get("allocatable") or {}, bool(spec.get("unschedulable")),
                      status.get("conditions") or [], spec.get("taints") or [])
     return {name: info} if info is not None else {}
