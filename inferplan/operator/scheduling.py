@@ -56,8 +56,11 @@ def gpu_keys(names: tuple[str, ...]) -> frozenset[str]:
 
 
 def usable_gpu_types(spec: Mapping[str, Any]) -> frozenset[str] | None:
-    """The catalog keys of the GPU types a plan may use; None when it names none (any type)."""
-    wanted = (spec.get("constraints") or {}).get("gpuTypes")
+    """The catalog keys of the GPU types a plan may use: its constraints.gpuTypes, else the types its own
+    availableGpus lists (the only ones it considers then); None when it names none (any type)."""
+    constraints = spec.get("constraints") or {}
+    available = constraints.get("availableGpus")
+    wanted = constraints.get("gpuTypes") or (list(available) if isinstance(available, Mapping) else None)
     if not wanted:
         return None
     return gpu_keys(tuple(str(name) for name in wanted))

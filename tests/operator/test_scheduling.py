@@ -46,6 +46,12 @@ def test_the_usable_inventory_is_the_plans_gpu_types() -> None:
     assert relevant_inventory({}, [H100, L4]) == [H100, L4]
     # A name the catalog does not know selects nothing (the planner reports it; the inventory ignores it).
     assert relevant_inventory({"constraints": {"gpuTypes": ["no-such-gpu"]}}, [H100, L4]) == []
+    # Without gpuTypes, the spec's own availableGpus names the types it considers: the cluster's others are not its
+    # inventory (they were listed in its status, and rewrote it as their nodes came and went).
+    quota = {"constraints": {"availableGpus": {"NVIDIA-L4": 4}}}
+    assert usable_gpu_types(quota) == frozenset({"L4"}) and relevant_inventory(quota, [H100, L4]) == [L4]
+    both = {"constraints": {"gpuTypes": ["H100"], "availableGpus": {"NVIDIA-L4": 4}}}
+    assert usable_gpu_types(both) == frozenset({"H100-SXM5-80GB"})
 
 
 def test_an_answer_holds_while_each_count_stays_in_its_range() -> None:
