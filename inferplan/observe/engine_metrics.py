@@ -16,7 +16,8 @@ class EngineMetrics:
 
     family: str
     ttft: tuple[str, ...]                # histogram [s]: time to first token, one observation per request
-    tpot: tuple[str, ...]                # histogram [s]: inter-token latency (per token) or time per output token
+    tpot: tuple[str, ...]                # histogram [s]: time per output token, per request where the engine
+                                         # exports that (what the planner predicts), else per token (inter-token)
     e2e: tuple[str, ...]                 # histogram [s]: end-to-end request latency
     prompt_tokens: tuple[str, ...]       # histogram [tokens] per request (empty: not exported)
     output_tokens: tuple[str, ...]       # histogram [tokens] per request (empty: not exported)
@@ -31,7 +32,11 @@ class EngineMetrics:
 VLLM = EngineMetrics(
     family="vllm",
     ttft=("vllm:time_to_first_token_seconds",),
-    tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    # Per request (0.11 on: one observation per request, its decode time over its tokens after the first), the
+    # TPOT the planner predicts and SLOs state; older vLLM has only the gaps between tokens, one observation per
+    # token (both names), whose upper percentiles are the steps that carry a prompt chunk, not a request's TPOT.
+    tpot=("vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
+          "vllm:time_per_output_token_seconds"),
     e2e=("vllm:e2e_request_latency_seconds",),
     prompt_tokens=("vllm:request_prompt_tokens",),
     output_tokens=("vllm:request_generation_tokens",),
@@ -46,7 +51,7 @@ VLLM = EngineMetrics(
 SGLANG = EngineMetrics(
     family="sglang",
     ttft=("sglang:time_to_first_token_seconds",),
-    tpot=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+    tpot=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),  # per token only
     e2e=("sglang:e2e_request_latency_seconds",),
     prompt_tokens=(),
     output_tokens=(),

@@ -15,6 +15,12 @@ from inferplan.planner.quantiles import QUANTILES
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 
 
+SETTLE_SECONDS = 5.0
+"""How far before Prometheus' "now" an observation is evaluated: a sample is stamped with the time its scrape
+started but can be read only once the scrape is in, so later queries at one instant close to "now" could still
+see samples the earlier ones did not."""
+
+
 class ObserveError(Exception):
     """No usable observation; `reason` is the MetricsAvailable condition's reason."""
 
@@ -58,18 +64,30 @@ def _buckets(samples: list[Sample]) -> list[tuple[float, float]]:
 
 def read_observation(client: PrometheusClient, names: EngineMetrics, selector: Mapping[str, str], window: str,
                      min_requests: int) -> Observation:
-    """Query everything for one deployment. Raises ObserveError: PrometheusUnreachable / PrometheusBadResponse
-    (the query failed), NoMatchingSeries (nothing matches the selector), InsufficientTraffic (fewer than
-    `min_requests` requests completed in the window)."""
+    """Query everything for one deployment, every query at one instant (Prometheus' `time()` when the observation
+    starts, less SETTLE_SECONDS), so that its figures (a rate and the rate it is divided by, a count and its rate)
+    come from the same samples even where a scrape lands between two queries. Raises ObserveError:
+    PrometheusUnreachable / PrometheusBadResponse (the query failed), NoMatchingSeries (nothing matches the
+    selector), TooFewSamples (series match, but none has the two samples in the window that rate() needs),
+    InsufficientTraffic (fewer than `min_requests` requests completed in the window)."""
+    at: float | None = None
+
     def query(expr: str) -> list[Sample]:
         try:
-            return client.query(expr)
+            return client.query(expr, at)
         except PrometheusError as exc:
             raise ObserveError(exc.reason, str(exc)) from None
 
+    now = _scalar(query("time()"))  # Prometheus' clock, not ours: a skewed one would move the window
+    at = None if now is None else now - SETTLE_SECONDS
     completed = query(promql.total_increase(names.e2e, selector, window, "_count"))
     if not completed:
         labels = ", ".join(f"{k}={v!r}" for k, v in sorted(selector.items()))
+        if _scalar(query(promql.sample_count(names.e2e, selector, window, "_count"))):
+            raise ObserveError("TooFewSamples", f"{names.e2e[0]} series match {labels} in Prometheus "
+                                                f"{client.endpoint.name!r}, but none has two samples in the last "
+                                                f"{window}, which rate() needs: make observe.window at least twice "
+                                                "the scrape interval (or wait: the engine may have just started)")
         raise ObserveError("NoMatchingSeries", f"no {names.e2e[0]} series match {labels} in Prometheus "
                                                f"{client.endpoint.name!r}")
     count = _scalar(completed) or 0.0
@@ -97,12 +115,13 @@ def read_observation(client: PrometheusClient, names: EngineMetrics, selector: M
             latency_mean[metric] = total / events
 
     blocks = block_size = None
-    if names.cache_config:
-        info = query(promql.info_labels(names.cache_config, selector, ("num_gpu_blocks", "block_size")))
+    if names.cache_config:  # one series per engine (replica, or data-parallel rank) of the selected targets
+        info = query(promql.info_counts(names.cache_config, selector, ("num_gpu_blocks", "block_size"),
+                                        [f"{name}_count" for name in names.e2e]))
         try:
-            blocks = sum(int(labels["num_gpu_blocks"]) for labels, _ in info) or None
+            blocks = sum(int(labels["num_gpu_blocks"]) * round(engines) for labels, engines in info) or None
             block_size = int(info[0][0]["block_size"]) if info else None
-        except (KeyError, ValueError):
+        except (KeyError, ValueError, OverflowError):
             blocks = block_size = None
     return Observation(
         window=window,

@@ -19,6 +19,7 @@ import json
 import math
 import re
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -111,14 +112,25 @@ def load_endpoints(path: str | Path) -> dict[str, PrometheusEndpoint]:
 Sample = tuple[dict[str, str], float]  # (labels, value) of one series of an instant vector
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are answers, not directions: following one would send the query and the bearer token to an
+    address nobody configured (urllib keeps the Authorization header across hosts), and take that address's
+    answer as the endpoint's."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
 class PrometheusClient:
-    """Instant queries against one endpoint (`/api/v1/query`)."""
+    """Instant queries against one endpoint (`/api/v1/query`); redirects are not followed."""
 
     def __init__(self, endpoint: PrometheusEndpoint) -> None:
         self.endpoint = endpoint
         self._context: ssl.SSLContext | None = None
         if endpoint.url.startswith("https"):
             self._context = ssl.create_default_context(cafile=endpoint.ca_file)
+        self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=self._context), _NoRedirect)
 
     def _headers(self) -> tuple[dict[str, str], str | None]:
         """The request headers, and the bearer token in them (None without one)."""
@@ -158,10 +170,14 @@ class PrometheusClient:
         request = urllib.request.Request(f"{self.endpoint.url}/api/v1/query",
                                          data=urllib.parse.urlencode(params).encode(), headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.endpoint.timeout_seconds,
-                                        context=self._context) as response:
-                body = response.read(MAX_RESPONSE_BYTES + 1)
+            deadline = time.monotonic() + self.endpoint.timeout_seconds
+            with self._opener.open(request, timeout=self.endpoint.timeout_seconds) as response:
+                body = _read_until(response, deadline)
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:  # never followed (_NoRedirect); where to is not said: it may hold a secret
+                raise PrometheusError("PrometheusBadResponse", f"Prometheus {name!r} answered a redirect (HTTP "
+                                      f"{exc.code}), which is not followed: configure the URL it redirects "
+                                      "to") from None
             if exc.code in (400, 422):  # the query was rejected: an answer, not an outage
                 text = self._scrub(_error_text(exc), token)[:300]  # scrubbed whole: no token half cut off
                 raise PrometheusError("PrometheusBadResponse", f"Prometheus {name!r} rejected a query "
@@ -181,6 +197,23 @@ class PrometheusClient:
         if token and token.encode() in body:  # an answer echoing the token: gone before any of it is quoted
             body = body.replace(token.encode(), b"<redacted>")
         return parse_query_response(body, name)
+
+
+def _read_until(response: Any, deadline: float) -> bytes:
+    """The answer's body, at most MAX_RESPONSE_BYTES + 1 bytes of it, by `deadline` (time.monotonic()): the socket
+    timeout bounds each read, and an answer trickling in a byte at a time would otherwise take as long as it
+    likes. Raises TimeoutError past the deadline."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_RESPONSE_BYTES:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took longer than the timeout")
+        chunk = response.read1(MAX_RESPONSE_BYTES + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

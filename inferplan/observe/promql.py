@@ -86,15 +86,29 @@ def gauge_mean(names: Sequence[str], selector: Mapping[str, str], window: str) -
     return _first_of([f"avg(avg_over_time({name}{{{sel}}}[{window}]))" for name in names])
 
 
-def info_labels(names: Sequence[str], selector: Mapping[str, str], labels: Sequence[str]) -> str:
-    """The distinct values of `labels` on an info metric, e.g. vLLM's cache_config_info."""
+def sample_count(names: Sequence[str], selector: Mapping[str, str], window: str, suffix: str = "") -> str:
+    """`sum(count_over_time(NAME{suffix}[w]))`: how many samples the selected series have in the window (a
+    series needs two for rate() and increase())."""
+    _check(names, window)
+    sel = matchers(selector)
+    return _first_of([f"sum(count_over_time({name}{suffix}{{{sel}}}[{window}]))" for name in names])
+
+
+def info_counts(names: Sequence[str], selector: Mapping[str, str], labels: Sequence[str],
+                targets_of: Sequence[str]) -> str:
+    """How many series of an info metric (e.g. vLLM's cache_config_info) carry each combination of `labels`,
+    counting those of the scrape targets (`job`, `instance`) where series `targets_of` match `selector`. The
+    selector is not applied to the info metric itself: it need not carry the labels the engine's other series
+    do (vLLM's cache_config_info has no `model_name`)."""
     _check(names, "1m")
+    _check(targets_of, "1m")
     for label in labels:
         if not _LABEL_NAME.match(label):
             raise ValueError(f"not a label name: {label!r}")
     sel = matchers(selector)
     by = ", ".join(labels)
-    return _first_of([f"max by ({by}) ({name}{{{sel}}})" for name in names])
+    targets = " or ".join(f"{name}{{{sel}}}" for name in targets_of)
+    return _first_of([f"count by ({by}) ({name} and on (job, instance) ({targets}))" for name in names])
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from inferplan.observe.engine_metrics import SGLANG, VLLM
-from inferplan.observe.observation import ObserveError, read_observation
+from inferplan.observe.observation import SETTLE_SECONDS, ObserveError, read_observation
 from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
 from tests.support.engine_standin import standin_config
 from tests.support.fixtures import PrometheusFactory, StandinFactory
@@ -28,12 +28,14 @@ def test_every_name_generation_is_read_and_bad_selectors_are_told(engine_standin
         "idle": engine_standin(standin_config(labels={"model_name": "idle"}, requests_per_second=0)),
     }
     server = prometheus(list(standins.values()))
-    # Two scrapes of the idle one too: with one, rate() has no data and the reason is NoMatchingSeries.
+    # Two scrapes of the idle one too: with one, rate() has no data and the reason is TooFewSamples. An observation
+    # is evaluated SETTLE_SECONDS before Prometheus' now: the waits look at that window.
+    offset = f"offset {round(SETTLE_SECONDS)}s"
     server.wait_for_series('count_over_time({model_name="idle", __name__="vllm:e2e_request_latency_seconds_count"}'
-                           '[30s]) >= 2', timeout_s=60)
+                           f'[30s] {offset}) >= 2', timeout_s=60)
     for name in ("current", "legacy", "sglang"):  # two scrapes at least 20 requests apart: rate() has data
         server.wait_for_series(f'increase({{model_name="{name}", __name__=~".+e2e_request_latency_seconds_count"}}'
-                               f'[30s]) > 20', timeout_s=60)
+                               f'[30s] {offset}) > 20', timeout_s=60)
     client = PrometheusClient(PrometheusEndpoint("main", server.url))
     for name, names in (("current", VLLM), ("legacy", VLLM), ("sglang", SGLANG)):
         found = read_observation(client, names, {"model_name": name}, "30s", min_requests=10)

@@ -8,6 +8,7 @@ import json
 import math
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -103,3 +104,111 @@ def test_client_maps_failures_to_reasons_without_the_url(server: tuple[str, type
     down = PrometheusClient(PrometheusEndpoint("main", "http://127.0.0.1:9", None, None, 0.5))
     with pytest.raises(PrometheusError, match="'main' unreachable"):
         down.query("up")
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Another host: answers every request with a query result and records what it was sent."""
+
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def _answer(self) -> None:
+        self.seen.append((self.command, self.headers.get("Authorization")))
+        body = b'{"status":"success","data":{"resultType":"scalar","result":[1,"7"]}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Redirector(http.server.BaseHTTPRequestHandler):
+    """The configured endpoint: answers every query with a redirect (`code`) to `location`."""
+
+    location = ""
+    code = 302
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(self.code)
+        self.send_header("Location", self.location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(code: int, tmp_path) -> None:
+    """An endpoint answering with a redirect is a bad response: the client neither sends the bearer token to the
+    address the redirect names nor takes that address's answer (the operator talks to the configured endpoints
+    only, docs/security.md). urllib followed 301-303 as a GET with the Authorization header."""
+    recorder = type("R", (_Recorder,), {"seen": []})
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), recorder)
+    redirector = type("D", (_Redirector,), {"code": code})
+    endpoint = http.server.ThreadingHTTPServer(("127.0.0.1", 0), redirector)
+    redirector.location = f"http://localhost:{other.server_address[1]}/api/v1/query?query=up"
+    for httpd in (other, endpoint):
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("s3cret\n")
+        url = f"http://127.0.0.1:{endpoint.server_address[1]}"
+        client = PrometheusClient(PrometheusEndpoint("main", url, str(token), None, 5.0))
+        with pytest.raises(PrometheusError) as caught:
+            client.query("up")
+        assert recorder.seen == []
+        assert caught.value.reason == "PrometheusBadResponse"
+        assert f"redirect (HTTP {code})" in str(caught.value)
+        assert url not in str(caught.value) and "localhost" not in str(caught.value)
+    finally:
+        for httpd in (other, endpoint):
+            httpd.shutdown()
+            httpd.server_close()
+
+
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """Answers with a valid query result one byte at a time, each within the client's socket timeout, the whole
+    answer far beyond it (a proxy or an overloaded Prometheus streaming slowly)."""
+
+    pause_s = 0.1
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"status":"success","data":{"resultType":"scalar","result":[1,"2"]}}' + b" " * 200
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            for i in range(len(body)):
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+                threading.Event().wait(self.pause_s)
+        except OSError:  # the client gave up
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_answer_that_trickles_in_beyond_the_timeout_times_out() -> None:
+    """timeoutSeconds bounds the whole answer, not each read from the socket: a body arriving a byte every 0.1 s
+    (27 s in all) against a 1 s timeout is PrometheusUnreachable, timed out (it was read to its end)."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        client = PrometheusClient(PrometheusEndpoint("main", f"http://127.0.0.1:{httpd.server_address[1]}", None,
+                                                     None, 1.0))
+        with pytest.raises(PrometheusError) as caught:
+            client.query("1+1")
+        assert caught.value.reason == "PrometheusUnreachable" and "timed out" in str(caught.value)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

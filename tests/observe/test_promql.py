@@ -36,7 +36,8 @@ def test_bad_label_names_are_refused(name: str) -> None:
 
 def test_old_and_new_metric_names_are_both_queried_newest_first() -> None:
     expr = promql.bucket_rates(VLLM.tpot, {"namespace": "serving"}, "5m")
-    assert expr == ('(sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{namespace="serving"}[5m]))) or '
+    assert expr == ('(sum by (le) (rate(vllm:request_time_per_output_token_seconds_bucket{namespace="serving"}[5m])))'
+                    ' or (sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{namespace="serving"}[5m]))) or '
                     '(sum by (le) (rate(vllm:time_per_output_token_seconds_bucket{namespace="serving"}[5m])))')
 
 

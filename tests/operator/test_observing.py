@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferplan.observe.observation import Observation
+from inferplan.observe.observation import SETTLE_SECONDS, Observation
 from inferplan.observe.prometheus import PrometheusEndpoint
 from inferplan.observe.promql import Quantile
 from inferplan.operator.observing import (
@@ -346,7 +346,7 @@ def test_an_observation_is_read_in_one_step_and_assessed_in_another_process(engi
     server = prometheus([engine_standin(standin_config(labels={"model_name": "llama"}, requests_per_second=40,
                                                        latency=LATENCY))])
     server.wait_for_series('increase({model_name="llama", __name__="vllm:e2e_request_latency_seconds_count"}'
-                           '[30s]) > 20', timeout_s=60)
+                           f'[30s] offset {round(SETTLE_SECONDS)}s) > 20', timeout_s=60)  # the window observed
     data = spec()
     data["observe"] = {"prometheus": "main", "selector": {"model_name": "llama"}, "window": "30s", "minRequests": 10,
                        "calibrate": True, "current": {"gpuType": "NVIDIA-L4", "replicas": 2, "maxBatch": 64}}

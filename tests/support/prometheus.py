@@ -24,15 +24,17 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +228,25 @@ class PrometheusServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def serve_exposition(body: Callable[[], bytes]) -> http.server.ThreadingHTTPServer:
+    """An HTTP server on a free local port that answers every GET with `body()` as a Prometheus text exposition, in
+    a daemon thread; the caller stops it (`shutdown()`, `server_close()`). Its scrape target is
+    f"127.0.0.1:{server.server_address[1]}"."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            payload = body()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
