@@ -25,12 +25,22 @@ from inferplan.planner.catalog.gpus import AMD, NVIDIA, GpuVendor, parse_gpu_pro
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.spec import NETWORK_LABEL
 
-__all__ = ["AMD", "NVIDIA", "GpuVendor", "Inventory", "InventoryEntry", "NodeGpus", "build_inventory", "node_gpus"]
+__all__ = ["AMD", "NVIDIA", "GpuVendor", "Inventory", "InventoryEntry", "NodeGpus", "NodeSize", "build_inventory",
+           "node_gpus"]
 
 
 _VENDORS = (NVIDIA, AMD)  # a node labelled by both is read as NVIDIA
 
 _WHOLE_NUMBER = re.compile(r"^\s*\+?(\d+)\s*$")
+
+
+class NodeSize(BaseModel):
+    """Nodes of one GPU type with the same number of allocatable whole GPUs."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    gpus: int = Field(ge=1, description="Allocatable GPUs of the type on each of these nodes.")
+    nodes: int = Field(ge=1, description="Nodes with that many.")
 
 
 class InventoryEntry(BaseModel):
@@ -46,6 +56,16 @@ class InventoryEntry(BaseModel):
     network_gbps: float | None = Field(
         default=None, ge=0, description=f"The least {NETWORK_LABEL} label of these nodes, each GPU's network "
         "bandwidth between nodes [Gbit/s]; absent unless every node of the type has the label.")
+    node_sizes: list[NodeSize] | None = Field(
+        default=None, description="Where the nodes of the type differ in allocatable GPUs: how many nodes have each "
+        "count, most GPUs first (where replicas fit, the planner places them on these nodes); absent where every node "
+        "has gpusPerNode.")
+
+    def node_gpus(self) -> tuple[int, ...]:
+        """The GPUs of each node of the type, most first (`PlanRequest.node_gpus`)."""
+        if self.node_sizes is None:
+            return (self.gpus_per_node,) * self.nodes
+        return tuple(size.gpus for size in self.node_sizes for _ in range(size.nodes))
 
 
 @dataclass(frozen=True)
@@ -171,6 +191,11 @@ class Inventory:
         """Canonical GPU key -> most GPUs of that type on one node; PlanRequest.gpus_per_node."""
         return {entry.gpu_type: entry.gpus_per_node for entry in self.entries if entry.gpus > 0}
 
+    def node_gpus(self) -> dict[str, tuple[int, ...]]:
+        """Canonical GPU key -> the allocatable GPUs of each of its nodes, most first; PlanRequest.node_gpus (where
+        the planner places the replicas)."""
+        return {entry.gpu_type: entry.node_gpus() for entry in self.entries if entry.gpus > 0}
+
     def product_labels(self) -> dict[str, str]:
         """Canonical GPU key -> the node label value its nodes carry (`InventoryEntry.product_label`); what a
         recommendation's node selector must say to reach them (PlanRequest.product_labels)."""
@@ -228,6 +253,13 @@ def _why_skipped(node: NodeGpus) -> str:
     return ", ".join(reasons)
 
 
+def _node_sizes(counts: Sequence[int]) -> list[NodeSize] | None:
+    """The nodes by their GPU counts, most first (`InventoryEntry.node_sizes`); None where they are all the same."""
+    if min(counts) == max(counts):
+        return None
+    return [NodeSize(gpus=gpus, nodes=counts.count(gpus)) for gpus in sorted(set(counts), reverse=True)]
+
+
 def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     """Fold per-node GPU facts into the inventory.
 
@@ -235,11 +267,13 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     not part of what the plan could use); they are listed in `skipped` with the reason. A node with 0 allocatable
     GPUs contributes nothing and is listed the same way. Each type's
     `product_label` is the label value its nodes carry (the one with the most GPUs where nodes disagree on
-    the spelling), so it is the value that selects them in this cluster.
+    the spelling), so it is the value that selects them in this cluster; its `node_sizes` say how many nodes have
+    each count where they differ (`Inventory.node_gpus`: where the planner places replicas).
     """
     gpus: dict[str, int] = {}
     node_count: dict[str, int] = {}
     most_on_node: dict[str, int] = {}
+    per_node: dict[str, list[int]] = {}
     label_gpus: dict[str, dict[str, int]] = {}
     network: dict[str, list[float | None]] = {}
     unknown: set[str] = set()
@@ -264,6 +298,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
         gpus[key] = gpus.get(key, 0) + node.gpus
         node_count[key] = node_count.get(key, 0) + 1
         most_on_node[key] = max(most_on_node.get(key, 0), node.gpus)
+        per_node.setdefault(key, []).append(node.gpus)
         by_label = label_gpus.setdefault(key, {})
         by_label[node.product] = by_label.get(node.product, 0) + node.gpus
         network.setdefault(key, []).append(node.network_gbps)
@@ -275,6 +310,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
             nodes=node_count[key],
             gpus_per_node=most_on_node[key],
             network_gbps=None if None in network[key] else min(f for f in network[key] if f is not None),
+            node_sizes=_node_sizes(per_node[key]),
         )
         for key in sorted(gpus)
     )

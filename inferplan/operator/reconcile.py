@@ -2,11 +2,13 @@
 reason it could not be planned) out. The kopf handlers call this off the event loop.
 
 Which GPU types a plan considers:
-- no `constraints.gpuTypes`: the types the cluster has, limited to their counts and GPUs per node;
-- `gpuTypes` given: those the cluster has, limited to their counts (narrowing); with
+- no `constraints.gpuTypes`: the types the cluster has, limited to their counts and GPUs per node, and to the
+  replicas their nodes hold (`PlanRequest.node_gpus`: a replica's GPUs on one node, or whole nodes);
+- `gpuTypes` given: those the cluster has, limited to their counts and nodes (narrowing); with
   `planAbsentGpuTypes: true` also the ones it lacks, without an inventory limit and with a warning
   (widening: "plan for these even if absent");
-- `availableGpus` given in the spec: it replaces the inventory (the user knows better, e.g. a quota).
+- `availableGpus` given in the spec: it replaces the inventory (the user knows better, e.g. a quota), nodes
+  included: only its totals are checked.
 """
 
 from __future__ import annotations
@@ -49,9 +51,9 @@ class Outcome:
 
 def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_available: bool) -> tuple[PlanRequest,
                                                                                                        list[str]]:
-    """The request with the cluster's GPU types, counts and node sizes filled in (see the module doc). With the
-    spec's own `availableGpus` (a quota), only the node sizes and the label values the nodes carry are the
-    cluster's."""
+    """The request with the cluster's GPU types, counts, node sizes and the GPUs of each node (where replicas are
+    placed) filled in (see the module doc). With the spec's own `availableGpus` (a quota), only the node sizes and
+    the label values the nodes carry are the cluster's."""
     per_node = request.gpus_per_node | inventory.per_node()
     labels = tuple(sorted(inventory.product_labels().items()))
     if spec_has_available:
@@ -74,7 +76,7 @@ def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_ava
                                 f"{'that type' if len(absent) == 1 else 'those types'} "
                                 "(constraints.planAbsentGpuTypes plans them anyway)")
     cluster = dataclasses.replace(request, gpu_types=gpu_types, available_gpus=available, gpus_per_node=per_node,
-                                  product_labels=labels)
+                                  product_labels=labels, node_gpus=inventory.node_gpus())
     network = inventory.network_gbps(gpu_types if gpu_types is not None else available)
     if request.network_from != "plan" and network is not None:
         cluster = dataclasses.replace(cluster, network_gbps=network, network_from="nodes")

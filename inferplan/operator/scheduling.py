@@ -76,7 +76,9 @@ def relevant_inventory(spec: Mapping[str, Any], entries: Sequence[dict[str, Any]
 def inventory_holds(ranges: Sequence[Mapping[str, Any]], live: Sequence[Mapping[str, Any]]) -> bool:
     """Whether an answer made for the inventory `ranges` (a status's `inventory`: per GPU type, the counts
     within which the answer holds) still holds for the `live` entries (`relevant_inventory`): the same GPU types,
-    each with the same product label, GPUs per node and network between nodes, and a count within its range."""
+    each with the same product label, GPUs per node and network between nodes, nodes of the same counts where they
+    differ (`nodeSizes`, absent where every node has gpusPerNode: replicas are placed on them), and a count within
+    its range."""
     if len(ranges) != len(live):
         return False
     by_type = {r.get("gpuType"): r for r in ranges}
@@ -84,7 +86,8 @@ def inventory_holds(ranges: Sequence[Mapping[str, Any]], live: Sequence[Mapping[
         held = by_type.get(entry["gpuType"])
         if (held is None or "minGpus" not in held or held.get("productLabel") != entry["productLabel"]
                 or held.get("gpusPerNode") != entry["gpusPerNode"]
-                or held.get("networkGbps") != entry.get("networkGbps")):
+                or held.get("networkGbps") != entry.get("networkGbps")
+                or held.get("nodeSizes") != entry.get("nodeSizes")):
             return False
         high = held.get("maxGpus")
         if not (held["minGpus"] <= entry["gpus"] and (high is None or entry["gpus"] <= high)):

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from inferplan.operator.inventory import Inventory
+from inferplan.operator.inventory import Inventory, NodeSize
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
@@ -211,7 +211,10 @@ class Recommendation(Candidate):
 class InventoryRange(_Status):
     """A GPU type the plan may use, and the allocatable counts of it within which the plan's answer holds: a
     count that stays between minGpus and maxGpus changes nothing the planner compares, so the operator neither
-    plans again nor writes (live counts are the inferplan_cluster_gpus metric's)."""
+    plans again nor writes (live counts are the inferplan_cluster_gpus metric's). Where the type's nodes differ in
+    their counts, the answer (where replicas fit on them) holds only while they stay as `nodeSizes` records them;
+    where every node has gpusPerNode, the range alone says it (the planner compares what a placement needs in
+    whole nodes of gpusPerNode)."""
 
     gpu_type: str = Field(max_length=64, description="Canonical GPU key of the catalog.")
     product_label: str = Field(max_length=63, description="The node label value that selects these GPUs.")
@@ -222,19 +225,24 @@ class InventoryRange(_Status):
     min_gpus: int = Field(ge=0, description="The answer holds down to this many allocatable GPUs of the type.")
     max_gpus: int | None = Field(default=None, ge=0,
                                  description="The answer holds up to this many (absent: any number more).")
+    node_sizes: list[NodeSize] | None = Field(
+        default=None, max_length=128, description="Where the nodes of the type differ in allocatable GPUs: how "
+        "many nodes have each count, most GPUs first; the answer holds only while they stay so. Absent where every "
+        "node has gpusPerNode.")
 
 
 def inventory_ranges(inventory: Inventory, bounds: Mapping[str, tuple[int, int | None]]) -> list[InventoryRange]:
     """The status's `inventory`: each entry of `inventory` with the counts of its type within which the plan's
     answer holds (`bounds`, from `PlanResult.count_bounds`; a type planning compared no need with: any count of at
-    least one GPU)."""
+    least one GPU), and its nodes' counts where they differ (`InventoryEntry.node_sizes`)."""
     ranges = []
     for entry in inventory.entries:
         low, high = bounds.get(entry.gpu_type, (1, None))
         ranges.append(InventoryRange(gpu_type=entry.gpu_type, product_label=entry.product_label,
                                      gpus_per_node=entry.gpus_per_node, network_gbps=entry.network_gbps,
                                      min_gpus=min(max(low, 1), entry.gpus),
-                                     max_gpus=None if high is None else max(high, entry.gpus)))
+                                     max_gpus=None if high is None else max(high, entry.gpus),
+                                     node_sizes=entry.node_sizes))
     return ranges
 
 
@@ -581,14 +589,14 @@ def _merge_patch(old: Mapping[str, Any], new: Mapping[str, Any], *, remove: bool
     return patch
 
 
-_RANGE_KEYS = ("minGpus", "maxGpus")
+_RANGE_KEYS = ("minGpus", "maxGpus", "nodeSizes")
 
 
 def only_ranges_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-    """Whether `new` differs from `old` only in its inventory's count ranges (`minGpus`, `maxGpus`): the same
-    answer, planned again for a count outside the range `old` recorded. The operator writes no such status (a
-    write whose answer did not change is churn for whoever watches or reviews the plan) and keeps the new ranges
-    to itself (docs/operator.md, "When a plan is re-planned")."""
+    """Whether `new` differs from `old` only in its inventory's count ranges (`minGpus`, `maxGpus`, and the
+    nodes' counts `nodeSizes`): the same answer, planned again for a count outside the range `old` recorded. The
+    operator writes no such status (a write whose answer did not change is churn for whoever watches or reviews the
+    plan) and keeps the new ranges to itself (docs/operator.md, "When a plan is re-planned")."""
     if not old or set(status_patch(old, new)) != {"inventory"}:
         return False
     before, after = old.get("inventory") or [], new.get("inventory") or []
@@ -600,6 +608,12 @@ def only_ranges_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> 
 
 
 def ranges_text(inventory: Sequence[Mapping[str, Any]]) -> str:
-    """A status inventory's count ranges as a log line gives them: "L40S 20-27, H100-SXM5-80GB 16-"."""
+    """A status inventory's count ranges as a log line gives them: "L40S 20-27, H100-SXM5-80GB 16-", with the nodes'
+    counts where they differ: "L4 17-17 on 2 nodes of 8 and 1 of 1"."""
+    def sizes(entry: Mapping[str, Any]) -> str:
+        groups = [f"{g.get('nodes')} {('node of' if g.get('nodes') == 1 else 'nodes of') if i == 0 else 'of'} "
+                  f"{g.get('gpus')}" for i, g in enumerate(entry.get("nodeSizes") or [])]
+        return f" on {', '.join(groups[:-1])} and {groups[-1]}" if len(groups) > 1 else ""
+
     return ", ".join(f"{e.get('gpuType')} {e.get('minGpus')}-{'' if e.get('maxGpus') is None else e['maxGpus']}"
-                     for e in inventory)
+                     f"{sizes(e)}" for e in inventory)

@@ -119,6 +119,11 @@ class PlanRequest:
     mtp_tokens_per_step: float = 1.0    # ... the tokens a sequence emits per step on average (acceptedPerStep)
     mtp_accepted_stated: bool = False   # ... the plan stated them (else MTP_ACCEPTANCE's chain)
     product_labels: tuple[tuple[str, str], ...] = ()  # (GPU key, node label value) the cluster's nodes carry
+    # GPU key -> the whole GPUs each schedulable node of that type offers (the operator's inventory, one count per
+    # node, any order): a deployment of the type is accepted only where its replicas can be placed on these nodes
+    # (`search.core.placement`). None, or a type it leaves out: only the totals (`available_gpus`) are known, as for
+    # a plan's own constraints.availableGpus, and only they are checked.
+    node_gpus: dict[str, tuple[int, ...]] | None = None
 
 
 def cv_from_sigma(sigma: float) -> float:

@@ -31,6 +31,7 @@ from inferplan.operator.reconcile import reconcile_plan
 from inferplan.planner.catalog.gpus import resolve_gpu
 from inferplan.resource import GROUP, PLURAL, VERSION
 from tests.support.plans import LONG_PROMPTS_PD, example_spec
+from tests.support.plans import spec as plan_spec
 
 from .conftest import REPO, wait_for
 
@@ -314,6 +315,69 @@ def test_the_same_answer_for_a_count_outside_its_range_is_not_written(cluster: d
         assert kopf_run.exception is None, kopf_run.output
     finally:
         log.removeHandler(lines)
+        for name in added:
+            core.delete_node(name)
+
+
+def test_replicas_are_placed_on_the_nodes_not_only_counted(cluster: dict[str, Any]) -> None:
+    """Two nodes of 7 H100 (a node with a failed GPU reports 7) have 14 GPUs but room for one replica of TP 4 each:
+    the operator, reading the Node objects, recommends no 3 x TP 4 there (its pods would stay Pending) and says why;
+    a node of 8 more makes room, and the status records the nodes' counts, which now differ, with the answer."""
+    core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
+    product, key = "NVIDIA-H100-PCIe", "H100-PCIe-80GB"  # a type of its own: the module's other tests leave it alone
+    spec = plan_spec(gpuTypes=[product], tensorParallelSizes=[4])
+    spec["model"] = {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16"]}
+    spec["workload"]["requestsPerSecond"] = "15"
+    sevens = [NodeGpus(name, product, 7, True, True) for name in ("p7-a", "p7-b")]
+    # Only the totals known (the spec's own availableGpus), 3 x TP 4 is the answer: 12 of the 14.
+    quota = copy.deepcopy(spec)
+    quota["constraints"]["availableGpus"] = {product: 14}
+    counted = reconcile_plan(quota, build_inventory(sevens)).result
+    assert counted is not None and counted.recommendation is not None
+    assert (counted.recommendation.replicas, counted.recommendation.gpus_per_replica) == (3, 4)
+    on_two = reconcile_plan(spec, build_inventory(sevens))
+    on_three = reconcile_plan(spec, build_inventory([*sevens, NodeGpus("p8-c", product, 8, True, True)]))
+    added: list[str] = []
+
+    def add(name: str, gpus: int) -> None:
+        core.create_node(node(name, product, gpus))
+        added.append(name)
+        core.patch_node_status(name, {"status": node(name, product, gpus)["status"]})
+
+    def fits(status: dict[str, Any], nodes: list[int]) -> bool:
+        rec = status["recommendation"]
+        return rec["replicas"] <= sum(n // rec["gpusPerReplica"] for n in nodes)
+
+    try:
+        add("p7-a", 7)
+        add("p7-b", 7)
+        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("placed", spec))
+        with runner() as kopf_run:
+            first = wait_for(lambda: planned(cluster, "placed"), timeout_s=60)["status"]
+            assert "recommendation" not in first, first["recommendation"]
+            assert on_two.result is not None and on_two.result.recommendation is None
+            nodes = next(i for i in first["infeasible"] if i["gate"] == "nodes")
+            assert nodes["reason"] == (f"needs 3 replicas of 4 x {key}, which do not fit on the nodes: a node of 7 "
+                                       f"{key} holds 1 of them, so they need 3 nodes, more than there are")
+            low, high = on_two.bounds[key]
+            # Nodes of one count: no nodeSizes, the range alone (a third node of 7 is outside it).
+            assert first["inventory"] == [{"gpuType": key, "productLabel": product, "gpusPerNode": 7,
+                                           "minGpus": max(low, 1), "maxGpus": high}]
+            assert high is not None and high < 21
+            add("p8-c", 8)
+
+            def answered() -> dict[str, Any] | None:
+                status = get(cluster, "placed").get("status", {})
+                return status if status.get("recommendation") else None
+
+            status = wait_for(answered, timeout_s=60)
+            expected = on_three.result.recommendation if on_three.result else None
+            assert expected is not None and (expected.replicas, expected.gpus_per_replica) == (3, 4)
+            assert (status["recommendation"]["replicas"], status["recommendation"]["gpusPerReplica"]) == (3, 4)
+            assert fits(status, [8, 7, 7])
+            assert status["inventory"][0]["nodeSizes"] == [{"gpus": 8, "nodes": 1}, {"gpus": 7, "nodes": 2}]
+        assert kopf_run.exception is None, kopf_run.output
+    finally:
         for name in added:
             core.delete_node(name)
 

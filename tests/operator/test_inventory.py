@@ -137,6 +137,19 @@ def test_sums_per_type_and_max_per_node() -> None:
     assert inventory.warnings() == []
 
 
+def test_the_gpus_of_each_node_are_kept_and_recorded_where_the_nodes_differ() -> None:
+    """Where replicas go (`PlanRequest.node_gpus`): each node's GPUs, and where a type's nodes differ, how many
+    nodes have each count (`node_sizes`, which the status records: an answer holds only while they stay so)."""
+    inventory = build_inventory([node("a", H100, 7), node("b", H100, 8), node("c", H100, 7), node("d", "NVIDIA-L4", 4),
+                                 node("e", "NVIDIA-L4", 4), node("f", H100, 0)])
+    assert inventory.node_gpus() == {"H100-SXM5-80GB": (8, 7, 7), "L4": (4, 4)}
+    h100, l4 = inventory.entries
+    assert [s.model_dump(by_alias=True) for s in h100.node_sizes or []] == [{"gpus": 8, "nodes": 1},
+                                                                            {"gpus": 7, "nodes": 2}]
+    assert l4.node_sizes is None and l4.model_dump(by_alias=True)["nodeSizes"] is None  # one count: gpusPerNode
+    assert (h100.gpus, h100.nodes, h100.gpus_per_node) == (22, 3, 8)
+
+
 def test_unschedulable_and_not_ready_nodes_do_not_count() -> None:
     inventory = build_inventory([
         node("a", H100, 8), node("b", H100, 8, schedulable=False), node("c", H100, 8, ready=False),
@@ -234,6 +247,9 @@ def test_inventory_counts_exactly_the_whole_known_gpus_on_usable_nodes(nodes: li
     assert inventory.total_gpus == sum(n.gpus for n in counted)
     for entry in inventory.entries:
         assert 0 < entry.gpus_per_node <= entry.gpus and entry.nodes >= 1
+        each = entry.node_gpus()
+        assert len(each) == entry.nodes and sum(each) == entry.gpus and max(each) == entry.gpus_per_node
+        assert (entry.node_sizes is None) == (min(each) == max(each))
     assert list(inventory.available()) == sorted(inventory.available())
     assert build_inventory(reversed(nodes)) == inventory  # order of the index does not matter
 

@@ -65,6 +65,32 @@ def test_the_answer_is_the_same_for_every_count_within_its_bounds() -> None:
     assert reconcile_plan(spec(availableGpus={"NVIDIA-H100-80GB-HBM3": 24}), CLUSTER).bounds == {}
 
 
+def test_the_replicas_are_placed_on_the_clusters_nodes() -> None:
+    """Two nodes of 7 H100 (a failed GPU each): 14 GPUs, but one replica of TP 4 a node. Only the totals known (the
+    spec's own availableGpus) it recommends 3 x TP 4; from the nodes, never more than it can place."""
+    seventy = {**spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"], tensorParallelSizes=[4]),
+               "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16"]},
+               "workload": {**SPEC["workload"], "requestsPerSecond": "25"}, "verify": False}
+    sevens = build_inventory(sevens_nodes())
+    quota = {**seventy, "constraints": {**seventy["constraints"], "availableGpus": {"NVIDIA-H100-80GB-HBM3": 14}}}
+    counted = reconcile_plan(quota, sevens).result.recommendation
+    assert counted is not None and (counted.replicas, counted.gpus_per_replica) == (3, 4)
+    placed = reconcile_plan(seventy, sevens)
+    assert all(c.replicas * c.gpus_per_replica <= 8 for c in [placed.result.recommendation,
+                                                              *placed.result.alternatives] if c is not None)
+    assert any(i.gate == "nodes" and "3 replicas of 4 x H100-SXM5-80GB" in i.reason for i in placed.result.infeasible)
+    assert placed.bounds == {"H100-SXM5-80GB": (14, 15)}  # a third node of 7 (21) is planned again
+    # A node of 8 more holds the third replica.
+    eight = NodeGpus("c", "NVIDIA-H100-80GB-HBM3", 8, True, True)
+    grown = reconcile_plan(seventy, build_inventory([*sevens_nodes(), eight]))
+    rec = grown.result.recommendation
+    assert rec is not None and (rec.replicas, rec.gpus_per_replica) == (3, 4)
+
+
+def sevens_nodes() -> list[NodeGpus]:
+    return [NodeGpus(n, "NVIDIA-H100-80GB-HBM3", 7, True, True) for n in "ab"]
+
+
 def test_the_nodes_network_label_prices_the_network_unless_the_plan_gives_it() -> None:
     """A plan whose replicas may span nodes takes its network from the GPU nodes' inferplan.io/network-gbps label
     (the slowest), says so in its assumptions, and prices TP over the nodes by it; the plan's own networkGbps wins."""

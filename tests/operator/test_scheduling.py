@@ -72,6 +72,14 @@ def test_an_answer_holds_while_each_count_stays_in_its_range() -> None:
     assert not inventory_holds([{**L4_HELD, "networkGbps": 100.0}], [{**L4, "networkGbps": None}])
     assert inventory_holds([{**L4_HELD, "networkGbps": 100.0}], [{**L4, "networkGbps": 100.0}])
     assert inventory_holds([L4_HELD], [{**L4, "networkGbps": None}])  # unlabelled as before
+    # Nodes of different counts (where replicas are placed): the answer holds for the same nodes only.
+    sizes = [{"gpus": 4, "nodes": 1}, {"gpus": 3, "nodes": 1}]
+    assert inventory_holds([{**L4_HELD, "nodeSizes": sizes}], [{**L4, "gpus": 7, "nodeSizes": sizes}])
+    assert not inventory_holds([{**L4_HELD, "nodeSizes": sizes}], [{**L4, "gpus": 7, "nodes": 2, "nodeSizes": None}])
+    assert not inventory_holds([L4_HELD], [{**L4, "gpus": 7, "nodeSizes": sizes}])
+    assert not inventory_holds([{**L4_HELD, "nodeSizes": sizes}],
+                               [{**L4, "gpus": 6, "nodeSizes": [{"gpus": 4, "nodes": 1}, {"gpus": 2, "nodes": 1}]}])
+    assert inventory_holds([L4_HELD], [{**L4, "gpus": 4, "nodeSizes": None}])  # one count, as before
     # A status written before the ranges (live counts, no minGpus) holds for nothing.
     assert not inventory_holds([L4], [L4])
     assert inventory_holds([], [])

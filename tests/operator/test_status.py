@@ -135,9 +135,11 @@ def test_feasible_result() -> None:
     assert new["recommendation"] == c.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert len(new["alternatives"]) == len(result.alternatives)
     assert [e["gpuType"] for e in new["inventory"]] == ["H100-SXM5-80GB", "L4"]
-    # No count bounds from planning: the answer holds for any count of at least one GPU.
+    # No count bounds from planning: the answer holds for any count of at least one GPU (on nodes of 8 and 4, which
+    # differ: their counts are recorded).
     assert new["inventory"][0] == {"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3",
-                                   "gpusPerNode": 8, "minGpus": 1}
+                                   "gpusPerNode": 8, "minGpus": 1,
+                                   "nodeSizes": [{"gpus": 8, "nodes": 1}, {"gpus": 4, "nodes": 1}]}
     assert new["warnings"] == [*result.warnings, *cluster().warnings()]
     assert PlanStatus.model_validate(new).model_dump(by_alias=True, exclude_none=True, mode="json") == new
 
@@ -353,13 +355,27 @@ def test_the_status_records_the_counts_its_answer_holds_in_not_the_live_ones() -
     first = next_status(None, generation=1, now=T0, planner_version="0.1.0", inventory=cluster(),
                         result=feasible_result(), error=None, bounds=bounds)
     assert first["inventory"][0] == {"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3",
-                                     "gpusPerNode": 8, "minGpus": 4, "maxGpus": 15}
+                                     "gpusPerNode": 8, "minGpus": 4, "maxGpus": 15,
+                                     "nodeSizes": [{"gpus": 8, "nodes": 1}, {"gpus": 4, "nodes": 1}]}
     assert first["inventory"][1]["minGpus"] == 1 and "maxGpus" not in first["inventory"][1]
-    # Two more H100 (14, within 4-15): the same answer writes nothing.
+    # Two more H100 (14, within 4-15) on a node of 2: the nodes differ from those recorded (their counts, where replicas
+    # are placed), so the answer is planned again; the same answer moves only the ranges and is not written.
     grown = build_inventory([*cluster_nodes(), NodeGpus("e", "NVIDIA-H100-80GB-HBM3", 2, True, True)])
     again = next_status(first, generation=1, now=T1, planner_version="0.1.0", inventory=grown,
                         result=feasible_result(), error=None, bounds=bounds)
-    assert status_patch(first, again) == {}
+    assert again["inventory"][0]["nodeSizes"] == [{"gpus": 8, "nodes": 1}, {"gpus": 4, "nodes": 1},
+                                                  {"gpus": 2, "nodes": 1}]
+    assert status_patch(first, again).keys() == {"inventory"} and only_ranges_moved(first, again)
+    # On nodes of one count no node counts are recorded: another such node within the range writes nothing.
+    uniform = [NodeGpus(name, "NVIDIA-H100-80GB-HBM3", 8, True, True) for name in "ab"]
+    two = next_status(None, generation=1, now=T0, planner_version="0.1.0", inventory=build_inventory(uniform),
+                      result=feasible_result(), error=None, bounds={"H100-SXM5-80GB": (8, 31)})
+    assert two["inventory"][0] == {"gpuType": "H100-SXM5-80GB", "productLabel": "NVIDIA-H100-80GB-HBM3",
+                                   "gpusPerNode": 8, "minGpus": 8, "maxGpus": 31}
+    three = build_inventory([*uniform, NodeGpus("c", "NVIDIA-H100-80GB-HBM3", 8, True, True)])
+    assert status_patch(two, next_status(two, generation=1, now=T1, planner_version="0.1.0", inventory=three,
+                                         result=feasible_result(), error=None,
+                                         bounds={"H100-SXM5-80GB": (8, 31)})) == {}
 
 
 def test_a_status_that_moves_only_its_count_ranges_is_told_apart_from_a_new_answer() -> None:
@@ -371,7 +387,7 @@ def test_a_status_that_moves_only_its_count_ranges_is_told_apart_from_a_new_answ
     first = answer({"H100-SXM5-80GB": (4, 15), "L4": (1, None)})
     assert only_ranges_moved(first, answer({"H100-SXM5-80GB": (8, 23), "L4": (1, None)}))
     assert ranges_text(answer({"H100-SXM5-80GB": (8, 23), "L4": (1, None)})["inventory"]) == \
-        "H100-SXM5-80GB 8-23, L4 1-"
+        "H100-SXM5-80GB 8-23 on 1 node of 8 and 1 of 4, L4 1-"
     assert not only_ranges_moved(first, first)  # nothing moved: nothing to write either way
     assert not only_ranges_moved(None, first)  # the first answer is written
     # Another answer, another GPU type, another node size: written.

@@ -26,6 +26,7 @@ from inferplan.planner.search.annotate import (
 )
 from inferplan.planner.search.core import (
     _COUNTED,
+    pools_placed,
 )
 from inferplan.planner.search.grid import (
     CONTEXT_WARN_SHARE,
@@ -91,8 +92,8 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
         return answer(changed).recommendation
 
     if types:
-        free = best(replace(req, gpu_types=types, available_gpus=None, max_gpus=None, max_gpus_per_type={},
-                            max_replicas=None, budget_usd_per_hour=None))
+        free = best(replace(req, gpu_types=types, available_gpus=None, node_gpus=None, max_gpus=None,
+                            max_gpus_per_type={}, max_replicas=None, budget_usd_per_hour=None))
         if free is not None:
             changes = []
             if req.budget_usd_per_hour is not None and free.cost.dollars_per_hour > req.budget_usd_per_hour:
@@ -111,12 +112,21 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
                 # "fewer", not the count: the suggestion is part of the result, which must not change with the
                 # count within its range (as `plan._limit_reason`'s words)
                 changes.append(f"{free.gpus} {free.gpu_type} GPUs in the cluster (now fewer)")
+            # Its replicas on the nodes of their type (both pools' together where they share one): where they do not
+            # fit, room for them, in words that name no count of nodes (as above).
+            pools: dict[str, list[tuple[int, int]]] = {}
+            for pool in free.roles or [free]:
+                pools.setdefault(pool.gpu_type, []).append((pool.replicas, pool.gpus_per_replica))
+            for key, pooled in pools.items():
+                if not pools_placed(req, key, pooled):
+                    shapes = " and ".join(replica_shape(r, g, key) for r, g in pooled)
+                    changes.append(f"room for {shapes} on the cluster's nodes (now less)")
             if req.max_replicas is not None and free.replicas > req.max_replicas:
                 changes.append(f"maxReplicas {free.replicas} (now {req.max_replicas})")
             if changes:
                 out.append(f"limits: {'; '.join(changes)} gives {_describe(free)}")
     if req.gpu_types or req.available_gpus is not None:
-        other = best(replace(req, gpu_types=None, available_gpus=None))
+        other = best(replace(req, gpu_types=None, available_gpus=None, node_gpus=None))
         if other is not None and other.gpu_type not in types:
             out.append(f"GPU type: {_describe(other)} meets every target (a type this plan does not consider)")
     out += [line for line in (_precision_suggestion(req, best), _kv_suggestion(req, best), _tp_suggestion(req, best),

@@ -342,6 +342,134 @@ def recording() -> Iterator[CountBounds]:
         _COUNTED.reset(token)
 
 
+# Placement on the cluster's nodes (`PlanRequest.node_gpus`). What is assumed:
+# - A replica is pods of equal size, each on one node: one pod of all its GPUs where they fit in a node (GPUs of one
+#   pod are never split over nodes), else one pod per node it spans (`replica_pods`: TP over nodes or pipeline
+#   stages, the grid's whole nodes of `gpus_per_node`, as the rendered LeaderWorkerSet runs them).
+# - A node of n free GPUs holds floor(n / s) pods of s GPUs; any pods a replica needs may go on any nodes with room,
+#   so the nodes hold floor(slots / k) replicas of k pods (`pod_slots`). Over nodes each pod is a whole node of the
+#   most GPUs one has, so a node holds one at most. The nodes' network (racks, switches) is not looked at.
+# - Pools that share a GPU type (a disaggregated pair's prefill and decode) are placed largest pods first: each pod
+#   of s GPUs takes at most ceil(s / t) of the slots for pods of t <= s GPUs. Where one size divides the other (the
+#   TP sizes are powers of two) that is exact; otherwise it may refuse a pair that would fit, never accept one that
+#   would not (`pools_placed`).
+# - The nodes' counts are the GPUs nothing else uses: the operator counts allocatable GPUs, so pods already running
+#   on them (the deployment's own, when it runs) are not subtracted.
+# The count ranges (`CountBounds`): where every node of the type has the same count p, as many nodes as a placement
+# needs (times p) is compared with the available count, exact for any number of such nodes; where the nodes differ,
+# nothing is noted, and the operator keeps an answer only while the nodes' counts stay the same (the status
+# inventory's `nodeSizes`).
+
+
+def replica_pods(gpus_per_replica: NDArray[np.int_], per_node: int) -> tuple[NDArray[np.int_], NDArray[np.int_]]:
+    """(pods of one replica, GPUs of each pod) of replicas of `gpus_per_replica` GPUs on nodes of at most `per_node`
+    (`PlanRequest.gpus_per_node`): one pod where a replica's GPUs fit in a node, else one per node it spans, each of
+    an equal share (the grid's replicas over nodes are whole nodes of `per_node`: `Candidate.nodes_per_replica`)."""
+    g = np.asarray(gpus_per_replica, dtype=int)
+    per_node = max(int(per_node), 1)
+    pods = np.where(g <= per_node, 1, -(-g // per_node))
+    return pods, -(-g // pods)
+
+
+def pod_slots(nodes: Sequence[int], size: NDArray[np.int_]) -> NDArray[np.int_]:
+    """Per pod size in `size`: how many pods of that many GPUs the nodes (their free GPUs, `nodes`) hold, each node
+    floor(n / size)."""
+    sizes = np.maximum(np.asarray(size, dtype=int), 1)
+    counts = np.asarray(nodes, dtype=int)
+    if not len(sizes) or not len(counts):
+        return np.zeros(len(sizes), dtype=int)
+    unique, back = np.unique(sizes, return_inverse=True)
+    return (counts[None, :] // unique[:, None]).sum(axis=1)[back.reshape(-1)]
+
+
+def _uniform(nodes: Sequence[int]) -> bool:
+    """Whether every node has the same count (the operator then records no `nodeSizes`)."""
+    return len(nodes) > 0 and min(nodes) == max(nodes)
+
+
+def _note_placement(key: str, nodes: Sequence[int], pods: NDArray[np.int_], size: NDArray[np.int_]) -> None:
+    """Record placement comparisons (`pods` of `size` GPUs against the nodes' slots) for the count ranges: on nodes
+    of one count p, as the GPUs of the nodes they need (ceil(pods / floor(p / size)) x p), against the nodes' GPUs;
+    on nodes that differ, nothing (their counts must stay as they are for an answer to hold)."""
+    recorder = _COUNTED.get()
+    if recorder is None or not _uniform(nodes):
+        return
+    p = int(nodes[0])
+    per = p // np.maximum(np.asarray(size, dtype=int), 1)
+    fits_some = per > 0  # a pod larger than every node never fits, whatever the number of nodes
+    needed = -(-np.asarray(pods, dtype=int)[fits_some] // per[fits_some])
+    recorder.note(key, needed * p, p * len(nodes))
+
+
+def placement(req: PlanRequest, key: str, replicas: NDArray[np.int_], gpus_per_replica: NDArray[np.int_]
+              ) -> NDArray[np.bool_] | None:
+    """Per row: whether `replicas` replicas of `gpus_per_replica` GPUs of `key` can be placed on the nodes of that
+    type (`PlanRequest.node_gpus`; the assumptions above); None where their counts are not known."""
+    nodes = (req.node_gpus or {}).get(key)
+    if nodes is None:
+        return None
+    pods, size = replica_pods(gpus_per_replica, req.gpus_per_node.get(key, 8))
+    need = np.asarray(replicas, dtype=int) * pods
+    _note_placement(key, nodes, need, size)
+    return need <= pod_slots(nodes, size)
+
+
+def pools_placed(req: PlanRequest, key: str, pools: Sequence[tuple[int, int]]) -> bool:
+    """Whether pools of (replicas, GPUs per replica) of one GPU type `key` can be placed together on its nodes
+    (`PlanRequest.node_gpus`; True where their counts are not known): the largest pods first, each pod of s GPUs
+    taking at most ceil(s / t) slots of t GPUs from the smaller ones (exact where the sizes divide each other)."""
+    nodes = (req.node_gpus or {}).get(key)
+    if nodes is None:
+        return True
+    per_node = req.gpus_per_node.get(key, 8)
+    counted: list[tuple[int, int]] = []  # (pod size, pods), largest first
+    for replicas, gpus in pools:
+        pods, size = (int(v[0]) for v in replica_pods(np.array([gpus]), per_node))
+        counted.append((size, replicas * pods))
+    counted.sort(reverse=True)
+    for j, (size, _) in enumerate(counted):
+        need = sum(pods * -(-larger // size) for larger, pods in counted[:j + 1])
+        _note_placement(key, nodes, np.array([need]), np.array([size]))
+        if need > int(pod_slots(nodes, np.array([size]))[0]):
+            return False
+    return True
+
+
+def nodes_words(key: str, nodes: Sequence[int]) -> str:
+    """The nodes of a GPU type by their counts, in words: "nodes of 8, 7 and 7 H100-SXM5-80GB"; over 6 nodes by
+    count, "1990 nodes of 8 and 10 of 7 H100-SXM5-80GB"."""
+    ordered = sorted((int(n) for n in nodes), reverse=True)
+    if len(ordered) <= 6:
+        listed = [str(n) for n in ordered]
+        return f"nodes of {listed[0] if len(listed) == 1 else ', '.join(listed[:-1]) + ' and ' + listed[-1]} {key}"
+    groups = [(size, ordered.count(size)) for size in sorted(set(ordered), reverse=True)]
+    parts = [f"{count} nodes of {size}" if i == 0 else f"{count} of {size}" for i, (size, count) in enumerate(groups)]
+    return f"{', '.join(parts[:-1]) + ' and ' + parts[-1] if len(parts) > 1 else parts[0]} {key}"
+
+
+def placement_words(req: PlanRequest, key: str, replicas: int, gpus_per_replica: int) -> str:
+    """Why `replicas` replicas of `gpus_per_replica` GPUs of `key` cannot be placed on its nodes, in words. On nodes
+    of one count, what they need and never the nodes there are, which may change within the answer's count range
+    (as `plan._limit_reason`'s words); on nodes that differ, their counts, which may not."""
+    nodes = (req.node_gpus or {}).get(key) or ()
+    pods, size = (int(v[0]) for v in replica_pods(np.array([gpus_per_replica]), req.gpus_per_node.get(key, 8)))
+    spans = "each replica's GPUs on one node" if pods == 1 else f"each replica on {pods} nodes of {size} GPUs"
+    if not nodes:
+        return f"there is no node of {key}"
+    if not _uniform(nodes):
+        fit = int(pod_slots(nodes, np.array([size]))[0]) // pods
+        return f"only {fit} fit on {nodes_words(key, nodes)} ({spans})"
+    p = int(nodes[0])
+    per = p // size
+    if per == 0:
+        return f"a pod of {size} GPUs is more than a node of {p} {key} has ({spans})"
+    needed = -(-replicas * pods // per)
+    holds = (f"a node of {p} {key} holds {per} of them" if pods == 1 else
+             f"each spans {pods} whole nodes of {p} {key}" if per == 1 else
+             f"each is {pods} pods of {size} GPUs, {per} to a node of {p} {key}")
+    return f"{holds}, so they need {needed} nodes, more than there are"
+
+
 def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[np.intp], replicas: NDArray[np.int_],
                   gpus: NDArray[np.int_], cost: NDArray[np.float64]) -> NDArray[np.intp]:
     """Per row (of GPU type `gpu_types[gpu]`): the first of `LIMIT_CHECKS` it breaks, -1 where it breaks none."""
@@ -354,9 +482,16 @@ def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[n
         for t, g in enumerate(gpu_types):
             if g.key in available:
                 recorder.note(g.key, gpus[gpu == t], available[g.key])
+    placed = np.ones(len(replicas), dtype=bool)
+    for t, g in enumerate(gpu_types):
+        mine = np.flatnonzero(gpu == t)
+        if len(mine) and req.node_gpus and g.key in req.node_gpus:
+            fits = placement(req, g.key, replicas[mine], gpus[mine] // np.maximum(replicas[mine], 1))
+            placed[mine] = True if fits is None else fits
     broken = [
         replicas > cap(req.max_replicas),
         gpus > np.array([available.get(g.key, math.inf) for g in gpu_types])[gpu],
+        ~placed,
         gpus > np.array([req.max_gpus_per_type.get(g.key, math.inf) for g in gpu_types])[gpu],
         gpus > cap(req.max_gpus),
         cost > cap(req.budget_usd_per_hour),

@@ -59,6 +59,7 @@ from inferplan.planner.search.core import (
     kv_hint,
     node_selector,
     output_tokens_per_hour,
+    pools_placed,
 )
 from inferplan.planner.search.core import (
     _candidate as aggregated_candidate,
@@ -382,8 +383,9 @@ def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[n
 def _within_limits(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_replicas: int, dec: int,
                    dec_replicas: int) -> bool:
     """Whether the pair breaks none of the plan's limits: replicas per pool; GPUs of a type (both pools' when
-    they share it) against what is available and maxGpusPerType; all GPUs against maxGpus; cost against the
-    budget. Each need compared with an available count is recorded for the count ranges (`count_bounds`)."""
+    they share it) against what is available, the replicas on the nodes of their type (both pools' together when
+    they share it, `pools_placed`) and maxGpusPerType; all GPUs against maxGpus; cost against the budget. Each
+    need compared with an available count is recorded for the count ranges (`count_bounds`)."""
     need: dict[str, int] = {}
     for row, replicas in ((pre, pre_replicas), (dec, dec_replicas)):
         key = grid.gpus[grid.gpu[rows.shape[row]]].key
@@ -397,8 +399,15 @@ def _within_limits(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_rep
                 recorder.note(key, np.array([gpus]), available[key])
     if req.max_replicas is not None and max(pre_replicas, dec_replicas) > req.max_replicas:
         return False
-    if any(gpus > min(available.get(key, math.inf), req.max_gpus_per_type.get(key, math.inf))
-           for key, gpus in need.items()):
+    if any(gpus > available.get(key, math.inf) for key, gpus in need.items()):
+        return False
+    # The pools' replicas on the nodes of their types, together where both pools share one (`core.pools_placed`).
+    pools: dict[str, list[tuple[int, int]]] = {}
+    for row, replicas in ((pre, pre_replicas), (dec, dec_replicas)):
+        pools.setdefault(grid.gpus[grid.gpu[rows.shape[row]]].key, []).append((replicas, int(rows.tp[row])))
+    if not all(pools_placed(req, key, pooled) for key, pooled in pools.items()):
+        return False
+    if any(gpus > req.max_gpus_per_type.get(key, math.inf) for key, gpus in need.items()):
         return False
     if req.max_gpus is not None and sum(need.values()) > req.max_gpus:
         return False

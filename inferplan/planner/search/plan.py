@@ -67,7 +67,10 @@ from inferplan.planner.search.core import (
     limit_words,
     ms_text,
     output_tokens_per_hour,
+    placement_words,
+    pod_slots,
     recording,
+    replica_pods,
 )
 from inferplan.planner.search.grid import (
     CONTEXT_WARN_SHARE,
@@ -90,8 +93,9 @@ from inferplan.planner.search.select import (
     tag_candidates,
 )
 
-# The limits checked after the SLOs, in order: the gate each reports.
-LIMIT_CHECKS = ("maxReplicas", "inventory", "maxGpus", "maxGpus", "budget")
+# The limits checked after the SLOs, in order: the gate each reports ("nodes": the GPUs are there, but the replicas
+# do not fit on the nodes of their GPU type, `core.placement`).
+LIMIT_CHECKS = ("maxReplicas", "inventory", "nodes", "maxGpus", "maxGpus", "budget")
                              # are one choice: only the first (cheapest, most headroom) is shown
 _NONE = np.zeros(0, dtype=np.intp)
 _EMPTY = np.zeros(0)
@@ -100,14 +104,16 @@ _EMPTY = np.zeros(0)
 def _limit_reason(req: PlanRequest, check: int, shape: _Shape, replicas: int, gpus: int, cost: float) -> str:
     key = shape.gpu.key
     return (
-        f"needs {replicas} replicas of {shape.parallelism()}; maxReplicas is {req.max_replicas}",
+        lambda: f"needs {replicas} replicas of {shape.parallelism()}; maxReplicas is {req.max_replicas}",
         # Not the count available: a result that names it changes with every count within the status's range, and
         # the operator would write a status where only the count moved (test_the_same_answer_for_a_count_...).
-        f"needs {gpus} {key}, more than are available",
-        f"needs {gpus} {key}; maxGpusPerType allows {req.max_gpus_per_type.get(key)}",
-        f"needs {gpus} GPUs ({replica_shape(replicas, shape.gpus, key)}); maxGpus is {req.max_gpus}",
-        f"{gpus} x {key} cost ${cost:.2f}/h; the budget is ${req.budget_usd_per_hour or 0.0:.2f}/h",
-    )[check]
+        lambda: f"needs {gpus} {key}, more than are available",
+        lambda: (f"needs {replicas} replicas of {shape.parallelism()}, which do not fit on the nodes: "
+                 f"{placement_words(req, key, replicas, shape.gpus)}"),
+        lambda: f"needs {gpus} {key}; maxGpusPerType allows {req.max_gpus_per_type.get(key)}",
+        lambda: f"needs {gpus} GPUs ({replica_shape(replicas, shape.gpus, key)}); maxGpus is {req.max_gpus}",
+        lambda: f"{gpus} x {key} cost ${cost:.2f}/h; the budget is ${req.budget_usd_per_hour or 0.0:.2f}/h",
+    )[check]()
 
 
 def _search_rates(rows: _Rows) -> NDArray[np.bool_]:
@@ -351,14 +357,17 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
 def _limit_miss(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[np.intp], replicas: NDArray[np.int_],
                 gpus: NDArray[np.int_], cost: NDArray[np.float64], check: NDArray[np.intp]) -> NDArray[np.float64]:
     """Per row, the need over the limit `check` says it breaks (`_limit_checks`; 1 where it breaks none): replicas
-    over maxReplicas, GPUs over those available, maxGpusPerType or maxGpus, cost over the budget."""
+    over maxReplicas, GPUs over those available, pods over the slots the nodes have for them (half a slot where
+    they have none), GPUs over maxGpusPerType or maxGpus, cost over the budget."""
     def cap(value: float | None) -> float:
         return math.inf if value is None else max(value, 1e-12)
 
     available = req.available_gpus or {}
-    need = [replicas, gpus, gpus, gpus, cost]
+    pods, slots = _placement_need(req, gpu_types, gpu, replicas, gpus)
+    need = [replicas, gpus, pods, gpus, gpus, cost]
     limit = [np.full(len(replicas), cap(req.max_replicas)),
              np.array([cap(available.get(g.key)) for g in gpu_types])[gpu],
+             np.maximum(slots, 0.5),
              np.array([cap(req.max_gpus_per_type.get(g.key)) for g in gpu_types])[gpu],
              np.full(len(replicas), cap(req.max_gpus)),
              np.full(len(replicas), cap(req.budget_usd_per_hour))]
@@ -367,6 +376,23 @@ def _limit_miss(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[np.
         mine = check == k
         out[mine] = need[k][mine] / limit[k][mine]
     return out
+
+
+def _placement_need(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[np.intp], replicas: NDArray[np.int_],
+                    gpus: NDArray[np.int_]) -> tuple[NDArray[np.int_], NDArray[np.float64]]:
+    """Per row: the pods its replicas need and the slots the nodes of its GPU type have for pods of their size
+    (`core.replica_pods`, `core.pod_slots`; inf where the nodes' counts are not known)."""
+    pods = np.array(replicas, dtype=int)
+    slots = np.full(len(replicas), math.inf)
+    for t, g in enumerate(gpu_types):
+        nodes = (req.node_gpus or {}).get(g.key)
+        mine = np.flatnonzero(gpu == t)
+        if nodes is None or not len(mine):
+            continue
+        per_replica, size = replica_pods(gpus[mine] // np.maximum(replicas[mine], 1), req.gpus_per_node.get(g.key, 8))
+        pods[mine] = replicas[mine] * per_replica
+        slots[mine] = pod_slots(nodes, size)
+    return pods, slots
 
 
 def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected: list[_Rejections],

@@ -32,8 +32,9 @@ from inferplan.planner.search.grid import (
     pipeline_possible,
 )
 
-GATES = ("parallelism", "placement", "memory", "precision", "slo", "utilization", "maxReplicas", "inventory",
+GATES = ("parallelism", "placement", "memory", "precision", "slo", "utilization", "maxReplicas", "inventory", "nodes",
          "maxGpus", "budget", "verify")  # verify: the simulator's check (inferplan.planner.simulation.verification)
+# (nodes: the replicas do not fit on the cluster's nodes of their GPU type, `core.placement`)
 
 
 SHAPE_GATES = frozenset(GATES[:4])  # gates of a whole shape (every batch cap); the later ones are per row
