@@ -241,7 +241,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from inferplan.planner.results import replica_shape
     from inferplan.planner.simulation.simulate import read_trace
-    from inferplan.planner.simulation.verification import compare, planned, simulate_candidate
+    from inferplan.planner.simulation.verification import compare, planned, served_max_len, simulate_candidate
 
     request = _load_plan(args.file)
     if request is None:
@@ -260,10 +260,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if candidate is None:
         print("inferplan: the plan has no feasible deployment to simulate (see inferplan plan)", file=sys.stderr)
         return 1
-    if trace is not None and not candidate.roles:
-        from inferplan.planner.search.annotate import deployment_of
-
-        max_len = deployment_of(request, candidate, factors).settings.max_model_len
+    if candidate.roles and args.router != "round_robin":
+        print(f"inferplan: the prefill and decode pools are simulated round robin (as the rendered sglang-router "
+              f"spreads them), not {args.router}: --router applies to aggregated replicas", file=sys.stderr)
+    if trace is not None:
+        max_len = served_max_len(request, candidate, factors)
         over = int(((trace.prompt_tokens + trace.output_tokens) > max_len).sum())
         if over:
             print(f"inferplan: {over} of the trace's {len(trace)} requests exceed the deployment's max_model_len "
@@ -549,8 +550,8 @@ def _read_deployment(file: str):  # -> dict | None
 def _cmd_diff(args: argparse.Namespace) -> int:
     """What applying the recommendation changes in a running Deployment: one line per difference and a strategic
     merge patch. Exit 0 when in sync, 1 when it differs, 2 on trouble (as diff does)."""
-    from inferplan.deploy.diff import asks_for_a_gpu, deployment_change
-    from inferplan.deploy.manifests import deployment, dns_label
+    from inferplan.deploy.diff import asks_for_a_gpu, deployment_change, desired_deployment, pool_role
+    from inferplan.deploy.manifests import dns_label
     from inferplan.deploy.reviewed import StatusRefused
     from inferplan.planner.results import replica_shape
 
@@ -574,8 +575,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
             print(f"inferplan: error: {unservable}", file=sys.stderr)
             return 2
         meta = (raw.get("metadata") if isinstance(raw, dict) else None) or {}
-        desired = deployment(request, candidate, name=meta.get("name") or dns_label(request.served_model),
-                             image=args.image)
+        plan_name = meta.get("name") or dns_label(request.served_model)
+        desired = desired_deployment(request, candidate, current, name=plan_name, image=args.image)
+        role = pool_role(current) if candidate.roles else None
         change = deployment_change(current, desired)
         if not asks_for_a_gpu(current):
             print(f"inferplan: no container of {args.deployment} asks for a GPU: the diff reads its first container as "
@@ -594,8 +596,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     elif change.in_sync:
         print(f"Deployment {name} already runs the recommendation")
     else:
-        shape = replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)
-        print(f"Deployment {name} -> {shape} ({candidate.precision}, max batch {candidate.max_batch}):")
+        pool = next((r for r in candidate.roles if r.role == role), None)
+        shown = pool or candidate
+        shape = replica_shape(shown.replicas, shown.gpus_per_replica, shown.gpu_type)
+        print(f"Deployment {name} -> {shape} ({candidate.precision}, max batch {shown.max_batch}"
+              f"{f', the {role} pool' if pool else ''}):")
         print("\n".join(f"  {line}" for line in change.summary))
         print(f"patch (kubectl patch deployment {name} --type strategic --patch-file PATCH.json):")
         print(change.patch_json())

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferplan.deploy.bounds import ReplicaBounds, replica_bounds
-from inferplan.deploy.manifests import metadata, nodes_per_replica
+from inferplan.deploy.manifests import lws_name, metadata, nodes_per_replica
 from inferplan.observe.engine_metrics import FAMILIES, EngineMetrics
 from inferplan.observe.promql import escape_label_value
 from inferplan.planner.request import PlanRequest
@@ -94,9 +94,9 @@ def _scale_target(request: PlanRequest, candidate: Candidate, name: str, target:
     if target == "kserve":  # KServe's raw deployment mode names the Deployment <isvc>-predictor
         return ({"apiVersion": "apps/v1", "kind": "Deployment", "name": f"{name}-predictor"},
                 f"{name}-predictor-[a-z0-9]+-[a-z0-9]+")
-    if nodes_per_replica(request, candidate) > 1:  # leader pods are <name>-<group>, workers <name>-<group>-<i>
-        return ({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name},
-                f"{name}-[0-9]+")
+    if nodes_per_replica(request, candidate) > 1:  # leader pods are <lws>-<group>, workers <lws>-<group>-<i>
+        return ({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": lws_name(name)},
+                f"{lws_name(name)}-[0-9]+")
     return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, f"{name}-[a-z0-9]+-[a-z0-9]+"
 
 

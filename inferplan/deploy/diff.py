@@ -21,9 +21,14 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from inferplan.deploy.manifests import POOL_ROLES, ROLE_LABEL, deployment, pool_deployment
 from inferplan.planner.catalog.gpus import GPU_VENDORS
+
+if TYPE_CHECKING:
+    from inferplan.planner.request import PlanRequest
+    from inferplan.planner.results import Candidate
 
 GPU_RESOURCES = tuple(vendor.resource for vendor in GPU_VENDORS.values())
 """Extended resources a GPU container asks for; the engine's container is the one that asks for one."""
@@ -61,6 +66,49 @@ def asks_for_a_gpu(deployment: Mapping[str, Any]) -> bool:
     which may not run an engine at all)."""
     containers = _pod(deployment).get("containers") or []
     return any(isinstance(c, Mapping) and key in _limits(c) for c in containers for key in GPU_RESOURCES)
+
+
+_MODE_FLAG = "--disaggregation-mode"  # SGLang's (and NVIDIA Dynamo's) flag of a pool's role
+
+
+def pool_role(deployment: Mapping[str, Any]) -> str | None:
+    """Which pool of a disaggregated deployment the running `deployment` is ("prefill" or "decode"): the
+    `inferplan.io/role` label of its pods (or of the Deployment), else its engine's `--disaggregation-mode`; None
+    where it says neither."""
+    def mapping(value: Any, key: str) -> Mapping[str, Any]:
+        found = value.get(key) if isinstance(value, Mapping) else None
+        return found if isinstance(found, Mapping) else {}
+
+    template = mapping(mapping(deployment, "spec"), "template")
+    for meta in (mapping(template, "metadata"), mapping(deployment, "metadata")):
+        if mapping(meta, "labels").get(ROLE_LABEL) in POOL_ROLES:
+            return str(meta["labels"][ROLE_LABEL])
+    pod = mapping(template, "spec")
+    container = engine_container(pod) if isinstance(pod.get("containers") or [], list) else None
+    tokens = launch_tokens(container) if container is not None else []
+    for i, token in enumerate(tokens):
+        value = token.partition("=")[2] if token.startswith(f"{_MODE_FLAG}=") else (
+            tokens[i + 1] if token == _MODE_FLAG and i + 1 < len(tokens) else None)
+        if value in POOL_ROLES:
+            return value
+    return None
+
+
+def desired_deployment(request: PlanRequest, candidate: Candidate, current: Mapping[str, Any], *, name: str,
+                       namespace: str | None = None, image: str | None = None) -> dict[str, Any]:
+    """The Deployment that applying `candidate` (of plan `name`) makes of the running Deployment `current`, what
+    `deployment_change` compares it with: for a disaggregated candidate the Deployment of the pool `current` is
+    (`pool_role`), never the other pool's; else the one Deployment. Raises ValueError where `current` is neither
+    pool's, and where the candidate runs as no Deployment (a replica over nodes, an engine without an image)."""
+    if not candidate.roles:
+        return deployment(request, candidate, name=name, namespace=namespace, image=image)
+    role = pool_role(current)
+    if role is None:
+        running = (current.get("metadata") or {}).get("name", "the Deployment")
+        raise ValueError(f"the recommendation is disaggregated: prefill and decode pools, each its own Deployment "
+                         f"({name}-prefill, {name}-decode); {running} is neither's (no {ROLE_LABEL} label, no "
+                         f"{_MODE_FLAG} argument): compare one pool's Deployment")
+    return pool_deployment(request, candidate, name=name, role=role, namespace=namespace, image=image)
 
 
 def launch_tokens(container: Mapping[str, Any]) -> list[str]:

@@ -41,6 +41,9 @@ HF_TOKEN_SECRET = "hf-token"
 """Secret (key `token`) whose value becomes HF_TOKEN, for gated repositories; optional: pods start without it."""
 MANAGED_BY = "inferplan"
 GIB = 2**30
+IMAGE_PULL_S = 600
+"""What a Deployment's rollout allows for scheduling a pod and pulling the engine's image (several GiB) before its
+startup probe's budget begins: `progressDeadlineSeconds` is the two together."""
 
 # The engines' published server images, by (engine, GPU vendor); `{v}` is the version without a leading "v".
 # Where the names come from (each engine's own install / deployment docs):
@@ -278,6 +281,19 @@ def files_config_map_name(name: str) -> str:
     return f"{name}-engine-files"
 
 
+ROLE_LABEL = "inferplan.io/role"
+"""What a pod does in its plan: `prefill`, `decode` or `router` in a disaggregated deployment, `leader` or `worker`
+in a LeaderWorkerSet group; the Services select on it."""
+
+
+def lws_name(name: str) -> str:
+    """The LeaderWorkerSet of plan `name`: `NAME-lws`, not `NAME`. LeaderWorkerSet's controller makes a headless
+    Service named after the LeaderWorkerSet (only where no Service of that name exists), through which every pod of a
+    group resolves LWS_LEADER_ADDRESS (`<leader pod>.<LWS name>.<namespace>`); the clients' Service keeps the plan's
+    name, as for every other shape, so the two must differ."""
+    return f"{name}-lws"
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The container
 
@@ -384,9 +400,16 @@ def deployment(request: PlanRequest, candidate: Candidate, *, name: str, namespa
     """An apps/v1 Deployment of `candidate.replicas` pods, each one replica (all its GPUs on one node).
 
     Rolling updates add one pod before removing one (maxSurge 1, maxUnavailable 0), so serving capacity never
-    drops below the plan; that needs one replica's GPUs free during a rollout. Raises ValueError when a
-    replica spans nodes (see `leader_worker_set`)."""
+    drops below the plan; that needs one replica's GPUs free during a rollout. A rollout is declared stalled
+    (Progressing=False, ProgressDeadlineExceeded) only once a new pod has had the image pull and the startup
+    probe's whole budget to become available (`progressDeadlineSeconds`; Kubernetes' default, 600 s, is shorter than
+    a model's download and load). Raises ValueError when a
+    replica spans nodes (see `leader_worker_set`), and for a disaggregated candidate, whose pools are a Deployment
+    each (`pool_deployment`)."""
     check_name(name)
+    if candidate.roles:
+        raise ValueError(f"a disaggregated recommendation runs as prefill and decode pools, each its own Deployment "
+                         f"({name}-prefill, {name}-decode), not as one Deployment {name}")
     if nodes_per_replica(request, candidate) > 1:
         raise ValueError(f"a replica of {candidate.gpus_per_replica} {candidate.gpu_type} spans nodes: it runs as a "
                          "LeaderWorkerSet, not a Deployment")
@@ -398,6 +421,7 @@ def deployment(request: PlanRequest, candidate: Candidate, *, name: str, namespa
             "replicas": candidate.replicas,
             "selector": {"matchLabels": selector_labels(name)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "progressDeadlineSeconds": IMAGE_PULL_S + sizing.startup_s,
             "template": {"metadata": {"labels": labels(name)},
                          "spec": _pod_spec(name, candidate, container, sizing)},
         },
@@ -407,11 +431,12 @@ def deployment(request: PlanRequest, candidate: Candidate, *, name: str, namespa
 def service(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
             image: str | None = None) -> dict[str, Any]:
     """A ClusterIP Service on the engine's HTTP port (and TGI 3's metrics port). For a multi-node replica it
-    selects the leader pods only, the ones that serve HTTP. `image` is accepted for a signature like the others'."""
+    selects the leader pods only, the ones that serve HTTP, by the role label of their template (LeaderWorkerSet
+    labels no pod with a role). `image` is accepted for a signature like the others'."""
     check_name(name)
     selector = selector_labels(name)
     if nodes_per_replica(request, candidate) > 1:
-        selector["leaderworkerset.sigs.k8s.io/role"] = "leader"
+        selector[ROLE_LABEL] = "leader"
     ports = [{"name": port["name"], "port": port["containerPort"], "targetPort": port["name"], "protocol": "TCP"}
              for port in _ports(request)]
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata(name, namespace),
@@ -446,10 +471,14 @@ def _multi_node_launch(request: PlanRequest, candidate: Candidate, nodes: int,
 
 def leader_worker_set(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
                       image: str | None = None) -> dict[str, Any]:
-    """A LeaderWorkerSet (leaderworkerset.x-k8s.io/v1): `candidate.replicas` groups of one leader and
-    nodes - 1 workers, one pod per node with a node's GPUs each. A group is recreated whole when one of its
-    pods restarts (the engine cannot lose a rank). Only the leader is probed: it serves HTTP."""
+    """A LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) named `lws_name(name)`: `candidate.replicas` groups of one
+    leader and nodes - 1 workers, one pod per node with a node's GPUs each, labelled with their role (`leader`,
+    `worker`). A group is recreated whole when one of its pods restarts (the engine cannot lose a rank). Only the
+    leader is probed: it serves HTTP."""
     check_name(name)
+    if not _DNS_LABEL.match(lws_name(name)):
+        raise ValueError(f"name {name!r} is too long for a replica over nodes: its LeaderWorkerSet "
+                         f"{lws_name(name)!r} must be a DNS-1035 label of at most 63 characters")
     nodes = nodes_per_replica(request, candidate)
     gpus = candidate.gpus_per_replica // nodes
     sizing = pod_sizing(request, candidate, gpus, nodes)
@@ -458,9 +487,11 @@ def leader_worker_set(request: PlanRequest, candidate: Candidate, *, name: str, 
         launch = _multi_node_launch(request, candidate, nodes, role)
         container = engine_container(request, candidate, image=image, sizing=sizing, launch=launch,
                                      probes=role == "leader")
-        templates[role] = {"metadata": {"labels": labels(name)}, "spec": _pod_spec(name, candidate, container, sizing)}
+        templates[role] = {"metadata": {"labels": {**labels(name), ROLE_LABEL: role}},
+                           "spec": _pod_spec(name, candidate, container, sizing)}
     return {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": metadata(name, namespace),
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": metadata(lws_name(name), namespace, plan=name),
         "spec": {
             "replicas": candidate.replicas,
             "startupPolicy": "LeaderCreated",
@@ -503,7 +534,6 @@ def inference_service(request: PlanRequest, candidate: Candidate, *, name: str, 
 # ----------------------------------------------------------------------------------------------------------
 # Disaggregated prefill and decode (SGLang)
 
-ROLE_LABEL = "inferplan.io/role"
 BOOTSTRAP_PORT = 8998
 """SGLang's default --disaggregation-bootstrap-port: a decode server fetches the KV of a request from the prefill
 server's bootstrap server at this port; the router learns it from the pod annotation `BOOTSTRAP_ANNOTATION`."""
@@ -592,13 +622,9 @@ def _router(request: PlanRequest, candidate: Candidate, *, name: str, namespace:
     ]
 
 
-def disaggregated(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
-                  image: str | None = None) -> list[dict[str, Any]]:
-    """A disaggregated SGLang candidate's objects: a Deployment per pool (`NAME-prefill`, `NAME-decode`, each a
-    replica per pod with the role's arguments; prefill pods annotated with their bootstrap port), sglang-router in
-    prefill-decode mode (`NAME-router`, with the RBAC its service discovery needs), and the Service `NAME` in
-    front of the router. Raises ValueError for another engine (vLLM's NIXL pools need a P/D proxy inferplan does
-    not render) or a pool whose replica spans nodes."""
+def _check_disaggregated(request: PlanRequest, candidate: Candidate) -> None:
+    """ValueError where the pools of a disaggregated candidate are not rendered: another engine than SGLang, or a
+    pool whose replica spans nodes."""
     if request.engine != "sglang":
         raise ValueError(f"a disaggregated {request.engine} deployment is not rendered: its pools need a P/D proxy "
                          "in front (for vLLM's NIXL connector, llm-d's inference scheduler or vLLM's example proxy), "
@@ -608,9 +634,36 @@ def disaggregated(request: PlanRequest, candidate: Candidate, *, name: str, name
         if nodes_per_replica(request, _role_candidate(candidate, role.role)) > 1:
             raise ValueError(f"the {role.role} pool's replica of {role.gpus_per_replica} {role.gpu_type} spans "
                              "nodes: a disaggregated pool over nodes is not rendered")
+
+
+POOL_ROLES = ("prefill", "decode")
+
+
+def pool_deployment(request: PlanRequest, candidate: Candidate, *, name: str, role: str,
+                    namespace: str | None = None, image: str | None = None) -> dict[str, Any]:
+    """The Deployment `NAME-ROLE` of one pool (`role`: "prefill" or "decode") of a disaggregated candidate, as
+    `disaggregated` renders it: what a running pool is compared with (`inferplan diff`). Raises ValueError for a
+    candidate without pools, another role, and where `disaggregated` does not render the pools."""
+    if role not in POOL_ROLES:
+        raise ValueError(f"unknown pool {role!r}; a disaggregated deployment's pools: {', '.join(POOL_ROLES)}")
+    if not candidate.roles:
+        raise ValueError("the recommendation has no prefill and decode pools: it runs as one Deployment")
+    _check_disaggregated(request, candidate)
+    check_name(name)
+    return _pool(request, candidate, name=name, role=role, namespace=namespace, image=image)
+
+
+def disaggregated(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
+                  image: str | None = None) -> list[dict[str, Any]]:
+    """A disaggregated SGLang candidate's objects: a Deployment per pool (`NAME-prefill`, `NAME-decode`, each a
+    replica per pod with the role's arguments; prefill pods annotated with their bootstrap port), sglang-router in
+    prefill-decode mode (`NAME-router`, with the RBAC its service discovery needs), and the Service `NAME` in
+    front of the router. Raises ValueError for another engine (vLLM's NIXL pools need a P/D proxy inferplan does
+    not render) or a pool whose replica spans nodes."""
+    _check_disaggregated(request, candidate)
     check_name(name)
     pools = [_pool(request, candidate, name=name, role=role, namespace=namespace, image=image)
-             for role in ("prefill", "decode")]
+             for role in POOL_ROLES]
     front = service(request, candidate, name=name, namespace=namespace)
     front["spec"]["selector"] = {**selector_labels(name), ROLE_LABEL: "router"}
     front["spec"]["ports"] = [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}]
@@ -662,6 +715,7 @@ def manifests_digest(objects: list[Mapping[str, Any]]) -> str:
 
 
 __all__ = [
+    "POOL_ROLES",
     "RENDERABLE_ENGINES",
     "TARGETS",
     "PodSizing",
@@ -674,9 +728,11 @@ __all__ = [
     "inference_service",
     "labels",
     "leader_worker_set",
+    "lws_name",
     "manifests_digest",
     "nodes_per_replica",
     "pod_sizing",
+    "pool_deployment",
     "render",
     "router_args",
     "service",

@@ -17,8 +17,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from inferplan.deploy.diff import deployment_change
-from inferplan.deploy.manifests import deployment, manifests_digest, render
+from inferplan.deploy.diff import deployment_change, desired_deployment
+from inferplan.deploy.manifests import manifests_digest, render
 from inferplan.operator.cluster_spec import ConfigMapReader, error_reason, parse_and_resolve
 from inferplan.operator.inventory import Inventory
 from inferplan.operator.observing import recorded_calibration
@@ -165,14 +165,15 @@ def _first_image(workload: Mapping) -> str:
 
 def change_status(request: PlanRequest, recommendation: Candidate, *, name: str, namespace: str,
                   deployment_name: str, body: Mapping | None) -> DeploymentChange:
-    """What applying the recommendation changes in the Deployment `body` (None: it does not exist)."""
+    """What applying the recommendation changes in the Deployment `body` (None: it does not exist); for a
+    disaggregated recommendation, in the pool `body` is (`desired_deployment`)."""
     if body is None:
         return DeploymentChange(deployment=deployment_name, in_sync=False,
                                 problem=f"Deployment {deployment_name!r} not found in the plan's namespace")
     try:
-        desired = deployment(request, recommendation, name=name, namespace=namespace)
+        desired = desired_deployment(request, recommendation, body, name=name, namespace=namespace)
         change = deployment_change(body, desired)
-    except ValueError as exc:  # an engine without an image, a Deployment without a container
+    except ValueError as exc:  # an engine without an image, a Deployment without a container, neither pool's
         return DeploymentChange(deployment=deployment_name, in_sync=False, problem=str(exc))
     patch = change.patch_json() if not change.in_sync else ""
     if len(patch) > MAX_PATCH_CHARS:

@@ -8,12 +8,14 @@ report`: tests/cli/test_report.py."""
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -331,6 +333,39 @@ def test_simulate_replays_a_trace_and_reports_bad_lines(tmp_path: Path, capsys: 
     assert ":2:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("shape", ["aggregated", "disaggregated"])
+def test_simulate_says_how_many_trace_requests_exceed_the_context(shape: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Requests longer than the deployment's max_model_len (the engine would refuse them) are served shortened by the
+    simulator, and stderr says how many, for separate prefill and decode pools as for aggregated replicas."""
+    from tests.support.plans import LONG_PROMPTS_PD
+
+    spec = tmp_path / "plan.yaml"
+    spec.write_text(yaml.safe_dump(LONG_PROMPTS_PD if shape == "disaggregated" else example_spec(CHAT)))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"t": 0.5 * i, "prompt": 300_000 if i % 4 == 0 else 2000, "output": 100})
+                             + "\n" for i in range(40)))
+    assert main(["simulate", str(spec), "--trace", str(trace), "--no-verify", "-o", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["requests"] == 40
+    assert "10 of the trace's 40 requests exceed the deployment's max_model_len" in err
+
+
+def test_simulate_says_that_pools_are_spread_round_robin_whatever_the_router(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The simulator spreads requests over each pool of a disaggregated deployment round robin (as the rendered
+    sglang-router does): --router least_outstanding is not what it serves, and stderr says so."""
+    from tests.support.plans import LONG_PROMPTS_PD
+
+    spec = tmp_path / "plan.yaml"
+    spec.write_text(yaml.safe_dump(LONG_PROMPTS_PD))
+    args = ["simulate", str(spec), "--no-verify", "--requests", "500", "-o", "json"]
+    assert main([*args, "--router", "least_outstanding"]) == 0
+    assert "round robin" in capsys.readouterr().err
+    assert main(args) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_plan_verify_flag_and_spec_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(CHAT), "-o", "json"]) == 0  # verified by default
     assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "simulated"
@@ -537,6 +572,55 @@ def test_the_differences_are_lines_and_a_patch(capsys: pytest.CaptureFixture[str
     code, out, _ = run(capsys, "diff", str(CHAT), "--deployment", str(edited), "--no-verify", "-o", "json")
     data = json.loads(out)
     assert code == 1 and data["inSync"] is False and data["patch"] == patch and len(data["summary"]) == 2
+
+
+@pytest.fixture
+def pools(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """A disaggregated SGLang plan (tests.support.plans.LONG_PROMPTS_PD) and the pools' Deployments `inferplan render`
+    makes of it, by role."""
+    from tests.support.plans import LONG_PROMPTS_PD
+
+    spec = tmp_path / "pd.yaml"
+    spec.write_text(yaml.safe_dump({"apiVersion": "inferplan.io/v1alpha1", "kind": "InferenceCapacityPlan",
+                                    "metadata": {"name": "pd"}, "spec": LONG_PROMPTS_PD}))
+    code, out, err = run(capsys, "render", str(spec), "--no-verify")
+    assert code == 0, err
+    deployments = {d["metadata"]["name"]: d for d in yaml.safe_load_all(out) if d["kind"] == "Deployment"}
+    return spec, {role: deployments[f"pd-{role}"] for role in ("prefill", "decode")}
+
+
+def test_a_pool_of_a_disaggregated_recommendation_is_compared_with_that_pool(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, pools: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    """Each pool's Deployment is compared with the pool of its role (its `inferplan.io/role` label, else its
+    --disaggregation-mode), never with the other pool: a prefill Deployment is not told to become a decode one."""
+    spec, by_role = pools
+    for role, running in by_role.items():
+        path = tmp_path / f"{role}.yaml"
+        path.write_text(yaml.safe_dump(running))
+        code, out, err = run(capsys, "diff", str(spec), "--deployment", str(path), "--no-verify")
+        assert code == 0, out + err
+        assert "already runs the recommendation" in out
+        # Without the label (a Deployment of one's own), the engine's --disaggregation-mode tells the role.
+        unlabelled = copy.deepcopy(running)
+        for meta in (unlabelled["metadata"], unlabelled["spec"]["template"]["metadata"]):
+            meta["labels"].pop("inferplan.io/role")
+        unlabelled["spec"]["replicas"] += 1
+        path.write_text(yaml.safe_dump(unlabelled))
+        code, out, err = run(capsys, "diff", str(spec), "--deployment", str(path), "--no-verify")
+        assert code == 1, err
+        assert [line.strip() for line in out.splitlines()[1:-2]] == [
+            f"replicas: {running['spec']['replicas'] + 1} -> {running['spec']['replicas']}"]
+    # A Deployment that is neither pool's is refused, with the reason.
+    neither = copy.deepcopy(by_role["decode"])
+    neither["spec"]["template"]["metadata"]["labels"].pop("inferplan.io/role")
+    neither["metadata"]["labels"].pop("inferplan.io/role")
+    args = neither["spec"]["template"]["spec"]["containers"][0]["args"]
+    at = args.index("--disaggregation-mode")
+    del args[at:at + 2]
+    path = tmp_path / "neither.yaml"
+    path.write_text(yaml.safe_dump(neither))
+    code, _, err = run(capsys, "diff", str(spec), "--deployment", str(path), "--no-verify")
+    assert code == 2 and "prefill and decode pools" in err and "pd-prefill" in err
 
 
 def test_the_deployment_can_come_from_standard_input(capsys: pytest.CaptureFixture[str], rendered: Path,

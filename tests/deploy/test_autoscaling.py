@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,12 @@ def test_autoscalers_target_the_workload_each_target_renders() -> None:
     wide_request, wide = over_two_nodes(next(p for p in EXAMPLES if p.stem == "batch-70b-open-gpus"))
     (keda,) = autoscaling(wide_request, wide, name="big", kind="keda")
     assert keda["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
+    lws = next(o for o in render(wide_request, wide, name="big") if o["kind"] == "LeaderWorkerSet")
+    assert keda["spec"]["scaleTargetRef"]["name"] == lws["metadata"]["name"]
+    # Its query counts the leaders (<LWS>-<group>), which serve the requests, not the workers (<LWS>-<group>-<i>).
+    pods = re.search(r'pod=~"([^"]+)"', keda["spec"]["triggers"][0]["metadata"]["query"]).group(1)
+    assert re.fullmatch(pods, f"{lws['metadata']['name']}-0") and re.fullmatch(pods, f"{lws['metadata']['name']}-12")
+    assert not re.fullmatch(pods, f"{lws['metadata']['name']}-0-1")
 
 
 def test_engines_without_known_metrics_and_unknown_kinds_are_refused() -> None:

@@ -140,6 +140,19 @@ def test_the_startup_probe_waits_longer_for_a_bigger_checkpoint() -> None:
     assert 600 <= seconds[0] < seconds[1]  # 10 minutes at least; a 70B checkpoint gets longer than an 8B one
 
 
+@pytest.mark.parametrize("path", [*IN_A_NODE, *(p for p in EXAMPLES if p.stem in DISAGGREGATED)],
+                         ids=lambda p: p.stem)
+def test_a_rollout_is_not_declared_stalled_while_its_pods_may_still_be_loading(path: Path) -> None:
+    """A Deployment whose new pod is not available within `progressDeadlineSeconds` (600 s unless set) is marked
+    Progressing=False (ProgressDeadlineExceeded): `kubectl rollout status` fails and GitOps tools report the rollout
+    failed. Each engine Deployment allows the startup probe's whole budget, and the image pull before it."""
+    engines = [o for o in rendered(path) if o["kind"] == "Deployment" and o["metadata"]["name"] != "llm-router"]
+    for deployment in engines:
+        startup = pod_spec(deployment)["containers"][0]["startupProbe"]
+        budget = startup["periodSeconds"] * startup["failureThreshold"]
+        assert deployment["spec"]["progressDeadlineSeconds"] >= budget + 600, deployment["metadata"]["name"]
+
+
 def test_engine_files_come_from_a_config_map_mounted_where_the_arguments_point() -> None:
     path = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")
     _, candidate = planned(path)
@@ -334,7 +347,6 @@ def test_a_replica_over_nodes_is_a_leader_worker_set(stem: str) -> None:
         assert_valid(as_pod(pod))
     assert "startupProbe" in template["leaderTemplate"]["spec"]["containers"][0]
     assert "readinessProbe" not in template["workerTemplate"]["spec"]["containers"][0]  # workers serve no HTTP
-    assert objects["Service"]["spec"]["selector"]["leaderworkerset.sigs.k8s.io/role"] == "leader"
     leader = launch["leaderTemplate"]
     assert candidate.checkpoint in leader and str(2 * per_node) in leader
     if request.engine == "vllm":
@@ -347,6 +359,25 @@ def test_a_replica_over_nodes_is_a_leader_worker_set(stem: str) -> None:
             assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
             assert args[args.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):20000"
             assert flag_problems("sglang", request.engine_version, args) == []
+
+
+@pytest.mark.parametrize("stem", ["phi-4-tensor-parallel", "moe-qwen3-30b-a3b"])  # vLLM, SGLang (NVIDIA)
+def test_the_service_of_a_leader_worker_set_reaches_its_leaders_and_leaves_the_lws_its_name(stem: str) -> None:
+    """LeaderWorkerSet's controller makes a headless Service named after the LeaderWorkerSet (only where no Service
+    of that name exists), through which every pod resolves LWS_LEADER_ADDRESS (<leader pod>.<LWS name>.<namespace>):
+    a rendered Service of that name would leave the workers unable to find their leader. The clients' Service keeps
+    the plan's name, as for every other shape, and selects the leader pods by a label their template carries
+    (LeaderWorkerSet labels no pod with a role), never the workers, which serve no HTTP."""
+    request, candidate = over_two_nodes(next(p for p in EXAMPLES if p.stem == stem))
+    objects = by_kind(render(request, candidate, name="llm", namespace="serving"))
+    lws, service = objects["LeaderWorkerSet"], objects["Service"]
+    assert service["metadata"]["name"] == "llm"
+    assert lws["metadata"]["name"] != service["metadata"]["name"]
+    assert lws["metadata"]["labels"]["inferplan.io/plan"] == "llm"
+    template = lws["spec"]["leaderWorkerTemplate"]
+    selector = service["spec"]["selector"].items()
+    assert selector <= template["leaderTemplate"]["metadata"]["labels"].items()
+    assert not selector <= template["workerTemplate"]["metadata"]["labels"].items()
 
 
 def test_pipeline_stages_over_nodes_are_a_leader_worker_set_of_a_node_per_stage() -> None:
@@ -432,6 +463,20 @@ def test_a_disaggregated_sglang_plan_renders_its_pools_a_router_and_a_service() 
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llm-router", "namespace": "serving"}]
     rule = next(o for o in objects if o["kind"] == "Role")["rules"][0]
     assert rule["resources"] == ["pods"] and {"list", "watch"} <= set(rule["verbs"])
+
+
+def test_a_disaggregated_recommendation_is_no_single_deployment() -> None:
+    """`deployment` refuses a candidate of two pools (its top-level fields are the decode pool's: a Deployment of them
+    would stand for neither); `pool_deployment` is each pool's, as `render` makes it."""
+    request, candidate = disaggregated("sglang")
+    with pytest.raises(ValueError, match="prefill and decode pools"):
+        manifests.deployment(request, candidate, name="llm")
+    objects = {o["metadata"]["name"]: o for o in render(request, candidate, name="llm", namespace="serving")}
+    for role in ("prefill", "decode"):
+        assert manifests.pool_deployment(request, candidate, name="llm", role=role,
+                                         namespace="serving") == objects[f"llm-{role}"]
+    with pytest.raises(ValueError, match="prefill, decode"):
+        manifests.pool_deployment(request, candidate, name="llm", role="router")
 
 
 def test_a_disaggregated_plan_is_not_rendered_where_nothing_would_route_it() -> None:

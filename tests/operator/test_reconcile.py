@@ -229,3 +229,35 @@ def test_with_the_specs_available_gpus_the_node_sizes_are_still_the_clusters() -
     # 70B in bf16 needs 8 L4 a replica: on 4-GPU nodes no single-node replica holds it (it had recommended TP 8)
     assert outcome.result.recommendation is None
     assert any(i.gate == "placement" and "nodes have 4" in i.reason for i in outcome.result.infeasible)
+
+
+def test_the_change_of_a_disaggregated_recommendation_is_read_against_the_pool_it_runs() -> None:
+    """A pool's Deployment is compared with the pool of its role (`desired_deployment`): the status of a plan whose
+    current Deployment is the prefill pool says it is in sync, and does not tell it to become the decode pool."""
+    import copy
+
+    from inferplan.deploy.manifests import pool_deployment
+    from inferplan.operator.reconcile import change_status
+    from tests.support.plans import disaggregated
+
+    request, candidate = disaggregated()
+    for role in ("prefill", "decode"):
+        running = pool_deployment(request, candidate, name="pd", role=role, namespace="llm")
+        change = change_status(request, candidate, name="pd", namespace="llm", deployment_name=f"pd-{role}",
+                               body=running)
+        assert change.in_sync and not change.problem, change
+        moved = copy.deepcopy(running)
+        moved["spec"]["replicas"] += 1
+        change = change_status(request, candidate, name="pd", namespace="llm", deployment_name=f"pd-{role}",
+                               body=moved)
+        assert not change.in_sync and not change.problem
+        assert change.summary == [f"replicas: {moved['spec']['replicas']} -> {running['spec']['replicas']}"]
+    # A Deployment that is neither pool's gets the reason, not a patch.
+    neither = copy.deepcopy(running)
+    for meta in (neither["metadata"], neither["spec"]["template"]["metadata"]):
+        meta["labels"].pop("inferplan.io/role")
+    args = neither["spec"]["template"]["spec"]["containers"][0]["args"]
+    at = args.index("--disaggregation-mode")
+    del args[at:at + 2]
+    change = change_status(request, candidate, name="pd", namespace="llm", deployment_name="pd-decode", body=neither)
+    assert not change.in_sync and not change.patch and "prefill and decode pools" in change.problem

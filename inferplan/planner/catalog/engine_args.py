@@ -891,10 +891,14 @@ def _trtllm(c: _Ctx) -> EngineLaunch:
             options["enable_chunked_prefill"] = "true"
         notes.append("chunked prefill on (off by default in trtllm-serve)")
     if c.fp8_kv:
-        options["kv_cache_config"] = "{dtype: fp8}"
+        # The file's kv_cache_config replaces the one trtllm-serve builds from --kv_cache_free_gpu_memory_fraction
+        # (update_llm_args_with_extra_dict: a KvCacheConfig of the file's keys, merged over the command line's
+        # arguments key by key), so it carries the fraction too.
+        options["kv_cache_config"] = f"{{dtype: fp8, free_gpu_memory_fraction: {c.fraction}}}"
         notes.append(f"FP8 KV cache: kv_cache_config.dtype fp8 in {TRT_OPTIONS_FILE}; trtllm-serve has no KV dtype "
                      "flag, and on 'auto' the KV dtype follows the checkpoint's kv_cache_quant_algo, which a "
-                     "ModelOpt export may or may not set")
+                     "ModelOpt export may or may not set. The file's kv_cache_config replaces the one of the command "
+                     f"line whole, so it repeats free_gpu_memory_fraction {c.fraction}")
     elif c.precision == "fp8":
         notes.append("KV cache on 'auto': FP8 if the ModelOpt checkpoint declares kv_cache_quant_algo FP8, else "
                      "16-bit (docs/engines.md)")

@@ -101,6 +101,19 @@ def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int 
     return steady_state(result, served.arrival_s, warmup_s) if warmup_s > 0 else result
 
 
+def served_max_len(req: PlanRequest, candidate: Candidate, factors: FactorSet | None = None) -> int:
+    """The longest request [tokens, prompt plus output] the simulated deployment serves whole: its max_model_len, the
+    decode pool's for a disaggregated candidate (both pools run with the same). `simulate_candidate` fits longer ones
+    to it (`fit_to_context`); the engine would refuse them."""
+    if candidate.roles:
+        decode = next(r for r in candidate.roles if r.role == "decode")
+        candidate = candidate.model_copy(update={
+            "gpu_type": decode.gpu_type, "gpus_per_replica": decode.gpus_per_replica, "max_batch": decode.max_batch,
+            "replicas": decode.replicas, "data_parallel_attention": decode.data_parallel_attention,
+            "expert_parallel": decode.expert_parallel})
+    return deployment_of(req, candidate, factors).settings.max_model_len
+
+
 def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int, router: str,
                      workload: RequestTrace | None, factors: FactorSet | None) -> tuple[SimulationResult, RequestTrace]:
     """`simulate_candidate`'s run and the requests it served."""

@@ -4,10 +4,12 @@ refusing, TensorRT-LLM precision from the checkpoint, the step budget explained)
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
 import pytest
+import yaml
 
 from inferplan.planner.catalog.engine_args import (
     DEFAULT_VERSIONS,
@@ -179,6 +181,20 @@ def test_tensorrt_llm_names_the_checkpoint_and_no_quantization_flag(version: str
                            "fp8", _settings(False))
     assert _value(fp8_kv.args, "--extra_llm_api_options") == TRT_OPTIONS_FILE
     assert "dtype: fp8" in fp8_kv.files[TRT_OPTIONS_FILE]
+
+
+@pytest.mark.parametrize("version", ["0.18.2", "1.0.0"])
+def test_tensorrt_llm_options_file_keeps_the_memory_fraction_of_its_kv_cache(version: str) -> None:
+    """trtllm-serve builds kv_cache_config from --kv_cache_free_gpu_memory_fraction, then replaces the whole of it with
+    the options file's kv_cache_config where the file has one (`update_llm_args_with_extra_dict`: one KvCacheConfig
+    from the file's keys, merged over the command line's arguments key by key): the file must carry the fraction too,
+    or the engine sizes its KV cache at KvCacheConfig's default (0.9) whatever the plan says."""
+    settings = dataclasses.replace(_settings(True), memory_fraction=0.75)
+    launch = engine_launch("tensorrt-llm", version, "nvidia/Llama-3.1-8B-Instruct-FP8", "modelopt-fp8", "fp8", 2, 64,
+                           "fp8", settings)
+    options = yaml.safe_load(launch.files[TRT_OPTIONS_FILE])
+    assert options["kv_cache_config"] == {"dtype": "fp8", "free_gpu_memory_fraction": 0.75}
+    assert _value(launch.args, "--kv_cache_free_gpu_memory_fraction") == "0.75"
 
 
 def test_notes_explain_the_step_token_budget() -> None:
