@@ -7,6 +7,7 @@ promtool tests are skipped, except in CI (`CI=true`), where they must run.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,15 +20,18 @@ import yaml
 from inferplan.operator import metrics
 from tests.support.monitoring import (
     DASHBOARD,
+    ROW_MATCHERS_VARIABLE,
     RULES,
     RULES_TESTS,
     SELECTION_VARIABLE,
     dashboard_expressions,
     dashboard_panels,
+    dashboard_variable_queries,
     dashboard_variable_selectors,
     load_dashboard,
     load_rules,
     metric_names,
+    repeated_rows,
     rule_expressions,
     to_promql,
 )
@@ -187,20 +191,28 @@ def test_the_latency_panels_draw_the_predicted_band_with_the_observed_line() -> 
         targets = panel.get("targets") or []
         if not any("inferplan_predicted_latency_high_seconds" in target["expr"] for target in targets):
             continue
-        roles: dict[str, str] = {}  # role -> legend (the series name fillBelowTo refers to)
+        roles: dict[str, dict] = {}  # role -> target
         metrics_drawn = set()
         for target in targets:
             (name,) = metric_names(to_promql(target["expr"]))
-            roles[series[name]] = target["legendFormat"]
+            roles[series[name]] = target
             metrics_drawn |= set(re.findall(r'metric="(\w+)"', target["expr"]))
             assert 'quantile=~"$quantile"' in target["expr"], (panel["title"], target["expr"])
-            assert "{{" not in target["legendFormat"], "fillBelowTo needs a fixed series name"
         assert set(roles) == {"predicted", "observed", "low", "high"}, panel["title"]
+        for role in ("low", "high"):  # fillBelowTo names a series, and Grafana does not interpolate it
+            assert not re.search(r"\{\{|\$", roles[role]["legendFormat"]), "fillBelowTo needs a fixed series name"
         (metric,) = metrics_drawn
-        fills = {override["matcher"]["options"]: prop["value"] for override in panel["fieldConfig"]["overrides"]
-                 if override["matcher"]["id"] == "byName"
-                 for prop in override["properties"] if prop["id"] == "custom.fillBelowTo"}
-        assert fills == {roles["high"]: roles["low"]}, panel["title"]
+        fills = {}  # refId -> the series name its fill reaches down to
+        for override in panel["fieldConfig"]["overrides"]:
+            matcher = override["matcher"]
+            assert matcher["id"] in ("byFrameRefID", "byName"), (panel["title"], matcher)
+            matched = [target["refId"] for target in targets
+                       if target["refId" if matcher["id"] == "byFrameRefID" else "legendFormat"] == matcher["options"]]
+            assert len(matched) == 1, (panel["title"], matcher)
+            for prop in override["properties"]:
+                if prop["id"] == "custom.fillBelowTo":
+                    fills[matched[0]] = prop["value"]
+        assert fills == {roles["high"]["refId"]: roles["low"]["legendFormat"]}, panel["title"]
         banded.add(metric)
     assert banded == {"ttft", "tpot", "e2e"}
 
@@ -212,8 +224,52 @@ def test_selection_variables_appear_only_in_regex_matchers() -> None:
             references = len(SELECTION_VARIABLE.findall(expr))
             in_regex = len(re.findall(r'=~"[^"]*(?:' + SELECTION_VARIABLE.pattern + r')[^"]*"', expr))
             assert references == in_regex, (panel["title"], expr)
+            # The row's matchers (namespace="NS",plan="NAME"): raw, last in a selector, in its repeated row only.
+            rows = len(ROW_MATCHERS_VARIABLE.findall(expr))
+            assert rows == len(re.findall(r', \$\{plan_ref:raw\}\}', expr)), (panel["title"], expr)
+            assert expr.count("plan_ref") == rows + expr.count('"plan_ref"'), (panel["title"], expr)
     for title, expr in dashboard_expressions():
         assert "$" not in expr and "[[" not in expr, (title, expr)
+
+
+def test_the_latency_row_repeats_once_per_namespace_and_plan() -> None:
+    """The per-plan latency row repeats over `plan_ref`, one option per (namespace, plan) the namespace and plan
+    variables select (text NS/NAME, value the label matchers `namespace="NS",plan="NAME"`), not over the plan
+    variable: plan names repeat across namespaces. Every query of the row selects its plan by both labels, and
+    every series says which plan it is (in its legend; the band's two series, whose names fillBelowTo refers to,
+    in the panel's title). tests/project/test_dashboard_queries.py runs the rows against a Prometheus."""
+    dashboard = load_dashboard()
+    variable = {variable["name"]: variable for variable in dashboard["templating"]["list"]}["plan_ref"]
+    assert variable["type"] == "query" and variable["datasource"]["uid"] == "${datasource}"
+    assert variable["hide"] == 2 and variable["multi"] is True and variable["includeAll"] is True
+    assert variable["current"]["value"] == ["$__all"]
+    (query,) = [expr for name, expr in dashboard_variable_queries(dashboard) if name == "plan_ref"]
+    assert variable["definition"] == variable["query"]
+    for part in ('namespace=~"$namespace"', 'plan=~"$plan"', "max by (namespace, plan)",
+                 'label_join(', '"plan_ref", "/", "namespace", "plan")'):
+        assert part in query, part
+    assert "(?<value>namespace=" in variable["regex"] and '(?<text>' in variable["regex"]
+    rows = repeated_rows(dashboard)
+    assert [row["repeat"] for row, _panels in rows] == ["plan_ref"]
+    (row, panels), = rows
+    assert "${plan_ref:text}" in row["title"]
+    assert len(panels) == 3
+    for panel in panels:
+        assert "${plan_ref:text}" in panel["title"], panel["title"]
+        fixed = set()  # the band's series names: what a fill reaches down to, and the series that fills
+        for override in panel["fieldConfig"]["overrides"]:
+            for prop in override["properties"]:
+                if prop["id"] == "custom.fillBelowTo":
+                    fixed |= {prop["value"]} | {target["legendFormat"] for target in panel["targets"]
+                                                if override["matcher"]["options"] == target["refId"]}
+        for target in panel["targets"]:
+            selectors = re.findall(r"inferplan_\w+\{[^}]*\}\}?", target["expr"])
+            assert selectors and all(s.endswith(", ${plan_ref:raw}}") for s in selectors), target["expr"]
+            legend = target["legendFormat"]
+            assert "{{namespace}}/{{plan}}" in legend or legend in fixed, (panel["title"], legend)
+    for panel in dashboard_panels(dashboard):  # outside the row the variable has no single value
+        if panel not in panels and panel is not row:
+            assert not re.search(r"\$\{?plan_ref", json.dumps(panel)), panel.get("title")
 
 
 def test_per_plan_metrics_are_filtered_on_the_selected_namespace_and_plan() -> None:
