@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferplan.deploy.bounds import ReplicaBounds, replica_bounds
-from inferplan.deploy.manifests import lws_name, metadata, nodes_per_replica
+from inferplan.deploy.manifests import lws_name, metadata, nodes_per_replica, with_disruption_budgets
 from inferplan.observe.engine_metrics import FAMILIES, EngineMetrics
 from inferplan.observe.promql import escape_label_value
 from inferplan.planner.request import PlanRequest
@@ -168,8 +168,9 @@ def autoscaling(request: PlanRequest, candidate: Candidate, *, name: str, namesp
 
 def hand_replicas_to_autoscaler(objects: list[dict[str, Any]], bounds: ReplicaBounds) -> list[dict[str, Any]]:
     """Copies of rendered objects for use beside an autoscaler: the Deployment or LeaderWorkerSet without
-    `spec.replicas` (what Kubernetes advises, so that an apply does not reset what the autoscaler chose), an
-    InferenceService starting from the floor."""
+    `spec.replicas` (what Kubernetes advises, so that an apply does not reset what the autoscaler chose), with its
+    PodDisruptionBudget where the autoscaler may run 2 or more replicas (`bounds.max`) and it has none yet (a
+    recommendation of one replica), an InferenceService starting from the floor."""
     handed = []
     for obj in objects:
         if obj["kind"] in ("Deployment", "LeaderWorkerSet"):
@@ -178,7 +179,7 @@ def hand_replicas_to_autoscaler(objects: list[dict[str, Any]], bounds: ReplicaBo
             predictor = {**obj["spec"]["predictor"], "minReplicas": bounds.min}
             obj = {**obj, "spec": {**obj["spec"], "predictor": predictor}}
         handed.append(obj)
-    return handed
+    return with_disruption_budgets(handed, bounds.max)
 
 
 __all__ = [

@@ -6,7 +6,15 @@ KServe (`manifests.inference_service`) may run (docs/deploy.md, "Autoscaling").
 - max replicas: the tightest cap the plan sets on this GPU type (maxReplicas, the budget at the GPU's price,
   maxGpus, maxGpusPerType, availableGpus); without one, twice the recommendation, or, where the recommendation
   states prediction intervals and more are needed, the replicas that hold every SLO with each latency at the high
-  end of its interval (`pessimistic_replicas`).
+  end of its interval (`pessimistic_replicas`); at most the replicas the type's nodes hold, where the request knows
+  each node's GPUs (`PlanRequest.node_gpus`), placed by the planner's own rule (`core.most_replicas_placed`).
+
+The counts these caps read (availableGpus, the nodes' GPUs) may differ within the count ranges the operator records
+for an answer (`PlanResult.count_bounds`), which hold only for the comparisons planning made, so the bounds may
+differ between two counts the operator treats as one. That is sound only while no status carries them: the operator
+writes none of them (its manifests reference and digest are the default rendering, `manifests.render` without an
+autoscaler or KServe, whose objects read no bound; tests/operator/test_reconcile.py holds it to that). A status that
+came to carry a bound would have to record the bound's comparisons in the count ranges too.
 
 Both `manifests.py` and `autoscaling.py` import this module; it imports neither (no import circle).
 """
@@ -22,6 +30,7 @@ from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.quantiles import QUANTILE_NAMES
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, rounded
+from inferplan.planner.search.core import most_replicas_placed, nodes_words
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,10 @@ def _ms(seconds: float) -> str:
     return f"{ms:.0f}" if ms >= 1000 else f"{ms:.4g}"
 
 
+PLACED = "the replicas the cluster's nodes hold"
+"""`ReplicaBounds.max_from` where the nodes' GPUs (`PlanRequest.node_gpus`) set maxReplicas."""
+
+
 def _price_per_gpu(request: PlanRequest, gpu_type: str) -> float:
     return request.prices.get(gpu_type, load_gpu_catalog().get(gpu_type).usd_per_hour)
 
@@ -136,8 +149,9 @@ def _price_per_gpu(request: PlanRequest, gpu_type: str) -> float:
 def replica_bounds(request: PlanRequest, candidate: Candidate) -> ReplicaBounds:
     """min: the plan's floor (constraints.minReplicas), at most the recommendation; max: the tightest of the
     plan's caps on this GPU type, else twice the recommendation or, where more, the replicas that hold every SLO at
-    the high end of the prediction intervals (`pessimistic_replicas`); never below the recommendation (which meets
-    every cap). `basis` says all of it in words."""
+    the high end of the prediction intervals (`pessimistic_replicas`); at most the replicas the type's nodes hold
+    (where the request knows them: `PlanRequest.node_gpus`); never below the recommendation (which meets every cap
+    and was placed on those nodes). `basis` says all of it in words."""
     gpus = candidate.gpus_per_replica
     caps: list[tuple[int, str]] = []
     if request.max_replicas is not None:
@@ -162,17 +176,27 @@ def replica_bounds(request: PlanRequest, candidate: Candidate) -> ReplicaBounds:
                   f"the SLOs at the prediction intervals' high end, at most {PESSIMISTIC_CEILING}x the recommendation")
     else:
         most, source = 2 * candidate.replicas, "twice the recommendation (the plan sets no cap)"
+    # The nodes are no cap the plan sets but what can run at all: they bound whichever maximum the above gives. Their
+    # GPUs may add up to more replicas than they hold (two nodes of 7, TP 4: 14 GPUs, 2 replicas, not 3).
+    placed = None if candidate.roles else most_replicas_placed(request, candidate.gpu_type, gpus)
+    if placed is not None and placed < most:
+        most, source = placed, PLACED
     least = min(request.min_replicas, candidate.replicas)
     source = source if most >= candidate.replicas else "the recommendation"
     most = max(most, candidate.replicas)
     basis = [f"minReplicas {least}: constraints.minReplicas ({request.min_replicas}), at most the recommendation's "
              f"{candidate.replicas} replicas (the point prediction)", f"maxReplicas {most}: {source}"]
+    if source == PLACED:
+        nodes = (request.node_gpus or {})[candidate.gpu_type]
+        basis.append(f"{placed} replicas of {gpus} GPUs fit on {nodes_words(candidate.gpu_type, nodes)}")
     if pessimistic is None:
         basis.append("the recommendation states no prediction interval: the bounds rest on the point prediction")
     else:
         basis.append(pessimistic.words())
         if needed is not None and needed > most:
-            basis.append(f"maxReplicas stops at {most}: constraints.maxReplicas or budgetDollarsPerHour allow more")
+            basis.append(f"maxReplicas stops at {most}: " + ("the cluster's nodes hold no more" if source == PLACED else
+                                                             "constraints.maxReplicas or budgetDollarsPerHour allow "
+                                                             "more"))
     return ReplicaBounds(min=least, max=most, min_from="constraints.minReplicas", max_from=source,
                          basis="; ".join(basis))
 
@@ -180,6 +204,7 @@ def replica_bounds(request: PlanRequest, candidate: Candidate) -> ReplicaBounds:
 __all__ = [
     "LIGHT_LOAD",
     "PESSIMISTIC_CEILING",
+    "PLACED",
     "RATE_STEPS",
     "Pessimistic",
     "ReplicaBounds",

@@ -1,6 +1,6 @@
 """Kubernetes objects that run a planned deployment: the engine's container, a Deployment (or a LeaderWorkerSet
-when one replica spans nodes), its Service and the ConfigMap of the engine's files, or a KServe
-InferenceService. Plain dicts, no Kubernetes client: the same inputs always give the same objects, key order
+when one replica spans nodes), its PodDisruptionBudget, its Service and the ConfigMap of the engine's files, or a
+KServe InferenceService. Plain dicts, no Kubernetes client: the same inputs always give the same objects, key order
 included, so the YAML they print is stable for GitOps review (docs/deploy.md says how every field is derived).
 
 The engine runs exactly the arguments the plan chose (`Candidate.engine_args`); rendering adds only what a
@@ -443,6 +443,67 @@ def service(request: PlanRequest, candidate: Candidate, *, name: str, namespace:
             "spec": {"type": "ClusterIP", "selector": selector, "ports": ports}}
 
 
+# PodDisruptionBudgets: how many of a workload's pods a voluntary disruption (a node drain, a cluster upgrade, the
+# cluster autoscaler removing a node) may take at once. Without one, `kubectl drain` of the nodes a plan runs on
+# evicts every replica together and the plan's availability floor (constraints.minReplicas) is gone until they load
+# their weights again.
+# - maxUnavailable 1, never minAvailable: with one replica minAvailable 1 would refuse every eviction and block a
+#   drain forever; maxUnavailable 1 lets a lone replica go (it offers no availability to keep) and, with more, lets
+#   them go one at a time. It follows any replica count, so an autoscaler (HPA, KEDA) changing it needs no change
+#   here.
+# - unhealthyPodEvictionPolicy AlwaysAllow: a pod that is not Ready (crash-looping, or still loading its weights)
+#   serves nothing, so evicting it costs no availability; with the default (IfHealthyBudget) a deployment whose
+#   pods are all unready would block a drain until they recover (Kubernetes' documentation recommends AlwaysAllow).
+# - Rendered for a workload of 2 or more replicas (`render`), or one an autoscaler may take to 2 or more
+#   (`autoscaling.hand_replicas_to_autoscaler`): with one replica a budget of maxUnavailable 1 protects nothing.
+DISRUPTION_BUDGET_MIN_REPLICAS = 2
+"""A workload gets a PodDisruptionBudget when it may run this many replicas or more."""
+
+
+def pod_disruption_budget(workload: Mapping[str, Any]) -> dict[str, Any]:
+    """A policy/v1 PodDisruptionBudget of a rendered Deployment or LeaderWorkerSet, named and labelled as it is:
+    `maxUnavailable: 1` over the pods it runs (the comment above says why not minAvailable).
+
+    A Deployment's pods by its own selector. A LeaderWorkerSet's by the plan's selector labels, which every pod of
+    every group carries (leaders and workers: its template labels differ only in `inferplan.io/role`). Not the
+    leaders alone: LeaderWorkerSet recreates a whole group when any of its pods goes
+    (`RecreateGroupOnPodRestart`), so evicting one worker takes its group down as surely as evicting the leader,
+    and a budget over the leaders would let a drain evict workers of every group at once. Over all the pods, one
+    pod away (or one group being recreated: its leader is unready until the engine serves again) uses the budget
+    up, so a drain takes one group at a time and waits for it to serve again. The disruption controller counts the
+    expected pods from their StatefulSets (LeaderWorkerSet runs the leaders and each group's workers as
+    StatefulSets), as it does for any pods whose controller has a scale."""
+    kind = workload.get("kind")
+    meta = workload["metadata"]
+    if kind == "Deployment":
+        selector = dict(workload["spec"]["selector"]["matchLabels"])
+    elif kind == "LeaderWorkerSet":
+        selector = selector_labels(meta["labels"]["inferplan.io/plan"])
+    else:
+        raise ValueError(f"no PodDisruptionBudget for a {kind}: only for a Deployment or a LeaderWorkerSet")
+    own = {key: meta[key] for key in ("name", "namespace") if meta.get(key)}
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {**own, "labels": dict(meta["labels"])},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector},
+                     "unhealthyPodEvictionPolicy": "AlwaysAllow"}}
+
+
+def with_disruption_budgets(objects: list[dict[str, Any]], replicas: int | None = None) -> list[dict[str, Any]]:
+    """`objects` with a PodDisruptionBudget (`pod_disruption_budget`) after each Deployment or LeaderWorkerSet that
+    runs `DISRUPTION_BUDGET_MIN_REPLICAS` replicas or more and has none yet: its own `spec.replicas`, or `replicas`
+    where given (the most an autoscaler may run, for a workload handed to one)."""
+    budgeted = {o["metadata"]["name"] for o in objects if o["kind"] == "PodDisruptionBudget"}
+    out = []
+    for obj in objects:
+        out.append(obj)
+        if obj["kind"] not in ("Deployment", "LeaderWorkerSet") or obj["metadata"]["name"] in budgeted:
+            continue
+        most = replicas if replicas is not None else obj["spec"].get("replicas", 1)
+        if most >= DISRUPTION_BUDGET_MIN_REPLICAS:
+            out.append(pod_disruption_budget(obj))
+    return out
+
+
 def _multi_node_launch(request: PlanRequest, candidate: Candidate, nodes: int,
                        role: str) -> tuple[list[str], list[str]]:
     """(command, args) of the leader or a worker of a replica over `nodes` pods.
@@ -658,8 +719,9 @@ def disaggregated(request: PlanRequest, candidate: Candidate, *, name: str, name
     """A disaggregated SGLang candidate's objects: a Deployment per pool (`NAME-prefill`, `NAME-decode`, each a
     replica per pod with the role's arguments; prefill pods annotated with their bootstrap port), sglang-router in
     prefill-decode mode (`NAME-router`, with the RBAC its service discovery needs), and the Service `NAME` in
-    front of the router. Raises ValueError for another engine (vLLM's NIXL pools need a P/D proxy inferplan does
-    not render) or a pool whose replica spans nodes."""
+    front of the router; each pool of 2 or more replicas, and the router, followed by its PodDisruptionBudget.
+    Raises ValueError for another engine (vLLM's NIXL pools need a P/D proxy inferplan does not render) or a pool
+    whose replica spans nodes."""
     _check_disaggregated(request, candidate)
     check_name(name)
     pools = [_pool(request, candidate, name=name, role=role, namespace=namespace, image=image)
@@ -667,7 +729,8 @@ def disaggregated(request: PlanRequest, candidate: Candidate, *, name: str, name
     front = service(request, candidate, name=name, namespace=namespace)
     front["spec"]["selector"] = {**selector_labels(name), ROLE_LABEL: "router"}
     front["spec"]["ports"] = [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}]
-    return [*pools, *_router(request, candidate, name=name, namespace=namespace, image=image), front]
+    return with_disruption_budgets([*pools, *_router(request, candidate, name=name, namespace=namespace, image=image),
+                                    front])
 
 
 def render(request: PlanRequest, candidate: Candidate, *, name: str, namespace: str | None = None,
@@ -675,8 +738,10 @@ def render(request: PlanRequest, candidate: Candidate, *, name: str, namespace: 
     """Every object that runs `candidate`, in apply order.
 
     target "deployment": [ConfigMap of the engine's files] + Deployment + Service, or a LeaderWorkerSet in place
-    of the Deployment when a replica needs more GPUs than one node of its type has. target "kserve": [ConfigMap]
-    + InferenceService. A disaggregated candidate (SGLang): its pools, router and Service (`disaggregated`).
+    of the Deployment when a replica needs more GPUs than one node of its type has, each workload of 2 or more
+    replicas followed by its PodDisruptionBudget (`with_disruption_budgets`). target "kserve": [ConfigMap]
+    + InferenceService. A disaggregated candidate (SGLang): its pools, router and Service, and the budgets of
+    those workloads (`disaggregated`).
     Raises ValueError for an unknown target, a name that cannot name a Service, an engine (or GPU vendor) without
     a published image when none is given, and a disaggregated candidate that `disaggregated` cannot render or
     for KServe."""
@@ -695,7 +760,7 @@ def render(request: PlanRequest, candidate: Candidate, *, name: str, namespace: 
     multi_node = nodes_per_replica(request, candidate) > 1
     workload = (leader_worker_set if multi_node else deployment)(request, candidate, name=name, namespace=namespace,
                                                                  image=image)
-    return [*objects, workload, service(request, candidate, name=name, namespace=namespace)]
+    return with_disruption_budgets([*objects, workload, service(request, candidate, name=name, namespace=namespace)])
 
 
 # libyaml's emitter where PyYAML was built with it (its wheels are): the same text as the pure-Python one, about four
@@ -715,6 +780,7 @@ def manifests_digest(objects: list[Mapping[str, Any]]) -> str:
 
 
 __all__ = [
+    "DISRUPTION_BUDGET_MIN_REPLICAS",
     "POOL_ROLES",
     "RENDERABLE_ENGINES",
     "TARGETS",
@@ -731,10 +797,12 @@ __all__ = [
     "lws_name",
     "manifests_digest",
     "nodes_per_replica",
+    "pod_disruption_budget",
     "pod_sizing",
     "pool_deployment",
     "render",
     "router_args",
     "service",
     "to_yaml",
+    "with_disruption_budgets",
 ]

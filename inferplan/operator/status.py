@@ -183,7 +183,7 @@ class ManifestsRef(_Status):
     target: str = Field(max_length=64, description="What runs the replicas: Deployment or LeaderWorkerSet.")
     image: str = Field(max_length=256, description="The engine's container image.")
     objects: list[Annotated[str, Field(max_length=320)]] = Field(
-        max_length=8, description="The rendered objects, as Kind/name.")
+        max_length=16, description="The rendered objects, as Kind/name.")
     digest: str = Field(max_length=80, description="sha256 of the rendered YAML, as `inferplan render` prints it.")
     render: str = Field(max_length=512, description="The command that renders them from this plan.")
 

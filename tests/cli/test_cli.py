@@ -407,8 +407,8 @@ def test_render_prints_the_objects_as_multi_document_yaml(tmp_path: Path,
     code, out, err = run(capsys, "render", str(CHAT), "--no-verify")
     assert code == 0, err
     objects = list(yaml.safe_load_all(out))
-    assert [o["kind"] for o in objects] == ["Deployment", "Service"]
-    assert out.count("\n---\n") == 1
+    assert [o["kind"] for o in objects] == ["Deployment", "PodDisruptionBudget", "Service"]
+    assert out.count("\n---\n") == 2
     _, candidate = planned(CHAT)
     assert objects[0]["spec"]["replicas"] == candidate.replicas
     assert objects[0]["metadata"]["name"] == "chat-assistant-8b"  # the manifest's name
@@ -429,7 +429,8 @@ def test_render_names_and_places_objects_after_the_manifest(tmp_path: Path,
     code, out, err = run(capsys, "render", str(path), "--no-verify", "-o", "json")
     assert code == 0, err
     listed = json.loads(out)
-    assert listed["kind"] == "List" and [o["kind"] for o in listed["items"]] == ["ConfigMap", "Deployment", "Service"]
+    assert listed["kind"] == "List" and [o["kind"] for o in listed["items"]] == ["ConfigMap", "Deployment",
+                                                                         "PodDisruptionBudget", "Service"]
     assert {o["metadata"]["name"] for o in listed["items"][1:]} == {"trtllm-70b"}
     assert {o["metadata"]["namespace"] for o in listed["items"]} == {"platform"}
     code, out, _ = run(capsys, "render", str(path), "--no-verify", "--name", "llm", "--namespace", "prod")
@@ -469,14 +470,14 @@ def test_render_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: py
     monkeypatch.setattr("sys.stdin", io.StringIO(CHAT.read_text()))
     code, out, err = run(capsys, "render", "-", "--no-verify", "--name", "chat")
     assert code == 0, err
-    assert [o["metadata"]["name"] for o in yaml.safe_load_all(out)] == ["chat", "chat"]
+    assert [o["metadata"]["name"] for o in yaml.safe_load_all(out)] == ["chat", "chat", "chat"]
 
 
 def test_render_with_autoscaling(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "render", str(CHAT), "--no-verify", "--name", "chat", "--autoscaling", "keda")
     assert code == 0, err
     objects = {o["kind"]: o for o in yaml.safe_load_all(out)}
-    assert set(objects) == {"Deployment", "Service", "ScaledObject"}
+    assert set(objects) == {"Deployment", "PodDisruptionBudget", "Service", "ScaledObject"}
     assert "replicas" not in objects["Deployment"]["spec"]  # the autoscaler owns them
     assert "--prometheus-url" in err  # the serverAddress is a placeholder until given
     code, out, err = run(capsys, "render", str(CHAT), "--no-verify", "--autoscaling", "hpa", "--target", "kserve",

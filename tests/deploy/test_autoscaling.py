@@ -255,6 +255,51 @@ def test_an_autoscaled_workload_leaves_replicas_to_the_autoscaler() -> None:
     assert json.dumps(handed)  # still plain data
 
 
+H100 = "H100-SXM5-80GB"
+
+
+def _seventy_b_on(nodes: tuple[int, ...], rate: str = "12") -> tuple[PlanRequest, Candidate]:
+    """Llama-3.1-70B in bf16 at TP 4 on H100, planned on nodes of these GPUs, with the request as the operator gives
+    it to the planner (each node's GPUs, their total, the most on one node)."""
+    from inferplan.planner.request import resolve_plan
+    from inferplan.planner.search.plan import plan
+    from inferplan.planner.spec_parsing import parse_plan
+    from tests.support.plans import spec
+
+    data = spec(gpuTypes=["H100"], tensorParallelSizes=[4])
+    data["model"] = {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16"]}
+    data["workload"]["requestsPerSecond"] = rate
+    request = resolve_plan(parse_plan(data))
+    request = dataclasses.replace(request, node_gpus={H100: nodes}, available_gpus={H100: sum(nodes)},
+                                  gpus_per_node={**request.gpus_per_node, H100: max(nodes)})
+    candidate = plan(request).recommendation
+    assert candidate is not None and candidate.gpu_type == H100 and candidate.gpus_per_replica == 4
+    return request, candidate
+
+
+def test_max_replicas_stop_at_the_replicas_the_nodes_hold() -> None:
+    """Two nodes of 7 H100 (a failed GPU each) have 14 GPUs but room for two replicas of TP 4, not the three their
+    GPUs add up to: the autoscaler is never told to run a replica whose pods would stay Pending. The nodes bound
+    whatever maximum the plan gives (its caps, twice the recommendation), and never raise it."""
+    request, candidate = _seventy_b_on((7, 7))
+    assert candidate.replicas <= 2
+    bounds = replica_bounds(request, point_only(candidate))
+    assert bounds.max == 2, bounds
+    assert bounds.max_from == "the replicas the cluster's nodes hold"
+    assert "2 replicas of 4 GPUs fit on nodes of 7 and 7 H100-SXM5-80GB" in bounds.basis
+    (hpa,) = autoscaling(request, candidate, name="chat", kind="hpa")
+    assert hpa["spec"]["maxReplicas"] == 2
+    # Without the nodes' GPUs (the spec's own availableGpus, a quota) only the total is known: 14 // 4.
+    counted = dataclasses.replace(request, node_gpus=None)
+    assert replica_bounds(counted, point_only(candidate)).max == 3
+    # Twice the recommendation, where the nodes hold fewer: what they hold (no availableGpus to cap it).
+    few = dataclasses.replace(request, node_gpus={H100: (8, 4)}, available_gpus=None)
+    assert replica_bounds(few, point_only(candidate.model_copy(update={"replicas": 2, "gpus": 8}))).max == 3
+    # Nodes with room for more never raise the maximum: twice the recommendation stays.
+    room = dataclasses.replace(request, node_gpus={H100: (8,) * 20}, available_gpus=None)
+    assert replica_bounds(room, point_only(candidate)).max == 2 * candidate.replicas
+
+
 def test_docs_show_the_adapter_rule_the_code_builds() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text(encoding="utf-8")
     for rule in prometheus_adapter_rules("vllm")["rules"]:

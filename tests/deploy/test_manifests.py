@@ -6,6 +6,7 @@ same bytes from any process."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -329,7 +330,7 @@ def test_a_replica_over_nodes_is_a_leader_worker_set(stem: str) -> None:
     request, candidate = over_two_nodes(path)
     per_node = request.gpus_per_node[candidate.gpu_type]
     objects = by_kind(render(request, candidate, name="llm", namespace="serving"))
-    assert set(objects) == {"LeaderWorkerSet", "Service"}
+    assert set(objects) == {"LeaderWorkerSet", "PodDisruptionBudget", "Service"}
     lws = objects["LeaderWorkerSet"]
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
     assert set(lws["spec"]) <= LWS_SPEC_FIELDS and set(lws["spec"]["leaderWorkerTemplate"]) <= LWS_TEMPLATE_FIELDS
@@ -420,12 +421,14 @@ def test_a_disaggregated_sglang_plan_renders_its_pools_a_router_and_a_service() 
     request, candidate = disaggregated("sglang")
     objects = render(request, candidate, name="llm", namespace="serving")
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-        ("Deployment", "llm-prefill"), ("Deployment", "llm-decode"), ("ServiceAccount", "llm-router"),
-        ("Role", "llm-router"), ("RoleBinding", "llm-router"), ("Deployment", "llm-router"), ("Service", "llm")]
+        ("Deployment", "llm-prefill"), ("PodDisruptionBudget", "llm-prefill"), ("Deployment", "llm-decode"),
+        ("PodDisruptionBudget", "llm-decode"), ("ServiceAccount", "llm-router"), ("Role", "llm-router"),
+        ("RoleBinding", "llm-router"), ("Deployment", "llm-router"), ("PodDisruptionBudget", "llm-router"),
+        ("Service", "llm")]  # both pools run 2 replicas here
     for obj in objects:
         assert obj["metadata"]["labels"]["inferplan.io/plan"] == "llm"
         assert_valid(obj)
-    named = {o["metadata"]["name"]: o for o in objects}
+    named = {o["metadata"]["name"]: o for o in objects if o["kind"] != "PodDisruptionBudget"}
     roles = {r.role: r for r in candidate.roles}
     pods = {}
     for role in ("prefill", "decode"):
@@ -471,7 +474,8 @@ def test_a_disaggregated_recommendation_is_no_single_deployment() -> None:
     request, candidate = disaggregated("sglang")
     with pytest.raises(ValueError, match="prefill and decode pools"):
         manifests.deployment(request, candidate, name="llm")
-    objects = {o["metadata"]["name"]: o for o in render(request, candidate, name="llm", namespace="serving")}
+    objects = {o["metadata"]["name"]: o for o in render(request, candidate, name="llm", namespace="serving")
+               if o["kind"] == "Deployment"}
     for role in ("prefill", "decode"):
         assert manifests.pool_deployment(request, candidate, name="llm", role=role,
                                          namespace="serving") == objects[f"llm-{role}"]
@@ -486,6 +490,119 @@ def test_a_disaggregated_plan_is_not_rendered_where_nothing_would_route_it() -> 
     request, candidate = disaggregated("sglang")
     with pytest.raises(ValueError, match="--target deployment"):
         render(request, candidate, name="llm", target="kserve")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Disruption budgets: a node drain takes one replica at a time
+
+
+def _budgets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "PodDisruptionBudget"}
+
+
+def _pod_labels(workload: dict[str, Any]) -> list[dict[str, str]]:
+    """The labels of every kind of pod a Deployment or LeaderWorkerSet runs."""
+    if workload["kind"] == "Deployment":
+        return [workload["spec"]["template"]["metadata"]["labels"]]
+    template = workload["spec"]["leaderWorkerTemplate"]
+    return [template[role]["metadata"]["labels"] for role in ("leaderTemplate", "workerTemplate")]
+
+
+def _selects(budget: dict[str, Any], labels: dict[str, str]) -> bool:
+    return budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def assert_budgets(objects: list[dict[str, Any]]) -> None:
+    """Every workload of 2 or more replicas has one PodDisruptionBudget of its own name: maxUnavailable 1 (never a
+    minAvailable, which blocks every drain of a lone replica), a Deployment's selector, every pod of a
+    LeaderWorkerSet, and no pod of another workload; a workload of one replica has none."""
+    budgets = _budgets(objects)
+    workloads = [o for o in objects if o["kind"] in ("Deployment", "LeaderWorkerSet")]
+    guarded = set()
+    for workload in workloads:
+        name = workload["metadata"]["name"]
+        if workload["spec"].get("replicas", 1) < 2:
+            assert name not in budgets, name
+            continue
+        budget = budgets[name]
+        guarded.add(name)
+        assert budget["apiVersion"] == "policy/v1"
+        assert budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
+        assert budget["metadata"]["labels"] == workload["metadata"]["labels"]
+        assert budget["metadata"].get("namespace") == workload["metadata"].get("namespace")
+        if workload["kind"] == "Deployment":
+            assert budget["spec"]["selector"] == workload["spec"]["selector"]
+        assert all(_selects(budget, labels) for labels in _pod_labels(workload)), name
+        for other in workloads:
+            if other is not workload:
+                assert not any(_selects(budget, labels) for labels in _pod_labels(other)), (name, other["metadata"])
+        assert_valid(budget)
+        at = objects.index(workload)
+        assert objects[at + 1] is budget  # right after what it guards
+    assert set(budgets) == guarded
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_workload_of_two_or_more_replicas_has_a_disruption_budget(path: Path) -> None:
+    """A drain of the nodes a plan runs on evicts its replicas one at a time, never all of them: the plan's
+    availability floor (constraints.minReplicas, 2 by default) holds through it."""
+    objects = rendered(path)
+    assert any(o["kind"] == "PodDisruptionBudget" for o in objects)  # every example runs 2 or more replicas
+    assert_budgets(objects)
+
+
+def test_each_pool_and_the_router_of_a_disaggregated_plan_has_its_own_disruption_budget() -> None:
+    request, candidate = disaggregated("sglang")
+    objects = render(request, candidate, name="llm", namespace="serving")
+    assert_budgets(objects)
+    pools = {r.role: r.replicas for r in candidate.roles}
+    assert set(_budgets(objects)) == {"llm-router", *(f"llm-{role}" for role, n in pools.items() if n >= 2)}
+    one = candidate.model_copy(update={"roles": [r.model_copy(update={"replicas": 1, "gpus": r.gpus_per_replica})
+                                                 for r in candidate.roles]})
+    objects = render(request, one, name="llm", namespace="serving")
+    assert_budgets(objects)
+    assert set(_budgets(objects)) == {"llm-router"}  # two routers always
+
+
+@pytest.mark.parametrize("stem", ["phi-4-tensor-parallel", "moe-qwen3-30b-a3b"])
+def test_the_disruption_budget_of_a_leader_worker_set_guards_whole_groups(stem: str) -> None:
+    """LeaderWorkerSet recreates a group when any of its pods goes, so the budget covers the workers too, not only
+    the leaders: one evicted pod (or a group coming back) uses it up, and a drain takes one group at a time."""
+    request, candidate = over_two_nodes(next(p for p in EXAMPLES if p.stem == stem))
+    candidate = candidate.model_copy(update={"replicas": 3, "gpus": 3 * candidate.gpus_per_replica})
+    objects = render(request, candidate, name="llm", namespace="serving")
+    assert [o["kind"] for o in objects] == ["LeaderWorkerSet", "PodDisruptionBudget", "Service"]
+    assert_budgets(objects)
+    lws, budget = objects[0], objects[1]
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert _selects(budget, template["workerTemplate"]["metadata"]["labels"])
+    assert budget["metadata"]["name"] == lws["metadata"]["name"]
+
+
+def test_one_replica_gets_no_disruption_budget_unless_an_autoscaler_may_add_more() -> None:
+    """With one replica a budget of maxUnavailable 1 protects nothing (and minAvailable 1 would block every drain):
+    none is rendered. Handed to an autoscaler that may run 2 or more, the workload gets its budget; maxUnavailable
+    follows whatever count the autoscaler sets."""
+    from inferplan.deploy.autoscaling import hand_replicas_to_autoscaler
+    from inferplan.deploy.bounds import replica_bounds
+
+    request, candidate = planned(EXAMPLES[0])
+    one = candidate.model_copy(update={"replicas": 1, "gpus": candidate.gpus_per_replica})
+    objects = render(request, one, name="llm", namespace="serving")
+    assert [o["kind"] for o in objects] == ["Deployment", "Service"]
+    bounds = replica_bounds(request, one)
+    assert bounds.max >= 2
+    handed = hand_replicas_to_autoscaler(objects, bounds)
+    assert [o["kind"] for o in handed] == ["Deployment", "PodDisruptionBudget", "Service"]
+    assert handed[1] == manifests.pod_disruption_budget(objects[0])
+    capped = replica_bounds(dataclasses.replace(request, max_replicas=1, min_replicas=1), one)
+    assert capped.max == 1
+    assert [o["kind"] for o in hand_replicas_to_autoscaler(objects, capped)] == ["Deployment", "Service"]
+    two = render(request, candidate, name="llm", namespace="serving")  # already budgeted: not twice
+    handed = hand_replicas_to_autoscaler(two, replica_bounds(request, candidate))
+    assert [o["kind"] for o in handed] == ["Deployment", "PodDisruptionBudget", "Service"]
+
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -275,7 +275,8 @@ def test_the_gitops_walkthrough_runs_as_written(setup: Setup) -> None:
     assert "rendering the recommendation in the reviewed status of serving/chat (observedGeneration 1)" in render.err
     assert reviewed["status"]["recommendation"]["manifests"]["digest"] in render.err
     rendered = list(yaml.safe_load_all((setup.workdir / "apps" / "chat" / "deployment.yaml").read_text()))
-    assert [f"{o['kind']}/{o['metadata']['name']}" for o in rendered] == ["Deployment/chat", "Service/chat"]
+    assert [f"{o['kind']}/{o['metadata']['name']}" for o in rendered] == ["Deployment/chat",
+                                                                          "PodDisruptionBudget/chat", "Service/chat"]
 
     # 5. Infeasible on the cluster's GPUs: answered, FEASIBLE False, empty columns; render refuses.
     peak = cells(last.out)

@@ -334,8 +334,8 @@ def test_the_status_carries_the_change_that_applies_and_then_reads_in_sync(loop:
         assert f"replicas: 2 -> {recommendation['replicas']}" in change["summary"]
 
     manifests = recommendation["manifests"]
-    assert manifests["target"] == "Deployment" and manifests["objects"][-2:] == ["Deployment/gitops",
-                                                                                 "Service/gitops"]
+    assert manifests["target"] == "Deployment" and manifests["objects"][-3:] == [
+        "Deployment/gitops", "PodDisruptionBudget/gitops", "Service/gitops"]
     read_back = loop["objects"].get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gitops")
     rendered = subprocess.run([str(Path(sys.executable).with_name("inferplan")), "render", "-"],
                               input=yaml.safe_dump(read_back), capture_output=True, text=True, check=True)

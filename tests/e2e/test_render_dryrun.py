@@ -5,7 +5,7 @@ The test server stores built-in kinds without their schemas (../shared/k8s-teste
 check is tests/deploy/test_manifests.py's kubernetes-validate --strict; what this adds is the API machinery: names,
 namespaces, labels, the request path of each kind and the dry run itself. No registry package ships the
 CustomResourceDefinitions of LeaderWorkerSet, InferenceService or ScaledObject (see docs/deploy.md), and
-autoscaling/v2 is not served here, so those are not sent."""
+autoscaling/v2 is not served here, so those are not sent. policy/v1 is: the PodDisruptionBudgets are sent."""
 
 from __future__ import annotations
 
@@ -23,26 +23,28 @@ TRTLLM = next(p for p in EXAMPLES if p.stem == "trtllm-70b-fp8")  # ConfigMap + 
 SGLANG = next(p for p in EXAMPLES if p.stem == "moe-qwen3-30b-a3b")
 
 
-def _apis(admin: kubernetes.client.ApiClient) -> tuple[Any, Any, Any]:
+def _apis(admin: kubernetes.client.ApiClient) -> tuple[Any, Any, Any, Any]:
     return (kubernetes.client.CoreV1Api(admin), kubernetes.client.AppsV1Api(admin),
-            kubernetes.client.RbacAuthorizationV1Api(admin))
+            kubernetes.client.RbacAuthorizationV1Api(admin), kubernetes.client.PolicyV1Api(admin))
 
 
 def _create(admin: kubernetes.client.ApiClient, namespace: str, obj: dict[str, Any]) -> Any:
-    core, apps, rbac = _apis(admin)
+    core, apps, rbac, policy = _apis(admin)
     create = {"ConfigMap": core.create_namespaced_config_map, "Service": core.create_namespaced_service,
               "ServiceAccount": core.create_namespaced_service_account, "Role": rbac.create_namespaced_role,
               "RoleBinding": rbac.create_namespaced_role_binding,
-              "Deployment": apps.create_namespaced_deployment}[obj["kind"]]
+              "Deployment": apps.create_namespaced_deployment,
+              "PodDisruptionBudget": policy.create_namespaced_pod_disruption_budget}[obj["kind"]]
     return create(namespace, obj, dry_run="All", _preload_content=False)
 
 
 def _listed(admin: kubernetes.client.ApiClient, namespace: str, kind: str) -> list[Any]:
-    core, apps, rbac = _apis(admin)
+    core, apps, rbac, policy = _apis(admin)
     lister = {"ConfigMap": core.list_namespaced_config_map, "Service": core.list_namespaced_service,
               "ServiceAccount": core.list_namespaced_service_account, "Role": rbac.list_namespaced_role,
               "RoleBinding": rbac.list_namespaced_role_binding,
-              "Deployment": apps.list_namespaced_deployment}[kind]
+              "Deployment": apps.list_namespaced_deployment,
+              "PodDisruptionBudget": policy.list_namespaced_pod_disruption_budget}[kind]
     return lister(namespace, label_selector="app.kubernetes.io/managed-by=inferplan").items
 
 
@@ -53,11 +55,13 @@ def _answer(case: str) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize("case", [TRTLLM.stem, SGLANG.stem, "disaggregated-sglang"])
 def test_rendered_objects_pass_a_server_side_dry_run(k8s: dict[str, Any], namespace: str, case: str) -> None:
-    """The examples' objects, and a disaggregated SGLang answer's (two pools, the router, its RBAC)."""
+    """The examples' objects, and a disaggregated SGLang answer's (two pools, the router, its RBAC), with the
+    PodDisruptionBudget of each workload."""
     request, candidate = _answer(case)
     objects = render(request, candidate, name=case, namespace=namespace)
     assert {o["kind"] for o in objects} <= {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role",
-                                            "RoleBinding"}
+                                            "RoleBinding", "PodDisruptionBudget"}
+    assert "PodDisruptionBudget" in {o["kind"] for o in objects}
     for obj in objects:
         response = _create(k8s["admin"], namespace, obj)
         assert response.status == 201, response.data

@@ -261,3 +261,77 @@ def test_the_change_of_a_disaggregated_recommendation_is_read_against_the_pool_i
     del args[at:at + 2]
     change = change_status(request, candidate, name="pd", namespace="llm", deployment_name="pd-decode", body=neither)
     assert not change.in_sync and not change.patch and "prefill and decode pools" in change.problem
+
+
+def test_the_manifests_reference_lists_every_object_render_makes_disruption_budgets_included() -> None:
+    """A disaggregated recommendation renders ten objects (two pools, the router with its RBAC, the Service, and a
+    PodDisruptionBudget for each pool of 2 or more replicas and for the router): the status's reference names them
+    all, and its schema holds them."""
+    from inferplan.deploy.manifests import manifests_digest, render
+    from inferplan.operator.reconcile import manifests_ref
+    from inferplan.operator.status import ManifestsRef
+    from tests.support.plans import disaggregated
+
+    request, candidate = disaggregated()
+    objects = render(request, candidate, name="pd", namespace="llm")
+    ref = manifests_ref(request, candidate, name="pd", namespace="llm")
+    assert ref is not None and ref.digest == manifests_digest(objects)
+    assert ref.objects == [f"{o['kind']}/{o['metadata']['name']}" for o in objects]
+    assert {"PodDisruptionBudget/pd-prefill", "PodDisruptionBudget/pd-decode",
+            "PodDisruptionBudget/pd-router"} <= set(ref.objects)
+    assert len(ref.objects) <= ManifestsRef.model_fields["objects"].metadata[0].max_length
+
+
+def _cluster_request(data: dict[str, Any], inventory: Any) -> Any:
+    """The request the operator plans `data` with on `inventory` (the cluster's counts and nodes filled in)."""
+    from inferplan.operator.cluster_spec import parse_and_resolve
+    from inferplan.operator.reconcile import request_for_cluster
+
+    _, request = parse_and_resolve(data, None)
+    return request_for_cluster(request, inventory, False)[0]
+
+
+def test_the_autoscaling_maximum_on_the_clusters_nodes_is_what_they_hold() -> None:
+    """On two nodes of 7 H100 the operator recommends at most two replicas of TP 4; the autoscaling maximum of that
+    answer, from the same request, is what the nodes hold (2), not what their 14 GPUs add up to (3)."""
+    from inferplan.deploy.bounds import replica_bounds
+
+    seventy = {**spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"], tensorParallelSizes=[4]),
+               "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "precisions": ["bf16"]},
+               "workload": {**SPEC["workload"], "requestsPerSecond": "12"}, "verify": False}
+    sevens = build_inventory(sevens_nodes())
+    outcome = reconcile_plan(seventy, sevens)
+    rec = outcome.result.recommendation
+    assert rec is not None and rec.gpus_per_replica == 4 and rec.replicas <= 2
+    bounds = replica_bounds(_cluster_request(seventy, sevens), rec)
+    assert bounds.max == 2 and "nodes of 7 and 7 H100-SXM5-80GB" in bounds.basis
+
+
+def test_nothing_the_status_carries_reads_a_count_within_the_answers_range() -> None:
+    """The operator writes nothing for a count within an answer's range (`PlanResult.count_bounds`), so what it would
+    write must be the same for every such count. The autoscaling bounds do read the counts (availableGpus, the
+    replicas the nodes hold) and differ within the range; the status carries none of them: its manifests reference
+    and digest are the default rendering (no autoscaler, no KServe), and the whole status written for 24 GPUs is the
+    one written for 32."""
+    from inferplan.deploy.bounds import replica_bounds
+    from inferplan.operator.status import next_status
+
+    data = {**spec(gpuTypes=["NVIDIA-H100-80GB-HBM3"]), "workload": {**SPEC["workload"], "requestsPerSecond": "2"},
+            "verify": False}
+
+    def nodes(n: int) -> Any:
+        return build_inventory([NodeGpus(f"h{i}", "NVIDIA-H100-80GB-HBM3", 8, True, True) for i in range(n)])
+
+    three, four = nodes(3), nodes(4)
+    low, high = reconcile_plan(data, three, name="chat", namespace="llm").bounds["H100-SXM5-80GB"]
+    assert low <= 24 and (high is None or 32 <= high)  # both counts within one range ((24, 42) today)
+    statuses, maxima = [], []
+    for inventory in (three, four):
+        outcome = reconcile_plan(data, inventory, name="chat", namespace="llm")
+        assert outcome.manifests is not None and outcome.result is not None
+        statuses.append(next_status(None, generation=1, now="2026-01-01T00:00:00Z", planner_version="t",
+                                    inventory=inventory, result=outcome.result, error=None,
+                                    manifests=outcome.manifests, change=outcome.change, bounds=outcome.bounds))
+        maxima.append(replica_bounds(_cluster_request(data, inventory), outcome.result.recommendation).max)
+    assert statuses[0] == statuses[1]
+    assert maxima[0] != maxima[1]  # the count does reach the autoscaling bound: it must stay out of the status

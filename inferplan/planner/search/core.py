@@ -414,6 +414,18 @@ def placement(req: PlanRequest, key: str, replicas: NDArray[np.int_], gpus_per_r
     return need <= pod_slots(nodes, size)
 
 
+def most_replicas_placed(req: PlanRequest, key: str, gpus_per_replica: int) -> int | None:
+    """The most replicas of `gpus_per_replica` GPUs of `key` its nodes hold (`PlanRequest.node_gpus`; the assumptions
+    above): `placement` accepts a count exactly up to it. None where their counts are not known. Notes no comparison
+    in the count ranges: it is for what is derived from an answer after planning (an autoscaler's maxReplicas,
+    `deploy.bounds.replica_bounds`) and for words, not for what the search decides."""
+    nodes = (req.node_gpus or {}).get(key)
+    if nodes is None:
+        return None
+    pods, size = (int(v[0]) for v in replica_pods(np.array([gpus_per_replica]), req.gpus_per_node.get(key, 8)))
+    return int(pod_slots(nodes, np.array([size]))[0]) // pods
+
+
 def pools_placed(req: PlanRequest, key: str, pools: Sequence[tuple[int, int]]) -> bool:
     """Whether pools of (replicas, GPUs per replica) of one GPU type `key` can be placed together on its nodes
     (`PlanRequest.node_gpus`; True where their counts are not known): the largest pods first, each pod of s GPUs
@@ -457,8 +469,7 @@ def placement_words(req: PlanRequest, key: str, replicas: int, gpus_per_replica:
     if not nodes:
         return f"there is no node of {key}"
     if not _uniform(nodes):
-        fit = int(pod_slots(nodes, np.array([size]))[0]) // pods
-        return f"only {fit} fit on {nodes_words(key, nodes)} ({spans})"
+        return f"only {most_replicas_placed(req, key, gpus_per_replica)} fit on {nodes_words(key, nodes)} ({spans})"
     p = int(nodes[0])
     per = p // size
     if per == 0:

@@ -180,3 +180,27 @@ def test_on_nodes_of_one_count_the_answer_is_the_same_for_every_count_within_its
             if low <= 8 * m and (high is None or 8 * m <= high):
                 assert other == result, (n, m)
     assert len({str(r.recommendation) for r in results.values()}) > 1  # the counts do change the answer
+
+
+def test_the_most_replicas_placed_is_where_placement_stops_accepting() -> None:
+    """`most_replicas_placed` (what an autoscaler's maxReplicas is held to, deploy/bounds.py) is the planner's own
+    rule: `placement` accepts every count up to it and none above, on nodes that differ and that do not, for replicas
+    within a node and over nodes; it records no comparison in the count ranges."""
+    from inferplan.planner.search.core import most_replicas_placed, recording
+
+    base = seventy_b("25", 8, 8)
+    assert most_replicas_placed(base, H100, 4) is None  # only the totals known
+    assert most_replicas_placed(on_nodes(base, (7, 7)), H100, 4) == 2  # 14 GPUs, two replicas of TP 4
+    for nodes in [(7, 7), (8,), (8, 8, 8), (8, 7, 3), (3, 1, 1, 1), (6, 6, 6, 2)]:
+        req = on_nodes(base, nodes)
+        for gpus in (1, 2, 3, 4, 8, 16):
+            most = most_replicas_placed(req, H100, gpus)
+            assert most is not None
+            counts = np.arange(0, most + 3)
+            with recording() as recorder:
+                accepted = placement(req, H100, counts, np.full(len(counts), gpus))
+                assert accepted is not None
+                noted = len(recorder.needs)
+                most_replicas_placed(req, H100, gpus)
+                assert len(recorder.needs) == noted  # it notes nothing
+            assert list(accepted) == [int(c) <= most for c in counts], (nodes, gpus, most)
