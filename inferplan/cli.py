@@ -558,6 +558,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     if args.file == "-" and args.deployment == "-":
         print("inferplan: error: the plan and the Deployment cannot both come from standard input", file=sys.stderr)
         return 2
+    problem = _render_target_problem(None, args.image)  # the image the patch would set
+    if problem:
+        print(f"inferplan: error: {problem}", file=sys.stderr)
+        return 2
     current = _read_deployment(args.deployment)
     if current is None:
         return 2

@@ -645,3 +645,15 @@ def test_trouble_exits_2_with_the_reason(capsys: pytest.CaptureFixture[str], tmp
     one.write_text("kind: Deployment\nmetadata: {name: a}\nspec: {template: {spec: {containers: [{name: x}]}}}\n")
     code, _, err = run(capsys, "diff", str(infeasible), "--deployment", str(one), "--no-verify")
     assert code == 2 and "no feasible deployment" in err
+
+
+def test_diff_refuses_an_image_that_is_no_image_reference(capsys: pytest.CaptureFixture[str], rendered: Path) -> None:
+    """`diff --image` is checked as `render --image` is: a patch setting it would make pods the kubelet cannot pull
+    (it was only compared, and patched in as given)."""
+    code, out, err = run(capsys, "diff", str(CHAT), "--deployment", str(rendered), "--no-verify",
+                         "--image", "vllm/vllm-openai:v0.11.0 --bad")
+    assert code == 2 and not out
+    assert "is not a container image reference" in err
+    code, _, err = run(capsys, "diff", str(CHAT), "--deployment", str(rendered), "--no-verify",
+                       "--image", "vllm/vllm-openai:v0.11.0")
+    assert code in (0, 1), err
