@@ -72,6 +72,11 @@ status has not shown an answer for this long is the write taken for lost, and th
 
 
 _CHECKED = ("observedGeneration", "plannerVersion", "inventory")
+CHECKED_CONSTRAINTS = ("gpuTypes", "availableGpus")
+"""The constraints the checks read (`scheduling.usable_gpu_types`: the GPU types a plan may use, which its own
+availableGpus names where it names no gpuTypes). Kept parsed with the plan: without availableGpus the checks took
+every type of the cluster for such a plan, its status (which records the types it lists) never held, and it was
+planned again at every check."""
 
 
 def _pack(value: Mapping[str, Any]) -> bytes:
@@ -85,7 +90,8 @@ class Plan:
     about 27 KiB, and 0.5 KiB for a 4 KiB spec; parsed, they were most of the operator's memory at 10,000 plans)
     and unpacked for a reconcile. What the checker reads of them every few seconds stays parsed: `checked`, the
     status's generation, planner version, inventory ranges and Ready condition (`scheduling.unanswered`,
-    `work_due`), and `checked_spec`, the spec's constraints.gpuTypes, model.configMapRef and observe."""
+    `work_due`), and `checked_spec`, the spec's constraints.gpuTypes and availableGpus, model.configMapRef and
+    observe."""
 
     __slots__ = ("_packed", "_packed_spec", "checked", "checked_spec", "generation", "name", "namespace", "seen_at",
                  "uid")
@@ -108,7 +114,7 @@ class Plan:
         model, constraints = value.get("model") or {}, value.get("constraints") or {}
         self.checked_spec: dict[str, Any] = {
             "model": {k: v for k, v in model.items() if k == "configMapRef"},
-            "constraints": {k: v for k, v in constraints.items() if k == "gpuTypes"},
+            "constraints": {k: v for k, v in constraints.items() if k in CHECKED_CONSTRAINTS},
             **({"observe": value["observe"]} if value.get("observe") else {})}
 
     @property

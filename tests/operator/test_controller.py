@@ -68,6 +68,17 @@ def test_a_plan_keeps_its_spec_and_status_whole_and_what_the_checks_read_parsed(
     assert unanswered({}, plan.checked, 3, LIVE, "1.0") == "no status for generation 3"
 
 
+def test_the_checks_read_the_gpu_types_a_plan_may_use_from_what_is_kept_parsed() -> None:
+    """A plan with its own availableGpus and no gpuTypes may use the types it lists (`usable_gpu_types`), and its
+    status records those; what the checks keep parsed must say so too. It kept gpuTypes alone, so the checks took
+    every type of the cluster for such a plan, its status never held for them, and it was planned again at every
+    check (5 s): the operator's planners busy on 1,000 plans at rest."""
+    for constraints in ({"availableGpus": {"NVIDIA-L4": 8}}, {"gpuTypes": ["NVIDIA-L4"]},
+                        {"gpuTypes": ["NVIDIA-L4"], "availableGpus": {"NVIDIA-L4": 8, "NVIDIA-L40S": 2}}, {}):
+        plan = Plan("u", "ns", "p", 3, {"model": {"name": "m"}, "constraints": constraints}, None, 0.0)
+        assert usable_gpu_types(plan.checked_spec) == usable_gpu_types(plan.spec), constraints
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Controller.reconcile, with fakes for what it is given: the planner pool (planning in this process, with the
 # real planner unless a test scripts its answer), the thread pools (calls run inline), the node index, and the
@@ -357,3 +368,27 @@ def test_a_replica_that_begins_to_work_reads_a_plan_again_before_planning_it(
     b = replica_b()
     asyncio.run(begins_to_work(b))
     assert UID not in b.registry.plans and len(cluster.pool.asked) == 1 and len(cluster.api.writes) == 1
+
+
+def test_a_plan_with_its_own_available_gpus_is_not_planned_again_at_every_check(cluster: Cluster) -> None:
+    """Answered once, a plan whose availableGpus (no gpuTypes) lists L40S on a cluster that also has L4 nodes has
+    no work due at the next check: its status holds for the types it may use."""
+    cluster.nodes.append(node_gpus("l4-0", {"nvidia.com/gpu.product": "NVIDIA-L4"}, {"nvidia.com/gpu": "4"}, False,
+                                   [{"type": "Ready", "status": "True"}]))
+    spec = {**CHAT, "constraints": {**(CHAT.get("constraints") or {}), "availableGpus": {"L40S": 4}}}
+    spec["constraints"].pop("gpuTypes", None)
+    cluster.add(spec)
+    cluster.reconcile()
+    ((_, _, patch),) = cluster.api.writes
+    assert [entry["gpuType"] for entry in patch["inventory"]] == ["L40S"]
+    cluster.controller.registry.plans[UID].status = patch  # as its watch event brings it back
+
+    async def due() -> bool:
+        controller = cluster.controller
+        controller._check(UID, controller.inventory(), time.monotonic())
+        task = controller._tasks.pop(UID, None)
+        if task is not None:
+            task.cancel()
+        return task is not None
+
+    assert not asyncio.run(due())
