@@ -466,14 +466,15 @@ class Controller:
             measured = await asyncio.get_running_loop().run_in_executor(
                 self.observe_pool, measure, plan.spec, self.endpoints.get(), kube.deployment_reader(plan.namespace),
                 kube.config_map_reader(plan.namespace))
-            outcome = await self.pool.run(assess, measured, old)
+            now = _now()  # the observation's time: whether its window reaches back before a change, and its status
+            outcome = await self.pool.run(assess, measured, old, now)
         except RetryLater:
             raise
         except Exception:  # never let one plan take the operator down; the status keeps what it had
             metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
             self.logger.exception("observing failed: %s/%s", plan.namespace, plan.name)
             return dict(old or {})
-        return observe_status(old, outcome, now=_now(), generation=plan.generation)
+        return observe_status(old, outcome, now=now, generation=plan.generation)
 
     async def _plan(self, plan: Plan, old: dict | None) -> dict:
         """The status after planning the plan against the cluster's inventory (in the planner pool)."""

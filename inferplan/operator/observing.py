@@ -22,10 +22,12 @@ from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
 from inferplan.operator.cluster_spec import ConfigMapReader, parse_and_resolve
 from inferplan.operator.status import (
     KEEP,
+    MAX_OTHER_CALIBRATIONS,
     BoundsByMetric,
     CalibrationStatus,
     Condition,
     CurrentStatus,
+    GpuCalibration,
     Keep,
     LatencyByMetric,
     LatencyQuantiles,
@@ -50,7 +52,14 @@ from inferplan.planner.calibration.observed import (
     with_workload,
     worst,
 )
-from inferplan.planner.calibration.online import MIN_REQUESTS, Calibration, calibrated_factors, update_calibration
+from inferplan.planner.calibration.online import (
+    MAX_SCALE,
+    MIN_REQUESTS,
+    MIN_SCALE,
+    Calibration,
+    calibrated_factors,
+    update_calibration,
+)
 from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
 from inferplan.planner.catalog.engine_args import flag_spellings
@@ -63,6 +72,7 @@ from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.spec import Observe
 from inferplan.planner.spec_parsing import PlanError
+from inferplan.planner.spec_rules import window_seconds
 
 DeploymentReader = Callable[[str], Mapping[str, Any] | None]  # name -> the Deployment (dict) or None if absent
 
@@ -152,6 +162,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     limits = (container.get("resources") or {}).get("limits") or {}
     tp = _positive_int(_flag(tokens, flag_spellings("tp", engine))) or next(
         (_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)
+    if isinstance(container.get("image"), str) and container["image"]:
+        found["image"] = container["image"]
     if tp:
         found["gpus_per_replica"] = tp
     if (pp := _positive_int(_flag(tokens, flag_spellings("pp", engine)))) and pp > 1:
@@ -189,6 +201,7 @@ class Current:
     shape: CurrentShape
     deployment: str | None
     sources: dict[str, str]
+    image: str | None = None  # the engine container's image (its version), when a Deployment was read
 
 
 def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | None, req: PlanRequest) -> Current:
@@ -237,7 +250,7 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     pp = from_deployment.get("pipeline_parallel", 1)
     if pp > 1 and values["gpus_per_replica"] % pp == 0:
         values["pipeline_parallel"] = pp
-    return Current(CurrentShape(**values), name, sources)
+    return Current(CurrentShape(**values), name, sources, from_deployment.get("image"))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -257,26 +270,100 @@ class ObserveOutcome:
     calibration: Calibration | None = None        # the calibration to plan with (observe.calibrate)
     calibration_gpu: str | None = None
     settings: Observe | None = None               # spec.observe as parsed (None when the spec could not be)
+    changed_at: str | None = None                 # when an observation first found the current deployment changed
+    settled: bool = True                          # the window lies wholly after that: it may calibrate and narrow
 
 
-def recorded_calibration(status: Mapping[str, Any] | None) -> tuple[str, Calibration] | None:
-    """(GPU type, calibration) as `status.calibration` records it; None when absent or unreadable."""
-    recorded = (status or {}).get("calibration") or {}
-    if not recorded.get("gpuType"):
+def _read_calibration(recorded: Mapping[str, Any]) -> tuple[str, Calibration] | None:
+    """(GPU type, calibration) of one recorded entry; None when unreadable, or when a factor lies outside the
+    bounds the fit works within (MIN_SCALE-MAX_SCALE: no update can produce it, so it is not the operator's)."""
+    if not isinstance(recorded, Mapping) or not recorded.get("gpuType"):
         return None
     try:
-        return str(recorded["gpuType"]), Calibration(
+        calibration = Calibration(
             decode=float(recorded["decode"]), prefill=float(recorded["prefill"]),
             samples=int(recorded.get("samples", 0)), updates=int(recorded.get("updates", 0)),
             note=str(recorded.get("note", "")))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
+    if not all(MIN_SCALE <= factor <= MAX_SCALE for factor in (calibration.decode, calibration.prefill)):
+        return None  # NaN fails the comparison too
+    return str(recorded["gpuType"]), calibration
+
+
+def recorded_calibration(status: Mapping[str, Any] | None) -> tuple[str, Calibration] | None:
+    """(GPU type, calibration) as `status.calibration` records it for the current GPU type; None when absent or
+    unreadable."""
+    return _read_calibration((status or {}).get("calibration") or {})
+
+
+def _recorded_entries(status: Mapping[str, Any] | None) -> dict[str, tuple[Calibration, Mapping[str, Any]]]:
+    """The usable entries of `status.calibration` by GPU type, each read and as recorded: the current GPU type's
+    first, then `others`."""
+    recorded = (status or {}).get("calibration") or {}
+    others = recorded.get("others") if isinstance(recorded, Mapping) else None
+    out: dict[str, tuple[Calibration, Mapping[str, Any]]] = {}
+    for entry in [recorded, *(others if isinstance(others, list) else [])]:
+        if (read := _read_calibration(entry)) is not None:
+            out.setdefault(read[0], (read[1], entry))
+    return out
+
+
+def recorded_calibrations(status: Mapping[str, Any] | None) -> dict[str, Calibration]:
+    """Every calibration `status.calibration` records by GPU type: the current GPU type's and those of the GPU types
+    the deployment ran before (`others`), so that each keeps planning its GPU type."""
+    return {gpu: calibration for gpu, (calibration, _) in _recorded_entries(status).items()}
 
 
 def previous_calibration(status: Mapping[str, Any] | None, gpu_type: str | None) -> Calibration:
-    """The calibration recorded in status for `gpu_type` (a new GPU type starts from the catalog)."""
-    recorded = recorded_calibration(status)
-    return recorded[1] if recorded is not None and recorded[0] == gpu_type else Calibration()
+    """The calibration recorded in status for `gpu_type`, the current one's or an earlier GPU type's (a GPU type
+    never calibrated starts from the catalog)."""
+    return recorded_calibrations(status).get(gpu_type or "", Calibration())
+
+
+_CHANGE_FIELDS = ("deployment", "image", "gpuType", "replicas", "gpusPerReplica", "maxBatch", "precision",
+                  "kvCacheDtype")
+
+
+def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, now: str) -> str | None:
+    """When an observation first found the current deployment as it is now, if it found it changed: `now` when the
+    last observation recorded another one (its Deployment, engine image, GPU type, replicas, GPUs per replica, max
+    batch, precision or KV dtype) or none, else what it recorded. None when nothing was observed before (the first
+    observation cannot tell when the deployment took its shape) or nothing changed since."""
+    observed = (old_status or {}).get("observed")
+    if not isinstance(observed, Mapping):
+        return None
+    before = observed.get("current")
+    if not isinstance(before, Mapping):
+        return now
+    s = current.shape
+    now_fields = dict(zip(_CHANGE_FIELDS, (current.deployment, current.image, s.gpu_type, s.replicas,
+                                           s.gpus_per_replica, s.max_batch, s.precision, s.kv_cache_dtype),
+                          strict=True))
+    if "image" not in before:  # a status from before images were recorded (or a CRD that prunes the field)
+        del now_fields["image"]
+    if any(before.get(key) != value for key, value in now_fields.items()):
+        return now
+    changed = before.get("changedAt")
+    return changed if isinstance(changed, str) else None
+
+
+def _settled(changed_at: str | None, window: str, now: str) -> bool:
+    """Whether a window ending at `now` lies wholly after `changed_at` (no change seen: True)."""
+    if changed_at is None:
+        return True
+    since, at = _parse_time(changed_at), _parse_time(now)
+    if since is None or at is None:
+        return False
+    try:
+        seconds = window_seconds(window)
+    except (ValueError, KeyError, IndexError):
+        return False
+    return (at - since).total_seconds() >= seconds
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -338,28 +425,44 @@ def measure(spec: Mapping[str, Any], endpoints: Mapping[str, PrometheusEndpoint]
     return Measured(ObserveOutcome(name, window, observation, current=current, settings=settings), req)
 
 
-def assess(measured: Measured, old_status: Mapping[str, Any] | None) -> ObserveOutcome:
+def assess(measured: Measured, old_status: Mapping[str, Any] | None, now: str | None = None) -> ObserveOutcome:
     """The computing half of an observation: the calibration (observe.calibrate) and the prediction for the
-    current deployment under the observed workload, compared with what was observed. CPU only, no I/O (the
-    operator runs it in its planner pool, off its event loop's process)."""
+    current deployment under the observed workload, compared with what was observed; with calibration, the
+    prediction is the calibration's before this window updates it (out of sample). CPU only, no I/O (the
+    operator runs it in its planner pool, off its event loop's process). A window that reaches back before the
+    current deployment was found changed (`current_changed_at`; `now` is the observation's time, UTC now by
+    default) holds the old deployment's latencies: it updates no calibration (nor, in `observe_status`, the
+    deployment's own errors)."""
     outcome, req = measured.outcome, measured.request
     observation, current = outcome.observation, outcome.current
     if req is None or observation is None or current is None:
         return outcome
+    now = now or _utc_now()
+    changed_at = current_changed_at(old_status, current, now)
+    settled = _settled(changed_at, observation.window, now)
     workload = ObservedWorkload(observation.requests_per_second, observation.prompt_mean, observation.output_mean)
     observed_req = with_workload(req, workload)
     factors = load_factors()
     calibration = None
     if outcome.settings is not None and outcome.settings.calibrate:
         previous = previous_calibration(old_status, current.shape.gpu_type)
-        calibration = update_calibration(observed_req, current.shape, observation.latency_mean,
-                                         observation.requests_in_window, observation.waiting, previous, factors)
-        factors = calibrated_factors(factors, req.engine, current.shape.gpu_type, calibration)
+        if settled:
+            calibration = update_calibration(observed_req, current.shape, observation.latency_mean,
+                                             observation.requests_in_window, observation.waiting, previous, factors)
+        else:
+            calibration = dataclasses.replace(previous, note=(
+                f"not updated: the current deployment changed at {changed_at}, and the last {observation.window} "
+                "reach back before it (the old deployment's latencies)"))
+        # Judged (and its errors kept) against what the calibration predicted before this window: a prediction
+        # already fitted to the window would make its errors in-sample, and the band they narrow too narrow. The
+        # update goes to the status, for the next plan and the next window.
+        factors = calibrated_factors(factors, req.engine, current.shape.gpu_type, previous)
     prediction = predict_current(observed_req, current.shape, factors)
     observed = {metric: {q: (v.value, v.low, v.high) for q, v in quantiles.items()}
                 for metric, quantiles in observation.latency.items()}
     return dataclasses.replace(outcome, prediction=prediction, discrepancies=compare(prediction.latency, observed),
-                               calibration=calibration, calibration_gpu=current.shape.gpu_type)
+                               calibration=calibration, calibration_gpu=current.shape.gpu_type,
+                               changed_at=changed_at, settled=settled)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -422,11 +525,13 @@ Residuals = dict[str, dict[float, list[float]]]
 
 def residuals_key(current: Current | None) -> str | None:
     """What the kept errors were observed on: the current deployment's GPU type, GPUs per replica, max batch,
-    precision and KV dtype (its replicas may change: every prediction is per replica at the observed rate)."""
+    precision and KV dtype, and its engine image where a Deployment gives it (another engine version is another
+    deployment); its replicas may change: every prediction is per replica at the observed rate."""
     if current is None:
         return None
     s = current.shape
-    return f"{s.gpu_type}/{s.gpus_per_replica}/{s.max_batch}/{s.precision}/{s.kv_cache_dtype}"
+    key = f"{s.gpu_type}/{s.gpus_per_replica}/{s.max_batch}/{s.precision}/{s.kv_cache_dtype}"
+    return f"{key}@{current.image}" if current.image else key
 
 
 def read_residuals(old_prediction: Mapping[str, Any], key: str | None) -> Residuals:
@@ -617,7 +722,7 @@ def _observed(outcome: ObserveOutcome, obs: Observation, now: str) -> ObservedSt
             deployment=current.deployment, gpu_type=current.shape.gpu_type, replicas=current.shape.replicas,
             gpus_per_replica=current.shape.gpus_per_replica, max_batch=current.shape.max_batch,
             precision=current.shape.precision, kv_cache_dtype=current.shape.kv_cache_dtype,
-            sources=current.sources))
+            sources=current.sources, image=current.image, changed_at=outcome.changed_at))
 
 
 def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, now: str,
@@ -664,7 +769,8 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         kept = read_residuals(old_prediction, key)
         bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None).narrowed_by(kept)
         verdicts = judge(outcome.discrepancies, bands, max_error_ratio)
-        kept = with_window(kept, verdicts, obs.requests_in_window)
+        if outcome.settled:  # a window that reaches back before a change holds the old deployment's latencies
+            kept = with_window(kept, verdicts, obs.requests_in_window)
         outside = [v for v in verdicts if v.outside]
         rules = rules_text(verdicts, bands, max_error_ratio)
         drift_since = None
@@ -706,14 +812,29 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
     if settings.calibrate and outcome.calibration is not None:
         cal = outcome.calibration
         old_cal = (old or {}).get("calibration") or {}
-        updated = cal.updates != old_cal.get("updates") or outcome.calibration_gpu != old_cal.get("gpuType")
+        # What the status recorded for this GPU type: the current entry, or one of `others` it goes on from.
+        was = old_cal if outcome.calibration_gpu == old_cal.get("gpuType") else \
+            _recorded_entries(old).get(outcome.calibration_gpu or "", (None, {}))[1]
+        updated = cal.updates != was.get("updates", 0)
         calibration = CalibrationStatus(
             gpu_type=outcome.calibration_gpu, decode=round(cal.decode, 4), prefill=round(cal.prefill, 4),
             provenance=cal.provenance, samples=cal.samples, updates=cal.updates, note=cal.note[:1024],
-            last_update_time=now if updated and cal.updates else old_cal.get("lastUpdateTime"))
+            last_update_time=now if updated and cal.updates else was.get("lastUpdateTime"),
+            others=_other_calibrations(old, outcome.calibration_gpu))
     elif not settings.calibrate:
         calibration = None
     return assemble_status(old, observation=ObservationUpdate(made, observed, prediction, calibration))
+
+
+def _other_calibrations(old: Mapping[str, Any] | None, gpu_type: str | None) -> list[GpuCalibration] | None:
+    """`status.calibration.others`: what was learnt on the GPU types the deployment ran before `gpu_type` (each
+    with an accepted update), most recent first, at most MAX_OTHER_CALIBRATIONS. A deployment that moves to another
+    GPU type keeps planning the one it left with what was learnt there, and goes on from it when it returns."""
+    out = [GpuCalibration(gpu_type=gpu, decode=round(cal.decode, 4), prefill=round(cal.prefill, 4),
+                          samples=cal.samples, updates=cal.updates,
+                          last_update_time=time if isinstance(time := entry.get("lastUpdateTime"), str) else None)
+           for gpu, (cal, entry) in _recorded_entries(old).items() if gpu != gpu_type and cal.updates]
+    return out[:MAX_OTHER_CALIBRATIONS] or None
 
 
 def only_sample_time_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:

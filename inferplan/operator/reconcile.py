@@ -21,7 +21,7 @@ from inferplan.deploy.diff import deployment_change, desired_deployment
 from inferplan.deploy.manifests import manifests_digest, render
 from inferplan.operator.cluster_spec import ConfigMapReader, error_reason, parse_and_resolve
 from inferplan.operator.inventory import Inventory
-from inferplan.operator.observing import recorded_calibration
+from inferplan.operator.observing import recorded_calibrations
 from inferplan.operator.status import DeploymentChange, ManifestsRef
 from inferplan.planner.calibration.observed import ObservedWorkload, planning_request
 from inferplan.planner.calibration.online import calibrated_factors
@@ -93,13 +93,14 @@ def observed_workload(status: Mapping | None) -> ObservedWorkload | None:
 
 
 def plan_factors(spec: Mapping, status: Mapping | None, engine: str) -> FactorSet:
-    """The shipped factors, with the calibration recorded in `status` when spec.observe.calibrate is on."""
+    """The shipped factors, with the calibrations recorded in `status` when spec.observe.calibrate is on: the
+    current GPU type's and those of the GPU types the deployment ran before, each on its GPU type."""
     factors = load_factors()
-    recorded = recorded_calibration(status)
-    if not (spec.get("observe") or {}).get("calibrate") or recorded is None:
+    if not (spec.get("observe") or {}).get("calibrate"):
         return factors
-    gpu_type, calibration = recorded
-    return calibrated_factors(factors, engine, gpu_type, calibration)
+    for gpu_type, calibration in recorded_calibrations(status).items():
+        factors = calibrated_factors(factors, engine, gpu_type, calibration)
+    return factors
 
 
 def reconcile_plan(spec: Mapping, inventory: Inventory, read_config_map: ConfigMapReader | None = None,

@@ -111,6 +111,12 @@ class CurrentStatus(_Status):
     kv_cache_dtype: str = Field(max_length=32)
     sources: dict[Annotated[str, Field(max_length=32)], Literal["Deployment", "spec", "default"]] = Field(
         default_factory=dict, max_length=8, description="Where each field came from: Deployment, spec or default.")
+    image: str | None = Field(default=None, max_length=512,
+                              description="The engine container's image, when a Deployment was read.")
+    changed_at: str | None = Field(
+        default=None, max_length=64, json_schema_extra={"format": "date-time"},
+        description="When an observation first found the deployment changed (these fields or none before); "
+                    "windows that reach back before it neither calibrate nor count as its own errors.")
 
 
 class ObservedStatus(_Status):
@@ -155,12 +161,27 @@ class PredictionStatus(_Status):
                                   "their split-conformal interval where that is narrower than the recommendation's "
                                   "(docs/observe.md, Narrowed by what this deployment did).")
     residuals_for: str | None = Field(
-        default=None, max_length=256, description="The deployment the residuals were observed on (GPU type, GPUs per "
-                                                  "replica, max batch, precision, KV dtype); another starts afresh.")
+        default=None, max_length=800, description="The deployment the residuals were observed on (GPU type, GPUs per "
+                                                  "replica, max batch, precision, KV dtype, and @ the engine's image "
+                                                  "where a Deployment gives it); another starts afresh.")
     drift_since: str | None = Field(
         default=None, max_length=64, json_schema_extra={"format": "date-time"},
         description="Since when some percentile has been outside its bound (its interval, else "
                     "observe.maxErrorRatio) beyond the bucket resolution.")
+
+
+MAX_OTHER_CALIBRATIONS = 8
+
+
+class GpuCalibration(_Status):
+    """The multipliers learnt on a GPU type the deployment ran before (observe.calibrate)."""
+
+    gpu_type: str = Field(max_length=64)
+    decode: float
+    prefill: float
+    samples: int = Field(ge=0)
+    updates: int = Field(ge=0)
+    last_update_time: str | None = Field(default=None, max_length=64, json_schema_extra={"format": "date-time"})
 
 
 class CalibrationStatus(_Status):
@@ -174,6 +195,10 @@ class CalibrationStatus(_Status):
     updates: int = Field(ge=0)
     note: str = Field(max_length=1024, description="The last update's outcome.")
     last_update_time: str | None = Field(default=None, max_length=64, json_schema_extra={"format": "date-time"})
+    others: list[GpuCalibration] | None = Field(
+        default=None, max_length=MAX_OTHER_CALIBRATIONS,
+        description="What was learnt on the GPU types the deployment ran before, most recent first: each still "
+                    "plans its GPU type.")
 
 
 class ManifestsRef(_Status):

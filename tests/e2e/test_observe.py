@@ -10,6 +10,7 @@ prediction for an engine 0.7x / 0.6x as efficient as the catalog says (calibrati
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import os
 import signal
@@ -194,6 +195,7 @@ def test_a_matching_deployment_is_observed_and_predicted_accurately(loop: dict[s
     assert observed["prometheus"] == "main" and observed["window"] == "30s"
     assert observed["current"] == {"deployment": "llama", "gpuType": "H100-SXM5-80GB", "replicas": 2,
                                    "gpusPerReplica": 1, "maxBatch": 256, "precision": "bf16", "kvCacheDtype": "auto",
+                                   "image": "vllm/vllm-openai",
                                    "sources": {"gpuType": "Deployment", "replicas": "Deployment",
                                                "gpusPerReplica": "Deployment", "maxBatch": "Deployment",
                                                "precision": "Deployment", "kvCacheDtype": "default"}}
@@ -229,6 +231,56 @@ def test_calibration_fits_the_slower_engine_and_removes_the_drift(loop: dict[str
     # mean is predicted about 30% low.
     assert abs(_mean_tpot_error(status)) < 0.15, (status["observed"]["meanLatencyMs"], status["prediction"])
     assert _condition(status, "PredictionAccurate")["status"] == "True", status["conditions"]
+
+
+def _seconds(text: str) -> float:
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
+
+
+def test_a_changed_deployment_is_calibrated_only_from_windows_after_the_change(loop: dict[str, Any],
+                                                                              k8s: dict[str, Any]) -> None:
+    """plan -> observe -> calibrate -> the Deployment changes (batch cap and engine image): the windows that still
+    hold the old pods' latencies calibrate nothing, and say so; a whole window (30s) after the change, calibration
+    goes on. Then the Deployment moves to another GPU type: the calibration starts there from the catalog, and what
+    was learnt on H100 stays in status.calibration.others (it still plans H100)."""
+    apps = kubernetes.client.AppsV1Api(k8s["admin"])
+    namespace = loop["namespace"]
+    running = copy.deepcopy(DEPLOYMENT)
+    running["metadata"]["name"] = "rolling"
+    del running["status"]
+    apps.create_namespaced_deployment(namespace, running)
+    body = _plan("rolling", {"model_name": "llama-cal"}, calibrate=True, maxErrorRatio="0.5")
+    body["spec"]["observe"]["current"]["deployment"] = "rolling"
+    loop["objects"].create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    wait_for(lambda: (_status(loop, "rolling").get("calibration") or {}).get("updates", 0) >= 1, timeout_s=90,
+             interval_s=0.5)
+
+    container = running["spec"]["template"]["spec"]["containers"][0]
+    args = [("128" if a == "256" else a) for a in container["args"]]
+    apps.patch_namespaced_deployment("rolling", namespace, {"spec": {"template": {"spec": {"containers": [
+        {"name": "vllm", "image": "vllm/vllm-openai:v0.11.1", "args": args}]}}}})
+    changed = wait_for(lambda: (s := _status(loop, "rolling"))["observed"]["current"]["maxBatch"] == 128 and s,
+                       timeout_s=30, interval_s=0.5)
+    current, calibration = changed["observed"]["current"], changed["calibration"]
+    assert current["image"] == "vllm/vllm-openai:v0.11.1" and current["changedAt"], current
+    assert _seconds(changed["observed"]["sampleTime"]) - _seconds(current["changedAt"]) < 30
+    assert f"changed at {current['changedAt']}" in calibration["note"], calibration
+    assert _seconds(calibration["lastUpdateTime"]) <= _seconds(current["changedAt"])
+
+    def updated_again() -> dict[str, Any] | None:
+        status = _status(loop, "rolling")
+        return status if status["calibration"]["updates"] > calibration["updates"] else None
+
+    again = wait_for(updated_again, timeout_s=90, interval_s=0.5)["calibration"]
+    assert _seconds(again["lastUpdateTime"]) - _seconds(current["changedAt"]) >= 30, (again, current)
+
+    apps.patch_namespaced_deployment("rolling", namespace, {"spec": {"template": {"spec": {"nodeSelector": {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}}}})
+    moved = wait_for(lambda: (s := _status(loop, "rolling")).get("calibration", {}).get("gpuType") == "A100-SXM4-80GB"
+                     and s, timeout_s=30, interval_s=0.5)["calibration"]
+    [h100] = moved["others"]
+    assert h100["gpuType"] == "H100-SXM5-80GB" and h100["updates"] >= again["updates"] and h100["decode"] < 1.0
+    assert moved["updates"] == 0 and moved["decode"] == 1.0, moved
 
 
 def _mean_tpot_error(status: dict[str, Any]) -> float:

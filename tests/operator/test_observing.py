@@ -511,3 +511,191 @@ def test_own_errors_never_widen_a_band_and_small_windows_or_another_deployment_k
     elsewhere = dict(spread, prediction={**spread["prediction"], "residualsFor": "A100-SXM4-80GB/1/256/bf16/auto"})
     again = _observations(req, elsewhere, [1.0], start=11)
     assert again["prediction"]["residuals"]["tpot"]["p95"] == [0.0]  # started afresh for this deployment
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What calibrates and what narrows: only windows of the deployment as it runs now, within the fit's bounds
+
+
+H100, A100 = "H100-SXM5-80GB", "A100-SXM4-80GB"
+
+
+def _measured(req, observation: Observation, shape: CurrentShape = SHAPE, image: str | None = None):
+    from inferplan.operator.observing import Current, Measured
+
+    return Measured(ObserveOutcome("main", "5m", observation, current=Current(shape, "llama", {}, image=image),
+                                   settings=_settings(calibrate=True)), req)
+
+
+def _with_current(status: dict, shape: CurrentShape, sample_time: str = "2026-11-30T10:00:00Z") -> dict:
+    """`status` as an earlier observation left it, with `shape` as the current deployment it found."""
+    return {**status, "observed": {"prometheus": "main", "window": "5m", "sampleTime": sample_time,
+                                   "requestsPerSecond": 2.0, "requestsInWindow": 1000.0, "current": {
+                                       "deployment": "llama", "gpuType": shape.gpu_type, "replicas": shape.replicas,
+                                       "gpusPerReplica": shape.gpus_per_replica, "maxBatch": shape.max_batch,
+                                       "precision": shape.precision, "kvCacheDtype": shape.kv_cache_dtype}}}
+
+
+def test_a_window_that_reaches_back_before_the_deployment_changed_neither_calibrates_nor_narrows(req) -> None:
+    """plan -> observe -> calibrate -> re-plan -> the Deployment changes (here its batch cap): for one window after
+    the change, Prometheus' window still holds the old pods' latencies, which must not calibrate the new deployment
+    or count as its own errors. From a whole window after the change on, they do again."""
+    old_shape = dataclasses.replace(SHAPE, max_batch=128)
+    prediction = predict_current(req, SHAPE)
+    slower = _observation(prediction, 1.3)  # what the old pods did, in the window that straddles the change
+    before = _with_current(_recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC}), old_shape)
+    straddling = assess(_measured(req, slower), before, now="2026-11-30T10:01:00Z")
+    assert straddling.calibration is not None and straddling.calibration.updates == 0
+    assert "changed" in straddling.calibration.note and straddling.calibration.decode == 1.0
+    status = observe_status(before, straddling, now="2026-11-30T10:01:00Z", generation=1)
+    assert status["observed"]["current"]["changedAt"] == "2026-11-30T10:01:00Z"
+    assert "residuals" not in status["prediction"] and status["calibration"]["updates"] == 0
+    # Still the same deployment four minutes on: the 5m window still reaches back before the change.
+    later = assess(_measured(req, slower), status, now="2026-11-30T10:05:59Z")
+    assert later.calibration is not None and later.calibration.updates == 0
+    status = observe_status(status, later, now="2026-11-30T10:05:59Z", generation=1)
+    assert status["observed"]["current"]["changedAt"] == "2026-11-30T10:01:00Z" and "residuals" not in \
+        status["prediction"]
+    settled = assess(_measured(req, slower), status, now="2026-11-30T10:06:00Z")
+    assert settled.calibration is not None and settled.calibration.updates == 1
+    status = observe_status(status, settled, now="2026-11-30T10:06:00Z", generation=1)
+    assert status["prediction"]["residuals"] and status["calibration"]["updates"] == 1
+
+
+def test_a_new_engine_image_or_replica_count_is_a_change_and_the_first_observation_is_trusted(req) -> None:
+    prediction = predict_current(req, SHAPE)
+    first = assess(_measured(req, _observation(prediction, 1.3), image="vllm/vllm-openai:v0.11.0"), None,
+                   now="2026-11-30T10:00:00Z")
+    assert first.calibration is not None and first.calibration.updates == 1  # nothing says it changed
+    status = observe_status({"conditions": []}, first, now="2026-11-30T10:00:00Z", generation=1)
+    assert status["observed"]["current"]["image"] == "vllm/vllm-openai:v0.11.0"
+    assert "changedAt" not in status["observed"]["current"]
+    upgraded = assess(_measured(req, _observation(prediction, 1.3), image="vllm/vllm-openai:v0.11.1"), status,
+                      now="2026-11-30T10:01:00Z")
+    assert upgraded.calibration is not None and upgraded.calibration.updates == 1  # not updated again
+    scaled = assess(_measured(req, _observation(prediction, 1.3), dataclasses.replace(SHAPE, replicas=3),
+                              image="vllm/vllm-openai:v0.11.0"), status, now="2026-11-30T10:01:00Z")
+    assert scaled.calibration is not None and scaled.calibration.updates == 1 and "changed" in scaled.calibration.note
+
+
+def test_a_recorded_calibration_outside_the_fits_bounds_is_not_used(req) -> None:
+    """status.calibration is the operator's, but anyone who may write the status subresource can set it: a factor
+    the fit could never produce (outside 0.25-4x, or not a number) plans and predicts nothing."""
+    from inferplan.operator.observing import previous_calibration, recorded_calibration
+    from inferplan.operator.reconcile import plan_factors
+    from inferplan.planner.model.factors import load_factors
+
+    for decode in (0.0, -1.0, 40.0, float("nan"), float("inf"), "x"):
+        status = {"calibration": {"gpuType": H100, "decode": decode, "prefill": 1.0, "provenance": "observed",
+                                  "samples": 1000, "updates": 2, "note": ""}}
+        assert recorded_calibration(status) is None, decode
+        assert previous_calibration(status, H100).decode == 1.0
+        assert plan_factors({"observe": {"calibrate": True}}, status, "vllm") is load_factors()
+
+
+def test_a_deployment_that_moves_to_another_gpu_type_keeps_what_was_learnt_on_the_first(req) -> None:
+    """Calibrated on H100 (slower than the catalog says), the plan moves to A100; once the deployment runs A100 the
+    H100 calibration must still plan H100, else the next plan sees H100 at catalog speed again, moves back, and the
+    plan swings between the two as the deployment follows it. Back on H100, its calibration goes on from where it
+    was."""
+    from inferplan.operator.observing import previous_calibration
+    from inferplan.operator.reconcile import plan_factors
+    from inferplan.planner.calibration.online import Calibration
+    from inferplan.planner.model.factors import load_factors
+
+    on_h100 = {"conditions": [], "calibration": {"gpuType": H100, "decode": 0.7, "prefill": 0.8,
+                                                 "provenance": "observed", "samples": 3000, "updates": 3,
+                                                 "note": "updated"}}
+    a100 = dataclasses.replace(SHAPE, gpu_type=A100)
+    prediction = predict_current(req, a100)
+    from inferplan.operator.observing import Current
+
+    outcome = ObserveOutcome("main", "5m", _observation(prediction, requests=100.0),
+                             current=Current(a100, "llama", {}), prediction=prediction,
+                             calibration=Calibration(note="not updated"), calibration_gpu=A100,
+                             settings=_settings(calibrate=True))
+    on_a100 = observe_status(on_h100, outcome, now="2026-11-30T10:00:00Z", generation=1)
+    PlanStatus.model_validate(on_a100)
+    assert on_a100["calibration"]["gpuType"] == A100 and on_a100["calibration"]["decode"] == 1.0
+    base = load_factors().engine_on("vllm", H100, "nvidia")
+    planned = plan_factors({"observe": {"calibrate": True}}, on_a100, "vllm").engine_on("vllm", H100, "nvidia")
+    assert planned.decode_speed == pytest.approx(0.7 * base.decode_speed)
+    assert planned.prefill_speed == pytest.approx(0.8 * base.prefill_speed)
+    back = previous_calibration(on_a100, H100)
+    assert (back.decode, back.prefill, back.samples, back.updates) == (0.7, 0.8, 3000, 3)
+
+
+def test_a_status_that_recorded_no_image_is_not_a_change(req) -> None:
+    """A status written before images were recorded (or by an API server whose CRD prunes the field) has none: that
+    alone is no change, else every observation would find one and calibration would stop for good."""
+    prediction = predict_current(req, SHAPE)
+    before = _with_current({"conditions": []}, SHAPE)
+    assert "image" not in before["observed"]["current"]
+    outcome = assess(_measured(req, _observation(prediction, 1.3), image="vllm/vllm-openai:v0.11.0"), before,
+                     now="2026-11-30T10:01:00Z")
+    assert outcome.changed_at is None and outcome.settled
+    assert outcome.calibration is not None and outcome.calibration.updates == 1
+
+
+def test_another_engine_image_starts_the_deployments_own_errors_afresh(req) -> None:
+    """Errors learnt on one engine version do not narrow another's band: the image is part of what they were observed
+    on (`residualsFor`), as the GPU type, TP size, batch, precision and KV dtype are."""
+    from inferplan.operator.observing import Current
+
+    prediction = predict_current(req, SHAPE)
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+
+    def observed(status: dict, image: str, minute: int) -> dict:
+        outcome = dataclasses.replace(_outcome(req, _observation(prediction, 1.05)),
+                                      current=Current(SHAPE, "llama", {}, image=image))
+        return observe_status(status, outcome, now=f"2026-11-30T10:{minute:02d}:00Z", generation=1)
+
+    status = wide
+    for minute in range(3):
+        status = observed(status, "vllm/vllm-openai:v0.10.2", minute)
+    assert len(status["prediction"]["residuals"]["tpot"]["p95"]) == 3
+    assert status["prediction"]["residualsFor"] == "H100-SXM5-80GB/1/256/bf16/auto@vllm/vllm-openai:v0.10.2"
+    upgraded = observed(status, "vllm/vllm-openai:v0.11.0", 3)
+    assert len(upgraded["prediction"]["residuals"]["tpot"]["p95"]) == 1
+    assert upgraded["prediction"]["residualsFor"].endswith("@vllm/vllm-openai:v0.11.0")
+
+
+def test_the_window_that_updates_the_calibration_is_judged_by_the_prediction_made_before_it(req) -> None:
+    """With observe.calibrate, each window both updates the calibration and adds its errors to this deployment's own
+    (which narrow its band). Taken against a prediction already fitted to the same window, the errors were in
+    sample: a third of what they are (the update moves 2/3 of the way for 1,000 requests), and the band they narrow
+    claims an 80% that new windows do not keep. The prediction judged and recorded is the one the plan in the status
+    rests on: the calibration before this window's update, which goes to the status for the next one."""
+    import math
+
+    from inferplan.planner.calibration.observed import ObservedWorkload, with_workload
+
+    observed_req = with_workload(req, ObservedWorkload(2.0, 1000.0, 250.0))
+    prediction = predict_current(observed_req, SHAPE)  # the catalog's: no calibration yet
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+    outcome = assess(_measured(req, _observation(prediction, 1.2)), wide, now="2026-11-30T10:00:00Z")
+    assert outcome.calibration is not None and outcome.calibration.updates == 1 and outcome.calibration.decode < 0.9
+    status = observe_status(wide, outcome, now="2026-11-30T10:00:00Z", generation=1)
+    assert status["prediction"]["meanLatencyMs"]["tpot"] == pytest.approx(prediction.mean["tpot"] * 1e3, rel=1e-3)
+    assert status["prediction"]["residuals"]["tpot"]["p50"] == [pytest.approx(math.log(1.2), abs=1e-3)]
+    assert status["calibration"]["decode"] == round(outcome.calibration.decode, 4)  # what the next plan uses
+
+
+def test_back_on_a_gpu_type_its_calibration_goes_on_with_its_own_update_time(req) -> None:
+    from inferplan.operator.observing import Current
+    from inferplan.planner.calibration.online import Calibration
+
+    a100 = dataclasses.replace(SHAPE, gpu_type=A100)
+    prediction = predict_current(req, a100)
+    on_a100 = {"conditions": [], "calibration": {
+        "gpuType": A100, "decode": 1.0, "prefill": 1.0, "provenance": "catalog", "samples": 0, "updates": 0,
+        "note": "not updated", "others": [{"gpuType": H100, "decode": 0.7, "prefill": 0.8, "samples": 3000,
+                                           "updates": 3, "lastUpdateTime": "2026-11-30T09:00:00Z"}]}}
+    restored = Calibration(0.7, 0.8, 3000, 3, "not updated: 100 requests in the window, fewer than 200")
+    outcome = ObserveOutcome("main", "5m", _observation(prediction, requests=100.0),
+                             current=Current(SHAPE, "llama", {}), prediction=prediction, calibration=restored,
+                             calibration_gpu=H100, settings=_settings(calibrate=True))
+    back = observe_status(on_a100, outcome, now="2026-11-30T10:00:00Z", generation=1)["calibration"]
+    assert (back["gpuType"], back["decode"], back["updates"]) == (H100, 0.7, 3)
+    assert back["lastUpdateTime"] == "2026-11-30T09:00:00Z"  # not updated now: H100's own time
+    assert "others" not in back  # A100 learnt nothing: nothing to keep
