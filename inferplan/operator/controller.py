@@ -48,7 +48,14 @@ from inferplan.observe.prometheus import EndpointsFile
 from inferplan.operator import kube, metrics
 from inferplan.operator.cluster_spec import error_reason, with_config_map
 from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory
-from inferplan.operator.observing import CurrentError, assess, measure, observe_status, only_sample_time_moved
+from inferplan.operator.observing import (
+    CurrentError,
+    assess,
+    measure,
+    observe_status,
+    only_sample_time_moved,
+    utc_now,
+)
 from inferplan.operator.pool import PlannerPool
 from inferplan.operator.reconcile import Outcome, current_deployment_name, with_current_change
 from inferplan.operator.retry import RetryLater
@@ -168,10 +175,6 @@ class InventoryCache:
         if inventory is self.inventory:
             return relevant_inventory(spec, self.entries)
         return relevant_inventory(spec, [entry.model_dump(by_alias=True) for entry in inventory.entries])
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Controller:
@@ -466,7 +469,7 @@ class Controller:
             measured = await asyncio.get_running_loop().run_in_executor(
                 self.observe_pool, measure, plan.spec, self.endpoints.get(), kube.deployment_reader(plan.namespace),
                 kube.config_map_reader(plan.namespace))
-            now = _now()  # the observation's time: whether its window reaches back before a change, and its status
+            now = utc_now()  # the observation's time: whether its window reaches back before a change, and its status
             outcome = await self.pool.run(assess, measured, old, now)
         except RetryLater:
             raise
@@ -488,7 +491,7 @@ class Controller:
             self.logger.exception("planning failed: %s/%s", plan.namespace, plan.name)
             outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
         ttft_slo = ((plan.spec.get("slo") or {}).get("ttft") or {}).get("percentile", "p95")
-        new = next_status(old, generation=plan.generation, now=_now(), planner_version=__version__,
+        new = next_status(old, generation=plan.generation, now=utc_now(), planner_version=__version__,
                           inventory=inventory.usable(usable_gpu_types(plan.spec)), result=outcome.result,
                           error=outcome.error, ttft_percentile=ttft_slo, manifests=outcome.manifests,
                           change=outcome.change, extra_warnings=outcome.warnings, bounds=outcome.bounds)

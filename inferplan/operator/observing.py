@@ -362,7 +362,8 @@ def _settled(changed_at: str | None, window: str, now: str) -> bool:
     return (at - since).total_seconds() >= seconds
 
 
-def _utc_now() -> str:
+def utc_now() -> str:
+    """Now, as the status's times say it (RFC 3339, UTC, whole seconds): what `_parse_time` reads."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -437,7 +438,7 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None, now: str | 
     observation, current = outcome.observation, outcome.current
     if req is None or observation is None or current is None:
         return outcome
-    now = now or _utc_now()
+    now = now or utc_now()
     changed_at = current_changed_at(old_status, current, now)
     settled = _settled(changed_at, observation.window, now)
     workload = ObservedWorkload(observation.requests_per_second, observation.prompt_mean, observation.output_mean)
