@@ -60,6 +60,16 @@ def _read(path: str | None) -> tuple[list, list]:
     return list(parsed.scenarios), list(parsed.errors)
 
 
+def _read_some(path: str | None, verb: str) -> tuple[list, list]:
+    """`_read`, refusing a file without a valid line: an empty file, or one whose every line is bad, has nothing to
+    `verb`, which an empty table would not say (calibrate refuses such files as well)."""
+    scenarios, errors = _read(path)
+    if not scenarios:
+        raise CliError(f"no scenario line to {verb} in {path or _example_path()} (the file holds no valid line"
+                       + (f"; {len(errors)} bad line(s) reported above)" if errors else ")"))
+    return scenarios, errors
+
+
 class CliError(Exception):
     """A problem with what the command was given, printed as `inferplan: error: ...` (exit 2)."""
 
@@ -81,7 +91,7 @@ def _factors(path: str | None):  # -> FactorSet | None
 def _cmd_predict(args: argparse.Namespace) -> int:
     from inferplan.planner.calibration.predict import predict_scenarios
 
-    scenarios, _ = _read(args.scenarios)
+    scenarios, _ = _read_some(args.scenarios, "predict")
     predictions = predict_scenarios(scenarios, _factors(args.factors))
     if args.output == "json":
         print(json.dumps([
@@ -106,7 +116,7 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     from inferplan.planner.calibration.accuracy import format_report, score
     from inferplan.planner.calibration.predict import predict_scenarios
 
-    scenarios, errors = _read(args.scenarios)
+    scenarios, errors = _read_some(args.scenarios, "score")
     from inferplan.planner.model.factors import load_factors
 
     factors = _factors(args.factors) or load_factors()

@@ -159,6 +159,22 @@ def test_predict_reports_bad_line_and_predicts_the_rest(
     assert ids == expected[:2] + expected[3:]
 
 
+@pytest.mark.parametrize("command", [["predict"], ["accuracy"], ["accuracy", "--json"], ["predict", "-o", "json"]])
+@pytest.mark.parametrize("content", ["", "\n", "not json\n{}\n"])
+def test_a_file_without_a_valid_line_is_an_error_not_an_empty_score(
+    command: list[str], content: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An empty table (or `[]`) with exit status 0 read as "scored, nothing wrong"; calibrate refused such files.
+    path = tmp_path / "nothing.jsonl"
+    path.write_text(content, encoding="utf-8")
+    assert main([*command, "--scenarios", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"no scenario line to {'predict' if command[0] == 'predict' else 'score'} in {path}" in captured.err
+    if content.startswith("not json"):
+        assert "line 1" in captured.err and "2 bad line(s)" in captured.err
+
+
 @pytest.mark.parametrize("command", ["predict", "accuracy", "calibrate"])
 def test_missing_scenario_file_exits_2_naming_the_file(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
