@@ -106,6 +106,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     for p in predictions:
         if p.predicted is None:
             print(f"{p.metric:18s} {p.measured:11.4g} {'-':>11s} {'-':>7s}  {p.id}  [skipped: {p.skipped}]")
+        elif p.measured == 0 and p.predicted != 0:  # as `accuracy` skips it: no relative error
+            print(f"{p.metric:18s} {p.measured:11.4g} {p.predicted:11.4g} {'-':>7s}  {p.id}  "
+                  "[measured 0: no relative error]")
         else:
             err = (p.predicted - p.measured) / p.measured if p.measured else 0.0
             print(f"{p.metric:18s} {p.measured:11.4g} {p.predicted:11.4g} {err:+7.1%}  {p.id}")

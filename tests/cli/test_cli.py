@@ -175,6 +175,19 @@ def test_a_file_without_a_valid_line_is_an_error_not_an_empty_score(
         assert "line 1" in captured.err and "2 bad line(s)" in captured.err
 
 
+def test_predict_prints_no_error_for_a_value_measured_at_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `accuracy` skips such a row (no relative error); the table said "+0.0%", a perfect prediction.
+    row = json.loads(_example_lines()[0])
+    row["value"] = 0.0
+    path = tmp_path / "zero.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert main(["predict", "--scenarios", str(path)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "+0.0%" not in line and "measured 0: no relative error" in line
+
+
 @pytest.mark.parametrize("command", ["predict", "accuracy", "calibrate"])
 def test_missing_scenario_file_exits_2_naming_the_file(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
