@@ -148,8 +148,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             return 2
     try:
         from inferplan.planner.calibration.calibrate import CalibrationProgress, calibrate, format_calibration
+        from inferplan.planner.calibration.scenarios import read_scenario_files
 
-        scenarios = [row for path in args.scenarios for row in _read(path)[0]]
+        scenarios = []
+        for path, parsed in read_scenario_files(args.scenarios):  # an id an earlier file gave is a bad line
+            for error in parsed.errors:
+                print(f"{path}: {error} (line skipped)", file=sys.stderr)
+            scenarios += parsed.scenarios
         if not scenarios:
             print("inferplan: error: no scenario line to fit (the files hold no valid line)", file=sys.stderr)
             return 2

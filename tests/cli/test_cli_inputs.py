@@ -159,6 +159,20 @@ def test_calibrate_checks_where_it_writes_before_it_fits(tmp_path: Path, capsys:
     assert f"scenario file {tmp_path} is a directory" in capsys.readouterr().err
 
 
+def test_calibrate_fits_a_row_once_when_two_files_give_its_id(capsys: pytest.CaptureFixture[str]) -> None:
+    # The same file twice was fitted on twice its rows (its harness times pulled twice as hard), silently.
+    assert main(["calibrate", "--scenarios", str(EXAMPLE_ROWS)]) == 0
+    once = capsys.readouterr().out
+    assert main(["calibrate", "--scenarios", str(EXAMPLE_ROWS), str(EXAMPLE_ROWS)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == once
+    rows = [line for line in EXAMPLE_ROWS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    duplicates = [line for line in captured.err.splitlines() if "duplicate id" in line]
+    assert len(duplicates) == len(rows)
+    assert duplicates[0].startswith(f"{EXAMPLE_ROWS}: line 1, field 'id': duplicate id ")
+    assert duplicates[0].endswith(f"(first in {EXAMPLE_ROWS}, line 1) (line skipped)")
+
+
 def test_calibrate_names_the_lines_it_did_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
     # The bundled example is one source: no line has rows from two, so none is fitted, and the output says so.
     assert main(["calibrate", "--scenarios", str(EXAMPLE_ROWS)]) == 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Literal
@@ -271,3 +272,29 @@ def read_scenarios(path: str | Path) -> ScenarioFile:
                 lines.append(number)
     _date_by_revision(scenarios)
     return ScenarioFile(tuple(scenarios), tuple(errors), tuple(lines))
+
+
+def read_scenario_files(paths: Sequence[str | Path]) -> list[tuple[Path, ScenarioFile]]:
+    """Read files whose rows are pooled (a fit on several files): each as `read_scenarios` reads it, and a line whose
+    id an earlier file gave is an error of its own file and left out, as a repeated id within one file is. Ids key
+    the rows (SCENARIOS.md), so a file given twice, or a subset of one beside it, would otherwise count each of
+    those rows twice."""
+    out: list[tuple[Path, ScenarioFile]] = []
+    seen: dict[str, tuple[Path, int]] = {}
+    for given in paths:
+        path = Path(given)
+        parsed = read_scenarios(path)
+        kept: list[Scenario] = []
+        lines: list[int] = []
+        errors = list(parsed.errors)
+        for row, number in zip(parsed.scenarios, parsed.lines, strict=True):
+            if row.id in seen:
+                first, line = seen[row.id]
+                errors.append(ScenarioError(number, "id", f"duplicate id {row.id!r} (first in {first}, line {line})"))
+                continue
+            seen[row.id] = (path, number)
+            kept.append(row)
+            lines.append(number)
+        errors.sort(key=lambda e: e.line)
+        out.append((path, replace(parsed, scenarios=tuple(kept), errors=tuple(errors), lines=tuple(lines))))
+    return out

@@ -16,6 +16,7 @@ from inferplan.planner.calibration.scenarios import (
     Scenario,
     ScenarioError,
     parse_scenario_line,
+    read_scenario_files,
     read_scenarios,
 )
 
@@ -182,6 +183,22 @@ def _write(tmp_path: Path, lines: list[str]) -> Path:
     path = tmp_path / "scenarios.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def test_an_id_an_earlier_pooled_file_gave_is_an_error_of_the_later_file(tmp_path: Path) -> None:
+    # A fit pools its files: a file given twice, or a subset beside its whole, counted those rows twice.
+    lines = _example_lines()
+    whole, part = tmp_path / "whole.jsonl", tmp_path / "part.jsonl"
+    whole.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    part.write_text("\n".join([lines[3], _mutated(lambda r: r.update(id="new-id"), 1)]) + "\n", encoding="utf-8")
+    files = read_scenario_files([whole, part, whole])
+    assert [path for path, _ in files] == [whole, part, whole]
+    assert len(files[0][1].scenarios) == len(lines) and files[0][1].errors == ()
+    assert [row.id for row in files[1][1].scenarios] == ["new-id"] and files[1][1].lines == (2,)
+    first = json.loads(lines[3])["id"]
+    assert [str(e) for e in files[1][1].errors] == [
+        f"line 1, field 'id': duplicate id {first!r} (first in {whole}, line 4)"]
+    assert files[2][1].scenarios == () and [e.line for e in files[2][1].errors] == list(range(1, len(lines) + 1))
 
 
 def test_duplicate_id_is_an_error_naming_the_second_line_and_id(tmp_path: Path) -> None:
