@@ -50,7 +50,7 @@ from pathlib import Path
 from inferplan.planner.calibration.accuracy import absolute_percentage_error, score
 from inferplan.planner.calibration.calibrate import calibrate, engine_targets, fittable_lines, training_rows, unmodelled
 from inferplan.planner.calibration.predict import predict_scenarios
-from inferplan.planner.calibration.scenarios import Scenario, read_scenarios
+from inferplan.planner.calibration.scenarios import Scenario, read_scenario_files
 from inferplan.planner.model.factors import FactorSet, load_factors, parse_factors
 from inferplan.progress import ProgressLine, write_atomically
 
@@ -236,7 +236,22 @@ def _leave_one_source_out(args: argparse.Namespace, reference: dict[str, tuple[f
     if missing:
         print(f"scenario file not found: {', '.join(missing)}", file=sys.stderr)
         return 2
-    rows = [row for path in args.scenarios for row in read_scenarios(path).scenarios]
+    rows: list[Scenario] = []
+    for path, parsed in read_scenario_files(args.scenarios):  # as `inferplan calibrate` reads them
+        for error in parsed.errors:
+            print(f"{path}: {error} (line skipped)", file=sys.stderr)
+        rows += parsed.scenarios
+    if not rows:
+        print("no scenario line to fit (the files hold no valid line)", file=sys.stderr)
+        return 2
+    given_full = None
+    if args.full is not None:  # read before the fits, which take minutes
+        try:
+            given_full = parse_factors(json.loads(args.full.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+            why = "not found" if isinstance(exc, FileNotFoundError) else f"not a fit's factors ({exc})"
+            print(f"--full {args.full}: {why}", file=sys.stderr)
+            return 2
     by_source: dict[str, list[Scenario]] = defaultdict(list)
     for row in rows:
         by_source[row.source_name].append(row)
@@ -252,7 +267,7 @@ def _leave_one_source_out(args: argparse.Namespace, reference: dict[str, tuple[f
             return 2
     else:
         folds = _fit_folds(args, rows, by_source, sources, shipped)
-    full = parse_factors(json.loads(args.full.read_text(encoding="utf-8"))) if args.full else folds.pop("(all rows)")
+    full = given_full if given_full is not None else folds.pop("(all rows)")
 
     # (i) stability of the engine terms
     print()

@@ -160,6 +160,43 @@ def test_leave_one_source_out_reports_each_fit_as_it_ends(tmp_path: Path, capsys
     assert _left_behind(tmp_path) == [] and len(list(tmp_path.glob("*.json"))) == fits
 
 
+def test_leave_one_source_out_reports_the_lines_it_leaves_out_and_refuses_nothing_to_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad line, and a line whose id an earlier file gave, are named on stderr as `inferplan calibrate` names them
+    (they were dropped silently, and the same file given twice was fitted twice); files without a valid line and a
+    `--full` file that is missing or not factors are refused with exit status 2 before any fit (a traceback after
+    all the fits, for `--full`)."""
+    from bench.leave_one_source_out import main
+
+    lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
+    one_bad = tmp_path / "one-bad.jsonl"
+    one_bad.write_text("\n".join([*lines, "not json"]) + "\n", encoding="utf-8")
+    assert main(["--scenarios", str(one_bad), str(EXAMPLE), "--sweeps", "1", "--jobs", "1"]) == 0
+    captured = capsys.readouterr()
+    reported = [line for line in captured.err.splitlines() if line.endswith("(line skipped)")]
+    assert reported[0] == f"{one_bad}: line {len(lines) + 1}: not valid JSON (Expecting value at column 1) " \
+        "(line skipped)"
+    assert len(reported) == 1 + len([line for line in lines if line.strip()])  # the bad line, then every duplicate
+    assert all("duplicate id" in line and line.startswith(f"{EXAMPLE}: ") for line in reported[1:])
+    held = {row.source_name: 0 for row in read_scenarios(EXAMPLE).scenarios}
+    for row in read_scenarios(EXAMPLE).scenarios:
+        held[row.source_name] += 1
+    for source, n in held.items():  # each source's rows held out once, not twice
+        assert f"fit without {source:22s} ({n:3d} rows held out)" in captured.out
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    bad_factors = tmp_path / "factors.json"
+    bad_factors.write_text("{}", encoding="utf-8")
+    for argv, says in ((["--scenarios", str(empty)], "no scenario line to fit"),
+                       (["--scenarios", str(EXAMPLE), "--full", str(tmp_path / "missing.json")], "not found"),
+                       (["--scenarios", str(EXAMPLE), "--full", str(bad_factors)], "not a fit's factors")):
+        assert main([*argv, "--jobs", "1"]) == 2
+        captured = capsys.readouterr()
+        assert says in captured.err and "Traceback" not in captured.err and "fit without" not in captured.out
+
+
 def test_leave_one_source_out_stops_on_ctrl_c_and_ends_its_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
