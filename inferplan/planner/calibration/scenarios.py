@@ -177,11 +177,17 @@ class Scenario(_Strict):
 
     @property
     def source_name(self) -> str:
-        """A short name for the source: the repository owner for GitHub URLs, else the host."""
+        """A short name for the source: the repository owner for GitHub URLs, else the host; for a source without
+        one (a local file, `file:///home/me/lab-a/results.md`, or a name) its text without the scheme, its slashes
+        as dashes (`home-me-lab-a-results.md`), so that two such sources stay two, and the name is a file name
+        (`leave_one_source_out.py --save`)."""
         parts = self.source.split("/")
         if len(parts) > 3 and parts[2].endswith("github.com"):
             return parts[3]
-        return parts[2] if len(parts) > 2 else self.source
+        if len(parts) > 2 and parts[0].endswith(":") and parts[1] == "" and parts[2]:
+            return parts[2]
+        text = re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*:", "", self.source.strip())
+        return "-".join(part for part in text.split("/") if part) or "unnamed-source"
 
 
 def notes_date(notes: str) -> date | None:

@@ -96,6 +96,22 @@ def test_source_name_is_github_owner() -> None:
     assert parsed.source_name == "XiongjieDai"
 
 
+@pytest.mark.parametrize(("source", "name"), [
+    ("https://docs.nvidia.com/nim/benchmarking/llm/latest/performance.html#h100", "docs.nvidia.com"),
+    ("https://github.com/vllm-project/vllm/blob/abc/README.md", "vllm-project"),
+    ("file:///home/me/lab-a/results.md", "home-me-lab-a-results.md"),
+    ("file:///home/me/lab-b/results.md", "home-me-lab-b-results.md"),
+    ("/srv/bench/run-1.md", "srv-bench-run-1.md"),
+    ("internal benchmark 2026-12", "internal benchmark 2026-12"),
+    ("", "unnamed-source"),
+])
+def test_a_source_without_a_host_keeps_a_name_of_its_own(source: str, name: str) -> None:
+    # Every file:// source was named "" (the URL's empty host): two labs' runs were one source, with one harness
+    # time, and a leave-one-source-out fold named "".
+    row = Scenario.model_validate(_example_row() | {"source": source})
+    assert row.source_name == name
+
+
 def test_bad_json_names_the_line_and_says_json() -> None:
     error = parse_scenario_line(_example_lines()[2][:-5], 17)
     assert isinstance(error, ScenarioError)
