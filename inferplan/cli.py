@@ -184,20 +184,8 @@ def _example_plan() -> Path:
 
 def _load_plan(file: str | None):  # -> PlanRequest | None
     """The plan in `file` (default: the bundled example) resolved; None after printing every problem."""
-    from inferplan.planner.request import resolve_plan
-    from inferplan.planner.spec_parsing import PlanError, load_plan_file
-
-    if file == "-":
-        read = _read_manifest(file)
-        return None if read is None else read[1]
-    path = Path(file) if file else _example_plan()
-    try:
-        return resolve_plan(load_plan_file(path), path.parent)
-    except PlanError as exc:
-        for field, message in exc.problems:  # a problem of the whole file names the file as its field
-            print(f"{path}: {field}: {message}" if field and field != str(path) else f"{path}: {message}",
-                  file=sys.stderr)
-        return None
+    read = _read_manifest(file)
+    return None if read is None else read[1]
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -365,28 +353,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _read_manifest(file: str | None):  # -> (raw mapping, PlanRequest) | None
-    """The plan file (`-`: standard input) as read, and its spec resolved; None after printing every problem."""
-    import yaml
-
+    """The plan file (`-`: standard input, YAML or JSON; none: the bundled example) as read, and its spec resolved;
+    None after printing every problem, each `FILE: field: message` (the file's own problems `FILE: message`)."""
     from inferplan.planner.request import resolve_plan
-    from inferplan.planner.spec_parsing import PlanError, parse_plan
+    from inferplan.planner.spec_parsing import PlanError, decode_plan, parse_plan, read_plan_document
 
-    if file != "-":
-        request = _load_plan(file)
-        if request is None:
-            return None
-        path = Path(file) if file else _example_plan()
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) if path.suffix.lower() != ".json" else json.loads(
-            path.read_text(encoding="utf-8"))
-        return raw, request
+    path = Path(file) if file and file != "-" else _example_plan()
+    source = "<stdin>" if file == "-" else str(path)
     try:
-        raw = yaml.safe_load(sys.stdin.read())
-        return raw, resolve_plan(parse_plan(raw), Path.cwd())
-    except yaml.YAMLError as exc:
-        print(f"<stdin>: malformed YAML: {exc}", file=sys.stderr)
+        if file == "-":
+            raw = decode_plan(sys.stdin.read(), source, as_json=None)
+            return raw, resolve_plan(parse_plan(raw), Path.cwd())
+        raw = read_plan_document(path)
+        return raw, resolve_plan(parse_plan(raw), path.parent)
     except PlanError as exc:
-        for field, message in exc.problems:
-            print(f"<stdin>: {field}: {message}" if field else f"<stdin>: {message}", file=sys.stderr)
+        for field, message in exc.problems:  # a problem of the whole file names the file as its field
+            print(f"{source}: {field}: {message}" if field and field != source else f"{source}: {message}",
+                  file=sys.stderr)
     return None
 
 

@@ -208,33 +208,85 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_plan_file(path: str | Path) -> PlanSpec:
-    """Read and validate a plan file, YAML or JSON (`.json`), bare spec or whole manifest.
+class _KeyTwice(ValueError):
+    """A key given twice in one JSON object."""
 
-    Unreadable files and syntax errors become a PlanError naming the file (and line); validation problems
-    are all collected into one PlanError. Resolve relative `model.configFile` paths by passing the file's
-    directory to `resolve_plan`.
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads's object_pairs_hook: a key given twice in one object is an error (JSON would keep the last)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _KeyTwice(key)
+        seen[key] = value
+    return seen
+
+
+def _kind_of(document: Any) -> str:
+    if isinstance(document, Mapping):
+        return str(document.get("kind") or "a bare spec")
+    return type(document).__name__
+
+
+def decode_plan(text: str, source: str, *, as_json: bool | None = False) -> Mapping[str, Any]:
+    """The plan text decoded, as JSON (`as_json`), YAML, or (None) JSON where the text is JSON and YAML otherwise;
+    not yet validated. (YAML reads most JSON, but not JSON indented with tabs.)
+
+    A key given twice in one mapping, malformed text, an empty text and a YAML stream of more than one document
+    (empty documents, such as a trailing `---`, aside) raise a PlanError whose one problem is named `source`.
     """
+    text = text.removeprefix("\ufeff")  # a byte order mark some editors write
+    documents: list[Any] | None = None
+    if as_json is not False:
+        try:
+            documents = [json.loads(text, object_pairs_hook=_no_key_twice)]
+        except _KeyTwice as exc:
+            raise PlanError([(source, f"key {exc.key!r} is given twice in one object")]) from None
+        except json.JSONDecodeError as exc:
+            if as_json:
+                raise PlanError(
+                    [(source, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")]
+                ) from None
+    if documents is None:
+        try:  # a SafeLoader subclass: no arbitrary objects
+            documents = [doc for doc in yaml.load_all(text, Loader=_UniqueKeyLoader) if doc is not None]
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise PlanError([(source, f"malformed YAML{where}: {problem}")]) from None
+    if not documents:
+        raise PlanError([(source, "holds no plan: it is empty, or only comments")])
+    if len(documents) > 1:
+        raise PlanError([(source, f"holds {len(documents)} YAML documents ({', '.join(map(_kind_of, documents))}); "
+                                  "a plan is read from one document: put each plan in a file of its own")])
+    data = documents[0]
+    if not isinstance(data, Mapping):
+        raise PlanError([(source, f"expected a mapping at the top level, got {type(data).__name__}")])
+    return data
+
+
+def read_plan_document(path: str | Path) -> Mapping[str, Any]:
+    """The plan file decoded (`decode_plan`): JSON for a `.json` file, YAML otherwise. An unreadable file, or one
+    `decode_plan` refuses, raises a PlanError naming the file."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError([(str(path), f"cannot read the file: {exc}")]) from None
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PlanError(
-                [(str(path), f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")]
-            ) from None
-    else:
-        try:
-            data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise PlanError([(str(path), f"malformed YAML{where}: {problem}")]) from None
-    if not isinstance(data, Mapping):
-        raise PlanError([(str(path), f"expected a mapping at the top level, got {type(data).__name__}")])
-    return parse_plan(data)
+    return decode_plan(text, str(path), as_json=path.suffix.lower() == ".json")
+
+
+def load_plan_file(path: str | Path) -> PlanSpec:
+    """Read and validate a plan file, YAML or JSON (`.json`), bare spec or whole manifest.
+
+    Unreadable files and syntax errors become a PlanError naming the file (and line); a key given twice, in YAML or
+    JSON, is one too, and so is a YAML file of several documents (empty ones aside). Validation problems are all
+    collected into one PlanError. Resolve relative `model.configFile` paths by passing the file's directory to
+    `resolve_plan`.
+    """
+    return parse_plan(read_plan_document(path))

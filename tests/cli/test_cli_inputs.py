@@ -39,6 +39,37 @@ def test_a_plan_is_read_from_standard_input(monkeypatch: pytest.MonkeyPatch,
     assert '"recommendation"' in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", ["plan", "report"])
+def test_a_key_given_twice_on_standard_input_is_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str], command: str) -> None:
+    # As in a plan file: YAML would keep the last `name`, and plan for sglang without a word.
+    text = PLAN.read_text(encoding="utf-8").replace("    name: vllm\n", "    name: vllm\n    name: sglang\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert main([command, "-", "--no-verify"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("<stdin>: malformed YAML at line ") and "key 'name' is given twice" in err
+
+
+def test_a_json_plan_indented_with_tabs_is_read_from_standard_input(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(yaml.safe_load(PLAN.read_text(encoding="utf-8")),
+                                                            indent="\t")))
+    assert main(["plan", "-", "--no-verify", "-o", "json"]) == 0
+    assert '"recommendation"' in capsys.readouterr().out
+
+
+def test_a_plan_file_ending_in_a_document_separator_is_planned_and_reported(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(PLAN.read_text(encoding="utf-8") + "---\n", encoding="utf-8")
+    assert main(["plan", str(path), "--no-verify", "-o", "json"]) == 0
+    assert '"recommendation"' in capsys.readouterr().out
+    assert main(["report", str(path), "--no-verify", "--requests", "200", "-o", str(tmp_path / "r.html")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_a_scenario_file_from_standard_input_is_refused_with_a_reason(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["accuracy", "--scenarios", "-"]) == 2
     assert "a scenario file cannot be read from standard input" in capsys.readouterr().err

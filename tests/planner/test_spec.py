@@ -496,6 +496,48 @@ def test_file_problems_are_plan_errors(tmp_path: Path) -> None:
         load_plan_file(scalar)
 
 
+def test_a_key_given_twice_in_a_json_plan_is_an_error(tmp_path: Path) -> None:
+    # JSON keeps the last of two equal keys; a plan would then silently be planned for the second model.
+    twice = tmp_path / "twice.json"
+    twice.write_text('{"model": {"name": "llama-3.1-8b"}, "model": {"name": "llama-3.1-70b"}}', encoding="utf-8")
+    with pytest.raises(PlanError) as info:
+        load_plan_file(twice)
+    assert info.value.problems == [(str(twice), "key 'model' is given twice in one object")]
+
+
+def test_a_json_plan_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    marked = tmp_path / "plan.json"
+    marked.write_text("\ufeff" + json.dumps(MINIMAL), encoding="utf-8")
+    assert load_plan_file(marked) == parse_plan(MINIMAL)
+
+
+def test_a_yaml_stream_is_read_as_one_plan_and_empty_documents_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text("---\n" + yaml.safe_dump(MINIMAL) + "---\n", encoding="utf-8")  # as kubectl and kustomize write
+    assert load_plan_file(path) == parse_plan(MINIMAL)
+
+
+def test_a_yaml_stream_of_several_documents_is_an_error_naming_them(tmp_path: Path) -> None:
+    path = tmp_path / "plans.yaml"
+    manifest = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "chat"}, "spec": MINIMAL}
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap"}) + "---\n" + yaml.safe_dump(manifest),
+                    encoding="utf-8")
+    with pytest.raises(PlanError) as info:
+        load_plan_file(path)
+    (where, message), = info.value.problems
+    assert where == str(path)
+    assert message.startswith(f"holds 2 YAML documents (ConfigMap, {KIND}); ") and "malformed" not in message
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_an_empty_plan_file_says_it_is_empty(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PlanError) as info:
+        load_plan_file(path)
+    assert info.value.problems == [(str(path), "holds no plan: it is empty, or only comments")]
+
+
 def test_file_validation_problems_are_collected(tmp_path: Path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text(
