@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ValidationError,
 )
+from pydantic.alias_generators import to_camel
 
 from inferplan.planner.spec import IMAGE_REFERENCE, SPEC_MODELS, PlanSpec
 from inferplan.planner.spec_rules import _DECIMAL_PATTERN
@@ -101,6 +102,8 @@ def _message(error: Mapping[str, Any]) -> str:
         elsewhere = f"{name} is {' or '.join(_FIELD_PATHS[name])}" if name in _FIELD_PATHS else ""
         if not close and not elsewhere:
             close = difflib.get_close_matches(name, _ALIASES, n=3, cutoff=0.6)
+        if (camel := to_camel(name)) != name and camel in _fields_at(tuple(error["loc"][:-1])):
+            return f"unknown field; keys are camelCase: write {camel}"
         if close:
             return f"unknown field; did you mean {' or '.join(close)}?" + (f" ({elsewhere})" if elsewhere else "")
         return f"unknown field; {elsewhere}" if elsewhere else "unknown field (keys are camelCase)"
@@ -145,7 +148,11 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
         subpath = (error.get("ctx") or {}).get("subpath")
         if error["type"] == "plan_rule" and subpath:
             loc = (*loc, subpath)
-        problems.append((_path(loc), _message(error)))
+        if error["type"] == "extra_forbidden" and loc:  # the key as written, not the field it may be a spelling of
+            where = _path(loc[:-1])
+            problems.append((f"{where}.{loc[-1]}" if where else str(loc[-1]), _message(error)))
+        else:
+            problems.append((_path(loc), _message(error)))
     return problems
 
 
@@ -164,7 +171,9 @@ def parse_plan(data: Mapping[str, Any]) -> PlanSpec:
         spec_data, problems = _unwrap_manifest(data)
     if isinstance(spec_data, Mapping):
         try:
-            spec = PlanSpec.model_validate(dict(spec_data))
+            # By the camelCase keys only, as the API server reads them: the snake_case names pydantic also accepts
+            # from Python would make a file the command line plans one that `kubectl apply` refuses.
+            spec = PlanSpec.model_validate(dict(spec_data), by_alias=True, by_name=False)
         except ValidationError as exc:
             problems += _problems(exc)
         else:

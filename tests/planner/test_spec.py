@@ -250,6 +250,21 @@ def test_a_field_in_the_wrong_place_is_told_where_it_belongs() -> None:
         "unknown field; did you mean version?"
 
 
+@pytest.mark.parametrize(("path", "value", "camel"), [
+    ("workload.requests_per_second", "12.5", "requestsPerSecond"),
+    ("slo.ttft.max_ms", 500, "maxMs"),
+    ("model.config_file", "config.json", "configFile"),
+    ("constraints.max_gpus", 8, "maxGpus"),
+])
+def test_a_snake_case_key_is_an_unknown_field_as_for_the_api_server(path: str, value: Any, camel: str) -> None:
+    # The CRD's schema has camelCase keys only: a plan the command line planned with `max_ms` was one kubectl apply
+    # refused (or, the unknown key pruned, one the operator planned without that limit).
+    parent = path.rpartition(".")[0]
+    problems = problems_of(with_(MINIMAL, path, value))
+    assert problems[path] == f"unknown field; keys are camelCase: write {camel}"
+    assert f"{parent}.{camel}" not in problems or problems[f"{parent}.{camel}"] == "required"
+
+
 def test_a_yaml_float_is_told_to_quote_it() -> None:
     data = yaml.safe_load(yaml.safe_dump(MINIMAL).replace("'12.5'", "12.5"))
     assert data["workload"]["requestsPerSecond"] == 12.5
