@@ -240,7 +240,8 @@ class EngineSpec(_SpecModel):
     )
     max_model_len: int | None = Field(
         default=None, ge=1, le=_MAX_TOKENS,
-        description="Longest sequence (prompt + output) in tokens. Default: the model's context length.",
+        description="Longest sequence (prompt + output) in tokens, at most the model's context length. Default: the "
+        "shortest power of two holding 99.9% of requests of the workload, at most the model's context length.",
     )
     chunked_prefill: bool | None = Field(default=None, description="Chunked prefill on or off. Default: engine's.")
     prefix_caching: bool | None = Field(default=None, description="Prefix caching on or off. Default: engine's.")
@@ -483,7 +484,8 @@ class Constraints(_SpecModel):
 
     gpu_types: list[GpuName] | None = Field(
         default=None, min_length=1, max_length=64,
-        description="GPU types allowed. Default: every catalog GPU (operator: every type found in the cluster). "
+        description="GPU types allowed. Default: every datacenter and workstation GPU of the catalog, no consumer "
+        "(GeForce) cards; with availableGpus, the types it counts > 0 (operator: every type found in the cluster). "
         "In the cluster, listed types the cluster lacks are left out unless planAbsentGpuTypes is true.",
     )
     plan_absent_gpu_types: bool = Field(
@@ -531,7 +533,8 @@ class Constraints(_SpecModel):
     gpus_per_node: dict[GpuName, Annotated[int, Field(ge=1, le=128)]] = Field(
         default_factory=dict, max_length=64,
         description="GPUs per node, GPU name -> count; tensor parallelism stays within a node. Default: the "
-        "catalog's common chassis (HGX and OAM boards 8, GH200 1, consumer cards 4); the operator reads nodes.",
+        "catalog's common chassis (HGX and OAM boards and PCIe servers 8, GB200 trays and A10 4, GH200 1, "
+        "workstation and consumer cards 4); the operator reads nodes.",
     )
     shapes: list[Literal["aggregated", "disaggregated"]] = Field(
         default_factory=lambda: ["aggregated"], min_length=1, max_length=2,

@@ -211,3 +211,22 @@ def test_every_model_validator_of_the_spec_has_its_cel_rules() -> None:
         assert model.cel_rules, f"{model.__name__} has a model validator but declares no CEL rule"
         for rule in model.cel_rules:
             assert json.dumps(rule["rule"]) in text, (model.__name__, rule["rule"])
+
+
+def test_the_defaults_the_crd_describes_are_the_ones_the_planner_takes(schema: dict[str, Any]) -> None:
+    # kubectl explain shows these descriptions: maxModelLen said "Default: the model's context length" while the
+    # planner takes the shortest power of two holding 99.9% of requests, and gpuTypes "every catalog GPU" while the
+    # planner leaves the GeForce cards out.
+    from inferplan.planner.request import resolve_plan
+    from inferplan.planner.search.plan import plan
+
+    spec = schema["properties"]["spec"]["properties"]
+    assumed = " ".join(plan(resolve_plan(parse_plan(BASE_SPEC)), suggest=False).assumptions)
+    assert "max model length 8192: the shortest power of two that holds 99.9% of requests" in assumed
+    assert "shortest power of two holding 99.9% of requests" in spec["engine"]["properties"]["maxModelLen"][
+        "description"]
+    assert "consumer (GeForce) cards are left out" in assumed
+    assert "no consumer (GeForce) cards" in spec["constraints"]["properties"]["gpuTypes"]["description"]
+    per_node = spec["constraints"]["properties"]["gpusPerNode"]["description"]
+    assert all(chassis in per_node
+               for chassis in ("PCIe servers 8", "GB200 trays and A10 4", "workstation and consumer cards 4"))
