@@ -124,6 +124,12 @@ def _message(error: Mapping[str, Any]) -> str:
         return f"must be a mapping, got {type(value).__name__}"
     if kind == "list_type":
         return f"must be a list, got {type(value).__name__}"
+    if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
+        # `version: 0.10` is the number 0.1 to YAML: saying "got 0.1" alone hides why
+        lost = ", and 0.10 as 0.1" if isinstance(value, float) else ""
+        return f"must be a string: put it in quotes (unquoted, YAML reads it as the number {value!r}{lost})"
+    if kind == "string_type" and value is None:
+        return "must be a string, got nothing (an empty value or null)"
     message = str(error["msg"])
     if kind == "value_error":
         return message.removeprefix("Value error, ")

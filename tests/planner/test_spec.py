@@ -274,6 +274,17 @@ def test_a_yaml_float_is_told_to_quote_it() -> None:
     assert 'write "2"' in problems["constraints.prices.H100"]
 
 
+def test_an_unquoted_version_is_told_to_quote_it() -> None:
+    # `version: 0.10` reaches the parser as the float 0.1: "Input should be a valid string, got 0.1" named a
+    # value the user never wrote.
+    data = yaml.safe_load(yaml.safe_dump(with_(MINIMAL, "engine.version", "0.10")).replace("'0.10'", "0.10"))
+    message = problems_of(data)["engine.version"]
+    assert message.startswith("must be a string: put it in quotes") and "the number 0.1," in message
+    empty = yaml.safe_load("constraints:\n  maxGpusPerType: {~: 4}\n")["constraints"]
+    assert problems_of(with_(MINIMAL, "constraints", empty))["constraints.maxGpusPerType.None"] == \
+        "must be a string, got nothing (an empty value or null)"
+
+
 def test_an_unknown_gpu_names_close_ones() -> None:
     problems = problems_of(with_(MINIMAL, "constraints.gpuTypes", ["H100", "H1000"]))
     assert list(problems) == ["constraints.gpuTypes[1]"]
