@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferplan import __version__
-from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 from inferplan.planner.simulation.simulate import SimulationResult
@@ -334,7 +334,7 @@ def _band(frame: _Frame, key: str, c: Candidate, metric: str, quantile: float) -
         return []
     low, high = getattr(bounds, QUANTILE_NAMES[quantile])
     y = _px(frame.y(c.cost.dollars_per_hour))
-    share = f"{c.predicted.confidence or 0.8:.0%}"
+    share = percent_text(c.predicted.confidence or 0.8)
     return [f'<line class="band" x1="{_px(frame.x(low))}" y1="{y}" x2="{_px(frame.x(high))}" y2="{y}" '
             f'data-candidate="{key}" data-low-ms="{low:g}" data-high-ms="{high:g}">'
             f"<title>{share} interval: {_ms(low)} to {_ms(high)}</title></line>"]

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from inferplan.planner.catalog.architectures import ModelArchitecture
 from inferplan.planner.catalog.engine_args import DYNAMO_ENTRY_POINTS
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
-from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, Percentiles, PlanResult, replica_shape
 from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
@@ -69,13 +69,13 @@ def interval_text(c: Candidate, req: PlanRequest) -> str:
             continue
         low, high = getattr(bounds, q)
         unit, (value, low_text, high_text) = latency_figures([_percentile(c, metric, req), low, high])
-        parts.append(f"{name} {q} {value} {unit} ({confidence:.0%}: {low_text}-{high_text} {unit})")
+        parts.append(f"{name} {q} {value} {unit} ({percent_text(confidence)}: {low_text}-{high_text} {unit})")
     if (rate := intervals.max_requests_per_second_per_replica) is not None:
         parts.append(f"capacity {c.predicted.max_requests_per_second_per_replica:.3g} requests/s per replica "
-                     f"({confidence:.0%}: {rate[0]:.3g}-{rate[1]:.3g})")
+                     f"({percent_text(confidence)}: {rate[0]:.3g}-{rate[1]:.3g})")
     if (slots := intervals.max_concurrency) is not None:
-        parts.append(f"KV-bound concurrency {c.predicted.max_concurrency:.0f} ({confidence:.0%}: {slots[0]:.0f}-"
-                     f"{slots[1]:.0f})")
+        parts.append(f"KV-bound concurrency {c.predicted.max_concurrency:.0f} ({percent_text(confidence)}: "
+                     f"{slots[0]:.0f}-{slots[1]:.0f})")
     return "; ".join(parts)
 
 
@@ -87,7 +87,7 @@ def slo_check_text(c: Candidate) -> str:
         unit, (value, bound, target) = latency_figures([check.predicted_ms, check.bound_ms, check.target_ms])
         holds = f"{check.holds_with:.2f}" if check.holds_with else "under 0.5"
         parts.append(f"{check.metric.upper()} {check.percentile} <= {target} {unit} holds with {holds} (bound at "
-                     f"{c.predicted.confidence or 0:.0%}: {value} x{check.ratio:.2f} = {bound} {unit}, "
+                     f"{percent_text(c.predicted.confidence or 0)}: {value} x{check.ratio:.2f} = {bound} {unit}, "
                      f"{check.margin:.0%} margin)")
     return "; ".join(parts)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from inferplan.planner.calibration.observed import CurrentShape, predict_current
 from inferplan.planner.catalog.gpus import load_gpu_catalog
-from inferplan.planner.quantiles import QUANTILE_NAMES
+from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, rounded
 from inferplan.planner.search.core import most_replicas_placed, nodes_words
@@ -58,7 +58,7 @@ class Pessimistic:
     def words(self) -> str:
         """"every SLO holds with 9 replicas at the high end of the 80% prediction intervals (TTFT p95 <= 500 ms, ...)",
         or "no replica count holds TPOT p95 <= 50 ms at the high end of ... (... at light load)"."""
-        at = f"at the high end of the {self.confidence:.0%} prediction intervals"
+        at = f"at the high end of the {percent_text(self.confidence)} prediction intervals"
         if self.replicas is None:
             return f"no replica count holds every SLO {at} ({self.slo})"
         return f"every SLO holds with {self.replicas} replicas {at} ({self.slo})"

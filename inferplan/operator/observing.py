@@ -69,6 +69,7 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.intervals import conformal_bounds, gpu_family
 from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.quantiles import percent_text
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.spec import Observe
 from inferplan.planner.spec_parsing import PlanError
@@ -631,7 +632,7 @@ class Verdict:
 
 
 def _share(confidence: float | None) -> str:
-    return f"{confidence:.0%}" if confidence is not None else "the"
+    return percent_text(confidence) if confidence is not None else "the"
 
 
 def judge(discrepancies: Sequence[Discrepancy], bands: Bands, max_error_ratio: float) -> list[Verdict]:

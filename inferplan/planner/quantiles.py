@@ -13,6 +13,12 @@ QUANTILE_VALUES: dict[str, float] = {name: q for q, name in QUANTILE_NAMES.items
 """Name (p50, ...) -> quantile."""
 
 
+def percent_text(probability: float) -> str:
+    """A probability as the percentage a plan states it with: "80%" for 0.8, "97.5%" for 0.975 (not rounded to a
+    whole percent, which would print a confidence the plan did not ask for)."""
+    return f"{round(probability * 100, 6):g}%"
+
+
 def normal_ppf(p: ArrayLike) -> NDArray[np.float64]:
     """Inverse standard normal CDF (Acklam's rational approximation, relative error < 1.2e-9)."""
     p = np.clip(np.asarray(p, dtype=float), 1e-12, 1 - 1e-12)

@@ -442,6 +442,19 @@ def test_each_frontier_point_carries_its_prediction_interval(example, example_pa
     assert result.recommendation is not None and result.recommendation.predicted.intervals is not None
 
 
+def test_a_plans_confidence_reads_as_it_states_it_on_the_bands_and_bounds(tmp_path: Path) -> None:
+    """slo.confidence "0.975": each band says "97.5% interval" and the SLO bounds "bound at 97.5%", the confidence
+    the plan asked for, not a rounded 98% (or 97%)."""
+    slo = {**example_spec(EXAMPLE)["slo"], "confidence": "0.975"}
+    request = _resolve(_write_plan(tmp_path, {"slo": slo}))
+    result = plan(request)
+    assert result.recommendation is not None and result.recommendation.predicted.confidence == 0.975
+    page = render_report(request, result, None, title="t")
+    titles = [b.all_text() for chart in parse(page).all("svg", "frontier") for b in chart.all("line", "band")]
+    assert titles and all(t.startswith("97.5% interval: ") for t in titles)
+    assert "bound at 97.5%: " in page and not re.search(r"\b9[78]%", page.replace("97.5%", ""))
+
+
 def test_a_workload_without_a_second_token_reports_no_tpot(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """Outputs of one token: no TPOT chart (frontier or distribution), "-" in the TPOT column, no NaN anywhere."""

@@ -15,7 +15,7 @@ from inferplan.planner.results import Candidate, Infeasible, PlanResult
 from inferplan.planner.search.plan import plan
 from inferplan.planner.spec_parsing import load_plan_file, parse_plan
 from inferplan.tables import format_plan, latency_figures
-from tests.support.plans import spec
+from tests.support.plans import example_spec, spec
 
 REPO = Path(__file__).resolve().parents[2]
 CHAT = REPO / "examples" / "plans" / "chat-assistant-8b.yaml"  # constraints.gpuTypes by node label
@@ -166,3 +166,19 @@ def test_a_workload_without_a_second_token_prints_no_tpot() -> None:
     header, rows = _table(text)
     column = header.index("TPOT ms")
     assert rows and all(row[column] == "-" for row in rows)
+
+
+def test_a_confidence_between_whole_percents_reads_as_the_plan_states_it() -> None:
+    """slo.confidence "0.975": the intervals and the SLO bounds say 97.5%, as the plan asked and as the reasons say
+    (confidence 0.975), not a rounded 98% (or 97%) that it did not ask for."""
+    data = example_spec(CHAT)
+    data["slo"]["confidence"] = "0.975"
+    request = resolve_plan(parse_plan(data))
+    result = plan(request)
+    assert result.recommendation is not None and result.recommendation.predicted.confidence == 0.975
+    text = format_plan(result, request)
+    (intervals,) = [line for line in text.splitlines() if line.startswith("  intervals from held-out errors: ")]
+    (checks,) = [line for line in text.splitlines() if line.startswith("  SLOs by held-out error: ")]
+    assert "(97.5%: " in intervals and "%: " not in intervals.replace("(97.5%: ", "")
+    assert checks.count("bound at 97.5%: ") == len(request.slos)
+    assert not re.search(r"\b9[78]%", text.replace("97.5%", ""))

@@ -26,9 +26,11 @@ from inferplan.deploy.manifests import render
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.planner.calibration.observed import CurrentShape, predict_current
 from inferplan.planner.quantiles import QUANTILE_NAMES
-from inferplan.planner.request import PlanRequest
+from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate, Intervals, PercentileIntervals, Percentiles
-from tests.support.plans import EXAMPLES, over_two_nodes, planned
+from inferplan.planner.search.plan import plan
+from inferplan.planner.spec_parsing import parse_plan
+from tests.support.plans import EXAMPLES, example_spec, over_two_nodes, planned
 from tests.support.schemas import assert_valid
 
 CHAT = EXAMPLES[0]  # vLLM, 2 replicas of one L40S at 10 of 14.05 requests/s each, minHeadroom 0.05
@@ -304,3 +306,16 @@ def test_docs_show_the_adapter_rule_the_code_builds() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text(encoding="utf-8")
     for rule in prometheus_adapter_rules("vllm")["rules"]:
         assert rule["seriesQuery"] in text and rule["name"]["as"] in text and rule["metricsQuery"] in text
+
+
+def test_the_bounds_state_the_intervals_at_the_plans_own_confidence() -> None:
+    """A plan at slo.confidence "0.975": the annotation says "97.5% prediction intervals", the confidence its
+    recommendation's intervals are stated at, not a rounded 98% (or 97%)."""
+    data = example_spec(CHAT)
+    data["slo"]["confidence"] = "0.975"
+    request = resolve_plan(parse_plan(data))
+    candidate = plan(request).recommendation
+    assert candidate is not None and candidate.predicted.confidence == 0.975
+    basis = replica_bounds(request, candidate).basis
+    assert "at the high end of the 97.5% prediction intervals" in basis
+    assert not re.search(r"\b9[78]%", basis.replace("97.5%", ""))

@@ -317,6 +317,19 @@ def test_a_metric_without_an_interval_falls_back_to_the_fixed_ratio(req) -> None
     assert set(status["prediction"]["intervalMs"]) == {"ttft"}
 
 
+def test_the_condition_states_the_intervals_at_the_plans_own_confidence(req) -> None:
+    """A recommendation whose intervals are stated at 0.975 (slo.confidence "0.975"): PredictionAccurate says
+    "97.5% prediction intervals", not a rounded 98%."""
+    prediction = predict_current(req, SHAPE)
+    recommended = _recommended(prediction, {m: (0.5, 1.5) for m in EVERY_METRIC})
+    recommended["recommendation"]["predicted"]["confidence"] = 0.975
+    status = observe_status(recommended, _outcome(req, _observation(prediction, 1.0)), now="2026-11-30T10:00:00Z",
+                            generation=1)
+    message = _accurate(status)[2]
+    assert "against the recommendation's 97.5% prediction intervals" in message and "98%" not in message
+    assert status["prediction"]["confidence"] == 0.975
+
+
 def test_intervals_of_another_gpu_family_do_not_judge_the_current_deployment(req) -> None:
     """The recommendation runs on A100s (its intervals rest on that family's evidence); the deployment observed runs
     H100s: the fixed ratio judges, and the message says why."""
