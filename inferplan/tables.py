@@ -70,11 +70,14 @@ def interval_text(c: Candidate, req: PlanRequest) -> str:
         low, high = getattr(bounds, q)
         unit, (value, low_text, high_text) = latency_figures([_percentile(c, metric, req), low, high])
         parts.append(f"{name} {q} {value} {unit} ({percent_text(confidence)}: {low_text}-{high_text} {unit})")
+    # A disaggregated pair's capacity and concurrency are its decode pool's (its top-level fields), as are the
+    # intervals around them; the headroom line counts the pool that serves fewer.
+    replica, pool = ("decode replica", "decode ") if c.roles else ("replica", "")
     if (rate := intervals.max_requests_per_second_per_replica) is not None:
-        parts.append(f"capacity {c.predicted.max_requests_per_second_per_replica:.3g} requests/s per replica "
+        parts.append(f"capacity {c.predicted.max_requests_per_second_per_replica:.3g} requests/s per {replica} "
                      f"({percent_text(confidence)}: {rate[0]:.3g}-{rate[1]:.3g})")
     if (slots := intervals.max_concurrency) is not None:
-        parts.append(f"KV-bound concurrency {c.predicted.max_concurrency:.0f} ({percent_text(confidence)}: "
+        parts.append(f"{pool}KV-bound concurrency {c.predicted.max_concurrency:.0f} ({percent_text(confidence)}: "
                      f"{slots[0]:.0f}-{slots[1]:.0f})")
     return "; ".join(parts)
 

@@ -182,3 +182,19 @@ def test_a_confidence_between_whole_percents_reads_as_the_plan_states_it() -> No
     assert "(97.5%: " in intervals and "%: " not in intervals.replace("(97.5%: ", "")
     assert checks.count("bound at 97.5%: ") == len(request.slos)
     assert not re.search(r"\b9[78]%", text.replace("97.5%", ""))
+
+
+def test_a_disaggregated_recommendations_capacity_interval_names_its_pool() -> None:
+    """A disaggregated pair's intervals rest on its decode pool (its top-level fields): the capacity they bound is a
+    decode replica's (4.2 requests/s in the example, where a prefill replica serves 1.08), and the line says so, as
+    the headroom line beside it counts the prefill pool's."""
+    path = REPO / "examples" / "platform" / "long-prompts-70b-shapes.yaml"
+    request, result = planned(path)
+    rec = result.recommendation
+    assert rec is not None and rec.roles and rec.predicted.intervals is not None
+    decode = next(r for r in rec.roles if r.role == "decode")
+    assert rec.predicted.max_requests_per_second_per_replica == decode.max_requests_per_second_per_replica
+    (intervals,) = [line for line in format_plan(result, request).splitlines()
+                    if line.startswith("  intervals from held-out errors: ")]
+    assert f"capacity {decode.max_requests_per_second_per_replica:.3g} requests/s per decode replica (80%: " \
+        in intervals
