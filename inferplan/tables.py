@@ -45,6 +45,19 @@ def latency_figures(values_ms: Sequence[float | None]) -> tuple[str, list[str]]:
     return "s" if scale > 1 else "ms", ["-" if v is None else _figure(v / scale) for v in values_ms]
 
 
+SHOWN_PERCENTILES = {"ttft": ("p50", "p95", "p99"), "tpot": ("p50", "p95", "p99"), "e2e": ("p95",)}
+"""The percentiles of each metric the recommendation's latency line prints."""
+
+
+def in_metric_unit(c: Candidate, metric: str, values_ms: Sequence[float]) -> tuple[str, list[str]]:
+    """`values_ms` in the unit `c`'s latency line prints `metric` in (`SHOWN_PERCENTILES`, `latency_figures`): the
+    prediction then reads the same in its interval and its SLO check as on that line, whatever their bounds reach."""
+    stats = getattr(c.predicted, f"{metric}_ms")
+    unit, _ = latency_figures([] if stats is None else [getattr(stats, q) for q in SHOWN_PERCENTILES[metric]])
+    scale = 1000 if unit == "s" else 1
+    return unit, [_figure(v / scale) for v in values_ms]
+
+
 def _percentiles_text(name: str, stats: Percentiles | None, quantiles: Sequence[str]) -> str:
     """"TTFT p50/p95 32.1 / 82.2 ms": a metric's percentiles in one unit; "TPOT -" where there are none (no
     request generates a second token)."""
@@ -68,7 +81,9 @@ def interval_text(c: Candidate, req: PlanRequest) -> str:
         if bounds is None:
             continue
         low, high = getattr(bounds, q)
-        unit, (value, low_text, high_text) = latency_figures([_percentile(c, metric, req), low, high])
+        if (point := _percentile(c, metric, req)) is None:
+            continue
+        unit, (value, low_text, high_text) = in_metric_unit(c, metric, [point, low, high])
         parts.append(f"{name} {q} {value} {unit} ({percent_text(confidence)}: {low_text}-{high_text} {unit})")
     # A disaggregated pair's capacity and concurrency are its decode pool's (its top-level fields), as are the
     # intervals around them; the headroom line counts the pool that serves fewer.
@@ -87,7 +102,8 @@ def slo_check_text(c: Candidate) -> str:
     held-out errors (`Predicted.slo_checks`); empty without checks."""
     parts = []
     for check in c.predicted.slo_checks:
-        unit, (value, bound, target) = latency_figures([check.predicted_ms, check.bound_ms, check.target_ms])
+        unit, (value, bound, target) = in_metric_unit(c, check.metric, [check.predicted_ms, check.bound_ms,
+                                                                        check.target_ms])
         holds = f"{check.holds_with:.2f}" if check.holds_with else "under 0.5"
         parts.append(f"{check.metric.upper()} {check.percentile} <= {target} {unit} holds with {holds} (bound at "
                      f"{percent_text(c.predicted.confidence or 0)}: {value} x{check.ratio:.2f} = {bound} {unit}, "
@@ -210,9 +226,9 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
                 + (", experts expert-parallel (DeepEP)" if c.expert_parallel else "")
                 + (f", {c.pipeline_parallel} pipeline stages of {c.gpus_per_replica // c.pipeline_parallel} GPUs "
                    f"on {c.nodes_per_replica} nodes" if c.pipeline_parallel > 1 else "")]),
-            f"  {_percentiles_text('TTFT', c.predicted.ttft_ms, ('p50', 'p95', 'p99'))}; "
-            f"{_percentiles_text('TPOT', c.predicted.tpot_ms, ('p50', 'p95', 'p99'))}; "
-            f"{_percentiles_text('e2e', c.predicted.e2e_ms, ('p95',))}",
+            f"  {_percentiles_text('TTFT', c.predicted.ttft_ms, SHOWN_PERCENTILES['ttft'])}; "
+            f"{_percentiles_text('TPOT', c.predicted.tpot_ms, SHOWN_PERCENTILES['tpot'])}; "
+            f"{_percentiles_text('e2e', c.predicted.e2e_ms, SHOWN_PERCENTILES['e2e'])}",
             *([f"  intervals from held-out errors: {interval_text(c, req)}"] if interval_text(c, req) else []),
             *([f"  SLOs by held-out error: {slo_check_text(c)}"] if slo_check_text(c) else []),
             # Two different shares, each said with its reference: headroom against the rate the SLOs allow,

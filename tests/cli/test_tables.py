@@ -198,3 +198,21 @@ def test_a_disaggregated_recommendations_capacity_interval_names_its_pool() -> N
                     if line.startswith("  intervals from held-out errors: ")]
     assert f"capacity {decode.max_requests_per_second_per_replica:.3g} requests/s per decode replica (80%: " \
         in intervals
+
+
+@pytest.mark.parametrize("path", [CHAT, REPO / "examples" / "platform" / "long-prompts-70b-shapes.yaml"],
+                         ids=["chat", "long-prompts"])
+def test_a_latency_reads_the_same_on_each_line_of_the_recommendation(path: Path) -> None:
+    """The TTFT p95 the latency line prints ("TTFT p50/p95/p99 623 / 1813 / 3032 ms") reads the same, in the same
+    unit, in its interval and in its SLO check: not "1.8 s (80%: 0.93-12.7 s)" because the interval's high end
+    reaches 10 s."""
+    request, result = planned(path)
+    text = format_plan(result, request)
+    (latencies,) = [line for line in text.splitlines() if line.startswith("  TTFT p50/p95/p99 ")]
+    (intervals,) = [line for line in text.splitlines() if line.startswith("  intervals from held-out errors: ")]
+    (checks,) = [line for line in text.splitlines() if line.startswith("  SLOs by held-out error: ")]
+    figures = re.match(r"  TTFT p50/p95/p99 (\S+) / (\S+) / (\S+) (ms|s);", latencies)
+    assert figures is not None
+    p95, unit = figures.group(2), figures.group(4)
+    assert re.search(rf"TTFT p95 {re.escape(p95)} {unit} \(80%: \S+-\S+ {unit}\)", intervals), intervals
+    assert re.search(rf"TTFT p95 <= \S+ {unit} holds with [^(]+\(bound at 80%: {re.escape(p95)} x", checks), checks
