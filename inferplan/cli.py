@@ -50,22 +50,28 @@ def _example_path() -> Path:
     return Path(str(resources.files("inferplan.planner").joinpath("data/example-scenarios.jsonl")))
 
 
-def _read(path: str | None) -> tuple[list, list]:
-    from inferplan.planner.calibration.scenarios import read_scenarios
+def _read(paths: Sequence[str] | None) -> tuple[list, list]:
+    """The rows of `paths` pooled (none: the bundled example), each bad line reported on stderr and left out; a line
+    whose id an earlier file gave is one (`read_scenario_files`), so a file given twice is not counted twice."""
+    from inferplan.planner.calibration.scenarios import read_scenario_files
 
-    source = Path(path) if path else _example_path()
-    parsed = read_scenarios(source)
-    for error in parsed.errors:
-        print(f"{source}: {error} (line skipped)", file=sys.stderr)
-    return list(parsed.scenarios), list(parsed.errors)
+    scenarios: list = []
+    errors: list = []
+    for source, parsed in read_scenario_files([Path(p) for p in paths] if paths else [_example_path()]):
+        for error in parsed.errors:
+            print(f"{source}: {error} (line skipped)", file=sys.stderr)
+        scenarios += parsed.scenarios
+        errors += parsed.errors
+    return scenarios, errors
 
 
-def _read_some(path: str | None, verb: str) -> tuple[list, list]:
-    """`_read`, refusing a file without a valid line: an empty file, or one whose every line is bad, has nothing to
+def _read_some(paths: Sequence[str] | None, verb: str) -> tuple[list, list]:
+    """`_read`, refusing files without a valid line: an empty file, or one whose every line is bad, has nothing to
     `verb`, which an empty table would not say (calibrate refuses such files as well)."""
-    scenarios, errors = _read(path)
+    scenarios, errors = _read(paths)
     if not scenarios:
-        raise CliError(f"no scenario line to {verb} in {path or _example_path()} (the file holds no valid line"
+        named = ", ".join(paths) if paths else str(_example_path())
+        raise CliError(f"no scenario line to {verb} in {named} (the file holds no valid line"
                        + (f"; {len(errors)} bad line(s) reported above)" if errors else ")"))
     return scenarios, errors
 
@@ -801,13 +807,15 @@ def build_parser() -> argparse.ArgumentParser:
     cat.set_defaults(func=_cmd_catalog)
 
     p = sub.add_parser("predict", help="predict every scenario of a scenario file (JSON lines)")
-    p.add_argument("--scenarios", metavar="FILE.jsonl", help=f"scenario file (default: the {EXAMPLE})")
+    p.add_argument("--scenarios", metavar="FILE.jsonl", nargs="+",
+                   help=f"scenario files, their rows pooled (default: the {EXAMPLE})")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     p.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     p.set_defaults(func=_cmd_predict)
 
     a = sub.add_parser("accuracy", help="score the predictions of a scenario file against its measurements")
-    a.add_argument("--scenarios", metavar="FILE.jsonl", help=f"scenario file (default: the {EXAMPLE})")
+    a.add_argument("--scenarios", metavar="FILE.jsonl", nargs="+",
+                   help=f"scenario files, their rows pooled and scored together (default: the {EXAMPLE})")
     a.add_argument("--json", action="store_true", help="print the scores as JSON")
     a.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     a.set_defaults(func=_cmd_accuracy)

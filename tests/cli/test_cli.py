@@ -188,6 +188,25 @@ def test_predict_prints_no_error_for_a_value_measured_at_0(
     assert "+0.0%" not in line and "measured 0: no relative error" in line
 
 
+def test_accuracy_scores_several_files_pooled_and_a_row_given_twice_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The four published files are scored together; one file at a time was all `accuracy` took.
+    lines = _example_lines()
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    second.write_text("\n".join(lines[2:]) + "\n", encoding="utf-8")  # lines[2] in both
+    assert main(["accuracy", "--json", "--scenarios", str(first), str(second)]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    counted = report["overall"]["scored"] + report["overall"]["skipped"] + sum(
+        m["scored"] + m["skipped"] for group in ("suspect", "unmodelled") for m in report[group].values())
+    assert counted == len(lines)
+    assert report["badLines"] == 1 and f"{second}: " in captured.err and "duplicate id" in captured.err
+    assert main(["predict", "-o", "json", "--scenarios", str(first), str(second)]) == 0
+    assert [p["id"] for p in json.loads(capsys.readouterr().out)] == [json.loads(line)["id"] for line in lines]
+
+
 @pytest.mark.parametrize("command", ["predict", "accuracy", "calibrate"])
 def test_missing_scenario_file_exits_2_naming_the_file(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
