@@ -16,7 +16,7 @@ from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
 from inferplan.planner.catalog.engine_args import mtp_problem
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
-from inferplan.planner.catalog.model_configs import load_config_json
+from inferplan.planner.catalog.model_configs import load_config_file, stated_precision
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.spec import DEFAULT_NETWORK_GBPS, Constraints, ModelSource, PlanSpec, TokenDistribution
@@ -187,16 +187,21 @@ def _length(dist: TokenDistribution | None, path: str, notes: list[str], preset:
     return mean, DEFAULT_LENGTH_CV
 
 
-def _architecture(source: ModelSource, base_dir: Path | None) -> tuple[ModelArchitecture, NamedCheckpoint | None]:
+def _architecture(source: ModelSource, base_dir: Path | None
+                  ) -> tuple[ModelArchitecture, NamedCheckpoint | None, str | None]:
+    """The model's architecture, the catalogued quantised repository `model.name` names (else None), and the weight
+    precision a config.json's `quantization_config` states (else None)."""
+    listed = source.precisions is not None
     if source.name is not None:
-        return resolve_served(source.name)
-    if source.architecture is not None:
-        return inline_architecture(source.architecture), None
+        return (*resolve_served(source.name), None)
+    if source.architecture is not None:  # the operator passes a ConfigMap's config.json here too
+        return inline_architecture(source.architecture), None, stated_precision(source.architecture, listed)
     if source.config_file is not None:
         path = Path(source.config_file).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
-        return load_config_json(path), None
+        arch, stated = load_config_file(path, listed)
+        return arch, None, stated
     raise ValueError(
         "a ConfigMap can only be read by the operator in the cluster; from the command line give the "
         "config.json with model.configFile (or the model by model.name)"
@@ -225,7 +230,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     problems: list[tuple[str, str]] = []
     notes: list[str] = []
     try:
-        arch, named = _architecture(spec.model, base_dir)
+        arch, named, stated = _architecture(spec.model, base_dir)
     except ValueError as exc:
         raise PlanError([(_source_path(spec.model), str(exc))]) from None
     engine = spec.engine
@@ -251,6 +256,11 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
             weight_precision(name).name for name in spec.model.precisions] != [named.checkpoint.precision]:
         problems.append(("model.precisions", f"{named.checkpoint.repo} holds {named.checkpoint.precision} weights: "
                                              f"list only {named.checkpoint.precision}, or leave model.precisions out"))
+    if stated is not None and spec.model.precisions is not None and [
+            weight_precision(name).name for name in spec.model.precisions] != [stated]:
+        problems.append(("model.precisions", f"{_source_path(spec.model)} holds {stated} weights (its config.json's "
+                                             f"quantization_config): list only {stated}, or leave model.precisions "
+                                             "out"))
     limits = spec.constraints
     if limits.available_gpus and limits.gpu_types is None and not any(limits.available_gpus.values()):
         problems.append(("constraints.availableGpus", "no GPU type has a count > 0 and constraints.gpuTypes is not "
@@ -260,6 +270,11 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
 
     if named is not None:  # a quantised repository holds its one precision
         precisions = (named.checkpoint.precision,)
+    elif stated is not None:  # so does a repository whose config.json states its quantisation
+        precisions = (stated,)
+        if spec.model.precisions is None:
+            notes.append(f"model.precisions: {stated}, the weights {_source_path(spec.model)} states in its "
+                         "quantization_config")
     elif spec.model.precisions is None:
         precisions = DEFAULT_PRECISIONS[engine.name]
         # A model published only in a format outside the engine's defaults (gpt-oss: MXFP4) is planned in it too.
@@ -288,7 +303,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         engine=engine.name,
         engine_version=engine.version,
         precisions=tuple(precisions),
-        precisions_listed=spec.model.precisions is not None,
+        precisions_listed=spec.model.precisions is not None or stated is not None,
         kv_dtypes=tuple(spec.model.kv_cache_dtypes),
         memory_fraction=None if engine.gpu_memory_utilization is None else float(engine.gpu_memory_utilization),
         max_model_len=engine.max_model_len,

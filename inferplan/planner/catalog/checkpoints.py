@@ -425,7 +425,7 @@ def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = 
             return _plan_checkpoint(model, precision, "not in the checkpoint catalog; the model name is the repository")
         online = _online(model, precision, engine, "; the repository is assumed 16-bit")
         if declared:
-            return _plan_checkpoint(model, precision, "the plan lists this precision")
+            return _plan_checkpoint(model, precision, "the plan lists this precision, or its config.json states it")
         if online is not None:
             return online
         return (f"{model} is not in the checkpoint catalog and {engine} does not quantise to {precision} at load: "

@@ -277,8 +277,8 @@ def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> Mod
     )
 
 
-def load_config_json(path: str | Path) -> ModelArchitecture:
-    """Read a Hugging Face `config.json` file; malformed JSON raises ValueError with path and line."""
+def read_config_json(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a Hugging Face `config.json` file; malformed JSON raises ValueError with path and line."""
     path = Path(path)
     try:
         if not path.is_file():  # a FIFO would block and /dev/zero never end
@@ -301,10 +301,94 @@ def load_config_json(path: str | Path) -> ModelArchitecture:
         raise ValueError(f"{path}: unusable JSON: {str(exc)[:200]}") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: expected a JSON object at the top level")
+    return config
+
+
+def load_config_file(path: str | Path, precision_listed: bool = False) -> tuple[ModelArchitecture, str | None]:
+    """A `config.json` file's architecture and the weight precision its `quantization_config` states
+    (`stated_precision`; None for 16-bit weights, or with `precision_listed` for a method the planner does not
+    model, whose precision the plan lists). Problems raise ValueError starting with the path."""
+    config = read_config_json(path)
     try:
-        return from_hf_config(config, repo_id=config.get("_name_or_path") or str(path))
+        arch = from_hf_config(config, repo_id=config.get("_name_or_path") or str(path))
+        return arch, stated_precision(config, precision_listed)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from exc
+
+
+def load_config_json(path: str | Path) -> ModelArchitecture:
+    """Read a Hugging Face `config.json` file; malformed JSON raises ValueError with path and line."""
+    return load_config_file(path, precision_listed=True)[0]
+
+
+# quantization_config.quant_method -> {bits: precision} of the weight-only integer methods.
+_INT_METHODS = {"awq": {4: "int4-awq"}, "gptq": {4: "int4-gptq", 8: "int8-gptq"}}
+_QUANT_METHODS = "awq, gptq, fp8, fbgemm_fp8, compressed-tensors, modelopt, mxfp4, quark"
+
+
+def _compressed_tensors_precision(quant: Mapping[str, Any]) -> str | None:
+    """The precision of a compressed-tensors `quantization_config`: its first scheme's weights and activations."""
+    groups = quant.get("config_groups")
+    scheme = next(iter(groups.values()), None) if isinstance(groups, Mapping) and groups else None
+    weights = scheme.get("weights") if isinstance(scheme, Mapping) else None
+    if not isinstance(weights, Mapping):
+        return None
+    inputs = scheme.get("input_activations")
+    bits, kind = weights.get("num_bits"), weights.get("type")
+    acts = isinstance(inputs, Mapping) and inputs.get("num_bits") is not None
+    if kind == "float" and bits == 8:
+        return "fp8"
+    if kind == "float" and bits == 4:
+        return "nvfp4"
+    if kind == "int" and bits == 8:
+        return "int8-w8a8" if acts else "int8-gptq"
+    if kind == "int" and bits == 4 and not acts:
+        return "int4-gptq"  # W4A16: the same packed 4-bit groups, dequantised in the matmul
+    return None
+
+
+def _quark_precision(quant: Mapping[str, Any]) -> str | None:
+    scheme = quant.get("global_quant_config")
+    weight = scheme.get("weight") if isinstance(scheme, Mapping) else None
+    dtype = str(weight.get("dtype") or "") if isinstance(weight, Mapping) else ""
+    return "fp8" if dtype.startswith("fp8") else "mxfp4-w4a4" if dtype.startswith("fp4") else None
+
+
+def stated_precision(config: Mapping[str, Any], precision_listed: bool = False) -> str | None:
+    """The weight precision (a `precisions.WEIGHT_PRECISIONS` name) that a config.json's `quantization_config` states:
+    AWQ and GPTQ by their bits, FP8 (`fp8`, `fbgemm_fp8`, a compressed-tensors or ModelOpt FP8 scheme), INT8 W8A8,
+    NVFP4, MXFP4 (gpt-oss) and AMD Quark's FP8 and MXFP4. None when the config states no quantisation. A method or
+    scheme outside those raises ValueError naming it, unless `precision_listed` (the plan lists the precision its
+    repository holds), which returns None."""
+    quant = config.get("quantization_config")
+    if quant is None and isinstance(config.get("text_config"), Mapping):
+        quant = config["text_config"].get("quantization_config")
+    if quant is None:
+        return None
+    if not isinstance(quant, Mapping):
+        raise ValueError("config.json field 'quantization_config' must be an object")
+    method = str(quant.get("quant_method") or "").lower().replace("_", "-")
+    precision: str | None = None
+    if method in _INT_METHODS:
+        bits = quant.get("bits", quant.get("w_bit"))
+        precision = _INT_METHODS[method].get(bits) if isinstance(bits, int) else None
+    elif method in ("fp8", "fbgemm-fp8"):
+        precision = "fp8"
+    elif method == "mxfp4":
+        precision = "mxfp4"
+    elif method == "compressed-tensors":
+        precision = _compressed_tensors_precision(quant)
+    elif method == "modelopt":
+        algo = str(quant.get("quant_algo") or "").upper()
+        precision = {"FP8": "fp8", "NVFP4": "nvfp4"}.get(algo)
+    elif method == "quark":
+        precision = _quark_precision(quant)
+    if precision is None and not precision_listed:
+        raise ValueError(
+            f"config.json field 'quantization_config' states weights the planner does not model "
+            f"(quant_method {quant.get('quant_method')!r}; known: {_QUANT_METHODS}): list the precision your "
+            "repository holds in model.precisions")
+    return precision
 
 
 _FIELD_NAMES = {f.name for f in dataclasses.fields(ModelArchitecture)}

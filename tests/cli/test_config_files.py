@@ -1,0 +1,86 @@
+"""Plans of models given as a Hugging Face config.json (`model.configFile`), written as the repositories publish
+them: what `inferplan plan` makes of their quantisation, attention layout and defaults."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferplan.cli import main
+from inferplan.planner.catalog.model_configs import stated_precision
+
+# Qwen/Qwen2.5-7B-Instruct-AWQ's config.json: Qwen2.5-7B (catalog-facts models.json) with AutoAWQ's
+# quantization_config.
+QWEN_AWQ: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645,
+    "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944,
+    "max_position_embeddings": 32768, "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 28,
+    "num_hidden_layers": 28, "num_key_value_heads": 4,
+    "quantization_config": {"bits": 4, "group_size": 128, "modules_to_not_convert": None, "quant_method": "awq",
+                            "version": "gemm", "zero_point": True},
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": False,
+    "torch_dtype": "float16", "transformers_version": "4.41.1", "use_cache": True, "use_sliding_window": False,
+    "vocab_size": 152064, "_name_or_path": "Qwen/Qwen2.5-7B-Instruct-AWQ",
+}
+
+
+def _plan(tmp_path: Path, config: dict[str, Any], extra_model: str = "") -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "plan.yaml").write_text(
+        f"model: {{configFile: config.json{extra_model}}}\nengine: {{name: vllm}}\n"
+        'workload: {requestsPerSecond: "5", promptTokens: {mean: 500}, outputTokens: {mean: 250}}\n'
+        "slo: {ttft: {maxMs: 2000}, tpot: {maxMs: 100}}\nconstraints: {gpuTypes: [H100]}\nverify: false\n",
+        encoding="utf-8")
+    return tmp_path / "plan.yaml"
+
+
+def test_a_config_json_that_states_awq_is_planned_in_awq_only(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(_plan(tmp_path, QWEN_AWQ)), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    chosen = [out["recommendation"], *out["alternatives"]]
+    assert {c["precision"] for c in chosen} == {"int4-awq"}
+    # vLLM refuses --quantization fp8 on a checkpoint whose quantization_config says awq
+    assert all("--quantization" not in c["engineArgs"] for c in chosen)
+    assert any("quantization_config" in line for line in out["assumptions"])
+
+
+def test_a_listed_precision_other_than_the_config_jsons_is_an_error(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(_plan(tmp_path, QWEN_AWQ, ", precisions: [fp8]"))]) == 2
+    err = capsys.readouterr().err
+    assert "model.precisions" in err and "holds int4-awq weights" in err and "Traceback" not in err
+
+
+def test_a_quantisation_method_the_planner_does_not_model_is_an_error_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = QWEN_AWQ | {"quantization_config": {"load_in_4bit": True, "quant_method": "bitsandbytes"}}
+    assert main(["plan", str(_plan(tmp_path, config))]) == 2
+    err = capsys.readouterr().err
+    assert "config.json" in err and "'quantization_config'" in err and "bitsandbytes" in err
+    assert main(["plan", str(_plan(tmp_path, config, ", precisions: [int4-awq]"))]) == 0  # the plan's word
+
+
+@pytest.mark.parametrize(("quant", "precision"), [
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}, "int4-awq"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}, "int4-gptq"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "desc_act": False, "sym": True}, "int8-gptq"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),
+    ({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}, "mxfp4"),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}}}, "fp8"),
+    ({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}}}}, "int8-w8a8"),
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+        "input_activations": None}}}, "int4-gptq"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4"),
+])
+def test_the_precision_a_quantization_config_states(quant: dict[str, Any], precision: str) -> None:
+    assert stated_precision(QWEN_AWQ | {"quantization_config": quant}) == precision
+    assert stated_precision({k: v for k, v in QWEN_AWQ.items() if k != "quantization_config"}) is None
