@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from inferplan.cli import main
-from inferplan.planner.catalog.model_configs import stated_precision
+from inferplan.planner.catalog.model_configs import from_hf_config, load_config_json, stated_precision
 
 # Qwen/Qwen2.5-7B-Instruct-AWQ's config.json: Qwen2.5-7B (catalog-facts models.json) with AutoAWQ's
 # quantization_config.
@@ -84,3 +84,24 @@ def test_a_quantisation_method_the_planner_does_not_model_is_an_error_naming_it(
 def test_the_precision_a_quantization_config_states(quant: dict[str, Any], precision: str) -> None:
     assert stated_precision(QWEN_AWQ | {"quantization_config": quant}) == precision
     assert stated_precision({k: v for k, v in QWEN_AWQ.items() if k != "quantization_config"}) is None
+
+
+# bigcode/starcoder's config.json: GPTBigCode with multi-query attention (one KV head shared by the 48 query heads).
+STARCODER: dict[str, Any] = {
+    "_name_or_path": "bigcode/starcoder", "activation_function": "gelu_pytorch_tanh",
+    "architectures": ["GPTBigCodeForCausalLM"], "attention_softmax_in_fp32": True, "bos_token_id": 0,
+    "eos_token_id": 0, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt_bigcode",
+    "multi_query": True, "n_embd": 6144, "n_head": 48, "n_inner": 24576, "n_layer": 40, "n_positions": 8192,
+    "scale_attn_weights": True, "torch_dtype": "float32", "use_cache": True, "vocab_size": 49152,
+}
+
+
+def test_a_multi_query_config_keeps_one_kv_head(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(STARCODER), encoding="utf-8")
+    arch = load_config_json(tmp_path / "config.json")
+    assert (arch.num_attention_heads, arch.num_kv_heads, arch.head_dim) == (48, 1, 128)
+    assert arch.kv_bytes_per_token(2) == 40 * 2 * 1 * 128 * 2  # 20480, not 48 times that
+    grouped = {k: v for k, v in STARCODER.items() if k != "multi_query"} | {"num_kv_heads": 8}  # Falcon's key
+    assert from_hf_config(grouped).num_kv_heads == 8
+    with pytest.raises(ValueError, match="'multi_query' must be true or false"):
+        from_hf_config(STARCODER | {"multi_query": "yes"})

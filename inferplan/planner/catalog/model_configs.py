@@ -193,6 +193,18 @@ def _moe_layers(config: Mapping[str, Any], first_dense: int, num_layers: int) ->
     return moe - set(_layer_indices(config, "mlp_only_layers"))
 
 
+def _kv_heads(config: Mapping[str, Any], heads: int) -> int:
+    """KV heads: `num_key_value_heads`, Falcon's `num_kv_heads`, else one for a multi-query config (`multi_query`:
+    GPTBigCode/StarCoder, Falcon-7B; vLLM reads it so), else one per attention head."""
+    stated = _get(config, "num_key_value_heads", "num_kv_heads")
+    if stated is not None:
+        return _as_int(stated, "num_key_value_heads" if "num_key_value_heads" in config else "num_kv_heads")
+    multi_query = config.get("multi_query")
+    if multi_query is not None and not isinstance(multi_query, bool):
+        raise ValueError(f"config.json field 'multi_query' must be true or false, got {multi_query!r}")
+    return 1 if multi_query else heads
+
+
 def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> ModelArchitecture:
     """Parse a Hugging Face `config.json` dict into a `ModelArchitecture`.
 
@@ -224,9 +236,7 @@ def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> Mod
     heads = _require_int(config, "num_attention_heads", "n_head")
     if heads <= 0:
         raise ValueError(f"config.json field 'num_attention_heads' must be > 0, got {heads}")
-    kv_heads = (
-        heads if config.get("num_key_value_heads") is None else _require_int(config, "num_key_value_heads")
-    )
+    kv_heads = _kv_heads(config, heads)
     intermediate_size = _require_int(config, "intermediate_size", "ffn_dim", "n_inner")
     moe = _moe_fields(config, architecture, intermediate_size, num_layers)
     if moe and config.get("intermediate_size_mlp") is not None:  # Llama 4: intermediate_size is the experts'
