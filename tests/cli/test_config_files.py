@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from inferplan.cli import main
-from inferplan.planner.catalog.model_configs import from_hf_config, load_config_json, stated_precision
+from inferplan.planner.catalog.model_configs import from_hf_config, load_config_json, resolve_model, stated_precision
 
 # Qwen/Qwen2.5-7B-Instruct-AWQ's config.json: Qwen2.5-7B (catalog-facts models.json) with AutoAWQ's
 # quantization_config.
@@ -105,3 +105,37 @@ def test_a_multi_query_config_keeps_one_kv_head(tmp_path: Path) -> None:
     assert from_hf_config(grouped).num_kv_heads == 8
     with pytest.raises(ValueError, match="'multi_query' must be true or false"):
         from_hf_config(STARCODER | {"multi_query": "yes"})
+
+
+# google/gemma-3-27b-it's config.json as transformers wrote it: the text_config leaves out what Gemma3TextConfig
+# defaults (vocab_size, max_position_embeddings, sliding_window_pattern 6); the figures are catalog-facts'.
+GEMMA3_27B: dict[str, Any] = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+                    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
+                    "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": False},
+}
+
+
+def test_a_gemma3_config_json_without_the_keys_transformers_defaults_is_read_as_transformers_reads_it() -> None:
+    arch = from_hf_config(GEMMA3_27B)
+    catalogued = resolve_model("google/gemma-3-27b-it")
+    assert arch.max_position_embeddings == catalogued.max_position_embeddings == 131072
+    assert arch.layer_windows == catalogued.layer_windows  # every 6th layer global: 10 of 62
+    assert sum(w is None for w in arch.layer_windows) == 10
+    # 10 full layers x 8192 tokens + 52 sliding layers x 1024, at 2 x 16 x 128 x 2 bytes a layer
+    assert arch.kv_bytes_for_context(8192, 2) == (10 * 8192 + 52 * 1024) * 8192
+    assert arch.vocab_size == 262208  # Gemma3TextConfig's
+    four_b = GEMMA3_27B | {"text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                                           "model_type": "gemma3_text", "num_hidden_layers": 34,
+                                           "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                                           "sliding_window": 1024}}
+    small = from_hf_config(four_b)  # a text_config stating only its sizes, as gemma-3-4b-it's
+    assert (small.num_attention_heads, small.num_kv_heads, small.head_dim) == (8, 4, 256)

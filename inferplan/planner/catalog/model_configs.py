@@ -40,6 +40,17 @@ _ALTERNATING_SLIDING = {"Gemma2ForCausalLM"}  # even layers slide, odd layers ar
 _TIED_BY_DEFAULT_PREFIXES = ("Gemma",)  # families whose config class defaults tie_word_embeddings to true
 
 
+# The values transformers' config class gives the keys a family's published config.json leaves out (it writes only
+# what differs from them): Gemma 3's text_config omits its vocabulary, context, sliding-window pattern and, for the
+# 4B model, its heads (transformers 4.50 `Gemma3TextConfig.__init__`). vLLM reads the file through that class.
+_CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": {"vocab_size": 262208, "max_position_embeddings": 131072, "num_attention_heads": 8,
+               "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096, "sliding_window_pattern": 6},
+}
+_CONFIG_CLASS_OF = {"Gemma3ForConditionalGeneration": "gemma3", "Gemma3ForCausalLM": "gemma3",
+                    "gemma3": "gemma3", "gemma3_text": "gemma3"}
+
+
 def _get(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     """The first of `keys` present with a non-null value."""
     for key in keys:
@@ -228,6 +239,11 @@ def from_hf_config(config: Mapping[str, Any], repo_id: str | None = None) -> Mod
     architecture = architectures[0] if architectures else str(config.get("model_type") or "")
     if not architecture:
         raise ValueError("config.json is missing required field 'architectures'")
+    defaults = _CONFIG_CLASS_DEFAULTS.get(_CONFIG_CLASS_OF.get(architecture, ""), {})
+    if defaults and "layer_types" in config:  # a newer config lists the layout the pattern would make
+        defaults = {k: v for k, v in defaults.items() if k != "sliding_window_pattern"}
+    if any(key not in config for key in defaults):
+        config = {**defaults, **config}
 
     num_layers = _require_int(config, "num_hidden_layers", "n_layer", "num_layers")
     if num_layers > MAX_LAYERS:  # before a per-layer window tuple is built
