@@ -50,7 +50,7 @@ from pathlib import Path
 from inferplan.planner.calibration.accuracy import absolute_percentage_error, score
 from inferplan.planner.calibration.calibrate import calibrate, engine_targets, fittable_lines, training_rows, unmodelled
 from inferplan.planner.calibration.predict import predict_scenarios
-from inferplan.planner.calibration.scenarios import Scenario, read_scenario_files
+from inferplan.planner.calibration.scenarios import Scenario, read_pooled
 from inferplan.planner.model.factors import FactorSet, load_factors, parse_factors
 from inferplan.progress import ProgressLine, write_atomically
 
@@ -236,11 +236,9 @@ def _leave_one_source_out(args: argparse.Namespace, reference: dict[str, tuple[f
     if missing:
         print(f"scenario file not found: {', '.join(missing)}", file=sys.stderr)
         return 2
-    rows: list[Scenario] = []
-    for path, parsed in read_scenario_files(args.scenarios):  # as `inferplan calibrate` reads them
-        for error in parsed.errors:
-            print(f"{path}: {error} (line skipped)", file=sys.stderr)
-        rows += parsed.scenarios
+    rows, bad = read_pooled(args.scenarios)  # as `inferplan calibrate` reads them
+    for message in bad:
+        print(f"{message} (line skipped)", file=sys.stderr)
     if not rows:
         print("no scenario line to fit (the files hold no valid line)", file=sys.stderr)
         return 2

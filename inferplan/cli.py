@@ -53,16 +53,12 @@ def _example_path() -> Path:
 def _read(paths: Sequence[str] | None) -> tuple[list, list]:
     """The rows of `paths` pooled (none: the bundled example), each bad line reported on stderr and left out; a line
     whose id an earlier file gave is one (`read_scenario_files`), so a file given twice is not counted twice."""
-    from inferplan.planner.calibration.scenarios import read_scenario_files
+    from inferplan.planner.calibration.scenarios import read_pooled
 
-    scenarios: list = []
-    errors: list = []
-    for source, parsed in read_scenario_files([Path(p) for p in paths] if paths else [_example_path()]):
-        for error in parsed.errors:
-            print(f"{source}: {error} (line skipped)", file=sys.stderr)
-        scenarios += parsed.scenarios
-        errors += parsed.errors
-    return scenarios, errors
+    scenarios, bad = read_pooled([Path(p) for p in paths] if paths else [_example_path()])
+    for message in bad:
+        print(f"{message} (line skipped)", file=sys.stderr)
+    return scenarios, bad
 
 
 def _read_some(paths: Sequence[str] | None, verb: str) -> tuple[list, list]:
@@ -154,13 +150,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             return 2
     try:
         from inferplan.planner.calibration.calibrate import CalibrationProgress, calibrate, format_calibration
-        from inferplan.planner.calibration.scenarios import read_scenario_files
 
-        scenarios = []
-        for path, parsed in read_scenario_files(args.scenarios):  # an id an earlier file gave is a bad line
-            for error in parsed.errors:
-                print(f"{path}: {error} (line skipped)", file=sys.stderr)
-            scenarios += parsed.scenarios
+        scenarios, _ = _read(args.scenarios)  # an id an earlier file gave is a bad line
         if not scenarios:
             print("inferplan: error: no scenario line to fit (the files hold no valid line)", file=sys.stderr)
             return 2

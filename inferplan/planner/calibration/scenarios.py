@@ -304,3 +304,14 @@ def read_scenario_files(paths: Sequence[str | Path]) -> list[tuple[Path, Scenari
         errors.sort(key=lambda e: e.line)
         out.append((path, replace(parsed, scenarios=tuple(kept), errors=tuple(errors), lines=tuple(lines))))
     return out
+
+
+def read_pooled(paths: Sequence[str | Path]) -> tuple[list[Scenario], list[str]]:
+    """The rows of `paths` pooled as `read_scenario_files` reads them, and one message per bad line, naming its file
+    (`FILE: line N: ...`), for the caller to print."""
+    rows: list[Scenario] = []
+    bad: list[str] = []
+    for path, parsed in read_scenario_files(paths):
+        bad += [f"{path}: {error}" for error in parsed.errors]
+        rows += parsed.scenarios
+    return rows, bad
