@@ -109,7 +109,9 @@ def node_gpus(
     `labels` and `allocatable` are the node's `metadata.labels` and `status.allocatable` (quantities are
     strings such as "8"); `conditions` is `status.conditions` and `taints` `spec.taints`. The GPU count is the
     vendor's allocatable resource (`nvidia.com/gpu`, `amd.com/gpu`) and, only where the node does not advertise
-    it, the vendor's `gpu.count` label; a quantity that is not a non-negative whole number counts as 0. A node
+    it, the vendor's `gpu.count` label, unless it advertises them as another resource of the vendor
+    (`nvidia.com/gpu.shared`, `nvidia.com/mig-<profile>`: shared GPUs or MIG slices, which count 0 and are named
+    in the node's problems); a quantity that is not a non-negative whole number counts as 0. A node
     with allocatable GPUs and no product label is kept (product "") so that the inventory can name it; a
     NoSchedule or NoExecute taint keeps the pods the operator renders (which tolerate none) off the node, so its
     GPUs do not count either.
@@ -124,11 +126,21 @@ def node_gpus(
             return None
         return NodeGpus(node=name, product="", gpus=unlabelled, schedulable=not unschedulable, ready=True,
                         problems=(NO_PRODUCT_LABEL,))
+    problems = []
+    # The vendor's other resources: what the device plugin advertises the GPUs as where they are not whole
+    # (time-slicing or MPS renamed to nvidia.com/gpu.shared, MIG mixed strategy nvidia.com/mig-<profile>). The
+    # gpu.count label still counts the physical GPUs, but a pod that asks for nvidia.com/gpu never lands there.
+    domain = vendor.resource.split("/")[0] + "/"
+    sliced = sorted(r for r in allocatable if r.startswith(domain) and r != vendor.resource and _count(allocatable[r]))
     if vendor.resource in allocatable:
         gpus = _count(allocatable[vendor.resource])
+        sliced = []
+    elif sliced:
+        gpus = 0
+        problems.append(f"GPUs advertised only as {', '.join(sliced[:3])}{' ...' if len(sliced) > 3 else ''}: "
+                        f"shared or MIG slices, no whole {vendor.resource}")
     else:
         gpus = _count(labels.get(vendor.count_label))
-    problems = []
     if unschedulable:
         problems.append("unschedulable")
     keeping_off = [t for t in taints if isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute")]
@@ -143,7 +155,7 @@ def node_gpus(
         problems.append("no Ready condition")
     elif not ready:
         problems.append(f"Ready={ready_condition.get('status') or 'unset'}")
-    if gpus <= 0:
+    if gpus <= 0 and not sliced:
         problems.append(f"no allocatable {vendor.resource}" if vendor.resource not in allocatable
                         and vendor.count_label not in labels else f"0 allocatable {vendor.resource}")
     return NodeGpus(node=name, product=product, gpus=gpus, schedulable=not unschedulable, ready=ready,

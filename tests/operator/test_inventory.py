@@ -88,6 +88,33 @@ def test_missing_allocatable_falls_back_to_the_count_label() -> None:
     assert parsed({"nvidia.com/gpu.product": H100}).gpus == 0
 
 
+@pytest.mark.parametrize(("labels", "allocatable", "resource"), [
+    # time-slicing (or MPS) with renameByDefault: the plugin advertises nvidia.com/gpu.shared and GFD writes no
+    # -SHARED suffix (the renamed resource says it), while gpu.count still counts the 4 physical GPUs
+    ({"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "4", "nvidia.com/gpu.replicas": "4",
+      "nvidia.com/gpu.sharing-strategy": "time-slicing"}, {"nvidia.com/gpu.shared": "16"}, "nvidia.com/gpu.shared"),
+    # MIG mixed strategy, every GPU partitioned: gpu.product names the whole GPU, the slices are mig-<profile>
+    ({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "8",
+      "nvidia.com/mig.strategy": "mixed"}, {"nvidia.com/mig-1g.10gb": "56"}, "nvidia.com/mig-1g.10gb"),
+])
+def test_gpus_advertised_only_as_shares_or_slices_are_not_counted_from_the_count_label(
+        labels: dict[str, str], allocatable: dict[str, str], resource: str) -> None:
+    """The count label had counted them as whole GPUs: a plan for 4 whole L4s (or 8 A100s) whose pods, asking
+    for nvidia.com/gpu, the node can never take."""
+    result = parsed(labels, {"cpu": "64", **allocatable})
+    assert result.gpus == 0
+    assert result.problems == (f"GPUs advertised only as {resource}: shared or MIG slices, no whole nvidia.com/gpu",)
+    inventory = build_inventory([result])
+    assert inventory.entries == () and inventory.skipped == (("n1", result.problems[0]),)
+
+
+def test_whole_gpus_beside_mig_slices_count() -> None:
+    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "8"}
+    assert parsed(labels, {"nvidia.com/gpu": "4", "nvidia.com/mig-3g.40gb": "8"}).gpus == 4
+    assert parsed(labels, {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.40gb": "16"}).problems == (
+        "0 allocatable nvidia.com/gpu",)
+
+
 def test_allocatable_wins_over_the_count_label() -> None:
     # The device plugin advertises 0 (e.g. it is down): the label's 8 GPUs cannot be scheduled.
     labels = {"nvidia.com/gpu.product": H100, "nvidia.com/gpu.count": "8"}
