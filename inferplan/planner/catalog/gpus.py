@@ -102,7 +102,7 @@ GPU_VENDORS = {"nvidia": NVIDIA, "amd": AMD}
 """Catalog vendor -> its labels and resource: the one home of these names."""
 
 
-# GFD appends "-MIG-<profile>" (mixed strategy) and "-SHARED" (time-slicing / MPS) to gpu.product.
+# GFD appends "-MIG-<profile>" (MIG single strategy) and "-SHARED" (time-slicing / MPS, not renamed) to gpu.product.
 _SHARED_SUFFIX = re.compile(r"[^a-z0-9]*shared$", re.IGNORECASE)
 _MIG_SUFFIX = re.compile(r"[^a-z0-9]*mig[^a-z0-9]*(?P<profile>\d[a-z0-9.+]*)$", re.IGNORECASE)
 
