@@ -64,7 +64,7 @@ from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
 from inferplan.planner.catalog.engine_args import flag_spellings
 from inferplan.planner.catalog.engines import ENGINES
-from inferplan.planner.catalog.gpus import GPU_VENDORS, resolve_gpu
+from inferplan.planner.catalog.gpus import GPU_VENDORS, parse_gpu_product, resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.intervals import conformal_bounds, gpu_family
@@ -154,10 +154,13 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     annotation = ((body.get("metadata") or {}).get("annotations") or {}).get(GPU_TYPE_ANNOTATION)
     for label in ([annotation] if isinstance(annotation, str) else []) + labels:
         try:
-            found["gpu_type"] = resolve_gpu(label).key
-            break
+            key = resolve_gpu(label).key
         except CatalogLookupError:
             continue
+        product = parse_gpu_product(label)
+        # A MIG slice or a shared GPU stays the label (resolve_current refuses it): its key is the whole GPU's.
+        found["gpu_type"] = label if product.mig_profile or product.shared else key
+        break
     container = engine_container(pod) or {}
     tokens = launch_tokens(container)
     limits = (container.get("resources") or {}).get("limits") or {}
@@ -221,12 +224,17 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
             values[field_name], sources[spec_key] = value, "spec"
         elif field_name in from_deployment:
             values[field_name], sources[spec_key] = from_deployment[field_name], "Deployment"
+    where = f"Deployment {name!r}" if name else "spec.observe.current"
+    if "gpu_type" in values and sources.get("gpuType") == "Deployment":
+        product = parse_gpu_product(values["gpu_type"])
+        if product.mig_profile or product.shared:
+            raise CurrentError(f"{where} runs on {values['gpu_type']!r}, a MIG slice or a shared GPU: the planner "
+                               "predicts whole GPUs only, so its figures cannot be compared with a prediction")
     if "gpu_type" in values:
         try:
             values["gpu_type"] = resolve_gpu(values["gpu_type"]).key
         except CatalogLookupError as exc:
             raise CurrentError(f"observe.current.gpuType: {exc}") from None
-    where = f"Deployment {name!r}" if name else "spec.observe.current"
     if "gpu_type" not in values:
         raise CurrentError(f"the GPU type of {where} is unknown: give a node selector on {GPU_LABELS[0]}, the "
                            f"{GPU_TYPE_ANNOTATION} annotation, or observe.current.gpuType")

@@ -100,6 +100,18 @@ def test_without_a_gpu_type_the_error_says_what_to_set(req) -> None:
         resolve_current({"deployment": "llama"}, vllm_deployment([], ready=0), req)
 
 
+@pytest.mark.parametrize("label", ["NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", "NVIDIA-H100-80GB-HBM3-SHARED"])
+def test_a_deployment_on_mig_slices_or_shared_gpus_is_not_compared_with_a_whole_gpu(req, label: str) -> None:
+    """Its node selector had resolved to the whole H100: a 3g.40gb slice's figures were compared with a whole
+    card's prediction (memory and compute of the wrong size)."""
+    body = vllm_deployment(["--max-num-seqs", "64"])
+    body["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] = label
+    with pytest.raises(CurrentError, match=f"runs on '{label}', a MIG slice or a shared GPU"):
+        resolve_current({"deployment": "llama"}, body, req)
+    # The plan's own observe.current.gpuType says what the replicas are: it wins.
+    assert resolve_current({"deployment": "llama", "gpuType": "H100"}, body, req).shape.gpu_type == "H100-SXM5-80GB"
+
+
 def _observation(prediction, scale: float = 1.0, requests: float = 1000.0) -> Observation:
     """Observed figures equal to a prediction x scale, each in a bucket of +-10% around it."""
     latency = {m: {q: Quantile(v * scale, v * scale * 0.9, v * scale * 1.1) for q, v in qs.items()}
