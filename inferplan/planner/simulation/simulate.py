@@ -29,6 +29,7 @@ service-time distribution) whose mean waits have closed forms; it runs on the sa
 
 from __future__ import annotations
 
+import codecs
 import heapq
 import json
 import math
@@ -85,18 +86,25 @@ def trace_workload(arrival_s: ArrayLike, prompt_tokens: ArrayLike, output_tokens
 
 
 def read_trace(path: str | Path) -> RequestTrace:
-    """A trace from JSON lines `{"t": seconds, "prompt": tokens, "output": tokens}`; blank lines skipped.
+    """A trace from JSON lines `{"t": seconds, "prompt": tokens, "output": tokens}` in UTF-8 (a leading byte order
+    mark, as some Windows tools write, is skipped); blank lines skipped.
 
     Errors name the file and line.
     """
     times: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            where = f"{path}:{number}"
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{where}: not UTF-8 text (byte {error.start + 1} of the line)") from None
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as error:

@@ -338,6 +338,22 @@ def test_bad_trace_line_is_named(tmp_path, line: str, message: str) -> None:
         read_trace(path)
 
 
+def test_a_trace_not_in_utf8_is_an_error_naming_its_line(tmp_path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b'{"t": 0.5, "prompt": 10, "output": 3}\n{"t": 1, "prompt": 10, "output": 3, "x": "\xe9"}\n')
+    with pytest.raises(ValueError, match=r"trace\.jsonl:2: not UTF-8 text"):
+        read_trace(path)
+
+
+def test_a_trace_saved_with_a_byte_order_mark_is_read(tmp_path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text('{"t": 0.5, "prompt": 10, "output": 3}\r\n{"t": 1, "prompt": 20, "output": 4}\r\n',
+                    encoding="utf-8-sig")
+    w = read_trace(path)
+    np.testing.assert_array_equal(w.prompt_tokens, [10, 20])
+    np.testing.assert_array_equal(w.output_tokens, [3, 4])
+
+
 def test_gamma_arrivals_have_the_requested_rate_and_cv2() -> None:
     w = generate_workload(10.0, 100_000, Traffic(100, 10, arrival_cv2=4.0), seed=5)
     gaps = np.diff(w.arrival_s)
