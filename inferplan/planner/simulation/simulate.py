@@ -85,6 +85,11 @@ def trace_workload(arrival_s: ArrayLike, prompt_tokens: ArrayLike, output_tokens
     return RequestTrace(t, p, o)
 
 
+# Longest prompt or output a trace line may give [tokens]: far beyond any context (longer requests are served
+# shortened to it), and small enough that lengths and their sums stay exact in int64.
+MAX_TRACE_TOKENS = 2**31 - 1
+
+
 def read_trace(path: str | Path) -> RequestTrace:
     """A trace from JSON lines `{"t": seconds, "prompt": tokens, "output": tokens}` in UTF-8 (a leading byte order
     mark, as some Windows tools write, is skipped); blank lines skipped.
@@ -115,8 +120,8 @@ def read_trace(path: str | Path) -> RequestTrace:
             if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
                 raise ValueError(f'{where}: "t" must be a non-negative number of seconds, got {t!r}')
             for key, value in (("prompt", prompt), ("output", output)):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f'{where}: "{key}" must be an integer of at least 1, got {value!r}')
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TRACE_TOKENS:
+                    raise ValueError(f'{where}: "{key}" must be an integer from 1 to {MAX_TRACE_TOKENS}, got {value!r}')
             if times and t < times[-1]:
                 raise ValueError(f"{where}: arrival time {t} is earlier than the line before ({times[-1]})")
             times.append(float(t))

@@ -327,6 +327,8 @@ def test_trace_replay_reproduces_arrival_times(tmp_path) -> None:
 @pytest.mark.parametrize(("line", "message"), [
     ('{"t": 1, "prompt": 10}', "keys"),
     ('{"t": 1, "prompt": 0, "output": 3}', "prompt"),
+    ('{"t": 1, "prompt": 10000000000000000000000, "output": 3}', "prompt"),
+    ('{"t": 1, "prompt": 4611686018427387904, "output": 4611686018427387904}', "prompt"),
     ('{"t": -1, "prompt": 3, "output": 3}', '"t"'),
     ("not json", "not JSON"),
     ('{"t": 0.1, "prompt": 3, "output": 3}', "earlier"),
