@@ -112,19 +112,23 @@ def read_trace(path: str | Path) -> RequestTrace:
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{where}: not JSON: {error.msg}") from None
+            except ValueError as error:  # a JSONDecodeError, or a number of more digits than Python converts
+                raise ValueError(f"{where}: not JSON: {getattr(error, 'msg', error)}") from None
             if not isinstance(row, dict) or set(row) != {"t", "prompt", "output"}:
                 raise ValueError(f'{where}: expected an object with keys "t", "prompt", "output"')
             t, prompt, output = row["t"], row["prompt"], row["output"]
-            if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+            try:
+                seconds = math.nan if isinstance(t, bool) or not isinstance(t, int | float) else float(t)
+            except OverflowError:  # an integer beyond float's range
+                seconds = math.inf
+            if not math.isfinite(seconds) or seconds < 0:
                 raise ValueError(f'{where}: "t" must be a non-negative number of seconds, got {t!r}')
             for key, value in (("prompt", prompt), ("output", output)):
                 if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TRACE_TOKENS:
                     raise ValueError(f'{where}: "{key}" must be an integer from 1 to {MAX_TRACE_TOKENS}, got {value!r}')
-            if times and t < times[-1]:
+            if times and seconds < times[-1]:
                 raise ValueError(f"{where}: arrival time {t} is earlier than the line before ({times[-1]})")
-            times.append(float(t))
+            times.append(seconds)
             prompts.append(prompt)
             outputs.append(output)
     return trace_workload(times, prompts, outputs)

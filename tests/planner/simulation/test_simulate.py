@@ -330,7 +330,9 @@ def test_trace_replay_reproduces_arrival_times(tmp_path) -> None:
     ('{"t": 1, "prompt": 10000000000000000000000, "output": 3}', "prompt"),
     ('{"t": 1, "prompt": 4611686018427387904, "output": 4611686018427387904}', "prompt"),
     ('{"t": -1, "prompt": 3, "output": 3}', '"t"'),
+    ('{"t": 1' + "0" * 400 + ', "prompt": 3, "output": 3}', '"t"'),
     ("not json", "not JSON"),
+    ('{"t": 1' + "0" * 5000 + ', "prompt": 3, "output": 3}', "not JSON"),
     ('{"t": 0.1, "prompt": 3, "output": 3}', "earlier"),
 ])
 def test_bad_trace_line_is_named(tmp_path, line: str, message: str) -> None:
