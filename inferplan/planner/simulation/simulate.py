@@ -92,11 +92,15 @@ MAX_TRACE_TOKENS = 2**31 - 1
 
 def read_trace(path: str | Path) -> RequestTrace:
     """A trace from JSON lines `{"t": seconds, "prompt": tokens, "output": tokens}` in UTF-8 (a leading byte order
-    mark, as some Windows tools write, is skipped); blank lines skipped.
+    mark, as some Windows tools write, is skipped); blank lines skipped. Arrival times count from the first
+    line's `t` (an epoch time works: the differences are taken before the latencies, which would otherwise lose
+    their digits against a large `t`).
 
     Errors name the file and line.
     """
     times: list[float] = []
+    first: int | float = 0
+    previous: int | float = 0
     prompts: list[int] = []
     outputs: list[int] = []
     with open(path, "rb") as lines:
@@ -126,9 +130,13 @@ def read_trace(path: str | Path) -> RequestTrace:
             for key, value in (("prompt", prompt), ("output", output)):
                 if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TRACE_TOKENS:
                     raise ValueError(f'{where}: "{key}" must be an integer from 1 to {MAX_TRACE_TOKENS}, got {value!r}')
-            if times and seconds < times[-1]:
-                raise ValueError(f"{where}: arrival time {t} is earlier than the line before ({times[-1]})")
-            times.append(seconds)
+            if not times:
+                first = previous = t
+            since = float(t - first)  # exact for integers (epoch milliseconds or nanoseconds)
+            if times and since < times[-1]:
+                raise ValueError(f"{where}: arrival time {t} is earlier than the line before ({previous})")
+            times.append(since)
+            previous = t
             prompts.append(prompt)
             outputs.append(output)
     return trace_workload(times, prompts, outputs)

@@ -342,6 +342,22 @@ def test_bad_trace_line_is_named(tmp_path, line: str, message: str) -> None:
         read_trace(path)
 
 
+def test_a_trace_in_epoch_times_is_served_as_the_same_trace_from_zero(tmp_path) -> None:
+    """Absolute times (epoch seconds, or milliseconds and nanoseconds an export wrote as its "t") serve as the
+    trace from its first line: large times left as they are swallow a latency's digits (at 1e18 the float step is
+    128, and every TTFT came out 0)."""
+    near, far = tmp_path / "near.jsonl", tmp_path / "far.jsonl"
+    offsets = [(0, 100, 20), (0, 300, 5), (1, 50, 30), (3, 1000, 40)]
+    near.write_text("".join(json.dumps({"t": t, "prompt": p, "output": o}) + "\n" for t, p, o in offsets))
+    far.write_text("".join(json.dumps({"t": 10**18 + t, "prompt": p, "output": o}) + "\n" for t, p, o in offsets))
+    w = read_trace(far)
+    np.testing.assert_array_equal(w.arrival_s, [0.0, 0.0, 1.0, 3.0])
+    expected, got = simulate(HW, read_trace(near)), simulate(HW, w)
+    np.testing.assert_array_equal(got.ttft_s, expected.ttft_s)
+    np.testing.assert_array_equal(got.e2e_s, expected.e2e_s)
+    assert got.output_tokens_per_s == expected.output_tokens_per_s > 0
+
+
 def test_a_trace_not_in_utf8_is_an_error_naming_its_line(tmp_path) -> None:
     path = tmp_path / "trace.jsonl"
     path.write_bytes(b'{"t": 0.5, "prompt": 10, "output": 3}\n{"t": 1, "prompt": 10, "output": 3, "x": "\xe9"}\n')
