@@ -257,6 +257,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if trace is not None and not len(trace):
         print(f"inferplan: error: {args.trace}: the trace holds no requests", file=sys.stderr)
         return 2
+    if trace is not None and (args.requests is not None or args.seed is not None):
+        print(f"inferplan: --requests and --seed shape a generated workload: the trace's {len(trace)} requests are "
+              "replayed as they are", file=sys.stderr)
+    requests = 20_000 if args.requests is None else args.requests
+    seed = 0 if args.seed is None else args.seed
     factors = _factors(args.factors)
     # the recommendation `inferplan plan` prints with the same option
     candidate = planned(request, factors, verify_default=args.verify).recommendation
@@ -273,7 +278,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             print(f"inferplan: {over} of the trace's {len(trace)} requests exceed the deployment's max_model_len "
                   f"{max_len}: the engine would reject them; the simulator serves them shortened to fit",
                   file=sys.stderr)
-    result = simulate_candidate(request, candidate, requests=args.requests, seed=args.seed, router=args.router,
+    result = simulate_candidate(request, candidate, requests=requests, seed=seed, router=args.router,
                                 workload=trace, factors=factors)
     rows = compare(candidate, result)
     # What the plan predicted: the analytic model, or its own shorter simulation for a verified plan.
@@ -284,7 +289,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                              f", {'decode ' if pools else ''}max batch {candidate.max_batch}, {candidate.precision}",
                "plannedBy": "simulated" if planned_by == "simulated" else "analytic",
                "requests": len(result.ttft_s), "outputTokensPerSecond": round(result.output_tokens_per_s, 1),
-               "preemptions": result.preemptions, "source": "trace" if trace else f"generated (seed {args.seed})"}
+               "preemptions": result.preemptions, "source": "trace" if trace else f"generated (seed {seed})"}
     if args.output == "json":
         print(json.dumps({**summary, "percentiles": [
             {"metric": r.metric, "quantile": r.quantile, "analyticMs": round(r.analytic_ms, 3),
@@ -686,8 +691,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="simulate a plan's recommended deployment; simulated vs analytic latency")
     sim.add_argument("file", nargs="?", metavar="FILE", help="plan file (default: the bundled example plan)")
-    sim.add_argument("--requests", type=_at_least(1), default=20_000, help="requests to simulate (default 20000)")
-    sim.add_argument("--seed", type=_at_least(0), default=0, help="random seed of the generated workload (default 0)")
+    sim.add_argument("--requests", type=_at_least(1),
+                     help="requests to simulate (default 20000; a --trace replays its own)")
+    sim.add_argument("--seed", type=_at_least(0), help="random seed of the generated workload (default 0)")
     sim.add_argument("--trace", metavar="TRACE.jsonl",
                      help='replay a trace instead: JSON lines {"t": seconds, "prompt": tokens, "output": tokens}')
     sim.add_argument("--router", choices=("round_robin", "least_outstanding"), default="round_robin",

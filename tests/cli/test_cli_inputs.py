@@ -104,6 +104,20 @@ def test_an_empty_trace_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "the trace holds no requests" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", [["--requests", "1"], ["--seed", "3"]])
+def test_a_trace_says_that_requests_and_seed_do_not_apply_to_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 option: list[str]) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"t": 0, "prompt": 100, "output": 10}\n{"t": 0.5, "prompt": 100, "output": 10}\n',
+                     encoding="utf-8")
+    assert main(["simulate", str(PLAN), "--trace", str(trace), "--no-verify", "-o", "json", *option]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["requests"] == 2
+    assert "--requests and --seed shape a generated workload: the trace's 2 requests are replayed as they are" in err
+    assert main(["simulate", str(PLAN), "--trace", str(trace), "--no-verify", "-o", "json"]) == 0
+    assert "--requests" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("option", "value", "says"), [
     ("--namespace", "Bad NS", "is not a DNS-1123 label"),
     ("--image", "not an image!!", "is not a container image reference"),
