@@ -260,6 +260,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if trace is not None and (args.requests is not None or args.seed is not None):
         print(f"inferplan: --requests and --seed shape a generated workload: the trace's {len(trace)} requests are "
               "replayed as they are", file=sys.stderr)
+    if trace is not None:
+        # The planned column is the plan's workload: say how the trace's arrivals compare (seconds read as
+        # milliseconds show here as a rate 1000x off).
+        span = float(trace.arrival_s[-1] - trace.arrival_s[0])
+        pace = (f"at {(len(trace) - 1) / span:.4g} requests/s over {span:.4g} s" if span > 0
+                else "all at one instant")
+        count = f"{len(trace)} requests arrive" if len(trace) > 1 else "1 request arrives"
+        print(f"inferplan: the trace's {count} {pace}; the planned column is the plan's workload "
+              f"at {request.rate_rps:g} requests/s", file=sys.stderr)
     requests = 20_000 if args.requests is None else args.requests
     seed = 0 if args.seed is None else args.seed
     factors = _factors(args.factors)

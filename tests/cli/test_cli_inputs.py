@@ -104,6 +104,21 @@ def test_an_empty_trace_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "the trace holds no requests" in capsys.readouterr().err
 
 
+def test_a_trace_says_at_what_rate_it_arrives_against_the_plan(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The planned column is the plan's workload (20 requests/s): stderr gives the trace's own mean arrival rate,
+    so that a trace whose "t" is in milliseconds (1000x too slow) shows as such."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(f'{{"t": {250 * i}, "prompt": 100, "output": 10}}\n' for i in range(5)),
+                     encoding="utf-8")
+    assert main(["simulate", str(PLAN), "--trace", str(trace), "--no-verify"]) == 0
+    assert ("the trace's 5 requests arrive at 0.004 requests/s over 1000 s; the planned column is the plan's "
+            "workload at 20 requests/s") in capsys.readouterr().err
+    trace.write_text('{"t": 7, "prompt": 100, "output": 10}\n', encoding="utf-8")
+    assert main(["simulate", str(PLAN), "--trace", str(trace), "--no-verify"]) == 0
+    assert "the trace's 1 request arrives all at one instant" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option", [["--requests", "1"], ["--seed", "3"]])
 def test_a_trace_says_that_requests_and_seed_do_not_apply_to_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                  option: list[str]) -> None:
