@@ -35,7 +35,9 @@ import logging
 import math
 import random
 import socket
+import sys
 import time
+import weakref
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -90,6 +92,37 @@ def _pack(value: Mapping[str, Any]) -> bytes:
     return zlib.compress(json.dumps(value, separators=(",", ":")).encode())
 
 
+class _SharedEntry(dict):  # type: ignore[type-arg]
+    """An inventory entry of a status as the checks keep it: one object for every plan whose status records the same
+    (a dict subclass only so that the table below can hold it weakly)."""
+
+    __slots__ = ("__weakref__",)
+
+
+# Inventory entries by their content. Every plan's status records the entries of the GPU types it may use, mostly
+# the same few on one cluster, and each event of a plan brings them parsed afresh (about 0.8 KiB an entry): kept
+# per plan they were 5-7 KiB of each plan's memory, 50-70 MiB at 10,000 plans. Weak: an entry no status records
+# any more goes. Content-addressed and never mutated (the checks only read), so it holds no state of a run.
+_ENTRIES: weakref.WeakValueDictionary[str, _SharedEntry] = weakref.WeakValueDictionary()
+
+
+def _shared_entry(entry: Any) -> Any:
+    if not isinstance(entry, Mapping):
+        return entry
+    key = json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str)
+    shared = _ENTRIES.get(key)
+    if shared is None:
+        shared = _ENTRIES[key] = _SharedEntry(entry)
+    return shared
+
+
+def _checked_ready(conditions: Any) -> list[dict[str, str]]:
+    """The status's Ready condition as the checks read it (type, status and reason: `scheduling.unanswered`), its
+    message and times left in the packed status."""
+    return [{key: sys.intern(c[key]) for key in ("type", "status", "reason") if isinstance(c.get(key), str)}
+            for c in conditions or () if isinstance(c, Mapping) and c.get("type") == "Ready"]
+
+
 class Plan:
     """A plan as its last event showed it (the status: or as this process wrote it since).
 
@@ -132,10 +165,11 @@ class Plan:
     def status(self, value: Mapping[str, Any] | None) -> None:
         value = dict(value or {})
         self._packed = _pack(value) if value else None
+        checked = {key: value[key] for key in _CHECKED if key in value}
+        if isinstance(checked.get("inventory"), list):
+            checked["inventory"] = [_shared_entry(entry) for entry in checked["inventory"]]
         self.checked: dict[str, Any] | None = None if not value else {
-            **{key: value[key] for key in _CHECKED if key in value},
-            "conditions": [c for c in value.get("conditions") or () if isinstance(c, Mapping)
-                           and c.get("type") == "Ready"]}
+            **checked, "conditions": _checked_ready(value.get("conditions"))}
 
 
 @dataclass
