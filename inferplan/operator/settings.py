@@ -29,6 +29,7 @@ priority is drawn at random per process unless set (equal priorities would pause
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -75,6 +76,8 @@ def _number(env: Mapping[str, str], name: str, default: float, minimum: float, i
     except ValueError:
         kind = "an integer" if integer else "a number"
         raise SettingsError(f"{name} must be {kind}, got {raw!r}") from None
+    if not math.isfinite(value):  # float("nan") compares false with everything: a NaN period passed the minimum
+        raise SettingsError(f"{name} must be a finite number, got {raw!r}")
     if value < minimum:
         raise SettingsError(f"{name} must be >= {minimum:g}, got {raw!r}")
     return value

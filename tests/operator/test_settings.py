@@ -68,3 +68,12 @@ def test_peering_is_off_by_default_and_named_by_its_object() -> None:
 def test_bad_peering_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings(env)
+
+
+@pytest.mark.parametrize("name", ["INFERPLAN_RESYNC_SECONDS", "INFERPLAN_CHECK_SECONDS", "INFERPLAN_OBSERVE_SECONDS"])
+@pytest.mark.parametrize("raw", ["nan", "inf", "1e999", "Infinity"])
+def test_periods_that_are_not_finite_name_the_variable(name: str, raw: str) -> None:
+    # INFERPLAN_CHECK_SECONDS=nan passed the minimum (NaN compares false): the check loop then spun on a zero
+    # wait and its periodic scan (resync, inventory) never came; inf meant never.
+    with pytest.raises(SettingsError, match=f"{name} must be a finite number, got '{raw}'"):
+        load_settings({name: raw})
