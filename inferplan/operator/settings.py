@@ -2,7 +2,7 @@
 
 | variable | meaning | default |
 |---|---|---|
-| INFERPLAN_NAMESPACES | comma-separated namespaces to watch; empty: all namespaces | all |
+| INFERPLAN_NAMESPACES | comma-separated namespace names to watch (exact names, no patterns); empty: all | all |
 | INFERPLAN_RESYNC_SECONDS | re-plan every plan at least this often, even when nothing changed | 600 |
 | INFERPLAN_CHECK_SECONDS | how often every plan is checked (GPU inventory, resync, observation) | 5 |
 | INFERPLAN_LOG_LEVEL | DEBUG, INFO, WARNING or ERROR | INFO |
@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # DNS-1123 label (at most 63 characters)
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")  # DNS-1123 subdomain
 PEERING_PRIORITY_MAX = 2**31 - 1
 
@@ -86,7 +87,7 @@ def _number(env: Mapping[str, str], name: str, default: float, minimum: float, i
 def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
     """Settings from `env` (default: the process environment); a bad value raises SettingsError naming it."""
     env = os.environ if env is None else env
-    namespaces = tuple(ns.strip() for ns in env.get("INFERPLAN_NAMESPACES", "").split(",") if ns.strip())
+    namespaces = _namespaces(env)
     level = env.get("INFERPLAN_LOG_LEVEL", "INFO").strip().upper() or "INFO"
     if level not in LOG_LEVELS:
         raise SettingsError(f"INFERPLAN_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
@@ -113,6 +114,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
         observe_threads=int(_number(env, "INFERPLAN_OBSERVE_THREADS", 4, 1, True)),
         **_peering(env),
     )
+
+
+def _namespaces(env: Mapping[str, str]) -> tuple[str, ...]:
+    """Exact names: kopf would take "team-*" or "!kube-system" as patterns, but the operator's own requests (the
+    peering objects) and the chart's Roles need names, and "a b" or "a;b" would match no namespace at all."""
+    raw = env.get("INFERPLAN_NAMESPACES", "")
+    namespaces = tuple(ns.strip() for ns in raw.split(",") if ns.strip())
+    for ns in namespaces:
+        if len(ns) > 63 or not _NAMESPACE.match(ns):
+            raise SettingsError(f"INFERPLAN_NAMESPACES must be namespace names separated by commas (lower case a-z, "
+                                f"0-9, '-'; no patterns), got {ns!r} in {raw!r}")
+    return namespaces
 
 
 def _peering(env: Mapping[str, str]) -> dict[str, object]:

@@ -77,3 +77,12 @@ def test_periods_that_are_not_finite_name_the_variable(name: str, raw: str) -> N
     # wait and its periodic scan (resync, inventory) never came; inf meant never.
     with pytest.raises(SettingsError, match=f"{name} must be a finite number, got '{raw}'"):
         load_settings({name: raw})
+
+
+@pytest.mark.parametrize("raw", ["llm team-a", "llm;team-a", "team-*", "!kube-system", "Team-A", "x" * 64])
+def test_namespaces_that_are_not_names_name_the_variable(raw: str) -> None:
+    # Each was taken as one namespace: "llm team-a" (a list written with spaces) watched no namespace at all,
+    # without a word; kopf took "team-*" as a pattern, which the peering check and the chart's Roles cannot.
+    with pytest.raises(SettingsError, match="INFERPLAN_NAMESPACES must be namespace names separated by commas"):
+        load_settings({"INFERPLAN_NAMESPACES": raw})
+    assert load_settings({"INFERPLAN_NAMESPACES": "llm,team-a," + "x" * 63}).namespaces == ("llm", "team-a", "x" * 63)
