@@ -7,7 +7,7 @@
 | INFERPLAN_CHECK_SECONDS | how often every plan is checked (GPU inventory, resync, observation) | 5 |
 | INFERPLAN_LOG_LEVEL | DEBUG, INFO, WARNING or ERROR | INFO |
 | INFERPLAN_METRICS_PORT | port of the Prometheus /metrics endpoint (0: off) | 8080 |
-| INFERPLAN_HEALTH_PORT | port of kopf's liveness endpoint /healthz (0: off) | 8081 |
+| INFERPLAN_HEALTH_PORT | port of kopf's liveness endpoint /healthz (0: off; not the metrics port) | 8081 |
 | INFERPLAN_PLANNER_PROCESSES | planning runs in this many worker processes, off the event loop (0: in threads) | 2 |
 | INFERPLAN_PLANNER_THREADS | with INFERPLAN_PLANNER_PROCESSES=0: planning runs in this many threads instead | 2 |
 | INFERPLAN_VERIFY | simulate the leading candidates of plans that do not set spec.verify (true/false) | true |
@@ -96,6 +96,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
     for name, port in ports.items():
         if port > 65535:
             raise SettingsError(f"{name} must be a port number (0-65535), got {port}")
+    metrics_port, health_port = ports.values()
+    if metrics_port and metrics_port == health_port:  # two servers: the second would not bind
+        raise SettingsError(f"INFERPLAN_METRICS_PORT and INFERPLAN_HEALTH_PORT must be different ports (or 0: off), "
+                            f"both are {metrics_port}")
     verify_raw = env.get("INFERPLAN_VERIFY", "").strip().lower()
     if verify_raw not in ("", "true", "false", "1", "0", "yes", "no"):
         raise SettingsError(f"INFERPLAN_VERIFY must be true or false, got {verify_raw!r}")

@@ -86,3 +86,14 @@ def test_namespaces_that_are_not_names_name_the_variable(raw: str) -> None:
     with pytest.raises(SettingsError, match="INFERPLAN_NAMESPACES must be namespace names separated by commas"):
         load_settings({"INFERPLAN_NAMESPACES": raw})
     assert load_settings({"INFERPLAN_NAMESPACES": "llm,team-a," + "x" * 63}).namespaces == ("llm", "team-a", "x" * 63)
+
+
+def test_metrics_and_health_on_one_port_name_both_variables() -> None:
+    # Accepted before: /metrics (prometheus_client) and /healthz (kopf) are two servers, and the second to start
+    # failed to bind with "address already in use" after the operator had started.
+    with pytest.raises(SettingsError, match="INFERPLAN_METRICS_PORT and INFERPLAN_HEALTH_PORT must be different"):
+        load_settings({"INFERPLAN_METRICS_PORT": "9000", "INFERPLAN_HEALTH_PORT": "9000"})
+    with pytest.raises(SettingsError, match="both are 8081"):
+        load_settings({"INFERPLAN_METRICS_PORT": "8081"})
+    off = load_settings({"INFERPLAN_METRICS_PORT": "0", "INFERPLAN_HEALTH_PORT": "0"})
+    assert (off.metrics_port, off.health_port) == (0, 0)

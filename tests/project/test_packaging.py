@@ -220,6 +220,8 @@ def test_prometheus_endpoints_render_a_file_the_operator_accepts() -> None:
       "prometheus.endpoints[0].bearerTokenFile=/t", "prometheus.endpoints[0].bearerTokenSecret.name=s",
       "prometheus.endpoints[0].bearerTokenSecret.key=k"), "not both"),
     (("serviceAccount.create=false",), "serviceAccount.name is required"),
+    # Rendered before, with two containerPorts 8081: one of the operator's two servers could not bind.
+    (("operator.metricsPort=8081",), "operator.metricsPort and operator.healthPort must differ"),
 ])
 def test_inconsistent_values_fail_with_a_message(sets: tuple[str, ...], message: str) -> None:
     args = ["template", RELEASE, str(CHART)]
