@@ -222,6 +222,13 @@ def test_prometheus_endpoints_render_a_file_the_operator_accepts() -> None:
     (("serviceAccount.create=false",), "serviceAccount.name is required"),
     # Rendered before, with two containerPorts 8081: one of the operator's two servers could not bind.
     (("operator.metricsPort=8081",), "operator.metricsPort and operator.healthPort must differ"),
+    # Rendered before as a second definition, which overrode the chart's: INFERPLAN_METRICS_PORT so left the
+    # Service on the chart's port, INFERPLAN_NAMESPACES the ClusterRole for all namespaces.
+    (("extraEnv[0].name=TZ", "extraEnv[0].value=UTC", "extraEnv[1].name=INFERPLAN_LOG_LEVEL",
+      "extraEnv[1].value=DEBUG"), "extraEnv[1]: INFERPLAN_LOG_LEVEL is set by the chart: use operator.logLevel"),
+    (("extraEnv[0].name=INFERPLAN_METRICS_PORT", "extraEnv[0].value=x"), "use operator.metricsPort"),
+    (("extraEnv[0].name=INFERPLAN_NAMESPACES", "extraEnv[0].value=llm"), "use watchNamespaces"),
+    (("extraEnv[0].name=INFERPLAN_PEERING", "extraEnv[0].value=x"), "use peering.enabled and peering.name"),
 ])
 def test_inconsistent_values_fail_with_a_message(sets: tuple[str, ...], message: str) -> None:
     args = ["template", RELEASE, str(CHART)]

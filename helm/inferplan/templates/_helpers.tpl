@@ -47,6 +47,27 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The environment variables the chart sets itself, each with the value that sets it: extraEnv may not set them
+too (a second definition would override the chart's while the ports, Roles and peering objects follow the
+value; INFERPLAN_PEERING_PRIORITY, which no value sets, is left to extraEnv). */}}
+{{- define "inferplan.chartEnv" -}}
+POD_ID: the chart (the pod's name)
+INFERPLAN_NAMESPACES: watchNamespaces
+INFERPLAN_RESYNC_SECONDS: operator.resyncSeconds
+INFERPLAN_CHECK_SECONDS: operator.checkSeconds
+INFERPLAN_LOG_LEVEL: operator.logLevel
+INFERPLAN_PLANNER_PROCESSES: operator.plannerProcesses
+INFERPLAN_PLANNER_THREADS: operator.plannerThreads
+INFERPLAN_VERIFY: operator.verify
+INFERPLAN_METRICS_PORT: operator.metricsPort
+INFERPLAN_HEALTH_PORT: operator.healthPort
+INFERPLAN_OBSERVE_SECONDS: operator.observeSeconds
+INFERPLAN_OBSERVE_THREADS: operator.observeThreads
+INFERPLAN_PROMETHEUS_CONFIG: prometheus.endpoints
+INFERPLAN_PEERING: peering.enabled and peering.name
+INFERPLAN_PEERING_LIFETIME: peering.lifetimeSeconds
+{{- end }}
+
 {{/* The file INFERPLAN_PROMETHEUS_CONFIG names: a YAML list of {name, url, timeoutSeconds, bearerTokenFile,
 caFile}; Secrets and ConfigMaps named by an endpoint are mounted under /etc/inferplan/prometheus/INDEX/. */}}
 {{- define "inferplan.prometheusConfig" -}}
