@@ -618,3 +618,13 @@ def test_the_install_doc_matches_the_chart_and_the_manifests() -> None:
         assert (REPO / folder / "kustomization.yaml").is_file(), folder
     assert "kubectl apply -k deploy/base" in text and "kubectl apply -k deploy/overlays/monitoring" in text
     assert "docker build" in text
+
+
+def test_the_install_doc_points_at_the_doc_with_the_prometheus_file_format() -> None:
+    # It named docs/operator.md, which has only a line about the variable; the format is in docs/observe.md.
+    text = (REPO / "docs" / "install.md").read_text()
+    named = re.findall(r"the file format is docs/([\w-]+\.md)'s", text)
+    assert named, "docs/install.md says where the Prometheus endpoints file format is"
+    for doc in named:
+        described = (REPO / "docs" / doc).read_text()
+        assert "timeoutSeconds" in described and "bearerTokenFile" in described and "caFile" in described, doc
