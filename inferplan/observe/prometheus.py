@@ -102,6 +102,9 @@ def load_endpoints(path: str | Path) -> dict[str, PrometheusEndpoint]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise PrometheusConfigError(f"INFERPLAN_PROMETHEUS_CONFIG: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # a UTF-16 file, or Latin-1 text: the operator stopped with a traceback
+        raise PrometheusConfigError(f"INFERPLAN_PROMETHEUS_CONFIG: {path} is not UTF-8 text (byte {exc.start}: "
+                                    f"{exc.reason})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

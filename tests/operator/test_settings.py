@@ -97,3 +97,13 @@ def test_metrics_and_health_on_one_port_name_both_variables() -> None:
         load_settings({"INFERPLAN_METRICS_PORT": "8081"})
     off = load_settings({"INFERPLAN_METRICS_PORT": "0", "INFERPLAN_HEALTH_PORT": "0"})
     assert (off.metrics_port, off.health_port) == (0, 0)
+
+
+@pytest.mark.parametrize("content", ["- name: main\n  url: http://p:9090\n".encode("utf-16"),
+                                     "# r\xe9gion\n- name: main\n  url: http://p:9090\n".encode("latin-1")])
+def test_a_prometheus_file_that_is_not_utf8_names_the_variable_and_the_file(tmp_path, content: bytes) -> None:
+    # A UTF-16 file (a Windows editor) or Latin-1 text stopped the operator with a UnicodeDecodeError traceback.
+    path = tmp_path / "prometheus.yaml"
+    path.write_bytes(content)
+    with pytest.raises(SettingsError, match=f"INFERPLAN_PROMETHEUS_CONFIG: {path} is not UTF-8 text"):
+        load_settings({"INFERPLAN_PROMETHEUS_CONFIG": str(path)})
