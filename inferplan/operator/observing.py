@@ -27,6 +27,8 @@ from inferplan.operator.status import (
     CalibrationStatus,
     Condition,
     CurrentStatus,
+    ErrorByMetric,
+    ErrorQuantiles,
     GpuCalibration,
     Keep,
     LatencyByMetric,
@@ -808,7 +810,7 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         prediction = PredictionStatus(
             latency_ms=_latency(outcome.prediction.latency),
             mean_latency_ms=_mean(outcome.prediction.mean),
-            error_ratio=LatencyByMetric(**{m: LatencyQuantiles(**qs) for m, qs in errors.items()}),
+            error_ratio=ErrorByMetric(**{m: ErrorQuantiles(**qs) for m, qs in errors.items()}),
             worst=None if largest is None else largest.describe(),
             utilization=round(outcome.prediction.utilization, 4),
             interval_ms=interval_ms,

@@ -93,6 +93,22 @@ class ResidualsByMetric(_Status):
     e2e: QuantileResiduals | None = Field(default=None, alias="e2e", description="End-to-end latency.")
 
 
+class ErrorQuantiles(_Status):
+    """(predicted - observed) / observed at each percentile (a ratio, not ms); a percentile without data is
+    absent."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
+class ErrorByMetric(_Status):
+    ttft: ErrorQuantiles | None = Field(default=None, description="Time to first token (a ratio).")
+    tpot: ErrorQuantiles | None = Field(default=None, description="Time per output token (a ratio).")
+    e2e: ErrorQuantiles | None = Field(default=None, alias="e2e", description="End-to-end latency (a ratio).")
+
+
 class MeanLatency(_Status):
     ttft: float | None = Field(default=None, description="Mean time to first token [ms].")
     tpot: float | None = Field(default=None, description="Mean time per output token [ms].")
@@ -145,8 +161,8 @@ class PredictionStatus(_Status):
 
     latency_ms: LatencyByMetric
     mean_latency_ms: MeanLatency = Field(default_factory=MeanLatency)
-    error_ratio: LatencyByMetric = Field(
-        default_factory=LatencyByMetric,
+    error_ratio: ErrorByMetric = Field(
+        default_factory=ErrorByMetric,
         description="(predicted - observed) / observed per metric and percentile (a ratio, not ms).")
     worst: str | None = Field(default=None, max_length=1024, description="The largest error, in words.")
     utilization: float | None = Field(default=None, description="Predicted utilisation of the current replicas.")

@@ -230,3 +230,13 @@ def test_the_defaults_the_crd_describes_are_the_ones_the_planner_takes(schema: d
     per_node = spec["constraints"]["properties"]["gpusPerNode"]["description"]
     assert all(chassis in per_node
                for chassis in ("PCIe servers 8", "GB200 trays and A10 4", "workstation and consumer cards 4"))
+
+
+def test_units_the_status_schema_states_are_the_values_units(schema: dict[str, Any]) -> None:
+    """`kubectl explain icp.status.prediction.errorRatio.ttft` said "Time to first token [ms]." of a ratio: the
+    error ratios shared the latencies' model, descriptions and all. No description under errorRatio names ms, and
+    each of its metrics says it is a ratio."""
+    error = schema["properties"]["status"]["properties"]["prediction"]["properties"]["errorRatio"]
+    described = [(path, node["description"]) for path, node in _nodes(error, "errorRatio") if "description" in node]
+    assert [(path, text) for path, text in described if "[ms]" in text] == []
+    assert all("ratio" in error["properties"][metric]["description"] for metric in ("ttft", "tpot", "e2e"))
