@@ -73,12 +73,12 @@ class Intervals(_Result):
 
     ttft_ms: PercentileIntervals
     tpot_ms: PercentileIntervals | None = Field(
-        default=None, description="[low, high] of each TPOT percentile [ms]; absent where the TPOT is "
+        default=None, description="[low, high] of each TPOT percentile [ms]; absent where TPOT is undefined "
                                   "(`Predicted.tpotMs`: no request generates a second token).")
     e2e_ms: PercentileIntervals = Field(alias="e2eMs")
     max_requests_per_second_per_replica: _Bounds | None = Field(
-        default=None, description="[low, high] of the highest rate per replica within every SLO (the capacity), from "
-                                  "the held-out errors of measured request rates.")
+        default=None, description="[low, high] of the highest rate per replica within every SLO (the capacity) "
+                                  "[requests/s], from the held-out errors of measured request rates.")
     max_concurrency: _Bounds | None = Field(
         default=None, description="[low, high] of the sequences one replica runs at once where the KV cache bounds "
                                   "them (null where the batch cap does), from the held-out errors of measured "
@@ -106,7 +106,8 @@ class SloCheck(_Result):
 
 
 class Predicted(_Result):
-    """The model's predictions for one replica at the planned per-replica rate."""
+    """The model's predictions at the planned per-replica rate: latencies of a request; concurrency, utilisation and
+    request rates per replica; output tokens per second of the whole deployment."""
 
     ttft_ms: Percentiles = Field(description="Time to first token (queueing + prefill) [ms].")
     tpot_ms: Percentiles | None = Field(
@@ -116,9 +117,9 @@ class Predicted(_Result):
     output_tokens_per_second: float = Field(description="Generated tokens per second, whole deployment.")
     utilization: float = Field(description="Planned rate / the rate at which every slot of a replica is busy.")
     max_concurrency: float = Field(description="Sequences one replica runs at once (max batch or KV bound).")
-    requests_per_second_per_replica: float = Field(description="Planned rate per replica.")
+    requests_per_second_per_replica: float = Field(description="Planned rate per replica [requests/s].")
     max_requests_per_second_per_replica: float = Field(
-        description="Highest rate per replica within every SLO and the utilisation cap."
+        description="Highest rate per replica within every SLO and the utilisation cap [requests/s]."
     )
     intervals: Intervals | None = Field(
         default=None, description="[low, high] of each latency percentile at `confidence` (the recommendation and "
@@ -131,8 +132,9 @@ class Predicted(_Result):
 
 
 class Cost(_Result):
-    dollars_per_hour: float = Field(description="GPUs x price per GPU-hour.")
-    dollars_per_million_tokens: float = Field(description="Cost of a million generated tokens at the planned rate.")
+    dollars_per_hour: float = Field(description="GPUs x price per GPU-hour [$/h].")
+    dollars_per_million_tokens: float = Field(description="Cost of a million generated tokens at the planned rate "
+                                                          "[$ per million output tokens].")
 
 
 def dollars_per_hour(pools: Iterable[tuple[int, float]]) -> float:
@@ -200,7 +202,7 @@ class Role(_Result):
     expert_parallel: bool = Field(default=False, description="The role's MoE layers run expert-parallel (DeepEP).")
     utilization: float = Field(description="Planned rate per replica / the rate at which it is saturated.")
     max_requests_per_second_per_replica: float = Field(
-        description="Highest rate per replica at which the role's share of every SLO holds.")
+        description="Highest rate per replica at which the role's share of every SLO holds [requests/s].")
     engine_args: list[_Arg] = Field(max_length=64, description="Arguments that make the engine run this role.")
     dynamo_args: list[_Arg] = Field(
         default_factory=list, max_length=64,

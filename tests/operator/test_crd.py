@@ -240,3 +240,19 @@ def test_units_the_status_schema_states_are_the_values_units(schema: dict[str, A
     described = [(path, node["description"]) for path, node in _nodes(error, "errorRatio") if "description" in node]
     assert [(path, text) for path, text in described if "[ms]" in text] == []
     assert all("ratio" in error["properties"][metric]["description"] for metric in ("ttft", "tpot", "e2e"))
+
+
+def test_rates_and_costs_in_the_status_schema_state_their_units(schema: dict[str, Any]) -> None:
+    """`kubectl explain` gave `cost.dollarsPerHour` as "GPUs x price per GPU-hour." and the per-replica rates
+    without a unit, and described `predicted` as "for one replica" beside `outputTokensPerSecond`, the whole
+    deployment's. Every cost and rate field of the status states its unit in its own description."""
+    units = {"dollarsPerHour": "[$/h]", "dollarsPerMillionTokens": "[$ per million output tokens]",
+             "requestsPerSecondPerReplica": "[requests/s]", "maxRequestsPerSecondPerReplica": "[requests/s]"}
+    status = schema["properties"]["status"]
+    found = [(path, node.get("description", "")) for path, node in _nodes(status, "status")
+             if path.rsplit(".", 1)[-1] in units]
+    assert len(found) >= 10
+    assert [(path, text) for path, text in found if units[path.rsplit(".", 1)[-1]] not in text] == []
+    predicted = status["properties"]["recommendation"]["properties"]["predicted"]
+    assert "for one replica" not in predicted["description"]
+    assert "whole deployment" in predicted["properties"]["outputTokensPerSecond"]["description"]
