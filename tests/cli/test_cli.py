@@ -705,3 +705,22 @@ def test_diff_refuses_an_image_that_is_no_image_reference(capsys: pytest.Capture
     code, _, err = run(capsys, "diff", str(CHAT), "--deployment", str(rendered), "--no-verify",
                        "--image", "vllm/vllm-openai:v0.11.0")
     assert code in (0, 1), err
+
+
+def test_render_json_names_the_digest_of_the_yaml_and_provenance_is_strings(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What docs/deploy.md and docs/planning.md say of the machine-readable outputs: `render -o json` ends stderr
+    with the digest of the objects' YAML (the status's `manifests.digest`), not of the JSON it prints; and every
+    `provenance` value of `plan -o json` is a string, `measuredLines` a decimal count ("0" where unmeasured)."""
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify", "-o", "json")
+    assert code == 0, err
+    objects = json.loads(out)["items"]
+    assert err.rstrip().endswith(f"{len(objects)} objects, {manifests_digest(objects)}")
+    code, out, err = run(capsys, "plan", str(CHAT), "--no-verify", "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    for candidate in [result["recommendation"], *result["alternatives"]]:
+        provenance = candidate["provenance"]
+        assert all(isinstance(value, str) for value in provenance.values())
+        assert provenance["measuredLines"].isdigit()
+        assert candidate["provenance"]["predicted"] != "extrapolated" or provenance["measuredLines"] == "0"
