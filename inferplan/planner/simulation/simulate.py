@@ -115,9 +115,12 @@ def read_trace(path: str | Path) -> RequestTrace:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                pairs = json.loads(line, object_pairs_hook=list)
             except ValueError as error:  # a JSONDecodeError, or a number of more digits than Python converts
                 raise ValueError(f"{where}: not JSON: {getattr(error, 'msg', error)}") from None
+            row = dict(pairs) if isinstance(pairs, list) and all(isinstance(p, tuple) for p in pairs) else pairs
+            if isinstance(row, dict) and len(row) != len(pairs):  # JSON would keep the last of a key given twice
+                raise ValueError(f"{where}: a key is given twice")
             if not isinstance(row, dict) or set(row) != {"t", "prompt", "output"}:
                 raise ValueError(f'{where}: expected an object with keys "t", "prompt", "output"')
             t, prompt, output = row["t"], row["prompt"], row["output"]

@@ -334,6 +334,8 @@ def test_trace_replay_reproduces_arrival_times(tmp_path) -> None:
     ("not json", "not JSON"),
     ('{"t": 1' + "0" * 5000 + ', "prompt": 3, "output": 3}', "not JSON"),
     ('{"t": 0.1, "prompt": 3, "output": 3}', "earlier"),
+    ('{"t": 1, "prompt": 3, "output": 3, "t": 2}', "given twice"),
+    ('[1, 2, 3]', "keys"),
 ])
 def test_bad_trace_line_is_named(tmp_path, line: str, message: str) -> None:
     path = tmp_path / "trace.jsonl"
