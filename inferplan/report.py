@@ -310,20 +310,75 @@ def _staircase(frame: _Frame, points: Sequence[tuple[float, float]]) -> str:
     return f'<polyline class="frontier-line" points="{" ".join(coords)}"/>'
 
 
-def _point(frame: _Frame, key: str, c: Candidate, latency_ms: float, metric_label: str) -> list[str]:
-    """One candidate: a circle (class `point`, data attributes naming it, hover text) and its label."""
+def _point(frame: _Frame, key: str, c: Candidate, latency_ms: float, metric_label: str) -> str:
+    """One candidate: a circle (class `point`, data attributes naming it, hover text); its label is placed
+    with the others' (`_point_labels`)."""
     recommended = key == "R"
     x, y = frame.x(latency_ms), frame.y(c.cost.dollars_per_hour)
     role = "recommendation" if recommended else "alternative"
     hover = (f"{'recommended' if recommended else f'alternative {key}'}: {_deployment(c)}; "
              f"${c.cost.dollars_per_hour:.2f}/h; {metric_label} {_ms(latency_ms)}")
-    circle = (f'<circle class="point {role}" cx="{_px(x)}" cy="{_px(y)}" r="{7 if recommended else 5}" '
-              f'data-candidate="{key}" data-role="{role}" data-gpu="{_e(c.gpu_type)}" '
-              f'data-tp="{c.gpus_per_replica}" data-replicas="{c.replicas}" data-batch="{c.max_batch}" '
-              f'data-precision="{_e(c.precision)}" data-cost-per-hour="{c.cost.dollars_per_hour:g}" '
-              f'data-latency-ms="{latency_ms:g}"><title>{_e(hover)}</title></circle>')
-    text = "recommended" if recommended else key
-    return [circle, f'<text class="point-label {role}" x="{_px(x + 8)}" y="{_px(y - 8)}">{text}</text>']
+    return (f'<circle class="point {role}" cx="{_px(x)}" cy="{_px(y)}" r="{_radius(key)}" '
+            f'data-candidate="{key}" data-role="{role}" data-gpu="{_e(c.gpu_type)}" '
+            f'data-tp="{c.gpus_per_replica}" data-replicas="{c.replicas}" data-batch="{c.max_batch}" '
+            f'data-precision="{_e(c.precision)}" data-cost-per-hour="{c.cost.dollars_per_hour:g}" '
+            f'data-latency-ms="{latency_ms:g}"><title>{_e(hover)}</title></circle>')
+
+
+def _radius(key: str) -> int:
+    return 7 if key == "R" else 5
+
+
+LABEL_CHAR_W = 7.0  # [px] an 11px label character, bold included, at most this wide
+LABEL_ASCENT, LABEL_DESCENT = 10.0, 3.0  # [px] above and below a label's baseline
+SAME_SPOT = 4.0  # [px] alternatives whose points are closer than this share one label ("2, 3")
+
+
+def label_box(x: float, y: float, anchor: str, text: str) -> tuple[float, float, float, float]:
+    """The box (left, top, right, bottom) [px] a point label of `text` at (`x`, `y`) with `anchor` covers."""
+    width = len(text) * LABEL_CHAR_W
+    left = x - width if anchor == "end" else x - width / 2 if anchor == "middle" else x
+    return left, y - LABEL_ASCENT, left + width, y + LABEL_DESCENT
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
+def _covered(box: tuple[float, float, float, float], obstacles: Sequence[tuple[float, float, float, float]]) -> float:
+    """How much of `box` other labels and points cover, and (twice counted) lies outside the plot [px^2]."""
+    outside = (box[2] - box[0]) * (box[3] - box[1]) - _overlap(box, (LEFT, TOP, LEFT + PLOT_W, TOP + PLOT_H))
+    return sum(_overlap(box, other) for other in obstacles) + 2 * outside
+
+
+def _point_labels(points: Sequence[tuple[str, float, float]]) -> list[str]:
+    """A label for each point (key, x, y) [px], placed where it covers no other label or point and stays in
+    the plot: above right of its point if free, else the first free spot around it, else the least covered
+    one. The recommendation is labelled "recommended"; alternatives at the same spot share one label ("2, 3")."""
+    groups: list[tuple[list[str], float, float]] = []
+    for key, x, y in points:
+        group = next((g for g in groups if key != "R" and "R" not in g[0]
+                      and math.hypot(g[1] - x, g[2] - y) < SAME_SPOT), None)
+        if group is None:
+            groups.append(([key], x, y))
+        else:
+            group[0].append(key)
+    obstacles = [(x - _radius(k), y - _radius(k), x + _radius(k), y + _radius(k)) for k, x, y in points]
+    labels = []
+    for keys, x, y in groups:
+        r = _radius(keys[0])
+        text = "recommended" if keys == ["R"] else ", ".join(keys)
+        spots = [(x + r + 1, y - r - 1, "start"), (x - r - 1, y - r - 1, "end"), (x + r + 1, y + r + 10, "start"),
+                 (x - r - 1, y + r + 10, "end"), (x + r + 3, y + 4, "start"), (x - r - 3, y + 4, "end"),
+                 (x, y - r - 3, "middle"), (x, y + r + 12, "middle")]
+        spots += [(sx, sy - 12 if sy < y else sy + 12, anchor) for sx, sy, anchor in spots if sy != y + 4]  # farther
+        covered = [_covered(label_box(sx, sy, anchor, text), obstacles) for sx, sy, anchor in spots]
+        x_text, y_text, anchor = spots[covered.index(min(covered))]  # the first of the least covered spots
+        obstacles.append(label_box(x_text, y_text, anchor, text))
+        role = "recommendation" if keys == ["R"] else "alternative"
+        labels.append(f'<text class="point-label {role}" x="{_px(x_text)}" y="{_px(y_text)}" '
+                      f'text-anchor="{anchor}" data-candidates="{" ".join(keys)}">{text}</text>')
+    return labels
 
 
 def _band(frame: _Frame, key: str, c: Candidate, metric: str, quantile: float) -> list[str]:
@@ -363,7 +418,9 @@ def frontier_chart(req: PlanRequest, result: PlanResult, metric: str) -> str:
     for key, c in shown:
         parts += _band(frame, key, c, metric, quantile)
     for (key, c), (latency, _) in zip(shown, points, strict=True):
-        parts += _point(frame, key, c, latency, metric_label)
+        parts.append(_point(frame, key, c, latency, metric_label))
+    parts += _point_labels([(key, frame.x(latency), frame.y(cost)) for (key, _), (latency, cost) in
+                            zip(shown, points, strict=True)])
     caption = _frontier_caption(metric_label, limit_ms, budget, frame)
     if any(c.predicted.intervals is not None for _, c in shown):
         caption += _e(" Bars: where the measured value falls with the stated probability (80% unless the plan "

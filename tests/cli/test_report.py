@@ -205,6 +205,44 @@ def test_axes_have_ticks_and_units(example_page: str) -> None:
         assert "0" in ticks and "$0" in ticks and len(ticks) >= 6
 
 
+def _label_boxes(chart: Node) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Each point label's text and the box it covers at 11px (6.5 px a character, 9 px above the baseline and 2
+    below: narrower than any bold 11px digit or letter is drawn)."""
+    boxes = []
+    for label in chart.all("text", "point-label"):
+        x, y, width = float(label.attrs["x"]), float(label.attrs["y"]), 6.5 * len(label.text)
+        anchor = label.attrs.get("text-anchor", "start")
+        left = x - width if anchor == "end" else x - width / 2 if anchor == "middle" else x
+        boxes.append((label.text, (left, y - 9, left + width, y + 2)))
+    return boxes
+
+
+def test_point_labels_stay_readable_where_points_crowd(tmp_path: Path) -> None:
+    """A 70B model over the whole catalog with 20 alternatives: several points sit at one cost and close
+    latencies. Each label is drawn where no other label or point covers it and inside the chart, and each
+    candidate is named by exactly one label (alternatives at the same spot share one: "6, 7")."""
+    request, result, _ = _planned(_write_plan(tmp_path, {
+        "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}, "constraints": {}, "alternatives": 20}))
+    assert len(result.alternatives) >= 8
+    page = render_report(request, result, None, title="crowded")
+    for chart in parse(page).all("svg", "frontier"):
+        width, height = (float(v) for v in chart.attrs["viewbox"].split()[2:])
+        boxes = _label_boxes(chart)
+        named = [key for text, _ in boxes for key in
+                 (["R"] if text == "recommended" else text.split(", "))]
+        assert sorted(named) == sorted(p.attrs["data-candidate"] for p in chart.all("circle", "point"))
+        circles = [(float(c.attrs["cx"]), float(c.attrs["cy"]), float(c.attrs["r"]))
+                   for c in chart.all("circle", "point")]
+        for i, (text, (left, top, right, bottom)) in enumerate(boxes):
+            assert 0 <= left and right <= width and 0 <= top and bottom <= height, (chart.attrs["data-metric"], text)
+            for other, box in boxes[i + 1:]:
+                assert min(right, box[2]) <= max(left, box[0]) or min(bottom, box[3]) <= max(top, box[1]), \
+                    (chart.attrs["data-metric"], text, other)
+            for cx, cy, r in circles:
+                assert min(right, cx + r) <= max(left, cx - r) or min(bottom, cy + r) <= max(top, cy - r), \
+                    (chart.attrs["data-metric"], text, cx, cy)
+
+
 # --------------------------------------------------------------------------------------------------
 # Simulated distributions
 
