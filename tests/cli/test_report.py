@@ -388,6 +388,27 @@ def test_report_command_prints_to_stdout_and_reports_bad_plans(tmp_path: Path,
     assert not (tmp_path / "r.html").exists()
 
 
+def test_a_model_name_too_long_for_a_checkpoint_is_a_plan_problem_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An inline architecture's repoId is the checkpoint a result holds (at most 128 characters): a longer one is
+    reported as the plan's problem (exit 2, no page), as `plan` reports it, where the search crashed building
+    its candidates."""
+    architecture = {"repoId": "org/" + "x" * 125, "numLayers": 32, "hiddenSize": 4096, "intermediateSize": 14336,
+                    "numAttentionHeads": 32, "numKvHeads": 8, "vocabSize": 128256, "maxPositionEmbeddings": 8192}
+    path = _write_plan(tmp_path, {"model": {"architecture": architecture}})
+    out = tmp_path / "r.html"
+    for argv in (["report", str(path), "-o", str(out), "--no-verify", "--requests", "500"], ["plan", str(path)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "model.architecture: repo_id (the checkpoint the engine loads) must be at most 128 characters, " \
+               "got 129" in err and "Traceback" not in err
+    assert not out.exists()
+    architecture["repoId"] = "org/" + "x" * 124  # 128: planned and reported
+    assert main(["report", str(_write_plan(tmp_path, {"model": {"architecture": architecture}})), "-o", str(out),
+                 "--no-verify", "--requests", "500"]) == 0
+    assert "org/" + "x" * 124 in out.read_text()
+
+
 # --------------------------------------------------------------------------------------------------
 # Helpers
 

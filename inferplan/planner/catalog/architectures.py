@@ -21,6 +21,9 @@ import numpy as np
 
 MAX_PARAMETERS = 1e13
 """Parameter counts above this are treated as a broken config, not a model."""
+MAX_REPO_ID_CHARS = 128
+"""The longest repo_id: it is the checkpoint the engine loads, which a result holds (Candidate.checkpoint, the
+CRD's status) in at most this many characters."""
 MAX_LAYERS = 10_000
 """More layers than any model has (the deepest have about 130): per-layer bookkeeping (the attention window of
 each layer) would run away with the memory and CPU of whoever resolves the config."""
@@ -392,6 +395,9 @@ def _validate(arch: ModelArchitecture) -> None:
         raise ValueError(f"architecture must be a non-empty string, got {arch.architecture!r}")
     if not (isinstance(arch.repo_id, str) and arch.repo_id):
         raise ValueError(f"repo_id must be a non-empty string, got {arch.repo_id!r}")
+    if len(arch.repo_id) > MAX_REPO_ID_CHARS:  # it is the checkpoint the engine loads, which a result holds
+        raise ValueError(f"repo_id (the checkpoint the engine loads) must be at most {MAX_REPO_ID_CHARS} characters, "
+                         f"got {len(arch.repo_id)}: {arch.repo_id[:40]!r}...")
     total = arch.param_count()
     if total > MAX_PARAMETERS:
         size = f"{total:.3g}" if total < 1e300 else f"about 10^{len(str(total)) - 1}"  # ints beyond a float
