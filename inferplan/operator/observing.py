@@ -141,6 +141,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     status = body.get("status") or {}
     if isinstance(status.get("readyReplicas"), int):
         found["replicas"] = status["readyReplicas"]
+    elif status:  # the API server leaves readyReplicas out when it is 0: a status without it has none ready
+        found["replicas"] = 0
     elif isinstance(spec.get("replicas"), int):
         found["replicas"] = spec["replicas"]
     pod = (spec.get("template") or {}).get("spec") or {}

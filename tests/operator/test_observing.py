@@ -724,3 +724,13 @@ def test_back_on_a_gpu_type_its_calibration_goes_on_with_its_own_update_time(req
     assert (back["gpuType"], back["decode"], back["updates"]) == (H100, 0.7, 3)
     assert back["lastUpdateTime"] == "2026-11-30T09:00:00Z"  # not updated now: H100's own time
     assert "others" not in back  # A100 learnt nothing: nothing to keep
+
+
+def test_a_deployment_whose_status_leaves_out_ready_replicas_has_none_ready(req) -> None:
+    """The API server omits readyReplicas when it is 0 (omitempty): a Deployment whose pods all crash-loop has a
+    status without it. Its spec.replicas (3) had been read as 3 serving replicas."""
+    body = vllm_deployment(["--max-num-seqs", "64"], ready=None)
+    body["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "unavailableReplicas": 3}
+    assert read_deployment(body)["replicas"] == 0
+    with pytest.raises(CurrentError, match="no ready replicas"):
+        resolve_current({"deployment": "llama"}, body, req)
