@@ -99,14 +99,26 @@ class CurrentError(Exception):
 # The current deployment
 
 
+def _dashed(flag: str) -> str:
+    return flag.replace("_", "-")
+
+
 def _flag(tokens: Sequence[str], names: Sequence[str]) -> str | None:
-    """The value of the first of `names` (in their order of precedence) that `tokens` carry."""
+    """The value of the first of `names` (in their order of precedence) that `tokens` carry, as the engine's
+    parser takes it: its last occurrence wins (argparse, click and clap all keep the last), and `--max_num_seqs`
+    is `--max-num-seqs` (vLLM's FlexibleArgumentParser turns underscores in a flag's name into dashes)."""
     for name in names:
+        value = None
         for i, token in enumerate(tokens):
-            if token == name and i + 1 < len(tokens):
-                return tokens[i + 1]
-            if token.startswith(name + "="):
-                return token.split("=", 1)[1]
+            key, equals, rest = token.partition("=")
+            if not token.startswith("-") or _dashed(key) != _dashed(name):
+                continue
+            if equals:
+                value = rest
+            elif i + 1 < len(tokens):
+                value = tokens[i + 1]
+        if value is not None:
+            return value
     return None
 
 

@@ -734,3 +734,21 @@ def test_a_deployment_whose_status_leaves_out_ready_replicas_has_none_ready(req)
     assert read_deployment(body)["replicas"] == 0
     with pytest.raises(CurrentError, match="no ready replicas"):
         resolve_current({"deployment": "llama"}, body, req)
+
+
+def test_a_repeated_flag_reads_as_its_last_value_as_the_engine_parses_it() -> None:
+    """argparse keeps a flag's last value (a chart's extraArgs appended after its own flags): the first one had been
+    read, a batch cap of 128 where vLLM ran 32."""
+    body = vllm_deployment(["serve", "m", "--max-num-seqs", "128", "--no-enable-prefix-caching", "--max-num-seqs=32",
+                            "--kv-cache-dtype", "fp8", "--kv-cache-dtype", "auto"])
+    found = read_deployment(body, "vllm")
+    assert (found["max_batch"], found["kv_cache_dtype"]) == (32, "auto")
+
+
+def test_vllm_flags_spelled_with_underscores_are_read() -> None:
+    """vLLM's parser takes --max_num_seqs for --max-num-seqs: such a Deployment had been read without its batch cap
+    and KV dtype (the default 256 and auto predicted while it ran 64 and FP8)."""
+    body = vllm_deployment(["--model", "m", "--tensor_parallel_size", "2", "--max_num_seqs=64",
+                            "--kv_cache_dtype", "fp8"], gpus="4")
+    assert read_deployment(body, "vllm") == {"replicas": 3, "gpu_type": "H100-SXM5-80GB", "gpus_per_replica": 2,
+                                             "max_batch": 64, "kv_cache_dtype": "fp8"}
