@@ -158,25 +158,26 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     elif isinstance(spec.get("replicas"), int):
         found["replicas"] = spec["replicas"]
     pod = (spec.get("template") or {}).get("spec") or {}
-    labels: list[str] = []
     selector = pod.get("nodeSelector") or {}
-    labels += [selector[key] for key in GPU_LABELS if isinstance(selector.get(key), str)]
+    labels = [selector[key] for key in GPU_LABELS if isinstance(selector.get(key), str)]
     affinity = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    allowed: list[str] = []  # the GPU products a required node affinity lets the pods run on (any of them)
     for term in affinity.get("nodeSelectorTerms") or []:
         for expression in (term or {}).get("matchExpressions") or []:
             if expression.get("key") in GPU_LABELS and expression.get("operator") == "In":
-                labels += [v for v in expression.get("values") or [] if isinstance(v, str)][:1]
+                allowed += [v for v in expression.get("values") or [] if isinstance(v, str) and v not in allowed]
     annotation = ((body.get("metadata") or {}).get("annotations") or {}).get(GPU_TYPE_ANNOTATION)
-    for label in ([annotation] if isinstance(annotation, str) else []) + labels:
-        try:
-            key = resolve_gpu(label).key
-        except CatalogLookupError:
-            continue
-        product = parse_gpu_product(label)
-        # A MIG slice or a shared GPU stays the label (resolve_current refuses it): its key is the whole GPU's.
-        found["gpu_type"] = label if product.mig_profile or product.shared else key
-        break
+    given = ([annotation] if isinstance(annotation, str) else []) + labels
+    types = [gpu for gpu in map(_gpu_type, given) if gpu]
+    if not types:
+        # An affinity that allows several GPU types says only that the replicas run on one of them (or on several).
+        types = list(dict.fromkeys(gpu for gpu in map(_gpu_type, allowed) if gpu))
+        if len(types) > 1:
+            found["gpu_types_allowed"] = allowed
+            types = []
+    if types:
+        found["gpu_type"] = types[0]
     container = engine_container(pod) or {}
     tokens = launch_tokens(container)
     limits = (container.get("resources") or {}).get("limits") or {}
@@ -216,6 +217,17 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     return found
 
 
+def _gpu_type(label: str) -> str | None:
+    """The catalog key of a GPU product label, None where the catalog has none. A MIG slice or a shared GPU stays
+    the label (resolve_current refuses it): its key is the whole GPU's."""
+    try:
+        key = resolve_gpu(label).key
+    except CatalogLookupError:
+        return None
+    product = parse_gpu_product(label)
+    return label if product.mig_profile or product.shared else key
+
+
 @dataclass(frozen=True)
 class Current:
     shape: CurrentShape
@@ -251,6 +263,10 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
             values["gpu_type"] = resolve_gpu(values["gpu_type"]).key
         except CatalogLookupError as exc:
             raise CurrentError(f"observe.current.gpuType: {exc}") from None
+    if "gpu_type" not in values and (allowed := from_deployment.get("gpu_types_allowed")):
+        raise CurrentError(f"{where} may run on any of {', '.join(allowed)} (a required node affinity allows each): "
+                           f"which its replicas run on cannot be told; give observe.current.gpuType, the "
+                           f"{GPU_TYPE_ANNOTATION} annotation, or a node selector on one GPU product")
     if "gpu_type" not in values:
         raise CurrentError(f"the GPU type of {where} is unknown: give a node selector on {GPU_LABELS[0]}, the "
                            f"{GPU_TYPE_ANNOTATION} annotation, or observe.current.gpuType")

@@ -752,3 +752,25 @@ def test_vllm_flags_spelled_with_underscores_are_read() -> None:
                             "--kv_cache_dtype", "fp8"], gpus="4")
     assert read_deployment(body, "vllm") == {"replicas": 3, "gpu_type": "H100-SXM5-80GB", "gpus_per_replica": 2,
                                              "max_batch": 64, "kv_cache_dtype": "fp8"}
+
+
+def test_a_node_affinity_that_allows_two_gpu_types_is_not_read_as_its_first(req) -> None:
+    """`In: [A100-40GB, H100]` lets the scheduler place the replicas on either: the first value had been taken as the
+    GPU type, so an H100 fleet was predicted as A100s without a word."""
+    body = vllm_deployment(["--max-num-seqs", "64"])
+    pod = body["spec"]["template"]["spec"]
+    del pod["nodeSelector"]
+    term = {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                  "values": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3"]}]}
+    pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}
+    assert "gpu_type" not in read_deployment(body)
+    with pytest.raises(CurrentError, match=r"may run on any of NVIDIA-A100-SXM4-40GB, NVIDIA-H100-80GB-HBM3.*gpuType"):
+        resolve_current({"deployment": "llama"}, body, req)
+    assert resolve_current({"deployment": "llama", "gpuType": "H100"}, body, req).shape.gpu_type == "H100-SXM5-80GB"
+    body["metadata"]["annotations"] = {"inferplan.io/gpu-type": "NVIDIA-H100-80GB-HBM3"}
+    assert read_deployment(body)["gpu_type"] == "H100-SXM5-80GB"
+    # Two spellings of one GPU type are one GPU type.
+    del body["metadata"]["annotations"]
+    term["matchExpressions"][0]["values"] = ["NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB"]
+    assert read_deployment(body)["gpu_type"] == "H100-SXM5-80GB"
