@@ -65,7 +65,7 @@ from inferplan.planner.calibration.online import (
 from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
 from inferplan.planner.catalog.engine_args import flag_spellings
-from inferplan.planner.catalog.engines import ENGINES
+from inferplan.planner.catalog.engines import ENGINES, version_defaults
 from inferplan.planner.catalog.gpus import GPU_VENDORS, parse_gpu_product, resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
@@ -272,8 +272,14 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
                            f"{GPU_TYPE_ANNOTATION} annotation, or observe.current.gpuType")
     if not values.get("replicas"):
         raise CurrentError(f"{where} has no ready replicas")
-    defaults = {"gpus_per_replica": 1, "max_batch": ENGINES[req.engine].default_max_num_seqs,
-                "precision": req.precisions[0], "kv_cache_dtype": "auto"}
+    gpus = values.get("gpus_per_replica", 1)
+    gpu = resolve_gpu(values["gpu_type"])
+    # The engine's own default at the plan's version on this GPU type (vLLM 0.11: 1024 sequences on an H100, 256
+    # on an L4), as the planner predicts a deployment that states none.
+    engine_batch = version_defaults(ENGINES[req.engine], req.engine_version, float(gpu.usable_memory_bytes), gpu.key,
+                                    gpus, req.max_model_len or req.arch.max_position_embeddings).max_num_seqs
+    defaults = {"gpus_per_replica": 1, "max_batch": engine_batch, "precision": req.precisions[0],
+                "kv_cache_dtype": "auto"}
     for field_name, default in defaults.items():
         if field_name not in values:
             values[field_name], sources[keys[field_name]] = default, "default"

@@ -774,3 +774,13 @@ def test_a_node_affinity_that_allows_two_gpu_types_is_not_read_as_its_first(req)
     del body["metadata"]["annotations"]
     term["matchExpressions"][0]["values"] = ["NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB"]
     assert read_deployment(body)["gpu_type"] == "H100-SXM5-80GB"
+
+
+def test_a_deployment_without_a_batch_cap_runs_the_engines_default_on_its_gpu(req) -> None:
+    """vLLM 0.11 (`EngineArgs._set_default_args`) caps the batch at 1024 sequences on a GPU of 70 GiB or more other
+    than an A100, 256 elsewhere: an H100 Deployment without --max-num-seqs had been predicted at 256."""
+    body = vllm_deployment(["serve", "meta-llama/Llama-3.1-8B-Instruct"])
+    current = resolve_current({"deployment": "llama"}, body, req)
+    assert (current.shape.max_batch, current.sources["maxBatch"]) == (1024, "default")
+    body["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] = "NVIDIA-L4"
+    assert resolve_current({"deployment": "llama"}, body, req).shape.max_batch == 256
