@@ -111,12 +111,49 @@ def desired_deployment(request: PlanRequest, candidate: Candidate, current: Mapp
     return pool_deployment(request, candidate, name=name, role=role, namespace=namespace, image=image)
 
 
+_ENGINE_PROGRAMS = frozenset({"vllm", "trtllm-serve", "text-generation-launcher", "lmdeploy"})
+_ENGINE_MODULES = ("vllm.", "sglang.")  # python -m vllm.entrypoints.openai.api_server, -m sglang.launch_server
+_SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&", ";;"})
+
+
+def _runs_an_engine(words: Sequence[str]) -> bool:
+    return any(w.rsplit("/", 1)[-1] in _ENGINE_PROGRAMS or w.startswith(_ENGINE_MODULES) for w in words)
+
+
+def _script_command(script: str) -> list[str] | None:
+    """The command of a shell script (`sh -c SCRIPT`) that runs the engine: of the commands its operators (`&&`,
+    `;`, `|` ...) separate, the last one that names an engine's program or module, else the last one; without a
+    leading `exec` and variable assignments. None where the script cannot be split."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return None
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in _SHELL_OPERATORS:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    commands = [c for c in commands if c]
+    engine = [c for c in commands if _runs_an_engine(c)]
+    command = (engine or commands or [[]])[-1]
+    while command and (command[0] == "exec" or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", command[0])):
+        command = command[1:]
+    return command
+
+
 def launch_tokens(container: Mapping[str, Any]) -> list[str]:
-    """The container's command and arguments as one argv; `sh -c "..."` strings are split as a shell would."""
+    """The container's command and arguments as one argv; `sh -c "..."` strings are split as a shell would, and
+    of a script that runs several commands (`pip install ... && exec vllm serve ...`) the engine's is taken."""
+    parts = [part for part in [*(container.get("command") or []), *(container.get("args") or [])]
+             if isinstance(part, str)]
+    if len(parts) >= 3 and parts[0].rsplit("/", 1)[-1] in ("sh", "bash") and parts[1] == "-c" and \
+            (command := _script_command(parts[2])) is not None:
+        return command  # what follows the script is its $0, $1 ...
     tokens: list[str] = []
-    for part in [*(container.get("command") or []), *(container.get("args") or [])]:
-        if not isinstance(part, str):
-            continue
+    for part in parts:
         try:  # `sh -c "vllm serve ... --max-num-seqs 64"` carries the arguments in one string
             tokens.extend(shlex.split(part) if " " in part.strip() else [part])
         except ValueError:

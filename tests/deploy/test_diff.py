@@ -161,3 +161,15 @@ def test_a_deployment_without_a_gpu_container_is_told_apart() -> None:
     web = _deployment()
     del web["spec"]["template"]["spec"]["containers"][1]["resources"]["limits"]["nvidia.com/gpu"]
     assert not asks_for_a_gpu(web)
+
+
+def test_a_shell_script_that_runs_other_commands_first_is_read_as_the_engines_command() -> None:
+    """`bash -c "pip install -U hf_transfer && vllm serve REPO ..."` had been read from `pip`: the served
+    checkpoint and every flag after `-U` were mistaken (the FP8 checkpoint's precision went unread)."""
+    script = ("pip install -U hf_transfer && HF_HUB_ENABLE_HF_TRANSFER=1 exec vllm serve "
+              "nvidia/Llama-3.1-70B-Instruct-FP8 --tensor-parallel-size=4 --max-num-seqs 96; echo done")
+    tokens = ["vllm", "serve", "nvidia/Llama-3.1-70B-Instruct-FP8", "--tensor-parallel-size=4", "--max-num-seqs", "96"]
+    assert launch_tokens({"command": ["bash", "-c", script]}) == tokens
+    assert launch_tokens({"command": ["/bin/sh", "-c"], "args": [script]}) == tokens
+    assert launch_tokens({"command": ["sh", "-c", "python3 -m sglang.launch_server --tp 2 | tee /log"]}) == [
+        "python3", "-m", "sglang.launch_server", "--tp", "2"]
