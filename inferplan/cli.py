@@ -596,8 +596,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         role = pool_role(current) if candidate.roles else None
         change = deployment_change(current, desired)
         if not asks_for_a_gpu(current):
-            print(f"inferplan: no container of {args.deployment} asks for a GPU: the diff reads its first container as "
-                  "the engine's; check that this is the engine's Deployment", file=sys.stderr)
+            print(f"inferplan: no container of {args.deployment} asks for a GPU: the diff reads the first "
+                  "container whose command or image names an engine, else its first, as the engine's; check that this "
+                  "is the engine's Deployment", file=sys.stderr)
     except StatusRefused as exc:
         return _refused(exc)
     except ValueError as exc:

@@ -54,18 +54,28 @@ class DeploymentDiff:
         return json.dumps(self.patch, sort_keys=True, separators=(",", ":"))
 
 
+def _asks_for_a_gpu(container: Mapping[str, Any]) -> bool:
+    """A GPU limit, or a GPU request alone (a manifest not yet through the API server, which would set the limit)."""
+    requests = (container.get("resources") or {}).get("requests") or {}
+    return any(key in _limits(container) or key in requests for key in GPU_RESOURCES)
+
+
 def engine_container(pod_spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The container that runs the engine: the first one with a GPU limit, else the first one."""
+    """The container that runs the engine: the first one with a GPU limit (or request), else the first whose
+    launch or image names an engine (`vllm`, `python -m sglang.launch_server`, `vllm/vllm-openai` ...), else the
+    first one."""
     containers = [c for c in pod_spec.get("containers") or [] if isinstance(c, Mapping)]
-    with_gpu = [c for c in containers if any(key in _limits(c) for key in GPU_RESOURCES)]
-    return (with_gpu or containers or [None])[0]
+    with_gpu = [c for c in containers if _asks_for_a_gpu(c)]
+    engines = [c for c in containers if _runs_an_engine(launch_tokens(c)) or
+               any(name in str(c.get("image") or "") for name in _ENGINE_IMAGES)]
+    return (with_gpu or engines or containers or [None])[0]
 
 
 def asks_for_a_gpu(deployment: Mapping[str, Any]) -> bool:
-    """Whether a container of `deployment` has a GPU limit (else `engine_container` falls back to the first one,
-    which may not run an engine at all)."""
+    """Whether a container of `deployment` asks for a GPU (else `engine_container` falls back to one whose launch
+    names an engine, or the first one, which may not run an engine at all)."""
     containers = _pod(deployment).get("containers") or []
-    return any(isinstance(c, Mapping) and key in _limits(c) for c in containers for key in GPU_RESOURCES)
+    return any(isinstance(c, Mapping) and _asks_for_a_gpu(c) for c in containers)
 
 
 _MODE_FLAG = "--disaggregation-mode"  # SGLang's (and NVIDIA Dynamo's) flag of a pool's role
@@ -113,6 +123,7 @@ def desired_deployment(request: PlanRequest, candidate: Candidate, current: Mapp
 
 _ENGINE_PROGRAMS = frozenset({"vllm", "trtllm-serve", "text-generation-launcher", "lmdeploy"})
 _ENGINE_MODULES = ("vllm.", "sglang.")  # python -m vllm.entrypoints.openai.api_server, -m sglang.launch_server
+_ENGINE_IMAGES = ("vllm", "sglang", "text-generation-inference", "tensorrt-llm", "lmdeploy")  # their entry points
 _SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&", ";;"})
 
 
@@ -147,8 +158,8 @@ def _script_command(script: str) -> list[str] | None:
 def launch_tokens(container: Mapping[str, Any]) -> list[str]:
     """The container's command and arguments as one argv; `sh -c "..."` strings are split as a shell would, and
     of a script that runs several commands (`pip install ... && exec vllm serve ...`) the engine's is taken."""
-    parts = [part for part in [*(container.get("command") or []), *(container.get("args") or [])]
-             if isinstance(part, str)]
+    parts = [part for key in ("command", "args") if isinstance(container.get(key), list)
+             for part in container[key] if isinstance(part, str)]
     if len(parts) >= 3 and parts[0].rsplit("/", 1)[-1] in ("sh", "bash") and parts[1] == "-c" and \
             (command := _script_command(parts[2])) is not None:
         return command  # what follows the script is its $0, $1 ...

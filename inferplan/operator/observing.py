@@ -180,7 +180,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         found["gpu_type"] = types[0]
     container = engine_container(pod) or {}
     tokens = launch_tokens(container)
-    limits = (container.get("resources") or {}).get("limits") or {}
+    resources = container.get("resources") or {}
+    limits = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}  # a GPU request alone counts
     tp = _positive_int(_flag(tokens, flag_spellings("tp", engine))) or next(
         (_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)
     if isinstance(container.get("image"), str) and container["image"]:

@@ -173,3 +173,17 @@ def test_a_shell_script_that_runs_other_commands_first_is_read_as_the_engines_co
     assert launch_tokens({"command": ["/bin/sh", "-c"], "args": [script]}) == tokens
     assert launch_tokens({"command": ["sh", "-c", "python3 -m sglang.launch_server --tp 2 | tee /log"]}) == [
         "python3", "-m", "sglang.launch_server", "--tp", "2"]
+
+
+def test_diff_patches_the_engine_container_that_asks_for_gpus_under_requests_only() -> None:
+    """A sidecar first and the engine's GPUs under requests only: the sidecar had been compared and patched."""
+    current = {"spec": {"template": {"spec": {"containers": [
+        {"name": "proxy", "image": "envoyproxy/envoy"},
+        {"name": "engine", "image": "vllm/vllm-openai:v0.11.0", "command": ["vllm", "serve", "m"],
+         "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}}}
+    desired = {"spec": {"template": {"spec": {"containers": [
+        {"name": "engine", "image": "vllm/vllm-openai:v0.11.0", "command": ["vllm", "serve", "m"],
+         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    change = deployment_change(current, desired)
+    assert all("envoy" not in line for line in change.summary), change.summary
+    assert change.patch["spec"]["template"]["spec"]["containers"][0]["name"] == "engine"

@@ -784,3 +784,18 @@ def test_a_deployment_without_a_batch_cap_runs_the_engines_default_on_its_gpu(re
     assert (current.shape.max_batch, current.sources["maxBatch"]) == (1024, "default")
     body["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] = "NVIDIA-L4"
     assert resolve_current({"deployment": "llama"}, body, req).shape.max_batch == 256
+
+
+def test_the_engine_container_is_found_by_its_gpu_request_or_its_launch() -> None:
+    """A manifest asking for GPUs under requests only (or for none: runtimeClass nvidia) with a proxy sidecar first
+    had been read from the sidecar: no TP, no batch cap, the proxy's image; and diff patched the proxy."""
+    body = vllm_deployment(["serve", "m", "--max-num-seqs", "64"], gpus="2")
+    pod = body["spec"]["template"]["spec"]
+    pod["containers"][0] = {"name": "proxy", "image": "envoyproxy/envoy"}
+    pod["containers"][1]["image"] = "vllm/vllm-openai:v0.11.0"
+    pod["containers"][1]["resources"] = {"requests": {"nvidia.com/gpu": "2"}}
+    want = {"replicas": 3, "gpu_type": "H100-SXM5-80GB", "image": "vllm/vllm-openai:v0.11.0", "gpus_per_replica": 2,
+            "max_batch": 64}
+    assert read_deployment(body) == want
+    del pod["containers"][1]["resources"]
+    assert read_deployment(body) == {k: v for k, v in want.items() if k != "gpus_per_replica"}
