@@ -130,6 +130,26 @@ def _positive_int(text: Any) -> int | None:
     return value if value > 0 else None
 
 
+_TGI_ENV = ("MODEL_ID", "NUM_SHARD", "QUANTIZE", "DTYPE", "KV_CACHE_DTYPE", "MAX_BATCH_SIZE",
+            "MAX_CONCURRENT_REQUESTS")
+"""TGI's launcher takes each of its flags from the environment too (clap `env`: NUM_SHARD is --num-shard), as its
+own docs and Helm charts give them."""
+
+
+def _env_flags(container: Mapping[str, Any]) -> list[str]:
+    """The flags a TGI container's environment gives (`NUM_SHARD=2` as `--num-shard 2`); none for other engines,
+    whose variables of these names mean nothing."""
+    tokens = launch_tokens(container)
+    if "text-generation-inference" not in str(container.get("image") or "") and not (
+            tokens and tokens[0].rsplit("/", 1)[-1] == "text-generation-launcher"):
+        return []
+    flags: list[str] = []
+    for var in container.get("env") or []:
+        if isinstance(var, Mapping) and var.get("name") in _TGI_ENV and isinstance(var.get("value"), str):
+            flags += ["--" + var["name"].lower().replace("_", "-"), var["value"]]
+    return flags
+
+
 def served_checkpoint(tokens: Sequence[str]) -> Checkpoint | None:
     """The catalog checkpoint an engine's command line serves (`--model REPO` and the like, or a positional
     `vllm serve REPO`), None when it names none the checkpoint catalog lists."""
@@ -179,7 +199,7 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     if types:
         found["gpu_type"] = types[0]
     container = engine_container(pod) or {}
-    tokens = launch_tokens(container)
+    tokens = [*_env_flags(container), *launch_tokens(container)]  # a flag on the command line wins over its env var
     resources = container.get("resources") or {}
     limits = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}  # a GPU request alone counts
     tp = _positive_int(_flag(tokens, flag_spellings("tp", engine))) or next(

@@ -799,3 +799,21 @@ def test_the_engine_container_is_found_by_its_gpu_request_or_its_launch() -> Non
     assert read_deployment(body) == want
     del pod["containers"][1]["resources"]
     assert read_deployment(body) == {k: v for k, v in want.items() if k != "gpus_per_replica"}
+
+
+def test_a_tgi_deployment_configured_by_environment_is_read_from_it() -> None:
+    """TGI's launcher reads NUM_SHARD, MAX_BATCH_SIZE, QUANTIZE ... from the environment, as its docs configure it:
+    they had been ignored, so a 2-shard FP8 server in a 4-GPU pod was read as TP 4 and the plan's precision."""
+    body = vllm_deployment([], gpus="4")
+    container = body["spec"]["template"]["spec"]["containers"][1]
+    container["image"] = "ghcr.io/huggingface/text-generation-inference:3.3.7"
+    container["env"] = [{"name": "MODEL_ID", "value": "m"}, {"name": "NUM_SHARD", "value": "2"},
+                        {"name": "MAX_BATCH_SIZE", "value": "32"}, {"name": "QUANTIZE", "value": "fp8"},
+                        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+    found = read_deployment(body, "tgi")
+    assert (found["gpus_per_replica"], found["max_batch"], found["precision"]) == (2, 32, "fp8")
+    container["args"] = ["--num-shard", "4"]  # the command line wins over the environment
+    assert read_deployment(body, "tgi")["gpus_per_replica"] == 4
+    container["image"] = "vllm/vllm-openai:v0.11.0"  # another engine's NUM_SHARD means nothing
+    container["args"] = ["serve", "m"]
+    assert "max_batch" not in read_deployment(body, "vllm")
