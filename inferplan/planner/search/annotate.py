@@ -57,6 +57,7 @@ from inferplan.planner.search.core import (
     _replicas,
     _unmeasured_warning,
     candidate_slo_ratios,
+    gpu_price,
     interval_evidence,
     kv_hint,
     plan_evidence,
@@ -192,7 +193,7 @@ def _upper_cost(req: PlanRequest, c: Candidate, slots: float) -> UpperCost:
     replicas = max(int(_replicas(req, best)[0]), c.replicas)
     gpus = replicas * c.gpus_per_replica
     return UpperCost(step_slowdown=slowdown, evidence=UNMEASURED_EVIDENCE, replicas=replicas, gpus=gpus,
-                     dollars_per_hour=rounded(gpus * c.cost.dollars_per_hour / c.gpus))
+                     dollars_per_hour=rounded(gpus * gpu_price(req, load_gpu_catalog().get(c.gpu_type))))
 
 
 @dataclass(frozen=True)

@@ -691,6 +691,11 @@ class _Rows:
         return float(np.min(cost[check < 0])) if np.any(check < 0) else math.inf
 
 
+def gpu_price(req: PlanRequest, gpu: GpuSpec) -> float:
+    """What one `gpu` costs the plan an hour [USD]: its `constraints.prices`, else the catalog's."""
+    return req.prices.get(gpu.key, gpu.usd_per_hour)
+
+
 def _tail_warning(req: PlanRequest) -> str:
     """A warning when the traffic is too variable for the analytic tail to be trusted (else empty)."""
     if req.arrival_cv2 < HIGH_VARIANCE_CV2 and (req.service_cv2 or 0.0) < HIGH_VARIANCE_CV2:
@@ -723,7 +728,7 @@ def _candidate(
 ) -> Candidate:
     assert isinstance(checkpoint, Checkpoint)  # the precision gate let no row without one through
     gpu = shape.gpu
-    price = req.prices.get(gpu.key, gpu.usd_per_hour)
+    price = gpu_price(req, gpu)
     gpus = replicas * shape.gpus
     per_replica = req.rate_rps / replicas
     label_key, label = node_selector(gpu, req)

@@ -64,6 +64,7 @@ from inferplan.planner.search.core import (
     _Rows,
     _Shape,
     _tail_warning,
+    gpu_price,
     limit_words,
     ms_text,
     output_tokens_per_hour,
@@ -476,9 +477,9 @@ def with_replicas(req: PlanRequest, c: Candidate, replicas: int) -> Candidate | 
     if c.roles:
         return None  # a disaggregated candidate's pools are sized by its own search, not scaled here
     gpus = replicas * c.gpus_per_replica
-    price = c.cost.dollars_per_hour / c.gpus
-    cost = gpus * price
     gpu = load_gpu_catalog().get(c.gpu_type)
+    price = gpu_price(req, gpu)  # not c's rounded cost / its GPUs
+    cost = gpus * price
     if _limit_checks(req, [gpu], np.zeros(1, dtype=np.intp), np.array([replicas]), np.array([gpus]),
                      np.array([cost]))[0] >= 0:
         return None

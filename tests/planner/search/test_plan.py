@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from inferplan.planner.model.serving import (
     poisson_capacity,
 )
 from inferplan.planner.request import PlanRequest, resolve_plan
-from inferplan.planner.results import Candidate, PlanResult
+from inferplan.planner.results import Candidate, PlanResult, rounded
 from inferplan.planner.search.core import (
     BISECTION_STEPS,
     GRID_CELLS,
@@ -33,7 +33,7 @@ from inferplan.planner.search.core import (
     recording,
 )
 from inferplan.planner.search.grid import _grid
-from inferplan.planner.search.plan import MLA_WARNING, plan
+from inferplan.planner.search.plan import MLA_WARNING, plan, with_replicas
 from inferplan.planner.search.select import GATES, _objectives, non_dominated
 from inferplan.planner.spec_parsing import parse_plan
 from tests.support.plans import spec
@@ -700,3 +700,25 @@ def test_tensorrt_llm_is_planned_on_nvidia_gpus_only() -> None:
     vllm = copy.deepcopy(base)
     vllm["engine"]["name"] = "vllm"
     assert plan(resolve_plan(parse_plan(vllm))).recommendation is not None
+
+
+def test_more_replicas_cost_their_gpus_at_the_plans_price_not_one_read_back_from_a_rounded_cost() -> None:
+    # Verification adds replicas to a candidate that misses an SLO in simulation (`with_replicas`); each count is
+    # priced at GPUs x the plan's price, and held to the budget at that cost. The price was read back from the
+    # candidate's cost, rounded to four digits ($121.5/h for 152 x $0.7992 = $121.48): 188 L4 came out $150.3/h,
+    # not $150.25, and a count was judged by the budget at that cost, not at its GPUs'.
+    data = spec(gpuTypes=["L4"], prices={"L4": "0.7992"})
+    data["workload"]["requestsPerSecond"] = "300"
+    request = resolve_plan(parse_plan(data))
+    rec = plan(request, suggest=False).recommendation
+    assert rec is not None and rec.cost.dollars_per_hour != rec.gpus * 0.7992  # rounded
+    g = rec.gpus_per_replica
+    for replicas in range(rec.replicas, rec.replicas + 12):
+        more = with_replicas(request, rec, replicas)
+        assert more is not None and more.cost.dollars_per_hour == rounded(more.gpus * 0.7992), replicas
+    # A budget between the exact cost of a count and the one read back from the rounded cost: the exact one judges.
+    count = next(r for r in range(rec.replicas + 1, rec.replicas + 40)
+                 if abs(g * r * 0.7992 - g * r * rec.cost.dollars_per_hour / rec.gpus) > 2e-3)
+    exact, read_back = g * count * 0.7992, g * count * rec.cost.dollars_per_hour / rec.gpus
+    budget = replace(request, budget_usd_per_hour=(exact + read_back) / 2)
+    assert (with_replicas(budget, rec, count) is not None) == (exact < read_back)
