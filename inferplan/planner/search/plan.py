@@ -465,8 +465,11 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
             if len(nearest) >= req.alternatives:
                 break
     if recommendation is None:
-        warnings = [*warnings, "no candidate meets every gate; see infeasible for the nearest ones and why, and "
-                               "suggestions for what would make it feasible"]
+        # Where no nearest one is kept (a disaggregated plan whose pairs a limit rules out), pointing at an empty
+        # `infeasible` explains nothing: the suggestions name the limit.
+        warnings = [*warnings, "no candidate meets every gate; " + (
+            "see infeasible for the nearest ones and why, and suggestions for what would make it feasible" if nearest
+            else "see suggestions for what would make it feasible")]
     return PlanResult(recommendation=recommendation, alternatives=alternatives, infeasible=nearest,
                       warnings=warnings)
 

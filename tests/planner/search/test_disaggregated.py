@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import copy
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from inferplan.planner.catalog.engines import ENGINES
 from inferplan.planner.catalog.gpus import load_gpu_catalog
@@ -253,3 +255,16 @@ def test_each_pool_of_an_mla_model_says_how_its_attention_and_experts_run() -> N
             assert pool.hardware.kv_full_bytes_per_token_per_gpu < plain.hardware.kv_full_bytes_per_token_per_gpu
     result = simulate_candidate(request, rec, requests=2000, seed=1)
     assert len(result.e2e_s) == 2000
+
+
+def test_a_disaggregated_plan_a_limit_rules_out_points_at_its_suggestions_not_an_empty_infeasible() -> None:
+    # Its pairs are kept only within the limits, so no nearest one is recorded; the warning sent the reader to an
+    # empty `infeasible`, where the suggestions name the limit that binds.
+    spec = yaml.safe_load((Path(__file__).parents[3] / "examples/plans/chat-assistant-8b.yaml").read_text())["spec"]
+    spec["verify"] = False
+    spec["constraints"] = {**spec.get("constraints", {}), "shapes": ["disaggregated"], "maxGpus": 3}
+    result = plan(resolve_plan(parse_plan(spec)))
+    assert result.recommendation is None and result.infeasible == []
+    warning = next(w for w in result.warnings if w.startswith("no candidate meets every gate"))
+    assert "see infeasible" not in warning and "see suggestions" in warning
+    assert any(s.startswith("limits: maxGpus") for s in result.suggestions)
