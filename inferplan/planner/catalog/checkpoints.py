@@ -36,6 +36,7 @@ download rule takes (`DOWNLOAD_RULES`), which includes the extra copies some rep
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
@@ -357,6 +358,28 @@ def _loader_key(entry: Checkpoint) -> str:
     return "native-16bit" if entry.precision in SIXTEEN_BIT else f"native-{entry.precision}"
 
 
+_REPO_SUFFIX = re.compile(r"-(hf|v\d+(\.\d+)*)$", re.IGNORECASE)  # Llama 2's -hf, Mistral AI's -v0.1
+
+
+def _repository_named(model: str) -> str | None:
+    """The repository `model` names: itself where it has an organisation, else the catalogued repository id whose
+    last part the short alias is, a trailing -hf or version aside (`llama-3.1-8b-instruct`:
+    meta-llama/Llama-3.1-8B-Instruct; `llama-2-7b-chat`: meta-llama/Llama-2-7b-chat-hf; `deepseek-r1`:
+    deepseek-ai/DeepSeek-R1); None for a short name of no catalogued repository (the entry's own then)."""
+    if "/" in model:
+        return model
+    try:
+        arch = resolve_model(model)
+    except CatalogLookupError:
+        return None
+    key = normalize_name(model)
+    for repo in (arch.repo_id, *arch.aliases):
+        last = repo.rsplit("/", 1)[-1]
+        if "/" in repo and key in (normalize_name(last), normalize_name(_REPO_SUFFIX.sub("", last))):
+            return repo
+    return None
+
+
 def _names_model(name: str, repo: str) -> bool:
     """Whether `name` (a repo id or its last part, case and separators ignored) is the repository `repo`."""
     return normalize_name(name) in (normalize_name(repo), normalize_name(repo.rsplit("/", 1)[-1]))
@@ -440,9 +463,9 @@ def checkpoint_for(model: str, precision: str, engine: str, *, declared: bool = 
         engine in FORMAT_LOADERS.get(_loader_key(e.checkpoint), frozenset()) or engine in e.engines)]
     candidates.sort(key=lambda e: (e.checkpoint.format.startswith("quark-"), engine not in e.engines))  # stable
     # A repository id as the plan gives it (an -Instruct variant the catalog keys under its base model, a
-    # fine-tune, DeepSeek-R1 beside DeepSeek-V3) is what the engine loads in the format the model is published in
-    # (16-bit, or DeepSeek's block-scaled FP8), and what it quantises at load.
-    own = model if "/" in model else None
+    # fine-tune, DeepSeek-R1 beside DeepSeek-V3), or the one a short alias names, is what the engine loads in the
+    # format the model is published in (16-bit, or DeepSeek's block-scaled FP8), and what it quantises at load.
+    own = _repository_named(model)
     if gpu_family is not None and candidates:
         runs = [e for e in candidates if gpu_problem(e.checkpoint, engine, gpu_family, version) is None]
         if runs:

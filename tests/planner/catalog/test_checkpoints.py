@@ -461,3 +461,30 @@ def test_a_derivative_is_served_from_its_own_repository_only(derivative: str, ba
         assert isinstance(checkpoint_for(derivative, precision, "vllm"), str)
     assert known_precisions(derivative) == {}
     assert known_precisions(base_alias)  # the entry's own names keep its repositories
+
+
+@pytest.mark.parametrize(("alias", "precision", "engine", "repo"), [
+    ("llama-3.1-8b-instruct", "bf16", "vllm", "meta-llama/Llama-3.1-8B-Instruct"),
+    ("llama-3.1-8b-instruct", "fp8", "sglang", "nvidia/Llama-3.1-8B-Instruct-FP8"),
+    ("llama-2-7b-chat", "bf16", "vllm", "meta-llama/Llama-2-7b-chat-hf"),
+    ("codellama-7b-instruct", "bf16", "tgi", "codellama/CodeLlama-7b-Instruct-hf"),
+    ("mixtral-8x7b-instruct", "bf16", "vllm", "mistralai/Mixtral-8x7B-Instruct-v0.1"),
+    ("qwen2.5-72b-instruct", "bf16", "vllm", "Qwen/Qwen2.5-72B-Instruct"),
+    ("gemma-2-9b-it", "bf16", "vllm", "google/gemma-2-9b-it"),
+    ("deepseek-r1", "fp8", "sglang", "deepseek-ai/DeepSeek-R1"),
+    ("deepseek-v3.1", "fp8", "vllm", "deepseek-ai/DeepSeek-V3.1"),
+    ("mistral-7b-instruct-v0.3", "bf16", "vllm", "mistralai/Mistral-7B-Instruct-v0.3"),
+    # a short alias of the entry itself keeps the entry's repository
+    ("llama-3.1-8b", "bf16", "vllm", "meta-llama/Llama-3.1-8B"),
+    ("mistral-7b", "bf16", "vllm", "mistralai/Mistral-7B-v0.1"),
+    ("gemma-3-27b", "bf16", "vllm", "google/gemma-3-27b-it"),
+])
+def test_a_short_alias_loads_the_repository_it_names(alias: str, precision: str, engine: str, repo: str) -> None:
+    # A short alias of an instruct, chat or R1 repository loads that repository, as its repo id does: it loaded the
+    # entry's own (the base model, DeepSeek-V3) in 16 bits or the published FP8, the -Instruct weights only where
+    # a quantised repository was chosen.
+    chosen = checkpoint_for(alias, precision, engine)
+    assert isinstance(chosen, Checkpoint) and chosen.repo == repo, chosen
+    online = checkpoint_for(alias, "fp8", "vllm")
+    if isinstance(online, Checkpoint) and online.online:
+        assert online.repo == repo
