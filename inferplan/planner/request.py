@@ -11,7 +11,12 @@ from statistics import NormalDist
 from typing import Any
 
 from inferplan.planner.catalog.architectures import ModelArchitecture
-from inferplan.planner.catalog.checkpoints import NamedCheckpoint, native_precision, resolve_served
+from inferplan.planner.catalog.checkpoints import (
+    NamedCheckpoint,
+    native_precision,
+    resolve_served,
+    served_repository,
+)
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
 from inferplan.planner.catalog.engine_args import mtp_problem
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
@@ -70,7 +75,7 @@ class PlanRequest:
     """
 
     arch: ModelArchitecture
-    served_model: str                 # what the engine loads: model.name as written, else the architecture's id
+    served_model: str                 # what the engine loads: served_repository(model.name), else the arch's id
     engine: str
     engine_version: str | None
     precisions: tuple[str, ...]
@@ -278,7 +283,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     elif spec.model.precisions is None:
         precisions = DEFAULT_PRECISIONS[engine.name]
         # A model published only in a format outside the engine's defaults (gpt-oss: MXFP4) is planned in it too.
-        native = native_precision(spec.model.name or arch.repo_id)
+        native = native_precision(served_repository(spec.model.name) if spec.model.name else arch.repo_id)
         if native and native not in precisions and native in SERVED_PRECISIONS[engine.name]:
             precisions = (*precisions, native)
     else:
@@ -299,7 +304,7 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     gpus_per_node.update(_by_key(limits.gpus_per_node, int))
     return PlanRequest(
         arch=arch,
-        served_model=spec.model.name or arch.repo_id,
+        served_model=served_repository(spec.model.name) if spec.model.name else arch.repo_id,
         engine=engine.name,
         engine_version=engine.version,
         precisions=tuple(precisions),

@@ -315,12 +315,46 @@ def checkpoint_precision(precision: str, repo: str | None) -> WeightPrecision:
     return replace(base, quantizes=named.checkpoint.quantizes)
 
 
+_HUB_PREFIX = re.compile(r"^(https?://)?(www\.)?(hf\.co|huggingface\.co)/", re.IGNORECASE)
+
+
+def _bare(name: str) -> str:
+    """`name` without an hf.co/ or Hugging Face URL prefix and trailing slashes."""
+    return _HUB_PREFIX.sub("", name.strip()).rstrip("/") or name
+
+
+@cache
+def _spellings() -> dict[str, str]:
+    """Every catalogued repository id (models, their aliases and former names, quantised repositories) by its
+    normalised name."""
+    found: dict[str, str] = {}
+    for model in load_model_catalog():
+        for repo in (model.repo_id, *model.aliases):
+            if "/" in repo:
+                found.setdefault(normalize_name(repo), repo)
+    for names in _former_names().values():
+        for repo in names:
+            found.setdefault(normalize_name(repo), repo)
+    for named in _quantised_repositories().values():
+        found.setdefault(normalize_name(named.checkpoint.repo), named.checkpoint.repo)
+    return found
+
+
+def served_repository(name: str) -> str:
+    """The repository an engine is given for `model.name`: a catalogued repository as Hugging Face spells it, however
+    the plan wrote it (`qwen/qwen3-32b/`, `hf.co/Qwen/Qwen3-32B`: Qwen/Qwen3-32B), any other name without an hf.co/
+    prefix and trailing slashes (a short alias stays: `checkpoint_for` finds its repository)."""
+    bare = _bare(name)
+    return _spellings().get(normalize_name(bare), bare) if "/" in bare else bare
+
+
 def resolve_served(name: str, variants: bool = False) -> tuple[ModelArchitecture, NamedCheckpoint | None]:
     """The architecture `model.name` plans, and the quantised repository it names where it names one: a model of
     the catalog by repo id or alias (`resolve_model`, which wins), else a catalogued quantised repository of one.
     With `variants` (a scenario line, whose `weights` states the format), else a name that a catalogued model's
     extends only by variant words (`ModelCatalog.variant_of`: `RedHatAI/Qwen2.5-72B-Instruct-FP8-dynamic`).
-    Raises CatalogLookupError (the model catalog's) for none of them."""
+    Raises CatalogLookupError (the model catalog's) for none of them. An hf.co/ or URL prefix is ignored."""
+    written, name = name, _bare(name)
     try:
         return resolve_model(name), None
     except CatalogLookupError as exc:
@@ -337,7 +371,7 @@ def resolve_served(name: str, variants: bool = False) -> tuple[ModelArchitecture
             return variant, None
         # the closest names among the models and the quantised repositories
         repos = [n.checkpoint.repo for n in _quantised_repositories().values()]
-        raise CatalogLookupError("model", name, closest_names(name, [*exc.suggestions, *repos])) from None
+        raise CatalogLookupError("model", written, closest_names(name, [*exc.suggestions, *repos])) from None
 
 
 def _named(named: NamedCheckpoint, precision: str, engine: str) -> Checkpoint | str:

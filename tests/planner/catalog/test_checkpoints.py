@@ -488,3 +488,28 @@ def test_a_short_alias_loads_the_repository_it_names(alias: str, precision: str,
     online = checkpoint_for(alias, "fp8", "vllm")
     if isinstance(online, Checkpoint) and online.online:
         assert online.repo == repo
+
+
+@pytest.mark.parametrize(("written", "repo"), [
+    ("Qwen/Qwen3-32B/", "Qwen/Qwen3-32B"),
+    ("qwen/qwen3-32b", "Qwen/Qwen3-32B"),
+    ("hf.co/Qwen/Qwen3-32B", "Qwen/Qwen3-32B"),
+    ("https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/", "meta-llama/Llama-3.1-8B-Instruct"),
+    ("meta-llama/meta-llama-3.1-8b-instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct"),
+    ("hf.co/nvidia/DeepSeek-R1-FP4", "nvidia/DeepSeek-R1-FP4"),
+])
+def test_the_engine_loads_a_repository_as_hugging_face_spells_it(written: str, repo: str) -> None:
+    # model.name as users write it (a trailing slash, another case, the hf.co/ or URL prefix) went to the engine
+    # verbatim (vllm serve --model Qwen/Qwen3-32B/, which the Hub refuses as a repo id), or was an unknown model.
+    from inferplan.planner.request import resolve_plan
+    from inferplan.planner.spec_parsing import parse_plan
+
+    data = {"model": {"name": written, "precisions": ["bf16"] if "FP4" not in written else ["nvfp4"]},
+            "engine": {"name": "vllm"},
+            "workload": {"requestsPerSecond": "1", "promptTokens": {"mean": 500}, "outputTokens": {"mean": 200}},
+            "slo": {"ttft": {"maxMs": 2000, "percentile": "p95"}}}
+    request = resolve_plan(parse_plan(data))
+    assert request.served_model == repo
+    assert resolve_served(written)[0] is resolve_served(repo)[0]
+    chosen = checkpoint_for(request.served_model, request.precisions[0], "vllm")
+    assert isinstance(chosen, Checkpoint) and chosen.repo == repo
