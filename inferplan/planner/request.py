@@ -18,7 +18,7 @@ from inferplan.planner.catalog.checkpoints import (
     served_repository,
 )
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
-from inferplan.planner.catalog.engine_args import mtp_problem
+from inferplan.planner.catalog.engine_args import chunked_prefill_problem, mtp_problem
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.model_configs import load_config_file, stated_precision
@@ -257,6 +257,9 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
                                                         "(num_nextn_predict_layers) to draft with"))
     if mtp is not None and (problem := mtp_problem(engine.name, engine.version)) is not None:
         problems.append(("engine.multiTokenPrediction", problem))
+    if engine.chunked_prefill is not None and (
+            problem := chunked_prefill_problem(engine.name, engine.version, engine.chunked_prefill)) is not None:
+        problems.append(("engine.chunkedPrefill", problem))
     if named is not None and spec.model.precisions is not None and [
             weight_precision(name).name for name in spec.model.precisions] != [named.checkpoint.precision]:
         problems.append(("model.precisions", f"{named.checkpoint.repo} holds {named.checkpoint.precision} weights: "

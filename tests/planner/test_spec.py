@@ -625,3 +625,15 @@ def test_multi_token_prediction_is_refused_where_nothing_can_draft() -> None:
         with pytest.raises(PlanError) as info:
             resolve_plan(parse_plan(plan))
         assert words in dict(info.value.problems)["engine.multiTokenPrediction"]
+
+
+def test_chunked_prefill_off_is_refused_where_vllm_v1_chunks_regardless() -> None:
+    """vLLM 0.8.0-0.11.0 chunk prompts over --no-enable-chunked-prefill: a plan that sends them whole is refused at
+    engine.chunkedPrefill, naming the release that honours it; 0.11.1 on, V0 and SGLang plan it."""
+    plan = with_(MINIMAL, "engine", {"name": "vllm", "version": "0.9.2", "chunkedPrefill": False})
+    with pytest.raises(PlanError) as info:
+        resolve_plan(parse_plan(plan))
+    assert "0.11.1 or later" in dict(info.value.problems)["engine.chunkedPrefill"]
+    for engine in ({"name": "vllm", "version": "0.11.2"}, {"name": "vllm", "version": "0.6.3"}, {"name": "vllm"},
+                   {"name": "sglang"}, {"name": "vllm", "version": "0.9.2", "chunkedPrefill": True}):
+        assert resolve_plan(parse_plan(with_(MINIMAL, "engine", {"chunkedPrefill": False, **engine}))) is not None

@@ -499,6 +499,8 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
                mtp_draft_tokens, version, gpu_family)
     if mtp_draft_tokens and (problem := mtp_problem(engine, version)) is not None:
         raise ValueError(problem)
+    if (problem := chunked_prefill_problem(engine, version, ctx.chunked)) is not None:
+        raise ValueError(problem)
     launch = build(ctx)
     return launch if pp == 1 else _pipelined(launch, engine, tp, pp)
 
@@ -687,6 +689,28 @@ def flag_released(engine: str, version: str | None, flag: str) -> bool:
         return False
     since, released = FLAG_SINCE.get((engine, flag)), _release(version)
     return since is None or released is None or released >= since
+
+
+# vLLM's V1 engine chunks every generative model's prompts whatever the command line says from 0.8.0 to 0.11.0:
+# `_set_default_args_v1` (`_set_default_args` in 0.11.0) sets `self.enable_chunked_prefill = True` for a runner that
+# is not pooling, over a stated --no-enable-chunked-prefill (vllm/engine/arg_utils.py: 0.8.5 line 1569, 0.9.2
+# line 1579, 0.10.1.1 line 1592, 0.11.0 line 1548). 0.11.1 keeps a stated choice (`if self.enable_chunked_prefill
+# is None`, line 1955 in 0.11.1 and 0.11.2), and the V0 line takes --enable-chunked-prefill False.
+VLLM_UNCHUNKED_SINCE = (0, 11, 1)
+
+
+def chunked_prefill_problem(engine: str, version: str | None, chunked: bool) -> str | None:
+    """Why `engine` at `version` (None: the pinned release) cannot run with chunked prefill `chunked` (vLLM V1 before
+    0.11.1 cannot turn it off: `VLLM_UNCHUNKED_SINCE`); None where it can."""
+    if chunked or engine != "vllm" or version_line(engine, version) != "0.11":
+        return None
+    released = _release(version) or _release(DEFAULT_VERSIONS[engine])
+    if released is None or released >= VLLM_UNCHUNKED_SINCE:
+        return None
+    first = ".".join(map(str, VLLM_UNCHUNKED_SINCE))
+    return (f"vllm {version} chunks prompts whatever the command line says (its V1 engine sets "
+            "enable_chunked_prefill for every generative model, over --no-enable-chunked-prefill): leave "
+            f"engine.chunkedPrefill out or true, or plan {first} or later (engine.version)")
 
 
 def mtp_problem(engine: str, version: str | None) -> str | None:

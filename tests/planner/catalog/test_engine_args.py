@@ -380,3 +380,22 @@ def test_drafting_with_an_mtp_module_is_read_in_the_launches_spellings() -> None
         launch = engine_launch(engine, version, "deepseek-ai/DeepSeek-R1", "fp8-native", "fp8", 8, 64, "auto",
                                _settings(True), mtp_draft_tokens=2)
         assert stated_mtp(" ".join(launch.args) + " " + " ".join(launch.files.values())) == (2, None)
+
+
+@pytest.mark.parametrize("version", ["0.8.5", "0.9.2", "0.10.1.1", "0.11.0"])
+def test_vllm_v1_before_0_11_1_is_not_told_to_send_prompts_whole(version: str) -> None:
+    """vLLM 0.8.0-0.11.0 set enable_chunked_prefill for every generative model over --no-enable-chunked-prefill
+    (engine/arg_utils.py `_set_default_args_v1`): a launch that says prompts go whole would not run as planned."""
+    with pytest.raises(ValueError, match=r"chunks prompts whatever the command line says.*0\.11\.1"):
+        engine_launch("vllm", version, "org/model", "native", "bf16", 1, 64, "auto", _settings(False))
+    chunked = engine_launch("vllm", version, "org/model", "native", "bf16", 1, 64, "auto", _settings(True))
+    assert "--no-enable-chunked-prefill" not in chunked.args
+
+
+@pytest.mark.parametrize("version", [None, "0.11.1", "0.11.2", "0.6.3.post1", "0.7.3"])
+def test_releases_that_honour_chunked_prefill_off_get_it(version: str | None) -> None:
+    launch = engine_launch("vllm", version, "org/model", "native", "bf16", 1, 64, "auto", _settings(False))
+    if version_line("vllm", version) == "0.11":
+        assert "--no-enable-chunked-prefill" in launch.args
+    else:
+        assert "--enable-chunked-prefill" not in launch.args  # V0 keeps whole prompts at 8192 by default
