@@ -257,6 +257,10 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
                                                         "(num_nextn_predict_layers) to draft with"))
     if mtp is not None and (problem := mtp_problem(engine.name, engine.version)) is not None:
         problems.append(("engine.multiTokenPrediction", problem))
+    if engine.prefix_caching is False and float(spec.workload.prefix_cache_hit_rate) > 0:
+        problems.append(("workload.prefixCacheHitRate", f"{spec.workload.prefix_cache_hit_rate} of the prompt tokens "
+                                                        "from the prefix cache, but engine.prefixCaching is false: "
+                                                        "turn it on or leave the hit rate at 0"))
     if engine.chunked_prefill is not None and (
             problem := chunked_prefill_problem(engine.name, engine.version, engine.chunked_prefill)) is not None:
         problems.append(("engine.chunkedPrefill", problem))

@@ -637,3 +637,28 @@ def test_chunked_prefill_off_is_refused_where_vllm_v1_chunks_regardless() -> Non
     for engine in ({"name": "vllm", "version": "0.11.2"}, {"name": "vllm", "version": "0.6.3"}, {"name": "vllm"},
                    {"name": "sglang"}, {"name": "vllm", "version": "0.9.2", "chunkedPrefill": True}):
         assert resolve_plan(parse_plan(with_(MINIMAL, "engine", {"chunkedPrefill": False, **engine}))) is not None
+
+
+def test_a_prefix_hit_rate_with_prefix_caching_off_is_refused() -> None:
+    plan = with_(with_(MINIMAL, "engine.prefixCaching", False), "workload.prefixCacheHitRate", "0.3")
+    with pytest.raises(PlanError) as info:
+        resolve_plan(parse_plan(plan))
+    assert "engine.prefixCaching is false" in dict(info.value.problems)["workload.prefixCacheHitRate"]
+    assert resolve_plan(parse_plan(with_(plan, "engine.prefixCaching", True))).prefix_hit_rate == 0.3
+
+
+@pytest.mark.parametrize(("engine", "hit_rate", "switch"), [
+    ({"name": "vllm", "version": "0.6.3"}, "0.3", "--enable-prefix-caching"),
+    ({"name": "vllm", "prefixCaching": False}, "0", "--no-enable-prefix-caching"),
+    ({"name": "sglang", "prefixCaching": False}, "0", "--disable-radix-cache"),
+])
+def test_the_planned_prefix_cache_reaches_the_engines_command(engine: dict[str, Any], hit_rate: str,
+                                                              switch: str) -> None:
+    """vLLM 0.6 caches no prefixes unless told: a plan that counts 30% of prompt tokens as hits gets
+    --enable-prefix-caching; engine.prefixCaching false turns V1's and SGLang's default cache off."""
+    from inferplan.planner.search.plan import plan
+
+    spec = with_(with_(MINIMAL, "engine", engine), "workload.prefixCacheHitRate", hit_rate)
+    spec["constraints"] = {"gpuTypes": ["H100"]}
+    recommended = plan(resolve_plan(parse_plan(spec))).recommendation
+    assert recommended is not None and switch in recommended.engine_args

@@ -469,7 +469,7 @@ def _step_budget(settings: EngineSettings) -> int | None:
 def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_format: str, precision: str,
                   tp: int, batch: int, kv_dtype: str, settings: EngineSettings, *, kv_tokens: int | None = None,
                   expected_queue: int | None = None, pp: int = 1, mtp_draft_tokens: int = 0,
-                  gpu_family: str | None = None) -> EngineLaunch:
+                  gpu_family: str | None = None, prefix_caching: bool | None = None) -> EngineLaunch:
     """The launch of `engine` (at `version`, None: `DEFAULT_VERSIONS`) serving `checkpoint` for one replica.
 
     checkpoint: the repository (or path) the engine loads; it already holds `precision` unless
@@ -481,6 +481,8 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     pp: pipeline stages (each `tp` GPUs), given with the engine's flag (`EngineFlags.pp`) after the TP size.
     mtp_draft_tokens: tokens drafted a step with the model's MTP modules (0: no speculative decoding).
     gpu_family: the GPUs' family; on one without bfloat16 (`gpus.PRE_AMPERE_FAMILIES`) bf16 weights run in float16.
+    prefix_caching: True to have the engine cache prompt prefixes, False to have it not, None for its default
+      (`PREFIX_CACHING_DEFAULT`); switched with its flag only where the default differs.
     Raises ValueError for a combination the engine cannot serve (a quantised precision on a 16-bit
     "native" checkpoint, online quantisation where the engine has none, FP8 KV where it has none).
     """
@@ -496,7 +498,7 @@ def engine_launch(engine: str, version: str | None, checkpoint: str, checkpoint_
     if build is None:
         raise ValueError(f"no argument mapping for engine {engine!r}")
     ctx = _Ctx(engine, line, checkpoint, fmt, precision, tp, batch, fp8_kv, settings, kv_tokens, expected_queue,
-               mtp_draft_tokens, version, gpu_family)
+               mtp_draft_tokens, version, gpu_family, prefix_caching)
     if mtp_draft_tokens and (problem := mtp_problem(engine, version)) is not None:
         raise ValueError(problem)
     if (problem := chunked_prefill_problem(engine, version, ctx.chunked)) is not None:
@@ -575,6 +577,7 @@ class _Ctx:
     mtp: int = 0  # tokens drafted a step with the model's MTP modules
     version: str | None = None  # the release as the plan pins it (None: DEFAULT_VERSIONS)
     gpu_family: str | None = None  # None: a GPU with bfloat16
+    prefix_caching: bool | None = None  # None: the engine's default
 
     @property
     def chunked(self) -> bool:
@@ -736,6 +739,31 @@ def _mtp_note(c: _Ctx, how: str) -> str:
             "the model's MTP module and verifies them in the next, as the plan's step times assume")
 
 
+# Whether each engine's version line caches prompt prefixes by default, and the flag that switches it the other way:
+# vLLM V0's `enable_prefix_caching: bool = False` (0.6.3.post1 engine/arg_utils.py) and its `--enable-prefix-caching`
+# switch; vLLM V1 sets it on for generative models where it is not stated (`_set_default_args_v1`: "V1 enables prefix
+# caching by default", 0.8.5 engine/arg_utils.py line 1571; `_set_default_args` in 0.11.x) and takes
+# `--no-enable-prefix-caching` (BooleanOptionalAction); SGLang's radix cache is on unless `--disable-radix-cache`
+# (srt/server_args.py); LMDeploy's `--enable-prefix-caching` is off by default (lmdeploy/cli/utils.py).
+PREFIX_CACHING_DEFAULT: dict[tuple[str, str], tuple[bool, str]] = {
+    ("vllm", "0.6"): (False, "--enable-prefix-caching"),
+    ("vllm", "0.11"): (True, "--no-enable-prefix-caching"),
+    ("sglang", "0.4"): (True, "--disable-radix-cache"),
+    ("sglang", "0.5"): (True, "--disable-radix-cache"),
+    ("lmdeploy", "0.10"): (False, "--enable-prefix-caching"),
+}
+
+
+def _prefix_caching(c: _Ctx) -> tuple[list[str], list[str]]:
+    """(arguments, notes) that turn the engine's prefix cache on or off as the plan says (`PREFIX_CACHING_DEFAULT`)."""
+    default = PREFIX_CACHING_DEFAULT.get((c.engine, c.line))
+    if c.prefix_caching is None or default is None or c.prefix_caching == default[0]:
+        return [], []
+    on, flag = default[0] is False, default[1]
+    return [flag], [f"prefix caching {'on' if on else 'off'} ({flag}) as the plan has it; {c.engine} {c.line}.x has "
+                    f"it {'off' if on else 'on'} by default"]
+
+
 def _vllm(c: _Ctx) -> EngineLaunch:
     s = c.settings
     notes = [_precision_note(c)]
@@ -778,6 +806,9 @@ def _vllm(c: _Ctx) -> EngineLaunch:
             args += ["--enable-chunked-prefill", "True" if c.chunked else "False"]
             notes.append(f"--enable-chunked-prefill {c.chunked}: vLLM 0.6 chunks on its own only for contexts "
                          "over 32768")
+    prefix_args, prefix_notes = _prefix_caching(c)
+    args += prefix_args
+    notes += prefix_notes
     if c.mtp:
         config = f'{{"method":"{_vllm_mtp_method(c.version)}","num_speculative_tokens":{c.mtp}}}'
         args += ["--speculative-config", config]
@@ -816,6 +847,9 @@ def _sglang(c: _Ctx) -> EngineLaunch:
     else:
         args += ["--chunked-prefill-size", "-1"]
         notes.append("--chunked-prefill-size -1: chunked prefill off, prompts go whole as the plan simulated")
+    prefix_args, prefix_notes = _prefix_caching(c)
+    args += prefix_args
+    notes += prefix_notes
     if c.mtp:
         mtp = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(c.mtp), "--speculative-eagle-topk",
                "1", "--speculative-num-draft-tokens", str(c.mtp + 1)]
@@ -954,6 +988,9 @@ def _lmdeploy(c: _Ctx) -> EngineLaunch:
         notes.append(f"precision fp8: --model-format fp8 for the pre-quantised {c.checkpoint}")
     else:
         notes.append(_precision_note(c))
+    prefix_args, prefix_notes = _prefix_caching(c)
+    args += prefix_args
+    notes += prefix_notes
     return EngineLaunch(args, notes, entry_point="lmdeploy", version_line=c.line)
 
 

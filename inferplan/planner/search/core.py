@@ -164,6 +164,14 @@ def kv_hint(checkpoint: Checkpoint | str) -> str | None:
     return "modelopt" if checkpoint.format == "modelopt-fp8" or checkpoint.kv_cache == "fp8" else checkpoint.repo
 
 
+def prefix_caching(req: PlanRequest) -> bool | None:
+    """Whether the launch turns the engine's prefix cache on or off: as engine.prefixCaching says, else on where the
+    plan counts hits (workload.prefixCacheHitRate above 0), else the engine's default (None)."""
+    if req.prefix_caching is not None:
+        return req.prefix_caching
+    return True if req.prefix_hit_rate > 0 else None
+
+
 def dp_attention_args(tp: int) -> list[str]:
     """SGLang's arguments for data-parallel attention over a replica's `tp` ranks."""
     flags = ENGINE_FLAGS["sglang"]
@@ -762,7 +770,8 @@ def _candidate(
     kv = resolve_kv_dtype(shape.kv_dtype, shape.precision, engine.name, kv_hint(checkpoint))
     launch = engine_launch(engine.name, req.engine_version, checkpoint.repo, checkpoint.launch_format, shape.precision,
                            shape.tp, batch, kv, settings, kv_tokens=int(kv_tokens), pp=shape.pp,
-                           mtp_draft_tokens=req.mtp_draft_tokens, gpu_family=gpu.family)
+                           mtp_draft_tokens=req.mtp_draft_tokens, gpu_family=gpu.family,
+                           prefix_caching=prefix_caching(req))
     # As the shape's hardware was built (`grid._shape_hardware`): the release's graphs at the plan's step budget.
     graphs = cuda_graph_max_batch(engine.name, req.engine_version, gpu.memory_bytes, shape.tp, settings.step_tokens) * (
         shape.tp if shape.dp_attention else 1)

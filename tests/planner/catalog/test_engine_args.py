@@ -399,3 +399,26 @@ def test_releases_that_honour_chunked_prefill_off_get_it(version: str | None) ->
         assert "--no-enable-chunked-prefill" in launch.args
     else:
         assert "--enable-chunked-prefill" not in launch.args  # V0 keeps whole prompts at 8192 by default
+
+
+@pytest.mark.parametrize(("engine", "version", "on", "off"), [
+    ("vllm", "0.6.3.post1", ["--enable-prefix-caching"], []),
+    ("vllm", "0.9.2", [], ["--no-enable-prefix-caching"]),
+    ("vllm", None, [], ["--no-enable-prefix-caching"]),
+    ("sglang", "0.4.6.post5", [], ["--disable-radix-cache"]),
+    ("sglang", None, [], ["--disable-radix-cache"]),
+    ("lmdeploy", None, ["--enable-prefix-caching"], []),
+])
+def test_prefix_caching_is_switched_where_the_engines_default_differs(engine: str, version: str | None,
+                                                                      on: list[str], off: list[str]) -> None:
+    """engine.prefixCaching (or a planned hit rate) reaches the command: vLLM V0 and LMDeploy cache no prefixes unless
+    told, vLLM V1 and SGLang cache them unless told not to; every switch is one the pinned parser takes."""
+    flags = {"--enable-prefix-caching", "--no-enable-prefix-caching", "--disable-radix-cache"}
+
+    def switches(prefix_caching: bool | None) -> list[str]:
+        launch = engine_launch(engine, version, "org/model", "native", "bf16", 1, 64, "auto", _settings(True),
+                               prefix_caching=prefix_caching)
+        assert flag_problems(engine, version, launch.args) == []
+        return [arg for arg in launch.args if arg in flags]
+
+    assert (switches(True), switches(False), switches(None)) == (on, off, [])
