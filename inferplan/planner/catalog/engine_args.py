@@ -277,9 +277,38 @@ def flex_attention(engine: str, version: str | None, family: str) -> bool:
     return released is not None and released >= VLLM_FLEX_ATTENTION_SINCE
 
 
+# vLLM 0.8.0 to 0.10.x keep an FP8 KV cache on their V1 engine only where its attention backend takes one; elsewhere
+# `_is_v1_supported_oracle` falls back to the V0 engine ("--kv-cache-dtype is not supported by the V1 Engine. Falling
+# back to V0", vllm/engine/arg_utils.py), which the V1 launch does not fit: V0 leaves chunked prefill off at contexts
+# up to 32k, so the planned --max-num-batched-tokens below max_model_len fails SchedulerConfig._verify_args at start,
+# and it schedules prefill-first. V1 takes it with FlashAttention 3 (compute capability 9.0, `flash_attn_supports_fp8`:
+# the fallback at arg_utils.py line 1371 in 0.8.5, 1380 in 0.9.2, 1412 in 0.10.1.1), on ROCm from 0.9 (0.9.2 line
+# 1373: `if current_platform.is_rocm(): supported = True`;
+# 0.8.5 only on CUDA), on compute capability 10.0 (B200, GB200) from 0.10.1 (`is_kv_cache_dtype_supported`,
+# platforms/cuda.py in 0.10.1.1 and 0.10.2). 0.11.0 has no V0 engine and picks a backend that takes it.
+VLLM_V0_FALLBACK_UNTIL = (0, 11, 0)
+VLLM_FP8_KV_V1_SINCE: dict[str, tuple[int, ...]] = {"hopper": (0, 8), "cdna3": (0, 9), "cdna4": (0, 9)}
+VLLM_FP8_KV_V1_SM100 = (frozenset({"B200", "GB200-NVL72"}), (0, 10, 1))
+
+
+def _vllm_v0_fp8_kv(version: str | None, family: str, gpu: str) -> bool:
+    """Whether vLLM at `version` falls back to its V0 engine for an FP8 KV cache on `gpu` of `family`."""
+    released = _release(version) or _release(DEFAULT_VERSIONS["vllm"])
+    if released is None or version_line("vllm", version) != "0.11" or released >= VLLM_V0_FALLBACK_UNTIL:
+        return False
+    since = VLLM_FP8_KV_V1_SINCE.get(family)
+    if gpu in VLLM_FP8_KV_V1_SM100[0]:
+        since = VLLM_FP8_KV_V1_SM100[1]
+    return since is None or released < since
+
+
 def kv_dtype_problem(engine: str, version: str | None, family: str, kv_dtype: str, gpu: str) -> str | None:
     """Why `engine` at `version` (None: the pinned release) cannot keep its KV cache in `kv_dtype` on a GPU of
     `family`, or None where it can."""
+    if kv_dtype == "fp8" and engine == "vllm" and _vllm_v0_fp8_kv(version, family, gpu):
+        return (f"vllm {version} keeps an FP8 KV cache on {gpu} only by falling back to its V0 engine, which the "
+                "launch is not written for (V0 refuses the planned --max-num-batched-tokens below max_model_len "
+                "without chunked prefill): plan 0.11.0 or later (engine.version), or a 16-bit KV cache")
     if kv_dtype != "fp8" or not flex_attention(engine, version, family):
         return None
     return (f"{engine} {version or DEFAULT_VERSIONS[engine]} attends on {gpu} (compute capability below 8.0) with "

@@ -422,3 +422,20 @@ def test_prefix_caching_is_switched_where_the_engines_default_differs(engine: st
         return [arg for arg in launch.args if arg in flags]
 
     assert (switches(True), switches(False), switches(None)) == (on, off, [])
+
+
+def test_vllm_before_0_11_has_no_v1_fp8_kv_cache_off_hopper() -> None:
+    """vLLM 0.8-0.10 fall back to V0 for an FP8 KV cache where V1's attention has none (A100, L40S; AMD on 0.8; B200
+    before 0.10.1), and V0 refuses the V1 launch's step budget below max_model_len: such a KV dtype is refused."""
+    from inferplan.planner.catalog.engine_args import kv_dtype_problem
+
+    for version, family, gpu in (("0.9.2", "ampere", "A100-SXM4-80GB"), ("0.10.2", "ada", "L40S"),
+                                 ("0.8.5", "cdna3", "MI300X"), ("0.9.2", "blackwell", "B200"),
+                                 ("0.10.2", "blackwell", "B300-SXM6-AC")):
+        assert "falling back to its V0 engine" in (kv_dtype_problem("vllm", version, family, "fp8", gpu) or "")
+    for version, family, gpu in (("0.9.2", "hopper", "H100-SXM5-80GB"), ("0.9.2", "cdna3", "MI300X"),
+                                 ("0.10.1.1", "blackwell", "B200"), ("0.11.0", "ampere", "A100-SXM4-80GB"),
+                                 (None, "ada", "L40S"), ("0.6.3", "ampere", "A100-SXM4-80GB")):
+        assert kv_dtype_problem("vllm", version, family, "fp8", gpu) is None
+    assert kv_dtype_problem("vllm", "0.9.2", "ampere", "auto", "A100-SXM4-80GB") is None
+    assert kv_dtype_problem("sglang", "0.4.6.post5", "ampere", "fp8", "A100-SXM4-80GB") is None
