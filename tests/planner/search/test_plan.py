@@ -136,14 +136,16 @@ def test_a_gpu_without_bfloat16_runs_bf16_weights_in_float16() -> None:
 
 
 def test_vllm_keeps_no_fp8_kv_cache_on_a_gpu_below_compute_capability_8() -> None:
-    # vLLM 0.10.2+ attends with FlexAttention on a T4, which refuses a quantised KV cache; 0.10.1 ran V0 there.
+    # vLLM 0.10.2+ attends with FlexAttention on a T4, which refuses a quantised KV cache; 0.10.1 falls back to its
+    # V0 engine there, which refuses the V1 launch (its step budget below max_model_len without chunked prefill).
     t4_fp8_kv = {"model.kvCacheDtypes": ["fp8"], "model.precisions": ["int8-w8a8"], "workload.requestsPerSecond": "1",
                  "constraints.gpuTypes": ["Tesla-T4"], "slo.ttft.maxMs": 2000}
     refused = plan(request(**t4_fp8_kv))
     assert refused.recommendation is None
     assert any("FlexAttention, which has no FP8 KV cache" in i.reason for i in refused.infeasible)
-    for other in ({"engine.version": "0.10.1"}, {"engine.name": "sglang"},
-                  {"constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}):
+    v0 = plan(request(**t4_fp8_kv | {"engine.version": "0.10.1"}))
+    assert v0.recommendation is None and any("falling back to its V0 engine" in i.reason for i in v0.infeasible)
+    for other in ({"engine.name": "sglang"}, {"constraints.gpuTypes": ["NVIDIA-A100-SXM4-80GB"]}):
         kept = plan(request(**t4_fp8_kv | other)).recommendation
         assert kept is not None and kept.kv_cache_dtype == "fp8", other
 
