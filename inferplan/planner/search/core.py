@@ -585,13 +585,30 @@ def ms_text(seconds: float) -> str:
     return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
+def _limit_is_target(req: PlanRequest, slo: SloTarget, limit_s: float) -> bool:
+    return req.confidence is None or limit_s >= slo.max_s * (1 - 1e-9)
+
+
 def limit_words(req: PlanRequest, slo: SloTarget, limit_s: float) -> str:
     """'{target} ms target' where `limit_s` is the target itself, else '{limit} ms, what the {target} ms target
     allows at confidence {c} (held-out errors up to x{ratio})'."""
-    if req.confidence is None or limit_s >= slo.max_s * (1 - 1e-9):
-        return f"{slo.max_s * 1e3:.0f} ms target"
-    return (f"{ms_text(limit_s)} ms, what the {slo.max_s * 1e3:.0f} ms target allows at confidence "
+    if _limit_is_target(req, slo, limit_s):
+        return f"{ms_text(slo.max_s)} ms target"
+    return (f"{ms_text(limit_s)} ms, what the {ms_text(slo.max_s)} ms target allows at confidence "
             f"{req.confidence:g} (held-out errors up to x{slo.max_s / limit_s:.2f})")
+
+
+def miss_ms_text(req: PlanRequest, slo: SloTarget, value_s: float, limit_s: float, text: str) -> str:
+    """`text`, a latency `value_s` over the limit `limit_s` as a reason words it [ms], or where that rounds to the
+    limit as `limit_words` states it or below, with the decimals it takes to read over it: "25.3 ms > 25 ms
+    target", never "25 ms > 25 ms target"."""
+    shown = float(ms_text(slo.max_s if _limit_is_target(req, slo, limit_s) else limit_s))
+    ms = value_s * 1e3
+    for digits in range(1, 5):
+        if float(text) > shown:
+            break
+        text = f"{ms:.{digits}f}"
+    return text
 
 
 def slo_checks(req: PlanRequest, candidate: Candidate) -> list[SloCheck]:

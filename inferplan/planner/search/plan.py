@@ -33,7 +33,7 @@ from inferplan.planner.model.factors import FactorSet, load_factors
 from inferplan.planner.model.serving import (
     poisson,
 )
-from inferplan.planner.request import PlanRequest
+from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import (
     Candidate,
     Infeasible,
@@ -66,6 +66,7 @@ from inferplan.planner.search.core import (
     _tail_warning,
     gpu_price,
     limit_words,
+    miss_ms_text,
     ms_text,
     output_tokens_per_hour,
     placement_words,
@@ -303,16 +304,18 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
     def row_shape(i: int) -> _Shape:
         return grid.shape(req, rows.shape[i])
 
-    def light_text(value: float) -> str:
-        """The light-load latency [ms]: whole, or as precise as the limit at a confidence (`limit_words`)."""
-        return ms_text(value) if req.confidence is not None else f"{value * 1e3:.0f}"
+    def light_text(value: float, slo: SloTarget, limit: float) -> str:
+        """The light-load latency [ms]: whole, or as precise as the limit at a confidence (`limit_words`); more
+        precise where that would not read over the limit (`miss_ms_text`)."""
+        text = ms_text(value) if req.confidence is not None else f"{value * 1e3:.0f}"
+        return miss_ms_text(req, slo, value, limit, text)
 
     def slo_reason(i: int) -> str:
         worst = int(np.argmax(rows.light[:, i] / rows.targets[:, i]))
-        slo, shape = req.slos[worst], row_shape(i)
+        slo, shape, limit = req.slos[worst], row_shape(i), float(rows.targets[worst, i])
         return (f"{_describe_slo(slo)} at batch {batch[i]} on {shape.parallelism()} ({shape.precision}) is "
-                f"{light_text(float(rows.light[worst, i]))} ms even at light load > "
-                f"{limit_words(req, slo, float(rows.targets[worst, i]))}")
+                f"{light_text(float(rows.light[worst, i]), slo, limit)} ms even at light load > "
+                f"{limit_words(req, slo, limit)}")
 
     def rejections(gate: str, index: NDArray[np.intp], cost: NDArray[np.float64],
                    reason: Callable[[int], str], miss: NDArray[np.float64] | None = None) -> _Rejections:

@@ -25,7 +25,14 @@ from inferplan.planner.results import (
 )
 from inferplan.planner.search.advice import suggestions_for
 from inferplan.planner.search.annotate import deployment_of, with_intervals, with_upper_cost
-from inferplan.planner.search.core import HIGH_VARIANCE_CV2, candidate_slo_ratios, limit_words, recording
+from inferplan.planner.search.core import (
+    HIGH_VARIANCE_CV2,
+    candidate_slo_ratios,
+    limit_words,
+    miss_ms_text,
+    ms_text,
+    recording,
+)
 from inferplan.planner.search.plan import plan, with_replicas
 from inferplan.planner.search.select import (
     by_cost,
@@ -250,9 +257,10 @@ def _on_the_edge(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float
 
 def _miss_words(req: PlanRequest, slo: SloTarget, value: float, limit: float, target: str = "") -> str:
     """'{value} ms > {target} ms{target}', or with a plan confidence what the target allows there (`limit_words`)."""
+    shown = miss_ms_text(req, slo, value, limit, f"{value * 1e3:.0f}")
     if req.confidence is None:
-        return f"{value * 1e3:.0f} ms > {slo.max_s * 1e3:.0f} ms{target}"
-    return f"{value * 1e3:.0f} ms > {limit_words(req, slo, limit)}"
+        return f"{shown} ms > {ms_text(slo.max_s)} ms{target}"
+    return f"{shown} ms > {limit_words(req, slo, limit)}"
 
 
 def warmup_s(candidate: Candidate) -> float:
