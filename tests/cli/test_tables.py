@@ -240,3 +240,30 @@ def test_a_missed_limit_reads_over_it_at_any_rounding() -> None:
     assert miss_ms_text(request, ttft, 1.0003, 1.0, "1000") == "1000.3"
     assert miss_ms_text(request, ttft, 1.00004, 1.0, "1000") == "1000.04"
     assert miss_ms_text(request, ttft, 1.2, 1.0, "1200") == "1200"
+
+
+PLANNING = REPO / "docs" / "planning.md"
+
+
+def test_the_headroom_line_docs_planning_quotes_is_the_bundled_example_s() -> None:
+    request, result = planned(CHAT)
+    quoted = re.search(r"`(headroom 28%: every SLO holds up to [^`]*)`", PLANNING.read_text())
+    assert quoted is not None
+    assert f"  {quoted.group(1)}" in format_plan(result, request).splitlines()
+
+
+@pytest.mark.parametrize("example", ["deepseek-r1-shapes", "llama-405b-bf16-h100"])
+def test_the_shapes_docs_planning_shows_are_what_inferplan_plan_prints(example: str) -> None:
+    """The 'Deployment shapes compared' blocks of docs/planning.md, each under the example it names, verified as
+    `inferplan plan FILE` verifies it."""
+    from inferplan.planner.simulation.verification import planned as verified
+
+    docs = PLANNING.read_text()
+    at = docs.index(f"inferplan plan examples/platform/{example}.yaml")
+    blocks = [b for b in docs.split("```") if b.startswith("\nDeployment shapes compared")]
+    block = min(blocks, key=lambda b: abs(docs.index(b) - at))
+    path = REPO / "examples" / "platform" / f"{example}.yaml"
+    request = resolve_plan(load_plan_file(path), path.parent)
+    shown = [line.strip() for line in format_plan(verified(request), request).splitlines()]
+    for line in block.strip().splitlines()[1:]:
+        assert line.strip() in shown, line
