@@ -528,7 +528,8 @@ class Controller:
         new = next_status(old, generation=plan.generation, now=utc_now(), planner_version=__version__,
                           inventory=inventory.usable(usable_gpu_types(plan.spec)), result=outcome.result,
                           error=outcome.error, ttft_percentile=ttft_slo, manifests=outcome.manifests,
-                          change=outcome.change, extra_warnings=outcome.warnings, bounds=outcome.bounds)
+                          change=outcome.change, extra_warnings=outcome.warnings, bounds=outcome.bounds,
+                          observes=bool(plan.spec.get("observe")))
         if outcome.error:
             if outcome.error[0] != "PlanningFailed":  # already counted as Unexpected
                 metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()

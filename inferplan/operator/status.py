@@ -22,6 +22,7 @@ from inferplan.operator.inventory import Inventory, NodeSize
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
+OBSERVATION_CONDITION_TYPES = ("MetricsAvailable", "PredictionAccurate")  # observing.observe_status's
 
 
 class _Status(BaseModel):
@@ -430,6 +431,7 @@ def next_status(
     change: DeploymentChange | None = None,
     extra_warnings: Sequence[str] = (),
     bounds: Mapping[str, tuple[int, int | None]] | None = None,
+    observes: bool = True,
 ) -> dict[str, Any]:
     """The complete new `.status` as a camelCase dict, built from the old one (pure).
 
@@ -450,11 +452,18 @@ def next_status(
     widen its GPU types can be feasible without inventory. Warnings are `extra_warnings` (the reconcile's, about the
     inventory it planned with), the result's, then the inventory's, deduplicated in that order and capped.
     Conditions come in CONDITION_TYPES order, followed by conditions of other types found in `old`, unchanged.
+    `observes` False (a spec without spec.observe): what an earlier observation left (OBSERVATION_CONDITION_TYPES,
+    the observed, prediction and calibration blocks) is dropped, so that no drift is reported for ever about a
+    deployment no longer watched.
     With the same inputs and `old` = the previous output, the output is equal whatever `now` is: nothing
     changes unless the outcome does, so the operator writes nothing and GitOps diffs stay clean.
     """
     if result is not None and error is not None:
         raise ValueError("next_status takes a result or an error, not both")
+    if not observes and old:
+        old = {key: value for key, value in old.items() if key not in _OBSERVATION_FIELDS} | {
+            "conditions": [c for c in old.get("conditions") or ()
+                           if not (isinstance(c, Mapping) and c.get("type") in OBSERVATION_CONDITION_TYPES)]}
     previous = (old or {}).get("conditions") or ()
 
     def make(type_: str, status: str, reason: str, message: str) -> Condition:

@@ -431,3 +431,27 @@ def test_every_suggestion_the_planner_makes_reaches_the_status() -> None:
     new = status(result=result)
     assert new["suggestions"] == suggestions
     PlanStatus.model_validate(new)  # within the schema the CRD is generated from
+
+
+def test_a_spec_without_observe_drops_what_the_last_observation_left() -> None:
+    """Removing spec.observe must not leave PredictionAccurate=False (and the drift alert it feeds) behind for
+    ever, nor the observed figures of a deployment no longer watched; other writers' conditions stay."""
+    drift = {"type": "PredictionAccurate", "status": "False", "reason": "PredictionDrift", "message": "ttft p95 +40%",
+             "lastTransitionTime": T0, "observedGeneration": 1}
+    metrics = {"type": "MetricsAvailable", "status": "True", "reason": "SeriesFound", "message": "120 requests",
+               "lastTransitionTime": T0, "observedGeneration": 1}
+    foreign = {"type": "Approved", "status": "True", "reason": "Reviewed", "message": "ok",
+               "lastTransitionTime": T0, "observedGeneration": 1}
+    old = status(result=feasible_result())
+    old["conditions"] = [*old["conditions"], drift, metrics, foreign]
+    old["observed"] = {"prometheus": "main", "requestsPerSecond": 2.0, "window": "5m", "requestsInWindow": 600.0,
+                       "sampleTime": T0}
+    kept = next_status(old, generation=2, now=T1, planner_version="0.1.0", inventory=cluster(),
+                       result=feasible_result(), error=None)
+    assert {"PredictionAccurate", "MetricsAvailable"} <= {c["type"] for c in kept["conditions"]}
+    assert "observed" in kept
+    new = next_status(old, generation=2, now=T1, planner_version="0.1.0", inventory=cluster(),
+                      result=feasible_result(), error=None, observes=False)
+    assert [c["type"] for c in new["conditions"]] == [*CONDITION_TYPES, "Approved"]
+    assert "observed" not in new and "prediction" not in new
+    assert status_patch(old, new)["observed"] is None
