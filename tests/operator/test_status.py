@@ -455,3 +455,20 @@ def test_a_spec_without_observe_drops_what_the_last_observation_left() -> None:
     assert [c["type"] for c in new["conditions"]] == [*CONDITION_TYPES, "Approved"]
     assert "observed" not in new and "prediction" not in new
     assert status_patch(old, new)["observed"] is None
+
+
+def test_every_reason_the_status_writes_is_documented_for_the_on_call_engineer() -> None:
+    """Each reason next_status can write is named in docs/operator.md (in backquotes), with what to do."""
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "operator.md").read_text(encoding="utf-8")
+    written = {(c["type"], c["reason"]) for old in (
+        status(),
+        status(result=feasible_result()),
+        status(result=infeasible_result()),
+        status(error=ERROR),
+        status(error=ERROR, inventory=build_inventory([])),
+        status(result=feasible_result(), inventory=cluster().usable(frozenset({"A100-SXM4-80GB"}))),
+    ) for c in old["conditions"]}
+    missing = sorted(f"{kind} {reason}" for kind, reason in written if f"`{reason}`" not in docs)
+    assert not missing, missing
