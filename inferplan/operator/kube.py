@@ -26,6 +26,7 @@ import urllib3
 from inferplan.operator.cluster_spec import ConfigMapReader
 from inferplan.operator.observing import CurrentError, DeploymentReader
 from inferplan.operator.retry import RetryLater
+from inferplan.operator.status import clipped
 from inferplan.resource import GROUP, KIND, PLURAL, VERSION
 
 ApiException = kubernetes.client.ApiException
@@ -213,7 +214,7 @@ def warning_event(*, uid: str, namespace: str, name: str, generation: int, reaso
         "metadata": {"name": f"{name[:200]}.{digest}", "namespace": namespace},
         "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": name, "namespace": namespace,
                            "uid": uid},
-        "type": "Warning", "reason": reason, "message": message[:1024], "count": 1,
+        "type": "Warning", "reason": reason, "message": clipped(message, 1024), "count": 1,
         "firstTimestamp": stamp, "lastTimestamp": stamp,
         "source": {"component": "inferplan"}, "reportingComponent": "inferplan",
         "reportingInstance": host[:128],

@@ -339,6 +339,21 @@ def serialised(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+def clipped(text: str, limit: int) -> str:
+    """`text`, or where it is longer than `limit` characters, its start cut after a whole problem, item or word
+    (at a line end, "; ", ", " or a space) and followed by how much was left out: never more than `limit`."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(f" ... ({len(text)} more characters cut)")
+    head = text[:room]
+    for separator in ("\n", "; ", ", ", " "):
+        at = head.rfind(separator)
+        if at >= room // 2:
+            head = head[:at].rstrip(";, ")
+            break
+    return f"{head} ... ({len(text) - len(head)} more characters cut)"
+
+
 def make_condition(
     type_: str,
     status: str,
@@ -352,7 +367,7 @@ def make_condition(
 
     `lastTransitionTime` is that of the condition of the same type in `previous` (the old `conditions` list)
     when its status is unchanged, else `now` (an RFC 3339 time); `observedGeneration` is always `generation`.
-    A message longer than the schema allows is cut.
+    A message longer than the schema allows is cut after a whole word, saying so (`clipped`).
     """
     last_transition = now
     for old in previous or ():
@@ -360,8 +375,7 @@ def make_condition(
             if old.get("status") == status and old.get("lastTransitionTime"):
                 last_transition = str(old["lastTransitionTime"])
             break
-    if len(message) > _MAX_MESSAGE:
-        message = message[: _MAX_MESSAGE - 3] + "..."
+    message = clipped(message, _MAX_MESSAGE)
     return Condition(
         type=type_,
         status=status,  # type: ignore[arg-type]  # validated by the model

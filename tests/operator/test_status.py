@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import functools
 import json
 from typing import Any
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory
+from inferplan.operator.kube import warning_event
 from inferplan.operator.status import (
     CONDITION_TYPES,
     PlanStatus,
@@ -105,6 +107,25 @@ def test_condition_rejects_bad_status_and_reason() -> None:
         condition("Ready", "Maybe", "Planned", "", 1, T0, None)
     with pytest.raises(ValueError):
         condition("Ready", "True", "not camel case!", "", 1, T0, None)
+
+
+def test_a_message_too_long_for_the_api_server_is_cut_after_a_whole_problem_and_says_so() -> None:
+    """A spec with thousands of problems: the condition fits metav1.Condition's 32768 characters, ends on a whole
+    problem (never mid-word) and says how much was left out; so does the Warning event (1024 characters)."""
+    problems = "\n".join(f"constraints.gpuTypes[{i}]: unknown GPU 'Acme-Accelerator-{i}'" for i in range(1500))
+    message = condition("Ready", "False", "UnknownGpuType", problems, 1, T0, None)["message"]
+    assert len(problems) > 32768 >= len(message)
+    head, _, tail = message.rpartition(" ... (")
+    assert head.endswith("'") and problems.startswith(head + "\n")
+    assert tail == f"{len(problems) - len(head)} more characters cut)"
+    event = warning_event(uid="u", namespace="ns", name="p", generation=1, reason="UnknownGpuType",
+                          message=problems, host="h", now=datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC))
+    short = event["message"]
+    assert len(short) <= 1024 and problems.startswith(short.rpartition(" ... (")[0] + "\n")
+    assert short.endswith("more characters cut)")
+    unbroken = condition("Ready", "False", "InvalidSpec", "x" * 40000, 1, T0, None)["message"]  # no word to cut at
+    kept = unbroken.split(" ")[0]
+    assert len(unbroken) <= 32768 and unbroken == f"{kept} ... ({40000 - len(kept)} more characters cut)"
 
 
 # ----------------------------------------------------------------------------------------------------------
