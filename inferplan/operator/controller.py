@@ -523,7 +523,8 @@ class Controller:
         except Exception as exc:  # never let one plan take the operator down
             metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
             self.logger.exception("planning failed: %s/%s", plan.namespace, plan.name)
-            outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {exc}"))
+            why = str(exc) or type(exc).__name__  # KeyError() says nothing by itself
+            outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {why}"))
         ttft_slo = ((plan.spec.get("slo") or {}).get("ttft") or {}).get("percentile", "p95")
         new = next_status(old, generation=plan.generation, now=utc_now(), planner_version=__version__,
                           inventory=inventory.usable(usable_gpu_types(plan.spec)), result=outcome.result,
@@ -533,8 +534,11 @@ class Controller:
         if outcome.error:
             if outcome.error[0] != "PlanningFailed":  # already counted as Unexpected
                 metrics.RECONCILE_ERRORS.labels(outcome.error[0]).inc()
+            # One event per new problem, not per reconcile: a new reason, or the same reason with another message
+            # (another field at fault after an edit), as the Ready conditions before and after state them.
             previous = {c["type"]: c for c in (old or {}).get("conditions", [])}.get("Ready", {})
-            if previous.get("reason") != outcome.error[0]:  # one event per new problem, not per reconcile
+            ready = {c["type"]: c for c in new.get("conditions", [])}.get("Ready", {})
+            if (previous.get("reason"), previous.get("message")) != (ready.get("reason"), ready.get("message")):
                 await self._warn(plan, *outcome.error)
         return new
 

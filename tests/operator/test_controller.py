@@ -426,3 +426,31 @@ def test_plans_whose_statuses_record_the_same_inventory_keep_one_copy_of_it() ->
     assert unanswered(spec, plans[1].checked, 1, relevant, "9.9") is None
     assert cast(dict, plans[1].checked)["conditions"] == [{"type": "Ready", "status": "True", "reason": "Planned"}]
     assert plans[1].status == status  # the whole status, message included, is kept packed
+
+
+def test_another_problem_under_the_same_reason_is_announced_again(cluster: Cluster) -> None:
+    # The docs promise one Warning event per new problem; an edit that moved the problem to another model (another
+    # message, the same reason InvalidModel) was announced only by the condition.
+    cluster.add({**CHAT, "model": {"name": "acme/not-a-real-model"}})
+    cluster.reconcile()
+    ((_, _, first),) = cluster.api.writes
+    cluster.add({**CHAT, "model": {"name": "acme/another-unknown-model"}}, generation=2, status=first)
+    cluster.reconcile()
+    assert [e["reason"] for e in cluster.api.events] == ["InvalidModel", "InvalidModel"]
+    assert "acme/another-unknown-model" in cluster.api.events[1]["message"]
+    # Planned again with nothing changed: neither written nor announced again.
+    second = cluster.api.writes[-1][2]
+    cluster.add({**CHAT, "model": {"name": "acme/another-unknown-model"}}, generation=2, status=second)
+    cluster.reconcile()
+    assert len(cluster.api.events) == 2
+
+
+def test_an_unexpected_error_without_text_names_its_type(cluster: Cluster) -> None:
+    def fails() -> Outcome:
+        raise KeyError()
+
+    cluster.pool.script = fails
+    cluster.add(CHAT)
+    cluster.reconcile()
+    ((_, _, patch),) = cluster.api.writes
+    assert condition(patch, "Ready")["message"] == "unexpected error while planning: KeyError"
