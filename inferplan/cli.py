@@ -317,8 +317,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     """Plan (as `inferplan plan`), simulate the recommendation (as `inferplan simulate`) and write the HTML report."""
     from inferplan.deploy.reviewed import StatusRefused, is_read_back, plan_name, refuse_stale
     from inferplan.planner.simulation.verification import planned, simulate_candidate
+    from inferplan.progress import write_atomically
     from inferplan.report import render_report
 
+    if args.output is not None and not args.output.strip():  # `-o "$UNSET"` wrote to standard output unasked
+        print("inferplan: error: -o names no file (leave it out to write to standard output)", file=sys.stderr)
+        return 2
     read = _read_manifest(args.file)
     if read is None:
         return 2
@@ -351,11 +355,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
     source = "standard input" if args.file == "-" else Path(args.file).name if args.file else "bundled example plan"
     title = args.title or f"inferplan report: {source}"
     page = render_report(request, result, simulation, title=title)
-    if not args.output:
+    if args.output is None:
         sys.stdout.write(page)
         return 0
+    target = Path(args.output)
     try:
-        Path(args.output).write_text(page, encoding="ascii")
+        if target.exists() and not target.is_file():  # a device or pipe (/dev/stdout): written as it is
+            target.write_text(page, encoding="ascii")
+        else:  # whole or not at all: a full disk leaves the last report, not half of this one
+            write_atomically(target, page, encoding="ascii")
     except OSError as exc:
         print(f"inferplan: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2

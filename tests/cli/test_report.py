@@ -548,3 +548,17 @@ def test_a_read_back_plan_whose_status_answers_an_earlier_spec_is_refused_as_ren
     monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(manifest)))
     assert main(["report", "-", "--requests", "500"]) == 2
     assert "status.recommendation is not a recommendation" in capsys.readouterr().err
+
+
+def test_an_empty_output_name_is_an_error_and_a_report_is_written_whole(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # `-o "$OUT"` with OUT unset wrote the page to standard output and exited 0.
+    assert main(["report", str(EXAMPLE), "--no-verify", "-o", ""]) == 2
+    assert "-o names no file" in capsys.readouterr().err
+    # Written through a temporary file beside it and renamed: no leftover, the file's mode kept.
+    out = tmp_path / "r.html"
+    out.write_text("old", encoding="ascii")
+    out.chmod(0o640)
+    assert main(["report", str(EXAMPLE), "--no-verify", "--requests", "500", "-o", str(out)]) == 0
+    assert out.read_text(encoding="ascii").startswith("<!DOCTYPE html>") and (out.stat().st_mode & 0o777) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
