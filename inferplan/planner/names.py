@@ -32,9 +32,9 @@ def closest_names(name: str, candidates: Iterable[str], limit: int = 5) -> list[
 class CatalogLookupError(LookupError):
     """A name that no catalog entry answers to; `suggestions` holds the closest known names."""
 
-    def __init__(self, kind: str, name: str, suggestions: list[str]) -> None:
+    def __init__(self, kind: str, name: str, suggestions: list[str], note: str = "") -> None:
         self.kind = kind
         self.name = name
         self.suggestions = suggestions
         hint = f"; closest: {', '.join(suggestions)}" if suggestions else ""
-        super().__init__(f"unknown {kind} {name!r}{hint}")
+        super().__init__(f"unknown {kind} {name!r}{hint}" + (f" ({note})" if note else ""))

@@ -371,7 +371,10 @@ def resolve_served(name: str, variants: bool = False) -> tuple[ModelArchitecture
             return variant, None
         # the closest names among the models and the quantised repositories
         repos = [n.checkpoint.repo for n in _quantised_repositories().values()]
-        raise CatalogLookupError("model", written, closest_names(name, [*exc.suggestions, *repos])) from None
+        # A path in the image or on a volume (`vllm serve /models/llama`) names no repository the catalogs know.
+        local = ("a local path: give that checkpoint's config.json as model.configFile" if
+                 written.strip().startswith(("/", "./", "../", "~")) else "")
+        raise CatalogLookupError("model", written, closest_names(name, [*exc.suggestions, *repos]), local) from None
 
 
 def _named(named: NamedCheckpoint, precision: str, engine: str) -> Checkpoint | str:

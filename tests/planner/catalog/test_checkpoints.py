@@ -513,3 +513,13 @@ def test_the_engine_loads_a_repository_as_hugging_face_spells_it(written: str, r
     assert resolve_served(written)[0] is resolve_served(repo)[0]
     chosen = checkpoint_for(request.served_model, request.precisions[0], "vllm")
     assert isinstance(chosen, Checkpoint) and chosen.repo == repo
+
+
+def test_a_local_path_as_the_model_name_is_told_to_give_its_config_json() -> None:
+    # `vllm serve /models/...` is how images with baked-in weights run; the planner reads architectures from the
+    # catalog or a config.json, and said only "unknown model" with catalog names beside it.
+    with pytest.raises(CatalogLookupError, match=r"unknown model '/models/Llama-3.1-8B-Instruct'.*model\.configFile"):
+        resolve_served("/models/Llama-3.1-8B-Instruct")
+    with pytest.raises(CatalogLookupError) as caught:
+        resolve_served("acme/not-a-model")
+    assert "configFile" not in str(caught.value)
