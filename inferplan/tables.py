@@ -247,6 +247,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
               for name, text in c.engine_files.items()),
             *(f"  because: {note}" for note in c.engine_notes),
             "  provenance: " + ", ".join(f"{k} {v}" for k, v in c.provenance.items()),
+            *([f"  tags: {','.join(c.tags)}" + (f" ({c.why})" if c.why else "")] if c.tags else []),
         ]
         lines += [f"  warning: {w}" for w in c.warnings]
     if result.alternatives:

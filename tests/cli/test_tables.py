@@ -267,3 +267,13 @@ def test_the_shapes_docs_planning_shows_are_what_inferplan_plan_prints(example: 
     shown = [line.strip() for line in format_plan(verified(request), request).splitlines()]
     for line in block.strip().splitlines()[1:]:
         assert line.strip() in shown, line
+
+
+def test_the_recommendation_states_its_tags_and_why_as_the_json_does() -> None:
+    # The alternatives' rows carried their tags and why; the recommendation's own (cheapest, lowestTtft, ...) were
+    # in the JSON only, so a reader of the table could not tell which figure it was best at.
+    request, result = planned(TRTLLM)
+    rec = result.recommendation
+    assert rec is not None and rec.tags
+    lines = format_plan(result, request).splitlines()
+    assert f"  tags: {','.join(rec.tags)} ({rec.why})" in lines
