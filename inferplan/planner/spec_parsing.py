@@ -223,7 +223,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-class _KeyTwice(ValueError):
+class KeyGivenTwice(ValueError):
     """A key given twice in one JSON object."""
 
     def __init__(self, key: str) -> None:
@@ -231,12 +231,12 @@ class _KeyTwice(ValueError):
         self.key = key
 
 
-def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """json.loads's object_pairs_hook: a key given twice in one object is an error (JSON would keep the last)."""
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise _KeyTwice(key)
+            raise KeyGivenTwice(key)
         seen[key] = value
     return seen
 
@@ -258,8 +258,8 @@ def decode_plan(text: str, source: str, *, as_json: bool | None = False) -> Mapp
     documents: list[Any] | None = None
     if as_json is not False:
         try:
-            documents = [json.loads(text, object_pairs_hook=_no_key_twice)]
-        except _KeyTwice as exc:
+            documents = [json.loads(text, object_pairs_hook=unique_keys)]
+        except KeyGivenTwice as exc:
             raise PlanError([(source, f"key {exc.key!r} is given twice in one object")]) from None
         except json.JSONDecodeError as exc:
             if as_json:

@@ -51,6 +51,7 @@ from inferplan.planner.simulation.engine import (
     _Served,
     _StepModel,
 )
+from inferplan.planner.spec_parsing import KeyGivenTwice, unique_keys
 
 ROUTERS = ("round_robin", "least_outstanding")
 
@@ -115,12 +116,11 @@ def read_trace(path: str | Path) -> RequestTrace:
             if not line.strip():
                 continue
             try:
-                pairs = json.loads(line, object_pairs_hook=list)
+                row = json.loads(line, object_pairs_hook=unique_keys)
+            except KeyGivenTwice as error:  # JSON would keep the last
+                raise ValueError(f"{where}: key {error.key!r} is given twice") from None
             except ValueError as error:  # a JSONDecodeError, or a number of more digits than Python converts
                 raise ValueError(f"{where}: not JSON: {getattr(error, 'msg', error)}") from None
-            row = dict(pairs) if isinstance(pairs, list) and all(isinstance(p, tuple) for p in pairs) else pairs
-            if isinstance(row, dict) and len(row) != len(pairs):  # JSON would keep the last of a key given twice
-                raise ValueError(f"{where}: a key is given twice")
             if not isinstance(row, dict) or set(row) != {"t", "prompt", "output"}:
                 raise ValueError(f'{where}: expected an object with keys "t", "prompt", "output"')
             t, prompt, output = row["t"], row["prompt"], row["output"]
