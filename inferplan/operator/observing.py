@@ -136,10 +136,9 @@ _TGI_ENV = ("MODEL_ID", "NUM_SHARD", "QUANTIZE", "DTYPE", "KV_CACHE_DTYPE", "MAX
 own docs and Helm charts give them."""
 
 
-def _env_flags(container: Mapping[str, Any]) -> list[str]:
-    """The flags a TGI container's environment gives (`NUM_SHARD=2` as `--num-shard 2`); none for other engines,
-    whose variables of these names mean nothing."""
-    tokens = launch_tokens(container)
+def _env_flags(container: Mapping[str, Any], tokens: Sequence[str]) -> list[str]:
+    """The flags a TGI container's environment gives (`NUM_SHARD=2` as `--num-shard 2`; `tokens`: its launch); none
+    for other engines, whose variables of these names mean nothing."""
     if "text-generation-inference" not in str(container.get("image") or "") and not (
             tokens and tokens[0].rsplit("/", 1)[-1] == "text-generation-launcher"):
         return []
@@ -199,7 +198,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     if types:
         found["gpu_type"] = types[0]
     container = engine_container(pod) or {}
-    tokens = [*_env_flags(container), *launch_tokens(container)]  # a flag on the command line wins over its env var
+    launch = launch_tokens(container)
+    tokens = [*_env_flags(container, launch), *launch]  # a flag on the command line wins over its env var
     resources = container.get("resources") or {}
     limits = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}  # a GPU request alone counts
     tp = _positive_int(_flag(tokens, flag_spellings("tp", engine))) or next(
