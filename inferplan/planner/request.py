@@ -18,7 +18,7 @@ from inferplan.planner.catalog.checkpoints import (
     served_repository,
 )
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
-from inferplan.planner.catalog.engine_args import chunked_prefill_problem, mtp_problem
+from inferplan.planner.catalog.engine_args import chunked_prefill_problem, disaggregation_args, mtp_problem
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.model_configs import load_config_file, stated_precision
@@ -274,6 +274,11 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
                                              f"quantization_config): list only {stated}, or leave model.precisions "
                                              "out"))
     limits = spec.constraints
+    if "aggregated" not in limits.shapes and disaggregation_args(engine.name, engine.version, "prefill") is None:
+        # Nothing could be planned: no aggregated candidate is asked for, and no disaggregated one can be configured.
+        problems.append(("constraints.shapes", f"{engine.name} {engine.version or ''}".rstrip()
+                         + " has no disaggregated serving inferplan can configure (vLLM 0.9 and later, SGLang 0.4.6 "
+                           "and later): add aggregated, or plan one of those"))
     if limits.available_gpus and limits.gpu_types is None and not any(limits.available_gpus.values()):
         problems.append(("constraints.availableGpus", "no GPU type has a count > 0 and constraints.gpuTypes is not "
                                                       "given: there is no GPU to plan for"))

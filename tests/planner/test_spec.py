@@ -662,3 +662,18 @@ def test_the_planned_prefix_cache_reaches_the_engines_command(engine: dict[str, 
     spec["constraints"] = {"gpuTypes": ["H100"]}
     recommended = plan(resolve_plan(parse_plan(spec))).recommendation
     assert recommended is not None and switch in recommended.engine_args
+
+
+def test_disaggregated_only_is_refused_where_the_engine_has_no_disaggregated_serving() -> None:
+    """`shapes: [disaggregated]` on TGI, TensorRT-LLM or a vLLM before 0.9 could plan nothing (no aggregated candidate
+    is asked for): a problem at constraints.shapes, not an infeasible answer whose warning says aggregated candidates
+    were planned; with aggregated beside it, or on an engine that has it, it plans."""
+    for engine in ({"name": "tgi"}, {"name": "tensorrt-llm"}, {"name": "vllm", "version": "0.8.5"}):
+        plan = with_(with_(MINIMAL, "engine", engine), "constraints.shapes", ["disaggregated"])
+        with pytest.raises(PlanError) as info:
+            resolve_plan(parse_plan(plan))
+        assert "add aggregated" in dict(info.value.problems)["constraints.shapes"]
+        assert resolve_plan(parse_plan(with_(plan, "constraints.shapes", ["aggregated", "disaggregated"])))
+    for engine in ({"name": "vllm"}, {"name": "sglang"}):
+        plan = with_(with_(MINIMAL, "engine", engine), "constraints.shapes", ["disaggregated"])
+        assert resolve_plan(parse_plan(plan)).shapes == ("disaggregated",)
