@@ -15,9 +15,10 @@ The search splits each latency target between the pools and searches each pool's
   floor is within PRACTICAL_COST_FACTOR of the cheapest aggregated cost and within the SHOWN-th cheapest pair.
 - Per split, (weight precision, KV dtype) (both pools share them: the KV cache moves between them) and decode
   TP, the PAIRS cheapest rows of each pool are paired, cheapest first, within the plan's limits (GPUs of a type
-  counted over both pools): an offer. The SHOWN cheapest offers are confirmed with the report's sample (each
-  pool's rate searched again with it, the replicas that follow, the limits, the combined latencies per sampled
-  request against every target) and become candidates.
+  counted over both pools): an offer; where the cheapest pair breaks a limit by the search's coarse sample, it is
+  offered too (confirmed, it may need fewer replicas). The SHOWN cheapest offers are confirmed with the report's
+  sample (each pool's rate searched again with it, the replicas that follow, the limits, the combined latencies per
+  sampled request against every target) and become candidates.
 
 The candidates join the aggregated ones before the frontier is drawn, so the recommendation is the cheapest of
 either shape and the alternatives show both.
@@ -123,7 +124,7 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
     pre_first = pre_keep[np.argsort(pools.pre_floor[pre_keep], kind="stable")][:FIRST_PASS_ROWS]
     dec_first = dec_keep[np.argsort(pools.dec_floor[dec_keep], kind="stable")][:FIRST_PASS_ROWS]
     pools.search(pre_first, dec_first)
-    offers = pools.all_offers()
+    offers = [offer for offer in pools.all_offers() if offer[4]]  # those within the limits by the search's counts
     if offers:
         # Only the SHOWN cheapest offers become candidates: one dearer than the SHOWN-th found so far never will.
         reach = min(reach, PRACTICAL_COST_FACTOR * offers[0][0], offers[min(SHOWN, len(offers)) - 1][0])
@@ -137,7 +138,7 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
     untried = iter(pools.all_offers())
     while len(found) < SHOWN:
         picks: list[tuple[int, int, int]] = []
-        for _, pair, i, k in untried:
+        for _, pair, i, k, _ in untried:
             if pair not in tried:
                 tried.add(pair)
                 picks.append((k, i, pair[1]))
@@ -267,14 +268,14 @@ class _Pools:
                 b[i] = rates[start:start + len(i)]
                 start += len(i)
 
-    def all_offers(self) -> list[tuple[float, tuple[int, int], int, int]]:
+    def all_offers(self) -> list[tuple[float, tuple[int, int], int, int, bool]]:
         """Every split's offers, cheapest first."""
         return sorted(offer for k in range(len(self.splits)) for offer in self.offers(k))
 
-    def offers(self, k: int) -> list[tuple[float, tuple[int, int], int, int]]:
+    def offers(self, k: int) -> list[tuple[float, tuple[int, int], int, int, bool]]:
         """Per (precision, KV dtype) and decode TP, the cheapest pair of searched rows within the plan's limits,
-        among the PAIRS cheapest rows of each pool: (cost, (prefill row, decode row), prefill pool index, the
-        split's position `k`)."""
+        among the PAIRS cheapest rows of each pool, and the cheapest pair where that one is not: (cost, (prefill row,
+        decode row), prefill pool index, the split's position `k`, whether it is within the limits)."""
         req, rows = self.req, self.rows
         pre_best = np.nan_to_num(self.pre_best[k], nan=0.0)
         dec_best = np.nan_to_num(self.dec_best[k], nan=0.0)
@@ -289,10 +290,14 @@ class _Pools:
             pres, decs = pre_rows[pre_keys == key], dec_rows[dec_keys == key]
             pairs = sorted(((int(i), int(j)) for i in pres for j in decs),
                            key=lambda ij: (pre_cost[ij[0]] + dec_cost[ij[1]], ij))
-            for i, j in pairs:
+            for n, (i, j) in enumerate(pairs):
                 pre = int(self.pre_row[i])
-                if _within_limits(req, self.grid, rows, pre, int(pre_replicas[i]), j, int(dec_replicas[j])):
-                    out.append((float(pre_cost[i] + dec_cost[j]), (pre, j), i, k))
+                within = _within_limits(req, self.grid, rows, pre, int(pre_replicas[i]), j, int(dec_replicas[j]))
+                # The cheapest pair is offered even where the search's coarse sample puts it over a limit: confirmed
+                # with the report's sample it may need fewer replicas (`candidates` holds it to the limits again).
+                if within or n == 0:
+                    out.append((float(pre_cost[i] + dec_cost[j]), (pre, j), i, k, within))
+                if within:
                     break
         return out
 

@@ -268,3 +268,20 @@ def test_a_disaggregated_plan_a_limit_rules_out_points_at_its_suggestions_not_an
     warning = next(w for w in result.warnings if w.startswith("no candidate meets every gate"))
     assert "see infeasible" not in warning and "see suggestions" in warning
     assert any(s.startswith("limits: maxGpus") for s in result.suggestions)
+
+
+@pytest.mark.parametrize("limit", [{"budgetDollarsPerHour": "300"}, {"maxReplicas": 10},
+                                   {"availableGpus": {"H100-SXM5-80GB": 84, "H200-SXM-141GB": 16}}])
+def test_a_limit_the_cheapest_pair_meets_keeps_it(limit: dict[str, Any]) -> None:
+    # long-prompts-70b-shapes.yaml: 10 x 8 H100 prefill + 3 x 4 H200 decode, $278/h. The search's coarse sample put
+    # the prefill pool at 11 replicas ($301.60/h), so a budget of $300, maxReplicas 10 or 84 H100 ruled the pair out
+    # before the report's sample confirmed 10, and the plan came out infeasible under a limit its answer meets.
+    spec = yaml.safe_load((Path(__file__).parents[3] / "examples/platform/long-prompts-70b-shapes.yaml").read_text())
+    spec = {**spec["spec"], "verify": False}
+    free = plan(resolve_plan(parse_plan(spec))).recommendation
+    assert free is not None and free.shape == "disaggregated"
+    assert [(r.gpu_type, r.gpus_per_replica, r.replicas) for r in free.roles] == [
+        ("H100-SXM5-80GB", 8, 10), ("H200-SXM-141GB", 4, 3)]
+    limited = plan(resolve_plan(parse_plan({**spec, "constraints": {**spec["constraints"], **limit}})))
+    assert limited.recommendation is not None  # the same pair (its tags and why differ with the others left)
+    assert limited.recommendation.model_dump(exclude={"tags", "why"}) == free.model_dump(exclude={"tags", "why"})
