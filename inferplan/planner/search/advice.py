@@ -101,28 +101,33 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
                                f"(now {req.budget_usd_per_hour:g})")
             if req.max_gpus is not None and free.gpus > req.max_gpus:
                 changes.append(f"maxGpus {free.gpus} (now {req.max_gpus})")
-            limit = req.max_gpus_per_type.get(free.gpu_type)
-            if limit is not None and free.gpus > limit:
-                changes.append(f"maxGpusPerType {free.gpu_type}: {free.gpus} (now {limit})")
-            have = (req.available_gpus or {}).get(free.gpu_type, math.inf)
-            recorder = _COUNTED.get()
-            if recorder is not None:
-                recorder.note(free.gpu_type, np.array([free.gpus]), have)
-            if free.gpus > have:
-                # "fewer", not the count: the suggestion is part of the result, which must not change with the
-                # count within its range (as `plan._limit_reason`'s words)
-                changes.append(f"{free.gpus} {free.gpu_type} GPUs in the cluster (now fewer)")
-            # Its replicas on the nodes of their type (both pools' together where they share one): where they do not
-            # fit, room for them, in words that name no count of nodes (as above).
+            # The GPUs of each type and the replicas of each pool: a disaggregated one's top-level type and replicas
+            # are its decode pool's, its GPUs both pools'.
             pools: dict[str, list[tuple[int, int]]] = {}
             for pool in free.roles or [free]:
                 pools.setdefault(pool.gpu_type, []).append((pool.replicas, pool.gpus_per_replica))
             for key, pooled in pools.items():
+                gpus = sum(r * g for r, g in pooled)
+                limit = req.max_gpus_per_type.get(key)
+                if limit is not None and gpus > limit:
+                    changes.append(f"maxGpusPerType {key}: {gpus} (now {limit})")
+                have = (req.available_gpus or {}).get(key, math.inf)
+                recorder = _COUNTED.get()
+                if recorder is not None:
+                    recorder.note(key, np.array([gpus]), have)
+                if gpus > have:
+                    # "fewer", not the count: the suggestion is part of the result, which must not change with the
+                    # count within its range (as `plan._limit_reason`'s words)
+                    changes.append(f"{gpus} {key} GPUs in the cluster (now fewer)")
+            # Its replicas on the nodes of their type (both pools' together where they share one): where they do not
+            # fit, room for them, in words that name no count of nodes (as above).
+            for key, pooled in pools.items():
                 if not pools_placed(req, key, pooled):
                     shapes = " and ".join(replica_shape(r, g, key) for r, g in pooled)
                     changes.append(f"room for {shapes} on the cluster's nodes (now less)")
-            if req.max_replicas is not None and free.replicas > req.max_replicas:
-                changes.append(f"maxReplicas {free.replicas} (now {req.max_replicas})")
+            most = max(pool.replicas for pool in free.roles or [free])
+            if req.max_replicas is not None and most > req.max_replicas:
+                changes.append(f"maxReplicas {most} (now {req.max_replicas})")
             if changes:
                 out.append(f"limits: {'; '.join(changes)} gives {_describe(free)}")
     if req.gpu_types or req.available_gpus is not None:

@@ -285,3 +285,18 @@ def test_a_limit_the_cheapest_pair_meets_keeps_it(limit: dict[str, Any]) -> None
     limited = plan(resolve_plan(parse_plan({**spec, "constraints": {**spec["constraints"], **limit}})))
     assert limited.recommendation is not None  # the same pair (its tags and why differ with the others left)
     assert limited.recommendation.model_dump(exclude={"tags", "why"}) == free.model_dump(exclude={"tags", "why"})
+
+
+def test_a_limits_suggestion_counts_each_pools_gpus_and_replicas() -> None:
+    # The $278/h pair needs 80 H100 and 12 H200 in pools of 10 and 3 replicas; the suggestion had counted all 92 GPUs
+    # as the decode pool's H200 and the decode pool's 3 replicas against maxReplicas, which the prefill pool's 10 break.
+    spec = yaml.safe_load((Path(__file__).parents[3] / "examples/platform/long-prompts-70b-shapes.yaml").read_text())
+    spec = {**spec["spec"], "verify": False}
+    spec["constraints"] = {**spec["constraints"], "shapes": ["disaggregated"], "maxReplicas": 5,
+                           "availableGpus": {"H100-SXM5-80GB": 80, "H200-SXM-141GB": 8},
+                           "maxGpusPerType": {"H200-SXM-141GB": 8}}
+    result = plan(resolve_plan(parse_plan(spec)))
+    assert result.recommendation is None
+    limits = next(s for s in result.suggestions if s.startswith("limits:"))
+    assert limits.startswith("limits: maxGpusPerType H200-SXM-141GB: 12 (now 8); 12 H200-SXM-141GB GPUs in the "
+                             "cluster (now fewer); maxReplicas 10 (now 5) gives 10 x 8 H100-SXM5-80GB prefill")
