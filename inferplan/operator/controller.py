@@ -229,6 +229,7 @@ class Controller:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._active = not settings.peering  # with peering: not before the peering object says so
+        metrics.VIEW.working = self._active  # what this replica saw of the plans is exported while it works only
         # When this replica last began to work (peering): what it saw of a plan before may be older than what a
         # peer wrote meanwhile, and kopf, resuming, may not have listed that plan again yet.
         self._active_since = -math.inf
@@ -418,7 +419,7 @@ class Controller:
         active = all(status is not None and leads(status, self.identity, self.priority, at)
                      for _, status in statuses)
         if active != self._active:
-            self._active = active
+            self._active = metrics.VIEW.working = active
             if active:
                 self._active_since = now
                 self.logger.info("peering %s: this replica (%s) works now", peering, self.identity)

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from inferplan.deploy.autoscaling import per_replica_target
 from inferplan.planner.quantiles import QUANTILE_NAMES
@@ -35,7 +37,7 @@ RECONCILE_ERRORS = Counter(
     "inferplan_reconcile_errors_total", "Reconciles that ended in an error (bad spec or unexpected failure).",
     ["reason"], registry=REGISTRY,
 )
-PLANS = Gauge("inferplan_plans", "Plans by condition and its status.", ["condition", "status"], registry=REGISTRY)
+PLANS = Gauge("inferplan_plans", "Plans by condition and its status.", ["condition", "status"], registry=None)
 Row = tuple[int, tuple[str, ...], float]
 """One series of a plan: its family (`PlanSeries.family`), its label values after namespace and plan, its value."""
 
@@ -98,7 +100,7 @@ RECOMMENDED_TARGET_RPS = PLAN_SERIES.family(
 PLAN_FEASIBLE = PLAN_SERIES.family("inferplan_plan_feasible",
                                    "1 when the plan has a feasible recommendation, else 0.")
 CLUSTER_GPUS = Gauge("inferplan_cluster_gpus", "Allocatable GPUs on schedulable, ready nodes, by type.",
-                     ["gpu_type"], registry=REGISTRY)
+                     ["gpu_type"], registry=None)
 RECONCILE_ERRORS.labels("Unexpected")  # exported at 0 from the start, so that rate() sees the first one
 _LATENCY_LABELS = ["metric", "quantile"]
 PREDICTED_LATENCY = PLAN_SERIES.family("inferplan_predicted_latency_seconds",
@@ -128,7 +130,31 @@ CALIBRATION_FACTOR = PLAN_SERIES.family("inferplan_calibration_factor",
 PLAN_CONDITION = PLAN_SERIES.family("inferplan_plan_condition",
                                     "1 for each condition's current status and reason of a plan.",
                                     ["condition", "status", "reason"])
-REGISTRY.register(PLAN_SERIES)  # after its families: the registry reads their names to refuse duplicates
+
+
+class WhileWorking:
+    """The collectors of this replica's view of the plans and the cluster, exported only while it works.
+
+    With peering, kopf pauses the watches of a replica that waits for a peer: it gets no events, so the series it
+    exported when it last worked would stay as they were beside the working replica's (a deleted plan's, a
+    condition long resolved), and the alerts and the dashboard, which take the max over the operator's pods,
+    would read them."""
+
+    def __init__(self, *collectors: Collector) -> None:
+        self.collectors = collectors
+        self.working = True
+
+    def describe(self) -> list[Metric]:
+        return [family for collector in self.collectors for family in collector.describe()]
+
+    def collect(self) -> list[Metric]:
+        if not self.working:
+            return []
+        return [family for collector in self.collectors for family in collector.collect()]
+
+
+VIEW = WhileWorking(PLANS, CLUSTER_GPUS, PLAN_SERIES)
+REGISTRY.register(VIEW)  # after PLAN_SERIES's families: the registry reads their names to refuse duplicates
 
 _QUANTILES = {name: str(q) for q, name in QUANTILE_NAMES.items()}  # p50 -> "0.5", the label value
 

@@ -370,6 +370,51 @@ def test_a_replica_that_begins_to_work_reads_a_plan_again_before_planning_it(
     assert UID not in b.registry.plans and len(cluster.pool.asked) == 1 and len(cluster.api.writes) == 1
 
 
+def test_a_replica_that_waits_for_a_peer_exports_no_series_of_the_plans(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf pauses the watches of a replica that waits: what it saw stays as it was when it last worked. It
+    exported those series beside the working replica's, and the alerts and the dashboard take the max over the
+    operator's pods: a plan deleted meanwhile stayed in /metrics and inferplan_plans counted it twice (seen with two
+    `inferplan operator` processes on the test API server). A waiting replica exports none of them; its own
+    metrics (reconciles, errors) stay."""
+    cluster.add(CHAT)
+    cluster.reconcile()
+    ((_, _, answer),) = cluster.api.writes
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    peers: dict[str, Any] = {"b": {"priority": 1, "lifetime": 60, "lastseen": now}}
+    monkeypatch.setattr(kube, "peering_statuses", lambda peering, namespaces: [("KopfPeering x/inferplan", peers)])
+    inline = InlineExecutor()
+    b = Controller(OperatorSettings(verify=False, peering="inferplan"), pool=cast(PlannerPool, cluster.pool),
+                   api=inline, observe=inline, endpoints=EndpointsFile(None), identity="b", priority=1,
+                   nodes=lambda: cluster.nodes)
+
+    def works() -> bool:
+        b._peering_checked = -float("inf")  # asked of the peering object now, not once a second
+        return asyncio.run(b._works())
+
+    def exported() -> dict[str, float | None]:
+        return {name: metrics.REGISTRY.get_sample_value(name, labels) for name, labels in (
+            ("inferplan_plan_feasible", {"namespace": NAMESPACE, "plan": NAME}),
+            ("inferplan_plans", {"condition": "Ready", "status": "True"}),
+            ("inferplan_cluster_gpus", {"gpu_type": "L40S"}))}
+
+    try:
+        assert works()
+        b.seen(UID, NAMESPACE, NAME, 1, CHAT, answer)
+        b.inventory()
+        assert exported() == {"inferplan_plan_feasible": 1.0, "inferplan_plans": 1.0, "inferplan_cluster_gpus": 4.0}
+        peers["a"] = {"priority": 2, "lifetime": 60, "lastseen": now}  # a peer of a higher priority: b waits
+        assert not works()
+        assert exported() == {"inferplan_plan_feasible": None, "inferplan_plans": None, "inferplan_cluster_gpus": None}
+        assert metrics.REGISTRY.get_sample_value("inferplan_reconcile_duration_seconds_count") is not None
+        del peers["a"]  # gone: b works again, and exports what it holds
+        assert works()
+        assert exported()["inferplan_plan_feasible"] == 1.0
+    finally:
+        b.forget(UID, NAMESPACE, NAME)
+        metrics.VIEW.working = True
+
+
 def test_a_plan_with_its_own_available_gpus_is_not_planned_again_at_every_check(cluster: Cluster) -> None:
     """Answered once, a plan whose availableGpus (no gpuTypes) lists L40S on a cluster that also has L4 nodes has
     no work due at the next check: its status holds for the types it may use."""
