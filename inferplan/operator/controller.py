@@ -484,6 +484,8 @@ class Controller:
             logger.info("%s/%s: status written for generation %s (Ready=%s %s; holds for %s)", plan.namespace,
                         plan.name, generation, ready.get("status"), ready.get("reason"),
                         ranges_text(new.get("inventory") or []) or "no GPU type")
+            if uid not in registry.plans:
+                return  # deleted while the write was in flight: `forget` let it go, and nothing of it is kept again
         if replan:
             now = time.monotonic()
             registry.planned_inputs[uid] = inputs

@@ -315,6 +315,24 @@ def test_a_plan_deleted_while_its_status_is_written_is_let_go(cluster: Cluster) 
         cluster.reconcile()
 
 
+
+def test_a_plan_deleted_while_its_status_write_succeeds_leaves_no_series(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DELETED event can be handled while the write is in flight (the loop runs it meanwhile) and the write
+    still succeed: the reconcile then recorded the plan's series again after `forget` removed them, and they
+    stayed in /metrics (and in inferplan_plans) until the operator restarted."""
+    def deleted_meanwhile(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        cluster.controller.forget(UID, NAMESPACE, NAME)
+        return {"status": patch}
+
+    monkeypatch.setattr(kube, "write_status", deleted_meanwhile)
+    before = metrics.REGISTRY.get_sample_value("inferplan_plans", {"condition": "Ready", "status": "True"})
+    cluster.add(CHAT)
+    cluster.reconcile()
+    assert metrics.REGISTRY.get_sample_value("inferplan_plan_feasible", {"namespace": NAMESPACE, "plan": NAME}) is None
+    assert metrics.REGISTRY.get_sample_value("inferplan_plans", {"condition": "Ready", "status": "True"}) == before
+    assert UID not in cluster.controller.registry.answered and UID not in cluster.controller.registry.recorded
+
 # -- beginning to work beside a peer ---------------------------------------------------------------------
 
 
