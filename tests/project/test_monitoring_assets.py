@@ -20,6 +20,7 @@ import yaml
 from inferplan.operator import metrics
 from tests.support.monitoring import (
     DASHBOARD,
+    REPO,
     ROW_MATCHERS_VARIABLE,
     RULES,
     RULES_TESTS,
@@ -317,3 +318,16 @@ def test_metric_names_parser() -> None:
     assert metric_names('count(m == bool 1) without (instance) or absent(n{a=~"$plan"})') == {"m", "n"}
     assert to_promql('rate(m{plan=~"$plan", namespace=~"${namespace}"}[$__rate_interval])') == (
         'rate(m{plan=~".+", namespace=~".+"}[5m])')
+
+
+def test_the_metrics_missing_runbook_names_every_reason_that_fires_it() -> None:
+    """Every MetricsAvailable=False reason of docs/observe.md but InsufficientTraffic fires InferplanMetricsMissing;
+    its runbook named four of the seven, so an SRE paged for UnsupportedEngine found no word on what to do."""
+    observe = (REPO / "docs" / "observe.md").read_text(encoding="utf-8")
+    table = observe.split("| status | reason | when |", 1)[1].split("\n\n", 1)[0]
+    reasons = {reason for line in table.splitlines() if line.startswith("| False |")
+               for reason in re.findall(r"`(\w+)`", line.split("|")[2])}
+    assert {"PrometheusUnreachable", "UnsupportedEngine"} <= reasons
+    operator = (REPO / "docs" / "operator.md").read_text(encoding="utf-8")
+    runbook = operator.split("### InferplanMetricsMissing", 1)[1].split("###", 1)[0]
+    assert sorted(reason for reason in reasons if f"`{reason}`" not in runbook) == []
