@@ -347,11 +347,14 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
                 progress(CalibrationProgress(sweep + 1, sweeps, term, len(targets), done, per_sweep * sweeps,
                                              float(row_losses.sum())))
     current = _inherit_memory(current, fitted_lines)
+    # A line without rows here keeps `start`'s factors, and so the measured lines they were fitted on.
+    kept = start.meta.get("rows_by_engine_family", {})
+    by_family = {line: kept[line] for line in current.engines if line in kept and line not in engines}
     meta = {
         "about": "engine terms fitted by inferplan calibrate on measured kernel times; default_engine is the prior",
         "fitted_on_rows": len(rows),
         "rows_by_engine": dict(sorted(engines.items())),
-        "rows_by_engine_family": _rows_by_engine_family(rows, fitted_lines),
+        "rows_by_engine_family": dict(sorted((by_family | _rows_by_engine_family(rows, fitted_lines)).items())),
         "procedure": "docs/calibration.md",
         "prior_weight": prior_weight,
         "cauchy_scale": CAUCHY_SCALE,

@@ -151,6 +151,17 @@ def test_engines_without_rows_keep_their_factors(published_scenarios: Path) -> N
     assert set(fitted.rows_by_engine) == {"llama.cpp"}
 
 
+def test_engines_without_rows_keep_the_measured_lines_their_factors_rest_on(published_scenarios: Path) -> None:
+    """A team's fit on its own llama.cpp runs keeps SGLang's shipped factors, and with them the measured lines a plan
+    cites for them: an SGLang plan on an H100 with the written file is not `extrapolated` (nor its intervals
+    widened) because the team measured another engine."""
+    shipped = load_factors()
+    rows = [r for r in read_scenarios(published_scenarios).scenarios if r.engine == "llama.cpp"][:10]
+    fitted = calibrate(rows, shipped, sweeps=1).factors
+    assert fitted.lines_measured_on("sglang", "hopper") == shipped.lines_measured_on("sglang", "hopper") != {}
+    assert fitted.lines_measured_on("vllm", "ampere") == shipped.lines_measured_on("vllm", "ampere") != {}
+
+
 def test_a_rocm_lines_rows_move_that_line_only(published_scenarios: Path) -> None:
     """CDNA3 is measured with vLLM on ROCm (Argonne's 2024 runs, the V0 line). Made with a per-step time of 6 ms on
     that line and measured by two sources, its rows move that line towards it (the prior holds back some with this
