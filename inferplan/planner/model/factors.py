@@ -10,6 +10,7 @@ streaming rate; plus, per scenario source and engine line, what that measurement
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
@@ -143,7 +144,8 @@ def parse_factors(data: dict[str, Any]) -> FactorSet:
         if not_numbers:
             raise ValueError(f"factors for engine {name!r}: not a number: {', '.join(not_numbers)}")
         values = {f: float(raw[f]) for f in ENGINE_FACTOR_NAMES}
-        bad = [f for f, v in values.items() if v < 0 or (v == 0 and f.endswith(("scale", "speed", "gb_s")))]
+        bad = [f for f, v in values.items()
+               if not math.isfinite(v) or v < 0 or (v == 0 and f.endswith(("scale", "speed", "gb_s")))]
         if bad:
             raise ValueError(f"factors for engine {name!r}: out of range: {', '.join(bad)}")
         return EngineFactors(**values)
@@ -160,9 +162,9 @@ def parse_factors(data: dict[str, Any]) -> FactorSet:
             any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in data.get("harness_ms", {}).values()):
         raise ValueError("'harness_ms' must map each source and engine line to a number of ms")
     harness = {str(k): float(v) for k, v in data.get("harness_ms", {}).items()}
-    negative = sorted(k for k, v in harness.items() if v < 0)
+    negative = sorted(k for k, v in harness.items() if not math.isfinite(v) or v < 0)
     if negative:
-        raise ValueError(f"harness_ms for {negative[0]!r}: must not be negative")
+        raise ValueError(f"harness_ms for {negative[0]!r}: must be a finite number of ms, not negative")
     return FactorSet(
         engines={name: engine(name, raw) for name, raw in data["engines"].items()},
         default_engine=engine("default", data["default_engine"]),
