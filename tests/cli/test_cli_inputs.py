@@ -12,6 +12,9 @@ from inferplan.cli import main
 
 PLAN = Path(__file__).resolve().parents[2] / "examples" / "plans" / "chat-assistant-8b.yaml"
 EXAMPLE_ROWS = Path(__file__).resolve().parents[2] / "inferplan" / "planner" / "data" / "example-scenarios.jsonl"
+# A factors file with the neutral prior only, its closing brace left off for what follows.
+PRIOR = ('{"engines": {}, "default_engine": {"step_overhead_ms": 1, "sequence_overhead_ms": 0.05, '
+         '"request_overhead_ms": 0, "non_torch_gib": 0.3, "activation_scale": 1}')
 
 
 @pytest.mark.parametrize(("content", "says"), [
@@ -20,6 +23,10 @@ EXAMPLE_ROWS = Path(__file__).resolve().parents[2] / "inferplan" / "planner" / "
     ("{}", "missing 'engines'"),
     ('{"engines": {"vllm": 5}, "default_engine": {}}', "engine 'vllm': expected a JSON object"),
     ('{"engines": {}, "default_engine": {"per_step_ms": "x"}}', "engine 'default'"),
+    # A plan reads the measured lines from `meta`: each of these was a traceback.
+    (PRIOR + ', "meta": [1]}', "'meta' must be a JSON object"),
+    (PRIOR + ', "meta": {"rows_by_engine_family": []}}', "rows_by_engine_family"),
+    (PRIOR + ', "meta": {"rows_by_engine_family": {"vllm": {"hopper": "x"}}}}', "rows_by_engine_family"),
 ])
 def test_a_malformed_factors_file_is_an_error_that_names_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, says: str) -> None:

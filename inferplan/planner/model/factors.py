@@ -161,6 +161,13 @@ def parse_factors(data: dict[str, Any]) -> FactorSet:
     if not isinstance(data.get("harness_ms", {}), dict) or \
             any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in data.get("harness_ms", {}).values()):
         raise ValueError("'harness_ms' must map each source and engine line to a number of ms")
+    meta = data.get("meta", {})
+    counts = meta.get("rows_by_engine_family", {}) if isinstance(meta, dict) else None
+    if not isinstance(counts, dict) or any(
+            not isinstance(by_family, dict) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0
+                                                   for n in by_family.values()) for by_family in counts.values()):
+        raise ValueError("'meta' must be a JSON object whose 'rows_by_engine_family' maps each engine line to a "
+                         "count of measured lines per GPU family")
     harness = {str(k): float(v) for k, v in data.get("harness_ms", {}).items()}
     negative = sorted(k for k, v in harness.items() if not math.isfinite(v) or v < 0)
     if negative:
@@ -168,7 +175,7 @@ def parse_factors(data: dict[str, Any]) -> FactorSet:
     return FactorSet(
         engines={name: engine(name, raw) for name, raw in data["engines"].items()},
         default_engine=engine("default", data["default_engine"]),
-        meta=dict(data.get("meta", {})),
+        meta=dict(meta),
         harness_ms=harness,
     )
 
