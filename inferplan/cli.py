@@ -148,6 +148,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             why = "is a directory" if target.is_dir() else f"its folder {target.parent} does not exist"
             print(f"inferplan: error: --write {args.write}: {why}", file=sys.stderr)
             return 2
+        if any(Path(p).resolve() == target.resolve() for p in args.scenarios):
+            print(f"inferplan: error: --write {args.write}: is a --scenarios file; the factors would replace its "
+                  "measurements", file=sys.stderr)
+            return 2
     try:
         from inferplan.planner.calibration.calibrate import CalibrationProgress, calibrate, format_calibration
 

@@ -226,6 +226,17 @@ def test_calibrate_checks_where_it_writes_before_it_fits(tmp_path: Path, capsys:
     assert f"scenario file {tmp_path} is a directory" in capsys.readouterr().err
 
 
+def test_calibrate_never_writes_over_the_measurements_it_fits(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # `--write` naming a `--scenarios` file replaced a team's measurements with the factors fitted on them.
+    rows = tmp_path / "mine.jsonl"
+    rows.write_text(EXAMPLE_ROWS.read_text(encoding="utf-8"), encoding="utf-8")
+    for target in (rows, tmp_path / "." / "mine.jsonl"):
+        assert main(["calibrate", "--scenarios", str(EXAMPLE_ROWS), str(rows), "--write", str(target)]) == 2
+        assert "is a --scenarios file" in capsys.readouterr().err
+    assert rows.read_text(encoding="utf-8") == EXAMPLE_ROWS.read_text(encoding="utf-8")
+
+
 def test_calibrate_fits_a_row_once_when_two_files_give_its_id(capsys: pytest.CaptureFixture[str]) -> None:
     # The same file twice was fitted on twice its rows (its harness times pulled twice as hard), silently.
     assert main(["calibrate", "--scenarios", str(EXAMPLE_ROWS)]) == 0
