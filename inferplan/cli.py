@@ -153,11 +153,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                   "measurements", file=sys.stderr)
             return 2
     try:
-        from inferplan.planner.calibration.calibrate import CalibrationProgress, calibrate, format_calibration
+        from inferplan.planner.calibration.calibrate import (
+            CalibrationProgress,
+            calibrate,
+            format_calibration,
+            training_rows,
+        )
 
         scenarios, _ = _read(args.scenarios)  # an id an earlier file gave is a bad line
         if not scenarios:
             print("inferplan: error: no scenario line to fit (the files hold no valid line)", file=sys.stderr)
+            return 2
+        if not training_rows(scenarios):
+            print(f"inferplan: error: no scenario line to fit: none of the {len(scenarios)} valid line(s) is one a "
+                  "fit uses (each is suspect, lacks a GPU or an engine, has no positive value, or is of an "
+                  "architecture the model does not represent: docs/calibration.md, Procedure)", file=sys.stderr)
             return 2
         with ProgressLine(sys.stderr) as bar:
             def show(step: CalibrationProgress) -> None:

@@ -226,6 +226,21 @@ def test_calibrate_checks_where_it_writes_before_it_fits(tmp_path: Path, capsys:
     assert f"scenario file {tmp_path} is a directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("change", [{"suspect": True}, {"gpu": None}, {"value": 0.0},
+                                    {"model": "deepseek-ai/DeepSeek-V3"}])
+def test_calibrate_refuses_files_whose_every_line_a_fit_leaves_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict) -> None:
+    # It printed "fitted on 0 rows", wrote a factors file fitted on nothing and exited 0.
+    rows = tmp_path / "skipped.jsonl"
+    rows.write_text("".join(json.dumps(json.loads(line) | change) + "\n"
+                            for line in EXAMPLE_ROWS.read_text(encoding="utf-8").splitlines() if line.strip()),
+                    encoding="utf-8")
+    assert main(["calibrate", "--scenarios", str(rows), "--write", str(tmp_path / "f.json")]) == 2
+    captured = capsys.readouterr()
+    assert "no scenario line to fit: none of the 7 valid line(s) is one a fit uses" in captured.err
+    assert captured.out == "" and not (tmp_path / "f.json").exists()
+
+
 def test_calibrate_never_writes_over_the_measurements_it_fits(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     # `--write` naming a `--scenarios` file replaced a team's measurements with the factors fitted on them.
