@@ -82,12 +82,18 @@ def _factors(path: str | None):  # -> FactorSet | None
     from inferplan.planner.model.factors import parse_factors
 
     try:
-        return parse_factors(json.loads(Path(path).read_text(encoding="utf-8")))
+        factors = parse_factors(json.loads(Path(path).read_text(encoding="utf-8")))
     except json.JSONDecodeError as exc:
         raise CliError(f"factors file {path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
                        ) from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise CliError(f"factors file {path}: {exc}") from None
+    unknown = factors.unknown_lines()
+    if unknown:
+        print(f"inferplan: warning: factors file {path}: no engine is predicted with the line(s) "
+              f"{', '.join(unknown)}, whose factors are not used (a line is an engine's name, its older release "
+              "line's or either with -rocm: docs/engines.md#factor-lines-factor_key)", file=sys.stderr)
+    return factors
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:

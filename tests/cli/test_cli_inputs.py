@@ -39,6 +39,25 @@ def test_a_malformed_factors_file_is_an_error_that_names_it(
         assert "Traceback" not in err
 
 
+def test_a_factors_line_no_engine_is_predicted_with_is_named(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # A line spelt `vLLM`, or one of another version (`sglang-v0`), was read and never used, without a word.
+    from inferplan.planner.model.factors import load_factors
+
+    data = load_factors().to_json()
+    data["engines"]["vLLM"] = data["engines"]["sglang-v0"] = data["engines"]["vllm"]
+    factors = tmp_path / "f.json"
+    factors.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["plan", str(PLAN), "--no-verify", "--factors", str(factors)]) == 0
+    err = capsys.readouterr().err
+    assert (f"inferplan: warning: factors file {factors}: no engine is predicted with the line(s) sglang-v0, vLLM, "
+            "whose factors are not used") in err
+    data["engines"] = {line: data["engines"]["vllm"] for line in ("vllm-rocm", "vllm-v0-rocm", "tensorrt-llm-v0")}
+    factors.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["plan", str(PLAN), "--no-verify", "--factors", str(factors)]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_a_plan_is_read_from_standard_input(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO(PLAN.read_text(encoding="utf-8")))

@@ -16,7 +16,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from inferplan.planner.catalog.engines import base_line, engine_of_line, factor_key
+from inferplan.planner.catalog.engines import ENGINES, FACTOR_LINES, base_line, engine_of_line, factor_key
 
 ENGINE_FACTOR_NAMES = (
     "step_overhead_ms",           # per engine step: scheduling, launches, sampling, Python [ms]
@@ -116,6 +116,12 @@ class FactorSet:
         counts = self.meta.get("rows_by_engine_family", {})
         return {line: int(by_family[family]) for line, by_family in sorted(counts.items())
                 if engine_of_line(line) == engine and by_family.get(family)}
+
+    def unknown_lines(self) -> list[str]:
+        """The engine lines of `engines` no engine of the catalog is predicted with (`engines.factor_key`): a
+        misspelt name (`vLLM`) or a line of another version of inferplan. Their factors are never read."""
+        known = set(ENGINES) | {older for _, _, older in FACTOR_LINES.values()}
+        return [line for line in sorted(self.engines) if base_line(line) not in known]
 
     def to_json(self) -> dict[str, Any]:
         def as_dict(obj: object) -> dict[str, float]:

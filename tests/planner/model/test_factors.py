@@ -110,3 +110,11 @@ def test_a_stack_line_without_factors_has_its_engines_and_one_with_factors_its_o
     with_own = replace(shipped, engines=shipped.engines | {"vllm-rocm": rocm})
     assert with_own.engine_on("vllm", "AMD-Instinct-MI300X", "amd") == rocm
     assert with_own.engine_on("vllm", "NVIDIA-H100-80GB-HBM3", "nvidia") == vllm
+
+
+def test_every_shipped_line_is_one_an_engine_is_predicted_with() -> None:
+    shipped = load_factors()
+    assert shipped.unknown_lines() == []
+    odd = replace(shipped, engines={**shipped.engines, "vLLM": shipped.engine("vllm"),
+                                    "sglang-v0-rocm": shipped.engine("sglang")})
+    assert odd.unknown_lines() == ["sglang-v0-rocm", "vLLM"]
