@@ -544,7 +544,8 @@ _INTERVAL_KEYS = {"ttft": "ttftMs", "tpot": "tpotMs", "e2e": "e2eMs"}  # observe
 class Bands:
     """The recommendation's prediction intervals as ratios to its own prediction, per observed metric and quantile:
     (low / predicted, high / predicted). An interval is the prediction times bounds that depend on what the prediction
-    rests on (model kind, engine line, GPU family), not on the load (docs/model.md#prediction-intervals), so the same
+    rests on (model kind, engine line, GPU family), not on the load
+    (docs/model.md#prediction-intervals-intervalspy-dataintervalsjson), so the same
     ratios around the prediction for the observed workload on the current deployment are the interval the planner
     gives that prediction, as long as the current deployment runs the recommendation's GPU family. `missing` says
     why there are none (empty when there are)."""

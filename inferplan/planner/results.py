@@ -69,7 +69,8 @@ class PercentileIntervals(_Result):
 
 class Intervals(_Result):
     """Where the measured value of each predicted latency percentile falls with probability `confidence`:
-    bounds from the planner's held-out errors on published runs (docs/model.md#prediction-intervals)."""
+    bounds from the planner's held-out errors on published runs
+    (docs/model.md#prediction-intervals-intervalspy-dataintervalsjson)."""
 
     ttft_ms: PercentileIntervals
     tpot_ms: PercentileIntervals | None = Field(
