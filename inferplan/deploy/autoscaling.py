@@ -89,15 +89,34 @@ def prometheus_adapter_rules(engine: str) -> dict[str, Any]:
     return {"rules": rules}
 
 
+GENERATED_NAME_BASE = 58
+"""The API server cuts a `generateName` to this many characters before it appends 5 random ones (apiserver's
+names.MaxGeneratedNameLength, 63 - 5)."""
+_POD_TEMPLATE_HASH = 10  # characters of a ReplicaSet's pod-template-hash at most (a uint32 in decimal, re-lettered)
+
+
+def deployment_pods(deployment: str) -> str:
+    """A regex of the names of Deployment `deployment`'s pods: its ReplicaSet `DEPLOYMENT-HASH` creates them with
+    generateName `DEPLOYMENT-HASH-`, which the API server cuts at GENERATED_NAME_BASE characters before the 5 random
+    ones, so that a long name loses the hash's end and its dash (`DEPLOYMENT-HASH-RANDOM` only for short ones)."""
+    prefix = f"{deployment}-"
+    room = GENERATED_NAME_BASE - len(prefix)  # characters left for `HASH-` before the cut
+    if room > _POD_TEMPLATE_HASH:
+        return f"{prefix}[a-z0-9]+-[a-z0-9]+"
+    if room > 0:  # a hash of room or more characters is cut to room, the dash with it
+        return f"{prefix}([a-z0-9]+-[a-z0-9]+|[a-z0-9]{{{room + 5}}})"
+    return f"{prefix[:GENERATED_NAME_BASE]}[a-z0-9]{{5}}"
+
+
 def _scale_target(request: PlanRequest, candidate: Candidate, name: str, target: str) -> tuple[dict[str, str], str]:
     """(scaleTargetRef, a regex of its pods' names) of the workload `manifests.render` makes for `target`."""
     if target == "kserve":  # KServe's raw deployment mode names the Deployment <isvc>-predictor
         return ({"apiVersion": "apps/v1", "kind": "Deployment", "name": f"{name}-predictor"},
-                f"{name}-predictor-[a-z0-9]+-[a-z0-9]+")
+                deployment_pods(f"{name}-predictor"))
     if nodes_per_replica(request, candidate) > 1:  # leader pods are <lws>-<group>, workers <lws>-<group>-<i>
         return ({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": lws_name(name)},
                 f"{lws_name(name)}-[0-9]+")
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, f"{name}-[a-z0-9]+-[a-z0-9]+"
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, deployment_pods(name)
 
 
 def keda_query(engine: str, metric: str, namespace: str | None, pod_pattern: str) -> str:
@@ -189,6 +208,7 @@ __all__ = [
     "ReplicaBounds",
     "adapter_metric",
     "autoscaling",
+    "deployment_pods",
     "hand_replicas_to_autoscaler",
     "keda_query",
     "per_replica_target",

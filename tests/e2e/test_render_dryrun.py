@@ -10,11 +10,13 @@ autoscaling/v2 is not served here, so those are not sent. policy/v1 is: the PodD
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import kubernetes
 import pytest
 
+from inferplan.deploy.autoscaling import autoscaling
 from inferplan.deploy.manifests import render
 from inferplan.resource import GROUP, KIND, PLURAL, VERSION
 from tests.support.plans import EXAMPLES, disaggregated, example_spec, planned
@@ -100,3 +102,24 @@ def test_the_crd_checks_spec_engine_image(k8s: dict[str, Any], namespace: str, i
     with pytest.raises(kubernetes.client.ApiException) as raised:
         api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, dry_run="All")
     assert raised.value.status == 422 and "spec.engine.image" in raised.value.body
+
+
+@pytest.mark.parametrize("target", ["deployment", "kserve"])
+@pytest.mark.parametrize("name", ["chat", "chat-assistant-llama-3-1-8b-instruct-eu1", "chat-" * 9 + "llama-3-1-8b"])
+def test_the_keda_query_matches_the_pods_the_api_server_names(k8s: dict[str, Any], namespace: str, name: str,
+                                                              target: str) -> None:
+    """A Deployment's pods are named from their ReplicaSet's generateName `DEPLOYMENT-HASH-`, which the API server
+    cuts at 58 characters before the random ones: for a long plan name (from 47 characters, from 37 for KServe's
+    NAME-predictor) the ScaledObject's query must match the cut names, else KEDA counts no requests and never
+    scales up."""
+    request, candidate = planned(EXAMPLES[0])
+    (scaled,) = autoscaling(request, candidate, name=name, namespace=namespace, kind="keda", target=target)
+    pods = re.search(r'pod=~"([^"]+)"', scaled["spec"]["triggers"][0]["metadata"]["query"]).group(1)
+    deployment = scaled["spec"]["scaleTargetRef"]["name"]
+    core = kubernetes.client.CoreV1Api(k8s["admin"])
+    for pod_template_hash in ("5d4f8c7b9", "7f6b9d8c4x", "b6"):
+        pod = {"metadata": {"generateName": f"{deployment}-{pod_template_hash}-"},
+               "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.2"}]}}
+        created = core.create_namespaced_pod(namespace, pod, dry_run="All").metadata.name
+        assert re.fullmatch(pods, created), (created, pods)
+        assert not re.fullmatch(pods, f"{name}x-{pod_template_hash}-abcde")  # another Deployment's pods
