@@ -249,7 +249,7 @@ def dns_label(text: str) -> str:
 def check_name(name: str) -> str:
     """`name` itself when it can name every rendered object (a DNS-1035 label, as a Service name must be);
     else ValueError."""
-    if not _DNS_LABEL.match(name):
+    if not isinstance(name, str) or not _DNS_LABEL.match(name):  # a plan file's `metadata: {name: 123}` too
         raise ValueError(f"name {name!r} is not a DNS-1035 label (lowercase letters, digits and '-', starting with "
                          "a letter, at most 63 characters)")
     return name

@@ -569,6 +569,20 @@ def test_an_unknown_autoscaling_engine_and_a_bad_name_exit_2(capsys: pytest.Capt
     assert code == 2 and "DNS-1035" in err
 
 
+def test_a_plan_file_named_by_a_number_is_refused_not_a_traceback(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`metadata: {name: 123}` reads as a number in YAML: render and diff say it is no name, as for any other."""
+    path = tmp_path / "numbered.yaml"
+    path.write_text(yaml.safe_dump({**yaml.safe_load(CHAT.read_text()), "metadata": {"name": 123}}))
+    code, out, err = run(capsys, "render", str(path), "--no-verify")
+    assert code == 2 and out == "" and "name 123 is not a DNS-1035 label" in err
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify")
+    running = tmp_path / "running.yaml"
+    running.write_text(out)
+    code, out, err = run(capsys, "diff", str(path), "--no-verify", "--deployment", str(running))
+    assert code == 2 and "name 123 is not a DNS-1035 label" in err
+
+
 # ----------------------------------------------------------------------------------------------------------
 # inferplan diff
 
