@@ -194,9 +194,10 @@ def replica_bounds(request: PlanRequest, candidate: Candidate) -> ReplicaBounds:
     else:
         basis.append(pessimistic.words())
         if needed is not None and needed > most:
-            basis.append(f"maxReplicas stops at {most}: " + ("the cluster's nodes hold no more" if source == PLACED else
-                                                             "constraints.maxReplicas or budgetDollarsPerHour allow "
-                                                             "more"))
+            stop = ("the cluster's nodes hold no more" if source == PLACED else
+                    f"{min(caps)[1]} allows no more" if caps else  # the plan's own cap: naming another misleads
+                    "constraints.maxReplicas or budgetDollarsPerHour allow more")
+            basis.append(f"maxReplicas stops at {most}: {stop}")
     return ReplicaBounds(min=least, max=most, min_from="constraints.minReplicas", max_from=source,
                          basis="; ".join(basis))
 

@@ -157,6 +157,13 @@ def test_a_cap_of_the_plan_is_never_raised_by_the_intervals() -> None:
         capped = replica_bounds(with_limits(request, max_replicas=5), wide)
         assert (capped.max, capped.max_from) == (5, "constraints.maxReplicas")
         assert ("maxReplicas stops at 5" in capped.basis) == (needed is not None and needed > 5)
+        # The stop names the cap that set it: raising another (the budget, say) would allow no more.
+        assert "allow more" not in capped.basis
+        if needed is not None and needed > 5:
+            assert "maxReplicas stops at 5: constraints.maxReplicas allows no more" in capped.basis
+        three = {candidate.gpu_type: 3 * candidate.gpus_per_replica}
+        available = replica_bounds(with_limits(request, available_gpus=three, budget_usd_per_hour=1e6), wide)
+        assert available.max_from == "constraints.availableGpus" and "allow more" not in available.basis
 
 
 def test_the_autoscaler_says_what_its_bounds_rest_on() -> None:
