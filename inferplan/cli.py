@@ -512,12 +512,29 @@ def _render_target_problem(namespace: object, image: str | None) -> str | None:
     return None
 
 
+def _autoscaler_option_problem(args: argparse.Namespace) -> str | None:
+    """An autoscaler option without the autoscaler it sets (it would be dropped without a word), or a Prometheus URL
+    KEDA cannot query; None when the options agree."""
+    if args.scale_on and not args.autoscaling:
+        return f"--scale-on {args.scale_on} sets the autoscaler's target: add --autoscaling hpa or keda"
+    if args.prometheus_url is not None and args.autoscaling != "keda":
+        return ("--prometheus-url is the Prometheus the KEDA ScaledObject queries: add --autoscaling keda (an HPA "
+                "reads the Prometheus adapter's metrics)")
+    if args.prometheus_url is not None and not re.fullmatch(r"https?://[^\s/?#]+(/\S*)?", args.prometheus_url):
+        return f"--prometheus-url {args.prometheus_url!r} is not an http(s) URL (e.g. http://prometheus.monitoring.svc:9090)"
+    return None
+
+
 def _cmd_render(args: argparse.Namespace) -> int:
     """Render the recommendation as Kubernetes objects (and an autoscaler), as multi-document YAML or a v1 List."""
     from inferplan.deploy.autoscaling import PROMETHEUS_URL, autoscaling, hand_replicas_to_autoscaler, replica_bounds
     from inferplan.deploy.manifests import dns_label, manifests_digest, render, to_yaml
     from inferplan.deploy.reviewed import StatusRefused
 
+    problem = _autoscaler_option_problem(args)
+    if problem:
+        print(f"inferplan: error: {problem}", file=sys.stderr)
+        return 2
     read = _read_manifest(args.file)
     if read is None:
         return 2
@@ -544,7 +561,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
         if args.autoscaling:
             objects = hand_replicas_to_autoscaler(objects, replica_bounds(request, candidate))
             objects += autoscaling(request, candidate, name=name, namespace=namespace, kind=args.autoscaling,
-                                   target=args.target, metric=args.scale_on,
+                                   target=args.target, metric=args.scale_on or "requests",
                                    prometheus_url=args.prometheus_url or PROMETHEUS_URL)
     except ValueError as exc:
         print(f"inferplan: error: {exc}", file=sys.stderr)
@@ -773,7 +790,7 @@ def build_parser() -> argparse.ArgumentParser:
     ren.add_argument("--autoscaling", choices=("hpa", "keda"),
                      help="add an autoscaler between the plan's replica bounds at the per-replica target: an HPA on a "
                      "Prometheus-adapter metric, or a KEDA ScaledObject")
-    ren.add_argument("--scale-on", choices=("requests", "concurrency"), default="requests",
+    ren.add_argument("--scale-on", choices=("requests", "concurrency"),
                      help="the autoscaler's per-replica target: requests/s at the SLO, or running sequences "
                      "(default requests)")
     ren.add_argument("--prometheus-url", metavar="URL", help="Prometheus the KEDA trigger queries")

@@ -535,6 +535,21 @@ def test_render_with_autoscaling(capsys: pytest.CaptureFixture[str]) -> None:
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "vllm_requests_running"
 
 
+@pytest.mark.parametrize(("options", "says"), [
+    (["--scale-on", "concurrency"], "add --autoscaling hpa or keda"),
+    (["--scale-on", "requests"], "add --autoscaling hpa or keda"),
+    (["--prometheus-url", "http://prometheus.monitoring.svc:9090"], "add --autoscaling keda"),
+    (["--autoscaling", "hpa", "--prometheus-url", "http://prometheus.monitoring.svc:9090"], "add --autoscaling keda"),
+    (["--autoscaling", "keda", "--prometheus-url", "prometheus:9090"], "not an http(s) URL"),
+])
+def test_autoscaler_options_without_their_autoscaler_exit_2(capsys: pytest.CaptureFixture[str], options: list[str],
+                                                            says: str) -> None:
+    """An option of an autoscaler that is not rendered was dropped without a word (`render --scale-on concurrency`
+    printed no autoscaler and exit 0), and KEDA was given any text as its serverAddress."""
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify", *options)
+    assert code == 2 and out == "" and says in err
+
+
 def test_an_infeasible_plan_exits_1_with_the_reasons(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "render", str(REPO / "examples" / "platform" / "infeasible-ask.yaml"), "--no-verify")
     assert code == 1 and out == ""
