@@ -11,6 +11,11 @@ Arguments are compared by meaning, not by spelling: `--flag=value` and `--flag v
 order does not matter, and `sh -c "vllm serve ..."` is read as the command it runs. When they differ, the
 patch replaces the container's command and arguments with the rendered ones as a whole (a partial list edit
 of argv would be unreadable and fragile).
+
+The summary lines go where the Deployment's readers may not look (a plan's status, a review): the value of a
+secret-like flag or variable (`--api-key`, `--hf-token`, `HF_TOKEN=...`, `secret_name`) and the credentials of a
+URL are shown as `<redacted>`. The patch needs no redaction: it holds only what the rendering sets, never a value
+of the running Deployment.
 """
 
 from __future__ import annotations
@@ -285,6 +290,39 @@ def _show(value: Any) -> str:
     return "(none)" if value is None else str(value)
 
 
+REDACTED = "<redacted>"
+_SECRET_WORDS = frozenset({"secret", "secrets", "password", "passwd", "passphrase", "credential", "credentials"})
+_SECRET_LAST_WORDS = frozenset({"key", "keys", "token", "apikey", "authtoken"})
+_NOT_SECRET = frozenset({"--bucket-time-to-first-token", "--max-prompt-adapter-token"})
+"""Flags of the engines' tables (data/engine-flags.json) that the rule takes for secrets: latency buckets, a count."""
+_WORD_IN_TEXT = r"""("[^"]*"|'[^']*'|\S+)"""  # a quoted value whole: its secret may hold a space
+_SECRET_FLAG_IN_TEXT = re.compile(r"(?<![\w-])(--?[A-Za-z0-9][\w.-]*)(=|\s+)(?!-)" + _WORD_IN_TEXT)
+_ASSIGNMENT_IN_TEXT = re.compile(r"(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=" + _WORD_IN_TEXT)
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+
+
+def secret_name(name: str) -> bool:
+    """Whether a flag or an environment variable holds a secret by its name: a word of it (split at `-` and `_`)
+    says secret, password or credentials, or its last word is key, keys or token (`--api-key`, vLLM's `--hf-token`,
+    LMDeploy's `--api-keys`, TGI's `--ngrok-authtoken`, the router's `--oracle-password`, `HF_TOKEN`,
+    `AWS_SECRET_ACCESS_KEY`). A count of tokens (`--max-num-batched-tokens`) or a file of keys (`--ssl-keyfile`)
+    is none: the planner sets some of them, and a review must see their values."""
+    if name in _NOT_SECRET:
+        return False
+    words = [word for word in re.split(r"[-_]+", name.lower()) if word]
+    return bool(words) and (words[-1] in _SECRET_LAST_WORDS or any(word in _SECRET_WORDS for word in words))
+
+
+def redacted(text: str) -> str:
+    """`text` (a launch, or a word of one) with the value of each secret-like flag (`--api-key sk-...`,
+    `--hf-token=hf_...`) and variable (`HF_TOKEN=hf_...`), and the credentials of each URL
+    (`https://user:pass@host`), replaced by `<redacted>`."""
+    text = _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", text)
+    text = _SECRET_FLAG_IN_TEXT.sub(
+        lambda m: f"{m[1]}{m[2]}{REDACTED}" if secret_name(m[1]) else m[0], text)
+    return _ASSIGNMENT_IN_TEXT.sub(lambda m: f"{m[1]}={REDACTED}" if secret_name(m[1]) else m[0], text)
+
+
 def _container_change(current: Mapping[str, Any], desired: Mapping[str, Any], summary: list[str]) -> dict[str, Any]:
     """The patch of the engine container (image, command and args, resources); appends to `summary`."""
     patch: dict[str, Any] = {}
@@ -338,19 +376,32 @@ def _launch_lines(current: Sequence[str], desired: Sequence[str], summary: list[
     want_positional, want_flags = split_launch(desired)
     before = len(summary)
     if cur_positional != want_positional:
-        summary.append(f"command: {shlex.join(cur_positional) or '(none)'} -> {shlex.join(want_positional)}")
+        summary.append(f"command: {_command_text(cur_positional) or '(none)'} -> {_command_text(want_positional)}")
     for flag in sorted(set(cur_flags) | set(want_flags)):
         if flag not in want_flags:
             summary.append(f"args: - {_flag_text(flag, cur_flags[flag])}")
         elif flag not in cur_flags:
             summary.append(f"args: + {_flag_text(flag, want_flags[flag])}")
         elif cur_flags[flag] != want_flags[flag]:
-            summary.append(f"args: {flag} {_show(cur_flags[flag])} -> {_show(want_flags[flag])}")
+            summary.append(f"args: {flag} {_show(_value_text(flag, cur_flags[flag]))} -> "
+                           f"{_show(_value_text(flag, want_flags[flag]))}")
     return len(summary) > before
 
 
+def _command_text(words: Sequence[str]) -> str:
+    """The words before the first flag, as a shell would read them; a word that is a whole script (one that could
+    not be split) or an assignment (`env HF_TOKEN=... vllm serve`) shown without its secrets."""
+    return shlex.join(redacted(word) for word in words)
+
+
+def _value_text(flag: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    return REDACTED if secret_name(flag) else redacted(value)
+
+
 def _flag_text(flag: str, value: str | None) -> str:
-    return flag if value is None else f"{flag} {value}"
+    return flag if value is None else f"{flag} {_value_text(flag, value)}"
 
 
 def _selector_change(current: Mapping[str, Any], desired: Mapping[str, Any], summary: list[str]) -> dict[str, Any]:

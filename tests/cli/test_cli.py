@@ -652,6 +652,19 @@ def test_the_differences_are_lines_and_a_patch(capsys: pytest.CaptureFixture[str
     assert code == 1 and data["inSync"] is False and data["patch"] == patch and len(data["summary"]) == 2
 
 
+def test_diff_does_not_print_the_running_api_key(capsys: pytest.CaptureFixture[str], rendered: Path) -> None:
+    """`inferplan diff` had printed `args: - --api-key sk-SECRET123` (and -o json the same line)."""
+    documents = list(yaml.safe_load_all(rendered.read_text()))
+    running = next(d for d in documents if d["kind"] == "Deployment")
+    running["spec"]["template"]["spec"]["containers"][0]["args"] += ["--api-key", "sk-SECRET123"]
+    rendered.write_text(yaml.safe_dump_all(documents))
+    for output in ("text", "json", "patch"):
+        code, out, err = run(capsys, "diff", str(CHAT), "--deployment", str(rendered), "--no-verify", "-o", output)
+        assert code == 1, err
+        assert "sk-SECRET123" not in out + err
+        assert output == "patch" or "args: - --api-key <redacted>" in out
+
+
 @pytest.fixture
 def pools(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, dict[str, dict[str, Any]]]:
     """A disaggregated SGLang plan (tests.support.plans.LONG_PROMPTS_PD) and the pools' Deployments `inferplan render`

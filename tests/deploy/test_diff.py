@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from inferplan.deploy.diff import asks_for_a_gpu, deployment_change, launch_tokens, split_launch
+from inferplan.deploy.diff import asks_for_a_gpu, deployment_change, launch_tokens, secret_name, split_launch
+from inferplan.planner.catalog.engine_args import engine_flags, router_flags
 
 
 def _deployment(replicas: int = 2, args: list[str] | None = None, gpus: int = 1,
@@ -187,3 +188,55 @@ def test_diff_patches_the_engine_container_that_asks_for_gpus_under_requests_onl
     change = deployment_change(current, desired)
     assert all("envoy" not in line for line in change.summary), change.summary
     assert change.patch["spec"]["template"]["spec"]["containers"][0]["name"] == "engine"
+
+
+SECRETS = ("sk-SECRET123", "hf_SECRET456", "hunter2", "sk-NEW789", "pw SECRET 0")
+
+
+@pytest.mark.parametrize("running", [
+    ["meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "128", "--tensor-parallel-size", "1",
+     "--api-key", "sk-SECRET123", "--hf-token=hf_SECRET456", "--download-dir", "https://me:hunter2@models.example"],
+    ["meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "64", "--tensor-parallel-size", "1", "--api-key=sk-NEW789"],
+])
+def test_the_values_of_secret_flags_are_not_echoed(running: list[str]) -> None:
+    """`args: - --api-key sk-SECRET123` had been in the summary, which the operator writes into a plan's status for
+    every plan reader to see; the value is <redacted> now, and the patch holds the rendered arguments alone."""
+    desired = _deployment(args=["meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "256",
+                                "--tensor-parallel-size", "1", "--api-key", "sk-RENDERED"])
+    change = deployment_change(_deployment(args=running), desired)
+    shown = "\n".join(change.summary)
+    assert not any(secret in shown or secret in change.patch_json() for secret in SECRETS), shown
+    assert "args: --max-num-seqs 128 -> 256" in change.summary or "args: --max-num-seqs 64 -> 256" in change.summary
+    assert ("args: - --hf-token <redacted>" in change.summary) == ("--hf-token=hf_SECRET456" in running)
+    assert "args: --api-key <redacted> -> <redacted>" in change.summary  # it differs, and says so
+    if "--download-dir" in running:
+        assert "args: - --download-dir https://<redacted>@models.example" in change.summary
+    # The patch restores what the recommendation sets: its own arguments, whole.
+    assert change.patch["spec"]["template"]["spec"]["containers"][0]["args"] == desired["spec"]["template"]["spec"][
+        "containers"][1]["args"]
+
+
+def test_secrets_in_the_command_words_are_not_echoed() -> None:
+    """An entry point that sets a variable (`env HF_TOKEN=... vllm serve`), and a script that no shell could split
+    (an unbalanced quote), had been quoted whole in the `command:` line."""
+    desired = _deployment()
+    for command, args in ((["env", "HF_TOKEN=hf_SECRET456", "vllm", "serve"], None),
+                          (["sh", "-c"], ["vllm serve m --api-key 'pw SECRET 0' --oracle-password hunter2 '"])):
+        change = deployment_change(_deployment(command=command, args=args), desired)
+        [line] = [line for line in change.summary if line.startswith("command:")]
+        assert not any(secret in line for secret in SECRETS), line
+        assert "<redacted>" in line
+
+
+def test_the_engines_secret_flags_are_told_by_name() -> None:
+    """Of every flag the pinned engines and the router accept, these hold a secret; token counts and key files
+    (which the planner may set, and a review must read) do not."""
+    tables = [table["flags"] for lines in engine_flags().values() for table in lines.values()]
+    flags = {flag for table in [*tables, router_flags()["flags"]] for flag in table}
+    assert {flag for flag in flags if secret_name(flag)} == {
+        "--api-key", "--api-keys", "--hf-token", "--ngrok-authtoken", "--oracle-password",
+        "--allow-credentials", "--no-allow-credentials"}
+    assert all(secret_name(name) for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "--db-secret",
+                                              "AWS_SECRET_ACCESS_KEY", "--password", "--client_secret"))
+    assert not any(secret_name(name) for name in ("--max-num-batched-tokens", "--tokenizer", "--ssl-keyfile",
+                                                  "--speculative-token-map", "--max-total-tokens", "HF_HOME"))

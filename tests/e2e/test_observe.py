@@ -366,6 +366,7 @@ def test_the_status_carries_the_change_that_applies_and_then_reads_in_sync(loop:
     namespace = loop["namespace"]
     running = copy.deepcopy(DEPLOYMENT)
     running["metadata"]["name"] = "gitops"
+    running["spec"]["template"]["spec"]["containers"][0]["args"] += ["--api-key", "sk-SECRET123"]
     del running["status"]
     apps.create_namespaced_deployment(namespace, running)
     body = _plan("gitops", {"model_name": "llama-match", "quirk": QUIRK})
@@ -377,6 +378,8 @@ def test_the_status_carries_the_change_that_applies_and_then_reads_in_sync(loop:
     recommendation = status["recommendation"]
     change = recommendation["change"]
     assert change["deployment"] == "gitops" and change["inSync"] is False, change
+    # Every plan reader sees the status: the running API key had been quoted in it.
+    assert "args: - --api-key <redacted>" in change["summary"] and "sk-SECRET123" not in json.dumps(status), change
     # The running Deployment starts the engine through the image's entry point with --model; the rendered one runs
     # `vllm serve` with the recommendation's batch.
     assert any(line.startswith("command: (none) -> vllm serve") for line in change["summary"]), change
