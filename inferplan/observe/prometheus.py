@@ -108,7 +108,11 @@ def load_endpoints(path: str | Path) -> dict[str, PrometheusEndpoint]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PrometheusConfigError(f"INFERPLAN_PROMETHEUS_CONFIG: {path} is not YAML: {exc}") from None
+        # Where, not what: YAML's own message quotes the line, which holds a URL (and its credentials, if any).
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise PrometheusConfigError(f"INFERPLAN_PROMETHEUS_CONFIG: {path} is not YAML: {problem}{where}") from None
     return parse_endpoints(data)
 
 

@@ -107,3 +107,21 @@ def test_a_prometheus_file_that_is_not_utf8_names_the_variable_and_the_file(tmp_
     path.write_bytes(content)
     with pytest.raises(SettingsError, match=f"INFERPLAN_PROMETHEUS_CONFIG: {path} is not UTF-8 text"):
         load_settings({"INFERPLAN_PROMETHEUS_CONFIG": str(path)})
+
+
+def test_a_prometheus_file_that_is_not_yaml_is_told_without_quoting_its_line(tmp_path, capsys) -> None:
+    """YAML's message quoted the broken line, `url: http://admin:hunter2@prom:9090: x`, and the operator printed it
+    to its log; it says the line and column now."""
+    from inferplan.operator.main import run
+
+    path = tmp_path / "prometheus.yaml"
+    path.write_text("- name: main\n  url: http://admin:hunter2@prom:9090: x\n")
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"INFERPLAN_PROMETHEUS_CONFIG": str(path)})
+    assert "hunter2" not in str(caught.value)
+    assert str(caught.value) == (f"INFERPLAN_PROMETHEUS_CONFIG: {path} is not YAML: mapping values are not allowed "
+                                 "here (line 2, column 38)")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("INFERPLAN_PROMETHEUS_CONFIG", str(path))
+        assert run() == 2
+    assert "hunter2" not in capsys.readouterr().err
