@@ -81,6 +81,9 @@ def parse_endpoints(data: Any, source: str = "INFERPLAN_PROMETHEUS_CONFIG") -> d
         parsed = urllib.parse.urlparse(url) if isinstance(url, str) else None
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise PrometheusConfigError(f"{where}.url: must be an http(s) URL")
+        if "@" in parsed.netloc:  # urllib sends no credentials from a URL: it looked the host up as 'user:pass@host'
+            raise PrometheusConfigError(f"{where}.url: must not hold credentials (user:password@): the operator sends "
+                                        "none from a URL; give a bearerTokenFile")
         timeout = item.get("timeoutSeconds", DEFAULT_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 300 \
                 or math.isnan(timeout):

@@ -35,6 +35,12 @@ def test_endpoints_file_errors_name_the_entry_and_field() -> None:
     for entry, message in cases:
         with pytest.raises(PrometheusConfigError, match=message):
             parse_endpoints([entry])
+    # Credentials in the URL were taken, and then every query failed as unreachable (the host looked up was
+    # 'admin:hunter2@prom'), with the password in the operator's memory and in whatever quoted its URL.
+    for url in ("http://admin:hunter2@prom:9090", "https://hunter2@prom"):
+        with pytest.raises(PrometheusConfigError, match=r"\[0\]\.url: must not hold credentials") as caught:
+            parse_endpoints([{"name": "a", "url": url}])
+        assert "hunter2" not in str(caught.value)
     with pytest.raises(PrometheusConfigError, match="listed twice"):
         parse_endpoints([{"name": "a", "url": "http://x"}, {"name": "a", "url": "http://y"}])
     with pytest.raises(PrometheusConfigError, match="must be a list"):

@@ -278,6 +278,7 @@ def _leaves(values: Any, schema: dict[str, Any], node: dict[str, Any], path: str
     (["--set", "image.pullPolicy=Sometimes"], "must be one of"),
     (["--set", "operator.logLevel=TRACE"], "must be one of"),
     (["--set-json", 'prometheus.endpoints=[{"name": "a", "url": "ftp://p"}]'], "Does not match pattern"),
+    (["--set-json", 'prometheus.endpoints=[{"name": "a", "url": "http://me:pw@p:9090"}]'], "Does not match pattern"),
     (["--set", "service.port=0"], "Must be greater than or equal to 1"),
 ])
 def test_the_schema_rejects_unknown_keys_and_wrong_types(args: list[str], error: str) -> None:
