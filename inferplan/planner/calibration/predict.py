@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -374,7 +374,7 @@ def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None
     runs: dict[tuple, SimulationResult | str] = {}
     for kind, items in timed.items():
         if kind == "simulated":
-            values = [_simulated_metric(row, r, s, factors, runs) for _, row, r, s in items]
+            values = [_guarded(_simulated_metric, row, r, s, factors, runs) for _, row, r, s in items]
         else:
             values = _predict_kind(kind, items, factors)
         for (i, row, _r, _s), value in zip(items, values, strict=True):
@@ -384,6 +384,15 @@ def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None
             out[i] = Prediction(row.id, row.metric, row.value, None if value is None else float(value),
                                 None if value is not None else f"metric {row.metric} not predicted for {kind} load")
     return [p for p in out if p is not None]
+
+
+def _guarded(metric: Callable[..., float | str | None], row: Scenario, *args: object) -> float | str | None:
+    """`metric(row, *args)`, or a reason naming the error where the row's lengths or settings are out of what the
+    model accepts (a check missed them): one bad line is skipped, never the end of a run of many."""
+    try:
+        return metric(row, *args)
+    except (ValueError, ArithmeticError) as exc:
+        return f"could not be simulated at the row's settings: {exc}"
 
 
 SIMULATED_LOADS = ("burst", "offline", "concurrency", "poisson")
@@ -617,6 +626,13 @@ def _context_skip_reason(row: Scenario, settings: EngineSettings, simulated: boo
     measured run of one request or a static batch that long had its context extended (rope scaling; Qwen2.5's
     128k-token speed runs), and its steps are computed as they are."""
     prompt_mean, output_mean, _ = _lengths(row)
+    if simulated and row.input_tokens == 0 and row.dataset is None:
+        # A served request has at least one prompt token (vLLM: "The decoder prompt cannot be empty"); an empty
+        # prompt is llama-bench's `tg` test, one stream.
+        return "an empty prompt (input_tokens 0) under a served load: engines reject a request without prompt tokens"
+    if simulated and settings.max_model_len < 2:
+        return (f"max_model_len {settings.max_model_len} leaves no room for a request of one prompt and one output "
+                "token")
     if prompt_mean + output_mean <= settings.max_model_len or (row.max_model_len is None and not simulated):
         return None
     context = (f"its max_model_len {settings.max_model_len}" if row.max_model_len is not None

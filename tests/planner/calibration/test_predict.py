@@ -652,3 +652,24 @@ def test_the_tpot_of_one_token_outputs_is_skipped_for_that_reason() -> None:
     row = example("output_tps_total", id="one", metric="tpot_ms_mean", unit="ms", output_tokens=1)
     (p,) = predict_scenarios([row])
     assert p.predicted is None and p.skipped == "one-token outputs: no token follows the first, so there is no TPOT"
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"input_tokens": 0, "output_tokens": 1, "max_model_len": 1, "load": {"kind": "concurrency", "value": 16}},
+         "an empty prompt (input_tokens 0) under a served load"),
+        ({"input_tokens": 0, "load": {"kind": "burst", "value": 8}}, "an empty prompt (input_tokens 0)"),
+        ({"input_tokens": 1, "output_tokens": 0, "max_model_len": 1}, "max_model_len 1 leaves no room"),
+    ],
+)
+def test_a_served_row_no_request_fits_is_skipped_and_the_others_predicted(changes: dict[str, object],
+                                                                          reason: str) -> None:
+    """An empty prompt or a one-token context under a served load stopped the whole run with a ValueError from the
+    simulator; it is a skip reason of its own row."""
+    good = example("ttft_ms_p99")
+    bad = example("ttft_ms_p99", id="bad-row", **changes)
+    predictions = predict_scenarios([bad, good])
+    assert predictions[0].predicted is None
+    assert predictions[0].skipped is not None and predictions[0].skipped.startswith(reason)
+    assert predictions[1].predicted is not None
