@@ -214,6 +214,9 @@ def _resolve(row: Scenario) -> _Resolved | str:
     elif row.replicas is not None and row.gpus != tp * row.pipeline_parallel * row.replicas:
         return (f"gpus {row.gpus} is not tensor_parallel x pipeline_parallel x replicas ({tp} x "
                 f"{row.pipeline_parallel} x {row.replicas})")
+    elif row.gpus % (tp * row.pipeline_parallel):  # replicas null: a whole number of instances, at least one
+        return (f"gpus {row.gpus} is not a multiple of tensor_parallel x pipeline_parallel ({tp} x "
+                f"{row.pipeline_parallel}): no whole number of instances")
     try:
         gpu = resolve_gpu(row.gpu)
     except CatalogLookupError as exc:
@@ -231,7 +234,7 @@ def _resolve(row: Scenario) -> _Resolved | str:
     per_step = (accepted or mtp_tokens_per_step(drafts)) if drafts else 1.0
     # gpus = tensor_parallel x pipeline_parallel x replicas (SCENARIOS.md): unstated replicas are what it leaves.
     instance = tp * row.pipeline_parallel
-    replicas = row.replicas or (row.gpus // instance if row.gpus % instance == 0 else 1)
+    replicas = row.replicas or row.gpus // instance
     return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep, drafts, per_step,
                      precision, max(replicas, 1))
 

@@ -673,3 +673,14 @@ def test_a_served_row_no_request_fits_is_skipped_and_the_others_predicted(change
     assert predictions[0].predicted is None
     assert predictions[0].skipped is not None and predictions[0].skipped.startswith(reason)
     assert predictions[1].predicted is not None
+
+
+@pytest.mark.parametrize(("gpus", "tp", "pp"), [(1, 2, 1), (4, 8, 1), (6, 4, 1), (2, 1, 4)])
+def test_more_ranks_than_gpus_is_skipped_when_replicas_is_null(gpus: int, tp: int, pp: int) -> None:
+    """`gpus 1, tensor_parallel 2, replicas null` was predicted as a 2-GPU deployment: gpus = tp x pp x replicas was
+    checked only where replicas is stated."""
+    row = example("tpot_ms_p50", gpus=gpus, tensor_parallel=tp, pipeline_parallel=pp, replicas=None)
+    [p] = predict_scenarios([row])
+    assert p.predicted is None
+    assert p.skipped == (f"gpus {gpus} is not a multiple of tensor_parallel x pipeline_parallel ({tp} x {pp}): "
+                         "no whole number of instances")
