@@ -370,6 +370,9 @@ def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None
         elif kind in ("static_batch", "burst", "concurrency") and getattr(row.load, "value", 0) == 1:
             kind = "single"
         reason = _timing_skip_reason(row, resolved) or _context_skip_reason(row, settings, kind == "simulated")
+        if not reason and kind in ("single", "static_batch"):
+            batch = int(row.load.value) if kind == "static_batch" and row.load.kind == "static_batch" else 1
+            reason = _computed_memory_skip_reason(row, resolved, settings, factors, batch)
         if reason:
             out[i] = Prediction(row.id, row.metric, row.value, None, reason)
             continue
@@ -642,6 +645,38 @@ def _context_skip_reason(row: Scenario, settings: EngineSettings, simulated: boo
                else f"the model's context of {settings.max_model_len} tokens")
     return (f"the row's requests ({prompt_mean:.0f} prompt + {output_mean:.0f} output tokens) exceed {context}, "
             "which the engine rejects")
+
+
+# A single stream or static batch is computed, not simulated, so no KV pool bounds it; it is refused where its
+# weights, or its weights and its requests' KV cache, exceed the GPU memory by more than an engine could have served
+# (a batch the scheduler admitted in part, a KV estimate above the engine's). The published rows reach 1.08 (argonne's
+# static batch of 64 on four A100-40GB, TensorRT-LLM), impossible runs 10-30x (4096 requests of 8B on an L4).
+COMPUTED_MEMORY_OVER = 1.5
+
+
+def _computed_memory_skip_reason(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet,
+                                 batch: int) -> str | None:
+    """Why a single stream or static batch of `batch` requests cannot have run on the row's GPUs, or None: its
+    weights per GPU exceed the GPU's memory, or they and the KV cache of its requests at full length exceed it
+    COMPUTED_MEMORY_OVER times."""
+    memory = _memory(row, r, settings, factors)
+    total = float(r.gpu.usable_memory_bytes)
+    weights = memory.weights_per_gpu
+    if weights > total:
+        return _weights_do_not_fit(row, r, weights, total)
+    prompt, output, _ = _lengths(row)
+    kv = batch * (prompt + output) * memory.kv_bytes_per_token_gpu
+    if weights + kv > COMPUTED_MEMORY_OVER * total:
+        return (f"{batch} request(s) of {prompt:.0f} + {output:.0f} tokens need {kv / GIB:.1f} GiB of KV cache per "
+                f"GPU beside {weights / GIB:.1f} GiB of weights, {(weights + kv) / total:.1f}x the "
+                f"{total / GIB:.1f} GiB of the {r.gpu.key}: fewer or shorter requests, or more GPUs")
+    return None
+
+
+def _weights_do_not_fit(row: Scenario, r: _Resolved, weights: float, total: float) -> str:
+    return (f"the {r.precision} weights take {weights / GIB:.1f} GiB per GPU at tensor_parallel {r.tp} x "
+            f"pipeline_parallel {r.pp}, more than the {total / GIB:.1f} GiB of the {r.gpu.key}: more GPUs per "
+            "instance or a smaller precision")
 
 
 def _serving_replicas(row: Scenario, replicas: int) -> int:

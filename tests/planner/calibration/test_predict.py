@@ -684,3 +684,25 @@ def test_more_ranks_than_gpus_is_skipped_when_replicas_is_null(gpus: int, tp: in
     assert p.predicted is None
     assert p.skipped == (f"gpus {gpus} is not a multiple of tensor_parallel x pipeline_parallel ({tp} x {pp}): "
                          "no whole number of instances")
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"model": "deepseek-ai/DeepSeek-R1", "weights": "fp8", "load": {"kind": "single"}},
+         "the fp8 weights take 626.7 GiB per GPU at tensor_parallel 1 x pipeline_parallel 1, more than the 79.1 GiB"),
+        ({"model": "meta-llama/Llama-3.1-70B-Instruct", "gpu": "NVIDIA-L4", "weights": "bf16"},
+         "the bf16 weights take 131.4 GiB per GPU"),
+        ({"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "NVIDIA-L4",
+          "load": {"kind": "static_batch", "value": 4096}, "input_tokens": 1024, "output_tokens": 1024},
+         "4096 request(s) of 1024 + 1024 tokens need 1024.0 GiB of KV"),
+        ({"model": "meta-llama/Llama-3.1-8B-Instruct", "load": {"kind": "single"}, "input_tokens": 8_000_000},
+         "1 request(s) of 8000000 + 128 tokens need 976.6 GiB of KV cache per GPU"),
+    ],
+)
+def test_a_computed_load_that_cannot_fit_its_gpus_is_skipped(changes: dict[str, object], reason: str) -> None:
+    """Single streams and static batches were computed with no memory check: DeepSeek-R1 FP8 on one H100 was
+    predicted at 41 tokens/s, where the same deployment under a served load has no KV cache."""
+    [p] = predict_scenarios([example("e2e_ms_mean", engine="vllm", **changes)])
+    assert p.predicted is None
+    assert p.skipped is not None and p.skipped.startswith(reason), p.skipped
