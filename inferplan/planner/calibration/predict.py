@@ -14,7 +14,14 @@ import numpy as np
 
 from inferplan.planner.calibration.scenarios import Scenario
 from inferplan.planner.catalog.architectures import ModelArchitecture
-from inferplan.planner.catalog.checkpoints import checkpoint_precision, named_checkpoint, resolve_served
+from inferplan.planner.catalog.checkpoints import (
+    Checkpoint,
+    checkpoint_for,
+    checkpoint_precision,
+    gpu_problem,
+    named_checkpoint,
+    resolve_served,
+)
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths, eos_lengths, sample_lengths
 from inferplan.planner.catalog.engine_args import (
     stated_chunked_prefill,
@@ -26,6 +33,7 @@ from inferplan.planner.catalog.engines import (
     EngineProfile,
     EngineSettings,
     engine_profile,
+    engine_vendor_problem,
     factor_key,
     mtp_tokens_per_step,
     parse_version,
@@ -34,6 +42,7 @@ from inferplan.planner.catalog.engines import (
 )
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.catalog.precisions import kv_dtype_bytes, weight_precision
+from inferplan.planner.catalog.validity import tp_problem
 from inferplan.planner.model.factors import EngineFactors, FactorSet, load_factors
 from inferplan.planner.model.memory import (
     GIB,
@@ -229,6 +238,11 @@ def _resolve(row: Scenario) -> _Resolved | str:
         precision = row_precision(row.weights, arch, row_checkpoint(row))
     except CatalogLookupError as exc:
         return f"weight format not supported: {exc}"
+    problem = (engine_vendor_problem(row.engine, gpu.vendor, gpu.key) or tp_problem(row.engine, arch, tp)
+               or _checkpoint_gpu_problem(row.model, precision, row.engine, gpu.family, row.version,
+                                          row_checkpoint(row)))
+    if problem is not None:
+        return f"the engine could not have run this line: {problem}"
     dp, ep = replica_layout(row.notes, arch) if tp > 1 else (False, False)
     drafts, accepted = stated_mtp(row.notes) if arch.mtp_layers else (0, None)
     per_step = (accepted or mtp_tokens_per_step(drafts)) if drafts else 1.0
@@ -237,6 +251,25 @@ def _resolve(row: Scenario) -> _Resolved | str:
     replicas = row.replicas or row.gpus // instance
     return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep, drafts, per_step,
                      precision, max(replicas, 1))
+
+
+@lru_cache(maxsize=1024)
+def _checkpoint_gpu_problem(model: str, precision: str, engine: str, family: str, version: str | None,
+                            named: str | None) -> str | None:
+    """Why `engine` cannot run the row's checkpoint (the one its model or notes name, else the catalog's choice for
+    the GPU family) on a GPU of `family`, as a plan refuses it (`checkpoints.gpu_problem`: FP4 formats on GPUs
+    without FP4 tensor cores); None where it can, or where the catalog knows no checkpoint. The rule's release
+    bound is not applied: dstack's vLLM 0.6.4 on ROCm ran AMD Quark FP8 checkpoints, which the catalog reads first in
+    0.11."""
+    found = named_checkpoint(named) if named else None
+    if found is not None:
+        checkpoint: Checkpoint | str = found.checkpoint
+    else:
+        try:
+            checkpoint = checkpoint_for(model, precision, engine, gpu_family=family, version=version)
+        except CatalogLookupError:
+            return None
+    return gpu_problem(checkpoint, engine, family) if not isinstance(checkpoint, str) else None
 
 
 @lru_cache(maxsize=8192)

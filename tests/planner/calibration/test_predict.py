@@ -706,3 +706,27 @@ def test_a_computed_load_that_cannot_fit_its_gpus_is_skipped(changes: dict[str, 
     [p] = predict_scenarios([example("e2e_ms_mean", engine="vllm", **changes)])
     assert p.predicted is None
     assert p.skipped is not None and p.skipped.startswith(reason), p.skipped
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"engine": "tensorrt-llm", "gpu": "AMD-Instinct-MI300X"}, "tensorrt-llm runs on NVIDIA GPUs only"),
+        ({"model": "meta-llama/Llama-3.1-70B-Instruct", "gpus": 3, "tensor_parallel": 3},
+         "vllm refuses tensor parallel size 3 for meta-llama/Llama-3.1-70B: its 64 attention heads"),
+        ({"model": "meta-llama/Llama-3.3-70B-Instruct", "weights": "nvfp4", "gpu": "NVIDIA-H100-80GB-HBM3",
+          "notes": "vllm serve nvidia/Llama-3.3-70B-Instruct-FP4"},
+         "vllm runs nvfp4 (modelopt-nvfp4) only on blackwell GPUs, not hopper"),
+        ({"model": "meta-llama/Llama-3.1-405B-Instruct", "weights": "mxfp4", "gpu": "NVIDIA-H200", "gpus": 8,
+          "tensor_parallel": 8, "notes": "checkpoint amd/Llama-3.1-405B-Instruct-MXFP4-Preview"},
+         "vllm runs mxfp4-w4a4 (quark-mxfp4) only on cdna4 GPUs, not hopper"),
+    ],
+)
+def test_a_line_the_engine_could_not_have_run_is_skipped(changes: dict[str, object], reason: str) -> None:
+    """predict skipped the catalog's feasibility rules that a plan applies (engine vendor, TP against the heads, an
+    FP4 checkpoint's GPUs): TensorRT-LLM on an MI300X and Llama-70B at TP 3 were predicted."""
+    row = example("e2e_ms_mean", **{"engine": "vllm", "weights": "bf16", "replicas": 1, **changes})
+    [p] = predict_scenarios([row])
+    assert p.predicted is None
+    assert p.skipped is not None and p.skipped.startswith(f"the engine could not have run this line: {reason}"), \
+        p.skipped
