@@ -495,7 +495,7 @@ def simulate_run(row: Scenario, r: _Resolved, settings: EngineSettings, factors:
     # A measured run started, so what it needed beside the pool fitted (the CUDA-graph headroom a plan keeps free
     # is not a reason to refuse it: a run at gpu_memory_utilization 1.0 is predicted like any other).
     if kv_tokens < 2:
-        return "the weights and activations leave no KV cache at the row's settings"
+        return no_kv_cache_reason(r, settings, memory)
     block = r.engine.kv_block_tokens
     if r.engine.name == "vllm" and row.max_model_len is not None:
         # vLLM refuses to start when its pool cannot hold one request of max_model_len tokens, so a run that was
@@ -590,7 +590,7 @@ def slo_rate(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fac
     limits = slo_limits(row.notes)
     memory = _memory(row, r, settings, factors)
     if memory.kv_cache_tokens < 2:  # as `simulate_run`: the run started, so its headroom sufficed
-        return "the weights and activations leave no KV cache at the row's settings"
+        return no_kv_cache_reason(r, settings, memory)
     prompt, output, dataset = _lengths(row)
     hw = _row_hardware(row, r, factors)
     prompt_cv = dataset.prompt_cv if dataset else 0.0
@@ -696,7 +696,7 @@ def _computed_memory_skip_reason(row: Scenario, r: _Resolved, settings: EngineSe
     total = float(r.gpu.usable_memory_bytes)
     weights = memory.weights_per_gpu
     if weights > total:
-        return _weights_do_not_fit(row, r, weights, total)
+        return _weights_do_not_fit(r, weights, total)
     prompt, output, _ = _lengths(row)
     kv = batch * (prompt + output) * memory.kv_bytes_per_token_gpu
     if weights + kv > COMPUTED_MEMORY_OVER * total:
@@ -706,7 +706,25 @@ def _computed_memory_skip_reason(row: Scenario, r: _Resolved, settings: EngineSe
     return None
 
 
-def _weights_do_not_fit(row: Scenario, r: _Resolved, weights: float, total: float) -> str:
+def no_kv_cache_reason(r: _Resolved, settings: EngineSettings, memory: MemoryPlan) -> str:
+    """Why a row's deployment has no KV cache, in numbers: its weights (and activations and runtime) per GPU against
+    the GPU memory the engine may use at the row's memory fraction, and what would leave room."""
+    total = float(r.gpu.usable_memory_bytes)
+    weights = memory.weights_per_gpu
+    if weights > total:
+        return _weights_do_not_fit(r, weights, total)
+    rest = memory.activation_per_gpu + memory.non_torch_per_gpu
+    budget = settings.memory_fraction * total
+    fix = "more GPUs per instance (tensor_parallel), a smaller precision"
+    if settings.memory_fraction < 0.95:
+        fix += " or a higher gpu_memory_utilization"
+    return (f"no KV cache: the {r.precision} weights take {weights / GIB:.1f} GiB per GPU at tensor_parallel {r.tp} x "
+            f"pipeline_parallel {r.pp}, and activations and runtime {rest / GIB:.1f} GiB, of the "
+            f"{budget / GIB:.1f} GiB the engine may use on the {r.gpu.key} ({settings.memory_fraction:g} x "
+            f"{total / GIB:.1f} GiB): {fix}")
+
+
+def _weights_do_not_fit(r: _Resolved, weights: float, total: float) -> str:
     return (f"the {r.precision} weights take {weights / GIB:.1f} GiB per GPU at tensor_parallel {r.tp} x "
             f"pipeline_parallel {r.pp}, more than the {total / GIB:.1f} GiB of the {r.gpu.key}: more GPUs per "
             "instance or a smaller precision")

@@ -730,3 +730,24 @@ def test_a_line_the_engine_could_not_have_run_is_skipped(changes: dict[str, obje
     assert p.predicted is None
     assert p.skipped is not None and p.skipped.startswith(f"the engine could not have run this line: {reason}"), \
         p.skipped
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "NVIDIA-L4", "gpu_memory_utilization": 0.5},
+         "no KV cache: the bf16 weights take 15.0 GiB per GPU at tensor_parallel 1 x pipeline_parallel 1, and "
+         "activations and runtime 1.4 GiB, of the 11.1 GiB the engine may use on the L4 (0.5 x 22.2 GiB): more GPUs "
+         "per instance (tensor_parallel), a smaller precision or a higher gpu_memory_utilization"),
+        ({"model": "meta-llama/Llama-3.1-70B-Instruct", "gpu": "NVIDIA-H100-80GB-HBM3"},
+         "the bf16 weights take 131.4 GiB per GPU at tensor_parallel 1 x pipeline_parallel 1, more than the 79.1 GiB "
+         "of the H100-SXM5-80GB: more GPUs per instance or a smaller precision"),
+    ],
+)
+def test_no_kv_cache_says_how_much_the_weights_take_and_what_to_change(changes: dict[str, object],
+                                                                       reason: str) -> None:
+    """The reason was "the weights and activations leave no KV cache at the row's settings", without numbers or a
+    way out."""
+    [p] = predict_scenarios([example("ttft_ms_p99", max_model_len=None, **changes)])
+    assert p.predicted is None
+    assert p.skipped == reason
