@@ -82,6 +82,8 @@ DEFAULT_NUM_PROMPTS = 1000  # vLLM benchmark_serving's default
 # 1.x), no source worse (docs/model.md, Known gaps).
 TUNED_BATCH_CAP = 4096
 
+# Metrics of the generated tokens: a line that generated none has no value for them.
+OUTPUT_METRICS = ("output_tps_total", "decode_tps_single", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_mean")
 STARTUP_METRICS = ("kv_cache_tokens", "max_concurrency", "weights_gib", "kv_cache_gib", "activation_peak_gib")
 
 
@@ -569,13 +571,16 @@ def steady_throughput(result: SimulationResult) -> tuple[float, float]:
     return tokens_per_s, tokens_per_s / float(outputs.mean())
 
 
-_SLO = re.compile(r"\b(TTFT|TPOT) p99 <= ([\d.]+) ?(ms|s)\b")
+# `TTFT p99 <= 2 s`, and the other spellings of the same limit: `TTFT p99 6s`, `TTFT p99: 2000 ms`, `TTFT p99 < 2s`,
+# `TTFT p99 of 2 s`, `TTFT p99 under 2 s` (and the Unicode sign for "at most").
+_SLO = re.compile(r"\b(TTFT|TPOT) p99\s*(?:<=|\u2264|<|=|:|of\b|under\b|below\b|within\b)?\s*([\d.]+) ?(ms|s)\b",
+                  flags=re.IGNORECASE)
 
 
 def slo_limits(notes: str) -> dict[str, float]:
     """The p99 limits [s] a highest-SLO-compliant-rate run states in its notes (`TTFT p99 <= 2 s, TPOT p99 <= 200
     ms`, MLPerf Server's rule), by metric ("ttft", "tpot"); empty unless both are there."""
-    found = {m.group(1).lower(): float(m.group(2)) * (1e-3 if m.group(3) == "ms" else 1.0)
+    found = {m.group(1).lower(): float(m.group(2)) * (1e-3 if m.group(3).lower() == "ms" else 1.0)
              for m in _SLO.finditer(notes)}
     return found if set(found) == {"ttft", "tpot"} else {}
 
@@ -676,8 +681,10 @@ def _context_skip_reason(row: Scenario, settings: EngineSettings, simulated: boo
         return None
     context = (f"its max_model_len {settings.max_model_len}" if row.max_model_len is not None
                else f"the model's context of {settings.max_model_len} tokens")
+    advice = ("" if row.max_model_len is not None else
+              "; state the max_model_len the run served (rope scaling extends it) to get the line predicted")
     return (f"the row's requests ({prompt_mean:.0f} prompt + {output_mean:.0f} output tokens) exceed {context}, "
-            "which the engine rejects")
+            f"which the engine rejects{advice}")
 
 
 # A single stream or static batch is computed, not simulated, so no KV pool bounds it; it is refused where its
@@ -765,6 +772,9 @@ def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
     if not r.engine.continuous_batching and row.load.kind in ("burst", "concurrency", "poisson", "offline") and \
             getattr(row.load, "value", None) != 1:
         return f"{r.engine.name} serves one stream at a time; concurrent loads are not modelled for it"
+    if row.output_tokens == 0 and row.dataset is None and row.metric in OUTPUT_METRICS:
+        return (f"output_tokens 0: the run generated no tokens, so it has no {row.metric} (engines ask for at "
+                "least one output token: vLLM's max_tokens >= 1)")
     if row.metric.startswith(("tpot", "itl")) and row.output_tokens == 1 and row.dataset is None:
         return "one-token outputs: no token follows the first, so there is no TPOT"
     prompts = (row.load.num_prompts or DEFAULT_NUM_PROMPTS) if row.load.kind == "poisson" else None

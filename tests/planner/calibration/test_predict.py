@@ -18,7 +18,7 @@ from inferplan.planner.calibration.predict import (
     slo_limits,
     stated_eos_cap,
 )
-from inferplan.planner.calibration.scenarios import Scenario, parse_scenario_line
+from inferplan.planner.calibration.scenarios import METRIC_UNITS, Scenario, parse_scenario_line
 from inferplan.planner.catalog.engines import EngineSettings, Scheduling, engine_profile
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.catalog.model_configs import resolve_model
@@ -506,7 +506,8 @@ def test_a_run_whose_requests_exceed_its_context_says_so() -> None:
     unstated = predict_scenarios([_online("burst", id="unstated", dataset=None, input_tokens=32000,
                                           output_tokens=100)])[0]
     assert unstated.skipped == ("the row's requests (32000 prompt + 100 output tokens) exceed the model's context "
-                                "of 8192 tokens, which the engine rejects")
+                                "of 8192 tokens, which the engine rejects; state the max_model_len the run served "
+                                "(rope scaling extends it) to get the line predicted")
 
 
 def test_a_highest_slo_compliant_rate_is_the_rate_the_planners_queueing_model_holds_within_the_stated_limits() -> None:
@@ -751,3 +752,33 @@ def test_no_kv_cache_says_how_much_the_weights_take_and_what_to_change(changes: 
     [p] = predict_scenarios([example("ttft_ms_p99", max_model_len=None, **changes)])
     assert p.predicted is None
     assert p.skipped == reason
+
+
+@pytest.mark.parametrize(
+    "notes",
+    ["MLPerf Inference v5.1 Server; latency constraints: TTFT p99 6s, TPOT p99 175ms",
+     "TTFT p99 <= 6000 ms, TPOT p99 <= 175 ms", "TTFT p99: 6 s, TPOT p99 < 175 ms",
+     "ttft p99 of 6 s and tpot p99 under 0.175 s"],
+)
+def test_slo_limits_read_their_common_spellings(notes: str) -> None:
+    """Only `TTFT p99 <= 6 s` was read: an MLPerf Server line whose notes said "TTFT p99 6s, TPOT p99 175ms" was
+    refused for lacking its limits."""
+    assert slo_limits(notes) == pytest.approx({"ttft": 6.0, "tpot": 0.175})
+
+
+@pytest.mark.parametrize("metric", ["output_tps_total", "tpot_ms_p50", "decode_tps_single"])
+def test_output_metrics_of_a_run_without_output_are_refused(metric: str) -> None:
+    """`output_tokens 0` got a TPOT skip "...at the row's KV capacity" and an output_tps_total of 22.4."""
+    row = example("ttft_ms_p99", metric=metric, unit=METRIC_UNITS[metric], output_tokens=0)
+    [p] = predict_scenarios([row])
+    assert p.predicted is None
+    assert p.skipped == (f"output_tokens 0: the run generated no tokens, so it has no {metric} (engines ask for at "
+                         "least one output token: vLLM's max_tokens >= 1)")
+
+
+def test_a_context_refusal_says_that_stating_max_model_len_gets_the_line_predicted() -> None:
+    row = example("ttft_ms_p99", model="meta-llama/Meta-Llama-3-8B-Instruct", max_model_len=None, input_tokens=9000)
+    [p] = predict_scenarios([row])
+    assert p.skipped is not None and p.skipped.endswith(
+        "exceed the model's context of 8192 tokens, which the engine rejects; state the max_model_len the run served "
+        "(rope scaling extends it) to get the line predicted")
