@@ -188,6 +188,15 @@ class _Resolved:
     replicas: int = 1              # instances the run spread its load over (`replicas`, or what the GPUs leave)
 
 
+# Common spellings of a weight format that the scenario format spells otherwise (its `weights` enum), and the
+# values they may mean: refused, as the format fixes the spelling, with the value to write.
+WEIGHT_SPELLINGS: dict[str, str] = {
+    "bfloat16": "'bf16'", "float16": "'fp16'", "half": "'fp16'", "awq": "'int4-awq'",
+    "gptq": "'int4-gptq' or 'int8-gptq'", "w8a8": "'int8-w8a8' or 'fp8'", "int8": "'int8-w8a8' or 'int8-gptq'",
+    "w4a16": "'int4-awq' or 'int4-gptq'", "float8": "'fp8'", "fp8-dynamic": "'fp8'",
+}
+
+
 def row_precision(weights: str, arch: ModelArchitecture, checkpoint: str | None = None) -> str:
     """The planner precision a scenario's `weights` names for `arch` served from `checkpoint` (`row_checkpoint`).
     The format has one MXFP4 value, gpt-oss's (MoE experts in MXFP4); on a model without experts it can only mean
@@ -239,6 +248,9 @@ def _resolve(row: Scenario) -> _Resolved | str:
     try:
         precision = row_precision(row.weights, arch, row_checkpoint(row))
     except CatalogLookupError as exc:
+        spelt = WEIGHT_SPELLINGS.get(row.weights.strip().lower())
+        if spelt is not None:  # the format fixes the spelling (SCENARIOS.md, `weights`): name the one it means
+            return f"weight format {row.weights!r} is not a value of the format: write {spelt}"
         return f"weight format not supported: {exc}"
     problem = (engine_vendor_problem(row.engine, gpu.vendor, gpu.key) or tp_problem(row.engine, arch, tp)
                or _checkpoint_gpu_problem(row.model, precision, row.engine, gpu.family, row.version,

@@ -297,10 +297,18 @@ class VersionDefaults:
     activation_scale: float | None = None  # replaces the engine's fitted activation factor (None: keep it)
 
 
+# Words whose version a version text carries beside the engine's (AMD's container tag
+# `rocm/vllm:rocm6.4.1_vllm_0.9.1_20250715`, `cuda12.4`): never the engine's release.
+_PLATFORM_WORDS = frozenset({"rocm", "cuda", "cu", "torch", "pytorch", "python", "py", "ubuntu"})
+
+
 def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """(major, minor, patch) of the first dotted version in `text` (`~0.6.3`, `NIM 1.8.0`), None if none."""
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    return tuple(int(g or 0) for g in match.groups()) if match else None
+    """(major, minor, patch) of the first dotted version in `text` (`~0.6.3`, `NIM 1.8.0`) that is not a platform's
+    (`rocm6.4.1_vllm_0.9.1`: 0.9.1), None if none."""
+    for match in re.finditer(r"([A-Za-z]*)[ _-]?v?(\d+)\.(\d+)(?:\.(\d+))?", text or ""):
+        if match.group(1).lower() not in _PLATFORM_WORDS:
+            return tuple(int(g or 0) for g in match.groups()[1:])
+    return None
 
 
 GIB = float(2**30)

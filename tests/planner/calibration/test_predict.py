@@ -19,7 +19,7 @@ from inferplan.planner.calibration.predict import (
     stated_eos_cap,
 )
 from inferplan.planner.calibration.scenarios import METRIC_UNITS, Scenario, parse_scenario_line
-from inferplan.planner.catalog.engines import EngineSettings, Scheduling, engine_profile
+from inferplan.planner.catalog.engines import EngineSettings, Scheduling, engine_profile, parse_version
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.catalog.model_configs import resolve_model
 
@@ -782,3 +782,29 @@ def test_a_context_refusal_says_that_stating_max_model_len_gets_the_line_predict
     assert p.skipped is not None and p.skipped.endswith(
         "exceed the model's context of 8192 tokens, which the engine rejects; state the max_model_len the run served "
         "(rope scaling extends it) to get the line predicted")
+
+
+@pytest.mark.parametrize(
+    ("weights", "spelt"),
+    [("bfloat16", "'bf16'"), ("float16", "'fp16'"), ("awq", "'int4-awq'"), ("gptq", "'int4-gptq' or 'int8-gptq'"),
+     ("w8a8", "'int8-w8a8' or 'fp8'"), ("int8", "'int8-w8a8' or 'int8-gptq'")],
+)
+def test_a_common_spelling_of_a_weight_format_is_refused_with_the_formats_own(weights: str, spelt: str) -> None:
+    """`bfloat16`, `awq` and the like were refused as "weight format not supported", though each names a
+    supported format; the format fixes the spelling, so the reason names the value to write."""
+    [p] = predict_scenarios([example("e2e_ms_mean", weights=weights)])
+    assert p.skipped == f"weight format {weights!r} is not a value of the format: write {spelt}"
+
+
+def test_amd_labeller_spelling_of_the_mi355x_resolves() -> None:
+    assert resolve_gpu("AMD_Instinct_MI355X_OAM").key == "MI355X"  # as AMD_Instinct_MI325X_OAM did
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("rocm/vllm:rocm6.4.1_vllm_0.9.1_20250715", (0, 9, 1)), ("cuda12.4-vllm0.8.5", (0, 8, 5)),
+     ("0.6.4.dev4+gc9fc1608 (ROCm 6.2)", (0, 6, 4)), ("NIM 1.8.0", (1, 8, 0)), ("~0.6.3", (0, 6, 3))],
+)
+def test_a_version_text_gives_the_engines_release_not_the_platforms(text: str, version: tuple[int, ...]) -> None:
+    """AMD's container tag `rocm/vllm:rocm6.4.1_vllm_0.9.1_20250715` parsed as vLLM 6.4.1."""
+    assert parse_version(text) == version
