@@ -494,6 +494,11 @@ class Controller:
         latest = registry.plans.get(uid)
         if latest is not None and latest.generation == generation and not kept and not unchanged:
             latest.status = new  # what the server has now, before its event comes back
+        elif latest is not None and patch:
+            # A spec edit seen during the write came with the status from before it: the next generation's patch is
+            # made against what the server has now, else it would not name (and clear) what this answer wrote and
+            # the next one leaves out, and a refused spec would keep the recommendation of the spec before it.
+            latest.status = written.get("status") or latest.status
         if patch or uid not in registry.recorded:
             self._record(plan, new)
         metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)

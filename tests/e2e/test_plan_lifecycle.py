@@ -1,0 +1,93 @@
+"""A plan's life under the operator, against a real API server: edits that land while a status is being written,
+and what the status says afterwards.
+
+The operator runs in-process under kopf's KopfRunner with the real handlers, as in test_operator.py, on nodes of
+its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+
+from inferplan.operator import kube
+from inferplan.operator.controller import Controller
+from inferplan.resource import GROUP, PLURAL, VERSION
+
+from .conftest import wait_for
+from .test_operator import CHAT, condition, manifest, node, planned, runner
+
+NODES = {"life-h100-a": ("NVIDIA-H100-80GB-HBM3", 8), "life-l40s-a": ("NVIDIA-L40S", 4)}
+
+
+@pytest.fixture(scope="module")
+def cluster(k8s: dict[str, Any], namespace: str) -> Iterator[dict[str, Any]]:
+    core = kubernetes.client.CoreV1Api(k8s["admin"])
+    for name, (product, gpus) in NODES.items():
+        core.create_node(node(name, product, gpus))
+        core.patch_node_status(name, {"status": node(name, product, gpus)["status"]})
+    yield {"core": core, "objects": kubernetes.client.CustomObjectsApi(k8s["admin"]), "namespace": namespace, **k8s}
+    for name in NODES:
+        try:
+            core.delete_node(name)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def test_a_spec_edited_while_its_status_is_written_keeps_nothing_of_the_old_answer(
+        cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first answer's write is held until the spec has been edited (to a model the planner refuses) and the
+    operator has seen the edit: the second generation's status must not carry the first one's recommendation.
+
+    Before the fix the operator diffed the second status against the one its edit's event showed (none yet), so
+    the merge patch named nothing of the first answer and `kubectl get icp` showed Ready False InvalidModel next to
+    the recommendation of the spec before the edit. (Whether the event of the first write reaches the operator
+    before the second reconcile starts is up to the watch, so the edit is made on a few plans: before the fix most
+    of them kept the old recommendation.)"""
+    objects, ns = cluster["objects"], cluster["namespace"]
+    names = [f"edited-mid-write-{i}" for i in range(4)]
+    writing = {name: threading.Event() for name in names}
+    edited = {name: threading.Event() for name in names}
+    real_write = kube.write_status
+
+    def held_write(namespace: str, name: str, patch: dict[str, Any]) -> dict:
+        if name in edited and not edited[name].is_set():
+            writing[name].set()
+            edited[name].wait(timeout=30)  # a slow API server: the write of generation 1 lands after the edit
+        return real_write(namespace, name, patch)
+
+    seen: set[tuple[str, int]] = set()
+    real_seen = Controller.seen
+
+    def noted_seen(self: Controller, uid: str, namespace: str, name: str, generation: int, *args: Any) -> None:
+        real_seen(self, uid, namespace, name, generation, *args)
+        seen.add((name, generation))
+
+    monkeypatch.setattr(kube, "write_status", held_write)
+    monkeypatch.setattr(Controller, "seen", noted_seen)
+    answers = {}
+    with runner() as kopf_run:
+        for name in names:
+            objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest(name, CHAT))
+            try:
+                wait_for(writing[name].is_set, timeout_s=60)
+                objects.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
+                                                       {"spec": {"model": {"name": "acme/not-a-real-model"}}})
+                # The edit's event reaches the operator, its status still empty, while the first write is held.
+                wait_for(lambda name=name: (name, 2) in seen, timeout_s=30)
+            finally:
+                edited[name].set()
+            answers[name] = wait_for(lambda name=name: planned(cluster, name, 2), timeout_s=60)
+    assert kopf_run.exception is None, kopf_run.output
+    for name, obj in answers.items():
+        ready = condition(obj, "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "InvalidModel"), obj["status"]
+        assert condition(obj, "Feasible")["status"] == "Unknown"
+        stale = {key for key in ("recommendation", "alternatives", "infeasible", "ttftAtSloMs", "shapes")
+                 if obj["status"].get(key)}
+        assert not stale, f"{name}: generation 2's status keeps generation 1's {sorted(stale)}"
