@@ -18,7 +18,7 @@ from inferplan.operator import kube
 from inferplan.operator.controller import Controller
 from inferplan.resource import GROUP, PLURAL, VERSION
 
-from .conftest import wait_for
+from .conftest import REPO, wait_for
 from .test_operator import CHAT, condition, manifest, node, planned, runner
 
 NODES = {"life-h100-a": ("NVIDIA-H100-80GB-HBM3", 8), "life-l40s-a": ("NVIDIA-L40S", 4)}
@@ -91,3 +91,46 @@ def test_a_spec_edited_while_its_status_is_written_keeps_nothing_of_the_old_answ
         stale = {key for key in ("recommendation", "alternatives", "infeasible", "ttftAtSloMs", "shapes")
                  if obj["status"].get(key)}
         assert not stale, f"{name}: generation 2's status keeps generation 1's {sorted(stale)}"
+
+
+def test_a_plan_being_planned_has_the_status_operator_md_says(cluster: dict[str, Any],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the first answer is on its way a new plan has no status, and while an edit is planned the status
+    answers the generation before: what docs/operator.md says, which listed a `Ready=Unknown Planning` condition
+    of a plan not planned yet that the operator never wrote."""
+    objects, ns, name = cluster["objects"], cluster["namespace"], "being-planned"
+    writing, release = threading.Event(), threading.Event()
+    real_write = kube.write_status
+
+    def held_write(namespace: str, plan: str, patch: dict[str, Any]) -> dict:
+        if plan == name and not release.is_set():
+            writing.set()
+            release.wait(timeout=30)
+        return real_write(namespace, plan, patch)
+
+    monkeypatch.setattr(kube, "write_status", held_write)
+    objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest(name, CHAT))
+    with runner() as kopf_run:
+        try:
+            wait_for(writing.is_set, timeout_s=60)  # planned, its answer not written yet
+            assert not objects.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status")
+        finally:
+            release.set()
+        first = wait_for(lambda: planned(cluster, name, 1), timeout_s=60)
+        writing.clear()
+        release.clear()
+        objects.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
+                                               {"spec": {"workload": {"requestsPerSecond": "40"}}})
+        try:
+            wait_for(writing.is_set, timeout_s=60)
+            during = objects.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+            assert during["metadata"]["generation"] == 2
+            assert during["status"] == first["status"]  # generation 1's answer, saying so
+        finally:
+            release.set()
+        wait_for(lambda: planned(cluster, name, 2), timeout_s=60)
+    assert kopf_run.exception is None, kopf_run.output
+    doc = (REPO / "docs" / "operator.md").read_text()
+    conditions = doc.split("### Conditions", 1)[1].split("\n## ", 1)[0]
+    assert "`Planning`" not in conditions and "has no status at all" in conditions
+    assert "not planned yet" not in conditions.split("`NotPlanned`", 1)[1].split("\n", 1)[0]
