@@ -455,7 +455,9 @@ def next_status(
     - `error` = (reason, message): the spec could not be planned (e.g. ("InvalidModel", "...")). Ready=False
       with that reason, Feasible=Unknown (NotPlanned). The old recommendation is cleared: it answers another
       spec, and keeping it would show an answer to a question no longer asked.
-    - neither: not planned yet (the first reconcile). Ready=Unknown (Planning), Feasible=Unknown (NotPlanned).
+    - neither: not planned yet. Ready=Unknown (Planning), Feasible=Unknown (NotPlanned). The operator never writes
+      it: its reconcile always has a result or an error, and a plan has no status until its first answer
+      (docs/operator.md).
 
     `ttftAtSloMs` is the recommendation's TTFT at `ttft_percentile` (p50/p90/p95/p99), the plan's SLO one.
     `manifests` and `change` (reconcile.deployment_fields) go into the recommendation, when there is one.

@@ -479,12 +479,13 @@ def test_a_spec_without_observe_drops_what_the_last_observation_left() -> None:
 
 
 def test_every_reason_the_status_writes_is_documented_for_the_on_call_engineer() -> None:
-    """Each reason next_status can write is named in docs/operator.md (in backquotes), with what to do."""
+    """Each reason the operator writes through next_status is named in docs/operator.md (in backquotes), with what
+    to do. Not the Planning of a status built without a result or an error: the operator never builds one (a plan
+    has no status until its first answer, as the page says)."""
     from pathlib import Path
 
     docs = (Path(__file__).parents[2] / "docs" / "operator.md").read_text(encoding="utf-8")
     written = {(c["type"], c["reason"]) for old in (
-        status(),
         status(result=feasible_result()),
         status(result=infeasible_result()),
         status(error=ERROR),
