@@ -63,11 +63,12 @@ def _read(paths: Sequence[str] | None) -> tuple[list, list]:
 
 def _read_some(paths: Sequence[str] | None, verb: str) -> tuple[list, list]:
     """`_read`, refusing files without a valid line: an empty file, or one whose every line is bad, has nothing to
-    `verb`, which an empty table would not say (calibrate refuses such files as well)."""
+    `verb`, which an empty table (or a fit on nothing) would not say."""
     scenarios, errors = _read(paths)
     if not scenarios:
         named = ", ".join(paths) if paths else str(_example_path())
-        raise CliError(f"no scenario line to {verb} in {named} (the file holds no valid line"
+        holds = "the files hold" if paths and len(paths) > 1 else "the file holds"
+        raise CliError(f"no scenario line to {verb} in {named} ({holds} no valid line"
                        + (f"; {len(errors)} bad line(s) reported above)" if errors else ")"))
     return scenarios, errors
 
@@ -151,7 +152,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.write:  # before the fit, which takes minutes on the published files
         target = Path(args.write)
         if target.is_dir() or not target.parent.is_dir():
-            why = "is a directory" if target.is_dir() else f"its folder {target.parent} does not exist"
+            why = ("is a directory" if target.is_dir()
+                   else f"{target.parent} is not a folder" if target.parent.exists()
+                   else f"its folder {target.parent} does not exist")
             print(f"inferplan: error: --write {args.write}: {why}", file=sys.stderr)
             return 2
         if any(Path(p).resolve() == target.resolve() for p in args.scenarios):
@@ -166,10 +169,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             training_rows,
         )
 
-        scenarios, _ = _read(args.scenarios)  # an id an earlier file gave is a bad line
-        if not scenarios:
-            print("inferplan: error: no scenario line to fit (the files hold no valid line)", file=sys.stderr)
-            return 2
+        scenarios, _ = _read_some(args.scenarios, "fit")  # an id an earlier file gave is a bad line
         if not training_rows(scenarios):
             print(f"inferplan: error: no scenario line to fit: none of the {len(scenarios)} valid line(s) is one a "
                   "fit uses (each is suspect, lacks a GPU or an engine, has no positive value, or is of an "

@@ -291,3 +291,19 @@ def test_calibrate_names_the_lines_it_did_not_fit(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "not fitted (a line needs 3 rows from 2 sources; these keep the neutral prior): " in out
     assert "vllm (4 rows)" in out
+
+
+def test_calibrate_says_what_is_wrong_with_where_it_writes_and_names_empty_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --write FILE/f.json said "its folder FILE does not exist" of a file that exists; and an empty file was
+    # refused without its name, which predict and accuracy give.
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x\n", encoding="utf-8")
+    assert main(["calibrate", "--scenarios", str(EXAMPLE_ROWS), "--write", str(a_file / "f.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{a_file} is not a folder" in err and "does not exist" not in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    for verb in ("calibrate", "predict", "accuracy"):
+        assert main([verb, "--scenarios", str(empty), str(empty)]) == 2
+        assert f"in {empty}, {empty} (the files hold no valid line)" in capsys.readouterr().err
