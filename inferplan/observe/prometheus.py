@@ -269,7 +269,8 @@ def _number(pair: Any, bad: Any) -> float:
 
 class EndpointsFile:
     """The endpoints of a file, read again when its modification time changes (a mounted ConfigMap is
-    replaced in place). A file that turns bad keeps the last good endpoints and reports the error."""
+    replaced in place). A file that turns bad (or goes) keeps the last good endpoints and says why in `error`
+    until it is good again (the operator logs each new error)."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
@@ -282,7 +283,9 @@ class EndpointsFile:
             return {}
         try:
             stamp = Path(self.path).stat().st_mtime
-        except OSError:
+        except OSError as exc:
+            self._stamp = None  # read again whenever it is back
+            self.error = f"INFERPLAN_PROMETHEUS_CONFIG: cannot read {self.path}: {exc.strerror}"
             return self._endpoints
         if stamp != self._stamp:
             self._stamp = stamp

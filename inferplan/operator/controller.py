@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferplan import __version__
-from inferplan.observe.prometheus import EndpointsFile
+from inferplan.observe.prometheus import EndpointsFile, PrometheusEndpoint
 from inferplan.operator import kube, metrics
 from inferplan.operator.cluster_spec import error_reason, with_config_map
 from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory
@@ -224,6 +224,7 @@ class Controller:
         self.registry = Registry()
         self.inventories = InventoryCache()
         self.logger = logging.getLogger("inferplan.checker")
+        self._endpoints_error: str | None = None  # the endpoints file's error last logged
         self._touched: set[str] = set()
         self._wake = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -503,14 +504,29 @@ class Controller:
             self._record(plan, new)
         metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
 
+    def prometheus_endpoints(self) -> dict[str, PrometheusEndpoint]:
+        """The endpoints of INFERPLAN_PROMETHEUS_CONFIG as last read good. A file that turned bad while the
+        operator runs keeps them in use: logged as a warning once per new error, and once when it is good again."""
+        endpoints = self.endpoints.get()
+        error = self.endpoints.error
+        if error != self._endpoints_error:
+            if error:
+                self.logger.warning("%s; the endpoints read before stay in use (%s) until the file is fixed", error,
+                                    ", ".join(sorted(endpoints)) or "none")
+            else:
+                self.logger.info("INFERPLAN_PROMETHEUS_CONFIG: %s read again: endpoints %s", self.endpoints.path,
+                                 ", ".join(sorted(endpoints)) or "none")
+            self._endpoints_error = error
+        return endpoints
+
     async def _observe(self, plan: Plan, old: dict | None) -> dict:
         """The status after querying Prometheus for the plan (off the loop, in the observe pool)."""
         try:
             # Reading waits on Prometheus and the API: in the observe threads. Calibrating and predicting are CPU
             # work: in the planner pool, like planning.
             measured = await asyncio.get_running_loop().run_in_executor(
-                self.observe_pool, measure, plan.spec, self.endpoints.get(), kube.deployment_reader(plan.namespace),
-                kube.config_map_reader(plan.namespace))
+                self.observe_pool, measure, plan.spec, self.prometheus_endpoints(),
+                kube.deployment_reader(plan.namespace), kube.config_map_reader(plan.namespace))
             now = utc_now()  # the observation's time: whether its window reaches back before a change, and its status
             outcome = await self.pool.run(assess, measured, old, now)
         except RetryLater:

@@ -8,10 +8,12 @@ import asyncio
 import copy
 import dataclasses
 import datetime
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -517,3 +519,36 @@ def test_an_unexpected_error_without_text_names_its_type(cluster: Cluster) -> No
     cluster.reconcile()
     ((_, _, patch),) = cluster.api.writes
     assert condition(patch, "Ready")["message"] == "unexpected error while planning: KeyError"
+
+
+def test_an_endpoints_file_turned_bad_while_running_is_logged_once_and_its_last_endpoints_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A file that went bad kept the last good endpoints in use and nothing said so: EndpointsFile.error was never read.
+    path = tmp_path / "prometheus.yaml"
+    stamp = 1_700_000_000
+
+    def write(text: str) -> None:
+        nonlocal stamp
+        path.write_text(text, encoding="utf-8")
+        stamp += 10
+        os.utime(path, (stamp, stamp))  # a new modification time, as a ConfigMap's update gives
+
+    write("- name: main\n  url: http://prometheus:9090\n")
+    controller = Controller(OperatorSettings(verify=False), pool=cast(PlannerPool, FakePool()), api=InlineExecutor(),
+                            observe=InlineExecutor(), endpoints=EndpointsFile(str(path)), identity="test",
+                            priority=0)
+    caplog.set_level("INFO", logger="inferplan.checker")
+    assert list(controller.prometheus_endpoints()) == ["main"] and not caplog.records
+    write("- name: main\n  url: ftp://prometheus\n")
+    for _ in range(3):
+        assert list(controller.prometheus_endpoints()) == ["main"]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "INFERPLAN_PROMETHEUS_CONFIG[0].url: must be an http(s) URL" in warnings[0].message
+    assert "the endpoints read before stay in use (main)" in warnings[0].message
+    path.unlink()  # another problem: said again
+    assert list(controller.prometheus_endpoints()) == ["main"]
+    assert "cannot read" in caplog.records[-1].message and caplog.records[-1].levelname == "WARNING"
+    write("- name: other\n  url: http://prometheus:9090\n")
+    assert list(controller.prometheus_endpoints()) == ["other"] and controller.endpoints.error is None
+    assert caplog.records[-1].levelname == "INFO" and "read again: endpoints other" in caplog.records[-1].message
+    assert len(caplog.records) == 3
