@@ -521,12 +521,17 @@ def _autoscaler_option_problem(args: argparse.Namespace) -> str | None:
         return ("--prometheus-url is the Prometheus the KEDA ScaledObject queries: add --autoscaling keda (an HPA "
                 "reads the Prometheus adapter's metrics)")
     if args.prometheus_url is not None and not re.fullmatch(r"https?://[^\s/?#]+(/\S*)?", args.prometheus_url):
-        return f"--prometheus-url {args.prometheus_url!r} is not an http(s) URL (e.g. http://prometheus.monitoring.svc:9090)"
+        from inferplan.deploy.diff import redacted
+
+        return (f"--prometheus-url {redacted(args.prometheus_url)!r} is not an http(s) URL "
+                "(e.g. http://prometheus.monitoring.svc:9090)")
     return None
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
     """Render the recommendation as Kubernetes objects (and an autoscaler), as multi-document YAML or a v1 List."""
+    from urllib.parse import urlsplit
+
     from inferplan.deploy.autoscaling import PROMETHEUS_URL, autoscaling, hand_replicas_to_autoscaler, replica_bounds
     from inferplan.deploy.manifests import dns_label, manifests_digest, render, to_yaml
     from inferplan.deploy.reviewed import StatusRefused
@@ -569,6 +574,10 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if args.autoscaling == "keda" and not args.prometheus_url:
         print(f"inferplan: the ScaledObject's serverAddress is a placeholder ({PROMETHEUS_URL}): set it with "
               "--prometheus-url", file=sys.stderr)
+    if args.autoscaling == "keda" and args.prometheus_url and "@" in urlsplit(args.prometheus_url).netloc:
+        print("inferplan: warning: --prometheus-url holds credentials (user:password@), which the ScaledObject's "
+              "serverAddress carries to whoever reads it (and to Git with it): give them to KEDA with a "
+              "TriggerAuthentication that reads a Secret (authModes: basic) and a URL without them", file=sys.stderr)
     if args.autoscaling == "keda" and not namespace:
         print("inferplan: the ScaledObject's query matches the pods by name in every namespace (no namespace "
               "given): set --namespace, or pods of the same name elsewhere count too", file=sys.stderr)

@@ -550,6 +550,25 @@ def test_autoscaler_options_without_their_autoscaler_exit_2(capsys: pytest.Captu
     assert code == 2 and out == "" and says in err
 
 
+def test_a_prometheus_url_with_credentials_is_rendered_with_a_warning_that_does_not_quote_them(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The ScaledObject (which lands in Git) carried user:password from the URL, and nothing said so.
+    url = "http://scaler:s3cret-pw@prometheus.monitoring.svc:9090"
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify", "--name", "chat", "--namespace", "serving",
+                         "--autoscaling", "keda", "--prometheus-url", url)
+    assert code == 0, err
+    scaled = next(o for o in yaml.safe_load_all(out) if o["kind"] == "ScaledObject")
+    assert scaled["spec"]["triggers"][0]["metadata"]["serverAddress"] == url  # KEDA accepts them: not refused
+    assert "inferplan: warning: --prometheus-url holds credentials" in err and "TriggerAuthentication" in err
+    assert "s3cret-pw" not in err
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify", "--autoscaling", "keda", "--prometheus-url",
+                         "http://scaler:s3cret-pw@prometheus 9090")
+    assert code == 2 and "not an http(s) URL" in err and "s3cret-pw" not in err
+    code, out, err = run(capsys, "render", str(CHAT), "--no-verify", "--namespace", "serving", "--autoscaling",
+                         "keda", "--prometheus-url", "http://prometheus.monitoring.svc:9090")
+    assert code == 0 and "warning" not in err
+
+
 def test_an_infeasible_plan_exits_1_with_the_reasons(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "render", str(REPO / "examples" / "platform" / "infeasible-ask.yaml"), "--no-verify")
     assert code == 1 and out == ""
