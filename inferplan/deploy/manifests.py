@@ -255,6 +255,22 @@ def check_name(name: str) -> str:
     return name
 
 
+LABEL_VALUE_MAX = 63
+STATEFULSET_NAME_MAX = 52
+"""The longest StatefulSet name whose pods can be created: each carries the label `controller-revision-hash:
+NAME-<hash of up to 10 characters>`, a label value of at most 63 characters (a longer name is accepted, but its
+pods are refused)."""
+
+
+def _check_derived_name(name: str, derived: str, limit: int, why: str) -> None:
+    """ValueError naming `name` and the longest it may be when `derived`, made from it, is over `limit` characters
+    (`why` says what `derived` is, with NAME for the name)."""
+    if len(derived) > limit:
+        longest = limit - (len(derived) - len(name))
+        raise ValueError(f"name {name!r} is {len(name)} characters, too long {why} (at most {limit} characters): "
+                         f"the longest name allowed is {longest} characters")
+
+
 def labels(name: str) -> dict[str, str]:
     """The labels of every rendered object and pod."""
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": MANAGED_BY, "inferplan.io/plan": name}
@@ -537,9 +553,11 @@ def leader_worker_set(request: PlanRequest, candidate: Candidate, *, name: str, 
     `worker`). A group is recreated whole when one of its pods restarts (the engine cannot lose a rank). Only the
     leader is probed: it serves HTTP."""
     check_name(name)
-    if not _DNS_LABEL.match(lws_name(name)):
-        raise ValueError(f"name {name!r} is too long for a replica over nodes: its LeaderWorkerSet "
-                         f"{lws_name(name)!r} must be a DNS-1035 label of at most 63 characters")
+    last_group = max(candidate.replicas, replica_bounds(request, candidate).max) - 1  # an autoscaler may add groups
+    _check_derived_name(name, f"{lws_name(name)}-{last_group}", STATEFULSET_NAME_MAX,
+                        f"for a replica over nodes: the workers of group {last_group} (the last of "
+                        f"{last_group + 1} at most) run as the StatefulSet NAME-lws-{last_group}, whose name "
+                        "its pods' controller-revision-hash label holds with a hash")
     nodes = nodes_per_replica(request, candidate)
     gpus = candidate.gpus_per_replica // nodes
     sizing = pod_sizing(request, candidate, gpus, nodes)
@@ -580,6 +598,9 @@ def inference_service(request: PlanRequest, candidate: Candidate, *, name: str, 
     if nodes_per_replica(request, candidate) > 1:
         raise ValueError("a replica that spans nodes is rendered as a LeaderWorkerSet (--target deployment), "
                          "not for KServe")
+    # RawDeployment mode: the Deployment and Service NAME-predictor, whose pods and selector carry this label.
+    _check_derived_name(name, f"isvc.{name}-predictor", LABEL_VALUE_MAX,
+                        "for KServe: it labels the predictor's pods app: isvc.NAME-predictor")
     sizing = pod_sizing(request, candidate, candidate.gpus_per_replica)
     container = {**engine_container(request, candidate, image=image, sizing=sizing), "name": "kserve-container"}
     bounds = replica_bounds(request, candidate)
@@ -683,6 +704,15 @@ def _router(request: PlanRequest, candidate: Candidate, *, name: str, namespace:
     ]
 
 
+def _check_disaggregated_name(name: str) -> None:
+    """ValueError, naming `name`, where it cannot name every object of a disaggregated deployment (`NAME-prefill`,
+    the longest, is a DNS-1035 label as every rendered name is)."""
+    check_name(name)
+    longest = max((f"{name}-{role}" for role in (*POOL_ROLES, "router")), key=len)
+    _check_derived_name(name, longest, LABEL_VALUE_MAX,
+                        f"for a disaggregated deployment: it names {longest.replace(name, 'NAME', 1)}")
+
+
 def _check_disaggregated(request: PlanRequest, candidate: Candidate) -> None:
     """ValueError where the pools of a disaggregated candidate are not rendered: another engine than SGLang, or a
     pool whose replica spans nodes."""
@@ -710,7 +740,7 @@ def pool_deployment(request: PlanRequest, candidate: Candidate, *, name: str, ro
     if not candidate.roles:
         raise ValueError("the recommendation has no prefill and decode pools: it runs as one Deployment")
     _check_disaggregated(request, candidate)
-    check_name(name)
+    _check_disaggregated_name(name)
     return _pool(request, candidate, name=name, role=role, namespace=namespace, image=image)
 
 
@@ -723,7 +753,7 @@ def disaggregated(request: PlanRequest, candidate: Candidate, *, name: str, name
     Raises ValueError for another engine (vLLM's NIXL pools need a P/D proxy inferplan does not render) or a pool
     whose replica spans nodes."""
     _check_disaggregated(request, candidate)
-    check_name(name)
+    _check_disaggregated_name(name)
     pools = [_pool(request, candidate, name=name, role=role, namespace=namespace, image=image)
              for role in POOL_ROLES]
     front = service(request, candidate, name=name, namespace=namespace)

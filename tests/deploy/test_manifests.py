@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from inferplan.deploy import manifests
+from inferplan.deploy.bounds import replica_bounds
 from inferplan.deploy.manifests import (
     FILES_DIR,
     PORT,
@@ -731,6 +732,44 @@ def test_a_name_that_cannot_name_a_service_is_refused() -> None:
         render(request, candidate, name="Chat.v2")
     with pytest.raises(ValueError, match="unknown target"):
         render(request, candidate, name="chat", target="helm")
+
+
+def _name(length: int) -> str:
+    return ("llm-" + "x" * length)[:length]
+
+
+def test_a_name_too_long_for_what_is_derived_from_it_is_refused_naming_the_longest_allowed() -> None:
+    # render checked NAME <= 63 only: KServe's predictor label (isvc.NAME-predictor), a LeaderWorkerSet's worker
+    # StatefulSet (NAME-lws-<group>, whose pods' controller-revision-hash label adds a hash) went over 63 characters,
+    # and a disaggregated plan's error named NAME-prefill, not the name given.
+    request, candidate = planned(EXAMPLES[0])
+    assert render(request, candidate, name=_name(48), target="kserve")
+    with pytest.raises(ValueError, match=f"name '{_name(49)}' is 49 characters, too long for KServe.*"
+                                         "isvc.NAME-predictor.*the longest name allowed is 48 characters"):
+        render(request, candidate, name=_name(49), target="kserve")
+
+    request, candidate = over_two_nodes(next(p for p in EXAMPLES if p.stem == "phi-4-tensor-parallel"))
+    last_group = max(candidate.replicas, replica_bounds(request, candidate).max) - 1
+    longest = 52 - len(f"-lws-{last_group}")
+    statefulsets = {f"{o['metadata']['name']}-{last_group}" for o in render(request, candidate, name=_name(longest))
+                    if o["kind"] == "LeaderWorkerSet"}
+    assert [len(s) for s in statefulsets] == [52]
+    with pytest.raises(ValueError, match=f"name '{_name(longest + 1)}' is {longest + 1} characters, too long for a "
+                                         f"replica over nodes.*NAME-lws-{last_group}.*the longest name allowed is "
+                                         f"{longest} characters"):
+        render(request, candidate, name=_name(longest + 1))
+
+    request, candidate = disaggregated("sglang")
+    assert render(request, candidate, name=_name(55))
+    for name in (_name(56), _name(63)):
+        with pytest.raises(ValueError) as refused:
+            render(request, candidate, name=name)
+        assert str(refused.value).startswith(f"name '{name}' is {len(name)} characters, too long for a "
+                                             "disaggregated deployment: it names NAME-prefill")
+        assert "the longest name allowed is 55 characters" in str(refused.value)
+        assert f"{name}-prefill" not in str(refused.value)
+        with pytest.raises(ValueError, match="the longest name allowed is 55"):
+            manifests.pool_deployment(request, candidate, name=name, role="decode")
 
 
 @pytest.mark.parametrize("engine", sorted(manifests.SERVING_FLAGS))
