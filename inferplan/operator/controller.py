@@ -392,7 +392,7 @@ class Controller:
             raise
         except Exception:
             metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
-            self.logger.exception("reconciling %s/%s failed", plan.namespace, plan.name)
+            self.logger.exception("reconciling failed: %s/%s", plan.namespace, plan.name)
             self.registry.retry_at[plan.uid] = time.monotonic() + 15.0
         finally:
             self._tasks.pop(plan.uid, None)

@@ -331,3 +331,22 @@ def test_the_metrics_missing_runbook_names_every_reason_that_fires_it() -> None:
     operator = (REPO / "docs" / "operator.md").read_text(encoding="utf-8")
     runbook = operator.split("### InferplanMetricsMissing", 1)[1].split("###", 1)[0]
     assert sorted(reason for reason in reasons if f"`{reason}`" not in runbook) == []
+
+
+def test_the_reconcile_errors_alert_and_runbook_name_every_failure_counted_as_unexpected() -> None:
+    """The alert's description named "planning failed" only, its runbook "observing failed" too, while the operator
+    counts three failures under reason="Unexpected" (each logged with its traceback); and the dashboard drew the rate
+    of errors in the unit `short`, not operations per second, as the reconcile rate beside it."""
+    source = (REPO / "inferplan" / "operator" / "controller.py").read_text(encoding="utf-8")
+    logged = re.findall(r'RECONCILE_ERRORS\.labels\("Unexpected"\)\.inc\(\)\n\s*self\.logger\.exception\("([a-z ]+'
+                        r' failed):', source)
+    assert len(logged) == source.count('RECONCILE_ERRORS.labels("Unexpected")') == 3
+    alert = next(rule for rule in alerts() if rule["alert"] == "InferplanReconcileErrors")
+    operator = (REPO / "docs" / "operator.md").read_text(encoding="utf-8")
+    runbook = operator.split("### InferplanReconcileErrors", 1)[1].split("###", 1)[0]
+    for message in logged:
+        assert f'"{message}"' in alert["annotations"]["description"], message
+        assert f'"{message}"' in runbook, message
+    assert "while planning" not in alert["annotations"]["summary"]
+    panel = next(p for p in dashboard_panels(load_dashboard()) if p["title"].startswith("Reconcile errors per second"))
+    assert panel["fieldConfig"]["defaults"]["unit"] == "ops"
