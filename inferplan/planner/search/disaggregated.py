@@ -150,7 +150,10 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
             if candidate is not None:
                 found[(int(pools.pre_row[i]), dec, *(r.replicas for r in candidate.roles))] = candidate
     if not found:
-        warnings.append("no disaggregated deployment meets every target within the plan's limits")
+        over = not any(offer[4] for offer in pools.all_offers()) and pools.broken
+        warnings.append("no disaggregated deployment meets every target within the plan's limits" + (
+            f": the cheapest pair of pools that meets them breaks {pools.broken[min(pools.broken)]} by the search's "
+            "coarse count (the suggestions give the limit that suffices)" if over else ""))
     return list(found.values())
 
 
@@ -195,6 +198,8 @@ class _Pools:
         self.dec_best = [np.full(len(rows.shape), np.nan) for _ in splits]
         self._pre_pool: Pool | None = None
         self._dec_pool: Pool | None = None
+        # The limit each offer over one breaks, by its cost: why no pair is offered where none is within them.
+        self.broken: dict[float, str] = {}
 
     def within(self, reach: float) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
         """The prefill and decode rows with a partner (same precision and KV dtype; the decode TP the prefill row
@@ -292,7 +297,10 @@ class _Pools:
                            key=lambda ij: (pre_cost[ij[0]] + dec_cost[ij[1]], ij))
             for n, (i, j) in enumerate(pairs):
                 pre = int(self.pre_row[i])
-                within = _within_limits(req, self.grid, rows, pre, int(pre_replicas[i]), j, int(dec_replicas[j]))
+                broken = _broken_limit(req, self.grid, rows, pre, int(pre_replicas[i]), j, int(dec_replicas[j]))
+                within = broken is None
+                if broken is not None and n == 0:
+                    self.broken[float(pre_cost[i] + dec_cost[j])] = broken
                 # The cheapest pair is offered even where the search's coarse sample puts it over a limit: confirmed
                 # with the report's sample it may need fewer replicas (`candidates` holds it to the limits again).
                 if within or n == 0:
@@ -387,10 +395,17 @@ def _best_rates(model_of: Callable[[NDArray[np.intp]], Any], capacity: NDArray[n
 
 def _within_limits(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_replicas: int, dec: int,
                    dec_replicas: int) -> bool:
-    """Whether the pair breaks none of the plan's limits: replicas per pool; GPUs of a type (both pools' when
-    they share it) against what is available, the replicas on the nodes of their type (both pools' together when
-    they share it, `pools_placed`) and maxGpusPerType; all GPUs against maxGpus; cost against the budget. Each
-    need compared with an available count is recorded for the count ranges (`count_bounds`)."""
+    """Whether the pair breaks none of the plan's limits (`_broken_limit`)."""
+    return _broken_limit(req, grid, rows, pre, pre_replicas, dec, dec_replicas) is None
+
+
+def _broken_limit(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_replicas: int, dec: int,
+                  dec_replicas: int) -> str | None:
+    """The first of the plan's limits the pair breaks, in words; None where it breaks none: replicas per pool; GPUs
+    of a type (both pools' when they share it) against what is available, the replicas on the nodes of their type
+    (both pools' together when they share it, `pools_placed`) and maxGpusPerType; all GPUs against maxGpus; cost
+    against the budget. Each need compared with an available count is recorded for the count ranges
+    (`count_bounds`)."""
     need: dict[str, int] = {}
     for row, replicas in ((pre, pre_replicas), (dec, dec_replicas)):
         key = grid.gpus[grid.gpu[rows.shape[row]]].key
@@ -403,20 +418,25 @@ def _within_limits(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_rep
             if key in available:
                 recorder.note(key, np.array([gpus]), available[key])
     if req.max_replicas is not None and max(pre_replicas, dec_replicas) > req.max_replicas:
-        return False
-    if any(gpus > available.get(key, math.inf) for key, gpus in need.items()):
-        return False
+        return f"maxReplicas {req.max_replicas} (a pool needs {max(pre_replicas, dec_replicas)})"
+    for key, gpus in need.items():
+        if gpus > available.get(key, math.inf):
+            return f"the {available[key]} {key} GPUs available (the pools need {gpus})"
     # The pools' replicas on the nodes of their types, together where both pools share one (`core.pools_placed`).
     pools: dict[str, list[tuple[int, int]]] = {}
     for row, replicas in ((pre, pre_replicas), (dec, dec_replicas)):
         pools.setdefault(grid.gpus[grid.gpu[rows.shape[row]]].key, []).append((replicas, int(rows.tp[row])))
-    if not all(pools_placed(req, key, pooled) for key, pooled in pools.items()):
-        return False
-    if any(gpus > req.max_gpus_per_type.get(key, math.inf) for key, gpus in need.items()):
-        return False
+    for key, pooled in pools.items():
+        if not pools_placed(req, key, pooled):
+            return f"the {key} nodes, on which the pools' replicas do not fit"
+    for key, gpus in need.items():
+        if gpus > req.max_gpus_per_type.get(key, math.inf):
+            return f"maxGpusPerType {key}: {req.max_gpus_per_type[key]} (the pools need {gpus})"
     if req.max_gpus is not None and sum(need.values()) > req.max_gpus:
-        return False
-    return req.budget_usd_per_hour is None or cost <= req.budget_usd_per_hour
+        return f"maxGpus {req.max_gpus} (the pools need {sum(need.values())})"
+    if req.budget_usd_per_hour is not None and cost > req.budget_usd_per_hour:
+        return f"the budget of ${req.budget_usd_per_hour:g}/h (the pools cost ${cost:.2f}/h)"
+    return None
 
 
 def _pool_prices(rows: _Rows, pre: int, pre_replicas: int, dec: int, dec_replicas: int) -> list[tuple[int, float]]:

@@ -300,3 +300,16 @@ def test_a_limits_suggestion_counts_each_pools_gpus_and_replicas() -> None:
     limits = next(s for s in result.suggestions if s.startswith("limits:"))
     assert limits.startswith("limits: maxGpusPerType H200-SXM-141GB: 12 (now 8); 12 H200-SXM-141GB GPUs in the "
                              "cluster (now fewer); maxReplicas 10 (now 5) gives 10 x 8 H100-SXM5-80GB prefill")
+
+
+def test_a_disaggregated_plan_a_limit_rules_out_names_the_limit_beside_an_unrelated_nearest_row() -> None:
+    # With maxGpus 60 every pair of long-prompts-70b-shapes broke the limit, and the only nearest row was a shape
+    # no pool can use (TP 1 out of memory) while the warnings said "see infeasible": nothing named the limit there.
+    spec = yaml.safe_load((Path(__file__).parents[3] / "examples/platform/long-prompts-70b-shapes.yaml").read_text(
+    ))["spec"]
+    spec["verify"] = False
+    spec["constraints"] = {**spec["constraints"], "shapes": ["disaggregated"], "maxGpus": 60}
+    result = plan(resolve_plan(parse_plan(spec)))
+    assert result.recommendation is None and [r.gate for r in result.infeasible] == ["memory"]
+    warning = next(w for w in result.warnings if w.startswith("no disaggregated deployment"))
+    assert "meets them breaks maxGpus 60 (the pools need" in warning
