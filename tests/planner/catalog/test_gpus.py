@@ -349,7 +349,8 @@ def _facts_date(as_of: str) -> str:
 def test_every_gpu_agrees_with_the_catalog_facts() -> None:
     """Each GPU of the facts resolves by its name and node labels; its memory, bandwidth, dense throughput and TDP
     are the facts' (or a departure above, flagged); a figure the facts doubt or leave out is unverified here; the
-    reported MiB is one the facts read or is unverified."""
+    reported MiB is one the facts read or is unverified; a scale-up bandwidth per direction the facts state is the
+    catalog's, sourced."""
     catalog = load_gpu_catalog()
     raw = {gpu["key"]: gpu for gpu in _raw_file()["gpus"]}
     facts = _facts("gpus.json")
@@ -376,6 +377,11 @@ def test_every_gpu_agrees_with_the_catalog_facts() -> None:
         mib = [reading["value"] for reading in fact["memory_mib_reported"] or []]
         if mib:
             assert raw[key]["figures"]["memory_mib"]["value"] in mib or provenance["memory_mib"].status == "unverified"
+        # The link all-reduce uses, per GPU and direction, where the facts state it (NVLink, xGMI, PCIe).
+        link = re.search(r"([\d.]+) GB/s per (?:GPU )?(?:per )?direction", fact["interconnect"] or "")
+        if link:
+            assert spec.interconnect_gb_s == float(link.group(1)), key
+            assert provenance["interconnect_gb_s"].status == "sourced", key
 
 
 def test_every_price_is_the_facts_default_with_its_source_and_date() -> None:
