@@ -57,21 +57,27 @@ def manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             "spec": spec}
 
 
-@pytest.fixture(scope="module")
-def cluster(k8s: dict[str, Any], namespace: str) -> Iterator[dict[str, Any]]:
+def gpu_nodes(k8s: dict[str, Any], namespace: str,
+              nodes: dict[str, tuple[str, int]]) -> Iterator[dict[str, Any]]:
+    """A module's cluster: `nodes` (name -> GPU product, GPUs) on the API server while its tests run, then deleted."""
     core = kubernetes.client.CoreV1Api(k8s["admin"])
     objects = kubernetes.client.CustomObjectsApi(k8s["admin"])
-    for name, (product, gpus) in NODES.items():
+    for name, (product, gpus) in nodes.items():
         created = core.create_node(node(name, product, gpus))
         core.patch_node_status(name, {"status": node(name, product, gpus)["status"]})
         assert created.metadata.name == name
     yield {"core": core, "objects": objects, "namespace": namespace, **k8s}
-    for name in NODES:
+    for name in nodes:
         try:
             core.delete_node(name)
         except kubernetes.client.ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+@pytest.fixture(scope="module")
+def cluster(k8s: dict[str, Any], namespace: str) -> Iterator[dict[str, Any]]:
+    yield from gpu_nodes(k8s, namespace, NODES)
 
 
 def get(cluster: dict[str, Any], name: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import kubernetes
 import pytest
 
 from inferplan.operator import kube
@@ -19,24 +18,14 @@ from inferplan.operator.controller import Controller
 from inferplan.resource import GROUP, PLURAL, VERSION
 
 from .conftest import REPO, wait_for
-from .test_operator import CHAT, condition, manifest, node, planned, runner
+from .test_operator import CHAT, condition, gpu_nodes, manifest, planned, runner
 
 NODES = {"life-h100-a": ("NVIDIA-H100-80GB-HBM3", 8), "life-l40s-a": ("NVIDIA-L40S", 4)}
 
 
 @pytest.fixture(scope="module")
 def cluster(k8s: dict[str, Any], namespace: str) -> Iterator[dict[str, Any]]:
-    core = kubernetes.client.CoreV1Api(k8s["admin"])
-    for name, (product, gpus) in NODES.items():
-        core.create_node(node(name, product, gpus))
-        core.patch_node_status(name, {"status": node(name, product, gpus)["status"]})
-    yield {"core": core, "objects": kubernetes.client.CustomObjectsApi(k8s["admin"]), "namespace": namespace, **k8s}
-    for name in NODES:
-        try:
-            core.delete_node(name)
-        except kubernetes.client.ApiException as exc:
-            if exc.status != 404:
-                raise
+    yield from gpu_nodes(k8s, namespace, NODES)
 
 
 def test_a_spec_edited_while_its_status_is_written_keeps_nothing_of_the_old_answer(
