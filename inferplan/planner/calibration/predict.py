@@ -28,6 +28,7 @@ from inferplan.planner.catalog.engine_args import (
     stated_layout,
     stated_mtp,
     stated_scheduler_steps,
+    stated_vllm_data_parallel,
 )
 from inferplan.planner.catalog.engines import (
     EngineProfile,
@@ -186,6 +187,7 @@ class _Resolved:
     mtp_tokens_per_step: float = 1.0
     precision: str = "bf16"        # the planner precision of the row's `weights` (`row_precision`)
     replicas: int = 1              # instances the run spread its load over (`replicas`, or what the GPUs leave)
+    data_parallel: int = 1         # vLLM's data-parallel ranks within `tp` (`--data-parallel-size` with experts)
 
 
 # Common spellings of a weight format that the scenario format spells otherwise (its `weights` enum), and the
@@ -226,6 +228,15 @@ def _resolve(row: Scenario) -> _Resolved | str:
     if row.engine is None:
         return "engine outside the supported set (named in notes)"
     tp = row.tensor_parallel
+    # vLLM's wide expert parallelism (`--data-parallel-size N --enable-expert-parallel`): N ranks of tensor_parallel
+    # GPUs each, the attention data-parallel over them and the experts spread over all, as SGLang's data-parallel
+    # attention with expert parallelism over its TP ranks: one instance of N x tensor_parallel GPUs. Without expert
+    # parallelism vLLM's ranks are whole copies of the model, the format's replicas.
+    data_parallel = stated_vllm_data_parallel(row.notes or "") if row.engine == "vllm" else 1
+    if data_parallel > 1 and not stated_layout(row.notes or "")[1]:
+        data_parallel = 1
+    if tp is not None:
+        tp *= data_parallel
     if tp is None:  # the format's identity gpus = tensor_parallel x pipeline_parallel x replicas, where it settles TP
         instances = row.pipeline_parallel * (row.replicas or 1)
         if row.gpus % instances or (row.replicas is None and row.gpus != row.pipeline_parallel):
@@ -258,13 +269,18 @@ def _resolve(row: Scenario) -> _Resolved | str:
     if problem is not None:
         return f"the engine could not have run this line: {problem}"
     dp, ep = replica_layout(row.notes, arch) if tp > 1 else (False, False)
+    if data_parallel > 1:
+        if not arch.is_moe:
+            return (f"--data-parallel-size {data_parallel} with expert parallelism on {arch.repo_id}, which has no "
+                    "experts: its ranks are whole copies of the model, write them as replicas")
+        dp = ep = True
     drafts, accepted = stated_mtp(row.notes) if arch.mtp_layers else (0, None)
     per_step = (accepted or mtp_tokens_per_step(drafts)) if drafts else 1.0
     # gpus = tensor_parallel x pipeline_parallel x replicas (SCENARIOS.md): unstated replicas are what it leaves.
     instance = tp * row.pipeline_parallel
     replicas = row.replicas or row.gpus // instance
     return _Resolved(arch, gpu, engine_profile(row.engine), tp, row.pipeline_parallel, dp, ep, drafts, per_step,
-                     precision, max(replicas, 1))
+                     precision, max(replicas, 1), data_parallel)
 
 
 @lru_cache(maxsize=1024)
@@ -398,9 +414,12 @@ def predict_scenarios(rows: Sequence[Scenario], factors: FactorSet | None = None
         if isinstance(resolved, str):
             out[i] = Prediction(row.id, row.metric, row.value, None, resolved)
             continue
-        settings = engine_settings(row, resolved.engine, resolved.arch, resolved.gpu, resolved.tp * resolved.pp)
+        settings = engine_settings(row, resolved.engine, resolved.arch, resolved.gpu,
+                                   resolved.tp // resolved.data_parallel * resolved.pp)
         if resolved.dp_attention and resolved.engine.name == "tensorrt-llm":
             settings = per_rank_batches(settings, resolved.tp)
+        elif resolved.data_parallel > 1:  # each vLLM rank is an engine core with its own scheduler and limits
+            settings = per_rank_batches(settings, resolved.data_parallel)
         if row.load.kind == "startup" or row.metric in STARTUP_METRICS:
             if row.load.kind != "startup":
                 value: float | str = "memory metric without a startup load"

@@ -160,6 +160,19 @@ def stated_layout(text: str) -> tuple[bool, bool]:
     return dp, ep
 
 
+VLLM_DATA_PARALLEL = ("--data-parallel-size", "-dp")
+"""vLLM's data-parallel size (0.8 and later; read from a run's notes, never written: the search plans no vLLM data
+parallelism)."""
+
+
+def stated_vllm_data_parallel(text: str) -> int:
+    """The data-parallel size a vLLM command line in `text` states (`--data-parallel-size 8`, `-dp 8`,
+    `--data-parallel-size=8`), whose ranks each run vLLM's scheduler over their own batch; 1 where none is stated."""
+    sizes = [int(m.group(1)) for flag in VLLM_DATA_PARALLEL
+             for m in re.finditer(rf"(?<![\w-]){re.escape(flag)}(?:\s+|=)(\d+)(?![\w.])", text)]
+    return max(sizes, default=1)
+
+
 def stated_chunked_prefill(text: str) -> bool | None:
     """Whether a command line, or a table of its settings, turns chunked prefill on or off: vLLM's
     `--enable-chunked-prefill[=True|False]` and `--no-enable-chunked-prefill`, TensorRT-LLM's

@@ -808,3 +808,36 @@ def test_amd_labeller_spelling_of_the_mi355x_resolves() -> None:
 def test_a_version_text_gives_the_engines_release_not_the_platforms(text: str, version: tuple[int, ...]) -> None:
     """AMD's container tag `rocm/vllm:rocm6.4.1_vllm_0.9.1_20250715` parsed as vLLM 6.4.1."""
     assert parse_version(text) == version
+
+
+def test_vllm_wide_expert_parallelism_is_one_instance_of_its_data_parallel_ranks() -> None:
+    """`vllm serve --data-parallel-size 8 --enable-expert-parallel` (tensor_parallel 1, as vLLM's docs deploy the
+    large MoE models) is one instance of eight ranks, the attention data-parallel and the experts spread over all:
+    predicted, not eight copies of a 235B model on one GPU each. Without expert parallelism the ranks are copies;
+    on a model without experts the line says to write them as replicas."""
+    def line(notes: str, model: str = "Qwen/Qwen3-235B-A22B") -> Scenario:
+        return example("output_tps_total", model=model, gpu="NVIDIA-H200", gpus=8, tensor_parallel=1, replicas=None,
+                       engine="vllm", engine_version="0.10.1", weights="fp8", input_tokens=1024, output_tokens=1024,
+                       load={"kind": "concurrency", "value": 64}, gpu_memory_utilization=None, max_model_len=None,
+                       dataset=None, notes=notes)
+
+    wide, copies, dense = predict_scenarios([
+        line("vllm serve Qwen/Qwen3-235B-A22B-FP8 --data-parallel-size 8 --enable-expert-parallel"),
+        line("vllm serve Qwen/Qwen3-235B-A22B-FP8 --data-parallel-size 8"),
+        line("vllm serve meta-llama/Llama-3.3-70B-Instruct -dp 8 --enable-expert-parallel",
+             model="meta-llama/Llama-3.3-70B-Instruct"),
+    ])
+    assert wide.skipped is None and wide.predicted is not None and wide.predicted > 0
+    tp8 = predict_scenarios([replace_row(line("vllm serve Qwen/Qwen3-235B-A22B-FP8 --tensor-parallel-size 8 "
+                                              "--enable-expert-parallel"), tensor_parallel=8)])[0]
+    assert tp8.predicted is not None and 0.5 < wide.predicted / tp8.predicted < 2.0  # the same GPUs, laid out anew
+    assert copies.predicted is None and "GiB per GPU at tensor_parallel 1" in (copies.skipped or "")
+    assert dense.predicted is None and "write them as replicas" in (dense.skipped or "")
+
+
+def replace_row(row: Scenario, **changes: object) -> Scenario:
+    data = json.loads(row.model_dump_json(by_alias=True))
+    data.update(changes)
+    parsed = parse_scenario_line(json.dumps(data), 1)
+    assert isinstance(parsed, Scenario), parsed
+    return parsed

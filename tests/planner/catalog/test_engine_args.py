@@ -439,3 +439,13 @@ def test_vllm_before_0_11_has_no_v1_fp8_kv_cache_off_hopper() -> None:
         assert kv_dtype_problem("vllm", version, family, "fp8", gpu) is None
     assert kv_dtype_problem("vllm", "0.9.2", "ampere", "auto", "A100-SXM4-80GB") is None
     assert kv_dtype_problem("sglang", "0.4.6.post5", "ampere", "fp8", "A100-SXM4-80GB") is None
+
+
+def test_a_data_parallel_size_is_read_in_each_spelling_vllm_takes() -> None:
+    from inferplan.planner.catalog.engine_args import stated_vllm_data_parallel
+
+    assert stated_vllm_data_parallel("vllm serve m --data-parallel-size 8 --enable-expert-parallel") == 8
+    assert stated_vllm_data_parallel("vllm serve m -dp 4") == 4
+    assert stated_vllm_data_parallel("vllm serve m --data-parallel-size=2") == 2
+    assert stated_vllm_data_parallel("vllm serve m --data-parallel-size-local 2 --tensor-parallel-size 8") == 1
+    assert stated_vllm_data_parallel("vllm serve m") == 1
