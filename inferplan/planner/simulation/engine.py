@@ -288,11 +288,13 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     next_arrival = pending[0][1] if pending else inf
     while t_limit is not None:
         if fast and next_arrival <= now and not queue and not prefilling and n_running < max_batch \
-                and kv_used + (need := pending[0][2]) + 1 + n_decoding <= kv_cap and need + n_decoding <= chunk \
+                and kv_used + (need := pending[0][2]) + 1 + n_decoding <= kv_cap \
+                and (new := need - pending[0][9]) + n_decoding <= chunk \
                 and (len(pending) == 1 or pending[1][1] > now):
             # The common case, taken out of the general path below for speed (the same arithmetic): one
-            # request arrives, nothing waits, and its whole prompt fits this step's budget and the KV
-            # cache: admit it and run its prefill step with the decode of the others.
+            # request arrives, nothing waits, and the part of its prompt not in the prefix cache fits this step's
+            # budget and the whole prompt the KV cache: admit it and run its prefill step with the decode of the
+            # others.
             req = pending.popleft()
             next_arrival = pending[0][1] if pending else inf
             running[req[0]] = req
@@ -307,15 +309,15 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     sample_s = max(2.0 * sample_s, (series_t[-1] - series_t[0]) / series_points)
                 sample_at = now + sample_s
             b = n_decoding
-            tokens = b + (1 if computed else need)
+            tokens = b + (1 if computed else new)
             if b:
                 c = context_sum / b
                 w = c if c < window else window
                 memory = weights_s + b * (kv_full_s * c + kv_window_s * w)
-                compute = need * req[4] + b * decode_s
+                compute = new * req[4] + b * decode_s
             else:
                 memory = weights_s
-                compute = need * req[4]
+                compute = new * req[4]
             step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
                          + allreduce_s + allreduce_token_s * tokens
                          + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens) + moe_s(tokens)) \
@@ -329,7 +331,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 next_arrival = pending[0][1] if pending else inf
                 if t_limit is None or next_arrival <= now:
                     # Admitted; the general path plans its step again.
-                    req[8] = need
+                    req[8] = new
                     prefilling.append(req)
                     continue
             now = end
@@ -378,7 +380,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         outputs += req[3]
                     queue.popleft()
                     running[req[0]] = req
-                    req[8] = need
+                    req[8] = need - req[9]  # the prompt's prefix-cache hit is not computed again
                     prefilling.append(req)
                     kv_used += need
                     n_running += 1
@@ -606,15 +608,18 @@ class _Served:
 def _serve(model: _StepModel, arrival: FloatArray, prompt: IntArray, output: IntArray,
            prefill_s_per_token: FloatArray | None, replicas: int, max_batch: int, kv_cap: int, chunk: float,
            assigned: IntArray | None, series_points: int, policy: Scheduling | None = None,
-           clients: int = 0) -> _Served:
+           clients: int = 0, cached: IntArray | None = None) -> _Served:
     """Run `replicas` replica loops over the requests. `assigned`: a replica per request fixed in advance
     (round robin, or the central queue of `simulate_queue`), each replica then runs alone over its own
     requests; None: least outstanding requests, decided at each arrival with the replicas whose next event
     is due brought up to that time. `prefill_s_per_token`: per request, instead of the step model's cost
     of its prompt. `clients` > 0: a closed loop of that many clients on one replica; the first `clients`
     requests arrive at their `arrival` times and each later one when its client's previous one completes
-    (request i + clients follows request i); `arrival` is overwritten with those times."""
+    (request i + clients follows request i); `arrival` is overwritten with those times. `cached`: per request,
+    the prompt tokens found in the prefix cache (in the KV cache from its admission, never computed; at most its
+    prompt less one token); None: none."""
     n = len(arrival)
+    hits = np.zeros(n, dtype=np.int64) if cached is None else np.asarray(cached, dtype=np.int64)
     first = np.full(n, math.nan)
     done = np.full(n, math.nan)
     preempted = np.zeros(n, dtype=np.int64)
@@ -623,9 +628,9 @@ def _serve(model: _StepModel, arrival: FloatArray, prompt: IntArray, output: Int
         # A chunk of requests as Python objects, when routed (not before: memory follows the flight).
         compute = (model.prefill_token_compute_array(prompt[indices]) if prefill_s_per_token is None
                    else prefill_s_per_token[indices])
-        return [[i, a, p, o, s, 0, 0, -1.0, 0] for i, a, p, o, s in zip(
+        return [[i, a, p, o, s, 0, 0, -1.0, 0, c] for i, a, p, o, s, c in zip(
             indices.tolist(), arrival[indices].tolist(), prompt[indices].tolist(), output[indices].tolist(),
-            compute.tolist(), strict=True)]
+            compute.tolist(), hits[indices].tolist(), strict=True)]
 
     load = [0] * replicas  # outstanding requests per replica, for least outstanding
     pending: list[deque[Request]] = [deque() for _ in range(replicas)]
@@ -642,14 +647,14 @@ def _serve(model: _StepModel, arrival: FloatArray, prompt: IntArray, output: Int
         every = np.arange(n)
         compute_of = (model.prefill_token_compute_array(prompt[every]) if prefill_s_per_token is None
                       else prefill_s_per_token[every]).tolist()
-        prompt_of, output_of = prompt.tolist(), output.tolist()
+        prompt_of, output_of, hits_of = prompt.tolist(), output.tolist(), hits.tolist()
 
         def follow(i: int, now: float) -> Request | None:
             j = successors[i]
             if j < 0:
                 return None
             arrivals[j] = now
-            return [j, now, prompt_of[j], output_of[j], compute_of[j], 0, 0, -1.0, 0]
+            return [j, now, prompt_of[j], output_of[j], compute_of[j], 0, 0, -1.0, 0, hits_of[j]]
 
     loops = [_replica_loop(model, max_batch, kv_cap, chunk, pending[r], counted, r, first_s, done_s, preempted,
                            series_points, policy, follow) for r in range(replicas)]

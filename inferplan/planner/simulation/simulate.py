@@ -190,7 +190,19 @@ def generate_workload(rate: float, requests: int, traffic: Traffic, seed: int = 
 #   [6] its replica's decode counter at that moment
 #   [7] first-token time (-1 before)
 #   [8] tokens left to prefill while it prefills
+#   [9] prompt tokens found in the prefix cache (`cached_prompt_tokens`): held in the KV cache, never computed
 # The loop uses the literal indices: a named constant costs a global lookup per access.
+
+
+
+
+def cached_prompt_tokens(prompt_tokens: IntArray, prefix_hit_rate: float) -> IntArray | None:
+    """Per prompt, the tokens a prefix cache serving `prefix_hit_rate` of prompt tokens holds already (the plan's
+    `workload.prefixCacheHitRate`, as the analytic model computes `1 - prefix_hit_rate` of each prompt): at most the
+    prompt less one token, which the engine always computes to make the first token. None for a rate of 0."""
+    if prefix_hit_rate <= 0.0:
+        return None
+    return np.minimum(np.floor(prompt_tokens * prefix_hit_rate).astype(np.int64), prompt_tokens - 1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -271,6 +283,7 @@ def simulate(
     clients: int = 0,
     front_end: bool = False,
     front_end_max_s: float = math.inf,
+    prefix_hit_rate: float = 0.0,
 ) -> SimulationResult:
     """Serve `workload` on `replicas` copies of the engine on `hw` (one deployment, scalar fields).
 
@@ -285,7 +298,8 @@ def simulate(
     (an open loop only) the service time of a first-in, first-out stage every request passes one at a time before
     the engine sees it (a server front end or a client that prepares one request after another), so that requests
     sent together queue for it; of an overhead above `front_end_max_s` only that much is served one at a time and
-    the rest is a constant delay.
+    the rest is a constant delay. `prefix_hit_rate`: the share of each prompt found in the prefix cache
+    (`cached_prompt_tokens`): it takes KV but neither compute nor the step's token budget.
 
     Closed forms: with `max_batch=1`, `chunk_tokens=math.inf` and room in the KV cache, a replica serves
     one request at a time, FIFO, for its prefill step plus one jump over its remaining output tokens, a
@@ -315,7 +329,8 @@ def simulate(
         serial = min(overhead, front_end_max_s)
         engine_s, overhead = serial_stage(arrival_s, serial), overhead - serial
     served = _serve(model, engine_s, workload.prompt_tokens, workload.output_tokens, None, replicas,
-                    max_batch, kv_tokens, chunk, assigned, series_points, policy, clients)
+                    max_batch, kv_tokens, chunk, assigned, series_points, policy, clients,
+                    cached_prompt_tokens(workload.prompt_tokens, prefix_hit_rate))
 
     return _result(arrival_s, workload.output_tokens, overhead, served)
 
@@ -377,6 +392,7 @@ def simulate_disaggregated(
     decode_kv_tokens: int,
     chunk_tokens: float,
     policy: Scheduling | None = None,
+    prefix_hit_rate: float = 0.0,
 ) -> SimulationResult:
     """Serve `workload` on a disaggregated deployment: `prefill_replicas` replicas on `prefill_hw` that only
     prefill (each request with one output token, the engine's step loop as `simulate` runs it), the KV transfer
@@ -384,6 +400,7 @@ def simulate_disaggregated(
     `decode_hw` that admit the request when it arrives there (as any request: a free slot and room in the KV
     cache for its prompt) and decode it; its prompt costs no compute there (its KV is already computed) and
     takes no token budget, so the step that admits it makes its first token. Round robin in both pools.
+    `prefix_hit_rate`: the share of each prompt the prefill pool finds in its prefix cache, as in `simulate`.
 
     TTFT: from arrival to the decode replica's first token, with the engine's per-request overhead once; TPOT
     and end-to-end latency as `simulate` measures them. Busy time, utilisation and the KV peaks are the decode
@@ -404,7 +421,8 @@ def simulate_disaggregated(
     arrival = workload.arrival_s
     ones = np.ones(n, dtype=np.int64)
     prefilled = _serve(pre_model, arrival, prompt, ones, None, prefill_replicas, prefill_max_batch,
-                       prefill_kv_tokens, chunk, np.arange(n, dtype=np.int64) % prefill_replicas, 2, policy)
+                       prefill_kv_tokens, chunk, np.arange(n, dtype=np.int64) % prefill_replicas, 2, policy,
+                       cached=cached_prompt_tokens(prompt, prefix_hit_rate))
     at_decode = prefilled.first_s + np.asarray(transfer_s, dtype=float)
     order = np.argsort(at_decode, kind="stable")  # the decode pool sees requests in the order they arrive
     served = _serve(dec_model, at_decode[order], prompt[order], output[order], np.zeros(n), decode_replicas,

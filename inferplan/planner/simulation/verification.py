@@ -141,7 +141,7 @@ def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, s
     kv_tokens = max(deployment.memory.kv_cache_tokens // pp, max_len + 1)
     return simulate(deployment.hardware, served, replicas=replicas * pp, max_batch=max(candidate.max_batch // pp, 1),
                     kv_tokens=kv_tokens, chunk_tokens=deployment.settings.step_tokens, router=router,
-                    policy=deployment.settings.scheduling), served
+                    policy=deployment.settings.scheduling, prefix_hit_rate=req.prefix_hit_rate), served
 
 
 def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int,
@@ -172,7 +172,7 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
         decode_replicas=counts["decode"], prefill_max_batch=pools["prefill"].max_batch,
         decode_max_batch=pools["decode"].max_batch, prefill_kv_tokens=prefill.memory.kv_cache_tokens,
         decode_kv_tokens=decode.memory.kv_cache_tokens, chunk_tokens=prefill.settings.step_tokens,
-        policy=decode.settings.scheduling), served
+        policy=decode.settings.scheduling, prefix_hit_rate=req.prefix_hit_rate), served
 
 
 @dataclass(frozen=True)

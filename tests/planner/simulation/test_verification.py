@@ -136,13 +136,14 @@ RAG = CHAT.parent / "rag-70b-long-prompt.yaml"
 
 
 def test_the_shapes_compared_follow_the_recommendation_verification_makes() -> None:
-    """The long-prompt RAG plan with both shapes on: its analytic recommendation (3 x 2 MI300X) misses in
-    simulation and verification recommends a dearer one. The shapes compared must then be stated against the
-    verified recommendation: the line that says "the recommendation" names it and its cost, and the aggregated
-    shape's cheapest is no longer the candidate the simulation failed."""
+    """The long-prompt RAG plan with both shapes on and a TPOT p95 of 50 ms: its analytic recommendation (3 x 2
+    MI300X) misses in simulation and verification recommends a dearer one. The shapes compared must then be stated
+    against the verified recommendation: the line that says "the recommendation" names it and its cost, and the
+    aggregated shape's cheapest is no longer the candidate the simulation failed."""
     spec = load_plan_file(RAG)
-    request = resolve_plan(spec.model_copy(update={"constraints": spec.constraints.model_copy(
-        update={"shapes": ["aggregated", "disaggregated"]})}), RAG.parent)
+    request = resolve_plan(spec.model_copy(update={
+        "constraints": spec.constraints.model_copy(update={"shapes": ["aggregated", "disaggregated"]}),
+        "slo": spec.slo.model_copy(update={"tpot": spec.slo.tpot.model_copy(update={"max_ms": 50})})}), RAG.parent)
     analytic = plan(request, confirm=False)
     verified = verify_plan(request, analytic)
     before, after = analytic.recommendation, verified.recommendation
@@ -238,3 +239,38 @@ def test_every_alternative_left_unsimulated_meets_each_slo_by_the_numbers_it_sho
     assert not verification.meets_its_numbers(
         request, result.alternatives[0].model_copy(update={"predicted": result.alternatives[0].predicted.model_copy(
             update={"tpot_ms": result.alternatives[0].predicted.tpot_ms.model_copy(update={"p99": 30.6})})}))
+
+
+def test_the_simulator_computes_only_the_prompt_the_prefix_cache_misses(planned) -> None:
+    """`workload.prefixCacheHitRate` is what the analytic model computes less prompt for; the simulator that verifies
+    the plan did not: at a 0.9 hit rate it served every prompt whole, its TTFT that of no cache, so verification
+    judged (and added replicas to) a deployment by a cache the plan said it had not."""
+    import dataclasses
+
+    request, candidate = planned
+    cold = simulate_candidate(request, candidate, requests=3000, seed=1)
+    warm_request = dataclasses.replace(request, prefix_hit_rate=0.9)
+    warm = simulate_candidate(warm_request, candidate, requests=3000, seed=1)
+    assert warm.ttft.p95_s < 0.8 * cold.ttft.p95_s and warm.ttft.p50_s < cold.ttft.p50_s
+    # The same requests, whole: only the compute of the cached share is saved.
+    assert len(warm.e2e_s) == len(cold.e2e_s) and np.all(np.isfinite(warm.e2e_s))
+    assert warm.preemptions == cold.preemptions == 0
+
+
+def test_a_higher_prefix_hit_rate_never_verifies_slower_or_dearer() -> None:
+    """Long prompts, mostly cached: verified in the simulator, a plan at a higher hit rate costs no more and its
+    recommendation's simulated TTFT p95 is no higher (before, every hit rate simulated alike, 0.99 as 0.5)."""
+    from inferplan.planner.simulation.verification import planned as verified_plan
+
+    results = []
+    for hit in ("0", "0.5", "0.9", "0.99"):
+        data = spec(gpuTypes=["H100"])
+        data["workload"] = {"requestsPerSecond": "5", "promptTokens": {"mean": 8000, "p95": 20000},
+                            "outputTokens": {"mean": 250, "p95": 700}, "prefixCacheHitRate": hit}
+        data["slo"] = {"ttft": {"maxMs": 1000}, "tpot": {"maxMs": 50}}
+        rec = verified_plan(resolve_plan(parse_plan(data)), verify_default=True).recommendation
+        assert rec is not None and rec.provenance["predicted"] == "simulated"
+        results.append((rec.cost.dollars_per_hour, rec.predicted.ttft_ms.p95))
+    costs = [c for c, _ in results]
+    assert costs == sorted(costs, reverse=True), results
+    assert results[-1][1] < results[0][1] and results[-1][1] < 0.5 * results[1][1], results
