@@ -80,16 +80,14 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
     """For a plan with no feasible candidate: the smallest changes that make one feasible, one line each (the
     context, the limits (budget, GPU counts, replicas), the GPU types, the precision, the KV-cache dtype, the TP, a
     shorter context, each SLO), with the deployment it gives (`answer`'s recommendation for the changed plan)."""
-    overflow = context_overflow(req, max_len)
-    if overflow > CONTEXT_LIMIT_SHARE:
-        need = _tokens_for(req, CONTEXT_WARN_SHARE)
-        return [f"context: {max_len} tokens hold {1.0 - overflow:.1%} of requests; serve a model with a context "
-                f"(and maxModelLen) of at least {need} tokens, or cut prompts so that 99.9% fit"]
-    out: list[str] = []
-    types = req.gpu_types or tuple(g.key for g in _candidate_gpus(req))
-
     def best(changed: PlanRequest) -> Candidate | None:
         return answer(changed).recommendation
+
+    overflow = context_overflow(req, max_len)
+    if overflow > CONTEXT_LIMIT_SHARE:
+        return [_context_suggestion(req, max_len, overflow, best)]
+    out: list[str] = []
+    types = req.gpu_types or tuple(g.key for g in _candidate_gpus(req))
 
     if types:
         free = best(replace(req, gpu_types=types, available_gpus=None, node_gpus=None, max_gpus=None,
@@ -223,6 +221,26 @@ def _tp_suggestion(req: PlanRequest, best: Callable[[PlanRequest], Candidate | N
              if found.nodes_per_replica > req.max_nodes_per_replica else "")
     return (f"TP: {tp}{stages} (tensorParallelSizes, now {', '.join(map(str, req.tp_sizes))}{spans}) gives "
             f"{_describe(found)}")
+
+
+def _context_suggestion(req: PlanRequest, max_len: int, overflow: float,
+                        best: Callable[[PlanRequest], Candidate | None]) -> str:
+    """Where more than CONTEXT_LIMIT_SHARE of requests exceed `max_len`: the plan's own engine.maxModelLen raised
+    within the model's context where that holds 99.9% of requests (with the deployment it gives), else a model of
+    a longer context or shorter prompts, with the share the model's whole context holds where the plan set less."""
+    need = _tokens_for(req, CONTEXT_WARN_SHARE)
+    context = req.arch.max_position_embeddings
+    held = f"context: {max_len} tokens hold {1.0 - overflow:.1%} of requests"
+    if req.max_model_len is not None and max_len < context:
+        if need <= context:
+            found = best(replace(req, max_model_len=need))
+            return (f"context: maxModelLen {need} (now {max_len}: it holds {1.0 - overflow:.1%} of requests, {need} "
+                    f"99.9%; the model's context is {context})"
+                    + (f" gives {_describe(found)}" if found is not None else ""))
+        held = (f"context: maxModelLen {max_len} holds {1.0 - overflow:.1%} of requests, the model's context of "
+                f"{context} tokens {1.0 - context_overflow(req, context):.1%}")
+    return (f"{held}; serve a model with a context (and maxModelLen) of at least {need} tokens, or cut prompts so "
+            "that 99.9% fit")
 
 
 def _shorter_context_suggestion(req: PlanRequest, factors: FactorSet, max_len: int,

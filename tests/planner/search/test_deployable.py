@@ -154,6 +154,33 @@ def test_a_context_far_below_the_tail_is_infeasible_and_says_what_would_fit() ->
     assert result.suggestions and result.suggestions[0].startswith("context:")
 
 
+def test_a_max_model_len_below_the_tail_suggests_raising_it_within_the_models_context() -> None:
+    """A plan's own engine.maxModelLen of 32768 under prompts of mean 30k (p95 60k) on Llama-3.1-8B, whose context is
+    131072: the suggestion told the user to "serve a model with a context (and maxModelLen) of at least 123904
+    tokens", though this model has one; it names the maxModelLen to set, and the deployment it gives."""
+    spec = copy.deepcopy(spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml"))
+    spec["engine"]["maxModelLen"] = 32768
+    spec["workload"] = {"requestsPerSecond": "0.5", "promptTokens": {"mean": 30000, "p95": 60000},
+                        "outputTokens": {"mean": 500}}
+    spec["slo"] = {"ttft": {"maxMs": 30000}, "tpot": {"maxMs": 100}}
+    req = resolve_plan(parse_plan(spec))
+    result = plan(req)
+    assert result.recommendation is None
+    [suggestion] = result.suggestions
+    assert suggestion.startswith("context: maxModelLen 123904 (now 32768: it holds 65.3% of requests"), suggestion
+    assert "serve a model" not in suggestion and " gives " in suggestion and "context is 131072" in suggestion
+    # Set as it says, the plan has an answer.
+    spec["engine"]["maxModelLen"] = 123904
+    assert plan(resolve_plan(parse_plan(spec))).recommendation is not None
+    # Where even the model's context is short of the tail, the suggestion says what that context holds too.
+    spec["engine"]["maxModelLen"] = 110000
+    spec["workload"]["promptTokens"] = {"mean": 100000, "p95": 131000}
+    spec["workload"]["outputTokens"] = {"mean": 100}
+    [suggestion] = plan(resolve_plan(parse_plan(spec))).suggestions
+    assert suggestion.startswith("context: maxModelLen 110000 holds 73.6% of requests, the model's context of "
+                                 "131072 tokens 94.9%; serve a model with a context"), suggestion
+
+
 def test_alternatives_are_distinct_bounded_and_each_says_why() -> None:
     for path in EXAMPLES:
         if path in INFEASIBLE_EXAMPLES:
