@@ -194,8 +194,6 @@ def generate_workload(rate: float, requests: int, traffic: Traffic, seed: int = 
 # The loop uses the literal indices: a named constant costs a global lookup per access.
 
 
-
-
 def cached_prompt_tokens(prompt_tokens: IntArray, prefix_hit_rate: float) -> IntArray | None:
     """Per prompt, the tokens a prefix cache serving `prefix_hit_rate` of prompt tokens holds already (the plan's
     `workload.prefixCacheHitRate`, as the analytic model computes `1 - prefix_hit_rate` of each prompt): at most the
