@@ -84,6 +84,19 @@ def simulated_rate(req: PlanRequest, candidate: Candidate) -> float:
     return req.rate_rps * min(1.0, MAX_SIMULATED_REPLICAS / largest)
 
 
+def simulated_replicas(candidate: Candidate) -> dict[str, int]:
+    """The replicas `simulate_candidate` serves the plan's generated workload on (at `simulated_rate`), per pool:
+    {"replicas": n} for aggregated replicas, {"prefill": n, "decode": m} for a disaggregated candidate. Where the
+    largest pool is above MAX_SIMULATED_REPLICAS, it is simulated on that many and the others by the same factor,
+    rounded down (at least 1: each replica serves at least its planned rate, so the check errs on the safe side).
+    The scaling is in integers: in floats 49 x (16 / 49) rounds down to 15."""
+    counts = {r.role: r.replicas for r in candidate.roles} or {"replicas": candidate.replicas}
+    largest = max(counts.values())
+    if largest <= MAX_SIMULATED_REPLICAS:
+        return counts
+    return {role: max(1, n * MAX_SIMULATED_REPLICAS // largest) for role, n in counts.items()}
+
+
 def steady_state(result: SimulationResult, arrival_s: np.ndarray, warmup_s: float) -> SimulationResult:
     """`result` with its latency statistics over the requests that arrive in steady state only: after the
     first `warmup_s` seconds (the replicas start empty and fill) and before the last `warmup_s` seconds of
@@ -130,9 +143,9 @@ def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, s
     deployment = deployment_of(req, candidate, factors)
     max_len = deployment.settings.max_model_len
     replicas = candidate.replicas
-    if workload is None and replicas > MAX_SIMULATED_REPLICAS:
+    if workload is None:
         req = replace(req, rate_rps=simulated_rate(req, candidate))
-        replicas = MAX_SIMULATED_REPLICAS
+        replicas = simulated_replicas(candidate)["replicas"]
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
     # A replica of pp pipeline stages serves as pp engines of its stages' steps, each with 1/pp of its batch cap
     # and KV pool (one batch in flight per stage; the engine's pool is shared, so one stream's share is at least a
@@ -148,9 +161,7 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
                             workload: RequestTrace | None, factors: FactorSet | None
                             ) -> tuple[SimulationResult, RequestTrace]:
     """`simulate_candidate` of a disaggregated candidate: its prefill and decode pools
-    (`simulate.simulate_disaggregated`), each pool at most MAX_SIMULATED_REPLICAS replicas at its own rate per
-    replica (both scaled by the same factor, rounded down: each replica serves at least its planned rate, so
-    the check errs on the safe side)."""
+    (`simulate.simulate_disaggregated`), each pool at most MAX_SIMULATED_REPLICAS replicas (`simulated_replicas`)."""
     pools = {r.role: r for r in candidate.roles}
     built = {role: deployment_of(req, candidate.model_copy(update={
         "gpu_type": r.gpu_type, "gpus_per_replica": r.gpus_per_replica, "max_batch": r.max_batch,
@@ -159,11 +170,9 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
     prefill, decode = built["prefill"], built["decode"]
     max_len = decode.settings.max_model_len
     counts = {role: r.replicas for role, r in pools.items()}
-    largest = max(counts.values())
-    if workload is None and largest > MAX_SIMULATED_REPLICAS:
-        scale = MAX_SIMULATED_REPLICAS / largest
-        req = replace(req, rate_rps=req.rate_rps * scale)
-        counts = {role: max(1, math.floor(n * scale)) for role, n in counts.items()}
+    if workload is None:
+        req = replace(req, rate_rps=simulated_rate(req, candidate))
+        counts = simulated_replicas(candidate)
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
     transfer = transfer_s(prefill.hardware, pools["decode"].gpus_per_replica, served.prompt_tokens,
                           req.network_gbps)
@@ -434,6 +443,7 @@ __all__ = [
     "should_verify",
     "simulate_candidate",
     "simulated_rate",
+    "simulated_replicas",
     "steady_requests",
     "steady_state",
     "verify_plan",

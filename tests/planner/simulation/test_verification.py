@@ -274,3 +274,24 @@ def test_a_higher_prefix_hit_rate_never_verifies_slower_or_dearer() -> None:
     costs = [c for c, _ in results]
     assert costs == sorted(costs, reverse=True), results
     assert results[-1][1] < results[0][1] and results[-1][1] < 0.5 * results[1][1], results
+
+
+def test_a_pool_above_the_simulated_replicas_is_simulated_on_exactly_that_many() -> None:
+    """A pool of more than MAX_SIMULATED_REPLICAS replicas is simulated on that many at the plan's rate per replica;
+    the scaling was in floats, and 49 x (16 / 49) rounded down to 15, so a pool of 49 decode replicas was judged on
+    15 at 16/15 of its planned load per replica."""
+    from tests.support.plans import disaggregated
+
+    request, candidate = disaggregated()
+    top = verification.MAX_SIMULATED_REPLICAS
+    for decode, prefill in ((49, 10), (98, 98), (103, 1), (17, 16)):
+        roles = [r.model_copy(update={"replicas": decode if r.role == "decode" else prefill}) for r in candidate.roles]
+        wide = candidate.model_copy(update={"roles": roles})
+        counts = verification.simulated_replicas(wide)
+        assert counts == {"prefill": max(1, prefill * top // decode), "decode": top}, (decode, prefill)
+        assert verification.simulated_rate(request, wide) == pytest.approx(request.rate_rps * top / decode)
+    roles = [r.model_copy(update={"replicas": 49 if r.role == "decode" else 10}) for r in candidate.roles]
+    result = simulate_candidate(request, candidate.model_copy(update={"roles": roles}), requests=200)
+    assert len(np.unique(result.replica)) == top
+    assert verification.simulated_replicas(candidate.model_copy(update={"roles": [], "replicas": 49})) == {
+        "replicas": top}
