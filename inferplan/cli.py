@@ -264,7 +264,15 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from inferplan.planner.results import replica_shape
     from inferplan.planner.simulation.simulate import read_trace
-    from inferplan.planner.simulation.verification import compare, planned, served_max_len, simulate_candidate
+    from inferplan.planner.simulation.verification import (
+        compare,
+        planned,
+        scaled_words,
+        served_max_len,
+        simulate_candidate,
+        simulated_rate,
+        simulated_replicas,
+    )
 
     request = _load_plan(args.file)
     if request is None:
@@ -319,13 +327,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                "plannedBy": "simulated" if planned_by == "simulated" else "analytic",
                "requests": len(result.ttft_s), "outputTokensPerSecond": round(result.output_tokens_per_s, 1),
                "preemptions": result.preemptions, "source": "trace" if trace else f"generated (seed {seed})"}
+    # Above MAX_SIMULATED_REPLICAS a generated workload is served on fewer replicas at the plan's rate per replica:
+    # its output rate is theirs, not the deployment's, so say so (a trace is served on all of them).
+    scaled = "" if trace else scaled_words(request, candidate)
+    if not trace:
+        summary |= {"simulatedReplicas": simulated_replicas(candidate),
+                    "requestsPerSecond": round(simulated_rate(request, candidate), 4)}
     if args.output == "json":
         print(json.dumps({**summary, "percentiles": [
             {"metric": r.metric, "quantile": r.quantile, "analyticMs": round(r.analytic_ms, 3),
              "simulatedMs": round(r.simulated_ms, 3)} for r in rows]}, indent=2))
         return 0
     print(f"{summary['deployment']}: {summary['requests']} requests ({summary['source']}), "
-          f"{summary['outputTokensPerSecond']:g} output tokens/s, {summary['preemptions']} preemptions")
+          f"{summary['outputTokensPerSecond']:g} output tokens/s, {summary['preemptions']} preemptions"
+          + (f"; simulated on {scaled}" if scaled else ""))
     planned_label = "planned (sim)" if summary["plannedBy"] == "simulated" else "analytic"
     print(f"{'metric':8s} {'quantile':>8s} {planned_label:>13s} {'simulated':>11s} {'ratio':>8s}")
     for r in rows:

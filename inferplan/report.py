@@ -22,7 +22,7 @@ from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 from inferplan.planner.simulation.simulate import SimulationResult
-from inferplan.planner.simulation.verification import compare, simulated_rate
+from inferplan.planner.simulation.verification import compare, scaled_words, simulated_rate
 from inferplan.tables import (
     _ms,
     _slo_text,
@@ -529,7 +529,9 @@ def _simulation_section(req: PlanRequest, result: PlanResult, simulation: Simula
     if simulation is None:
         return f'{head}\n<p class="none">Not simulated.</p>\n</section>'
     charts = "\n".join(cdf_chart(req, simulation, c, metric) for metric in _metrics(req, [c]))
-    summary = (f"<p>{len(simulation.ttft_s)} requests of the plan's workload on {_e(_deployment(c))}: "
+    scaled = scaled_words(req, c)
+    summary = (f"<p>{len(simulation.ttft_s)} requests of the plan's workload on {_e(_deployment(c))}"
+               f"{_e(f' (simulated on {scaled})') if scaled else ''}: "
                f"{simulation.output_tokens_per_s:.0f} output tokens/s, {simulation.preemptions} preemption(s).</p>")
     summary += "".join(f'\n<p class="flag">{_e(flag)}</p>' for flag in simulation_flags(req, c, simulation))
     return f'{head}\n{summary}\n<div class="charts">\n{charts}\n</div>\n{_comparison_table(c, simulation)}\n' \

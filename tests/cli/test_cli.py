@@ -414,6 +414,34 @@ def test_simulate_says_that_pools_are_spread_round_robin_whatever_the_router(
     assert capsys.readouterr().err == ""
 
 
+def test_simulate_and_report_say_when_fewer_replicas_than_planned_are_simulated(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Above 16 replicas a generated workload is served on 16 at the plan's rate per replica. The summary named the
+    whole deployment beside the 16 replicas' output rate, about 16/26 of what the plan's 26 produce, with nothing
+    saying so; it now says which replicas ran at what rate (JSON: simulatedReplicas, requestsPerSecond), and so does
+    the report. A trace is served on every replica and says nothing of the kind."""
+    spec = tmp_path / "plan.yaml"
+    chat = example_spec(CHAT)
+    spec.write_text(yaml.safe_dump({**chat, "workload": {**chat["workload"], "requestsPerSecond": "400"}}))
+    args = ["simulate", str(spec), "--no-verify", "--requests", "3000"]
+    assert main([*args, "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    replicas = int(data["deployment"].split(" x ")[0])
+    assert replicas > 16 and data["simulatedReplicas"] == {"replicas": 16}
+    assert data["requestsPerSecond"] == pytest.approx(400 * 16 / replicas, rel=1e-4)
+    assert data["outputTokensPerSecond"] < 0.8 * 400 * 250  # the 16 replicas', not the deployment's 100,000
+    assert main(args) == 0
+    assert f"; simulated on 16 of its {replicas} replicas at {400 * 16 / replicas:.4g} requests/s" in \
+        capsys.readouterr().out.splitlines()[0]
+    assert main(["report", str(spec), "--no-verify", "--requests", "3000"]) == 0
+    assert f"(simulated on 16 of its {replicas} replicas at" in capsys.readouterr().out
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"t": i / 400, "prompt": 400, "output": 100}) + "\n" for i in range(400)))
+    assert main([*args[:2], "--no-verify", "--trace", str(trace), "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "simulatedReplicas" not in data and "requestsPerSecond" not in data
+
+
 def test_plan_verify_flag_and_spec_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(CHAT), "-o", "json"]) == 0  # verified by default
     assert json.loads(capsys.readouterr().out)["recommendation"]["provenance"]["predicted"] == "simulated"

@@ -97,6 +97,19 @@ def simulated_replicas(candidate: Candidate) -> dict[str, int]:
     return {role: max(1, n * MAX_SIMULATED_REPLICAS // largest) for role, n in counts.items()}
 
 
+def scaled_words(req: PlanRequest, candidate: Candidate) -> str:
+    """Where `simulate_candidate` serves the plan's generated workload on fewer replicas than `candidate` has (above
+    MAX_SIMULATED_REPLICAS), which ones and at what rate, in words ("16 of its 26 replicas at 12.31 requests/s, the
+    plan's rate per replica"); "" where it serves them all. Its rates are those replicas', not the deployment's."""
+    counts = simulated_replicas(candidate)
+    full = {r.role: r.replicas for r in candidate.roles} or {"replicas": candidate.replicas}
+    if counts == full:
+        return ""
+    pools = " and ".join(f"{counts[role]} of its {full[role]}{'' if role == 'replicas' else ' ' + role}"
+                         for role in full)
+    return f"{pools} replicas at {simulated_rate(req, candidate):.4g} requests/s, the plan's rate per replica"
+
+
 def steady_state(result: SimulationResult, arrival_s: np.ndarray, warmup_s: float) -> SimulationResult:
     """`result` with its latency statistics over the requests that arrive in steady state only: after the
     first `warmup_s` seconds (the replicas start empty and fill) and before the last `warmup_s` seconds of
@@ -440,6 +453,7 @@ __all__ = [
     "meets_its_numbers",
     "plan_workload",
     "planned",
+    "scaled_words",
     "should_verify",
     "simulate_candidate",
     "simulated_rate",
