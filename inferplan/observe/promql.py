@@ -72,18 +72,35 @@ def total_increase(names: Sequence[str], selector: Mapping[str, str], window: st
     return _first_of([f"sum(increase({name}{suffix}{{{sel}}}[{window}]))" for name in names])
 
 
+GAUGE_POINTS = 100
+"""Instants over the window at which a gauge's total (or mean) over the selected series is sampled and averaged:
+a subquery step of window / GAUGE_POINTS, at least 1 s (finer than any scrape interval a window of 5m or less is
+used with)."""
+
+
+def _over_window(window: str) -> str:
+    """The subquery range `[w:step]` that samples a window GAUGE_POINTS times."""
+    amount, unit = int(window[:-1]), window[-1]
+    seconds = amount * {"s": 1, "m": 60, "h": 3600}[unit]
+    return f"[{window}:{max(1, seconds // GAUGE_POINTS)}s]"
+
+
 def gauge_sum(names: Sequence[str], selector: Mapping[str, str], window: str) -> str:
-    """Sum over the selected series (replicas) of each one's average over the window."""
+    """The selected series' sum (all replicas together), averaged over the window: a pod replaced within the
+    window (a rollout, an eviction: new series, the old ones ended) counts for the time it ran, not as one more
+    replica, as a sum of each series' own average would. Instants at which no series is there (every pod gone)
+    are not averaged in."""
     _check(names, window)
     sel = matchers(selector)
-    return _first_of([f"sum(avg_over_time({name}{{{sel}}}[{window}]))" for name in names])
+    return _first_of([f"avg_over_time(sum({name}{{{sel}}}){_over_window(window)})" for name in names])
 
 
 def gauge_mean(names: Sequence[str], selector: Mapping[str, str], window: str) -> str:
-    """Mean over the selected series of each one's average over the window."""
+    """The mean over the selected series (engines), averaged over the window (each series weighs for the time it
+    ran)."""
     _check(names, window)
     sel = matchers(selector)
-    return _first_of([f"avg(avg_over_time({name}{{{sel}}}[{window}]))" for name in names])
+    return _first_of([f"avg_over_time(avg({name}{{{sel}}}){_over_window(window)})" for name in names])
 
 
 def sample_count(names: Sequence[str], selector: Mapping[str, str], window: str, suffix: str = "") -> str:

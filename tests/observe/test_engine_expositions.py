@@ -77,8 +77,11 @@ class FakeEngine:
     kv_usage: float = 0.25
     num_gpu_blocks: int = 20000
     started: float = field(default_factory=time.monotonic)
+    serving: bool = True  # False: the pod is gone (its scrape finds no series, which Prometheus then marks stale)
 
     def exposition(self) -> str:
+        if not self.serving:
+            return ""
         n = float(int(self.requests_per_second * (time.monotonic() - self.started)))
         lines: list[str] = []
         if self.family == "vllm":
@@ -176,6 +179,35 @@ def test_what_vllm_and_sglang_export_is_read_whole(fake_engines, prometheus: Pro
     assert qwen.latency_mean == pytest.approx({"ttft": TTFT, "tpot": ITL, "e2e": E2E})
     assert (qwen.latency["ttft"][0.5].low, qwen.latency["ttft"][0.5].high) == (0.0, 0.1)
     assert (qwen.latency["tpot"][0.5].low, qwen.latency["tpot"][0.5].high) == (0.025, 0.03)
+
+
+def test_a_pod_replaced_within_the_window_counts_for_the_time_it_ran(
+        fake_engines, prometheus: PrometheusFactory) -> None:
+    """A rollout or an eviction replaces a pod: the new pod's series are new series, and the old pod's end within
+    the window. The running and waiting requests are those of all replicas together, averaged over the window: they
+    were the sum of each series' own average, so two replicas, one of them replaced within the window, read as three
+    (12 running where 8 ran at every instant), and the waiting per replica that keeps calibration from fitting
+    prefill speed read half as high again."""
+    steady = FakeEngine("vllm", "llama", running=4.0, waiting=2.0, kv_usage=0.25)
+    leaving = FakeEngine("vllm", "llama", running=4.0, waiting=2.0, kv_usage=0.25)
+    arriving = FakeEngine("vllm", "llama", running=4.0, waiting=2.0, kv_usage=0.25, serving=False)
+    targets = [fake_engines.serve(engine) for engine in (steady, leaving, arriving)]
+    server = prometheus(targets)
+    window = 20
+    span = window + round(SETTLE_SECONDS) + 1
+    samples = 'count_over_time(vllm:e2e_request_latency_seconds_count{{instance="{}"}}[{}s])'
+    server.wait_for_series(f"{samples.format(targets[1], span)} >= {span}", timeout_s=60)
+    leaving.serving, arriving.started, arriving.serving = False, time.monotonic(), True
+    # The replacement about half-way through the window that ends SETTLE_SECONDS before now.
+    server.wait_for_series(f"{samples.format(targets[2], span)} >= {window // 2}", timeout_s=60)
+    client = PrometheusClient(PrometheusEndpoint("main", server.url))
+
+    llama = read_observation(client, VLLM, {"model_name": "llama"}, f"{window}s", min_requests=10)
+    assert server.query(f"{samples.format(targets[1], window + round(SETTLE_SECONDS))} >= 3")  # the old pod's too
+    assert llama.running == pytest.approx(2 * 4.0, abs=1.0)
+    assert llama.waiting == pytest.approx(2 * 2.0, abs=0.5)
+    assert llama.kv_usage == pytest.approx(0.25)
+    assert llama.requests_per_second == pytest.approx(2 * 20.0, rel=0.15)
 
 
 def test_a_window_shorter_than_two_scrapes_is_told_from_a_selector_that_matches_nothing(
