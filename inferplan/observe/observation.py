@@ -21,6 +21,10 @@ started but can be read only once the scrape is in, so later queries at one inst
 see samples the earlier ones did not."""
 
 
+MAX_MODELS_NAMED = 5
+"""The most model names a SeveralModels message lists."""
+
+
 class ObserveError(Exception):
     """No usable observation; `reason` is the MetricsAvailable condition's reason."""
 
@@ -69,6 +73,7 @@ def read_observation(client: PrometheusClient, names: EngineMetrics, selector: M
     come from the same samples even where a scrape lands between two queries. Raises ObserveError:
     PrometheusUnreachable / PrometheusBadResponse (the query failed), NoMatchingSeries (nothing matches the
     selector), TooFewSamples (series match, but none has the two samples in the window that rate() needs),
+    SeveralModels (the series that match carry several `model_name`s: several deployments' figures together),
     InsufficientTraffic (fewer than `min_requests` requests completed in the window)."""
     at: float | None = None
 
@@ -90,6 +95,16 @@ def read_observation(client: PrometheusClient, names: EngineMetrics, selector: M
                                                 "the scrape interval (or wait: the engine may have just started)")
         raise ObserveError("NoMatchingSeries", f"no {names.e2e[0]} series match {labels} in Prometheus "
                                                f"{client.endpoint.name!r}")
+    models = sorted({labels.get("model_name", "") for labels, _ in
+                     query(promql.label_values(names.e2e, selector, window, "model_name", "_count"))} - {""})
+    if len(models) > 1:  # another Deployment's traffic would be added in, and judged against this model's prediction
+        labels = ", ".join(f"{k}={v!r}" for k, v in sorted(selector.items()))
+        shown = ", ".join(repr(m) for m in models[:MAX_MODELS_NAMED]) + (", ..." if len(models) > MAX_MODELS_NAMED
+                                                                          else "")
+        raise ObserveError("SeveralModels", f"the {names.e2e[0]} series that match {labels} in Prometheus "
+                                            f"{client.endpoint.name!r} are of {len(models)} models ({shown}): "
+                                            "their figures would be added together; add the model_name of the "
+                                            "current deployment to observe.selector")
     count = _scalar(completed) or 0.0
     if count < min_requests:
         raise ObserveError("InsufficientTraffic", f"{count:.0f} requests completed in the last {window}, fewer "

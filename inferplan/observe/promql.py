@@ -111,6 +111,16 @@ def sample_count(names: Sequence[str], selector: Mapping[str, str], window: str,
     return _first_of([f"sum(count_over_time({name}{suffix}{{{sel}}}[{window}]))" for name in names])
 
 
+def label_values(names: Sequence[str], selector: Mapping[str, str], window: str, label: str,
+                 suffix: str = "") -> str:
+    """One series per value of `label` that the selected series carry in the window (`count by (label)`)."""
+    _check(names, window)
+    if not _LABEL_NAME.match(label):
+        raise ValueError(f"not a label name: {label!r}")
+    sel = matchers(selector)
+    return _first_of([f"count by ({label}) (count_over_time({name}{suffix}{{{sel}}}[{window}]))" for name in names])
+
+
 def info_counts(names: Sequence[str], selector: Mapping[str, str], labels: Sequence[str],
                 targets_of: Sequence[str]) -> str:
     """How many series of an info metric (e.g. vLLM's cache_config_info) carry each combination of `labels`,

@@ -210,6 +210,25 @@ def test_a_pod_replaced_within_the_window_counts_for_the_time_it_ran(
     assert llama.requests_per_second == pytest.approx(2 * 20.0, rel=0.15)
 
 
+def test_a_selector_that_matches_two_models_is_told_not_added_up(fake_engines, prometheus: PrometheusFactory) -> None:
+    """Two Deployments in the namespace serve different models, and observe.selector names only what they share
+    (here the scrape job, as `namespace` would be): their requests, latencies and KV blocks were added together,
+    `MetricsAvailable` True, and judged against one model's prediction. Such a selector is now SeveralModels,
+    naming the models; a selector with the model_name reads that model alone."""
+    targets = [fake_engines.serve(FakeEngine("vllm", "llama")), fake_engines.serve(FakeEngine("vllm", "qwen"))]
+    server = prometheus(targets)
+    span = 10 + round(SETTLE_SECONDS) + 1
+    server.wait_for_series(f'count(count_over_time(vllm:e2e_request_latency_seconds_count[{span}s]) >= {span}) >= 2',
+                           timeout_s=60)
+    client = PrometheusClient(PrometheusEndpoint("main", server.url))
+    with pytest.raises(ObserveError) as both:
+        read_observation(client, VLLM, {"job": "engine"}, "10s", min_requests=10)
+    assert both.value.reason == "SeveralModels"
+    assert "2 models ('llama', 'qwen')" in str(both.value) and "model_name" in str(both.value)
+    llama = read_observation(client, VLLM, {"job": "engine", "model_name": "llama"}, "10s", min_requests=10)
+    assert llama.requests_per_second == pytest.approx(20.0, rel=0.1) and llama.kv_blocks == 20000
+
+
 def test_a_window_shorter_than_two_scrapes_is_told_from_a_selector_that_matches_nothing(
         fake_engines, prometheus: PrometheusFactory) -> None:
     """Series that match but have fewer than the two samples in the window that rate() needs (a window shorter
