@@ -937,6 +937,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the status a shell gives a command ended by SIGINT (128 + 2), no traceback
+        output = getattr(args, "output", None) if args.command == "report" else None
+        kept = f"; {output} left as it was" if output and output != "-" else ""  # written whole or not at all
+        print(f"inferplan {args.command}: interrupted{kept}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""The Unix conventions every `inferplan` command keeps (inferplan/cli.py): Ctrl-C ends it with exit status 130 and
+a short message, no traceback; unreadable inputs, options given twice and unknown options are usage errors (exit 2)
+that say what is wrong."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from inferplan.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+PLAN = REPO / "examples" / "plans" / "chat-assistant-8b.yaml"
+EXAMPLE_ROWS = str(Path(str(resources.files("inferplan.planner").joinpath("data/example-scenarios.jsonl"))))
+
+
+def _interrupt(*_: object, **__: object) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", str(PLAN)], ["simulate", str(PLAN)], ["render", str(PLAN)], ["report", str(PLAN)],
+    ["diff", str(PLAN), "--deployment", str(PLAN)],
+])
+def test_ctrl_c_exits_130_without_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    # Every command but calibrate ended in KeyboardInterrupt's traceback (exit status 1 from a console script).
+    monkeypatch.setattr("inferplan.cli._read_manifest", _interrupt)
+    monkeypatch.setattr("inferplan.cli._read_deployment", lambda _: {"kind": "Deployment"})
+    assert main(command) == 130
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[-1] == f"inferplan {command[0]}: interrupted"
+
+
+@pytest.mark.parametrize("command", ["predict", "accuracy"])
+def test_ctrl_c_while_scenarios_are_read_exits_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                          command: str) -> None:
+    monkeypatch.setattr("inferplan.cli._read_some", _interrupt)
+    assert main([command]) == 130
+    assert capsys.readouterr().err == f"inferplan {command}: interrupted\n"
+
+
+def test_ctrl_c_while_a_report_is_made_leaves_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.html"
+    out.write_text("the report before\n", encoding="ascii")
+    monkeypatch.setattr("inferplan.cli._read_manifest", _interrupt)
+    assert main(["report", str(PLAN), "-o", str(out)]) == 130
+    assert capsys.readouterr().err == f"inferplan report: interrupted; {out} left as it was\n"
+    assert out.read_text(encoding="ascii") == "the report before\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
+
+
+def test_sigint_ends_a_long_simulation_with_130(tmp_path: Path) -> None:
+    # A trace long enough to simulate for seconds; the first stderr line comes before the simulation.
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(f'{{"t": {i * 0.0005:.4f}, "prompt": 200, "output": 100}}\n' for i in range(400_000)),
+                     encoding="utf-8")
+    process = subprocess.Popen([sys.executable, "-m", "inferplan.cli", "simulate", str(PLAN), "--no-verify",
+                                "--trace", str(trace)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=os.environ | {"PYTHONPATH": str(REPO)}, text=True)
+    assert process.stderr is not None
+    first = process.stderr.readline()
+    assert first.startswith("inferplan: the trace's 400000 requests arrive")
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert out == ""
+    assert "Traceback" not in err and err.endswith("inferplan simulate: interrupted\n")
