@@ -52,10 +52,14 @@ def _example_path() -> Path:
 
 def _read(paths: Sequence[str] | None) -> tuple[list, list]:
     """The rows of `paths` pooled (none: the bundled example), each bad line reported on stderr and left out; a line
-    whose id an earlier file gave is one (`read_scenario_files`), so a file given twice is not counted twice."""
+    whose id an earlier file gave is one (`read_scenario_files`), so a file given twice is not counted twice. A file
+that cannot be read is a CliError naming it."""
     from inferplan.planner.calibration.scenarios import read_pooled
 
-    scenarios, bad = read_pooled([Path(p) for p in paths] if paths else [_example_path()])
+    try:
+        scenarios, bad = read_pooled([Path(p) for p in paths] if paths else [_example_path()])
+    except OSError as exc:  # no read permission, or a file gone since the arguments were checked
+        raise CliError(f"cannot read scenario file {exc.filename}: {exc.strerror or exc}") from None
     for message in bad:
         print(f"{message} (line skipped)", file=sys.stderr)
     return scenarios, bad

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +75,21 @@ def test_sigint_ends_a_long_simulation_with_130(tmp_path: Path) -> None:
     assert process.returncode == 130, err
     assert out == ""
     assert "Traceback" not in err and err.endswith("inferplan simulate: interrupted\n")
+
+
+@pytest.mark.parametrize("command", [["predict"], ["accuracy"], ["calibrate"]])
+def test_an_unreadable_scenario_file_is_an_error_that_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        command: list[str]) -> None:
+    # A file without read permission (chmod 000; root reads it anyway, hence open() refusing) was a traceback.
+    unreadable = tmp_path / "rows.jsonl"
+    unreadable.write_text(Path(EXAMPLE_ROWS).read_text(encoding="utf-8"), encoding="utf-8")
+
+    def refuse(path: str, *args: Any, **kwargs: Any) -> Any:
+        if Path(path) == unreadable:
+            raise PermissionError(13, "Permission denied", str(path))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr("inferplan.planner.calibration.scenarios.open", refuse, raising=False)
+    assert main([*command, "--scenarios", EXAMPLE_ROWS, str(unreadable)]) == 2
+    assert capsys.readouterr().err == f"inferplan: error: cannot read scenario file {unreadable}: Permission denied\n"
