@@ -887,23 +887,24 @@ def build_parser() -> argparse.ArgumentParser:
     cat.set_defaults(func=_cmd_catalog)
 
     p = sub.add_parser("predict", help="predict every scenario of a scenario file (JSON lines)")
-    p.add_argument("--scenarios", metavar="FILE.jsonl", nargs="+",
-                   help=f"scenario files, their rows pooled (default: the {EXAMPLE})")
+    p.add_argument("--scenarios", metavar="FILE.jsonl", nargs="+", action="extend",
+                   help=f"scenario files, their rows pooled; the option may be repeated (default: the {EXAMPLE})")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     p.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     p.set_defaults(func=_cmd_predict)
 
     a = sub.add_parser("accuracy", help="score the predictions of a scenario file against its measurements")
-    a.add_argument("--scenarios", metavar="FILE.jsonl", nargs="+",
-                   help=f"scenario files, their rows pooled and scored together (default: the {EXAMPLE})")
+    a.add_argument("--scenarios", metavar="FILE.jsonl", nargs="+", action="extend",
+                   help="scenario files, their rows pooled and scored together; the option may be repeated "
+                   f"(default: the {EXAMPLE})")
     a.add_argument("--json", action="store_true", help="print the scores as JSON")
     a.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     a.set_defaults(func=_cmd_accuracy)
 
     c = sub.add_parser("calibrate",
                        help="fit the engine terms and harness times on scenario files (docs/calibration.md)")
-    c.add_argument("--scenarios", metavar="FILE.jsonl", required=True, nargs="+",
-                   help="scenario files to fit on (their rows pooled)")
+    c.add_argument("--scenarios", metavar="FILE.jsonl", required=True, nargs="+", action="extend",
+                   help="scenario files to fit on (their rows pooled); the option may be repeated")
     c.add_argument("--write", metavar="FACTORS.json", help="write the fitted factors to this file")
     c.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     c.set_defaults(func=_cmd_calibrate)

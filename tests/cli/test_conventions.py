@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from inferplan.cli import main
+from inferplan.cli import CliError, main
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN = REPO / "examples" / "plans" / "chat-assistant-8b.yaml"
@@ -93,3 +93,21 @@ def test_an_unreadable_scenario_file_is_an_error_that_names_it(
     monkeypatch.setattr("inferplan.planner.calibration.scenarios.open", refuse, raising=False)
     assert main([*command, "--scenarios", EXAMPLE_ROWS, str(unreadable)]) == 2
     assert capsys.readouterr().err == f"inferplan: error: cannot read scenario file {unreadable}: Permission denied\n"
+
+
+@pytest.mark.parametrize("command", ["predict", "accuracy", "calibrate"])
+def test_scenarios_given_twice_pool_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               command: str) -> None:
+    # `--scenarios a.jsonl --scenarios b.jsonl` read b alone, without a word: a's rows were not scored or fitted.
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.touch()
+    second.touch()
+    read: list[list[str]] = []
+
+    def refused(paths: list[str], verb: str) -> None:
+        read.append(paths)
+        raise CliError("stop here")
+
+    monkeypatch.setattr("inferplan.cli._read_some", refused)
+    assert main([command, "--scenarios", str(first), "--scenarios", str(second)]) == 2
+    assert read == [[str(first), str(second)]]
