@@ -753,14 +753,39 @@ def _at_least(low: int):  # -> Callable[[str], int]
     return parse
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose unknown arguments are its own usage error, naming the closest option it has: argparse leaves a
+    command's unknown arguments to the top-level parser, whose usage and message name neither the command nor its
+    options."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._closest(extras)}")
+        return parsed, extras
+
+    def _closest(self, extras: Sequence[str]) -> str:
+        """' (did you mean --option?)' for the first unknown option with a close one, else ''."""
+        import difflib
+
+        known = [option for action in self._actions for option in action.option_strings]
+        for extra in extras:
+            if extra.startswith("-"):
+                close = difflib.get_close_matches(extra.split("=", 1)[0], known, n=1, cutoff=0.6)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="inferplan",
         description="Capacity planning for LLM serving: recommend GPU type, replicas, tensor parallelism and "
         "batch for a workload and its latency SLOs; predict and score the serving model on measurements.",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     pl = sub.add_parser("plan", help="recommend a deployment for a plan (YAML or JSON; a bare spec or a manifest)")
     pl.add_argument("file", nargs="?", metavar="FILE", help="plan file (default: the bundled example plan)")

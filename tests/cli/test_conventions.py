@@ -111,3 +111,22 @@ def test_scenarios_given_twice_pool_both_files(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr("inferplan.cli._read_some", refused)
     assert main([command, "--scenarios", str(first), "--scenarios", str(second)]) == 2
     assert read == [[str(first), str(second)]]
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    (["plan", "--no-verfy"], "inferplan plan: error: unrecognized arguments: --no-verfy (did you mean --no-verify?)"),
+    (["render", "--autoscale=hpa"],
+     "inferplan render: error: unrecognized arguments: --autoscale=hpa (did you mean --autoscaling?)"),
+    (["catalog", "gpus", "--wide"], "inferplan catalog: error: unrecognized arguments: --wide"),
+    (["plan", "a.yaml", "b.yaml"], "inferplan plan: error: unrecognized arguments: b.yaml"),
+    (["--verison"], "inferplan: error: unrecognized arguments: --verison (did you mean --version?)"),
+])
+def test_an_unknown_option_is_the_commands_usage_error_with_the_closest_option(
+        capsys: pytest.CaptureFixture[str], command: list[str], says: str) -> None:
+    # It was the top-level usage (`inferplan [-h] [--version] COMMAND ...`), naming neither the command nor an option.
+    with pytest.raises(SystemExit) as exc:
+        main(command)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {says.split(':')[0]} ")
+    assert err.endswith(says + "\n")
