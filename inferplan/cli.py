@@ -394,7 +394,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     source = "standard input" if args.file == "-" else Path(args.file).name if args.file else "bundled example plan"
     title = args.title or f"inferplan report: {source}"
     page = render_report(request, result, simulation, title=title)
-    if args.output is None:
+    if args.output in (None, "-"):
         sys.stdout.write(page)
         return 0
     target = Path(args.output)
@@ -816,7 +816,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("file", nargs="?", metavar="PLAN",
                      help="plan file, or - for standard input; a manifest read back with kubectl get -o yaml reports "
                      "the answer in its status (default: the bundled example plan)")
-    rep.add_argument("-o", "--output", metavar="REPORT.html", help="file to write (default: standard output)")
+    rep.add_argument("-o", "--output", metavar="REPORT.html",
+                     help="file to write, or - for standard output (default: standard output)")
     rep.add_argument("--title", help="the page's title (default: from the plan file's name)")
     rep.add_argument("--requests", type=_at_least(1), default=20_000,
                      help="requests to simulate for the latency distributions (default 20000)")

@@ -562,3 +562,13 @@ def test_an_empty_output_name_is_an_error_and_a_report_is_written_whole(tmp_path
     assert main(["report", str(EXAMPLE), "--no-verify", "--requests", "500", "-o", str(out)]) == 0
     assert out.read_text(encoding="ascii").startswith("<!DOCTYPE html>") and (out.stat().st_mode & 0o777) == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+def test_output_dash_is_standard_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # `-o -` wrote a file named '-' in the current folder and said 'wrote -'.
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(EXAMPLE), "--no-verify", "--requests", "500", "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("<!DOCTYPE html>") and "wrote" not in captured.err
+    assert list(tmp_path.iterdir()) == []
