@@ -148,6 +148,17 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_a_file_to_write(target: Path) -> str | None:
+    """Why `target` cannot be written as a file (a folder, or in a folder that is not there), or None: checked
+    before the work that makes what is written (a fit, a report's plan and simulation), not after it."""
+    if target.is_dir():
+        return "is a directory"
+    if not target.parent.is_dir():
+        return (f"{target.parent} is not a folder" if target.parent.exists()
+                else f"its folder {target.parent} does not exist")
+    return None
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """The fit with its progress on stderr; Ctrl-C ends it with exit status 130 and `--write`'s file as it was."""
     from inferplan.progress import ProgressLine, write_atomically
@@ -155,10 +166,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     written = False
     if args.write:  # before the fit, which takes minutes on the published files
         target = Path(args.write)
-        if target.is_dir() or not target.parent.is_dir():
-            why = ("is a directory" if target.is_dir()
-                   else f"{target.parent} is not a folder" if target.parent.exists()
-                   else f"its folder {target.parent} does not exist")
+        why = _not_a_file_to_write(target)
+        if why:
             print(f"inferplan: error: --write {args.write}: {why}", file=sys.stderr)
             return 2
         if any(Path(p).resolve() == target.resolve() for p in args.scenarios):
@@ -361,6 +370,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     if args.output is not None and not args.output.strip():  # `-o "$UNSET"` wrote to standard output unasked
         print("inferplan: error: -o names no file (leave it out to write to standard output)", file=sys.stderr)
+        return 2
+    why = _not_a_file_to_write(Path(args.output)) if args.output not in (None, "-") else None
+    if why:
+        print(f"inferplan: error: -o {args.output}: {why}", file=sys.stderr)
         return 2
     read = _read_manifest(args.file)
     if read is None:

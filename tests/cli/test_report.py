@@ -572,3 +572,19 @@ def test_output_dash_is_standard_output(tmp_path: Path, monkeypatch: pytest.Monk
     captured = capsys.readouterr()
     assert captured.out.startswith("<!DOCTYPE html>") and "wrote" not in captured.err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_that_cannot_be_a_file_is_refused_before_planning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # A folder, or a file in a folder that does not exist, was refused after the plan and the simulation (minutes
+    # with --requests 200000), as calibrate's --write is not.
+    def planned_anyway(*_: object) -> None:
+        raise AssertionError("planned before the output was checked")
+
+    monkeypatch.setattr("inferplan.cli._read_manifest", planned_anyway)
+    assert main(["report", str(EXAMPLE), "-o", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"inferplan: error: -o {tmp_path}: is a directory\n"
+    missing = tmp_path / "no-such-folder" / "r.html"
+    assert main(["report", str(EXAMPLE), "-o", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"inferplan: error: -o {missing}: its folder {missing.parent} does not "
+                                       "exist\n")
