@@ -801,7 +801,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     pl = sub.add_parser("plan", help="recommend a deployment for a plan (YAML or JSON; a bare spec or a manifest)")
-    pl.add_argument("file", nargs="?", metavar="FILE", help="plan file (default: the bundled example plan)")
+    pl.add_argument("file", nargs="?", metavar="FILE",
+                    help="plan file, or - for standard input (default: the bundled example plan)")
     pl.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format")
     pl.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     pl.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
@@ -811,7 +812,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=_cmd_plan)
 
     sim = sub.add_parser("simulate", help="simulate a plan's recommended deployment; simulated vs analytic latency")
-    sim.add_argument("file", nargs="?", metavar="FILE", help="plan file (default: the bundled example plan)")
+    sim.add_argument("file", nargs="?", metavar="FILE",
+                     help="plan file, or - for standard input (default: the bundled example plan)")
     sim.add_argument("--requests", type=_at_least(1),
                      help="requests to simulate (default 20000; a --trace replays its own)")
     sim.add_argument("--seed", type=_at_least(0), help="random seed of the generated workload (default 0)")
