@@ -18,7 +18,12 @@ from inferplan.planner.catalog.checkpoints import (
     served_repository,
 )
 from inferplan.planner.catalog.datasets import DatasetLengths, dataset_lengths
-from inferplan.planner.catalog.engine_args import chunked_prefill_problem, disaggregation_args, mtp_problem
+from inferplan.planner.catalog.engine_args import (
+    DEFAULT_VERSIONS,
+    chunked_prefill_problem,
+    disaggregation_args,
+    mtp_problem,
+)
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.model_configs import load_config_file, stated_precision
@@ -129,6 +134,13 @@ class PlanRequest:
     # (`search.core.placement`). None, or a type it leaves out: only the totals (`available_gpus`) are known, as for
     # a plan's own constraints.availableGpus, and only they are checked.
     node_gpus: dict[str, tuple[int, ...]] | None = None
+
+    @property
+    def engine_release(self) -> str | None:
+        """The release the deployment runs: `engine_version`, else the pinned one `inferplan render` writes the image
+        of (`engine_args.DEFAULT_VERSIONS`). Where a release's behaviour depends on the version (SGLang's CUDA graphs:
+        160 sequences in 0.5.2, 256 on an H100 from 0.5.3), a plan that names none is priced as that release."""
+        return self.engine_version or DEFAULT_VERSIONS.get(self.engine)
 
 
 def cv_from_sigma(sigma: float) -> float:

@@ -222,7 +222,7 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
                                       tp, pp, dp_attention=candidate.data_parallel_attention,
                                       mtp=req.mtp_draft_tokens > 0)[0]
     hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
-                              factors.engine_on(engine.name, gpu.key, gpu.vendor), tp, pp, req.engine_version,
+                              factors.engine_on(engine.name, gpu.key, gpu.vendor), tp, pp, req.engine_release,
                               settings.step_tokens)
     domain = link_domain_gpus(req, gpu)
     if tp > domain:

@@ -790,7 +790,7 @@ def _candidate(
                            mtp_draft_tokens=req.mtp_draft_tokens, gpu_family=gpu.family,
                            prefix_caching=prefix_caching(req))
     # As the shape's hardware was built (`grid._shape_hardware`): the release's graphs at the plan's step budget.
-    graphs = cuda_graph_max_batch(engine.name, req.engine_version, gpu.memory_bytes, shape.tp, settings.step_tokens) * (
+    graphs = cuda_graph_max_batch(engine.name, req.engine_release, gpu.memory_bytes, shape.tp, settings.step_tokens) * (
         shape.tp if shape.dp_attention else 1)
     if batch > graphs:
         launch = replace(launch, notes=[*launch.notes, (

@@ -338,7 +338,7 @@ def _shape_hardware(req: PlanRequest, gpus: list[GpuSpec], precisions: list[Weig
     for stages in sorted(set(pp.tolist())):  # not np.unique: without its indices it imports numpy.ma (5 ms)
         grid = hardware_grid(req.arch, gpus, precisions, kv_bytes, engine,
                              [factors.engine_on(engine.name, g.key, g.vendor) for g in gpus], req.tp_sizes, int(stages),
-                             needed, req.engine_version, step_tokens)
+                             needed, req.engine_release, step_tokens)
         flat = take_hardware(Hardware(**{name: np.ravel(value) for name, value in vars(grid).items()}), cell)
         mine = pp == stages
         out = flat if out is None else Hardware(**{name: np.where(mine, getattr(flat, name), getattr(out, name))

@@ -14,7 +14,7 @@ import yaml
 
 from inferplan.cli import main
 from inferplan.planner.catalog.checkpoints import Checkpoint, gpu_problem
-from inferplan.planner.catalog.engine_args import disaggregation_args, flag_problems
+from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, disaggregation_args, flag_problems
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.model.memory import GIB
 from inferplan.planner.request import resolve_plan
@@ -533,3 +533,19 @@ def test_nearest_infeasible_rows_never_read_alike() -> None:
     assert len(rows) == len(result.infeasible) >= 3
     words = [re.sub(r"[0-9.]+", "#", line) for line in rows]
     assert len(words) == len(set(words)), rows
+
+
+def test_a_plan_without_a_version_is_priced_as_the_release_it_renders() -> None:
+    # An SGLang plan that named no engine.version renders the pinned 0.5.2 (lmsysorg/sglang:v0.5.2), which captures
+    # CUDA graphs up to 160 sequences on an H100, but its decode steps were priced with 0.5.3's 256: at max batch
+    # 256 the steps over 160 ran eagerly, unpriced and unmentioned, and the plan differed from one naming 0.5.2.
+    spec = spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml")
+    spec["constraints"] = {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"]}
+    answers = []
+    for version in (None, DEFAULT_VERSIONS["sglang"]):
+        spec["engine"] = {"name": "sglang", **({"version": version} if version else {})}
+        rec = plan(resolve_plan(parse_plan(spec))).recommendation
+        assert rec is not None
+        answers.append((rec.replicas, rec.max_batch, rec.predicted, rec.engine_args, rec.engine_notes))
+    assert answers[0] == answers[1]
+    assert all("160 sequences sglang captures" in note for note in answers[0][4] if "CUDA graphs" in note)
