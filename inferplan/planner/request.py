@@ -23,6 +23,7 @@ from inferplan.planner.catalog.engine_args import (
     chunked_prefill_problem,
     disaggregation_args,
     mtp_problem,
+    release_problem,
 )
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
@@ -263,6 +264,8 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
     if prompt + output > context:  # the mean request would not fit: a plan for it would be a plan for errors
         problems.append(("workload.promptTokens.mean", f"the mean request ({prompt} prompt + {output} output "
                                                        f"tokens) does not fit in {context_name} ({context} tokens)"))
+    if (problem := release_problem(engine.name, engine.version)) is not None:
+        problems.append(("engine.version", problem))
     mtp = engine.multi_token_prediction
     if mtp is not None and not arch.mtp_layers:
         problems.append(("engine.multiTokenPrediction", f"{arch.repo_id} ships no multi-token-prediction modules "

@@ -51,6 +51,20 @@ VERSION_LINES: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {
     "lmdeploy": (((0,), "0.10"),),
 }
 
+# The releases a plan may name, per engine: (the oldest planned, the newest read). The oldest is the first release of
+# the oldest pinned line whose flags were read (vLLM 0.6: the V0 parser of 0.6.3.post1; SGLang 0.4: the 0.4.0-0.4.10
+# sdists behind `FLAG_SINCE`; TGI 2: the launcher's 2.x arguments, whose `--max-input-tokens` 1.x named
+# `--max-input-length`); an older one is refused. TensorRT-LLM's releases before 0.18 were not read and are not limited.
+# The newest is the last release whose flags were read (vLLM 0.11.2; SGLang 0.5.10, docs/engines.md; TGI 3.3.7;
+# TensorRT-LLM 1.0.0's documented options): a later one is planned as it, with a warning.
+RELEASES_READ: dict[str, tuple[tuple[int, ...] | None, str]] = {
+    "vllm": ((0, 6), "0.11.2"),
+    "sglang": ((0, 4), "0.5.10"),
+    "tgi": ((2, 0), "3.3.7"),
+    "tensorrt-llm": (None, "1.0.0"),
+}
+
+
 CHECKPOINT_FORMATS = ("native", "fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8",
                       "autofp8", "awq", "gptq", "online", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8",
                       "quark-mxfp4", "fbgemm-fp8")
@@ -387,6 +401,29 @@ def version_line(engine: str, version: str | None) -> str:
         if v >= start:
             chosen = name
     return chosen
+
+
+def release_problem(engine: str, version: str | None) -> str | None:
+    """Why a plan cannot run `engine` at `version`: a release older than any inferplan writes a launch for
+    (`RELEASES_READ`); None where it can (None, the pinned release, always can)."""
+    released, read = parse_version(version), RELEASES_READ.get(engine)
+    if released is None or read is None or read[0] is None or released >= read[0]:
+        return None
+    first = ".".join(map(str, read[0]))
+    return (f"{engine} {version} is older than the releases inferplan plans ({engine} {first} to {read[1]}): its "
+            f"defaults and flags were not read, and the launch is written for {engine} {first} and later; plan "
+            f"{first} or later (engine.version)")
+
+
+def release_warning(engine: str, version: str | None) -> str | None:
+    """What a plan for `engine` at `version` should be told when the release is newer than any whose flags were read
+    (`RELEASES_READ`): it is planned as the newest read; None otherwise."""
+    released, read = parse_version(version), RELEASES_READ.get(engine)
+    if released is None or read is None or released <= (parse_version(read[1]) or ()):
+        return None
+    return (f"{engine} {version} is newer than any release inferplan has read (the newest is {read[1]}): it is "
+            f"planned as {read[1]} behaves, and its launch is checked against the {version_line(engine, version)}.x "
+            "line's parser; a flag renamed or a default changed since is not known")
 
 
 @cache

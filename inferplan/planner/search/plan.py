@@ -22,6 +22,7 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import NDArray
 
+from inferplan.planner.catalog.engine_args import release_warning
 from inferplan.planner.catalog.engines import (
     ENGINES,
     MTP_ACCEPTANCE,
@@ -186,6 +187,8 @@ def _plan(req: PlanRequest, factors: FactorSet, suggest: bool, confirm: bool) ->
     engine = ENGINES[req.engine]
     settings = _settings(req, engine, 1)
     warnings: list[str] = []
+    if (newer := release_warning(req.engine, req.engine_version)) is not None:
+        warnings.append(newer)
     tail_warning = _tail_warning(req)
     if tail_warning:
         warnings.append(tail_warning)

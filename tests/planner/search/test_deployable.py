@@ -14,7 +14,7 @@ import yaml
 
 from inferplan.cli import main
 from inferplan.planner.catalog.checkpoints import Checkpoint, gpu_problem
-from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, disaggregation_args, flag_problems
+from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, RELEASES_READ, disaggregation_args, flag_problems
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.model.memory import GIB
 from inferplan.planner.request import resolve_plan
@@ -549,3 +549,36 @@ def test_a_plan_without_a_version_is_priced_as_the_release_it_renders() -> None:
         answers.append((rec.replicas, rec.max_batch, rec.predicted, rec.engine_args, rec.engine_notes))
     assert answers[0] == answers[1]
     assert all("160 sequences sglang captures" in note for note in answers[0][4] if "CUDA graphs" in note)
+
+
+@pytest.mark.parametrize(("engine", "version", "first"), [("vllm", "0.5.4", "0.6"), ("vllm", "v0.4.3", "0.6"),
+                                                          ("sglang", "0.3.6", "0.4"), ("tgi", "1.4.5", "2.0")])
+def test_a_release_older_than_any_planned_is_refused(engine: str, version: str, first: str) -> None:
+    # vLLM 0.5.4 had been planned with 0.6.3's V0 flags and SGLang 0.2 with 0.4.6's, without a word: releases whose
+    # flags and defaults were never read (TGI 1.x names --max-input-tokens --max-input-length).
+    spec = spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml")
+    spec["engine"] = {"name": engine, "version": version}
+    with pytest.raises(PlanError) as raised:
+        resolve_plan(parse_plan(spec))
+    assert raised.value.problems == [("engine.version", (
+        f"{engine} {version} is older than the releases inferplan plans ({engine} {first} to "
+        f"{RELEASES_READ[engine][1]}): its defaults and flags were not read, and the launch is written for {engine} "
+        f"{first} and later; plan {first} or later (engine.version)"))]
+    spec["engine"] = {"name": engine, "version": f"{first}.0"}
+    resolve_plan(parse_plan(spec))
+
+
+@pytest.mark.parametrize(("engine", "version", "newest"), [("vllm", "0.12.0", "0.11.2"), ("sglang", "0.6.0", "0.5.10"),
+                                                           ("tensorrt-llm", "1.1.0", "1.0.0")])
+def test_a_release_newer_than_any_read_is_planned_with_a_warning(engine: str, version: str, newest: str) -> None:
+    # vLLM 0.12.0 had been planned as 0.11.2 with nothing saying its flags and defaults were never read.
+    spec = spec_of(ROOT / "examples/plans/chat-assistant-8b.yaml")
+    spec["engine"] = {"name": engine, "version": version}
+    spec["constraints"] = {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"]}
+    result = plan(resolve_plan(parse_plan(spec)))
+    assert result.recommendation is not None
+    assert any(w.startswith(f"{engine} {version} is newer than any release inferplan has read (the newest is "
+                            f"{newest}): it is planned as {newest} behaves") for w in result.warnings)
+    for known in (newest, f"{newest}rc1"):
+        spec["engine"] = {"name": engine, "version": known}
+        assert not any("newer than any release" in w for w in plan(resolve_plan(parse_plan(spec))).warnings)
