@@ -72,6 +72,8 @@ IMAGE_REFERENCE = (
 """A container image reference as the distribution grammar defines it (`[registry[:port]/]path[:tag][@digest]`,
 path components lowercase; a first component is a registry when it has a dot or a port, or is localhost), the
 form Kubernetes passes to the container runtime."""
+ENGINE_VERSION = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.]+)?$"
+"""An engine release as its package or image tag numbers it: `0.11.2`, `v0.10.1.1`, `0.5.4.post1`, `1.0.0rc4`."""
 _MAX_IMAGE_CHARS = 256  # the distribution limit on a name is 255; status.recommendation.manifests.image holds 256
 
 
@@ -229,7 +231,7 @@ class EngineSpec(_SpecModel):
         description="Serving engine: vllm, sglang, tgi or tensorrt-llm."
     )
     version: str | None = Field(
-        default=None, min_length=1, max_length=32, pattern=r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.]+)?$",
+        default=None, min_length=1, max_length=32, pattern=ENGINE_VERSION,
         description="Engine release the deployment runs, e.g. 0.11.0: its defaults and its flags are used. "
         "Default: the engine's current pinned release (docs/engines.md).",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
@@ -16,7 +17,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from inferplan.planner.spec import IMAGE_REFERENCE, SPEC_MODELS, PlanSpec
+from inferplan.planner.spec import ENGINE_VERSION, IMAGE_REFERENCE, SPEC_MODELS, PlanSpec
 from inferplan.planner.spec_rules import _DECIMAL_PATTERN
 from inferplan.resource import API_VERSION, KIND
 
@@ -111,6 +112,8 @@ def _message(error: Mapping[str, Any]) -> str:
         return "required"
     if kind == "string_pattern_mismatch" and ctx.get("pattern") == _DECIMAL_PATTERN:
         return f"must be a decimal number in a string, such as \"12.5\" (digits, optional fraction), got {value!r}"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") == ENGINE_VERSION:
+        return _version_message(str(value))
     if kind == "string_pattern_mismatch" and ctx.get("pattern") == IMAGE_REFERENCE:
         return ("must be a container image reference such as vllm/vllm-openai:v0.11.2 ([registry[:port]/]path[:tag]"
                 f"[@sha256:digest], path in lowercase), got {value!r}")
@@ -137,6 +140,19 @@ def _message(error: Mapping[str, Any]) -> str:
                 "string_pattern_mismatch"}:
         message += got
     return message
+
+
+def _version_message(value: str) -> str:
+    """Why `value` is not an engine release, and what to write: an image reference's tag is written as the release
+    and the image as engine.image; a tag without a number (`latest`, `nightly`) names no release."""
+    tag = value.rsplit("/", 1)[-1].partition("@")[0]
+    name, _, tag = tag.rpartition(":") if ":" in tag else ("", "", tag)
+    if name and re.fullmatch(ENGINE_VERSION, tag):
+        return (f"must be the engine's release, not its image: write version {tag.removeprefix('v')!r} and, for that "
+                f"image, image {value!r}, got {value!r}")
+    return (f"must be a release number such as 0.11.2, v0.10.1.1, 0.5.4.post1 or 1.0.0rc4: a tag such as 'latest' "
+            "names no release, and the release sets the defaults and flags the plan is made for (leave version out "
+            f"for the pinned one), got {value!r}")
 
 
 _BOUND_WORDS = {

@@ -677,3 +677,22 @@ def test_disaggregated_only_is_refused_where_the_engine_has_no_disaggregated_ser
     for engine in ({"name": "vllm"}, {"name": "sglang"}):
         plan = with_(with_(MINIMAL, "engine", engine), "constraints.shapes", ["disaggregated"])
         assert resolve_plan(parse_plan(plan)).shapes == ("disaggregated",)
+
+
+@pytest.mark.parametrize(("version", "message"), [
+    ("latest", "must be a release number such as 0.11.2, v0.10.1.1, 0.5.4.post1 or 1.0.0rc4: a tag such as 'latest' "
+               "names no release"),
+    ("vllm/vllm-openai:v0.10.1", "must be the engine's release, not its image: write version '0.10.1' and, for that "
+                                 "image, image 'vllm/vllm-openai:v0.10.1', got 'vllm/vllm-openai:v0.10.1'"),
+])
+def test_an_engine_version_that_names_no_release_says_what_to_write(version: str, message: str) -> None:
+    # `version: latest` and an image reference had been refused with the pattern's regular expression alone.
+    with pytest.raises(PlanError) as info:
+        parse_plan({**MINIMAL, "engine": {"name": "vllm", "version": version}})
+    [(path, said)] = info.value.problems
+    assert path == "engine.version" and said.startswith(message) and "pattern" not in said
+
+
+@pytest.mark.parametrize("version", ["0.11.2", "v0.10.0", "0.11.2rc1", "0.10.1.1", "0.5.4.post1", "1.0.0rc4"])
+def test_an_engine_version_is_taken_as_releases_are_numbered(version: str) -> None:
+    assert parse_plan({**MINIMAL, "engine": {"name": "vllm", "version": version}}).engine.version == version
