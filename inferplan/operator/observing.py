@@ -65,7 +65,7 @@ from inferplan.planner.calibration.online import (
 from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
 from inferplan.planner.catalog.engine_args import flag_spellings
-from inferplan.planner.catalog.engines import ENGINES, version_defaults
+from inferplan.planner.catalog.engines import ENGINES, parse_version, version_defaults
 from inferplan.planner.catalog.gpus import GPU_VENDORS, parse_gpu_product, resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
@@ -249,6 +249,15 @@ def _gpu_type(label: str) -> str | None:
     return label if product.mig_profile or product.shared else key
 
 
+def image_release(image: str | None) -> str | None:
+    """The engine release an image's tag names (`vllm/vllm-openai:v0.6.3`: v0.6.3; AMD's
+    `rocm/vllm:rocm6.2_..._vllm_0.6.4`: the tag, read past its platform versions by `parse_version`), None where the
+    tag names none (`latest`, a digest alone). The registry's address and port are not read."""
+    name = (image or "").partition("@")[0].rsplit("/", 1)[-1]
+    tag = name.partition(":")[2]
+    return tag if parse_version(tag) is not None else None
+
+
 @dataclass(frozen=True)
 class Current:
     shape: CurrentShape
@@ -295,9 +304,11 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
         raise CurrentError(f"{where} has no ready replicas")
     gpus = values.get("gpus_per_replica", 1)
     gpu = resolve_gpu(values["gpu_type"])
-    # The engine's own default at the plan's version on this GPU type (vLLM 0.11: 1024 sequences on an H100, 256
-    # on an L4), as the planner predicts a deployment that states none.
-    engine_batch = version_defaults(ENGINES[req.engine], req.engine_version, float(gpu.usable_memory_bytes), gpu.key,
+    # The engine's own default at the release the Deployment runs (its image's tag, else the plan's version) on this
+    # GPU type (vLLM 0.11: 1024 sequences on an H100, 256 on an L4; vLLM 0.6: 256), as the planner predicts a
+    # deployment that states none.
+    release = image_release(from_deployment.get("image")) or req.engine_version
+    engine_batch = version_defaults(ENGINES[req.engine], release, float(gpu.usable_memory_bytes), gpu.key,
                                     gpus, req.max_model_len or req.arch.max_position_embeddings).max_num_seqs
     defaults = {"gpus_per_replica": 1, "max_batch": engine_batch, "precision": req.precisions[0],
                 "kv_cache_dtype": "auto"}

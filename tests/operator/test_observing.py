@@ -817,3 +817,20 @@ def test_a_tgi_deployment_configured_by_environment_is_read_from_it() -> None:
     container["image"] = "vllm/vllm-openai:v0.11.0"  # another engine's NUM_SHARD means nothing
     container["args"] = ["serve", "m"]
     assert "max_batch" not in read_deployment(body, "vllm")
+
+
+@pytest.mark.parametrize(("image", "batch"), [
+    ("vllm/vllm-openai:v0.6.3", 256),                                      # V0: 256 on every GPU
+    ("rocm/vllm:rocm6.2_mi300_ubuntu20.04_py3.9_vllm_0.6.4", 256),         # AMD's tag: the vllm_ release, not rocm6.2
+    ("10.0.0.5:5000/vllm/vllm-openai:v0.6.3", 256),                        # a registry's address is not the release
+    ("vllm/vllm-openai:v0.11.0", 1024),
+    ("vllm/vllm-openai:latest", 1024),                                     # no release in the tag: the plan's
+])
+def test_a_deployment_without_a_batch_cap_runs_its_images_release_default(req, image: str, batch: int) -> None:
+    """A Deployment running vllm/vllm-openai:v0.6.3 without --max-num-seqs under a plan naming no version had been
+    compared as vLLM 0.11 at 1024 sequences on its H100, where V0 runs 256 (`EngineArgs.max_num_seqs = 256`,
+    vllm/engine/arg_utils.py of 0.6.3.post1): the default is now its image's release's, where the tag names one."""
+    body = vllm_deployment(["--model", "meta-llama/Llama-3.1-8B-Instruct"])
+    body["spec"]["template"]["spec"]["containers"][1]["image"] = image
+    current = resolve_current({"deployment": "llama"}, body, req)
+    assert (current.shape.max_batch, current.sources["maxBatch"]) == (batch, "default")
