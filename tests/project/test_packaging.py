@@ -629,3 +629,51 @@ def test_the_install_doc_points_at_the_doc_with_the_prometheus_file_format() -> 
     for doc in named:
         described = (REPO / "docs" / doc).read_text()
         assert "timeoutSeconds" in described and "bearerTokenFile" in described and "caFile" in described, doc
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Upgrading a release installed from an earlier chart
+
+FIRST_CHART_VALUES = Path(__file__).parent / "data" / "first-chart-values.yaml"
+RELEASE_VALUES = {"image": {"repository": "REGISTRY/inferplan"}}  # what the release was installed with (--set)
+
+
+def _upgrade_values(flags: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the chart's defaults, the values given) that Helm 3 renders `helm upgrade FLAGS` of a release installed from
+    the first chart with RELEASE_VALUES (pkg/action/upgrade.go, reuseValues): --reuse-values renders the new chart
+    with the defaults of the chart the release came from; --reset-then-reuse-values with the new chart's defaults
+    and the values the release was given; neither with the new defaults alone."""
+    new_defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    if "--reuse-values" in flags:
+        return yaml.safe_load(FIRST_CHART_VALUES.read_text()), RELEASE_VALUES
+    if "--reset-then-reuse-values" in flags:
+        return new_defaults, RELEASE_VALUES
+    return new_defaults, {}
+
+
+def test_the_documented_upgrade_of_a_release_from_the_first_chart_renders_it_with_the_new_defaults(
+        tmp_path: Path) -> None:
+    """docs/install.md's `helm upgrade` said --reuse-values, with which Helm renders the new chart with the defaults
+    of the chart the release was installed from: an upgrade from a chart before the cleanup hook (the release whose
+    plans need it) failed with `nil pointer evaluating interface {}.enabled`, and a default that changed
+    (operator.verify, false in the first chart) kept its old value. --reset-then-reuse-values keeps the values the
+    release was given and takes the new chart's defaults for the rest."""
+    text = (REPO / "docs" / "install.md").read_text()
+    upgrades = re.findall(r"^helm upgrade (\S+) (\S+) (.*)$", text, flags=re.M)
+    assert upgrades, "docs/install.md shows helm upgrade"
+    for release, chart, rest in upgrades:
+        assert (release, chart) == (RELEASE, "helm/inferplan") and f"--namespace {NAMESPACE}" in rest
+        defaults, given = _upgrade_values(set(rest.split()))
+        copied = tmp_path / release / "inferplan"
+        shutil.copytree(CHART, copied)
+        (copied / "values.yaml").write_text(yaml.safe_dump(defaults))
+        (tmp_path / "given.yaml").write_text(yaml.safe_dump(given))
+        done = helm("template", release, str(copied), "--namespace", NAMESPACE, "-f", str(tmp_path / "given.yaml"),
+                    "--api-versions", "inferplan.io/v1alpha1", check=False)
+        assert done.returncode == 0, f"helm upgrade {rest}: {done.stderr}"
+        objects = load_all(done.stdout)
+        one(objects, "Job")  # the cleanup hook, which an upgrade from the first chart needs
+        container = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        assert container["image"].startswith("REGISTRY/inferplan:"), f"helm upgrade {rest} dropped image.repository"
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert env["INFERPLAN_VERIFY"] == "true", f"helm upgrade {rest} kept the first chart's operator.verify"
