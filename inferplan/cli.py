@@ -566,7 +566,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
     from inferplan.deploy.autoscaling import PROMETHEUS_URL, autoscaling, hand_replicas_to_autoscaler, replica_bounds
     from inferplan.deploy.manifests import dns_label, manifests_digest, render, to_yaml
-    from inferplan.deploy.reviewed import StatusRefused
+    from inferplan.deploy.reviewed import StatusRefused, manifests_difference
 
     problem = _autoscaler_option_problem(args)
     if problem:
@@ -617,7 +617,15 @@ def _cmd_render(args: argparse.Namespace) -> int:
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:
         print(to_yaml(objects), end="")
-    print(f"inferplan: {len(objects)} objects, {manifests_digest(objects)}", file=sys.stderr)
+    digest = manifests_digest(objects)
+    if (args.target == "deployment" and not args.autoscaling and args.image is None
+            and name == meta.get("name") and namespace == meta.get("namespace")):  # the rendering the status lists
+        difference = manifests_difference(raw, objects, digest)
+        if difference:
+            print(f"inferplan: warning: not the objects the status lists: {difference}. The status was written by an "
+                  "operator of another inferplan release, which rendered otherwise: review the objects printed here; "
+                  "the operator lists its own when it plans the plan again", file=sys.stderr)
+    print(f"inferplan: {len(objects)} objects, {digest}", file=sys.stderr)
     return 0
 
 

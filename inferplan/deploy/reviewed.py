@@ -10,7 +10,7 @@ from its status or refused (`StatusRefused`), and a plan file (no status, no ser
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,3 +153,21 @@ def reviewed_recommendation(raw: Any, *, allow_stale: bool = False) -> Reviewed 
             "(`inferplan plan` of the file plans its spec offline, over the whole GPU catalog)",
             tuple(str(line) for line in status.get("suggestions") or () if line)[:8])
     return Reviewed(plan, reviewed_generation, generation, candidate)
+
+
+def manifests_difference(raw: Any, objects: Sequence[Mapping[str, Any]], digest: str) -> str | None:
+    """How `objects` (with `digest`), rendered here from the status of the plan `raw` read back from the cluster,
+    differ from what that status lists (`status.recommendation.manifests`: what the operator rendered of the same
+    recommendation when it wrote the status), in words; None where the digests agree or the status lists nothing.
+    They differ where the status was written by an operator of another release, which rendered otherwise."""
+    if not is_read_back(raw):
+        return None
+    listed = _mapping(_mapping(_mapping(raw.get("status")).get("recommendation")).get("manifests"))
+    if not listed.get("digest") or listed.get("digest") == digest:
+        return None
+    before = [str(name) for name in listed.get("objects") or ()]
+    after = [f"{o.get('kind')}/{_mapping(o.get('metadata')).get('name')}" for o in objects]
+    changes = [f"{name} added" for name in after if name not in before]
+    changes += [f"{name} left out" for name in before if name not in after]
+    return (f"the status lists {len(before)} objects ({', '.join(before) or 'none'}; {listed['digest']}), rendered "
+            f"here {len(after)} ({digest}): {', '.join(changes) or 'the same objects, with other contents'}")

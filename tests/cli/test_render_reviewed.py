@@ -103,8 +103,27 @@ def test_the_reviewed_status_is_rendered_and_stderr_names_it(capsys: pytest.Capt
     assert code == 0, err
     assert "rendering the recommendation in the reviewed status of serving/chat (observedGeneration 1)" in err
     assert body["status"]["recommendation"]["manifests"]["digest"] in err
+    assert "warning" not in err  # the objects the status lists
     rendered = next(o for o in yaml.safe_load_all(out) if o["kind"] == "Deployment")
     assert rendered["spec"]["replicas"] == body["status"]["recommendation"]["replicas"]
+
+
+def test_a_status_an_earlier_release_wrote_renders_saying_which_objects_differ_from_its_list(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A status written by the operator of an earlier release (git 6667f79, before PodDisruptionBudgets) lists
+    Deployment and Service and their digest; rendered today it is three objects of another digest. stderr said
+    nothing of it, though the docs have the reviewer match the digest to the status's."""
+    path = REPO / "tests" / "cli" / "data" / "chat-assistant-8b-6667f79.yaml"
+    listed = yaml.safe_load(path.read_text())["status"]["recommendation"]["manifests"]
+    code, out, err = run(capsys, "render", str(path))
+    assert code == 0, err
+    kinds = [o["kind"] for o in yaml.safe_load_all(out)]
+    assert kinds == ["Deployment", "PodDisruptionBudget", "Service"]
+    assert "warning: not the objects the status lists" in err
+    assert listed["digest"] in err and "PodDisruptionBudget/chat-assistant-8b added" in err
+    assert "another inferplan release" in err
+    code, out, err = run(capsys, "render", str(path), "--namespace", "other")  # not the rendering the status lists
+    assert code == 0 and "warning" not in err, err
 
 
 def test_a_status_behind_the_spec_is_refused_unless_allowed(capsys: pytest.CaptureFixture[str], tmp_path: Path,
