@@ -66,9 +66,12 @@ def test_sigint_ends_a_long_simulation_with_130(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(f'{{"t": {i * 0.0005:.4f}, "prompt": 200, "output": 100}}\n' for i in range(400_000)),
                      encoding="utf-8")
+    # SIGINT as a terminal delivers it: a test run started in the background (`.ci/run &`) has it ignored, and the
+    # child would inherit that (Python installs no KeyboardInterrupt for a signal ignored at its start).
     process = subprocess.Popen([sys.executable, "-m", "inferplan.cli", "simulate", str(PLAN), "--no-verify",
                                 "--trace", str(trace)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=os.environ | {"PYTHONPATH": str(REPO)}, text=True)
+                               env=os.environ | {"PYTHONPATH": str(REPO)}, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert process.stderr is not None
     first = process.stderr.readline()
     assert first.startswith("inferplan: the trace's 400000 requests arrive")
