@@ -423,11 +423,28 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_manifest(file: str | None):  # -> (raw mapping, PlanRequest) | None
+def _stdin_given() -> bool:
+    """Whether standard input is a pipe or a file (something given to read), not a terminal or /dev/null. It is read
+    only as `-`: a pipe a caller leaves open would hang a command that read it unasked."""
+    import stat
+
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no stdin, or one without a file (pytest's capture)
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+def _read_manifest(file: str | None, stdin_read: bool = False):  # -> (raw mapping, PlanRequest) | None
     """The plan file (`-`: standard input, YAML or JSON; none: the bundled example) as read, and its spec resolved;
-    None after printing every problem, each `FILE: field: message` (the file's own problems `FILE: message`)."""
+    None after printing every problem, each `FILE: field: message` (the file's own problems `FILE: message`).
+    `stdin_read`: standard input is another input's (`diff --deployment -`), not a plan given unread."""
     from inferplan.planner.request import resolve_plan
     from inferplan.planner.spec_parsing import PlanError, decode_plan, parse_plan, read_plan_document
+
+    if file is None and not stdin_read and _stdin_given():
+        print("inferplan: warning: standard input is not read without `-` (`inferplan COMMAND -` reads the plan "
+              "from it): the bundled example plan is planned", file=sys.stderr)
 
     path = Path(file) if file and file != "-" else _example_plan()
     source = "<stdin>" if file == "-" else str(path)
@@ -572,6 +589,11 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if problem:
         print(f"inferplan: error: {problem}", file=sys.stderr)
         return 2
+    if args.file is None and _stdin_given():
+        # `kubectl get icp NAME -o yaml | inferplan render | kubectl apply -f -` would apply the bundled example.
+        print("inferplan: error: a plan is piped in but render reads standard input only as `-`: write `inferplan "
+              "render -` (or give the plan file); with neither it renders the bundled example plan", file=sys.stderr)
+        return 2
     read = _read_manifest(args.file)
     if read is None:
         return 2
@@ -671,7 +693,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     current = _read_deployment(args.deployment)
     if current is None:
         return 2
-    read = _read_manifest(args.file)
+    read = _read_manifest(args.file, stdin_read=args.deployment == "-")
     if read is None:
         return 2
     raw, request = read

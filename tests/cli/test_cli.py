@@ -813,3 +813,27 @@ def test_render_json_names_the_digest_of_the_yaml_and_provenance_is_strings(
         assert all(isinstance(value, str) for value in provenance.values())
         assert provenance["measuredLines"].isdigit()
         assert candidate["provenance"]["predicted"] != "extrapolated" or provenance["measuredLines"] == "0"
+
+
+def test_a_plan_piped_in_without_dash_is_not_taken_for_the_bundled_example() -> None:
+    """`kubectl get icp NAME -o yaml | inferplan render | kubectl apply -f -` rendered the bundled example's objects
+    (a note on stderr only) for the cluster to apply: render now refuses it, naming `-`; plan warns; `-` reads it;
+    /dev/null is no plan given, and diff's `--deployment -` is its own input."""
+    import os
+
+    plan_text = CHAT.read_text(encoding="utf-8")
+
+    def cli(*args: str, stdin: Any = None, text: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "inferplan.cli", *args], input=text, stdin=stdin,
+                              capture_output=True, text=True, cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)},
+                              check=False)
+
+    refused = cli("render", "--no-verify", text=plan_text)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "`inferplan render -`" in refused.stderr
+    planned_example = cli("plan", "--no-verify", text=plan_text)
+    assert planned_example.returncode == 0 and "standard input is not read without `-`" in planned_example.stderr
+    read = cli("render", "-", "--no-verify", text=plan_text)
+    assert read.returncode == 0 and "kind: Deployment" in read.stdout and "warning" not in read.stderr
+    quiet = cli("render", "--no-verify", stdin=subprocess.DEVNULL)
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr
