@@ -759,6 +759,10 @@ def _candidate(
     label_key, label = node_selector(gpu, req)
     warnings = [f"{gpu.key}: figures not yet verified against a datasheet: {', '.join(gpu.unverified_fields)}"
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
+    estimated = gpu.key not in req.prices and "usd_per_hour" in gpu.unverified_fields
+    if estimated:  # a cost is the answer's second half: say where no quote stands behind it
+        warnings.append(f"{gpu.key}: ${price:g} per GPU-hour is the catalog's estimate ({gpu.price_as_of}), no quoted "
+                        "price: give constraints.prices with yours (docs/catalogs-gpus.md#prices)")
     if _tail_warning(req):
         warnings.append(_tail_warning(req))
     if replicas > SANITY_REPLICAS:
@@ -839,7 +843,7 @@ def _candidate(
             "predicted": "calibrated" if measured_lines else "extrapolated",
             "measuredLines": str(measured_lines),
             "kernels": basis.kind,
-            "cost": "spec" if gpu.key in req.prices else "catalog",
+            "cost": "spec" if gpu.key in req.prices else "estimate" if estimated else "catalog",
             "memory": "calibrated",
             "engineDefaults": "assumed",
             "engineVersion": launch.version_line or "unversioned",

@@ -185,3 +185,22 @@ def test_the_report_page_says_it_beside_the_verdict() -> None:
     assert page.index('<p class="flag">UNMEASURED: the recommendation rests on no measurement') > verdict
     measured = resolve_plan(parse_plan(spec(gpuTypes=["H100-SXM5-80GB"])))
     assert "UNMEASURED" not in render_report(measured, plan(measured, suggest=False), None, title="H100")
+
+
+def test_a_cost_from_the_catalogs_price_estimate_says_so() -> None:
+    """A price the catalog holds no quote for (the RTX A6000's $0.50 is the author's estimate) is the cost's basis
+    like a quoted one, so the candidate says which it is: provenance `cost` `estimate` with a warning naming the
+    price and how to give one's own; a quoted price is `catalog`, the plan's own `spec`, neither warned."""
+    def recommended(**constraints: object) -> Candidate:
+        rec = plan(resolve_plan(parse_plan(spec(**constraints)))).recommendation
+        assert rec is not None
+        return rec
+
+    estimate = recommended(gpuTypes=["RTX-A6000"])
+    assert estimate.provenance["cost"] == "estimate"
+    assert any(w.startswith("RTX-A6000: $0.5 per GPU-hour is the catalog's estimate") and "constraints.prices" in w
+               for w in estimate.warnings)
+    quoted = recommended(gpuTypes=["H100"])
+    assert quoted.provenance["cost"] == "catalog" and not any("catalog's estimate" in w for w in quoted.warnings)
+    own = recommended(gpuTypes=["RTX-A6000"], prices={"RTX-A6000": "0.45"})
+    assert own.provenance["cost"] == "spec" and not any("catalog's estimate" in w for w in own.warnings)
