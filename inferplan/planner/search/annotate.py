@@ -57,6 +57,7 @@ from inferplan.planner.search.core import (
     _replicas,
     _unmeasured_warning,
     candidate_slo_ratios,
+    evidence_pools,
     gpu_price,
     interval_evidence,
     kv_hint,
@@ -94,16 +95,19 @@ def with_upper_cost(req: PlanRequest, result: PlanResult) -> PlanResult:
 
 def candidate_intervals(req: PlanRequest, candidate: Candidate, confidence: float = DEFAULT_CONFIDENCE) -> Intervals:
     """The intervals of `candidate`'s predicted latencies (`intervals.py`): read for its model kind, its engine's
-    factor line on its GPU family, and whether that pair has measured lines (`provenance.measuredLines`)."""
+    factor line on its GPU family, and whether that pair has measured lines (`provenance.measuredLines`); a
+    disaggregated pair's TTFT and end-to-end time the union of both pools' (`evidence_pools`), its capacity and
+    concurrency its decode pool's."""
     gpu = load_gpu_catalog().get(candidate.gpu_type)
     lines = int(candidate.provenance.get("measuredLines", "0"))
     table = load_intervals()
 
     def bounds(stats: Percentiles, metric: str) -> PercentileIntervals:
         def pair(q: str) -> list[float]:
-            evidence = interval_evidence(req, gpu, metric, QUANTILE_VALUES[q], lines)
-            low, high = table.interval(evidence, getattr(stats, q), confidence)
-            return [rounded(low), rounded(high)]
+            lows, highs = zip(*(table.interval(interval_evidence(req, pool_gpu, metric, QUANTILE_VALUES[q], pool_lines),
+                                               getattr(stats, q), confidence)
+                                for pool_gpu, pool_lines in evidence_pools(candidate, metric)), strict=True)
+            return [rounded(min(lows)), rounded(max(highs))]
         return PercentileIntervals(p50=pair("p50"), p90=pair("p90"), p95=pair("p95"), p99=pair("p99"))
 
     def around(value: float, metric: str) -> list[float]:

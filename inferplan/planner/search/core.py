@@ -562,13 +562,39 @@ def slo_bound_ratios(req: PlanRequest, gpu: GpuSpec, measured_lines: int, confid
                                                 confidence)) for s in req.slos)
 
 
+PREFILL_LINES = "prefillMeasuredLines"
+"""The provenance key of a disaggregated candidate's prefill pool's measured lines (`measuredLines` is its decode
+pool's, as its top-level fields are)."""
+
+BOTH_POOLS_METRICS = frozenset({"ttft", "e2e"})
+"""The latencies of a disaggregated pair that add its prefill pool's time to its decode pool's: their held-out errors
+are the wider of the two pools' (`evidence_pools`); TPOT is the decode pool's alone."""
+
+
 def _gpu_and_lines(candidate: Candidate) -> tuple[GpuSpec, int]:
     return load_gpu_catalog().get(candidate.gpu_type), int(candidate.provenance.get("measuredLines", "0"))
 
 
-def candidate_slo_ratios(req: PlanRequest, candidate: Candidate) -> tuple[float, ...]:
-    """`slo_bound_ratios` of `candidate` (its GPU type, its `provenance.measuredLines`) at the plan's confidence."""
-    return slo_bound_ratios(req, *_gpu_and_lines(candidate))
+def evidence_pools(candidate: Candidate, metric: str) -> list[tuple[GpuSpec, int]]:
+    """The (GPU, measured lines) pairs the held-out errors of `candidate`'s latency `metric` ("ttft", "tpot", "e2e")
+    rest on: its GPU type and `provenance.measuredLines`; for a disaggregated pair's TTFT and end-to-end time, its
+    prefill pool's too (`BOTH_POOLS_METRICS`): a prompt is computed there, so an unmeasured prefill GPU makes them
+    as uncertain as an unmeasured pair's."""
+    pools = [_gpu_and_lines(candidate)]
+    prefill = next((r for r in candidate.roles if r.role == "prefill"), None)
+    if prefill is not None and metric in BOTH_POOLS_METRICS and PREFILL_LINES in candidate.provenance:
+        pools.append((load_gpu_catalog().get(prefill.gpu_type), int(candidate.provenance[PREFILL_LINES])))
+    return pools
+
+
+def candidate_slo_ratios(req: PlanRequest, candidate: Candidate, confidence: float | None = None
+                         ) -> tuple[float, ...]:
+    """`slo_bound_ratios` of `candidate` (its GPU type, its `provenance.measuredLines`; the wider of both pools' for a
+    disaggregated pair's TTFT and end-to-end time, `evidence_pools`) at `confidence` (default: the plan's)."""
+    # Every pool an SLO may read, the candidate's own first: an SLO of one pool reads the first ratios alone.
+    by_pool = [slo_bound_ratios(req, gpu, lines, confidence) for gpu, lines in evidence_pools(candidate, "ttft")]
+    return tuple(max(ratios[i] for ratios in by_pool[:len(evidence_pools(candidate, slo.metric))])
+                 for i, slo in enumerate(req.slos))
 
 
 def slo_limits(req: PlanRequest, factors: FactorSet, gpus: Sequence[GpuSpec]) -> NDArray[np.float64]:
@@ -614,9 +640,8 @@ def miss_ms_text(req: PlanRequest, slo: SloTarget, value_s: float, limit_s: floa
 def slo_checks(req: PlanRequest, candidate: Candidate) -> list[SloCheck]:
     """Each SLO of `req` judged on `candidate`'s predictions: its bound at the plan's confidence (0.8 where the plan
     sets none: the confidence its intervals are stated at) and the confidence it holds with."""
-    gpu, lines = _gpu_and_lines(candidate)
     confidence = DEFAULT_CONFIDENCE if req.confidence is None else req.confidence
-    ratios = slo_bound_ratios(req, gpu, lines, confidence)
+    ratios = candidate_slo_ratios(req, candidate, confidence)
     table, out = load_intervals(), []
     for slo, ratio in zip(req.slos, ratios, strict=True):
         name = QUANTILE_NAMES[slo.quantile]
@@ -625,8 +650,9 @@ def slo_checks(req: PlanRequest, candidate: Candidate) -> list[SloCheck]:
             continue
         value = float(getattr(stats, name))
         target, bound = slo.max_s * 1e3, value * ratio
-        evidence = interval_evidence(req, gpu, slo.metric, slo.quantile, lines)
-        holds = table.confidence_within(evidence, math.log(target / value)) if value > 0 else CONFIDENCES[-1]
+        holds = min(table.confidence_within(interval_evidence(req, gpu, slo.metric, slo.quantile, lines),
+                                            math.log(target / value))
+                    for gpu, lines in evidence_pools(candidate, slo.metric)) if value > 0 else CONFIDENCES[-1]
         out.append(SloCheck(metric=slo.metric, percentile=name, target_ms=rounded(target), predicted_ms=value,
                             bound_ms=rounded(bound), ratio=round(ratio, 3), margin=round(1.0 - bound / target, 3),
                             holds_with=holds))

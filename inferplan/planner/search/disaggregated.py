@@ -46,8 +46,10 @@ from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, Role, cost_of, dollars_per_hour, headroom, replica_shape, rounded
 from inferplan.planner.search.core import (
     _COUNTED,
+    BOTH_POOLS_METRICS,
     FIRST_PASS_ROWS,
     PRACTICAL_COST_FACTOR,
+    PREFILL_LINES,
     REPORT_SAMPLES,
     SEARCH_SAMPLES,
     _Grid,
@@ -58,6 +60,7 @@ from inferplan.planner.search.core import (
     dp_attention_args,
     expert_parallel_args,
     kv_hint,
+    measured_lines_on,
     node_selector,
     output_tokens_per_hour,
     pools_placed,
@@ -113,7 +116,7 @@ def disaggregated_candidates(req: PlanRequest, engine: EngineProfile, factors: F
                         "were planned")
         return []
     # The pools are searched within the strictest limits of the GPUs planned (each SLO's target at the plan's
-    # confidence, `slo_limits`); a pair is then judged within its decode GPU's own (`_candidate`).
+    # confidence, `slo_limits`); a pair is then judged within its own GPUs' (`_candidate`).
     splits = _splits(req, grid.slo_limits.min(axis=1) if grid.slo_limits.size else np.zeros(len(req.slos)))
     pools = _Pools(req, engine, factors, grid, rows, splits)
     # Cost floors (what the utilisation cap alone needs) bound every pair's cost from below: search the cheapest
@@ -454,7 +457,11 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
     samples = combined(pre_pool.latency_samples(req.rate_rps / pre_replicas, {"ttft"}),
                        dec_pool.latency_samples(req.rate_rps / dec_replicas, {"ttft", "tpot"}),
                        dec_pool.model.outputs)
-    limits = grid.slo_limits[:, grid.gpu[rows.shape[dec]]]
+    # TTFT and the end-to-end time add the prefill pool's time: each is judged within the stricter of the two GPUs'
+    # limits (`core.BOTH_POOLS_METRICS`), TPOT within the decode GPU's.
+    pre_limits, limits = grid.slo_limits[:, grid.gpu[rows.shape[pre]]], grid.slo_limits[:, grid.gpu[rows.shape[dec]]]
+    limits = [min(limit, pre_limit) if slo.metric in BOTH_POOLS_METRICS else limit
+              for slo, limit, pre_limit in zip(req.slos, limits, pre_limits, strict=True)]
     if any(sample_quantiles(samples[slo.metric], [slo.quantile])[0][0] > limit
            for slo, limit in zip(req.slos, limits, strict=True)):
         return None
@@ -510,7 +517,8 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
         "cost": cost_of(_pool_prices(rows, pre, pre_replicas, dec, dec_replicas), output_tokens_per_hour(req)),
         "headroom": rounded(max(0.0, spare)),
         "engine_notes": [*base.engine_notes, *notes][:8],
-        "provenance": base.provenance | {"kvTransfer": f"{req.network_gbps:g}Gbps-per-gpu"},
+        "provenance": base.provenance | {"kvTransfer": f"{req.network_gbps:g}Gbps-per-gpu",
+                                         PREFILL_LINES: str(measured_lines_on(req, factors, pre_shape.gpu))},
     })
 
 

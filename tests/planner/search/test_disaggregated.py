@@ -4,6 +4,7 @@ the two pools' models, the search over pairs of pools, their simulation and how 
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,17 @@ from inferplan.planner.model.disaggregated import (
     transfer_s,
 )
 from inferplan.planner.model.factors import load_factors
+from inferplan.planner.model.intervals import load_intervals
 from inferplan.planner.model.performance import build_hardware
 from inferplan.planner.model.serving import Traffic, poisson
+from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.request import resolve_plan
+from inferplan.planner.search.core import interval_evidence
 from inferplan.planner.search.plan import plan
 from inferplan.planner.simulation.verification import compare, simulate_candidate
 from inferplan.planner.spec_parsing import PlanError, parse_plan
 from inferplan.tables import format_plan
+from tests.planner.search.test_plan import all_shown
 
 # Long prompts and a tight TPOT target on a 70B model: the case disaggregation is for.
 LONG_PROMPTS: dict[str, Any] = {
@@ -313,3 +318,27 @@ def test_a_disaggregated_plan_a_limit_rules_out_names_the_limit_beside_an_unrela
     assert result.recommendation is None and [r.gate for r in result.infeasible] == ["memory"]
     warning = next(w for w in result.warnings if w.startswith("no disaggregated deployment"))
     assert "meets them breaks maxGpus 60 (the pools need" in warning
+
+
+def test_a_pairs_ttft_and_e2e_intervals_and_checks_read_an_unmeasured_prefill_gpu_too() -> None:
+    # SGLang has measured lines on Hopper and none on Blackwell: a B200 prefill pool computes every prompt of a pair
+    # whose decode pool is an H200, so the pair's TTFT and end-to-end time are as uncertain as an unmeasured pair's.
+    # They had read the decode GPU's (measured) errors alone, narrower: e2e p95 80% 0.89-3.3x, not 0.70-4.3x.
+    request, result = _plan(engine={"name": "sglang"}, workload={"promptTokens": {"mean": 12000, "p95": 20000}},
+                            slo={"tpot": {"maxMs": 20, "percentile": "p95"}},
+                            constraints={"gpuTypes": ["B200", "H200-SXM-141GB"]})
+    pair = next(c for c in all_shown(result) if [r.gpu_type for r in c.roles] == ["B200", "H200-SXM-141GB"])
+    assert pair.provenance["measuredLines"] != "0" and pair.provenance["prefillMeasuredLines"] == "0"
+    table, catalog = load_intervals(), load_gpu_catalog()
+    for metric, q in (("ttft", "p50"), ("ttft", "p95"), ("e2e", "p95"), ("tpot", "p95")):
+        value, (low, high) = getattr(getattr(pair.predicted, f"{metric}_ms"), q), \
+            getattr(getattr(pair.predicted.intervals, f"{metric}_ms"), q)
+        read = {gpu: table.interval(interval_evidence(request, catalog.get(gpu), metric, QUANTILE_VALUES[q], lines),
+                                    value) for gpu, lines in (("B200", 0), ("H200-SXM-141GB", 64))}
+        pools = ("B200", "H200-SXM-141GB") if metric != "tpot" else ("H200-SXM-141GB",)
+        assert low == pytest.approx(min(read[g][0] for g in pools), rel=2e-3)
+        assert high == pytest.approx(max(read[g][1] for g in pools), rel=2e-3)
+    check = next(c for c in pair.predicted.slo_checks if c.metric == "ttft")
+    b200 = interval_evidence(request, catalog.get("B200"), "ttft", 0.95, 0)
+    assert check.holds_with <= table.confidence_within(b200, math.log(check.target_ms / check.predicted_ms))
+    assert check.ratio >= math.exp(table.upper_log_bound(b200)) - 1e-3
