@@ -1,7 +1,7 @@
 """Derive the planner's compact kernel tables from NVIDIA AIConfigurator's measured operator timings.
 
-Usage (from the repository root; needs `pip install aiconfigurator-core pandas pyarrow pyyaml`, none of which
-the project depends on):
+Usage (from the repository root; needs `pip install aiconfigurator-core==0.12.0 pandas pyarrow pyyaml`, none of
+which the project depends on, or `--aic-dir` a folder the whole 0.12.0 wheel is unzipped in):
 
     python scripts/derive_kernel_tables.py [--aic-dir DIR] [--out inferplan/planner/data/kernels.json] [--check]
 
@@ -93,8 +93,10 @@ MOE_DTYPES = {"bfloat16": (2.0, "bf16_tflops"), "fp8": (1.0, "fp8_tflops"), "fp8
               "int4_wo": (0.5 + 2.0 / 128, "bf16_tflops"), "w4a16_mxfp4": (0.5 + 1.0 / 32, "bf16_tflops"),
               "nvfp4": (0.5 + 1.0 / 16, "fp4_tflops")}
 MOE_DISTRIBUTION = "power_law_1.01"  # AIConfigurator's default routing (sdk/models: power-law alpha 1.01)
-INSTALL_HINT = "pip install aiconfigurator-core pandas pyarrow pyyaml"
-SOURCE = ("NVIDIA AIConfigurator (aiconfigurator-core 0.12.0 on PyPI, Apache-2.0; data at "
+AIC_VERSION = "0.12.0"  # the package the shipped kernels.json was derived from (SOURCE, NOTICE)
+INSTALL_HINT = f"pip install aiconfigurator-core=={AIC_VERSION} pandas pyarrow pyyaml"
+SOURCE = ("NVIDIA AIConfigurator (aiconfigurator-core "
+          f"{AIC_VERSION} on PyPI, Apache-2.0; data at "
           "https://github.com/ai-dynamo/aiconfigurator/tree/095f58a51c4ca8e61b66ec108d86f223f8d559ce"
           "/aic-core/src/aiconfigurator_core/systems/data)")
 
@@ -112,6 +114,20 @@ def find_systems_dir(aic_dir: str | None) -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / "systems"
     return path if path.is_dir() else None
+
+
+def missing_systems(systems: Path) -> list[str]:
+    """The systems of `SYSTEMS` whose spec (`<system>.yaml`) or measured data (`data/<system>/`) the package folder
+    lacks: a wheel unpacked without its data gives all of them, and tables derived from it would be empty."""
+    return [name for name in SYSTEMS if not (systems / f"{name}.yaml").is_file()
+            or not (systems / "data" / name).is_dir()]
+
+
+def package_version(systems: Path) -> str | None:
+    """The version of the aiconfigurator-core whose `systems` folder this is: the `.dist-info` beside the package (a
+    wheel unpacked or installed), None where there is none."""
+    found = sorted(systems.parent.parent.glob("aiconfigurator_core-*.dist-info"))
+    return found[-1].name.removeprefix("aiconfigurator_core-").removesuffix(".dist-info") if found else None
 
 
 def _version_key(version: str) -> tuple[tuple[int, ...], int, int]:
@@ -534,6 +550,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT.relative_to(REPO)})")
     parser.add_argument("--check", action="store_true", help="print what the reduction costs per table")
     args = parser.parse_args(argv)
+    systems = find_systems_dir(args.aic_dir)
+    if systems is None:
+        print(f"aiconfigurator-core not found: {INSTALL_HINT} (or pass --aic-dir)", file=sys.stderr)
+        return 2
+    missing = missing_systems(systems)
+    if missing:
+        print(f"{systems} holds no measured data for {', '.join(missing)} (a wheel unpacked in part? unzip all of "
+              f"it): nothing written", file=sys.stderr)
+        return 2
+    version = package_version(systems)
+    if version != AIC_VERSION:
+        print(f"note: aiconfigurator-core {version or '(version unknown)'} at {systems.parent}; the shipped tables "
+              f"and meta.source are of {AIC_VERSION} ({INSTALL_HINT})", file=sys.stderr)
     try:
         import pandas  # noqa: F401
         import pyarrow  # noqa: F401
@@ -541,12 +570,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:
         print(f"{exc.name} is missing: {INSTALL_HINT}", file=sys.stderr)
         return 2
-    systems = find_systems_dir(args.aic_dir)
-    if systems is None:
-        print(f"aiconfigurator-core not found: {INSTALL_HINT} (or pass --aic-dir)", file=sys.stderr)
-        return 2
     check: list[str] = []
     tables = derive(systems, check)
+    empty = [name for name in SYSTEMS if name not in tables["systems"]]
+    if empty:
+        print(f"no GEMM table derived for {', '.join(empty)}: nothing written", file=sys.stderr)
+        return 2
     text = json.dumps(tables, separators=(",", ":"), sort_keys=True)
     args.out.write_text(text + "\n", encoding="ascii")
     print(f"wrote {args.out} ({len(text) / 1024:.0f} KiB): {', '.join(tables['systems'])}")

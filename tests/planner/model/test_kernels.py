@@ -382,3 +382,31 @@ def test_mla_tables_scale_to_a_sibling_and_are_absent_where_nothing_profiled_mla
         l40s["trtllm"]["fp8"][4] * 1e-9)
     amd = gpu_kernels(resolve_gpu("MI300X"), "vllm")
     assert amd.mla_decode_s_per_pair("bf16", 16) is None and amd.mla_prefill_flops_s(16) is None
+
+
+def test_derive_script_writes_nothing_from_a_package_without_its_measured_data(tmp_path: Any,
+                                                                                capsys: pytest.CaptureFixture[str]
+                                                                                ) -> None:
+    """A wheel unzipped without systems/data/ gave a kernels.json of no systems, written over the shipped one with
+    exit status 0; the script now refuses it. Runs without pandas (the refusal comes first)."""
+    import runpy
+    from pathlib import Path
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[3] / "scripts" / "derive_kernel_tables.py"))
+    systems = tmp_path / "aiconfigurator_core" / "systems"
+    systems.mkdir(parents=True)
+    for name in script["SYSTEMS"]:
+        (systems / f"{name}.yaml").write_text("gpu: {}\n")
+    out = tmp_path / "kernels.json"
+    assert script["main"](["--aic-dir", str(tmp_path), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert "holds no measured data for a100_sxm" in capsys.readouterr().err
+
+
+def test_shipped_tables_name_the_package_version_the_script_derives_from() -> None:
+    import runpy
+    from pathlib import Path
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[3] / "scripts" / "derive_kernel_tables.py"))
+    meta = json.loads(resources.files("inferplan.planner").joinpath("data/kernels.json").read_text())["meta"]
+    assert meta["source"] == script["SOURCE"] and f"aiconfigurator-core {script['AIC_VERSION']} " in meta["source"]
