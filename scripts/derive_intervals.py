@@ -13,7 +13,8 @@ its (engine line, GPU family) pair counts as measured where the rows of the othe
 measured lines of it. `intervals.derive` groups them and writes the split-conformal bounds. The script then prints
 the held-out coverage of the 80% intervals: each source's residuals against bounds derived without that source's
 residuals (leave one source out over the residuals too), overall, per metric, per path and per model kind.
-Deterministic: the same files give the same data file byte for byte.
+Deterministic: the same files give the same data file byte for byte. The shipped file is derived from the
+predictions of a run that fits its folds; a `--folds` run's (its fits read back rounded) give other bounds.
 """
 
 from __future__ import annotations
