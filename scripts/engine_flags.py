@@ -3,9 +3,10 @@ per pinned version line, read from the engines' own source.
 
     python scripts/engine_flags.py [--work /tmp/engine-flags] [--out inferplan/planner/data/engine-flags.json]
 
-vLLM, SGLang and LMDeploy: `pip download --no-deps` of the pinned release wheels, unpacked, and every
-`add_argument("--...")` call of their CLI modules read with `ast` (no engine code is imported: their parsers
-import torch and CUDA kernels at module level). vLLM V1 builds most arguments from config dataclasses via
+vLLM, SGLang and LMDeploy: `pip download --no-deps` of the pinned release wheels (those for CPython 3.11 on
+x86-64 Linux, whatever runs the script, `WHEEL_TARGET`; wheels already in `--work`/wheels are used as they are),
+unpacked, and every `add_argument("--...")` call of their CLI modules read with `ast` (no engine code is imported:
+their parsers import torch and CUDA kernels at module level). vLLM V1 builds most arguments from config dataclasses via
 `get_kwargs(SomeConfig)` (`vllm/engine/arg_utils.py`, `_compute_kwargs`): a field typed `bool` becomes
 `argparse.BooleanOptionalAction` (so `--x` and `--no-x`), a `Literal[...]` type becomes `choices`, and an
 Optional Literal also accepts "None"; this script resolves those field annotations the same way.
@@ -16,7 +17,8 @@ which cannot be reached here, so its `trtllm-serve` options are taken from the d
 documented clap arguments (source "docs"), cross-checked against the `launcher/src/main.rs` quotes in
 shared/catalog-facts/engine-defaults.md. Both are kept in the DOCS_FLAGS table below.
 
-This script downloads; it never runs in tests or CI. The JSON it writes is committed.
+This script downloads; it never runs in tests or CI. The JSON it writes is committed, and the script writes it
+again byte for byte (2026-12-06).
 """
 
 from __future__ import annotations
@@ -360,14 +362,19 @@ def extract(root: Path, package: str, files: list[str]) -> dict[str, dict[str, A
     return dict(sorted(flags.items()))
 
 
+# The wheels of the shipped file, whatever interpreter and machine run the script: pip picks the wheel of the running
+# one, and a wheel's name is in each line's `source` (under Python 3.12 LMDeploy's and sglang-router's were cp312).
+WHEEL_TARGET = ("--python-version", "3.11", "--platform", "manylinux2014_x86_64", "--only-binary=:all:")
+
+
 def _unpack(spec: str, work: Path) -> tuple[Path, str]:
     wheels = work / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     name, version = spec.split("==")
     found = sorted(wheels.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels), spec],
-                       check=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", *WHEEL_TARGET, "-d",
+                        str(wheels), spec], check=True)
         found = sorted(wheels.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
     wheel = found[0]
     target = work / "src" / f"{name}-{version}"
