@@ -147,14 +147,18 @@ def work_due(*, generation: int, status: Mapping[str, Any] | None, relevant: lis
     answered them, or answered them longer than `answer_grace_s` ago and the answer never showed up (the
     write was lost: our write comes back as a watch event later, so while it is on the way the status is behind
     but answered; an answer not written, `Answer.written`, cannot be lost); and when `resync_s` passed since it
-    was last planned. Observed (a plan with spec.observe) every `observe_s`."""
+    was last planned. Observed (a plan with spec.observe) every `observe_s`, and with the planning of a generation
+    its status does not answer yet: the one write of that answer then carries the observation conditions of the
+    same generation (else they stay at the generation before until the next observation, a second write of every
+    spec edit)."""
     status = status or {}
-    behind = (status.get("observedGeneration") != generation
-              or not inventory_holds(status.get("inventory", []), relevant))
+    new_generation = status.get("observedGeneration") != generation
+    behind = new_generation or not inventory_holds(status.get("inventory", []), relevant)
     answered = answer is not None and answer.generation == generation and inventory_holds(answer.inventory, relevant)
     lost = behind and answered and answer is not None and answer.written and now - answer.at >= answer_grace_s
     replan = (behind and (not answered or lost)) or now - last_planned >= resync_s
-    return Work(replan=replan, observe=observes and now - last_observed >= observe_s)
+    observe = observes and (now - last_observed >= observe_s or (replan and new_generation))
+    return Work(replan=replan, observe=observe)
 
 
 def leads(peers: Mapping[str, Any], identity: str, priority: int, now: datetime.datetime) -> bool:

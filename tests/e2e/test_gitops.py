@@ -321,3 +321,63 @@ def test_an_observed_plan_is_not_rewritten_when_nothing_changed(setup: Setup) ->
     after = setup.objects.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "steady")
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], (
         json.dumps(before["status"].get("observed")), json.dumps(after["status"].get("observed")))
+
+
+EDITS_NAMESPACE = "gitops-edits"
+
+
+@pytest.fixture(scope="module")
+def hourly(setup: Setup, k8s: dict[str, Any]) -> Iterator[Setup]:
+    """A second operator, for the namespace `gitops-edits` only, that observes its plans once an hour (the module's
+    other operator observes every second): a plan's observations are then the one at its creation and those its
+    spec edits bring, never one that falls due by the clock."""
+    core = kubernetes.client.CoreV1Api(k8s["admin"])
+    core.create_namespace({"metadata": {"name": EDITS_NAMESPACE}})
+    endpoints = setup.workdir / "prometheus-endpoints.yaml"
+    env = {**setup.env, "INFERPLAN_NAMESPACES": EDITS_NAMESPACE, "INFERPLAN_METRICS_PORT": "0",
+           "INFERPLAN_HEALTH_PORT": "0", "INFERPLAN_CHECK_SECONDS": "0.5", "INFERPLAN_OBSERVE_SECONDS": "3600",
+           "INFERPLAN_PLANNER_PROCESSES": "1", "INFERPLAN_PROMETHEUS_CONFIG": str(endpoints)}
+    log = setup.workdir / "operator-hourly.log"
+    with open(log, "w") as out:
+        operator = subprocess.Popen([str(BIN / "inferplan"), "operator"], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, text=True)
+    try:
+        yield Setup(setup.objects, setup.prometheus, setup.workdir, setup.env, log, setup.plan_manifest)
+    finally:
+        operator.send_signal(signal.SIGTERM)
+        try:
+            operator.wait(30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+        try:
+            core.delete_namespace(EDITS_NAMESPACE)
+        except (kubernetes.client.ApiException, ValueError):
+            pass
+
+
+def test_a_spec_edit_of_an_observed_plan_is_answered_in_one_write(hourly: Setup) -> None:
+    """Traffic grows in Git (requestsPerSecond 20 -> 24): the answer to the new generation is written once, with
+    every condition of that generation. Before, the observation conditions kept the generation before until the
+    plan's next observation, which wrote the status a second time (every spec edit of an observed plan: two
+    resourceVersions, and a committed `kubectl get -o yaml` between them said MetricsAvailable was about the old
+    spec)."""
+    objects = hourly.objects
+    body = copy.deepcopy(hourly.plan_manifest)
+    body["metadata"] = {"name": "weekly"}
+    body["spec"]["observe"] = {**body["spec"]["observe"], "selector": {"namespace": EDITS_NAMESPACE, "plan": "weekly"}}
+    objects.create_namespaced_custom_object(GROUP, VERSION, EDITS_NAMESPACE, PLURAL, body)
+
+    def read() -> dict[str, Any]:
+        return objects.get_namespaced_custom_object(GROUP, VERSION, EDITS_NAMESPACE, PLURAL, "weekly")
+
+    def answers(generation: int) -> dict[str, Any] | None:
+        plan = read()
+        return plan if (plan.get("status") or {}).get("observedGeneration") == generation else None
+
+    first = wait_for(lambda: answers(1), timeout_s=120, interval_s=0.2)
+    assert {c["type"]: c["status"] for c in first["status"]["conditions"]}["MetricsAvailable"] == "True"
+    objects.patch_namespaced_custom_object(GROUP, VERSION, EDITS_NAMESPACE, PLURAL, "weekly",
+                                           {"spec": {"workload": {"requestsPerSecond": "24"}}})
+    answered = wait_for(lambda: answers(2), timeout_s=120, interval_s=0.2)
+    assert {c["type"]: c["observedGeneration"] for c in answered["status"]["conditions"]} == {
+        "Ready": 2, "Feasible": 2, "InventoryAvailable": 2, "MetricsAvailable": 2, "PredictionAccurate": 2}

@@ -141,6 +141,19 @@ def test_observing_plans_are_observed_every_interval() -> None:
                         answer_grace_s=120.0)
 
 
+def test_a_spec_edit_of_an_observing_plan_is_observed_with_its_planning() -> None:
+    # Observed 10 s ago (the interval is 60 s), and the spec was edited since (generation 4, status 3): planned and
+    # observed in one reconcile, so the answer's one write has every condition of generation 4.
+    assert _due(generation=4, observes=True, last_observed=990.0) == (True, True)
+    assert _due(generation=4, observes=False, last_observed=990.0) == (True, False)
+    # The answer to generation 4 is on its way (its write not back yet): neither again.
+    answered = Answer(4, [L4_HELD], 995.0)
+    assert _due(generation=4, observes=True, last_observed=995.0, answer=answered) == (False, False)
+    # Planned again for the inventory or the resync, with the status on its generation: observed on its own interval.
+    assert _due(observes=True, last_observed=990.0, relevant=[{**L4, "gpus": 12}]) == (True, False)
+    assert _due(observes=True, last_observed=990.0, last_planned=100.0) == (True, False)
+
+
 def test_observed_inputs_replan_when_they_move_more_than_five_percent() -> None:
     spec = {"workload": {"source": "observed"}, "observe": {"calibrate": True}}
     status = {"observed": {"requestsPerSecond": 10.0, "promptTokensMean": 500, "outputTokensMean": 200},
