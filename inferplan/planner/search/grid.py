@@ -36,6 +36,7 @@ from inferplan.planner.catalog.gpus import GpuSpec, load_gpu_catalog
 from inferplan.planner.catalog.precisions import (
     WeightPrecision,
     kv_dtype_bytes,
+    weight_precision,
 )
 from inferplan.planner.catalog.validity import tp_mask, tp_problem
 from inferplan.planner.model.factors import FactorSet
@@ -173,9 +174,31 @@ def _precision_problem(engine: EngineProfile, gpu: GpuSpec, name: str, precision
     return f"{problem} ({gpu.key})" if problem else None
 
 
+# vLLM and SGLang quantise a 16-bit repository to FP8 after loading it whole: the layers are created in 16 bits,
+# every weight is loaded, and only then does each layer's process_weights_after_loading cast it (vLLM 0.11.0
+# model_loader/base_loader.py and quantization/fp8.py, "For non-serialized checkpoints, use original dtype";
+# SGLang 0.5.4 model_loader/loader.py and quantization/fp8.py). A replica's GPUs hold its 16-bit weights while
+# loading, whatever the FP8 weights they serve with. TGI quantises each weight as it reads it.
+LOAD_THEN_QUANTISE = frozenset({"vllm", "sglang"})
+
+
+def load_peak_bytes(req: PlanRequest, checkpoint: Checkpoint | str, gpus: int) -> float:
+    """The weights one of a replica's `gpus` GPUs holds while the engine loads `checkpoint` [bytes]: its 16-bit
+    weights where the engine quantises them after loading (`LOAD_THEN_QUANTISE`), else 0 (the served weights,
+    which the memory gate counts)."""
+    if not (isinstance(checkpoint, Checkpoint) and checkpoint.online and req.engine in LOAD_THEN_QUANTISE):
+        return 0.0
+    return weight_bytes(req.arch, weight_precision("bf16")) / gpus
+
+
 def _memory_problem(req: PlanRequest, shape: _Shape, memory: MemoryPlan, settings: EngineSettings) -> str | None:
     """Why `memory` does not work (the checks `_grid` makes over arrays, in words), None when it does."""
     usable = shape.gpu.usable_memory_bytes / GIB
+    peak = load_peak_bytes(req, checkpoint_of(req, shape.precision, shape.gpu), shape.tp * shape.pp) / GIB
+    if peak >= usable:
+        return (f"{req.engine} quantises {req.served_model} to {shape.precision} only after loading its 16-bit "
+                f"weights: {peak:.1f} GiB per GPU at TP {shape.tp}{f' x PP {shape.pp}' if shape.pp > 1 else ''} "
+                f"while loading; {shape.gpu.key} has {usable:.1f} GiB")
     budget = settings.memory_fraction * usable
     fixed = (memory.weights_per_gpu + memory.activation_per_gpu + memory.non_torch_per_gpu) / GIB
     if fixed >= budget:
@@ -266,8 +289,10 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
                          max_model_len=settings.max_model_len, pp=pp[:, None],
                          sampler_bytes=settings.sampler_bytes, mtp_layers=req.arch.mtp_layers if mtp else 0)
     fixed = (memory.weights_per_gpu + memory.activation_per_gpu + memory.non_torch_per_gpu) / GIB
+    peak = np.array([[load_peak_bytes(req, c, 1) for c in row] for row in checkpoints])[gpu, pi] / (tp * pp)
     problem = ((fixed >= (settings.memory_fraction * (usable / GIB))[:, None])
-               | (memory.kv_cache_tokens < settings.max_model_len) | (memory.headroom_per_gpu < 0))
+               | (memory.kv_cache_tokens < settings.max_model_len) | (memory.headroom_per_gpu < 0)
+               | (peak >= usable)[:, None])
     # Batch sizes are tried in increasing order up to the first that does not fit, and no further than the
     # first whose cap the KV pool already binds (from there on the pool, not the cap, bounds concurrency).
     # A replica's tokens: every rank holds the same ones, or with data-parallel attention its own.
@@ -280,7 +305,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
     rejected.append(_Rejections(
         "memory", too_big, too_big, np.full(len(too_big), batch_sizes[0]), replica_price[too_big],
         lambda s: _memory_problem(req, shape(s), memory.plan((s, 0)), settings) or "",
-        _memory_miss(fixed[too_big, 0], settings.memory_fraction * usable[too_big] / GIB,
+        _memory_miss(peak[too_big], fixed[too_big, 0], settings.memory_fraction * usable[too_big] / GIB,
                      memory.kv_cache_tokens[too_big, 0], settings.max_model_len,
                      memory.headroom_per_gpu[too_big, 0], usable[too_big])))
 
@@ -421,12 +446,14 @@ def over_the_pipeline(hw: Hardware, network_gbps: float,
                    stage_send_s_per_token=share * np.asarray(hw.allreduce_bytes_per_token) / rate)
 
 
-def _memory_miss(fixed_gib: NDArray[np.float64], budget_gib: NDArray[np.float64], kv_tokens: NDArray[np.float64],
-                 max_model_len: int, headroom: NDArray[np.float64], usable: NDArray[np.float64]
-                 ) -> NDArray[np.float64]:
+def _memory_miss(load_peak: NDArray[np.float64], fixed_gib: NDArray[np.float64], budget_gib: NDArray[np.float64],
+                 kv_tokens: NDArray[np.float64], max_model_len: int, headroom: NDArray[np.float64],
+                 usable: NDArray[np.float64]) -> NDArray[np.float64]:
     """Per shape the memory gate rejects, how far it is from fitting, in the order `_memory_problem` words it:
-    weights, activations and runtime over the engine's share [GiB / GiB]; else one max-model-length sequence over
-    the KV cache's tokens; else the memory needed over the GPU's (`headroom` [bytes] below 0 of `usable` [bytes])."""
-    return np.where(fixed_gib >= budget_gib, fixed_gib / budget_gib,
-                    np.where(kv_tokens < max_model_len, max_model_len / np.maximum(kv_tokens, 1.0),
-                             1.0 - np.minimum(headroom, 0.0) / usable))
+    the 16-bit weights loaded before quantising (`load_peak` [bytes]) over the GPU's memory; else weights,
+    activations and runtime over the engine's share [GiB / GiB]; else one max-model-length sequence over the KV
+    cache's tokens; else the memory needed over the GPU's (`headroom` [bytes] below 0 of `usable` [bytes])."""
+    return np.where(load_peak >= usable, load_peak / usable,
+                    np.where(fixed_gib >= budget_gib, fixed_gib / budget_gib,
+                             np.where(kv_tokens < max_model_len, max_model_len / np.maximum(kv_tokens, 1.0),
+                                      1.0 - np.minimum(headroom, 0.0) / usable)))

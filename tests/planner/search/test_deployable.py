@@ -582,3 +582,15 @@ def test_a_release_newer_than_any_read_is_planned_with_a_warning(engine: str, ve
     for known in (newest, f"{newest}rc1"):
         spec["engine"] = {"name": engine, "version": known}
         assert not any("newer than any release" in w for w in plan(resolve_plan(parse_plan(spec))).warnings)
+
+
+def test_fp8_quantised_at_load_needs_the_16_bit_weights_in_memory_while_loading() -> None:
+    # vLLM and SGLang create a 16-bit repository's layers in 16 bits, load every weight and only then cast them to
+    # FP8: qwen3-235b-mi355x.yaml had shown 10 x MI355X at TP 1 in FP8, whose 438 GiB of bf16 weights one 288 GB
+    # MI355X cannot hold while loading. TP 2 (219 GiB a GPU) loads.
+    spec = spec_of(ROOT / "examples/platform/qwen3-235b-mi355x.yaml")
+    spec["verify"] = False
+    result = plan(resolve_plan(parse_plan(spec)))
+    assert shown(result) and all(c.gpus_per_replica > 1 for c in shown(result) if c.precision == "fp8")
+    assert any(i.gate == "memory" and i.gpus_per_replica == 1 and "while loading" in i.reason
+               for i in result.infeasible)
