@@ -594,3 +594,17 @@ def test_fp8_quantised_at_load_needs_the_16_bit_weights_in_memory_while_loading(
     assert shown(result) and all(c.gpus_per_replica > 1 for c in shown(result) if c.precision == "fp8")
     assert any(i.gate == "memory" and i.gpus_per_replica == 1 and "while loading" in i.reason
                for i in result.infeasible)
+
+
+def test_the_mi355x_example_says_what_it_plans() -> None:
+    # Its comment had offered "FP8 or AMD Quark's MXFP4"; no MXFP4 repository of the 2507 model is known, so the
+    # plan is FP8 quantised at load, and the comment says so.
+    path = ROOT / "examples/platform/qwen3-235b-mi355x.yaml"
+    header = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
+    spec = spec_of(path)
+    spec["verify"] = False
+    result = plan(resolve_plan(parse_plan(spec)))
+    assert result.recommendation is not None and result.recommendation.precision == "fp8"
+    assert result.recommendation.provenance["checkpoint"] == "online"
+    assert any(i.gate == "precision" and "no public mxfp4-w4a4 checkpoint" in i.reason for i in result.infeasible)
+    assert "quantises at load" in header and "mxfp4-w4a4 is refused" in header
