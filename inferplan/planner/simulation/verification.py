@@ -232,6 +232,15 @@ VERIFY_REQUESTS = 5_000  # per candidate, in steady state: enough for a stable p
 # on 20,000 against 40 ms; the margin was 3% until then).
 EDGE = 0.06
 CONFIRM_REQUESTS = 20_000
+# A judged run that preempted filled a replica's KV pool: from there a replica's queue hangs on how many long
+# prompts meet in it, and one run's tail swings widely however far it passes. Such a pass is confirmed on
+# CONFIRM_SEEDS runs of CONFIRM_REQUESTS in steady state (seeds seed, seed + 1, ...) and the worst of them is judged
+# (`_worst`). llama-4-scout-h100's 3 x 2 H100 passed 5,666 requests (31 preemptions, every pool full) at a TTFT p95
+# of 1,630 ms against 3,000 ms; on 20,000 in steady state seeds 0-7 gave 2,682 / 2,703 / 6,192 / 1,683 / 1,840 /
+# 2,649 / 3,788 / 1,608 ms (`inferplan simulate` of 60,000, seed 0: 3,019 ms). Three seeds: the worst of three
+# misses where a quarter of the runs do in 58% of draws (1 - 0.75^3), and a run that does not preempt costs nothing
+# more (of the 25 examples' verifications only that one's passing run preempted).
+CONFIRM_SEEDS = 3
 # Replicas start empty: the running batch, and with it the step time, grows for about one request lifetime, and
 # shrinks again once arrivals stop. Verification serves WARMUP_LIFETIMES x the candidate's analytic e2e p95 of
 # arrivals before and after the requests it judges (`steady_state`), at most MAX_VERIFY_REQUESTS requests in all.
@@ -298,21 +307,35 @@ def steady_requests(req: PlanRequest, candidate: Candidate, judged: int) -> int:
     return min(judged + math.ceil(2 * warm * rate), MAX_VERIFY_REQUESTS)
 
 
+def _worst(req: PlanRequest, sims: Sequence[SimulationResult], ratios: Sequence[float]) -> SimulationResult:
+    """The run of `sims` nearest to (or furthest over) an SLO limit: the largest share of its limit any SLO takes
+    (NaN counts as over every limit)."""
+    def share(sim: SimulationResult) -> float:
+        return max(math.inf if math.isnan(value) else value / limit for _, value, limit in _values(req, sim, ratios))
+    return max(sims, key=share)
+
+
 def _simulate_verdict(req: PlanRequest, candidate: Candidate, judged: int, seed: int, factors: FactorSet | None
-                      ) -> tuple[SimulationResult, list[tuple[SloTarget, float, float]], int]:
-    """`candidate` simulated with `judged` requests in steady state (CONFIRM_REQUESTS where that passes on the
-    edge): the simulation (its statistics of the steady state), the SLOs it misses and the requests it served."""
-    def run(judged: int) -> tuple[SimulationResult, int]:
+                      ) -> tuple[SimulationResult, list[tuple[SloTarget, float, float]], str]:
+    """`candidate` simulated with `judged` requests in steady state: where that run passes but preempted, the worst
+    of CONFIRM_SEEDS runs of CONFIRM_REQUESTS; where it passes on the edge, one run of CONFIRM_REQUESTS. The
+    simulation (its statistics of the steady state), the SLOs it misses and the requests it served, in words."""
+    def run(judged: int, seed: int) -> tuple[SimulationResult, int]:
         requests = steady_requests(req, candidate, judged)
         return simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors,
                                   warmup_s=warmup_s(candidate)), requests
     ratios = candidate_slo_ratios(req, candidate)
-    sim, requests = run(judged)
+    sim, requests = run(judged, seed)
     misses = _misses(req, sim, ratios)
+    if not misses and sim.preemptions > 0:
+        runs = [run(max(judged, CONFIRM_REQUESTS), seed + k)[0] for k in range(CONFIRM_SEEDS)]
+        sim, requests = _worst(req, runs, ratios), steady_requests(req, candidate, max(judged, CONFIRM_REQUESTS))
+        return sim, _misses(req, sim, ratios), (f"the worst of {CONFIRM_SEEDS} runs of {requests} simulated requests"
+                                                 " each, as the first run preempted")
     if not misses and judged < CONFIRM_REQUESTS and _on_the_edge(req, sim, ratios):
-        sim, requests = run(CONFIRM_REQUESTS)
+        sim, requests = run(CONFIRM_REQUESTS, seed)
         misses = _misses(req, sim, ratios)
-    return sim, misses, requests
+    return sim, misses, f"{requests} simulated requests"
 
 
 def _simulated(latency: Latency) -> Percentiles | None:
@@ -331,8 +354,10 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
     to MAX_REPLICA_STEPS steps of about 10%, within the plan's limits); one that still misses moves to
     `infeasible` (gate "verify"); one that passes gets its simulated percentiles (provenance "simulated").
     Simulation stops once no candidate left costs less than one that passed (the budget: usually one or two
-    simulations), so the alternatives after that keep their analytic figures and provenance. A pass within EDGE of
-    a target is confirmed on CONFIRM_REQUESTS. The cheapest that passed (ties by headroom) is the recommendation."""
+    simulations), so the alternatives after that keep their analytic figures and provenance. A pass whose run
+    preempted is confirmed on CONFIRM_SEEDS runs of CONFIRM_REQUESTS, judged by the worst (whose percentiles it then
+    carries); another within EDGE of a target on one run of CONFIRM_REQUESTS. The cheapest that passed (ties by
+    headroom) is the recommendation."""
     kept: list[Candidate] = []
     analytic: list[Candidate] = []
     dropped: list[Infeasible] = []
@@ -371,7 +396,7 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
                 expert_parallel=candidate.expert_parallel, gate="verify",
                 reason=f"simulated {slo.metric.upper()} p{round(slo.quantile * 100)} of "
                        f"{replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)} is "
-                       f"{_miss_words(req, slo, value, limit, ' target')} ({served} simulated requests)"))
+                       f"{_miss_words(req, slo, value, limit, ' target')} ({served})"))
             continue
         predicted = candidate.predicted.model_copy(update={
             "ttft_ms": _simulated(sim.ttft), "tpot_ms": _simulated(sim.tpot), "e2e_ms": _simulated(sim.e2e)})
