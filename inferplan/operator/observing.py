@@ -13,6 +13,7 @@ import datetime
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal
 
 from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens, split_launch
@@ -573,9 +574,10 @@ class Bands:
 
     def narrowed_by(self, residuals: Mapping[str, Mapping[float, Sequence[float]]]) -> Bands:
         """These bands, each narrowed by the deployment's own errors (`residuals`: log(observed / predicted) per
-        metric and quantile, `Residuals`) where it has at least OWN_WINDOWS of them: their split-conformal interval
-        at the same confidence (the method of the recommendation's intervals, on this deployment's windows), where
-        that is narrower than the recommendation's band, widened to contain the prediction. Never wider."""
+        metric and quantile, `Residuals`) where they are enough to bound at the same confidence (`own_windows`):
+        their split-conformal interval at that confidence (the method of the recommendation's intervals, on this
+        deployment's windows), where that is narrower than the recommendation's band, widened to contain the
+        prediction. Never wider."""
         if self.confidence is None:
             return self
         ratios = {metric: dict(by_q) for metric, by_q in self.ratios.items()}
@@ -583,7 +585,7 @@ class Bands:
         for metric, by_q in self.ratios.items():
             for q, (low, high) in by_q.items():
                 own = residuals.get(metric, {}).get(q, ())
-                if len(own) < OWN_WINDOWS:
+                if len(own) < own_windows(self.confidence):
                     continue
                 own_low, own_high = conformal_bounds(own, self.confidence)
                 own_low, own_high = math.exp(min(own_low, 0.0)), math.exp(max(own_high, 0.0))
@@ -593,11 +595,21 @@ class Bands:
         return dataclasses.replace(self, ratios=ratios, narrowed=tuple(narrowed))
 
 
-OWN_WINDOWS = 9
-"""Windows of its own a percentile needs before its errors narrow its band: the fewest whose 80% split-conformal
-bounds lie inside the sample (floor((n + 1) x 0.1) >= 1)."""
 KEPT_WINDOWS = 20
 """The most recent windows whose errors a percentile keeps (`status.prediction.residuals`)."""
+
+
+def own_windows(confidence: float) -> int:
+    """Windows of its own a percentile needs before its errors narrow its band at `confidence`: the fewest whose
+    split-conformal bounds at that confidence lie inside the sample (9 at 80%, 20 at 90%). Fewer cannot bound at
+    it: their range covers about (n - 1) / (n + 1) of the next window, 80% for nine, whatever the plan's confidence.
+    KEPT_WINDOWS + 1 where even the windows kept are too few (above 90%): such a band is not narrowed. The ranks
+    floor((n + 1) a/2) >= 1 and ceil((n + 1)(1 - a/2)) <= n (a = 1 - confidence) in exact arithmetic: in floating
+    point, 10 x 0.1 of a = 0.2 comes out just under 1."""
+    half_alpha = (1 - Fraction(str(confidence))) / 2
+    return next((n for n in range(1, KEPT_WINDOWS + 1)
+                 if math.floor((n + 1) * half_alpha) >= 1 and math.ceil((n + 1) * (1 - half_alpha)) <= n),
+                KEPT_WINDOWS + 1)
 
 
 Residuals = dict[str, dict[float, list[float]]]

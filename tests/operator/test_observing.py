@@ -520,6 +520,33 @@ def test_the_deployments_own_errors_narrow_its_band_once_there_are_enough(req) -
     assert len(slow["prediction"]["residuals"]["tpot"]["p95"]) == 10  # an error outside its band is not kept
 
 
+def test_at_a_higher_confidence_the_band_narrows_only_from_as_many_windows_as_it_needs(req) -> None:
+    """A plan with slo.confidence "0.95" is judged against 95% intervals. Nine windows cannot state a 95% band: their
+    split-conformal bounds at 95% lie beyond the sample (the 0th and 10th of nine), and the sample's range covers
+    only about 80% of the next window. Twenty (all that are kept) cannot either: it stays the recommendation's band.
+    At 90%, nineteen windows do (eighteen do not)."""
+    prediction = predict_current(req, SHAPE)
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+    wide["recommendation"]["predicted"]["confidence"] = 0.95
+    scales = [1.0, 1.05, 0.98, 1.1, 1.02, 1.07, 0.99, 1.04, 1.03, 1.0] * 2
+    status = _observations(req, wide, [*scales, 1.0])
+    assert len(status["prediction"]["residuals"]["tpot"]["p95"]) == 20
+    p95 = prediction.latency["tpot"][0.95] * 1e3
+    assert status["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.5 * p95, 3.0 * p95], rel=1e-4)
+    assert status["prediction"]["confidence"] == 0.95
+    state, reason, message = _accurate(status)
+    assert (state, reason) == ("True", "Accurate") and "95% prediction intervals" in message
+    assert "narrowed" not in message
+
+    ninety = dict(wide, recommendation={**wide["recommendation"], "predicted": {
+        **wide["recommendation"]["predicted"], "confidence": 0.9}})
+    eighteen = _observations(req, ninety, [*scales[:18], 1.0])
+    assert eighteen["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.5 * p95, 3.0 * p95], rel=1e-4)
+    nineteen = _observations(req, ninety, [*scales[:19], 1.0])
+    assert nineteen["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.98 * p95, 1.1 * p95], rel=2e-3)
+    assert "90% prediction intervals" in _accurate(nineteen)[2] and "narrowed" in _accurate(nineteen)[2]
+
+
 def test_own_errors_never_widen_a_band_and_small_windows_or_another_deployment_keep_none(req) -> None:
     prediction = predict_current(req, SHAPE)
     narrow = _recommended(prediction, {m: (0.9, 1.3) for m in EVERY_METRIC})
