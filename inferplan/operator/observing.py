@@ -43,6 +43,7 @@ from inferplan.operator.status import (
     ResidualsByMetric,
     assemble_status,
     make_condition,
+    serialised,
 )
 from inferplan.planner.calibration.observed import (
     QUANTILE_NAMES,
@@ -818,6 +819,16 @@ def _observed(outcome: ObserveOutcome, obs: Observation, now: str) -> ObservedSt
             sources=current.sources, image=current.image, changed_at=outcome.changed_at))
 
 
+def _same_figures(old_observed: Any, observed: ObservedStatus) -> bool:
+    """Whether `observed` is what the last observation (`old_observed`, status.observed) found, its sampleTime
+    apart."""
+    if not isinstance(old_observed, Mapping):
+        return False
+    new = serialised(observed)
+    return {k: v for k, v in old_observed.items() if k != "sampleTime"} == \
+        {k: v for k, v in new.items() if k != "sampleTime"}
+
+
 def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, now: str,
                    generation: int) -> dict[str, Any]:
     """The whole new status after one observation (pure; `old` is not modified): the observed, prediction and
@@ -862,7 +873,9 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         kept = read_residuals(old_prediction, key)
         bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None).narrowed_by(kept)
         verdicts = judge(outcome.discrepancies, bands, max_error_ratio)
-        if outcome.settled:  # a window that reaches back before a change holds the old deployment's latencies
+        # A window that reaches back before a change holds the old deployment's latencies; one whose figures are the
+        # last observation's read the same samples (no scrape since): it is that window again, not another.
+        if outcome.settled and not _same_figures((old or {}).get("observed"), observed):
             kept = with_window(kept, verdicts, obs.requests_in_window)
         outside = [v for v in verdicts if v.outside]
         rules = rules_text(verdicts, bands, max_error_ratio)

@@ -528,7 +528,7 @@ def test_at_a_higher_confidence_the_band_narrows_only_from_as_many_windows_as_it
     prediction = predict_current(req, SHAPE)
     wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
     wide["recommendation"]["predicted"]["confidence"] = 0.95
-    scales = [1.0, 1.05, 0.98, 1.1, 1.02, 1.07, 0.99, 1.04, 1.03, 1.0] * 2
+    scales = [1.0, 1.05, 0.98, 1.1, 1.02, 1.07, 0.99, 1.04, 1.03, 1.01] * 2
     status = _observations(req, wide, [*scales, 1.0])
     assert len(status["prediction"]["residuals"]["tpot"]["p95"]) == 20
     p95 = prediction.latency["tpot"][0.95] * 1e3
@@ -545,6 +545,27 @@ def test_at_a_higher_confidence_the_band_narrows_only_from_as_many_windows_as_it
     nineteen = _observations(req, ninety, [*scales[:19], 1.0])
     assert nineteen["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.98 * p95, 1.1 * p95], rel=2e-3)
     assert "90% prediction intervals" in _accurate(nineteen)[2] and "narrowed" in _accurate(nineteen)[2]
+
+
+def test_an_observation_that_finds_the_same_figures_adds_no_error_and_writes_nothing(req) -> None:
+    """Two observations that read the same samples (no scrape between them: a scrape interval longer than the
+    operator's INFERPLAN_OBSERVE_SECONDS) are one window, not two: the second adds no error (nine such reads of one
+    window would narrow the band to that window alone) and differs from the first in observed.sampleTime only, which
+    the operator does not write."""
+    from inferplan.operator.observing import only_sample_time_moved
+
+    prediction = predict_current(req, SHAPE)
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+    first = _observations(req, wide, [1.05])
+    again = _observations(req, first, [1.05], start=1)
+    assert again["prediction"]["residuals"] == first["prediction"]["residuals"]
+    assert len(again["prediction"]["residuals"]["tpot"]["p95"]) == 1
+    assert only_sample_time_moved(first, again)
+    ten = _observations(req, wide, [1.05] * 10)  # one window read ten times: the recommendation's band stays
+    p95 = prediction.latency["tpot"][0.95] * 1e3
+    assert ten["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.5 * p95, 3.0 * p95], rel=1e-4)
+    other = _observations(req, first, [1.06], start=1)  # a new scrape: new figures, a new error
+    assert len(other["prediction"]["residuals"]["tpot"]["p95"]) == 2
 
 
 def test_own_errors_never_widen_a_band_and_small_windows_or_another_deployment_keep_none(req) -> None:
@@ -608,7 +629,8 @@ def test_a_window_that_reaches_back_before_the_deployment_changed_neither_calibr
     status = observe_status(status, later, now="2026-11-30T10:05:59Z", generation=1)
     assert status["observed"]["current"]["changedAt"] == "2026-11-30T10:01:00Z" and "residuals" not in \
         status["prediction"]
-    settled = assess(_measured(req, slower), status, now="2026-11-30T10:06:00Z")
+    rescraped = _observation(prediction, 1.3, requests=1010.0)  # the window a scrape later
+    settled = assess(_measured(req, rescraped), status, now="2026-11-30T10:06:00Z")
     assert settled.calibration is not None and settled.calibration.updates == 1
     status = observe_status(status, settled, now="2026-11-30T10:06:00Z", generation=1)
     assert status["prediction"]["residuals"] and status["calibration"]["updates"] == 1
@@ -698,7 +720,7 @@ def test_another_engine_image_starts_the_deployments_own_errors_afresh(req) -> N
     wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
 
     def observed(status: dict, image: str, minute: int) -> dict:
-        outcome = dataclasses.replace(_outcome(req, _observation(prediction, 1.05)),
+        outcome = dataclasses.replace(_outcome(req, _observation(prediction, 1.05 + minute / 100)),
                                       current=Current(SHAPE, "llama", {}, image=image))
         return observe_status(status, outcome, now=f"2026-11-30T10:{minute:02d}:00Z", generation=1)
 
