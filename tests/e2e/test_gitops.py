@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -177,6 +178,23 @@ class Setup:
         self.objects.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body)
 
 
+@contextmanager
+def operator_process(env: dict[str, str], log: Path) -> Iterator[None]:
+    """`inferplan operator` run with `env`, its output in `log`, while the block runs; then stopped (SIGTERM,
+    killed after 30 s)."""
+    with open(log, "w") as out:
+        operator = subprocess.Popen([str(BIN / "inferplan"), "operator"], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, text=True)
+    try:
+        yield
+    finally:
+        operator.send_signal(signal.SIGTERM)
+        try:
+            operator.wait(30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+
+
 @pytest.fixture(scope="module")
 def setup(k8s: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     admin = k8s["admin"]
@@ -208,17 +226,10 @@ def setup(k8s: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iter
                     "INFERPLAN_HEALTH_PORT": "0", "INFERPLAN_CHECK_SECONDS": "0.5", "INFERPLAN_OBSERVE_SECONDS": "1",
                     "INFERPLAN_PLANNER_PROCESSES": "1", "INFERPLAN_PROMETHEUS_CONFIG": str(endpoints)}
     log = workdir / "operator.log"
-    with open(log, "w") as out:
-        operator = subprocess.Popen([str(BIN / "inferplan"), "operator"], env=operator_env, stdout=out,
-                                    stderr=subprocess.STDOUT, text=True)
     try:
-        yield Setup(objects, prometheus, workdir, env, log, plan_manifest)
+        with operator_process(operator_env, log):
+            yield Setup(objects, prometheus, workdir, env, log, plan_manifest)
     finally:
-        operator.send_signal(signal.SIGTERM)
-        try:
-            operator.wait(30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
         prometheus.stop()
         for plan_name in ("chat", "chat-nodes", "steady"):
             try:
@@ -338,17 +349,10 @@ def hourly(setup: Setup, k8s: dict[str, Any]) -> Iterator[Setup]:
            "INFERPLAN_HEALTH_PORT": "0", "INFERPLAN_CHECK_SECONDS": "0.5", "INFERPLAN_OBSERVE_SECONDS": "3600",
            "INFERPLAN_PLANNER_PROCESSES": "1", "INFERPLAN_PROMETHEUS_CONFIG": str(endpoints)}
     log = setup.workdir / "operator-hourly.log"
-    with open(log, "w") as out:
-        operator = subprocess.Popen([str(BIN / "inferplan"), "operator"], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, text=True)
     try:
-        yield Setup(setup.objects, setup.prometheus, setup.workdir, setup.env, log, setup.plan_manifest)
+        with operator_process(env, log):
+            yield Setup(setup.objects, setup.prometheus, setup.workdir, setup.env, log, setup.plan_manifest)
     finally:
-        operator.send_signal(signal.SIGTERM)
-        try:
-            operator.wait(30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
         try:
             core.delete_namespace(EDITS_NAMESPACE)
         except (kubernetes.client.ApiException, ValueError):
