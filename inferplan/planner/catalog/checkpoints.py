@@ -71,6 +71,9 @@ FORMAT_LOADERS: dict[str, frozenset[str]] = {
     "modelopt-fp8": frozenset({"vllm", "sglang", "tensorrt-llm"}),
     "compressed-tensors-fp8": frozenset({"vllm", "sglang"}),
     "compressed-tensors-int8": frozenset({"vllm", "sglang"}),
+    # W4A16 INT4 (LLM Compressor): vLLM's compressed-tensors loader (the card names vLLM). Not listed for SGLang,
+    # LMDeploy or TGI: their W4A16 paths were not read for the launch flags a plan would give them.
+    "compressed-tensors-w4a16": frozenset({"vllm"}),
     "autofp8": frozenset({"vllm", "sglang"}),
     "awq": frozenset({"vllm", "sglang", "tgi", "lmdeploy"}),
     "gptq": frozenset({"vllm", "sglang", "tgi", "lmdeploy", "exllama"}),

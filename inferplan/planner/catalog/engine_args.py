@@ -66,10 +66,11 @@ RELEASES_READ: dict[str, tuple[tuple[int, ...] | None, str]] = {
 
 
 CHECKPOINT_FORMATS = ("native", "fp8-native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8",
-                      "autofp8", "awq", "gptq", "online", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8",
-                      "quark-mxfp4", "fbgemm-fp8")
+                      "compressed-tensors-w4a16", "autofp8", "awq", "gptq", "online", "modelopt-nvfp4",
+                      "compressed-tensors-nvfp4", "quark-fp8", "quark-mxfp4", "fbgemm-fp8")
 _FORMAT_ALIASES = {"bf16-native": "native", "fp16-native": "native", "mxfp4-native": "native",
-                   "compressed-tensors-w8a8-int8": "compressed-tensors-int8", "w8a8-int8": "compressed-tensors-int8"}
+                   "compressed-tensors-w8a8-int8": "compressed-tensors-int8", "w8a8-int8": "compressed-tensors-int8",
+                   "compressed-tensors-w4a16-int4": "compressed-tensors-w4a16"}
 
 # The checkpoint formats that hold each quantised precision ("native": the model's own repository holds it).
 _FORMATS_OF: dict[str, frozenset[str]] = {
@@ -79,7 +80,7 @@ _FORMATS_OF: dict[str, frozenset[str]] = {
                       "fbgemm-fp8"}),
     "int8-w8a8": frozenset({"compressed-tensors-int8"}),
     "int4-awq": frozenset({"awq"}),
-    "int4-gptq": frozenset({"gptq"}),
+    "int4-gptq": frozenset({"gptq", "compressed-tensors-w4a16"}),  # W4A16 INT4: the same packed 4-bit groups
     "int8-gptq": frozenset({"gptq"}),
     "mxfp4": frozenset({"native"}),  # gpt-oss ships MXFP4 experts in its own repository
     "nvfp4": frozenset({"modelopt-nvfp4", "compressed-tensors-nvfp4"}),

@@ -37,13 +37,27 @@ PENDING_KV: set[str] = set()
 # layout is the Llama 3 paper's (section 6.2) and whose weights dstack measured.
 OWN_REPOS = {"meta-llama/Llama-3.1-405B-Instruct-FP8", "meta-llama/Llama-3.1-405B-FP8"}
 FORMATS = {"native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8", "autofp8", "fp8-block",
-           "awq", "gptq", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8", "quark-mxfp4", "fbgemm-fp8"}
-# catalog-facts keeps AMD Quark's all-linear MXFP4 under "mxfp4"; the planner calls it "mxfp4-w4a4".
+           "awq", "gptq", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8", "quark-mxfp4", "fbgemm-fp8",
+           "compressed-tensors-w4a16"}
+# catalog-facts keeps AMD Quark's all-linear MXFP4 under "mxfp4"; the planner calls it "mxfp4-w4a4". Its int4-w4a16
+# (LLM Compressor's W4A16 INT4) is the planner's int4-gptq, as `stated_precision` reads such a config.
 QUARK_MXFP4 = "mxfp4-w4a4"
+FACT_PRECISIONS = {"int4-w4a16": "int4-gptq"}
+# The facts' format names that the catalog spells otherwise; "fp8-native" is "native" for a model's own repository
+# and "fp8-block" for a vendor's FP8 repository beside it (Qwen/Qwen3-32B-FP8).
+FACT_FORMATS = {"bf16-native": "native", "mxfp4-native": "native", "autofp8 (not in enum)": "autofp8",
+                "compressed-tensors-w8a8-int8": "compressed-tensors-int8",
+                "compressed-tensors-w4a16-int4": "compressed-tensors-w4a16"}
 
 
 def _planner_precision(precision: str, row: dict) -> str:
-    return QUARK_MXFP4 if row["format"] == "quark-mxfp4" else precision
+    return QUARK_MXFP4 if row["format"] == "quark-mxfp4" else FACT_PRECISIONS.get(precision, precision)
+
+
+def _catalog_format(key: str, row: dict) -> str:
+    if row["format"] == "fp8-native":
+        return "native" if row["repo"] == key else "fp8-block"
+    return FACT_FORMATS.get(row["format"], row["format"])
 
 
 def _kv(row: dict) -> str | None:
@@ -225,7 +239,8 @@ def test_bundled_data_agrees_with_catalog_facts() -> None:
         known: dict[str, list[dict]] = {}
         for p, rows in by_precision.items():
             for row in rows:
-                if p in WEIGHT_PRECISIONS and row["format"] not in PENDING_FORMATS and row["repo"] not in PENDING_REPOS:
+                if row["format"] not in PENDING_FORMATS and row["repo"] not in PENDING_REPOS:
+                    assert _planner_precision(p, row) in WEIGHT_PRECISIONS, (key, p)  # never skipped unseen
                     known.setdefault(_planner_precision(p, row), []).append(row)
         assert set(known) == set(ours), key
         for precision, rows in known.items():
@@ -233,6 +248,47 @@ def test_bundled_data_agrees_with_catalog_facts() -> None:
                 (r["repo"], r["source"], r["engines"]) for r in ours[precision]], (key, precision)
             assert [_kv(r) for r in rows if r["repo"] not in PENDING_KV] == [
                 r["kvCache"] for r in ours[precision] if r["repo"] not in PENDING_KV], (key, precision)
+
+
+def test_every_fact_repository_is_catalogued_as_the_facts_state_it() -> None:
+    # One pass over every repository of the facts: it is in the catalog under the planner's precision, with the
+    # facts' spelling, format, KV cache, engines and source, kept under the catalogued model whose architecture it
+    # has (quantizedFrom naming the model it holds where that is an alias of the entry), and an engine that loads it
+    # is given it for that model; a model's own repository (DeepSeek-R1's FP8, Qwen2.5-72B-Instruct's 16 bits) is
+    # served from the model's name. Before 2026-12-06 the facts' int4-w4a16 row was skipped, and with it the one
+    # public INT4 checkpoint of Llama 4 Scout.
+    if not SHARED_FACTS.is_file():
+        pytest.skip("shared/catalog-facts is not beside this clone")
+    facts = json.loads(SHARED_FACTS.read_text(encoding="utf-8"))
+    bundled = _bundled()["models"]
+    rows_of = {row["repo"]: (key, precision, row) for key, by_precision in bundled.items()
+               for precision, rows in by_precision.items() for row in rows}
+    seen = 0
+    for model, by_precision in facts.items():
+        key = resolve_model(model).repo_id
+        for precision, rows in by_precision.items():
+            for fact in rows:
+                seen += 1
+                planner_precision = _planner_precision(precision, fact)
+                fmt = _catalog_format(model, fact)
+                engines = sorted(set(fact["engines"]) | FORMAT_LOADERS.get(fmt, frozenset())) or ["vllm"]
+                if fact["repo"] == model and key != model:  # the model's own repository, named beside its entry
+                    chosen = checkpoint_for(model, planner_precision, "vllm")
+                    assert isinstance(chosen, Checkpoint) and chosen.repo == model, (model, chosen)
+                    continue
+                assert fact["repo"] in rows_of, (model, precision, fact["repo"])
+                entry, ours_precision, ours = rows_of[fact["repo"]]
+                assert (entry, ours_precision) == (key, planner_precision), fact["repo"]
+                assert (ours["format"], ours["kvCache"], ours["engines"], ours["source"]) == (
+                    fmt, _kv(fact), fact["engines"], fact["source"]), fact["repo"]
+                holds = ours.get("quantizedFrom") or key
+                if key != model:
+                    assert holds == model, fact["repo"]
+                chosen = {engine: checkpoint_for(holds, planner_precision, engine) for engine in engines}
+                if holds != "mistralai/Mixtral-8x22B-Instruct-v0.1":  # not catalogued apart: named only
+                    assert any(isinstance(c, Checkpoint) and c.repo == fact["repo"] for c in chosen.values()) or (
+                        fact["repo"] in (c.repo for rows in known_precisions(holds).values() for c in rows)), chosen
+    assert seen == sum(len(rows) for by_precision in facts.values() for rows in by_precision.values()) == 89
 
 
 def test_a_model_named_beside_its_architecture_is_loaded_from_its_own_repository() -> None:
