@@ -167,7 +167,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     parallel size, max batch, precision and KV dtype from the container's arguments (GPU limit for the TP
     size), read by the flags of `engine_args.ENGINE_FLAGS`, `engine`'s first (both --flag value and --flag=value).
     Without a quantisation flag, a pre-quantised checkpoint the engine serves gives the precision (its method is in
-    its own config, so `inferplan render` writes no flag for it; a --dtype then sets only the activations').
+    its own config, so `inferplan render` writes no flag for it; a --dtype then sets only the activations'), and a
+    catalogued 16-bit one its own dtype where no --dtype is given.
     Only fields it finds are returned."""
     found: dict[str, Any] = {}
     spec = body.get("spec") or {}
@@ -226,6 +227,13 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     else:
         precision = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}.get(
             (dtype or "").lower())
+        if precision is None and checkpoint is not None:
+            # No --dtype (or `auto`): the engine runs a 16-bit repository in its own dtype (vLLM's `--dtype auto`
+            # help: "will use FP16 precision for FP32 and FP16 models, and BF16 precision for BF16 models", SGLang's
+            # the same; TGI's `--dtype` is unset by default, the launcher docs: "The dtype to be forced upon the
+            # model", so unforced it is the config's; trtllm-serve has no dtype flag, docs/engines.md), so the
+            # precision is the repository's, not the plan's first (fp8 in examples/platform/trtllm-70b-fp8.yaml).
+            precision = checkpoint.precision
     if precision:
         found["precision"] = precision
     kv = (_flag(tokens, flag_spellings("kv_cache_dtype", engine)) or "").lower()

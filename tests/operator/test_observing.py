@@ -883,3 +883,20 @@ def test_a_deployment_without_a_batch_cap_runs_its_images_release_default(req, i
     body["spec"]["template"]["spec"]["containers"][1]["image"] = image
     current = resolve_current({"deployment": "llama"}, body, req)
     assert (current.shape.max_batch, current.sources["maxBatch"]) == (batch, "default")
+
+
+@pytest.mark.parametrize(("engine", "args"), [
+    ("tensorrt-llm", ["serve", "meta-llama/Llama-3.3-70B-Instruct", "--tp_size", "4", "--max_batch_size", "128"]),
+    ("tgi", ["--model-id", "meta-llama/Llama-3.3-70B-Instruct", "--num-shard", "4"]),
+    ("vllm", ["serve", "meta-llama/Llama-3.3-70B-Instruct", "--dtype", "auto", "-tp", "4"]),
+])
+def test_a_16_bit_repository_without_a_dtype_flag_reads_back_in_its_own_dtype(engine: str, args: list[str]) -> None:
+    """A hand-written launch of the 16-bit repository with no --dtype (trtllm-serve has none; TGI and vLLM run the
+    config's dtype unset or on `auto`) serves bf16: observed as bf16, not as the plan's first precision (fp8 in the
+    TensorRT-LLM 70B example), which predicted the running bf16 replicas as FP8 ones."""
+    request = resolve_plan(load_plan_file(EXAMPLE.parents[1] / "platform" / "trtllm-70b-fp8.yaml"))
+    assert request.precisions[0] == "fp8"
+    body = vllm_deployment(args, gpus="4")
+    assert read_deployment(body, engine)["precision"] == "bf16"
+    current = resolve_current({"deployment": "llama"}, body, dataclasses.replace(request, engine=engine))
+    assert current.shape.precision == "bf16" and current.sources["precision"] == "Deployment"
