@@ -1028,11 +1028,25 @@ def _trtllm(c: _Ctx) -> EngineLaunch:
         else:
             options["enable_chunked_prefill"] = "true"
         notes.append("chunked prefill on (off by default in trtllm-serve)")
+    kv_cache_config: list[str] = []
     if c.fp8_kv:
+        kv_cache_config.append("dtype: fp8")
+    # TensorRT-LLM 1.x reuses KV blocks across requests (prefix caching) unless told not to (`KvCacheConfig.
+    # enable_block_reuse = True`, the LLM API reference; ../shared/catalog-facts/engine-defaults.md): a plan with
+    # engine.prefixCaching false had rendered nothing and run with it on.
+    block_reuse_off = c.prefix_caching is False and c.line == "1"
+    if block_reuse_off:
+        kv_cache_config.append("enable_block_reuse: false")
+    if kv_cache_config:
         # The file's kv_cache_config replaces the one trtllm-serve builds from --kv_cache_free_gpu_memory_fraction
         # (update_llm_args_with_extra_dict: a KvCacheConfig of the file's keys, merged over the command line's
         # arguments key by key), so it carries the fraction too.
-        options["kv_cache_config"] = f"{{dtype: fp8, free_gpu_memory_fraction: {c.fraction}}}"
+        kv_cache_config.append(f"free_gpu_memory_fraction: {c.fraction}")
+        options["kv_cache_config"] = "{" + ", ".join(kv_cache_config) + "}"
+    if block_reuse_off:
+        notes.append(f"prefix caching off (kv_cache_config.enable_block_reuse false in {TRT_OPTIONS_FILE}) as the plan "
+                     "has it; trtllm-serve 1.x reuses KV blocks by default")
+    if c.fp8_kv:
         notes.append(f"FP8 KV cache: kv_cache_config.dtype fp8 in {TRT_OPTIONS_FILE}; trtllm-serve has no KV dtype "
                      "flag, and on 'auto' the KV dtype follows the checkpoint's kv_cache_quant_algo, which a "
                      "ModelOpt export may or may not set. The file's kv_cache_config replaces the one of the command "

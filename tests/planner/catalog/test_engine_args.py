@@ -197,6 +197,23 @@ def test_tensorrt_llm_options_file_keeps_the_memory_fraction_of_its_kv_cache(ver
     assert _value(launch.args, "--kv_cache_free_gpu_memory_fraction") == "0.75"
 
 
+def test_tensorrt_llm_turns_its_block_reuse_off_where_the_plan_has_prefix_caching_off() -> None:
+    """trtllm-serve 1.x reuses KV blocks across requests by default (`KvCacheConfig.enable_block_reuse = True`): a
+    plan with prefix caching off gets `enable_block_reuse: false` in its options file (with the fraction, which the
+    file's kv_cache_config replaces), and nothing where the plan leaves it on or to the engine."""
+    settings = dataclasses.replace(_settings(True), memory_fraction=0.8)
+
+    def options(prefix_caching: bool | None, kv: str = "auto") -> dict:
+        launch = engine_launch("tensorrt-llm", "1.0.0", "meta-llama/Llama-3.1-8B-Instruct", "native", "bf16", 1, 64,
+                               kv, settings, prefix_caching=prefix_caching)
+        return yaml.safe_load(launch.files.get(TRT_OPTIONS_FILE, "{}")) or {}
+
+    assert options(False)["kv_cache_config"] == {"enable_block_reuse": False, "free_gpu_memory_fraction": 0.8}
+    assert options(False, "fp8")["kv_cache_config"] == {"dtype": "fp8", "enable_block_reuse": False,
+                                                         "free_gpu_memory_fraction": 0.8}
+    assert "kv_cache_config" not in options(True) and "kv_cache_config" not in options(None)
+
+
 def test_notes_explain_the_step_token_budget() -> None:
     expected = {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size",
                 "tgi": "--max-batch-prefill-tokens", "tensorrt-llm": "--max_num_tokens"}
