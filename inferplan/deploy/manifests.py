@@ -121,7 +121,14 @@ _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _bare_version(engine: str, version: str | None) -> str:
-    return (version or DEFAULT_VERSIONS[engine]).removeprefix("v")
+    """The release an image is tagged with. Images are tagged by release (`v0.11.2`; `vllm/vllm-openai:v0.11` does
+    not exist), so a version naming only a minor line (`0.11`) is the pinned release where that is of the line
+    (`DEFAULT_VERSIONS`: one whose image is known to exist), else the line's first release (`0.10` -> `0.10.0`)."""
+    bare = (version or DEFAULT_VERSIONS[engine]).removeprefix("v")
+    if not re.fullmatch(r"\d+\.\d+", bare):
+        return bare
+    pinned = DEFAULT_VERSIONS[engine]
+    return pinned if pinned.startswith(f"{bare}.") else f"{bare}.0"
 
 
 def engine_image(engine: str, version: str | None, vendor: str, family: str | None = None) -> str:

@@ -780,3 +780,13 @@ def test_listen_and_metrics_flags_are_accepted_by_every_pinned_engine_line(engin
         version = engine_flags()[engine][line]["version"]
         assert flag_problems(engine, version, list(manifests.SERVING_FLAGS[engine])) == [], (engine, line)
     assert engine in VERSION_LINES
+
+
+def test_a_version_naming_only_a_minor_line_renders_a_published_release() -> None:
+    """`engine.version: "0.11"` rendered `vllm/vllm-openai:v0.11`, a tag that does not exist (images are tagged by
+    release): a line is the pinned release where that is of the line, else its first release."""
+    assert engine_image("vllm", "0.11", "nvidia") == f"vllm/vllm-openai:v{DEFAULT_VERSIONS['vllm']}"
+    assert engine_image("vllm", "v0.10", "nvidia") == "vllm/vllm-openai:v0.10.0"
+    sglang = DEFAULT_VERSIONS["sglang"]
+    assert engine_image("sglang", "0.5", "amd", "cdna3") == f"lmsysorg/sglang:v{sglang}-rocm630-mi30x"
+    assert engine_image("vllm", "0.11.1", "nvidia") == "vllm/vllm-openai:v0.11.1"  # a release stays as given
