@@ -14,7 +14,7 @@ import hashlib
 import math
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -400,8 +400,33 @@ def _volumes(name: str, candidate: Candidate, sizing: PodSizing) -> list[dict[st
     return volumes
 
 
+def gpu_tolerations(resource: str) -> list[dict[str, str]]:
+    """The tolerations of a pod that asks for `resource` (`nvidia.com/gpu`, `amd.com/gpu`): the taint of that key,
+    any value, NoSchedule, which GPU nodes carry to keep pods that ask for no GPU off them (GKE sets
+    nvidia.com/gpu=present:NoSchedule on every GPU node pool; the ExtendedResourceToleration admission plugin adds
+    this same toleration where it runs). A taint of any other key keeps the pod off (`tolerated`)."""
+    return [{"key": resource, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def tolerated(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether one of `tolerations` tolerates `taint` (a node's spec.taints item), by Kubernetes' rules: the keys
+    match (an empty key with Exists matches every key), the effects match (an empty effect matches every effect),
+    and the operator is Exists or the values are equal (Equal, the default)."""
+    for toleration in tolerations:
+        key, effect = toleration.get("key") or "", toleration.get("effect") or ""
+        exists = toleration.get("operator") == "Exists"
+        if (key and key != taint.get("key")) or (not key and not exists):
+            continue
+        if effect and effect != taint.get("effect"):
+            continue
+        if exists or (toleration.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
 def _pod_spec(name: str, candidate: Candidate, container: dict[str, Any], sizing: PodSizing) -> dict[str, Any]:
-    return {"nodeSelector": dict(sorted(candidate.node_selector.items())), "containers": [container],
+    return {"nodeSelector": dict(sorted(candidate.node_selector.items())),
+            "tolerations": gpu_tolerations(GPU_VENDORS[_gpu(candidate).vendor].resource), "containers": [container],
             "volumes": _volumes(name, candidate, sizing)}
 
 

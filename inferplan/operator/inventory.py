@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from inferplan.deploy.manifests import gpu_tolerations, tolerated
 from inferplan.planner.catalog.gpus import AMD, NVIDIA, GpuVendor, parse_gpu_product, resolve_gpu
 from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.spec import NETWORK_LABEL
@@ -113,8 +114,9 @@ def node_gpus(
     (`nvidia.com/gpu.shared`, `nvidia.com/mig-<profile>`: shared GPUs or MIG slices, which count 0 and are named
     in the node's problems); a quantity that is not a non-negative whole number counts as 0. A node
     with allocatable GPUs and no product label is kept (product "") so that the inventory can name it; a
-    NoSchedule or NoExecute taint keeps the pods the operator renders (which tolerate none) off the node, so its
-    GPUs do not count either.
+    NoSchedule or NoExecute taint keeps the pods the operator renders off the node, so its GPUs do not count either,
+    unless they tolerate it: the vendor's resource as the key with NoSchedule (`nvidia.com/gpu=present:NoSchedule`,
+    what GPU node pools carry; `manifests.gpu_tolerations`).
     """
     for vendor in _VENDORS:
         product = (labels.get(vendor.product_label) or "").strip()
@@ -143,11 +145,13 @@ def node_gpus(
         gpus = _count(labels.get(vendor.count_label))
     if unschedulable:
         problems.append("unschedulable")
-    keeping_off = [t for t in taints if isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute")]
+    keeping_off = [t for t in taints if isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute")
+                   and not tolerated(t, gpu_tolerations(vendor.resource))]
     if keeping_off:
         taint = keeping_off[0]
         value = f"={taint.get('value')}" if taint.get("value") else ""
-        problems.append(f"tainted {taint.get('key')}{value}:{taint.get('effect')} (rendered pods tolerate no taint)")
+        problems.append(f"tainted {taint.get('key')}{value}:{taint.get('effect')} (rendered pods tolerate only "
+                        f"{vendor.resource}:NoSchedule)")
         unschedulable = True
     ready_condition = next((c for c in conditions if c.get("type") == "Ready"), None)
     ready = ready_condition is not None and ready_condition.get("status") == "True"

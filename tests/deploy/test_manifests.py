@@ -27,8 +27,10 @@ from inferplan.deploy.manifests import (
     RENDERABLE_ENGINES,
     dns_label,
     engine_image,
+    gpu_tolerations,
     render,
     to_yaml,
+    tolerated,
 )
 from inferplan.planner.catalog.checkpoints import checkpoint_precision
 from inferplan.planner.catalog.engine_args import (
@@ -45,7 +47,7 @@ from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate
 from inferplan.planner.search.plan import plan
 from inferplan.planner.spec_parsing import PlanError, load_plan_file, parse_plan
-from tests.support.plans import DISAGGREGATED, EXAMPLES, IN_A_NODE, disaggregated, over_two_nodes, planned
+from tests.support.plans import DISAGGREGATED, EXAMPLES, IN_A_NODE, REPO, disaggregated, over_two_nodes, planned
 from tests.support.schemas import assert_valid
 
 AMD_IMAGE = "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"  # vLLM names no ROCm image by version: the user gives one
@@ -113,6 +115,61 @@ def test_the_deployment_runs_the_recommendation(path: Path) -> None:
     else:
         assert container["command"] == shlex.split(candidate.engine_command)
     assert container["name"] == "engine"
+
+
+def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod specs of a rendered workload (Deployment, LeaderWorkerSet leader and worker, KServe predictor)."""
+    spec = obj.get("spec", {})
+    if "template" in spec:
+        return [spec["template"]["spec"]]
+    if "leaderWorkerTemplate" in spec:
+        return [spec["leaderWorkerTemplate"][role]["spec"] for role in ("leaderTemplate", "workerTemplate")]
+    return [spec["predictor"]] if "predictor" in spec else []
+
+
+@pytest.mark.parametrize("case", [*(p.stem for p in IN_A_NODE), "kserve", "over-nodes", "disaggregated"])
+def test_every_gpu_pod_tolerates_the_taint_of_gpu_nodes_and_no_other(case: str) -> None:
+    """GPU nodes are commonly tainted with the GPU resource's name (GKE: nvidia.com/gpu=present:NoSchedule on every
+    GPU node pool), and the operator counts such nodes: each pod that asks for a GPU tolerates that taint of its
+    vendor, whatever its value, and nothing else (a node tainted for another workload stays off limits); the
+    router, which asks for no GPU, tolerates nothing."""
+    if case == "over-nodes":
+        request, candidate = over_two_nodes(next(p for p in EXAMPLES if p.stem == "phi-4-tensor-parallel"))
+    elif case == "disaggregated":
+        request, candidate = disaggregated("sglang")
+    else:
+        request, candidate = planned(EXAMPLES[0] if case == "kserve" else next(p for p in IN_A_NODE if p.stem == case))
+    objects = render(request, candidate, name="llm", target="kserve" if case == "kserve" else "deployment",
+                     image=image_for(request, candidate))
+    pods = [pod for obj in objects for pod in _pod_specs(obj)]
+    gpu_pods = [pod for pod in pods if any("/" in r for c in pod["containers"] for r in c["resources"]["limits"])]
+    assert gpu_pods and len(pods) - len(gpu_pods) == (1 if case == "disaggregated" else 0)
+    resource = GPU_VENDORS[load_gpu_catalog().get(candidate.gpu_type).vendor].resource
+    for pod in pods:
+        if pod not in gpu_pods:
+            assert "tolerations" not in pod
+            continue
+        assert pod["tolerations"] == gpu_tolerations(resource)
+        assert tolerated({"key": resource, "value": "present", "effect": "NoSchedule"}, pod["tolerations"])
+        for other in ({"key": resource, "effect": "NoExecute"}, {"key": "dedicated", "value": resource,
+                                                                  "effect": "NoSchedule"}):
+            assert not tolerated(other, pod["tolerations"])
+
+
+def test_tolerations_match_taints_by_the_rules_of_kubernetes() -> None:
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    assert tolerated(taint, [{"operator": "Exists"}])  # an empty key with Exists tolerates everything
+    assert not tolerated(taint, [{"value": "present"}])  # an empty key needs Exists
+    assert tolerated(taint, [{"key": "nvidia.com/gpu", "value": "present"}])  # Equal is the default; any effect
+    assert not tolerated(taint, [{"key": "nvidia.com/gpu", "value": "absent", "effect": "NoSchedule"}])
+    assert not tolerated(taint, [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}])
+    assert tolerated({"key": "nvidia.com/gpu", "effect": "NoSchedule"}, [{"key": "nvidia.com/gpu",
+                                                                          "effect": "NoSchedule"}])
+    assert not tolerated(taint, [])
+    # docs/deploy.md shows the toleration as it is rendered
+    (rendered_toleration,) = gpu_tolerations("nvidia.com/gpu")
+    shown = "{" + ", ".join(f"{key}: {value}" for key, value in rendered_toleration.items()) + "}"
+    assert shown in " ".join((REPO / "docs" / "deploy.md").read_text().split())
 
 
 @pytest.mark.parametrize("path", IN_A_NODE, ids=lambda p: p.stem)
@@ -283,7 +340,7 @@ def test_the_yaml_is_the_same_whichever_emitter_pyyaml_has(path: Path) -> None:
 # ScaleTriggers.d.ts, ScaleTarget.d.ts, AdvancedConfig.d.ts), LeaderWorkerSet's from the Go types of
 # sigs.k8s.io/lws api/leaderworkerset/v1 (LeaderWorkerSetSpec, LeaderWorkerTemplate; no registry package ships
 # them, so transcribed).
-POD_SPEC_FIELDS = {"containers", "volumes", "nodeSelector"}
+POD_SPEC_FIELDS = {"containers", "volumes", "nodeSelector", "tolerations"}
 KSERVE_PREDICTOR_FIELDS = {"minReplicas", "maxReplicas", "containers", "volumes", "nodeSelector", "tolerations",
                            "annotations", "labels", "scaleMetric", "scaleTarget", "deploymentStrategy", "autoScaling"}
 LWS_SPEC_FIELDS = {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"}

@@ -511,3 +511,70 @@ def test_a_pipelined_recommendation_carries_its_stages_in_the_status(cluster: di
         assert [(e["gpuType"], e["networkGbps"]) for e in obj["status"]["inventory"]] == [("H100-NVL-94GB", 100)]
         assert any(a.startswith("network between nodes: 100 Gb/s per GPU") for a in obj["status"]["assumptions"])
         objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pp-405b")
+
+
+def _fits(pod: dict[str, Any], node_obj: Any) -> str | None:
+    """Why the kube-scheduler would not put `pod` (a rendered pod template's spec) on `node_obj` (a V1Node read
+    from the API server), or None where it would: its node selector, cordon, NoSchedule/NoExecute taints against
+    the pod's tolerations (Kubernetes' matching rules) and the extended resources it asks for."""
+    labels = node_obj.metadata.labels or {}
+    if any(labels.get(key) != value for key, value in (pod.get("nodeSelector") or {}).items()):
+        return "node selector"
+    if node_obj.spec.unschedulable:
+        return "cordoned"
+    for taint in node_obj.spec.taints or []:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any((t.get("key") in (None, "", taint.key)) and t.get("effect") in (None, "", taint.effect)
+                   and (t.get("operator") == "Exists" or t.get("value", "") == (taint.value or ""))
+                   for t in pod.get("tolerations") or []):
+            return f"taint {taint.key}:{taint.effect}"
+    allocatable = node_obj.status.allocatable or {}
+    for container in pod["containers"]:
+        for resource, quantity in container["resources"].get("limits", {}).items():
+            if "/" in resource and int(quantity) > int(allocatable.get(resource, "0")):
+                return f"{resource} {quantity} > {allocatable.get(resource, '0')}"
+    return None
+
+
+def test_gpu_nodes_tainted_for_gpu_pods_count_and_the_rendered_pods_land_there(cluster: dict[str, Any]) -> None:
+    """GPU nodes carry the taint nvidia.com/gpu=present:NoSchedule (GKE sets it on every GPU node pool, EKS and
+    AKS guides recommend it) to keep pods that ask for no GPU off them. The operator counts them, and the pods that
+    `render` makes from the status tolerate it, so that the scheduler places every replica on those nodes; a node
+    tainted for another workload stays out of the count and is named."""
+    core, ns = cluster["core"], cluster["namespace"]
+    product = "NVIDIA-A10G"  # a type of its own in this module
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    nodes = {"a10g-a": [gpu_taint], "a10g-b": [gpu_taint],
+             "a10g-training": [gpu_taint, {"key": "dedicated", "value": "training", "effect": "NoSchedule"}]}
+    added = []
+    try:
+        for name, taints in nodes.items():
+            body = node(name, product, 8)
+            body["spec"] = {"taints": taints}
+            core.create_node(body)
+            added.append(name)
+            core.patch_node_status(name, {"status": body["status"]})
+        spec = copy.deepcopy(CHAT)
+        spec["constraints"] = {"gpuTypes": [product]}
+        obj = plan_until_ready(cluster, "tainted-gpus", spec)
+        status = obj["status"]
+        assert condition(obj, "InventoryAvailable")["status"] == "True", status
+        assert status["inventory"][0]["gpuType"] == "A10G" and status["inventory"][0]["gpusPerNode"] == 8
+        assert any("a10g-training (tainted dedicated=training:NoSchedule" in w for w in status["warnings"]), status
+        rec = status["recommendation"]
+        assert rec["gpuType"] == "A10G", rec
+        rendered = subprocess.run([str(Path(sys.executable).with_name("inferplan")), "render", "-"],
+                                  input=yaml.safe_dump(obj), capture_output=True, text=True, check=True)
+        [deployment] = [d for d in yaml.safe_load_all(rendered.stdout) if d["kind"] == "Deployment"]
+        pod = deployment["spec"]["template"]["spec"]
+        live = [core.read_node(name) for name in nodes]
+        why = {n.metadata.name: _fits(pod, n) for n in live}
+        assert why["a10g-training"] == "taint dedicated:NoSchedule", why
+        room = sum(int(n.status.allocatable["nvidia.com/gpu"]) // rec["gpusPerReplica"]
+                   for n in live if why[n.metadata.name] is None)
+        assert room >= deployment["spec"]["replicas"] == rec["replicas"], (why, rec)
+        cluster["objects"].delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "tainted-gpus")
+    finally:
+        for name in added:
+            core.delete_node(name)

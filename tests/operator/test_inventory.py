@@ -292,6 +292,30 @@ def test_every_warning_fits_a_status_however_many_products_the_cluster_has() -> 
     assert warnings[0].endswith(" more") and warnings[1].endswith(" more")
 
 
+def test_the_gpu_taint_of_gpu_node_pools_keeps_no_rendered_pod_off() -> None:
+    """GKE taints every GPU node nvidia.com/gpu=present:NoSchedule (EKS and AKS guides do the same; the AMD
+    equivalent is amd.com/gpu): the pods `render` makes tolerate it, so those nodes count. Any other taint, the
+    same key with NoExecute, or NVIDIA's key on an AMD node still keeps them off (they were all left out before,
+    and a GKE cluster had no GPUs for any plan)."""
+    ready = [{"type": "Ready", "status": "True"}]
+
+    def counted(labels: dict[str, str], resource: str, taints: list[dict[str, str]]) -> dict[str, int]:
+        parsed_node = node_gpus("n", labels, {resource: "8"}, False, ready, taints)
+        assert parsed_node is not None
+        return build_inventory([parsed_node]).available()
+
+    nvidia, amd = {"nvidia.com/gpu.product": H100}, {"amd.com/gpu.product-name": MI300X}
+    assert counted(nvidia, "nvidia.com/gpu", [{"key": "nvidia.com/gpu", "value": "present",
+                                               "effect": "NoSchedule"}]) == {"H100-SXM5-80GB": 8}
+    assert counted(nvidia, "nvidia.com/gpu", [{"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                                              {"key": "spot", "effect": "PreferNoSchedule"}]) == {"H100-SXM5-80GB": 8}
+    assert counted(amd, "amd.com/gpu", [{"key": "amd.com/gpu", "effect": "NoSchedule"}]) == {"MI300X": 8}
+    assert counted(nvidia, "nvidia.com/gpu", [{"key": "nvidia.com/gpu", "effect": "NoExecute"}]) == {}
+    assert counted(amd, "amd.com/gpu", [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]) == {}
+    assert counted(nvidia, "nvidia.com/gpu", [{"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                                              {"key": "dedicated", "value": "training", "effect": "NoSchedule"}]) == {}
+
+
 def test_a_tainted_node_and_a_gpu_node_without_a_product_label_are_named_and_not_counted() -> None:
     ready = [{"type": "Ready", "status": "True"}]
     tainted = node_gpus("h1", {"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "8"}, False, ready,
@@ -303,5 +327,6 @@ def test_a_tainted_node_and_a_gpu_node_without_a_product_label_are_named_and_not
     inventory = build_inventory([n for n in (tainted, preferring, bare) if n is not None])
     assert inventory.available() == {"H100-SXM5-80GB": 8}
     (warning,) = inventory.warnings()
-    assert "h1 (tainted dedicated=training:NoSchedule (rendered pods tolerate no taint))" in warning
+    assert ("h1 (tainted dedicated=training:NoSchedule (rendered pods tolerate only nvidia.com/gpu:NoSchedule))"
+            in warning)
     assert "g1 (GPUs but no GPU product label" in warning
