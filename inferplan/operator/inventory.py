@@ -282,19 +282,18 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     Unschedulable or not-ready nodes do not count (nor do their product labels appear in the warnings: they are
     not part of what the plan could use); they are listed in `skipped` with the reason. A node with 0 allocatable
     GPUs contributes nothing and is listed the same way. Each type's
-    `product_label` is the label value its nodes carry (the one with the most GPUs where nodes disagree on
-    the spelling), so it is the value that selects them in this cluster; its `node_sizes` say how many nodes have
-    each count where they differ (`Inventory.node_gpus`: where the planner places replicas).
+    `product_label` is the label value its nodes carry, so it is the value that selects them in this cluster (a
+    recommendation's node selector); where nodes spell one type's product differently (two driver or labeller
+    versions), it is the spelling with the most GPUs, and the nodes of the other spellings are listed in `skipped`
+    and not counted: the node selector would not reach them, and replicas planned on their GPUs stayed Pending. Its
+    `node_sizes` say how many nodes have each count where they differ (`Inventory.node_gpus`: where the planner
+    places replicas).
     """
-    gpus: dict[str, int] = {}
-    node_count: dict[str, int] = {}
-    most_on_node: dict[str, int] = {}
-    per_node: dict[str, list[int]] = {}
-    label_gpus: dict[str, dict[str, int]] = {}
-    network: dict[str, list[float | None]] = {}
     unknown: set[str] = set()
     shared_or_mig: set[str] = set()
     skipped: set[tuple[str, str]] = set()
+    typed: list[tuple[str, NodeGpus]] = []
+    label_gpus: dict[str, dict[str, int]] = {}
     for node in nodes:
         if not (node.schedulable and node.ready) or not node.product:
             skipped.add((node.node, _why_skipped(node)))
@@ -311,17 +310,29 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
         if node.gpus <= 0:
             skipped.add((node.node, _why_skipped(node)))
             continue
+        typed.append((key, node))
+        by_label = label_gpus.setdefault(key, {})
+        by_label[node.product] = by_label.get(node.product, 0) + node.gpus
+    chosen = {key: min(by_label, key=lambda value: (-by_label[value], value)) for key, by_label in label_gpus.items()}
+    gpus: dict[str, int] = {}
+    node_count: dict[str, int] = {}
+    most_on_node: dict[str, int] = {}
+    per_node: dict[str, list[int]] = {}
+    network: dict[str, list[float | None]] = {}
+    for key, node in typed:
+        if node.product != chosen[key]:
+            skipped.add((node.node, f"labelled {node.product}, another spelling of {key}: a node selector reaches "
+                                    f"the nodes of one label value, {chosen[key]} (the most GPUs)"))
+            continue
         gpus[key] = gpus.get(key, 0) + node.gpus
         node_count[key] = node_count.get(key, 0) + 1
         most_on_node[key] = max(most_on_node.get(key, 0), node.gpus)
         per_node.setdefault(key, []).append(node.gpus)
-        by_label = label_gpus.setdefault(key, {})
-        by_label[node.product] = by_label.get(node.product, 0) + node.gpus
         network.setdefault(key, []).append(node.network_gbps)
     entries = tuple(
         InventoryEntry(
             gpu_type=key,
-            product_label=min(label_gpus[key], key=lambda value: (-label_gpus[key][value], value)),
+            product_label=chosen[key],
             gpus=gpus[key],
             nodes=node_count[key],
             gpus_per_node=most_on_node[key],

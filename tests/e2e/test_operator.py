@@ -578,3 +578,50 @@ def test_gpu_nodes_tainted_for_gpu_pods_count_and_the_rendered_pods_land_there(c
     finally:
         for name in added:
             core.delete_node(name)
+
+
+def test_nodes_spelling_one_gpu_type_differently_count_only_where_the_node_selector_reaches(
+        cluster: dict[str, Any]) -> None:
+    """Node pools of two GPU Feature Discovery or driver versions spell one product two ways. A recommendation's node
+    selector names one label value, so only the nodes of that spelling count: 8 + 2 A100 PCIe had counted as 10,
+    and the plan at 110 requests/s got 9 replicas of one GPU, the ninth Pending. The status names the other node;
+    relabelled, it counts, the plan is planned again, and the pods `render` makes fit the nodes they select."""
+    core, ns = cluster["core"], cluster["namespace"]
+    chosen, other = "NVIDIA-A100-80GB-PCIe", "NVIDIA-A100-PCIE-80GB"  # a type of its own in this module
+    added = []
+    try:
+        for name, product, gpus in (("a100p-a", chosen, 8), ("a100p-b", other, 2)):
+            body = node(name, product, gpus)
+            core.create_node(body)
+            added.append(name)
+            core.patch_node_status(name, {"status": body["status"]})
+        spec = copy.deepcopy(CHAT)
+        spec["constraints"] = {"gpuTypes": [chosen]}
+        spec["workload"]["requestsPerSecond"] = "110"
+        spec["verify"] = False
+        cluster["objects"].create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("spellings", spec))
+        with runner() as kopf_run:
+            first = wait_for(lambda: planned(cluster, "spellings"), timeout_s=60)
+            status = first["status"]
+            assert status["inventory"][0]["productLabel"] == chosen
+            assert any(f"a100p-b (labelled {other}, another spelling of A100-PCIe-80GB" in w
+                       for w in status["warnings"]), status["warnings"]
+            assert "recommendation" not in status, status["recommendation"]
+            core.patch_node("a100p-b", {"metadata": {"labels": {"nvidia.com/gpu.product": chosen}}})
+            obj = wait_for(lambda: (o := get(cluster, "spellings"))["status"].get("recommendation") and o,
+                           timeout_s=60)
+        assert kopf_run.exception is None, kopf_run.output
+        rec = obj["status"]["recommendation"]
+        assert rec["nodeSelector"] == {"nvidia.com/gpu.product": chosen} and rec["gpus"] > 8, rec
+        rendered = subprocess.run([str(Path(sys.executable).with_name("inferplan")), "render", "-"],
+                                  input=yaml.safe_dump(obj), capture_output=True, text=True, check=True)
+        [deployment] = [d for d in yaml.safe_load_all(rendered.stdout) if d["kind"] == "Deployment"]
+        pod = deployment["spec"]["template"]["spec"]
+        live = [core.read_node(name) for name in added]
+        room = sum(int(n.status.allocatable["nvidia.com/gpu"]) // rec["gpusPerReplica"]
+                   for n in live if _fits(pod, n) is None)
+        assert room >= deployment["spec"]["replicas"] == rec["replicas"], rec
+        cluster["objects"].delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "spellings")
+    finally:
+        for name in added:
+            core.delete_node(name)

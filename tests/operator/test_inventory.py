@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inferplan.operator.inventory import NO_PRODUCT_LABEL, Inventory, NodeGpus, build_inventory, node_gpus
+from tests.support.plans import REPO
 
 READY = [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}]
 NOT_READY = [{"type": "Ready", "status": "False"}]
@@ -250,11 +251,24 @@ def test_the_skipped_nodes_warning_is_bounded() -> None:
     assert len(warning) <= 1024 and warning.endswith(" more")
 
 
-def test_product_label_is_the_spelling_the_nodes_carry() -> None:
-    # Two spellings of one GPU: both count; the label with the most GPUs is reported.
-    inventory = build_inventory([node("a", "NVIDIA-L4", 1), node("b", "NVIDIA_L4", 4)])
-    assert inventory.available() == {"L4": 5}
+def test_product_label_is_the_spelling_the_nodes_carry_and_only_its_nodes_count() -> None:
+    # Two spellings of one GPU (node pools of two labeller or driver versions): the label with the most GPUs is
+    # the node selector, and only its nodes count. Both had counted: 5 replicas of one L4 were recommended, and the
+    # fifth pod, whose node selector no node of 4 GPUs matched, stayed Pending.
+    inventory = build_inventory([node("a", "NVIDIA-L4", 1), node("b", "NVIDIA_L4", 4), node("c", "NVIDIA_L4", 2)])
+    assert inventory.available() == {"L4": 6} and inventory.node_gpus() == {"L4": (4, 2)}
     assert inventory.entries[0].product_label == "NVIDIA_L4"
+    (warning,) = inventory.warnings()
+    assert warning == ("GPU nodes not counted (1): a (labelled NVIDIA-L4, another spelling of L4: a node selector "
+                       "reaches the nodes of one label value, NVIDIA_L4 (the most GPUs))")
+    amd = build_inventory([node("m1", "AMD_Instinct_MI325_OAM"), node("m2", "AMD_Instinct_MI325X_OAM"),
+                           node("m3", "AMD_Instinct_MI325X_OAM")])
+    assert amd.available() == {"MI325X": 16} and amd.product_labels() == {"MI325X": "AMD_Instinct_MI325X_OAM"}
+    # docs/operator.md quotes the warning as it is written
+    pcie = build_inventory([node("a100-a", "NVIDIA-A100-80GB-PCIe"), node("a100-b", "NVIDIA-A100-PCIE-80GB", 2)])
+    named = pcie.warnings()[0].split(": ", 1)[1].split(":")[0]
+    assert named == "a100-b (labelled NVIDIA-A100-PCIE-80GB, another spelling of A100-PCIe-80GB"
+    assert f"`{named}: ...)`" in " ".join((REPO / "docs" / "operator.md").read_text().split())
 
 
 def test_empty_cluster() -> None:
