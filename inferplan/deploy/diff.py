@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from inferplan.deploy.manifests import POOL_ROLES, ROLE_LABEL, deployment, pool_deployment
+from inferplan.deploy.manifests import POOL_ROLES, ROLE_LABEL, deployment, pool_deployment, tolerated
 from inferplan.planner.catalog.gpus import GPU_VENDORS
 
 if TYPE_CHECKING:
@@ -234,11 +234,14 @@ def deployment_change(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
 
     container_patch = _container_change(cur_container, want_container, summary)
     selector_patch = _selector_change(cur_pod.get("nodeSelector") or {}, want_pod.get("nodeSelector") or {}, summary)
+    tolerations = _toleration_change(cur_pod.get("tolerations") or [], want_pod.get("tolerations") or [], summary)
     pod_patch: dict[str, Any] = {}
     if container_patch:
         pod_patch["containers"] = [{"name": cur_container.get("name"), **container_patch}]
     if selector_patch:
         pod_patch["nodeSelector"] = selector_patch
+    if tolerations is not None:
+        pod_patch["tolerations"] = tolerations
     if pod_patch:
         patch.setdefault("spec", {})["template"] = {"spec": pod_patch}
     return DeploymentDiff(tuple(summary), patch)
@@ -275,6 +278,9 @@ def _shape_problem(deployment: Mapping[str, Any]) -> str | None:
                 return f"{at}.resources.{kind}: expected a mapping"
     if not isinstance(pod.get("nodeSelector") or {}, Mapping):
         return f"{where}.nodeSelector: expected a mapping"
+    tolerations = pod.get("tolerations") or []
+    if not (isinstance(tolerations, list) and all(isinstance(t, Mapping) for t in tolerations)):
+        return f"{where}.tolerations: expected a list of mappings"
     return None
 
 
@@ -402,6 +408,19 @@ def _value_text(flag: str, value: str | None) -> str | None:
 
 def _flag_text(flag: str, value: str | None) -> str:
     return flag if value is None else f"{flag} {_value_text(flag, value)}"
+
+
+def _toleration_change(current: list[Mapping[str, Any]], desired: list[Mapping[str, Any]],
+                       summary: list[str]) -> list[Mapping[str, Any]] | None:
+    """The tolerations to set where a rendered one (the GPU taint's, `manifests.gpu_tolerations`) tolerates a taint
+    none of the running ones does: the running list with those added (a strategic merge replaces the list), else
+    None. Tolerations the running pods have beyond the rendered ones are theirs and stay."""
+    missing = [want for want in desired if not tolerated(
+        {"key": want.get("key"), "value": want.get("value") or "", "effect": want.get("effect")}, current)]
+    for want in missing:
+        summary.append(f"tolerations: + {want.get('key') or '*'}:{want.get('effect') or '*'} "
+                       f"({want.get('operator') or 'Equal'})")
+    return [*current, *missing] if missing else None
 
 
 def _selector_change(current: Mapping[str, Any], desired: Mapping[str, Any], summary: list[str]) -> dict[str, Any]:

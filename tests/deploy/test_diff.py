@@ -240,3 +240,33 @@ def test_the_engines_secret_flags_are_told_by_name() -> None:
                                               "AWS_SECRET_ACCESS_KEY", "--password", "--client_secret"))
     assert not any(secret_name(name) for name in ("--max-num-batched-tokens", "--tokenizer", "--ssl-keyfile",
                                                   "--speculative-token-map", "--max-total-tokens", "HF_HOME"))
+
+
+def test_a_deployment_without_the_gpu_taints_toleration_is_told_to_add_it() -> None:
+    """GPU nodes carry nvidia.com/gpu=present:NoSchedule on GKE: a Deployment whose pods do not tolerate it stays
+    Pending there, so the review shows the toleration the rendered pods have, and the patch keeps the running
+    pods' own tolerations (strategic merge replaces the list)."""
+    own = {"key": "dedicated", "operator": "Equal", "value": "inference", "effect": "NoSchedule"}
+    current = _deployment()
+    current["spec"]["template"]["spec"]["tolerations"] = [own]
+    desired = _deployment()
+    desired["spec"]["template"]["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    change = deployment_change(current, desired)
+    assert change.summary == ("tolerations: + nvidia.com/gpu:NoSchedule (Exists)",)
+    assert change.patch["spec"]["template"]["spec"]["tolerations"] == [
+        own, {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize("running", [
+    [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    [{"key": "nvidia.com/gpu", "operator": "Exists"}],  # every effect
+    [{"operator": "Exists"}],  # every taint
+])
+def test_a_toleration_that_covers_the_gpu_taint_is_in_sync(running: list[dict[str, str]]) -> None:
+    current = _deployment()
+    current["spec"]["template"]["spec"]["tolerations"] = running
+    desired = _deployment()
+    desired["spec"]["template"]["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert deployment_change(current, desired).in_sync
