@@ -808,6 +808,9 @@ def _timing_skip_reason(row: Scenario, r: _Resolved) -> str | None:
                 "least one output token: vLLM's max_tokens >= 1)")
     if row.metric.startswith(("tpot", "itl")) and row.output_tokens == 1 and row.dataset is None:
         return "one-token outputs: no token follows the first, so there is no TPOT"
+    if row.metric == "decode_tps_single" and row.includes_prefill is None:
+        return ("decode_tps_single with includes_prefill null: whether the speed counts the prefill (true: output "
+                "tokens over end-to-end time) or not (false: decode tokens over decode time) is not stated")
     prompts = (row.load.num_prompts or DEFAULT_NUM_PROMPTS) if row.load.kind == "poisson" else None
     if prompts is not None and row.load.rate is not None and prompts < r.replicas:
         return f"{prompts} Poisson requests over {r.replicas} replicas: no replica's share is a stream of arrivals"

@@ -145,6 +145,17 @@ class Scenario(_Strict):
             raise ValueError(f"unit {unit!r} does not match metric {metric!r} (expected {METRIC_UNITS[metric]!r})")
         return unit
 
+    @field_validator("includes_prefill")
+    @classmethod
+    def _prefill_only_of_a_decode_speed(cls, includes_prefill: bool | None, info: object) -> bool | None:
+        # The format states it for `decode_tps_single` only, null elsewhere: a TPOT or throughput "with the prefill
+        # included" would be another definition of its metric, which no prediction follows.
+        metric = getattr(info, "data", {}).get("metric")
+        if includes_prefill is not None and metric is not None and metric != "decode_tps_single":
+            raise ValueError(f"includes_prefill is stated for decode_tps_single only (null elsewhere), not for "
+                             f"metric {metric!r}")
+        return includes_prefill
+
     # The date another line of the same file and source revision gives, for a line whose notes give none
     # (`read_scenarios`); not part of the format.
     _revision_published: date | None = PrivateAttr(default=None)

@@ -445,7 +445,8 @@ def test_a_sources_harness_time_is_on_the_ttft_of_its_online_runs_only() -> None
 
     from inferplan.planner.model.factors import harness_key, load_factors
 
-    fields = {"input_tokens": 512, "output_tokens": 128, "metric": "ttft_ms_mean", "unit": "ms"}
+    fields = {"input_tokens": 512, "output_tokens": 128, "metric": "ttft_ms_mean", "unit": "ms",
+              "includes_prefill": None}
     base = example("decode_tps_single", **fields)
     online = example("decode_tps_single", **fields, load={"kind": "burst", "value": 1}, id="online")
     assert online.engine == "llama.cpp" and online.source_name
@@ -633,9 +634,9 @@ def test_a_startup_line_of_a_timing_metric_is_skipped_not_scored_against_its_con
 def test_a_single_stream_beyond_its_stated_context_is_skipped_and_beyond_the_models_own_is_not() -> None:
     # The stated max_model_len binds every load; the model's own context only a simulated run (a measured single
     # stream that long had its context extended, as Qwen2.5's 128k-token speed runs did).
-    base = {"metric": "e2e_ms_mean", "unit": "ms", "load": {"kind": "single"}, "input_tokens": 4096,
-            "output_tokens": 128, "engine": "vllm", "engine_version": "0.10.1.1", "weights": "bf16",
-            "model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "NVIDIA-H100-80GB-HBM3"}
+    base = {"metric": "e2e_ms_mean", "unit": "ms", "includes_prefill": None, "load": {"kind": "single"},
+            "input_tokens": 4096, "output_tokens": 128, "engine": "vllm", "engine_version": "0.10.1.1",
+            "weights": "bf16", "model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "NVIDIA-H100-80GB-HBM3"}
     stated = example("decode_tps_single", **base | {"id": "stated", "max_model_len": 2048})
     beyond = example("decode_tps_single", **base | {"id": "beyond", "max_model_len": None, "input_tokens": 200_000})
     p_stated, p_beyond = predict_scenarios([stated, beyond])
@@ -841,3 +842,13 @@ def replace_row(row: Scenario, **changes: object) -> Scenario:
     parsed = parse_scenario_line(json.dumps(data), 1)
     assert isinstance(parsed, Scenario), parsed
     return parsed
+
+
+def test_a_decode_speed_that_does_not_say_whether_it_counts_the_prefill_is_refused() -> None:
+    """`includes_prefill` null on decode_tps_single was read as false (1 / TPOT), though a speed over the whole
+    request (the format's `true`) is slower by the prefill: the line is refused, naming the field."""
+    [p] = predict_scenarios([example("decode_tps_single", includes_prefill=None)])
+    assert p.predicted is None
+    assert p.skipped is not None and p.skipped.startswith("decode_tps_single with includes_prefill null")
+    [stated] = predict_scenarios([example("decode_tps_single", includes_prefill=False)])
+    assert stated.predicted is not None

@@ -332,3 +332,17 @@ def test_json_nested_too_deeply_is_a_bad_line() -> None:
     error = parse_scenario_line("[" * 200_000 + "]" * 200_000, 7)
     assert isinstance(error, ScenarioError)
     assert error.line == 7 and "JSON" in error.message
+
+
+@pytest.mark.parametrize("metric", ["output_tps_total", "tpot_ms_mean", "e2e_ms_mean"])
+def test_includes_prefill_on_a_metric_other_than_a_decode_speed_is_a_bad_line(metric: str) -> None:
+    """The format states `includes_prefill` for decode_tps_single only (null elsewhere); a TPOT or throughput line
+    that said it included the prefill was predicted as the metric's own definition, the flag dropped."""
+    def mutate(row: dict[str, Any]) -> None:
+        row.update(metric=metric, unit=METRIC_UNITS[metric], includes_prefill=True)
+
+    error = parse_scenario_line(_mutated(mutate), 5)
+    assert isinstance(error, ScenarioError), error
+    assert error.field == "includes_prefill"
+    assert "decode_tps_single only" in error.message
+    assert isinstance(parse_scenario_line(_mutated(lambda row: row.update(includes_prefill=True)), 5), Scenario)
