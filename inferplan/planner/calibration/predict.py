@@ -380,7 +380,13 @@ def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fact
     if settings.activation_scale is not None:
         engine_factors = replace(engine_factors, activation_scale=settings.activation_scale)
     precision = checkpoint_precision(r.precision, row_checkpoint(row))
-    memory = plan_memory_for_settings(r.arch, r.gpu, precision, _kv_bytes(row, r), r.engine, (settings,),
+    engine = r.engine
+    if row.gpu_memory_utilization is not None and engine.memory_mode == "free_fraction":
+        # The format's gpu_memory_utilization is a fraction of the total memory (vLLM's meaning); an engine that
+        # sizes its pool from the memory free after loading (TensorRT-LLM's kv_cache_free_gpu_mem_fraction, which
+        # the format leaves in the notes) takes its pool from that fraction of the total when a line states it.
+        engine = replace(engine, memory_mode="total_fraction")
+    memory = plan_memory_for_settings(r.arch, r.gpu, precision, _kv_bytes(row, r), engine, (settings,),
                                       engine_factors, r.tp, r.pp, r.dp_attention, mtp=r.mtp_draft_tokens > 0)[0]
     # Data-parallel attention: each rank's pool holds its own sequences (as the search counts them).
     return replace(memory, kv_cache_tokens=memory.kv_cache_tokens * r.tp) if r.dp_attention else memory

@@ -852,3 +852,24 @@ def test_a_decode_speed_that_does_not_say_whether_it_counts_the_prefill_is_refus
     assert p.skipped is not None and p.skipped.startswith("decode_tps_single with includes_prefill null")
     [stated] = predict_scenarios([example("decode_tps_single", includes_prefill=False)])
     assert stated.predicted is not None
+
+
+@pytest.mark.parametrize("engine", ["tensorrt-llm", "lmdeploy", "tgi"])
+def test_a_stated_gpu_memory_utilization_is_a_fraction_of_the_total_memory_on_every_engine(engine: str) -> None:
+    """The format's `gpu_memory_utilization` is a fraction of the total GPU memory (vLLM's meaning; TensorRT-LLM's
+    fraction of the free memory is left in the notes). On the engines that size their pool from the memory free
+    after loading it was read as that fraction of the free memory: 0.5 on an A100 80GB gave Qwen2-7B 31 GiB of KV
+    cache under TensorRT-LLM, not 22.5, and each 0.1 more gave 0.1 of what the weights left, not of the 79 GiB."""
+    def pool(fraction: float) -> float:
+        row = example("kv_cache_tokens", engine=engine, engine_version="1.0.0", gpu_memory_utilization=fraction,
+                      metric="kv_cache_gib", unit="GiB/GPU")
+        [p] = predict_scenarios([row])
+        assert p.predicted is not None, p.skipped
+        return p.predicted
+
+    total = resolve_gpu("NVIDIA-A100-SXM4-80GB").usable_memory_bytes / 2**30
+    assert pool(0.9) - pool(0.5) == pytest.approx(0.4 * total)
+    weights = example("kv_cache_tokens", engine=engine, engine_version="1.0.0", gpu_memory_utilization=0.5,
+                      metric="weights_gib", unit="GiB/GPU")
+    [w] = predict_scenarios([weights])
+    assert w.predicted is not None and pool(0.5) < 0.5 * total - w.predicted
