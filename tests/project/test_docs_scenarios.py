@@ -1,0 +1,51 @@
+"""docs/scenarios.md says what inferplan does with each key of the shared scenario format: it names every key the
+reader takes (`Scenario`), every engine and load kind the reader accepts, and each key whose value a prediction
+does not use says so."""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from pathlib import Path
+
+from inferplan.planner.calibration.predict import predict_scenarios
+from inferplan.planner.calibration.scenarios import ENGINES, Load, Scenario, parse_scenario_line
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = (REPO / "docs" / "scenarios.md").read_text(encoding="utf-8")
+EXAMPLE = REPO / "inferplan" / "planner" / "data" / "example-scenarios.jsonl"
+
+
+def _intro() -> str:
+    return DOC.split("How inferplan treats them:", 1)[0]
+
+
+def test_the_doc_lists_the_29_keys_in_the_formats_order() -> None:
+    keys = list(Scenario.model_fields)
+    assert len(keys) == 29
+    found = [k for k in re.findall(r"`([a-z_]+)`", _intro()) if k in Scenario.model_fields]
+    assert list(dict.fromkeys(found)) == keys
+
+
+def test_the_doc_names_the_engines_and_load_kinds_the_reader_accepts() -> None:
+    intro = _intro()
+    engines = re.search(r"`engine` \(([^)]*)\)", intro)
+    assert engines is not None and [e.strip() for e in engines.group(1).split(",")] == list(ENGINES)
+    kinds = [typing.get_args(m.model_fields["kind"].annotation)[0] for m in typing.get_args(typing.get_args(Load)[0])]
+    loads = re.search(r"`load` \(([^)]*)\)", intro)
+    assert loads is not None and re.findall(r"`([a-z_]+)`", loads.group(1)) == kinds
+
+
+def test_the_keys_a_prediction_does_not_use_are_named_as_such() -> None:
+    unused = DOC.split("Read, with no effect on a prediction:", 1)[1].split("\n- ", 1)[0]
+    changes = {"prefix_caching": [True, False, None], "gpu_variant_assumed": [True, False], "detail": ["x", "y"]}
+    lines = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for key, values in changes.items():
+        assert f"`{key}`" in unused
+        predicted = set()
+        for value in values:
+            rows = [parse_scenario_line(json.dumps(line | {key: value}), 1) for line in lines]
+            assert all(isinstance(row, Scenario) for row in rows)
+            predicted.add(tuple(p.predicted for p in predict_scenarios(rows)))  # type: ignore[arg-type]
+        assert len(predicted) == 1, key
