@@ -87,13 +87,12 @@ from inferplan.planner.search.select import (
     SHAPE_GATES,
     _compare_shapes,
     _nearness,
-    _objectives,
     _shown_rows,
     by_cost,
     distinct,
-    non_dominated,
     shape_lines,
     tag_candidates,
+    undominated,
 )
 
 # The limits checked after the SLOs, in order: the gate each reports ("nodes": the GPUs are there, but the replicas
@@ -406,10 +405,7 @@ def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected
             warnings: list[str]) -> PlanResult:
     # The reported numbers come from a finer sample than the search's: drop any shown candidate another
     # shown one now dominates; the recommendation is the cheapest left, ties broken by headroom.
-    if candidates:
-        keep = non_dominated(np.array([_objectives(req, c) for c in candidates]))
-        candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
-    shown = tag_candidates(req, distinct(req, sorted(candidates, key=by_cost)))
+    shown = tag_candidates(req, distinct(req, sorted(undominated(req, candidates), key=by_cost)))
     if shown:  # each shape's search bounded its own; merged, the bound is the cheapest of all (`_select`)
         bound = PRACTICAL_COST_FACTOR * shown[0].cost.dollars_per_hour
         shown = [shown[0], *(c for c in shown[1:] if c.cost.dollars_per_hour <= bound)]

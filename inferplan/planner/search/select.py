@@ -232,6 +232,15 @@ def non_dominated(objectives: NDArray[np.float64]) -> NDArray[np.bool_]:
     return keep
 
 
+def undominated(req: PlanRequest, candidates: list[Candidate]) -> list[Candidate]:
+    """`candidates` (in their order) without those another of them beats on every objective of the frontier by the
+    numbers they show (`_objectives`); of identical ones the first."""
+    if not candidates:
+        return []
+    keep = non_dominated(np.array([_objectives(req, c) for c in candidates]))
+    return [c for c, k in zip(candidates, keep, strict=True) if k]
+
+
 def _select(objectives: NDArray[np.float64], headroom: NDArray[np.float64], gpus: NDArray[np.int_],
             alternatives: int) -> NDArray[np.intp]:
     """Indices to show: the cheapest (ties: most headroom); then, among frontier points costing at most

@@ -41,6 +41,7 @@ from inferplan.planner.search.select import (
     shape_layout_of,
     shape_lines,
     tag_candidates,
+    undominated,
 )
 from inferplan.planner.simulation.simulate import (
     Latency,
@@ -413,7 +414,11 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
     # An alternative left unsimulated is shown with its analytic numbers, which the search (unconfirmed: the
     # simulator is the arbiter) may have put just over a target: shown, it must meet each by them.
     analytic = [c for c in analytic if meets_its_numbers(req, c)]
-    kept = tag_candidates(req, distinct(req, kept[:1] + sorted(kept[1:] + analytic, key=by_cost)))
+    # Each shows other numbers than the search compared (simulated, or at more replicas): one another shown one now
+    # beats on every column is off the frontier. The recommendation stays: only an unverified one could beat it.
+    ordered = kept[:1] + sorted(kept[1:] + analytic, key=by_cost)
+    front = ordered[:1] + [c for c in undominated(req, ordered) if c is not ordered[0]]
+    kept = tag_candidates(req, distinct(req, front))
     warnings = list(result.warnings)
     if not kept and dropped:
         warnings.append("no shown candidate meets every SLO in simulation; see infeasible (gate verify)")

@@ -108,11 +108,15 @@ def test_a_candidate_the_simulation_fails_moves_to_infeasible(planned) -> None:
     kept = [c for c in [verified.recommendation, *verified.alternatives]
             if c is not None and c.provenance["predicted"] == "simulated"]
     assert all(c.predicted.tpot_ms.p99 <= rec.predicted.tpot_ms.p50 for c in kept)
-    # Each shown candidate either passes as planned, passes with more replicas (and says so), or is dropped.
+    # Each shown candidate either passes as planned, passes with more replicas (and says so), or is dropped: it
+    # misses at every count tried (gate verify), or one shown beats it at the count it passes with (2 x H100 beats
+    # 3 x A100, which 2 x A100 became, on every column).
     before = {(c.gpu_type, c.gpus_per_replica, c.precision, c.max_batch): c.replicas
               for c in [result.recommendation, *result.alternatives]}
     scaled = [c for c in kept if c.replicas > before[(c.gpu_type, c.gpus_per_replica, c.precision, c.max_batch)]]
-    assert failed or scaled
+    beaten = set(before) - {(c.gpu_type, c.gpus_per_replica, c.precision, c.max_batch)
+                            for c in [verified.recommendation, *verified.alternatives] if c is not None}
+    assert failed or scaled or beaten
     assert all("simulated TPOT p99" in i.reason and "> " in i.reason for i in failed)
     assert all(any(f"not the {before[(c.gpu_type, c.gpus_per_replica, c.precision, c.max_batch)]} the analytic"
                    in w for w in c.warnings) for c in scaled)
@@ -336,3 +340,30 @@ def test_a_pass_that_neither_preempts_nor_sits_on_the_edge_is_simulated_once(pla
     result = verify_plan(request, plan(request, confirm=False))
     simulated = [c for c in [result.recommendation, *result.alternatives] if c.provenance["predicted"] == "simulated"]
     assert runs == [0] * len(simulated)
+
+
+TGI = CHAT.parents[1] / "platform" / "tgi-mistral-7b.yaml"
+
+
+def test_no_verified_alternative_is_dominated_by_another_candidate_shown() -> None:
+    # tgi-mistral-7b: 2 x 2 L4 missed its TPOT p95 in simulation and passed at 3 x 2 L4 ($4.79/h, TTFT p95 173 ms,
+    # TPOT p95 33.2 ms, 42% headroom), then 2 x L40S passed at $3.90/h, 88.8 ms, 21.4 ms and 55%: the L4 row was
+    # listed under "Pareto frontier" ("a further choice on the frontier") though the recommendation beat it on
+    # every column.
+    request = resolve_plan(load_plan_file(TGI), TGI.parent)
+    result = verification.planned(request)
+    shown = [c for c in [result.recommendation, *result.alternatives] if c is not None]
+    assert result.recommendation is not None and len(shown) > 1
+    quantile = {s.metric: s.quantile for s in request.slos}
+
+    def columns(c) -> list[float]:
+        latencies = [getattr(getattr(c.predicted, f"{m}_ms"), f"p{round(quantile.get(m, 0.95) * 100)}")
+                     for m in ("ttft", "tpot", "e2e")]
+        return [c.cost.dollars_per_hour, *latencies, -c.headroom]
+
+    for c in shown[1:]:
+        for other in shown:
+            if other is not c:
+                mine, theirs = columns(c), columns(other)
+                assert not (all(t <= m for t, m in zip(theirs, mine, strict=True)) and theirs != mine), (
+                    f"{describe_shape(c)} is dominated by {describe_shape(other)}")
