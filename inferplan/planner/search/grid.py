@@ -125,12 +125,15 @@ def _overflow(prompt_mean: float, prompt_cv: float, output_mean: float, output_c
 
 def _candidate_gpus(req: PlanRequest) -> list[GpuSpec]:
     """The GPU types a plan considers: those it names, else the cluster's, else the catalog's datacenter and
-    workstation cards (GeForce cards are not for datacenters: their driver licence forbids it)."""
+    workstation cards (GeForce cards are not for datacenters: their driver licence forbids it). In the catalog's
+    order whichever order the plan or the cluster gives them in: candidates that tie on everything the
+    recommendation is ordered by keep this order (docs/planning.md#pareto-frontier)."""
     catalog = load_gpu_catalog()
     if req.gpu_types:
-        return [catalog.get(key) for key in req.gpu_types]
+        named = [catalog.get(key) for key in req.gpu_types]  # an unknown key raises, as it always did
+        return [gpu for gpu in catalog if gpu in named]
     if req.available_gpus is not None:
-        return [catalog.get(key) for key, count in sorted(req.available_gpus.items()) if count > 0]
+        return [gpu for gpu in catalog if req.available_gpus.get(gpu.key, 0) > 0]
     return [gpu for gpu in catalog if gpu.segment != "consumer"]
 
 

@@ -724,3 +724,17 @@ def test_more_replicas_cost_their_gpus_at_the_plans_price_not_one_read_back_from
     exact, read_back = g * count * 0.7992, g * count * rec.cost.dollars_per_hour / rec.gpus
     budget = replace(request, budget_usd_per_hour=(exact + read_back) / 2)
     assert (with_replicas(budget, rec, count) is not None) == (exact < read_back)
+
+
+def test_the_order_a_plan_lists_its_gpu_types_in_changes_nothing() -> None:
+    # The A10 and the A10G have the same figures but for their memory (0.2% apart); at one price and chassis
+    # their candidates with a small batch tie on cost, headroom and GPUs. What breaks the tie must not be the
+    # order the plan names them in (a reordered list would change the status a GitOps reviewer reads): the GPU
+    # types are searched in the catalog's order.
+    same = {"constraints.prices": {"A10": "1", "A10G": "1"}, "constraints.gpusPerNode": {"A10": 4, "A10G": 4},
+            "constraints.tensorParallelSizes": [1, 2], "model.precisions": ["bf16", "int8-w8a8"],
+            "workload.requestsPerSecond": "4", "alternatives": 10}
+    listed = [plan(request(**same, **{"constraints.gpuTypes": names})).model_dump(by_alias=True, mode="json")
+              for names in (["A10", "A10G"], ["NVIDIA-A10G", "NVIDIA-A10"])]
+    assert listed[0] == listed[1]
+    assert {c["gpuType"] for c in [listed[0]["recommendation"], *listed[0]["alternatives"]]} == {"A10", "A10G"}
