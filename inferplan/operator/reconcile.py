@@ -63,7 +63,7 @@ def request_for_cluster(request: PlanRequest, inventory: Inventory, spec_has_ava
     if request.gpu_types is None:
         gpu_types: tuple[str, ...] | None = tuple(sorted(available))
     else:
-        absent = [key for key in request.gpu_types if key not in available]
+        absent = sorted(key for key in request.gpu_types if key not in available)  # not in the plan's order
         if request.plan_absent_gpu_types:
             gpu_types = request.gpu_types
             if absent:

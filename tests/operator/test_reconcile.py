@@ -44,6 +44,18 @@ def test_gpu_types_narrow_and_absent_types_are_planned_only_when_asked() -> None
     assert any("although the cluster has no schedulable GPUs" in w for w in wide.warnings)
 
 
+def test_the_order_gpu_types_are_listed_in_changes_nothing_in_the_status() -> None:
+    """Two absent types listed in either order: the same warning (and plan), which the status carries."""
+    listed = ["NVIDIA-B200", "NVIDIA-L4", "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"]
+    for plan_absent in (False, True):
+        forward, backward = (reconcile_plan(spec(gpuTypes=names, planAbsentGpuTypes=plan_absent), CLUSTER)
+                             for names in (listed, listed[::-1]))
+        assert forward.warnings == backward.warnings
+        assert forward.result == backward.result
+        assert any(("planned for" if plan_absent else "left out") + " A100-SXM4-80GB, B200" in w
+                   for w in forward.warnings)
+
+
 def _h100(count: int) -> list[NodeGpus]:
     """`count` schedulable H100 GPUs on nodes of eight (the last one smaller)."""
     return [NodeGpus(f"h{i}", "NVIDIA-H100-80GB-HBM3", min(8, count - 8 * i), True, True)
