@@ -147,8 +147,8 @@ def node_gpus(
         problems.append("unschedulable")
     keeping_off = [t for t in taints if isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute")
                    and not tolerated(t, gpu_tolerations(vendor.resource))]
-    if keeping_off:
-        taint = keeping_off[0]
+    if keeping_off:  # named by the first by key, not by list order: the same taints reordered change nothing
+        taint = min(keeping_off, key=lambda t: (str(t.get("key")), str(t.get("effect")), str(t.get("value") or "")))
         value = f"={taint.get('value')}" if taint.get("value") else ""
         problems.append(f"tainted {taint.get('key')}{value}:{taint.get('effect')} (rendered pods tolerate only "
                         f"{vendor.resource}:NoSchedule)")

@@ -344,3 +344,17 @@ def test_a_tainted_node_and_a_gpu_node_without_a_product_label_are_named_and_not
     assert ("h1 (tainted dedicated=training:NoSchedule (rendered pods tolerate only nvidia.com/gpu:NoSchedule))"
             in warning)
     assert "g1 (GPUs but no GPU product label" in warning
+
+
+def test_the_taint_a_node_is_named_by_does_not_depend_on_the_order_of_its_taints() -> None:
+    # Taints are a list the node lifecycle controller and kubectl taint add to in whatever order they come; the
+    # same taints in another order must not rewrite the inventory warning a plan's status carries.
+    ready = [{"type": "Ready", "status": "True"}]
+    taints = [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+              {"key": "dedicated", "value": "training", "effect": "NoSchedule"}]
+    seen = {node_gpus("h1", {"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "8"}, False, ready, order)
+            for order in (taints, taints[::-1])}
+    assert len(seen) == 1
+    (node,) = seen
+    assert node is not None
+    assert node.problems == ("tainted dedicated=training:NoSchedule (rendered pods tolerate no taint)",)
