@@ -4,7 +4,7 @@ turns a parsed spec into one."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
@@ -28,7 +28,7 @@ from inferplan.planner.catalog.engine_args import (
 from inferplan.planner.catalog.engines import DEFAULT_PLAN_PRECISIONS, SERVED_PRECISIONS, mtp_tokens_per_step
 from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.model_configs import load_config_file, stated_precision
-from inferplan.planner.catalog.precisions import weight_precision
+from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS, weight_precision
 from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.spec import DEFAULT_NETWORK_GBPS, Constraints, ModelSource, PlanSpec, TokenDistribution
 from inferplan.planner.spec_parsing import PlanError
@@ -42,6 +42,21 @@ DEFAULT_PRECISIONS: dict[str, tuple[str, ...]] = {
 }
 """Weight precisions searched when `model.precisions` is absent: what each engine serves well (the search
 skips those a GPU cannot run)."""
+
+
+KV_DTYPE_ORDER = ("auto", "bf16", "fp16", "fp8")
+"""The order the search meets the KV dtypes of `model.kvCacheDtypes` in, whatever order the plan lists them in:
+candidates that tie on everything the recommendation is ordered by (KV auto and bf16 of a bf16 model take the
+same bytes) go to the engine's default."""
+
+
+def search_order(engine: str, precisions: Sequence[str]) -> tuple[str, ...]:
+    """`precisions` in the order the search meets them, whatever order the plan lists them in: the engine's
+    (`SERVED_PRECISIONS`, what it serves best first), then the catalog's. Candidates that tie on everything the
+    recommendation is ordered by (bf16 and fp16 weights take the same bytes and kernels) go to the first."""
+    served, catalog = SERVED_PRECISIONS[engine], list(WEIGHT_PRECISIONS)
+    return tuple(sorted(precisions, key=lambda name: (served.index(name) if name in served else len(served),
+                                                      catalog.index(name) if name in catalog else len(catalog))))
 
 
 BURSTINESS_ARRIVAL_CV2: dict[str, float] = {"steady": 0.25, "chatbot": 1.0, "bursty": 4.0, "agent": 8.0}
@@ -334,9 +349,9 @@ def resolve_plan(spec: PlanSpec, base_dir: Path | None = None) -> PlanRequest:
         served_model=served_repository(spec.model.name) if spec.model.name else arch.repo_id,
         engine=engine.name,
         engine_version=engine.version,
-        precisions=tuple(precisions),
+        precisions=search_order(engine.name, precisions),
         precisions_listed=spec.model.precisions is not None or stated is not None,
-        kv_dtypes=tuple(spec.model.kv_cache_dtypes),
+        kv_dtypes=tuple(sorted(spec.model.kv_cache_dtypes, key=KV_DTYPE_ORDER.index)),
         memory_fraction=None if engine.gpu_memory_utilization is None else float(engine.gpu_memory_utilization),
         max_model_len=engine.max_model_len,
         chunked_prefill=engine.chunked_prefill,

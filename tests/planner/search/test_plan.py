@@ -738,3 +738,15 @@ def test_the_order_a_plan_lists_its_gpu_types_in_changes_nothing() -> None:
               for names in (["A10", "A10G"], ["NVIDIA-A10G", "NVIDIA-A10"])]
     assert listed[0] == listed[1]
     assert {c["gpuType"] for c in [listed[0]["recommendation"], *listed[0]["alternatives"]]} == {"A10", "A10G"}
+
+
+def test_the_order_a_plan_lists_its_precisions_and_kv_dtypes_in_changes_nothing() -> None:
+    # bf16 and fp16 weights (and KV auto, bf16 and fp16 of a bf16 model) take the same bytes and the same
+    # kernels: their candidates tie on everything the recommendation is ordered by. The tie goes to the engine's
+    # order (bf16 first) and to KV auto, not to the order the plan happened to list them in.
+    seen = [plan(request(**{"model.precisions": weights, "model.kvCacheDtypes": kv})).model_dump(by_alias=True)
+            for weights in (["bf16", "fp16"], ["fp16", "bf16"])
+            for kv in (["auto", "bf16", "fp16"], ["fp16", "bf16", "auto"])]
+    assert all(s == seen[0] for s in seen)
+    rec = seen[0]["recommendation"]
+    assert (rec["precision"], rec["kvCacheDtype"]) == ("bf16", "auto")
