@@ -357,4 +357,5 @@ def test_the_taint_a_node_is_named_by_does_not_depend_on_the_order_of_its_taints
     assert len(seen) == 1
     (node,) = seen
     assert node is not None
-    assert node.problems == ("tainted dedicated=training:NoSchedule (rendered pods tolerate no taint)",)
+    assert node.problems == ("tainted dedicated=training:NoSchedule (rendered pods tolerate only "
+                             "nvidia.com/gpu:NoSchedule)",)
