@@ -71,9 +71,15 @@ def engine_container(pod_spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     first one."""
     containers = [c for c in pod_spec.get("containers") or [] if isinstance(c, Mapping)]
     with_gpu = [c for c in containers if _asks_for_a_gpu(c)]
-    engines = [c for c in containers if _runs_an_engine(launch_tokens(c)) or
-               any(name in str(c.get("image") or "") for name in _ENGINE_IMAGES)]
+    engines = [c for c in containers if names_an_engine(c)]
     return (with_gpu or engines or containers or [None])[0]
+
+
+def names_an_engine(container: Mapping[str, Any]) -> bool:
+    """Whether a container's launch or image names an engine (`vllm serve`, `vllm/vllm-openai` ...); one that gives
+    only arguments to an image's entry point names none."""
+    return _runs_an_engine(launch_tokens(container)) or any(name in str(container.get("image") or "")
+                                                             for name in _ENGINE_IMAGES)
 
 
 def asks_for_a_gpu(deployment: Mapping[str, Any]) -> bool:

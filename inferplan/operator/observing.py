@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens, split_launch
+from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens, names_an_engine, split_launch
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.observe.observation import Observation, ObserveError, read_observation
 from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
@@ -66,7 +66,7 @@ from inferplan.planner.calibration.online import (
 )
 from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
-from inferplan.planner.catalog.engine_args import flag_spellings
+from inferplan.planner.catalog.engine_args import VLLM_DATA_PARALLEL, flag_spellings
 from inferplan.planner.catalog.engines import ENGINES, parse_version, version_defaults
 from inferplan.planner.catalog.gpus import GPU_VENDORS, parse_gpu_product, resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
@@ -86,6 +86,10 @@ GPU_TYPE_ANNOTATION = "inferplan.io/gpu-type"
 _QUANTIZATION = {"fp8": "fp8", "awq": "int4-awq", "awq_marlin": "int4-awq", "gptq": "int4-gptq",
                  "gptq_marlin": "int4-gptq", "mxfp4": "mxfp4", "compressed-tensors": "int8-w8a8",
                  "modelopt_fp4": "nvfp4"}
+
+
+DATA_PARALLEL = tuple(dict.fromkeys((*flag_spellings("dp_size"), *VLLM_DATA_PARALLEL)))
+"""The data-parallel size of every engine that has one (SGLang's --dp-size, vLLM's --data-parallel-size and -dp)."""
 
 
 MODEL_FLAGS = ("--model", "--model-path", "--model-id")
@@ -138,11 +142,16 @@ _TGI_ENV = ("MODEL_ID", "NUM_SHARD", "QUANTIZE", "DTYPE", "KV_CACHE_DTYPE", "MAX
 own docs and Helm charts give them."""
 
 
+def _runs_tgi(container: Mapping[str, Any], tokens: Sequence[str]) -> bool:
+    """Whether a container runs TGI: its image or its launch (`tokens`) says so."""
+    return "text-generation-inference" in str(container.get("image") or "") or bool(
+        tokens and tokens[0].rsplit("/", 1)[-1] == "text-generation-launcher")
+
+
 def _env_flags(container: Mapping[str, Any], tokens: Sequence[str]) -> list[str]:
     """The flags a TGI container's environment gives (`NUM_SHARD=2` as `--num-shard 2`; `tokens`: its launch); none
     for other engines, whose variables of these names mean nothing."""
-    if "text-generation-inference" not in str(container.get("image") or "") and not (
-            tokens and tokens[0].rsplit("/", 1)[-1] == "text-generation-launcher"):
+    if not _runs_tgi(container, tokens):
         return []
     flags: list[str] = []
     for var in container.get("env") or []:
@@ -164,8 +173,9 @@ def served_checkpoint(tokens: Sequence[str]) -> Checkpoint | None:
 def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
     """What a Deployment says about the serving fleet: replicas (ready replicas when it has a status), GPU type
     (node selector, required node affinity, or the inferplan.io/gpu-type annotation), and the engine's tensor-
-    parallel size, max batch, precision and KV dtype from the container's arguments (GPU limit for the TP
-    size), read by the flags of `engine_args.ENGINE_FLAGS`, `engine`'s first (both --flag value and --flag=value).
+    parallel size, max batch, precision and KV dtype from the container's arguments (the GPU limit for TGI's TP
+    size, whose launcher shards over every GPU it is given; the data-parallel ranks of a pod), read by the flags
+    of `engine_args.ENGINE_FLAGS`, `engine`'s first (both --flag value and --flag=value).
     Without a quantisation flag, a pre-quantised checkpoint the engine serves gives the precision (its method is in
     its own config, so `inferplan render` writes no flag for it; a --dtype then sets only the activations'), and a
     catalogued 16-bit one its own dtype where no --dtype is given.
@@ -205,8 +215,11 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     tokens = [*_env_flags(container, launch), *launch]  # a flag on the command line wins over its env var
     resources = container.get("resources") or {}
     limits = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}  # a GPU request alone counts
-    tp = _positive_int(_flag(tokens, flag_spellings("tp", engine))) or next(
-        (_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)
+    tp = _positive_int(_flag(tokens, flag_spellings("tp", engine)))
+    if tp is None and (_runs_tgi(container, launch) or (engine == "tgi" and not names_an_engine(container))):
+        # Without --num-shard, TGI's launcher shards over every GPU the pod is given; vLLM, SGLang, trtllm-serve and
+        # LMDeploy run a TP size of 1 on however many the pod is given (their parsers' default).
+        tp = next((_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)
     if isinstance(container.get("image"), str) and container["image"]:
         found["image"] = container["image"]
     if tp:
@@ -243,6 +256,10 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         found["kv_cache_dtype"] = kv
     if any(flag in tokens for flag in flag_spellings("dp_attention", engine)):  # a switch (SGLang's)
         found["data_parallel_attention"] = True
+    elif (dp := _positive_int(_flag(tokens, DATA_PARALLEL))) and dp > 1:
+        # Data-parallel ranks without data-parallel attention: each an engine of the TP size with its own batch
+        # (vLLM's --data-parallel-size, SGLang's --dp-size), the pod's traffic spread over them.
+        found["data_parallel"] = dp
     if (ep := _positive_int(_flag(tokens, flag_spellings("ep", engine)))) and ep > 1:
         found["expert_parallel"] = True
     return found
@@ -292,6 +309,9 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
             values[field_name], sources[spec_key] = value, "spec"
         elif field_name in from_deployment:
             values[field_name], sources[spec_key] = from_deployment[field_name], "Deployment"
+    if sources.get("replicas") == "Deployment":
+        # A pod of several data-parallel ranks runs that many engines (replicas of the TP size), each its own batch.
+        values["replicas"] *= from_deployment.get("data_parallel", 1)
     where = f"Deployment {name!r}" if name else "spec.observe.current"
     if "gpu_type" in values and sources.get("gpuType") == "Deployment":
         product = parse_gpu_product(values["gpu_type"])

@@ -78,7 +78,8 @@ def test_the_batch_of_a_tgi_deployment_the_planner_wrote_is_its_batch_cap() -> N
 
 
 def test_shell_wrapped_arguments_and_gpu_limits_are_read() -> None:
-    body = vllm_deployment(["-c", "exec vllm serve m --max-num-seqs 32 --dtype bfloat16"], ready=None, gpus="4")
+    body = vllm_deployment(["-c", "exec vllm serve m -tp 4 --max-num-seqs 32 --dtype bfloat16"], ready=None,
+                           gpus="4")
     assert read_deployment(body) == {"replicas": 4, "gpu_type": "H100-SXM5-80GB", "gpus_per_replica": 4,
                                      "max_batch": 32, "precision": "bf16"}
 
@@ -88,7 +89,7 @@ def test_spec_fields_win_and_defaults_are_marked(req) -> None:
     current = resolve_current({"deployment": "llama", "replicas": 5}, body, req)
     assert current.shape == CurrentShape("H100-SXM5-80GB", 5, 1, req.precisions[0], "auto", 64)
     assert current.sources == {"gpuType": "Deployment", "replicas": "spec", "maxBatch": "Deployment",
-                               "gpusPerReplica": "Deployment", "precision": "default", "kvCacheDtype": "default"}
+                               "gpusPerReplica": "default", "precision": "default", "kvCacheDtype": "default"}
 
 
 def test_without_a_gpu_type_the_error_says_what_to_set(req) -> None:
@@ -843,11 +844,10 @@ def test_the_engine_container_is_found_by_its_gpu_request_or_its_launch() -> Non
     pod["containers"][0] = {"name": "proxy", "image": "envoyproxy/envoy"}
     pod["containers"][1]["image"] = "vllm/vllm-openai:v0.11.0"
     pod["containers"][1]["resources"] = {"requests": {"nvidia.com/gpu": "2"}}
-    want = {"replicas": 3, "gpu_type": "H100-SXM5-80GB", "image": "vllm/vllm-openai:v0.11.0", "gpus_per_replica": 2,
-            "max_batch": 64}
+    want = {"replicas": 3, "gpu_type": "H100-SXM5-80GB", "image": "vllm/vllm-openai:v0.11.0", "max_batch": 64}
     assert read_deployment(body) == want
     del pod["containers"][1]["resources"]
-    assert read_deployment(body) == {k: v for k, v in want.items() if k != "gpus_per_replica"}
+    assert read_deployment(body) == want
 
 
 def test_a_tgi_deployment_configured_by_environment_is_read_from_it() -> None:
@@ -900,3 +900,30 @@ def test_a_16_bit_repository_without_a_dtype_flag_reads_back_in_its_own_dtype(en
     assert read_deployment(body, engine)["precision"] == "bf16"
     current = resolve_current({"deployment": "llama"}, body, dataclasses.replace(request, engine=engine))
     assert current.shape.precision == "bf16" and current.sources["precision"] == "Deployment"
+
+
+def test_a_pod_of_data_parallel_ranks_runs_that_many_engines_of_the_tp_size(req) -> None:
+    """A pod given 8 GPUs running --tensor-parallel-size 4 --data-parallel-size 2 is two engines of TP 4, each with
+    its own batch: it was predicted as one TP-4 engine per pod carrying the pod's whole traffic."""
+    for dp in (["--data-parallel-size", "2"], ["-dp", "2"], ["--data-parallel-size=2"]):
+        body = vllm_deployment(["--model", "m", "--tensor-parallel-size", "4", *dp], gpus="8")
+        current = resolve_current({"deployment": "llama"}, body, req)
+        assert (current.shape.replicas, current.shape.gpus_per_replica) == (6, 4), dp
+    sglang = vllm_deployment(["--tp-size", "4", "--dp-size", "2"], gpus="8")
+    assert resolve_current({"deployment": "llama"}, sglang, req).shape.replicas == 6
+    # Replicas stated in the spec are the engines, taken as they are.
+    assert resolve_current({"deployment": "llama", "replicas": 2}, body, req).shape.replicas == 2
+
+
+def test_without_a_tp_flag_only_tgi_shards_over_the_pods_gpus(req) -> None:
+    """vLLM (SGLang, trtllm-serve) without a TP flag runs TP 1 on a pod given 4 GPUs; it was predicted at TP 4.
+    TGI's launcher shards over every GPU it is given."""
+    vllm = vllm_deployment(["-c", "exec vllm serve m --max-num-seqs 32"], gpus="4")
+    current = resolve_current({"deployment": "llama"}, vllm, req)
+    assert current.shape.gpus_per_replica == 1 and current.sources["gpusPerReplica"] == "default"
+    tgi = vllm_deployment(["--model-id", "m"], gpus="4")
+    tgi["spec"]["template"]["spec"]["containers"][1]["image"] = "ghcr.io/huggingface/text-generation-inference:3.3.6"
+    assert read_deployment(tgi, "vllm")["gpus_per_replica"] == 4
+    # A container that names no engine (arguments to its image's entry point) runs the plan's.
+    assert read_deployment(vllm_deployment(["--model-id", "m"], gpus="4"), "tgi")["gpus_per_replica"] == 4
+    assert "gpus_per_replica" not in read_deployment(vllm_deployment(["--model", "m"], gpus="4"), "vllm")
