@@ -646,13 +646,15 @@ Residuals = dict[str, dict[float, list[float]]]
 
 
 def residuals_key(current: Current | None) -> str | None:
-    """What the kept errors were observed on: the current deployment's GPU type, GPUs per replica, max batch,
-    precision and KV dtype, and its engine image where a Deployment gives it (another engine version is another
-    deployment); its replicas may change: every prediction is per replica at the observed rate."""
+    """What the kept errors were observed on: the Deployment read (`NAME:`, where observe.current names one: another
+    Deployment's errors are not this one's, whatever its shape), the current deployment's GPU type, GPUs per replica,
+    max batch, precision and KV dtype, and its engine image where a Deployment gives it (another engine version is
+    another deployment); its replicas may change: every prediction is per replica at the observed rate."""
     if current is None:
         return None
     s = current.shape
     key = f"{s.gpu_type}/{s.gpus_per_replica}/{s.max_batch}/{s.precision}/{s.kv_cache_dtype}"
+    key = f"{current.deployment}:{key}" if current.deployment else key
     return f"{key}@{current.image}" if current.image else key
 
 

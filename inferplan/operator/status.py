@@ -178,9 +178,10 @@ class PredictionStatus(_Status):
                                   "their split-conformal interval where that is narrower than the recommendation's "
                                   "(docs/observe.md, Narrowed by what this deployment did).")
     residuals_for: str | None = Field(
-        default=None, max_length=800, description="The deployment the residuals were observed on (GPU type, GPUs per "
-                                                  "replica, max batch, precision, KV dtype, and @ the engine's image "
-                                                  "where a Deployment gives it); another starts afresh.")
+        default=None, max_length=1200, description="The deployment the residuals were observed on (the Deployment's "
+                                                   "name and :, GPU type, GPUs per replica, max batch, precision, KV "
+                                                   "dtype, and @ the engine's image where a Deployment gives them); "
+                                                   "another starts afresh.")
     drift_since: str | None = Field(
         default=None, max_length=64, json_schema_extra={"format": "date-time"},
         description="Since when some percentile has been outside its bound (its interval, else "

@@ -501,7 +501,7 @@ def test_the_deployments_own_errors_narrow_its_band_once_there_are_enough(req) -
     scales = [1.0, 1.05, 0.98, 1.1, 1.02, 1.07, 0.99, 1.04]
     eight = _observations(req, wide, scales)
     kept = eight["prediction"]["residuals"]["tpot"]["p95"]
-    assert len(kept) == 8 and eight["prediction"]["residualsFor"] == "H100-SXM5-80GB/1/256/bf16/auto"
+    assert len(kept) == 8 and eight["prediction"]["residualsFor"] == "llama:H100-SXM5-80GB/1/256/bf16/auto"
     p95 = prediction.latency["tpot"][0.95] * 1e3
     assert eight["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.5 * p95, 3.0 * p95], rel=1e-4)
     assert "narrowed" not in _accurate(eight)[2]
@@ -729,10 +729,34 @@ def test_another_engine_image_starts_the_deployments_own_errors_afresh(req) -> N
     for minute in range(3):
         status = observed(status, "vllm/vllm-openai:v0.10.2", minute)
     assert len(status["prediction"]["residuals"]["tpot"]["p95"]) == 3
-    assert status["prediction"]["residualsFor"] == "H100-SXM5-80GB/1/256/bf16/auto@vllm/vllm-openai:v0.10.2"
+    assert status["prediction"]["residualsFor"] == "llama:H100-SXM5-80GB/1/256/bf16/auto@vllm/vllm-openai:v0.10.2"
     upgraded = observed(status, "vllm/vllm-openai:v0.11.0", 3)
     assert len(upgraded["prediction"]["residuals"]["tpot"]["p95"]) == 1
     assert upgraded["prediction"]["residualsFor"].endswith("@vllm/vllm-openai:v0.11.0")
+
+
+def test_another_deployment_of_the_same_shape_starts_its_own_errors_afresh(req) -> None:
+    """observe.current.deployment moved from llama-blue to llama-green (same GPU type, TP, batch, precision, KV dtype
+    and image): blue's errors had narrowed green's band, and the message called them "this deployment's own"."""
+    from inferplan.operator.observing import Current
+
+    prediction = predict_current(req, SHAPE)
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+
+    def observed(status: dict, deployment: str, minute: int) -> dict:
+        outcome = dataclasses.replace(_outcome(req, _observation(prediction, 1.0 + minute / 100)),
+                                      current=Current(SHAPE, deployment, {}, image="vllm/vllm-openai:v0.11.0"))
+        return observe_status(status, outcome, now=f"2026-11-30T{10 + minute // 12:02d}:{minute % 12 * 5:02d}:00Z",
+                              generation=1)
+
+    status = wide
+    for minute in range(10):
+        status = observed(status, "llama-blue", minute)
+    assert "narrowed by this deployment's own errors" in _accurate(status)[2]
+    green = observed(status, "llama-green", 10)
+    assert green["prediction"]["residualsFor"].startswith("llama-green:")
+    assert len(green["prediction"]["residuals"]["tpot"]["p95"]) == 1
+    assert "narrowed" not in _accurate(green)[2]
 
 
 def test_the_window_that_updates_the_calibration_is_judged_by_the_prediction_made_before_it(req) -> None:
