@@ -458,7 +458,8 @@ def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, n
 
 
 def _settled(changed_at: str | None, window: str, now: str) -> bool:
-    """Whether a window ending at `now` lies wholly after `changed_at` (no change seen: True)."""
+    """Whether a window ending at `now` lies wholly after `changed_at` (a change, or the end of the last window whose
+    errors were kept; None: True)."""
     if changed_at is None:
         return True
     since, at = _parse_time(changed_at), _parse_time(now)
@@ -901,12 +902,18 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
             errors.setdefault(d.metric, {})[QUANTILE_NAMES[d.quantile]] = round(d.error_ratio, 4)
         key = residuals_key(current)
         kept = read_residuals(old_prediction, key)
+        last_kept = old_prediction.get("residualsAt") if kept else None
         bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None).narrowed_by(kept)
         verdicts = judge(outcome.discrepancies, bands, max_error_ratio)
         # A window that reaches back before a change holds the old deployment's latencies; one whose figures are the
-        # last observation's read the same samples (no scrape since): it is that window again, not another.
-        if outcome.settled and not _same_figures((old or {}).get("observed"), observed):
-            kept = with_window(kept, verdicts, obs.requests_in_window)
+        # last observation's read the same samples (no scrape since): it is that window again, not another; one that
+        # reaches back before the end of the last window whose errors were kept shares its requests (observed every
+        # minute, 5m windows overlap by four): its errors would count those requests again, and nine such windows,
+        # about two windows' traffic, would narrow the band as if they were nine.
+        if outcome.settled and not _same_figures((old or {}).get("observed"), observed) and \
+                _settled(last_kept if isinstance(last_kept, str) else None, obs.window, now):
+            if (added := with_window(kept, verdicts, obs.requests_in_window)) != kept:
+                kept, last_kept = added, now
         outside = [v for v in verdicts if v.outside]
         rules = rules_text(verdicts, bands, max_error_ratio)
         drift_since = None
@@ -941,6 +948,7 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
             confidence=bands.confidence if interval_ms else None,
             residuals=_residuals_status(kept),
             residuals_for=key if any(kept.values()) else None,
+            residuals_at=last_kept if any(kept.values()) and isinstance(last_kept, str) else None,
             drift_since=drift_since,
         )
 

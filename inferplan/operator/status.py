@@ -182,6 +182,10 @@ class PredictionStatus(_Status):
                                                    "name and :, GPU type, GPUs per replica, max batch, precision, KV "
                                                    "dtype, and @ the engine's image where a Deployment gives them); "
                                                    "another starts afresh.")
+    residuals_at: str | None = Field(
+        default=None, max_length=64, json_schema_extra={"format": "date-time"},
+        description="When the last window whose errors were kept ended: a window adds its errors only once it lies "
+                    "wholly after it (windows that overlap share their requests).")
     drift_since: str | None = Field(
         default=None, max_length=64, json_schema_extra={"format": "date-time"},
         description="Since when some percentile has been outside its bound (its interval, else "

@@ -5,6 +5,7 @@ and online calibration: tests/planner/calibration/test_observed.py and tests/pla
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import pickle
 from pathlib import Path
 
@@ -483,12 +484,20 @@ def test_a_rendered_deployment_of_a_pre_quantised_checkpoint_reads_back_at_its_p
 # Narrowed by what this deployment did (issue 37, point 3)
 
 
-def _observations(req, status: dict, scales: list[float], requests: float = 1000.0, start: int = 0) -> dict:
-    """`status` after one observation per scale (observed = scale x the prediction), a minute apart."""
+def _window_end(i: int, minutes: int = 5) -> str:
+    """When the `i`th of windows `minutes` apart ends (5: each 5m window follows the last, none overlap)."""
+    at = datetime.datetime(2026, 11, 30, 10, tzinfo=datetime.UTC) + datetime.timedelta(minutes=i * minutes)
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _observations(req, status: dict, scales: list[float], requests: float = 1000.0, start: int = 0,
+                  minutes: int = 5) -> dict:
+    """`status` after one observation per scale (observed = scale x the prediction), `minutes` apart (the 5m windows
+    follow each other)."""
     prediction = predict_current(req, SHAPE)
     for i, scale in enumerate(scales, start):
         status = observe_status(status, _outcome(req, _observation(prediction, scale, requests)),
-                                now=f"2026-11-30T10:{i:02d}:00Z", generation=1)
+                                now=_window_end(i, minutes), generation=1)
     return status
 
 
@@ -567,6 +576,24 @@ def test_an_observation_that_finds_the_same_figures_adds_no_error_and_writes_not
     assert ten["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.5 * p95, 3.0 * p95], rel=1e-4)
     other = _observations(req, first, [1.06], start=1)  # a new scrape: new figures, a new error
     assert len(other["prediction"]["residuals"]["tpot"]["p95"]) == 2
+
+
+def test_windows_that_overlap_the_last_one_kept_add_no_errors(req) -> None:
+    """Observed every minute over 5m windows, each window shares four minutes of requests with the one before: ten
+    such windows had added ten errors, about two windows' traffic, and narrowed the band to their range (stated at
+    80%, it covered far less of the next window: false drift). A window adds its errors once it lies wholly after
+    the last one kept."""
+    prediction = predict_current(req, SHAPE)
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+    scales = [1.0, 1.05, 0.98, 1.1, 1.02, 1.07, 0.99, 1.04, 1.03, 1.0, 1.01]
+    minutely = _observations(req, wide, scales, minutes=1)
+    assert len(minutely["prediction"]["residuals"]["tpot"]["p95"]) == 3  # minutes 0, 5 and 10
+    assert minutely["prediction"]["residualsAt"] == _window_end(10, 1)
+    p95 = prediction.latency["tpot"][0.95] * 1e3
+    assert minutely["prediction"]["intervalMs"]["tpot"]["p95"] == pytest.approx([0.5 * p95, 3.0 * p95], rel=1e-4)
+    assert "narrowed" not in _accurate(minutely)[2]
+    # Windows that follow each other each add theirs, and nine narrow the band.
+    assert "narrowed by this deployment's own errors" in _accurate(_observations(req, wide, scales))[2]
 
 
 def test_own_errors_never_widen_a_band_and_small_windows_or_another_deployment_keep_none(req) -> None:
@@ -723,7 +750,7 @@ def test_another_engine_image_starts_the_deployments_own_errors_afresh(req) -> N
     def observed(status: dict, image: str, minute: int) -> dict:
         outcome = dataclasses.replace(_outcome(req, _observation(prediction, 1.05 + minute / 100)),
                                       current=Current(SHAPE, "llama", {}, image=image))
-        return observe_status(status, outcome, now=f"2026-11-30T10:{minute:02d}:00Z", generation=1)
+        return observe_status(status, outcome, now=_window_end(minute), generation=1)
 
     status = wide
     for minute in range(3):
