@@ -217,9 +217,10 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     limits = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}  # a GPU request alone counts
     tp = _positive_int(_flag(tokens, flag_spellings("tp", engine)))
     if tp is None and (_runs_tgi(container, launch) or (engine == "tgi" and not names_an_engine(container))):
-        # Without --num-shard, TGI's launcher shards over every GPU the pod is given; vLLM, SGLang, trtllm-serve and
-        # LMDeploy run a TP size of 1 on however many the pod is given (their parsers' default).
+        # Without --num-shard, TGI's launcher shards over every GPU the pod is given.
         tp = next((_positive_int(limits[key]) for key in GPU_RESOURCES if key in limits), None)
+    elif tp is None and container:
+        tp = 1  # vLLM, SGLang, trtllm-serve and LMDeploy: their parsers' default, however many GPUs the pod is given
     if isinstance(container.get("image"), str) and container["image"]:
         found["image"] = container["image"]
     if tp:

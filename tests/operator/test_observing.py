@@ -90,7 +90,7 @@ def test_spec_fields_win_and_defaults_are_marked(req) -> None:
     current = resolve_current({"deployment": "llama", "replicas": 5}, body, req)
     assert current.shape == CurrentShape("H100-SXM5-80GB", 5, 1, req.precisions[0], "auto", 64)
     assert current.sources == {"gpuType": "Deployment", "replicas": "spec", "maxBatch": "Deployment",
-                               "gpusPerReplica": "default", "precision": "default", "kvCacheDtype": "default"}
+                               "gpusPerReplica": "Deployment", "precision": "default", "kvCacheDtype": "default"}
 
 
 def test_without_a_gpu_type_the_error_says_what_to_set(req) -> None:
@@ -895,7 +895,8 @@ def test_the_engine_container_is_found_by_its_gpu_request_or_its_launch() -> Non
     pod["containers"][0] = {"name": "proxy", "image": "envoyproxy/envoy"}
     pod["containers"][1]["image"] = "vllm/vllm-openai:v0.11.0"
     pod["containers"][1]["resources"] = {"requests": {"nvidia.com/gpu": "2"}}
-    want = {"replicas": 3, "gpu_type": "H100-SXM5-80GB", "image": "vllm/vllm-openai:v0.11.0", "max_batch": 64}
+    want = {"replicas": 3, "gpu_type": "H100-SXM5-80GB", "image": "vllm/vllm-openai:v0.11.0", "gpus_per_replica": 1,
+            "max_batch": 64}
     assert read_deployment(body) == want
     del pod["containers"][1]["resources"]
     assert read_deployment(body) == want
@@ -971,10 +972,10 @@ def test_without_a_tp_flag_only_tgi_shards_over_the_pods_gpus(req) -> None:
     TGI's launcher shards over every GPU it is given."""
     vllm = vllm_deployment(["-c", "exec vllm serve m --max-num-seqs 32"], gpus="4")
     current = resolve_current({"deployment": "llama"}, vllm, req)
-    assert current.shape.gpus_per_replica == 1 and current.sources["gpusPerReplica"] == "default"
+    assert current.shape.gpus_per_replica == 1 and current.sources["gpusPerReplica"] == "Deployment"
     tgi = vllm_deployment(["--model-id", "m"], gpus="4")
     tgi["spec"]["template"]["spec"]["containers"][1]["image"] = "ghcr.io/huggingface/text-generation-inference:3.3.6"
     assert read_deployment(tgi, "vllm")["gpus_per_replica"] == 4
     # A container that names no engine (arguments to its image's entry point) runs the plan's.
     assert read_deployment(vllm_deployment(["--model-id", "m"], gpus="4"), "tgi")["gpus_per_replica"] == 4
-    assert "gpus_per_replica" not in read_deployment(vllm_deployment(["--model", "m"], gpus="4"), "vllm")
+    assert read_deployment(vllm_deployment(["--model", "m"], gpus="4"), "vllm")["gpus_per_replica"] == 1
