@@ -502,10 +502,17 @@ class GpuKernels:
 
     def allreduce_s(self, nbytes: ArrayLike, tp: int) -> FloatArray | None:
         """A 16-bit all-reduce of `nbytes` over `tp` GPUs of one node; None where nothing measured covers it
-        (the caller falls back to the link's rated figures)."""
+        (the caller falls back to the link's rated figures).
+
+        Over PCIe nothing measured covers it: an all-reduce there runs at what the server's PCIe topology allows
+        (switches, peer-to-peer, one CPU socket or two), which the GPU does not say. AIConfigurator's L40S table
+        measured one such box at 1.9 GB/s of ring bandwidth over 8 GPUs, 17 times below the link, where its
+        siblings on the same link (L40, L4, the Ada workstation cards) take the rated figures: an L40 at TP 8
+        decoded 7 times faster than an L40S."""
         if tp <= 1:
             return np.zeros(np.shape(nbytes))
-        if (self._system is not None and self.basis.kind == "measured") or self._same_fabric():
+        if self.gpu.interconnect != "pcie" and (
+                (self._system is not None and self.basis.kind == "measured") or self._same_fabric()):
             curve = kernel_tables()["systems"][self._system]["allreduce"].get(str(tp))
             if curve is None:
                 curve = self._fabric_sibling_allreduce(tp)

@@ -268,8 +268,9 @@ def test_a_gpu_without_kernel_data_runs_at_the_profiled_gpus_typical_efficiencie
 def test_all_reduces_grow_with_bytes_and_are_none_where_nothing_covers_them() -> None:
     """Every catalog GPU and TP size: no all-reduce time (the link's rated figures are used instead), or one that
     grows with the message once bandwidth counts (from 1 MiB) and never falls by more than measurement noise
-    below it. A T4 pair over PCIe, an A100 PCIe (its SXM sibling's NVLink tables do not apply) and an H100 NVL
-    (NVLink at another speed) have none; one GPU needs none."""
+    below it. A T4 pair over PCIe, an A100 PCIe (its SXM sibling's NVLink tables do not apply), an H100 NVL
+    (NVLink at another speed) and an L40S (its table measured one PCIe box's topology) have none; one GPU needs
+    none."""
     sizes = 2.0 ** np.arange(10, 31)
     covered = 0
     for gpu in load_gpu_catalog():
@@ -284,7 +285,7 @@ def test_all_reduces_grow_with_bytes_and_are_none_where_nothing_covers_them() ->
             assert np.all(np.diff(times[sizes >= 2.0**20]) > 0), (gpu.key, tp)
             assert times[-1] > 100 * times[0], (gpu.key, tp)
     assert covered >= 6
-    for key in ("T4", "A100-PCIe-80GB", "H100-NVL-94GB"):
+    for key in ("T4", "A100-PCIe-80GB", "H100-NVL-94GB", "L40S", "L40"):
         assert gpu_kernels(resolve_gpu(key), "vllm").allreduce_s(sizes, 2) is None, key
     assert gpu_kernels(resolve_gpu("GH200-96GB-HBM3"), "vllm").allreduce_s(sizes, 2) == pytest.approx(
         gpu_kernels(resolve_gpu(H100), "vllm").allreduce_s(sizes, 2))  # the H100's NVLink at the same speed

@@ -241,6 +241,21 @@ def test_all_reduces_are_the_measured_table_where_one_covers_the_gpu_else_the_ra
     assert t4.link_bytes_s == pytest.approx(resolve_gpu("T4").interconnect_gb_s * 1e9)
 
 
+
+@pytest.mark.parametrize("slower", ["L40", "L4"])
+def test_pcie_gpus_of_one_link_rank_by_their_own_figures_at_every_tp(slower: str) -> None:
+    """Llama-3.1-70B in FP8 on eight GPUs of the same PCIe link (32 GB/s): an L40 (half the L40S's tensor
+    throughput, the same bandwidth) or an L4 (a third of its bandwidth) never decodes or prefills faster than an
+    L40S. AIConfigurator's L40S table measured one PCIe box's all-reduce (1.9 GB/s ring bandwidth at TP 8, 17 times
+    below the link); its siblings took the link's rated figures, so an L40 at TP 8 decoded 7x faster than an L40S."""
+    arch, fp8, vllm = resolve_model("meta-llama/Llama-3.1-70B"), weight_precision("fp8"), ENGINES["vllm"]
+    for tp in (2, 4, 8):
+        l40s, other = (build_hardware(arch, resolve_gpu(g), fp8, 2.0, vllm, FACTORS, tp) for g in ("L40S", slower))
+        assert l40s.link_bytes_s == other.link_bytes_s and l40s.link_latency_s == other.link_latency_s
+        for batch in (1, 64, 256):
+            assert decode_step_s(l40s, batch, 1024.0) <= decode_step_s(other, batch, 1024.0), (tp, batch)
+        assert prefill_s(l40s, 4096.0, 1, 8192.0) <= prefill_s(other, 4096.0, 1, 8192.0), tp
+
 def test_an_all_reduce_follows_the_measured_curve_through_its_knee() -> None:
     """Llama-3-70B on four H100s: an all-reduce of one token's hidden state, of a 1 MiB message (the knee: a decode
     batch of 64) and of a 16 MiB one takes what the measured table says for its bytes. The line through one token
