@@ -79,7 +79,9 @@ class BurstLoad(_Strict):
 class PoissonLoad(_Strict):
     kind: Literal["poisson"]
     rate: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
-    num_prompts: PositiveInt | None = None
+    # The key is part of the shape, null where not stated ("`num_prompts` may be null"): a load without it is a bad
+    # line, as a line without one of its keys is.
+    num_prompts: PositiveInt | None
 
     @field_validator("rate", mode="before")
     @classmethod
@@ -91,7 +93,7 @@ class PoissonLoad(_Strict):
 
 class OfflineLoad(_Strict):
     kind: Literal["offline"]
-    num_prompts: PositiveInt | None = None
+    num_prompts: PositiveInt | None  # always present, may be null (as PoissonLoad's)
 
 
 class StartupLoad(_Strict):

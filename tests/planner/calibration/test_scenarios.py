@@ -180,6 +180,19 @@ def test_bad_load_value_names_the_nested_field() -> None:
     assert error.field.endswith("value")
 
 
+@pytest.mark.parametrize("load", [{"kind": "poisson", "rate": 2.0}, {"kind": "offline"}])
+def test_a_load_without_its_num_prompts_key_is_a_bad_line(load: dict[str, Any]) -> None:
+    """SCENARIOS.md gives each load exactly one shape, `{"kind":"poisson","rate":R,"num_prompts":M}` and
+    `{"kind":"offline","num_prompts":M}` with "`num_prompts` may be null": the key is there, null where not stated,
+    as every key of a line is. A line that left it out was read as null."""
+    error = parse_scenario_line(_mutated(_set("load", load)), 6)
+    assert isinstance(error, ScenarioError), error
+    assert error.field == f"load.{load['kind']}.num_prompts"
+    assert "required" in error.message.lower()
+    stated = parse_scenario_line(_mutated(_set("load", {**load, "num_prompts": None})), 6)
+    assert isinstance(stated, Scenario) and stated.load.num_prompts is None  # type: ignore[union-attr]
+
+
 def test_unit_error_message_gives_the_expected_unit() -> None:
     error = parse_scenario_line(_mutated(_set("unit", "ms")), 2)
     assert isinstance(error, ScenarioError)
