@@ -40,6 +40,7 @@ from inferplan.planner.catalog.engines import (
     parse_version,
     sampler_profile_bytes,
     version_defaults,
+    weight_format_problem,
 )
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.catalog.precisions import kv_dtype_bytes, weight_precision
@@ -263,7 +264,8 @@ def _resolve(row: Scenario) -> _Resolved | str:
         if spelt is not None:  # the format fixes the spelling (SCENARIOS.md, `weights`): name the one it means
             return f"weight format {row.weights!r} is not a value of the format: write {spelt}"
         return f"weight format not supported: {exc}"
-    problem = (engine_vendor_problem(row.engine, gpu.vendor, gpu.key) or tp_problem(row.engine, arch, tp)
+    problem = (engine_vendor_problem(row.engine, gpu.vendor, gpu.key) or weight_format_problem(row.engine, precision)
+               or tp_problem(row.engine, arch, tp)
                or _checkpoint_gpu_problem(row.model, precision, row.engine, gpu.family, row.version,
                                           row_checkpoint(row)))
     if problem is not None:

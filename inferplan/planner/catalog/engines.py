@@ -171,7 +171,8 @@ ENGINES: dict[str, EngineProfile] = {
 
 
 # Weight formats each engine serves (the first ones are what a plan tries when it names none), from the
-# engines' quantisation docs. GGUF and MLC formats belong to llama.cpp and MLC-LLM only. NVFP4 and Quark's MXFP4
+# engines' quantisation docs. GGUF and MLC formats are planned on llama.cpp and MLC-LLM only (vLLM and SGLang load
+# GGUF too, `LOADED_PRECISIONS`, but the planner has no launch for it). NVFP4 and Quark's MXFP4
 # run only on some GPUs and releases: `checkpoints.gpu_problem` says which.
 SERVED_PRECISIONS: dict[str, tuple[str, ...]] = {
     "vllm": ("bf16", "fp8", "int4-awq", "int8-w8a8", "fp16", "int4-gptq", "int8-gptq", "mxfp4", "nvfp4",
@@ -185,6 +186,37 @@ SERVED_PRECISIONS: dict[str, tuple[str, ...]] = {
     "exllama": ("int4-gptq",),
 }
 DEFAULT_PLAN_PRECISIONS = 4  # a plan without `precisions` tries the first four an engine serves
+
+_GGUF = ("gguf-f16", "gguf-q8_0", "gguf-q6_k", "gguf-q5_k_m", "gguf-q4_k_m", "gguf-q4_0", "gguf-q3_k_m", "gguf-q2_k")
+# Weight formats an engine loads beside those a plan tries with it (SERVED_PRECISIONS, where the planner has the
+# checkpoints and the launch flags): a measurement may have run them. vLLM and SGLang read a GGUF file through
+# ggml's dequantising kernels (vLLM's `gguf` quantisation method, docs/features/quantization/gguf.md; SGLang's `gguf`
+# load format and quantisation method); SGLang's and TGI's GPTQ loaders take 8-bit GPTQ as well as 4-bit;
+# TensorRT-LLM runs GPTQ's W4A16 checkpoints (its quantisation support matrix); LMDeploy loads GPTQ, FP8 and
+# gpt-oss's MXFP4 and MLC-LLM compiles 16-bit weights, as the checkpoint catalog reads them (`checkpoints.
+# FORMAT_LOADERS`); llama.cpp runs every GGUF type.
+_LOADED_BESIDE: dict[str, tuple[str, ...]] = {
+    "vllm": _GGUF,
+    "sglang": ("int8-gptq", *_GGUF),
+    "tgi": ("int8-gptq",),
+    "tensorrt-llm": ("int4-gptq",),
+    "lmdeploy": ("fp8", "int4-gptq", "mxfp4"),
+    "mlc-llm": ("bf16",),
+    "llama.cpp": _GGUF,
+}
+LOADED_PRECISIONS: dict[str, frozenset[str]] = {
+    engine: frozenset(served) | frozenset(_LOADED_BESIDE.get(engine, ()))
+    for engine, served in SERVED_PRECISIONS.items()
+}
+
+
+def weight_format_problem(engine: str, precision: str) -> str | None:
+    """Why `engine` cannot have run weights in `precision` (it loads no such format, `LOADED_PRECISIONS`); None where
+    it can, or where the engine is not one the catalog knows."""
+    loaded = LOADED_PRECISIONS.get(engine)
+    if loaded is None or precision in loaded:
+        return None
+    return f"{engine} does not load {precision} weights (it loads {', '.join(sorted(loaded))})"
 
 
 @dataclass(frozen=True)

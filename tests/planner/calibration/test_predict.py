@@ -722,6 +722,10 @@ def test_a_computed_load_that_cannot_fit_its_gpus_is_skipped(changes: dict[str, 
         ({"model": "meta-llama/Llama-3.1-405B-Instruct", "weights": "mxfp4", "gpu": "NVIDIA-H200", "gpus": 8,
           "tensor_parallel": 8, "notes": "checkpoint amd/Llama-3.1-405B-Instruct-MXFP4-Preview"},
          "vllm runs mxfp4-w4a4 (quark-mxfp4) only on cdna4 GPUs, not hopper"),
+        # A weight format the engine does not load at all: MLC's own build on vLLM, GGUF on TensorRT-LLM.
+        ({"weights": "mlc-q4f16_1"}, "vllm does not load mlc-q4f16_1 weights"),
+        ({"engine": "tensorrt-llm", "weights": "gguf-q4_k_m"}, "tensorrt-llm does not load gguf-q4_k_m weights"),
+        ({"engine": "llama.cpp", "weights": "bf16"}, "llama.cpp does not load bf16 weights"),
     ],
 )
 def test_a_line_the_engine_could_not_have_run_is_skipped(changes: dict[str, object], reason: str) -> None:
@@ -732,6 +736,17 @@ def test_a_line_the_engine_could_not_have_run_is_skipped(changes: dict[str, obje
     assert p.predicted is None
     assert p.skipped is not None and p.skipped.startswith(f"the engine could not have run this line: {reason}"), \
         p.skipped
+
+
+@pytest.mark.parametrize(("engine", "weights"), [("vllm", "gguf-q4_k_m"), ("sglang", "gguf-q8_0"),
+                                                 ("tensorrt-llm", "int4-gptq"), ("lmdeploy", "int4-gptq"),
+                                                 ("llama.cpp", "gguf-q2_k"), ("mlc-llm", "bf16")])
+def test_a_weight_format_the_engine_loads_is_predicted(engine: str, weights: str) -> None:
+    """The engines load more formats than a plan tries: vLLM and SGLang read GGUF files, TensorRT-LLM and LMDeploy
+    GPTQ checkpoints, llama.cpp every GGUF type; a measurement in one of them is predicted."""
+    row = example("e2e_ms_mean", engine=engine, weights=weights, replicas=1)
+    [p] = predict_scenarios([row])
+    assert p.skipped is None and p.predicted is not None, p.skipped
 
 
 @pytest.mark.parametrize(

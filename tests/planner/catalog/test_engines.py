@@ -7,14 +7,19 @@ from datetime import date
 
 import pytest
 
+from inferplan.planner.catalog.checkpoints import FORMAT_LOADERS, _catalog, _loader_key
 from inferplan.planner.catalog.engines import (
     ENGINES,
+    LOADED_PRECISIONS,
+    SERVED_PRECISIONS,
     base_line,
     cuda_graph_max_batch,
     engine_of_line,
     engine_profile,
     factor_key,
+    weight_format_problem,
 )
+from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS
 from inferplan.planner.names import CatalogLookupError
 
 
@@ -76,3 +81,22 @@ def test_each_engine_release_captures_cuda_graphs_up_to_its_own_default_batch() 
     assert cuda_graph_max_batch("sglang", "0.5.5", l4, 1) == 24
     assert cuda_graph_max_batch("tgi", None, h100, 1) == 32
     assert cuda_graph_max_batch("tensorrt-llm", "1.2.0rc1", h100, 1) == math.inf
+
+
+def test_the_formats_an_engine_loads_cover_what_it_serves_and_the_catalogs_loaders() -> None:
+    """A measurement is refused only in a format its engine cannot load (`weight_format_problem`): every format a
+    plan tries with an engine and every catalogued checkpoint whose format the engine reads (`FORMAT_LOADERS`) is one
+    it loads, and every format named is a planner precision."""
+    assert set(LOADED_PRECISIONS) == set(ENGINES)
+    for engine, served in SERVED_PRECISIONS.items():
+        assert set(served) <= LOADED_PRECISIONS[engine], engine
+        assert LOADED_PRECISIONS[engine] <= set(WEIGHT_PRECISIONS), engine
+    for by_precision in _catalog().values():
+        for entries in by_precision.values():
+            for entry in entries:
+                for engine in FORMAT_LOADERS.get(_loader_key(entry.checkpoint), ()):
+                    assert weight_format_problem(engine, entry.checkpoint.precision) is None, (engine, entry)
+    assert weight_format_problem("vllm", "gguf-q4_k_m") is None  # vLLM reads GGUF files; a plan does not try them
+    assert "gguf-q4_k_m" not in SERVED_PRECISIONS["vllm"]
+    assert weight_format_problem("vllm", "mlc-q4f16_1") == (
+        "vllm does not load mlc-q4f16_1 weights (it loads " + ", ".join(sorted(LOADED_PRECISIONS["vllm"])) + ")")
