@@ -3,8 +3,8 @@
 Every (GPU type x tensor-parallel size x weight precision x KV dtype x max batch) is a candidate. The
 candidates pass through gates in a fixed order (`GATES`); each that passes the SLO gate gets the highest
 request rate one replica sustains within every SLO and the utilisation cap, and from it the replicas, GPUs
-and cost. The recommendation is the cheapest feasible candidate, ties broken by headroom; the alternatives
-are the Pareto frontier over (cost, TTFT, TPOT, end-to-end latency at the SLO percentiles), sorted by cost.
+and cost. The recommendation is the cheapest feasible candidate, ties broken by headroom (`select.by_cost`); the
+alternatives are the Pareto frontier over (cost, TTFT, TPOT, end-to-end latency at the SLO percentiles), sorted by cost.
 
 Everything is computed as arrays over the candidates, without a Python loop over shapes or batch sizes:
 memory and hardware for the whole (GPU, TP, precision, KV dtype, batch) grid at once; the queueing model's
@@ -404,7 +404,7 @@ def _placement_need(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray
 def _finish(req: PlanRequest, grid: _Grid, candidates: list[Candidate], rejected: list[_Rejections],
             warnings: list[str]) -> PlanResult:
     # The reported numbers come from a finer sample than the search's: drop any shown candidate another
-    # shown one now dominates; the recommendation is the cheapest left, ties broken by headroom.
+    # shown one now dominates; the recommendation is the first left in `by_cost`'s order.
     shown = tag_candidates(req, distinct(req, sorted(undominated(req, candidates), key=by_cost)))
     if shown:  # each shape's search bounded its own; merged, the bound is the cheapest of all (`_select`)
         bound = PRACTICAL_COST_FACTOR * shown[0].cost.dollars_per_hour

@@ -18,6 +18,7 @@ from inferplan.planner.results import (
     ShapeOption,
     headroom,
     replica_shape,
+    rounded,
 )
 from inferplan.planner.search.core import (
     PRACTICAL_COST_FACTOR,
@@ -122,11 +123,11 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
     if len(kinds) < 2:
         return []
     rec = result.recommendation
-    index, replicas, _, cost = _feasible_rows(req, rows, searched)
+    index, replicas, gpus, cost = _feasible_rows(req, rows, searched)
     node_gpus = np.array([req.gpus_per_node.get(g.key, 8) for g in grid.gpus])
     shape_layout = np.where(grid.pp > 1, 2, np.where(grid.tp > node_gpus[grid.gpu], 1, 0))
     layout = shape_layout[rows.shape[index]]
-    spare = headroom(req.rate_rps, np.maximum(replicas * rows.best_rate[index], 1e-12))
+    spare = np.maximum(0.0, headroom(req.rate_rps, np.maximum(replicas * rows.best_rate[index], 1e-12)))
     options = []
     for name, kind in kinds:
         if kind is None:
@@ -136,8 +137,7 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
             found = (rec.cost.dollars_per_hour, describe_shape(rec))
         else:
             mine = np.flatnonzero(layout == kind)
-            # The cheapest, ties to the most headroom (the recommendation's order).
-            k = mine[np.lexsort((-spare[mine], cost[mine]))[0]] if len(mine) else None
+            k = mine[recommendation_order(cost[mine], spare[mine], gpus[mine])[0]] if len(mine) else None
             shape = None if k is None else grid.shape(req, int(rows.shape[index[k]]))
             found = None if k is None or shape is None else (float(cost[k]), _shape_words(
                 int(replicas[k]), shape.gpus, shape.gpu.key, shape.precision, int(rows.batch[index[k]]),
@@ -243,15 +243,15 @@ def undominated(req: PlanRequest, candidates: list[Candidate]) -> list[Candidate
 
 def _select(objectives: NDArray[np.float64], headroom: NDArray[np.float64], gpus: NDArray[np.int_],
             alternatives: int) -> NDArray[np.intp]:
-    """Indices to show: the cheapest (ties: most headroom); then, among frontier points costing at most
-    `PRACTICAL_COST_FACTOR` times the cheapest, each latency objective's best, the most headroom and the
-    fewest GPUs; then the cheapest others within that bound, up to 1 + alternatives."""
+    """Indices to show: the first in the recommendation's order (`recommendation_order`); then, among frontier
+    points costing at most `PRACTICAL_COST_FACTOR` times the cheapest, each latency objective's best, the most
+    headroom and the fewest GPUs; then the cheapest others within that bound, up to 1 + alternatives."""
     front = np.flatnonzero(non_dominated(objectives))
-    by_cost = front[np.lexsort((-headroom[front], objectives[front, 0]))]
-    picks = [int(by_cost[0])]
-    practical = by_cost[objectives[by_cost, 0] <= PRACTICAL_COST_FACTOR * objectives[by_cost[0], 0]]
+    ordered = front[recommendation_order(objectives[front, 0], headroom[front], gpus[front])]
+    picks = [int(ordered[0])]
+    practical = ordered[objectives[ordered, 0] <= PRACTICAL_COST_FACTOR * objectives[ordered[0], 0]]
     if not len(practical):  # costs that are not finite (absurd rates): no latency extremes to pick
-        practical = by_cost[:1]
+        practical = ordered[:1]
     extremes = [practical[np.argmin(objectives[practical, col])] for col in range(1, 4)]
     extremes += [practical[np.argmax(headroom[practical])], practical[np.argmin(gpus[practical])]]
     for i in [*extremes, *practical]:
@@ -360,5 +360,16 @@ def distinct(req: PlanRequest, ordered: list[Candidate]) -> list[Candidate]:
 
 
 def by_cost(c: Candidate) -> tuple[float, float, int]:
-    """The recommendation's order: cost, then most headroom, then fewest GPUs."""
+    """The recommendation's order: the cost as shown (`rounded`: four significant digits, so costs that print alike
+    tie), then the most headroom as shown, then the fewest GPUs. `recommendation_order` is the same over arrays."""
     return c.cost.dollars_per_hour, -c.headroom, c.gpus
+
+
+def recommendation_order(cost: NDArray[np.float64], spare: NDArray[np.float64], gpus: NDArray[np.int_]
+                         ) -> NDArray[np.intp]:
+    """Positions of the rows of `cost` [$/h], headroom `spare` and GPUs in the recommendation's order (`by_cost`,
+    on the values a candidate of each would show); equal keys keep their order."""
+    def shown(values: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.array([rounded(float(v)) if np.isfinite(v) else float(v) for v in values])
+
+    return np.lexsort((gpus, -shown(spare), shown(cost)))
