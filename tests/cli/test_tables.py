@@ -252,6 +252,33 @@ def test_the_headroom_line_docs_planning_quotes_is_the_bundled_example_s() -> No
     assert f"  {quoted.group(1)}" in format_plan(result, request).splitlines()
 
 
+def test_the_replica_step_docs_planning_quotes_is_where_the_plan_takes_one_more() -> None:
+    # The doc gave the step of the unverified search (23.75 gets 4) as the plan's, where `inferplan plan` verifies by
+    # default and keeps the search's own rate (8.385 a replica): 23.75 keeps 3 there.
+    from inferplan.planner.simulation.verification import planned as verified
+
+    docs = " ".join(PLANNING.read_text().split())
+    shown = re.search(r"gets (\d+) replicas of ([0-9.]+) requests/s each, every SLO held up to ([0-9.]+) requests/s, "
+                      r"and a plan for ([0-9.]+) still gets \1, one for ([0-9.]+) gets (\d+) \(with `--no-verify` .*?"
+                      r": ([0-9.]+) requests/s each, ([0-9.]+) requests/s, ([0-9.]+) keeps \1 and ([0-9.]+) gets \6\)",
+                      docs)
+    assert shown is not None
+    replicas, rate, held, keeps, steps, more, rate_nv, held_nv, keeps_nv, steps_nv = shown.groups()
+    data = example_spec(CHAT)
+    data["constraints"]["gpuTypes"] = ["NVIDIA-L40S"]
+    for verify, per_replica, total, below, above in ((True, rate, held, keeps, steps),
+                                                     (False, rate_nv, held_nv, keeps_nv, steps_nv)):
+        for rps, expected in ((below, int(replicas)), (above, int(more))):
+            request = resolve_plan(parse_plan({**data, "workload": {**data["workload"], "requestsPerSecond": rps},
+                                               "verify": verify}))
+            rec = (verified(request) if verify else plan(request)).recommendation
+            assert rec is not None and rec.replicas == expected, (verify, rps)
+            if rec.replicas == int(replicas):
+                assert f"{rec.predicted.max_requests_per_second_per_replica:g}" == per_replica
+                assert f"every SLO holds up to {total} requests/s" in format_plan(
+                    verified(request) if verify else plan(request), request)
+
+
 @pytest.mark.parametrize("example", ["deepseek-r1-shapes", "llama-405b-bf16-h100"])
 def test_the_shapes_docs_planning_shows_are_what_inferplan_plan_prints(example: str) -> None:
     """The 'Deployment shapes compared' blocks of docs/planning.md, each under the example it names, verified as
