@@ -164,10 +164,13 @@ def role_column(c: Candidate, field: str) -> str:
 
 
 def parallelism_column(c: Candidate) -> str:
-    """GPUs per replica as TP, or TP and pipeline stages ("8 PP2": 2 stages of 8)."""
-    if c.pipeline_parallel > 1:
-        return f"{c.gpus_per_replica // c.pipeline_parallel} PP{c.pipeline_parallel}"
-    return role_column(c, "gpus_per_replica")
+    """GPUs per replica as TP, or TP and pipeline stages ("8 PP2": 2 stages of 8); then "DP" for data-parallel
+    attention, "DP+EP" with the experts expert-parallel ("8 DP+EP"), which rows of the same TP otherwise hide."""
+    if c.roles:
+        return role_column(c, "gpus_per_replica")
+    stages = f" PP{c.pipeline_parallel}" if c.pipeline_parallel > 1 else ""
+    attention = (" DP+EP" if c.expert_parallel else " DP") if c.data_parallel_attention else ""
+    return f"{c.gpus_per_replica // c.pipeline_parallel}{stages}{attention}"
 
 
 def fewer_alternatives(result: PlanResult, req: PlanRequest) -> str | None:

@@ -15,7 +15,7 @@ from inferplan.planner.results import Candidate, Infeasible, PlanResult
 from inferplan.planner.search.core import miss_ms_text
 from inferplan.planner.search.plan import plan
 from inferplan.planner.spec_parsing import load_plan_file, parse_plan
-from inferplan.tables import format_plan, latency_figures
+from inferplan.tables import format_plan, latency_figures, parallelism_column
 from tests.support.plans import example_spec, spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -304,3 +304,20 @@ def test_the_recommendation_states_its_tags_and_why_as_the_json_does() -> None:
     assert rec is not None and rec.tags
     lines = format_plan(result, request).splitlines()
     assert f"  tags: {','.join(rec.tags)} ({rec.why})" in lines
+
+
+def test_rows_that_differ_only_by_dp_attention_or_expert_parallelism_read_apart() -> None:
+    # deepseek-r1-shapes lists 2 x 8 H200 with and without data-parallel attention and expert parallelism: the TP
+    # column read "8" for each, so the rows looked alike where the JSON (dataParallelAttention, expertParallel) did not.
+    _, result = planned(CHAT)
+    rec = result.recommendation
+    assert rec is not None
+    tp = rec.model_copy(update={"gpus_per_replica": 8, "gpus": 16})
+    dp = tp.model_copy(update={"data_parallel_attention": True})
+    ep = dp.model_copy(update={"expert_parallel": True})
+    pp = ep.model_copy(update={"gpus_per_replica": 16, "pipeline_parallel": 2})
+    assert [parallelism_column(c) for c in (tp, dp, ep, pp)] == ["8", "8 DP", "8 DP+EP", "8 PP2 DP+EP"]
+    shown = dict(zip(("tp", "dp", "ep"), (c.model_dump(by_alias=True) for c in (tp, dp, ep)), strict=True))
+    assert [(d["dataParallelAttention"], d["expertParallel"]) for d in shown.values()] == [
+        (False, False), (True, False), (True, True)]
+    assert "`8 DP+EP`" in PLANNING.read_text()
