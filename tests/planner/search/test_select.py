@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from inferplan.planner.catalog.engines import ENGINES
+from inferplan.planner.model.factors import load_factors
+from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import rounded
-from inferplan.planner.search.select import _select
+from inferplan.planner.search.core import _Rows
+from inferplan.planner.search.grid import _grid
+from inferplan.planner.search.plan import _search_rates, plan
+from inferplan.planner.search.select import _confirm, _feasible_rows, _select
+from inferplan.planner.spec_parsing import load_plan_file
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _first(cost: list[float], spare: list[float], gpus: list[int], ttft: list[float], tpot: list[float]) -> int:
@@ -26,3 +37,18 @@ def test_equal_cost_and_headroom_take_the_fewer_gpus() -> None:
     # recommendation's order takes the one of fewer GPUs, whichever the search found first.
     assert _first([24.0, 24.0], [0.2, 0.2], [12, 8], [0.5, 0.6], [0.03, 0.02]) == 1
     assert _first([24.0, 24.0], [0.2, 0.2], [8, 12], [0.5, 0.6], [0.03, 0.02]) == 0
+
+
+def test_no_row_cheaper_than_the_recommendation_meets_every_slo_by_the_report_sample() -> None:
+    # qwen2-5-72b-rag unverified recommended 3 x 4 H100 at $35.4/h: only the rows shown were searched again with the
+    # report's sample, and 5 x 2 H200, needing 6 replicas by the search's sample, needs 5 by the report's: $35.0/h.
+    path = REPO / "examples" / "platform" / "qwen2-5-72b-rag.yaml"
+    req = resolve_plan(load_plan_file(path), path.parent)
+    rec = plan(req).recommendation
+    assert rec is not None
+    rows = _Rows(req, _grid(req, ENGINES[req.engine], load_factors()))
+    searched = _search_rates(rows)
+    _confirm(req, rows, _feasible_rows(req, rows, searched)[0])  # every feasible row, by the report's sample
+    _, _, _, cost = _feasible_rows(req, rows, searched)
+    assert rec.cost.dollars_per_hour <= rounded(float(cost.min()))
+    assert rec.cost.dollars_per_hour == 35.0
