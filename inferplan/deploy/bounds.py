@@ -30,7 +30,7 @@ from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import Candidate, rounded
-from inferplan.planner.search.core import most_replicas_placed, nodes_words
+from inferplan.planner.search.core import BUDGET_TOLERANCE, gpu_price, most_replicas_placed, nodes_words
 
 
 @dataclass(frozen=True)
@@ -142,10 +142,6 @@ PLACED = "the replicas the cluster's nodes hold"
 """`ReplicaBounds.max_from` where the nodes' GPUs (`PlanRequest.node_gpus`) set maxReplicas."""
 
 
-def _price_per_gpu(request: PlanRequest, gpu_type: str) -> float:
-    return request.prices.get(gpu_type, load_gpu_catalog().get(gpu_type).usd_per_hour)
-
-
 def replica_bounds(request: PlanRequest, candidate: Candidate) -> ReplicaBounds:
     """min: the plan's floor (constraints.minReplicas), at most the recommendation; max: the tightest of the
     plan's caps on this GPU type, else twice the recommendation or, where more, the replicas that hold every SLO at
@@ -157,8 +153,10 @@ def replica_bounds(request: PlanRequest, candidate: Candidate) -> ReplicaBounds:
     if request.max_replicas is not None:
         caps.append((request.max_replicas, "constraints.maxReplicas"))
     if request.budget_usd_per_hour is not None:
-        per_replica = gpus * _price_per_gpu(request, candidate.gpu_type)
-        caps.append((math.floor(request.budget_usd_per_hour / per_replica + 1e-9), "constraints.budgetDollarsPerHour"))
+        # The replicas whose cost `over_budget` lets through.
+        per_replica = gpus * gpu_price(request, load_gpu_catalog().get(candidate.gpu_type))
+        caps.append((math.floor(request.budget_usd_per_hour * (1.0 + BUDGET_TOLERANCE) / per_replica),
+                     "constraints.budgetDollarsPerHour"))
     if request.max_gpus is not None:
         caps.append((request.max_gpus // gpus, "constraints.maxGpus"))
     if candidate.gpu_type in request.max_gpus_per_type:

@@ -26,6 +26,7 @@ from inferplan.planner.search.annotate import (
 )
 from inferplan.planner.search.core import (
     _COUNTED,
+    over_budget,
     pools_placed,
 )
 from inferplan.planner.search.grid import (
@@ -94,7 +95,7 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
                             max_gpus_per_type={}, max_replicas=None, budget_usd_per_hour=None))
         if free is not None:
             changes = []
-            if req.budget_usd_per_hour is not None and free.cost.dollars_per_hour > req.budget_usd_per_hour:
+            if over_budget(req, free.cost.dollars_per_hour):
                 changes.append(f"budgetDollarsPerHour {math.ceil(free.cost.dollars_per_hour)} "
                                f"(now {req.budget_usd_per_hour:g})")
             if req.max_gpus is not None and free.gpus > req.max_gpus:

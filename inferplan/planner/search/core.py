@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
+from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -513,7 +514,7 @@ def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[n
         ~placed,
         gpus > np.array([req.max_gpus_per_type.get(g.key, math.inf) for g in gpu_types])[gpu],
         gpus > cap(req.max_gpus),
-        cost > cap(req.budget_usd_per_hour),
+        over_budget(req, cost),
     ]
     first = np.full(len(replicas), -1)
     for k in reversed(range(len(broken))):
@@ -745,6 +746,22 @@ class _Rows:
 def gpu_price(req: PlanRequest, gpu: GpuSpec) -> float:
     """What one `gpu` costs the plan an hour [USD]: its `constraints.prices`, else the catalog's."""
     return req.prices.get(gpu.key, gpu.usd_per_hour)
+
+
+BUDGET_TOLERANCE = 1e-9
+"""A cost [$/h] over the budget by at most this share of it is within it: a sum of prices in floating point (3 x
+$1.10 = $3.3000000000000003) may land a hair above the budget it equals."""
+
+
+@overload
+def over_budget(req: PlanRequest, cost: float) -> bool: ...
+@overload
+def over_budget(req: PlanRequest, cost: NDArray[np.float64]) -> NDArray[np.bool_]: ...
+def over_budget(req: PlanRequest, cost: float | NDArray[np.float64]) -> bool | NDArray[np.bool_]:
+    """Whether `cost` [$/h; a number or an array] breaks the plan's `constraints.budgetDollarsPerHour` (never where
+    it sets none): over it by more than `BUDGET_TOLERANCE` of it."""
+    budget = math.inf if req.budget_usd_per_hour is None else req.budget_usd_per_hour
+    return cost > budget * (1.0 + BUDGET_TOLERANCE)
 
 
 def _tail_warning(req: PlanRequest) -> str:

@@ -63,6 +63,7 @@ from inferplan.planner.search.core import (
     measured_lines_on,
     node_selector,
     output_tokens_per_hour,
+    over_budget,
     pools_placed,
 )
 from inferplan.planner.search.core import (
@@ -437,7 +438,7 @@ def _broken_limit(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_repl
             return f"maxGpusPerType {key}: {req.max_gpus_per_type[key]} (the pools need {gpus})"
     if req.max_gpus is not None and sum(need.values()) > req.max_gpus:
         return f"maxGpus {req.max_gpus} (the pools need {sum(need.values())})"
-    if req.budget_usd_per_hour is not None and cost > req.budget_usd_per_hour:
+    if over_budget(req, cost):
         return f"the budget of ${req.budget_usd_per_hour:g}/h (the pools cost ${cost:.2f}/h)"
     return None
 

@@ -67,6 +67,7 @@ from inferplan.planner.search.core import (
     _Grid,
     _Rejections,
     _Shape,
+    gpu_price,
     kv_hint,
     slo_limits,
 )
@@ -244,7 +245,7 @@ def _grid(req: PlanRequest, engine: EngineProfile, factors: FactorSet) -> _Grid:
         (pp == 1) | (~dp & (np.array(req.tp_sizes)[ti] == node_gpus[gpu]) & (pp <= req.arch.num_layers)))
     gpu, ti, pi, ki, dp, ep, pp = (a[exists] for a in (gpu, ti, pi, ki, dp, ep, pp))
     tp = np.array(req.tp_sizes)[ti]
-    price = np.array([req.prices.get(g.key, g.usd_per_hour) for g in gpus])[gpu]
+    price = np.array([gpu_price(req, g) for g in gpus])[gpu]
     per_node = node_gpus[gpu]
     checkpoints = [checkpoints_of(req, g) for g in gpus]
     kv_bytes = np.array([[[kv_dtype_bytes(kv, name, req.engine, kv_hint(c)) for kv in req.kv_dtypes]

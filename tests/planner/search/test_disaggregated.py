@@ -173,6 +173,18 @@ def test_a_limit_counts_the_gpus_of_both_pools() -> None:
     assert cheapest.model_dump() not in [c.model_dump() for c in shown]
 
 
+def test_a_pair_that_costs_the_budget_is_within_it() -> None:
+    prices = {"H100": "1.1", "H200": "1.1"}
+    _, result = _plan(constraints={"shapes": ["disaggregated"], "prices": prices})
+    pair = result.recommendation
+    assert pair is not None and [p.gpus for p in pair.roles] == [32, 24]
+    # 8 x 4 x $1.10 + 3 x 8 x $1.10 is 61.60000000000001 in floating point: a budget of $61.60/h allows the pair.
+    assert 8 * (4 * 1.1) + 3 * (8 * 1.1) > 61.6 == pair.cost.dollars_per_hour
+    _, budgeted = _plan(constraints={"shapes": ["disaggregated"], "prices": prices, "budgetDollarsPerHour": "61.6"})
+    shown = budgeted.recommendation
+    assert shown is not None and shown.cost == pair.cost and shown.roles == pair.roles
+
+
 def test_an_engine_without_disaggregated_serving_says_so() -> None:
     _, result = _plan(engine={"name": "tgi"})
     assert all(c is None or c.shape == "aggregated" for c in [result.recommendation, *result.alternatives])

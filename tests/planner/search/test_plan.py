@@ -177,6 +177,17 @@ def test_inventory_and_budget_gates() -> None:
     assert GATES.index("inventory") < GATES.index("budget")
 
 
+def test_a_cost_equal_to_the_budget_is_within_it() -> None:
+    # 3 x $1.10 is 3.3000000000000003 in floating point: a budget of $3.30/h allows those three GPUs, as the number a
+    # user reads ($3.30/h against a budget of $3.30/h) says, and so does every scaled copy (`with_replicas`).
+    assert 3 * 1.1 > 3.3
+    req = request(**{"constraints.prices": {"H100": "1.1"}, "constraints.minReplicas": 3,
+                     "constraints.budgetDollarsPerHour": "3.3"})
+    c = plan(req).recommendation
+    assert c is not None and c.replicas == 3 and c.cost.dollars_per_hour == 3.3
+    assert with_replicas(req, c, 3) is not None and with_replicas(req, c, 4) is None
+
+
 def test_count_bounds_are_where_a_compared_need_would_come_out_otherwise() -> None:
     """`plan()` returns the counts it holds for (`PlanResult.count_bounds`, not serialised): from every need it
     compared with an available count (recorded while it plans, `search.core.recording`)."""
