@@ -405,12 +405,12 @@ def condition(
 
 
 def _recommendation_text(candidate: Candidate) -> str:
-    """`2 x H100-SXM5-80GB, $5.90/h` (`3 x 2 H100-SXM5-80GB` for two GPUs a replica): replicas, GPU type, cost; for
-    one that rests on no measurement (`measured` false), that first, with its cost range (`upperCost`)."""
-    text = (
-        f"{replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)}, "
-        f"${candidate.cost.dollars_per_hour:.2f}/h"
-    )
+    """`2 x H100-SXM5-80GB, $5.90/h` (`3 x 2 H100-SXM5-80GB` for two GPUs a replica): replicas, GPU type, cost; a
+    disaggregated one's pools, both, beside the cost of both (`8 x 4 H100-SXM5-80GB prefill + 3 x 8 H200-SXM-141GB
+    decode, $178.40/h`); for one that rests on no measurement (`measured` false), that first, with its cost range
+    (`upperCost`)."""
+    shape = candidate.pools() or replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)
+    text = f"{shape}, ${candidate.cost.dollars_per_hour:.2f}/h"
     if candidate.measured:
         return text
     upper = candidate.upper_cost

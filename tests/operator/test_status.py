@@ -27,6 +27,7 @@ from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import PlanResult, replica_shape
 from inferplan.planner.search.plan import plan
 from inferplan.planner.spec_parsing import parse_plan
+from tests.planner.search.test_disaggregated import _plan as disaggregated_plan
 from tests.support.plans import spec
 
 BASE = spec(gpuTypes=["H100"], tensorParallelSizes=[1])
@@ -163,6 +164,16 @@ def test_feasible_result() -> None:
                                    "nodeSizes": [{"gpus": 8, "nodes": 1}, {"gpus": 4, "nodes": 1}]}
     assert new["warnings"] == [*result.warnings, *cluster().warnings()]
     assert PlanStatus.model_validate(new).model_dump(by_alias=True, exclude_none=True, mode="json") == new
+
+
+def test_a_disaggregated_recommendation_names_both_pools_beside_their_cost() -> None:
+    # The cost is both pools': the decode pool alone beside it read as one pool costing all of it.
+    _, result = disaggregated_plan(constraints={"shapes": ["disaggregated"]})
+    pair = result.recommendation
+    assert pair is not None and len(pair.roles) == 2
+    message = by_type(status(result=result))["Feasible"]["message"]
+    assert message == f"{pair.pools()}, ${pair.cost.dollars_per_hour:.2f}/h"
+    assert " prefill + " in message and message.count(" decode, $") == 1
 
 
 def test_infeasible_result() -> None:
