@@ -293,14 +293,18 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
 
 
 def format_gpus(gpus: Iterable[GpuSpec]) -> str:
+    """The GPU catalog, one row a GPU: its price as a plan multiplies it (USD per GPU-hour, unrounded), whether that
+    is a quote or the catalog author's estimate (a plan's `provenance.cost`: `catalog` or `estimate`) and its date."""
     rows = []
     for g in gpus:
         rows.append((g.key, g.product_label, f"{g.memory_gib:.1f}", f"{g.memory_bandwidth_gb_s:g}",
                      f"{g.fp16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "-",
-                     g.interconnect, f"{g.usd_per_hour:.2f}", g.price_as_of,
+                     g.interconnect, f"{g.usd_per_hour:g}",
+                     "estimate" if "usd_per_hour" in g.unverified_fields else "quoted", g.price_as_of,
                      str(len(g.unverified_fields))))
-    header = ("key", "node label", "GiB", "GB/s", "FP16 TF", "FP8 TF", "link", "$/h", "price date", "unverified")
-    return "\n".join(_table(header, rows, [False, False, True, True, True, True, False, True, False, True]))
+    header = ("key", "node label", "GiB", "GB/s", "FP16 TF", "FP8 TF", "link", "$/GPU-h", "price", "price date",
+              "unverified")
+    return "\n".join(_table(header, rows, [False, False, True, True, True, True, False, True, False, False, True]))
 
 
 def format_models(models: Iterable[ModelArchitecture]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import re
 import subprocess
 import sys
 from importlib import resources
@@ -23,6 +24,7 @@ import yaml
 
 from inferplan.cli import main
 from inferplan.deploy.manifests import manifests_digest
+from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.model.factors import parse_factors
 from inferplan.planner.results import Candidate, PlanResult, replica_shape
 from tests.support.plans import EXAMPLES, example_spec, planned
@@ -353,6 +355,27 @@ def test_catalog_lists(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
         qwen = next(e for e in entries if e["repo_id"] == "Qwen/Qwen2.5-32B")
         assert "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B" in qwen["derivatives"]
         assert "Qwen/Qwen2.5-32B-Instruct" in qwen["aliases"] and "Qwen/Qwen2.5-32B-Instruct" not in qwen["derivatives"]
+
+
+def test_the_gpu_table_prices_each_gpu_as_a_plan_costs_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The price a plan multiplies (per GPU-hour, unrounded: 2 x 2.4984 is the $4.997/h of two A100s, not 2 x 2.50),
+    and whether it is a quote or the catalog author's estimate (a plan's `provenance.cost`)."""
+    assert main(["catalog", "gpus"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    spans = [m.span() for m in re.finditer(r"-+", lines[1])]  # the columns, by the rule under the header
+
+    def cells(line: str) -> list[str]:
+        return [line[a:b].strip() for a, b in spans]
+
+    header = cells(lines[0])
+    assert "$/GPU-h" in header and "price" in header
+    rows = {cells(line)[0]: cells(line) for line in lines[2:]}
+    for gpu in load_gpu_catalog():
+        row = rows[gpu.key]
+        assert float(row[header.index("$/GPU-h")]) == gpu.usd_per_hour
+        assert row[header.index("price")] == ("estimate" if "usd_per_hour" in gpu.unverified_fields else "quoted")
+    assert rows["A100-SXM4-80GB"][header.index("$/GPU-h")] == "2.4984"
+    assert rows["GB200-NVL72"][header.index("price")] == "estimate"
 
 
 # ----------------------------------------------------------------------------------------------------------
