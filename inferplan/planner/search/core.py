@@ -748,6 +748,28 @@ def gpu_price(req: PlanRequest, gpu: GpuSpec) -> float:
     return req.prices.get(gpu.key, gpu.usd_per_hour)
 
 
+_PRICE_BASES = ("estimate", "catalog", "spec")  # the weakest first
+
+
+def price_basis(req: PlanRequest, *gpus: GpuSpec) -> str:
+    """Where the prices of `gpus` (each pool's) come from, a candidate's `provenance.cost`: `spec` (the plan's
+    `constraints.prices`), `catalog` (the catalog's quote) or `estimate` (the catalog author's, no quote); of several
+    the weakest, so that one pool priced from an estimate makes the whole cost one."""
+    def basis(gpu: GpuSpec) -> str:
+        return ("spec" if gpu.key in req.prices else "estimate" if "usd_per_hour" in gpu.unverified_fields
+                else "catalog")
+    return min((basis(gpu) for gpu in gpus), key=_PRICE_BASES.index)
+
+
+def price_warning(req: PlanRequest, gpu: GpuSpec) -> str | None:
+    """The warning of a candidate priced from the catalog's estimate for `gpu` (`price_basis`), None where the
+    price is quoted or the plan's own: a cost is the answer's second half, so say where no quote stands behind it."""
+    if price_basis(req, gpu) != "estimate":
+        return None
+    return (f"{gpu.key}: ${gpu_price(req, gpu):g} per GPU-hour is the catalog's estimate ({gpu.price_as_of}), no "
+            "quoted price: give constraints.prices with yours (docs/catalogs-gpus.md#prices)")
+
+
 BUDGET_TOLERANCE = 1e-9
 """A cost [$/h] over the budget by at most this share of it is within it: a sum of prices in floating point (3 x
 $1.10 = $3.3000000000000003) may land a hair above the budget it equals."""
@@ -802,10 +824,9 @@ def _candidate(
     label_key, label = node_selector(gpu, req)
     warnings = [f"{gpu.key}: figures not yet verified against a datasheet: {', '.join(gpu.unverified_fields)}"
                 ] if {"memory_bandwidth_gb_s", "fp16_tflops"} & set(gpu.unverified_fields) else []
-    estimated = gpu.key not in req.prices and "usd_per_hour" in gpu.unverified_fields
-    if estimated:  # a cost is the answer's second half: say where no quote stands behind it
-        warnings.append(f"{gpu.key}: ${price:g} per GPU-hour is the catalog's estimate ({gpu.price_as_of}), no quoted "
-                        "price: give constraints.prices with yours (docs/catalogs-gpus.md#prices)")
+    estimate = price_warning(req, gpu)
+    if estimate:
+        warnings.append(estimate)
     if _tail_warning(req):
         warnings.append(_tail_warning(req))
     if replicas > SANITY_REPLICAS:
@@ -886,7 +907,7 @@ def _candidate(
             "predicted": "calibrated" if measured_lines else "extrapolated",
             "measuredLines": str(measured_lines),
             "kernels": basis.kind,
-            "cost": "spec" if gpu.key in req.prices else "estimate" if estimated else "catalog",
+            "cost": price_basis(req, gpu),
             "memory": "calibrated",
             "engineDefaults": "assumed",
             "engineVersion": launch.version_line or "unversioned",

@@ -65,6 +65,8 @@ from inferplan.planner.search.core import (
     output_tokens_per_hour,
     over_budget,
     pools_placed,
+    price_basis,
+    price_warning,
 )
 from inferplan.planner.search.core import (
     _candidate as aggregated_candidate,
@@ -512,13 +514,17 @@ def _candidate(req: PlanRequest, engine: EngineProfile, factors: FactorSet, grid
              f"prompt's KV cache to {replica_shape(dec_replicas, dec_shape.tp, dec_shape.gpu.key)} decode at "
              f"{req.network_gbps:g} "
              "Gb/s per GPU (constraints.networkGbps); needs RDMA between the pods and a P/D router in front"]
+    # The cost is both pools': so are its basis and the warning of a price that is an estimate.
+    estimate = price_warning(req, pre_shape.gpu)
+    warnings = base.warnings if estimate is None or estimate in base.warnings else [*base.warnings, estimate][:16]
     return base.model_copy(update={
-        "shape": "disaggregated", "roles": roles, "gpus": gpus,
+        "shape": "disaggregated", "roles": roles, "gpus": gpus, "warnings": warnings,
         "engine_args": roles[1].engine_args,
         "cost": cost_of(_pool_prices(rows, pre, pre_replicas, dec, dec_replicas), output_tokens_per_hour(req)),
         "headroom": rounded(max(0.0, spare)),
         "engine_notes": [*base.engine_notes, *notes][:8],
-        "provenance": base.provenance | {"kvTransfer": f"{req.network_gbps:g}Gbps-per-gpu",
+        "provenance": base.provenance | {"cost": price_basis(req, pre_shape.gpu, dec_shape.gpu),
+                                         "kvTransfer": f"{req.network_gbps:g}Gbps-per-gpu",
                                          PREFILL_LINES: str(measured_lines_on(req, factors, pre_shape.gpu))},
     })
 

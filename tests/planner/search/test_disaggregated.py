@@ -185,6 +185,24 @@ def test_a_pair_that_costs_the_budget_is_within_it() -> None:
     assert shown is not None and shown.cost == pair.cost and shown.roles == pair.roles
 
 
+def test_a_pairs_cost_is_as_sure_as_its_least_sure_price() -> None:
+    # A GB200 prefill pool (priced from the catalog author's estimate: half a Superchip's quote) before an H200 decode
+    # pool (a quoted price): the pair's cost rests on the estimate, and says so as an aggregated GB200 would.
+    _, result = _plan(constraints={"shapes": ["disaggregated"], "gpuTypes": ["GB200-NVL72", "H200-SXM-141GB"]})
+    mixed = [c for c in all_shown(result) if [p.gpu_type for p in c.roles] == ["GB200-NVL72", "H200-SXM-141GB"]]
+    assert mixed
+    for pair in mixed:
+        assert pair.provenance["cost"] == "estimate"
+        assert any(w.startswith("GB200-NVL72: $4.54 per GPU-hour is the catalog's estimate") for w in pair.warnings)
+    # The plan's own price for the decode pool's GPU alone: the prefill pool's is still the catalog's.
+    _, priced = _plan(constraints={"shapes": ["disaggregated"], "prices": {"H200": "3.5"}})
+    pair = priced.recommendation
+    assert pair is not None and [p.gpu_type for p in pair.roles] == ["H100-SXM5-80GB", "H200-SXM-141GB"]
+    assert pair.provenance["cost"] == "catalog"
+    _, both = _plan(constraints={"shapes": ["disaggregated"], "prices": {"H200": "3.5", "H100": "2.95"}})
+    assert both.recommendation is not None and both.recommendation.provenance["cost"] == "spec"
+
+
 def test_an_engine_without_disaggregated_serving_says_so() -> None:
     _, result = _plan(engine={"name": "tgi"})
     assert all(c is None or c.shape == "aggregated" for c in [result.recommendation, *result.alternatives])
