@@ -26,6 +26,8 @@ from inferplan.planner.search.annotate import (
 )
 from inferplan.planner.search.core import (
     _COUNTED,
+    BUDGET_TOLERANCE,
+    cost_per_hour,
     over_budget,
     pools_placed,
 )
@@ -95,8 +97,9 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
                             max_gpus_per_type={}, max_replicas=None, budget_usd_per_hour=None))
         if free is not None:
             changes = []
-            if over_budget(req, free.cost.dollars_per_hour):
-                changes.append(f"budgetDollarsPerHour {math.ceil(free.cost.dollars_per_hour)} "
+            cost = cost_per_hour(req, free)  # unrounded: the budget suggested admits it (`over_budget`)
+            if over_budget(req, cost):
+                changes.append(f"budgetDollarsPerHour {math.ceil(cost / (1.0 + BUDGET_TOLERANCE))} "
                                f"(now {req.budget_usd_per_hour:g})")
             if req.max_gpus is not None and free.gpus > req.max_gpus:
                 changes.append(f"maxGpus {free.gpus} (now {req.max_gpus})")

@@ -57,6 +57,7 @@ from inferplan.planner.results import (
     SloCheck,
     UpperCost,
     cost_of,
+    dollars_per_hour,
     headroom,
     rounded,
 )
@@ -746,6 +747,13 @@ class _Rows:
 def gpu_price(req: PlanRequest, gpu: GpuSpec) -> float:
     """What one `gpu` costs the plan an hour [USD]: its `constraints.prices`, else the catalog's."""
     return req.prices.get(gpu.key, gpu.usd_per_hour)
+
+
+def cost_per_hour(req: PlanRequest, c: Candidate) -> float:
+    """What `c`'s GPUs (each pool's, for a disaggregated one) cost the plan an hour [USD], unrounded: what its limits
+    are judged by, where `Candidate.cost` is `rounded` (to four significant digits: $1000/h for $1000.40/h)."""
+    catalog = load_gpu_catalog()
+    return dollars_per_hour([(pool.gpus, gpu_price(req, catalog.get(pool.gpu_type))) for pool in c.roles or [c]])
 
 
 _PRICE_BASES = ("estimate", "catalog", "spec")  # the weakest first

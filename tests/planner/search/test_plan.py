@@ -188,6 +188,19 @@ def test_a_cost_equal_to_the_budget_is_within_it() -> None:
     assert with_replicas(req, c, 3) is not None and with_replicas(req, c, 4) is None
 
 
+def test_the_budget_a_suggestion_names_admits_the_deployment_it_names() -> None:
+    # 2 x $500.20 is $1000.40/h, shown as 1000 (four significant digits): a suggested budget of $1000/h would not
+    # admit it, so the plan a user makes from the suggestion would be infeasible again.
+    changes = {"constraints.prices": {"H100": "500.2"}, "constraints.budgetDollarsPerHour": "600"}
+    result = plan(request(**changes))
+    assert result.recommendation is None
+    line = next(s for s in result.suggestions if s.startswith("limits: budgetDollarsPerHour "))
+    suggested = line.split()[2]
+    assert suggested == "1001", line
+    taken = plan(request(**{**changes, "constraints.budgetDollarsPerHour": suggested}))
+    assert taken.recommendation is not None and taken.recommendation.replicas == 2
+
+
 def test_count_bounds_are_where_a_compared_need_would_come_out_otherwise() -> None:
     """`plan()` returns the counts it holds for (`PlanResult.count_bounds`, not serialised): from every need it
     compared with an available count (recorded while it plans, `search.core.recording`)."""
