@@ -20,7 +20,7 @@ import pytest
 
 from inferplan.observe.prometheus import EndpointsFile
 from inferplan.operator import kube, metrics
-from inferplan.operator.controller import Controller, Plan
+from inferplan.operator.controller import Controller, Plan, planning_slots
 from inferplan.operator.inventory import Inventory, NodeGpus, build_inventory, node_gpus
 from inferplan.operator.pool import PlannerPool
 from inferplan.operator.reconcile import Outcome, reconcile_plan
@@ -457,6 +457,54 @@ def test_a_plan_with_its_own_available_gpus_is_not_planned_again_at_every_check(
         return task is not None
 
     assert not asyncio.run(due())
+
+
+def test_plans_queued_for_a_planner_wait_before_unpacking_their_spec_and_status(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of plans due at once (created together, an inventory change, an upgrade) each unpacked their spec
+    and status (74 KiB parsed for a status of 18 KB) and then waited for a planner: 700 MiB of the operator at
+    10,000 plans. Only `planning_slots` reconciles that plan run at once; the others wait unpacked nothing, and
+    every plan is still answered."""
+    controller = cluster.controller
+    slots = planning_slots(controller.settings)
+    plans = 3 * slots
+    for i in range(plans):
+        controller.seen(f"uid-{i}", NAMESPACE, f"chat-{i}", 1, CHAT, None)
+    unpacked = 0
+    status_of = cast(property, Plan.status)
+
+    def counting(plan: Plan) -> Any:
+        nonlocal unpacked
+        unpacked += 1
+        return status_of.fget(plan)
+
+    async def load() -> tuple[int, int]:
+        gate = asyncio.Event()
+        planning = cluster.pool.plan
+
+        async def held(*args: Any) -> Outcome:
+            await gate.wait()
+            return await planning(*args)
+
+        monkeypatch.setattr(cluster.pool, "plan", held)
+        now, inventory = time.monotonic(), controller.inventory()
+        for i in range(plans):
+            controller._check(f"uid-{i}", inventory, now)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        waiting = unpacked
+        gate.set()
+        await asyncio.gather(*controller._tasks.values())
+        return waiting, len(cluster.pool.asked)
+
+    monkeypatch.setattr(Plan, "status", property(counting, status_of.fset))
+    try:
+        waiting, asked = asyncio.run(load())
+    finally:
+        for i in range(plans):
+            controller.forget(f"uid-{i}", NAMESPACE, f"chat-{i}")
+    assert waiting == slots  # all `plans` unpacked theirs before
+    assert asked == plans and len(cluster.api.writes) == plans
 
 
 def test_plans_whose_statuses_record_the_same_inventory_keep_one_copy_of_it() -> None:
