@@ -508,7 +508,10 @@ class Controller:
             now = time.monotonic()
             registry.planned_inputs[uid] = inputs
             registry.last_planned[uid] = now
-            registry.answered[uid] = Answer(generation, new["inventory"], now, written=not kept)
+            # Kept until the plan is planned again: the shared entries, as the status's own (`Plan.checked`), not a
+            # copy per plan.
+            registry.answered[uid] = Answer(generation, [_shared_entry(e) for e in new["inventory"]], now,
+                                            written=not kept)
         latest = registry.plans.get(uid)
         if latest is not None and latest.generation == generation and not kept and not unchanged:
             latest.status = new  # what the server has now, before its event comes back

@@ -507,6 +507,18 @@ def test_plans_queued_for_a_planner_wait_before_unpacking_their_spec_and_status(
     assert asked == plans and len(cluster.api.writes) == plans
 
 
+def test_the_answer_a_reconcile_keeps_shares_the_inventory_entries_of_the_status(cluster: Cluster) -> None:
+    """What the registry keeps of a plan's last answer (the inventory its ranges hold for) was the status's own
+    parsed list, one copy per plan kept until it was planned again; it shares the entries the checks keep instead."""
+    cluster.add(CHAT)
+    cluster.reconcile()
+    ((_, _, patch),) = cluster.api.writes
+    registry = cluster.controller.registry
+    answer, checked = registry.answered[UID], cast(dict, registry.plans[UID].checked)
+    assert answer.inventory == patch["inventory"] == checked["inventory"]
+    assert all(a is b for a, b in zip(answer.inventory, checked["inventory"], strict=True))
+
+
 def test_plans_whose_statuses_record_the_same_inventory_keep_one_copy_of_it() -> None:
     # Each event of a plan brings its status parsed afresh; the inventory entries the checks keep parsed were 5-7
     # KiB of every plan (50-70 MiB of the operator at 10,000 plans), the same entries on one cluster over and over.
