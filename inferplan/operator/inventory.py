@@ -8,7 +8,8 @@ What counts: allocatable GPUs on schedulable, ready nodes whose product label th
 MIG slices and shared (time-sliced / MPS) GPUs are not whole GPUs for serving a model, so they are reported
 in the warnings but never counted; products the catalog does not know are reported the same way, never raised.
 GPU nodes left out for another reason (cordoned, not Ready or without a Ready condition, no allocatable GPUs)
-are named in the warnings with the reason, at most MAX_NAMED of them.
+are named in the warnings with the reason, at most MAX_NAMED of them. One plan's warnings (`Inventory.usable`)
+name only the nodes and labels of the GPU types it may use, and those of no type the catalog knows.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from inferplan.planner.names import CatalogLookupError
 from inferplan.planner.spec import NETWORK_LABEL
 
 __all__ = ["AMD", "NVIDIA", "GpuVendor", "Inventory", "InventoryEntry", "NodeGpus", "NodeSize", "build_inventory",
-           "node_gpus"]
+           "is_inventory_warning", "node_gpus"]
 
 
 _VENDORS = (NVIDIA, AMD)  # a node labelled by both is read as NVIDIA
@@ -188,16 +189,20 @@ class Inventory:
     unknown_products: tuple[str, ...]  # product labels the catalog does not know (sorted, unique)
     shared_or_mig: tuple[str, ...]  # product labels with -MIG-<profile> / -SHARED suffixes (sorted, unique)
     restricted: bool = False  # entries limited to the GPU types one plan may use (`usable`)
-    # GPU nodes left out, as (node, why), sorted: cordoned, not ready, no allocatable GPUs
-    skipped: tuple[tuple[str, str], ...] = ()
+    # GPU nodes left out, as (node, why, catalog GPU key or None where the catalog knows no type of its label),
+    # sorted: cordoned, not ready, no allocatable GPUs, another spelling
+    skipped: tuple[tuple[str, str, str | None], ...] = ()
 
     def usable(self, gpu_types: frozenset[str] | None) -> Inventory:
-        """The entries of the catalog GPU types `gpu_types` only (a plan's constraints.gpuTypes; None: every
-        type): what one plan's status reports, so that a node of a type it cannot use changes nothing in it.
-        The warnings stay: they are about the cluster's nodes."""
+        """What one plan's status reports, whose constraints.gpuTypes are the catalog GPU types `gpu_types` (None:
+        every type): their entries, and the warnings about their nodes and labels and those of no type the catalog
+        knows (unknown products, nodes without a product label), so that a node of a type the plan cannot use
+        changes nothing in its status: not its inventory, nor its warnings."""
         if gpu_types is None:
             return self
-        return replace(self, entries=tuple(e for e in self.entries if e.gpu_type in gpu_types), restricted=True)
+        return replace(self, entries=tuple(e for e in self.entries if e.gpu_type in gpu_types), restricted=True,
+                       shared_or_mig=tuple(p for p in self.shared_or_mig if _gpu_key(p) in gpu_types | {None}),
+                       skipped=tuple(s for s in self.skipped if s[2] is None or s[2] in gpu_types))
 
     def available(self) -> dict[str, int]:
         """Canonical GPU key -> allocatable GPUs (types with none are left out); PlanRequest.available_gpus."""
@@ -235,15 +240,32 @@ class Inventory:
         """One sentence per kind of GPU that nodes carry but the inventory does not count."""
         warnings: list[str] = []
         if self.unknown_products:
-            warnings.append(_listed("GPU products the catalog does not know are not counted: ",
-                                    self.unknown_products))
+            warnings.append(_listed(_UNKNOWN_HEAD, self.unknown_products))
         if self.shared_or_mig:
-            warnings.append(_listed("MIG slices and shared GPUs are not whole GPUs for serving a model and are not "
-                                    "counted: ", self.shared_or_mig))
+            warnings.append(_listed(_SHARED_HEAD, self.shared_or_mig))
         if self.skipped:
-            warnings.append(_listed(f"GPU nodes not counted ({len(self.skipped)}): ",
-                                    [f"{node} ({why})" for node, why in self.skipped]))
+            warnings.append(_listed(f"{_SKIPPED_HEAD}({len(self.skipped)}): ",
+                                    [f"{node} ({why})" for node, why, _ in self.skipped]))
         return warnings
+
+
+_UNKNOWN_HEAD = "GPU products the catalog does not know are not counted: "
+_SHARED_HEAD = "MIG slices and shared GPUs are not whole GPUs for serving a model and are not counted: "
+_SKIPPED_HEAD = "GPU nodes not counted "
+
+
+def is_inventory_warning(warning: str) -> bool:
+    """Whether a status warning is one of `Inventory.warnings` (about the nodes as they were when it was written):
+    those a status's warnings replace when the nodes change (`status.with_inventory_warnings`)."""
+    return warning.startswith((_UNKNOWN_HEAD, _SHARED_HEAD, _SKIPPED_HEAD))
+
+
+def _gpu_key(product: str) -> str | None:
+    """The catalog key of a product label, its MIG or sharing suffix left out; None where the catalog knows none."""
+    try:
+        return resolve_gpu(parse_gpu_product(product).base).key
+    except CatalogLookupError:
+        return None
 
 
 def _listed(head: str, items: Sequence[str]) -> str:
@@ -291,12 +313,12 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     """
     unknown: set[str] = set()
     shared_or_mig: set[str] = set()
-    skipped: set[tuple[str, str]] = set()
+    skipped: set[tuple[str, str, str | None]] = set()
     typed: list[tuple[str, NodeGpus]] = []
     label_gpus: dict[str, dict[str, int]] = {}
     for node in nodes:
         if not (node.schedulable and node.ready) or not node.product:
-            skipped.add((node.node, _why_skipped(node)))
+            skipped.add((node.node, _why_skipped(node), _gpu_key(node.product) if node.product else None))
             continue
         label = parse_gpu_product(node.product)
         if label.mig_profile or label.shared:
@@ -308,7 +330,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
             unknown.add(node.product)
             continue
         if node.gpus <= 0:
-            skipped.add((node.node, _why_skipped(node)))
+            skipped.add((node.node, _why_skipped(node), key))
             continue
         typed.append((key, node))
         by_label = label_gpus.setdefault(key, {})
@@ -322,7 +344,7 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     for key, node in typed:
         if node.product != chosen[key]:
             skipped.add((node.node, f"labelled {node.product}, another spelling of {key}: a node selector reaches "
-                                    f"the nodes of one label value, {chosen[key]} (the most GPUs)"))
+                                    f"the nodes of one label value, {chosen[key]} (the most GPUs)", key))
             continue
         gpus[key] = gpus.get(key, 0) + node.gpus
         node_count[key] = node_count.get(key, 0) + 1
@@ -342,4 +364,5 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
         for key in sorted(gpus)
     )
     return Inventory(entries=entries, unknown_products=tuple(sorted(unknown)),
-                     shared_or_mig=tuple(sorted(shared_or_mig)), skipped=tuple(sorted(skipped)))
+                     shared_or_mig=tuple(sorted(shared_or_mig)),
+                     skipped=tuple(sorted(skipped, key=lambda s: (s[0], s[1], s[2] or ""))))

@@ -106,7 +106,7 @@ def test_gpus_advertised_only_as_shares_or_slices_are_not_counted_from_the_count
     assert result.gpus == 0
     assert result.problems == (f"GPUs advertised only as {resource}: shared or MIG slices, no whole nvidia.com/gpu",)
     inventory = build_inventory([result])
-    assert inventory.entries == () and inventory.skipped == (("n1", result.problems[0]),)
+    assert inventory.entries == () and [s[:2] for s in inventory.skipped] == [("n1", result.problems[0])]
 
 
 def test_whole_gpus_beside_mig_slices_count() -> None:
@@ -218,7 +218,8 @@ def test_nodes_with_no_allocatable_gpus_contribute_nothing() -> None:
     inventory = build_inventory([node("a", H100, 0), node("b", H100, 4)])
     assert inventory.available() == {"H100-SXM5-80GB": 4}
     assert inventory.entries[0].nodes == 1
-    assert build_inventory([node("a", H100, 0)]) == Inventory((), (), (), skipped=(("a", "no allocatable GPUs"),))
+    assert build_inventory([node("a", H100, 0)]) == Inventory((), (), (),
+                                                              skipped=(("a", "no allocatable GPUs", "H100-SXM5-80GB"),))
 
 
 def test_skipped_gpu_nodes_are_named_with_the_reason() -> None:
@@ -232,13 +233,34 @@ def test_skipped_gpu_nodes_are_named_with_the_reason() -> None:
                     unschedulable=True, name="drained")]
     inventory = build_inventory(nodes)
     assert inventory.available() == {"H100-SXM5-80GB": 8}
-    assert inventory.skipped == (("drained", "unschedulable, Ready=False"),
-                                 ("no-allocatable", "no allocatable nvidia.com/gpu"),
-                                 ("no-ready", "no Ready condition"), ("zero", "0 allocatable nvidia.com/gpu"))
+    assert [s[:2] for s in inventory.skipped] == [("drained", "unschedulable, Ready=False"),
+                                                  ("no-allocatable", "no allocatable nvidia.com/gpu"),
+                                                  ("no-ready", "no Ready condition"),
+                                                  ("zero", "0 allocatable nvidia.com/gpu")]
     assert inventory.warnings() == [
         "GPU nodes not counted (4): drained (unschedulable, Ready=False), no-allocatable (no allocatable "
         "nvidia.com/gpu), no-ready (no Ready condition), zero (0 allocatable nvidia.com/gpu)"]
-    assert inventory.usable(frozenset({"L4"})).warnings() == inventory.warnings()  # about the cluster's nodes
+    assert inventory.usable(frozenset({"H100-SXM5-80GB"})).warnings() == inventory.warnings()
+
+
+def test_one_plans_warnings_name_the_nodes_of_its_gpu_types_and_of_no_known_type() -> None:
+    """A plan's status names the nodes and labels of the GPU types it may use, and those of no type the catalog
+    knows: its warnings (which the operator rewrites as nodes change) had named every GPU node of the cluster, so an
+    L40S node cordoned would have rewritten the status of a plan that may use H100 only."""
+    mig = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+    nodes = [node("h100-ok"), node("h100-cordoned", schedulable=False), node("l40s-cordoned", "NVIDIA-L40S",
+                                                                              schedulable=False),
+             node("a100-mig", mig, 56), node("h100-mig", f"{H100}-SHARED", 32), node("zeta", "Zeta-9"),
+             node("zeta-cordoned", "Zeta-9", schedulable=False),
+             parsed({}, {"nvidia.com/gpu": "8"}, name="unlabelled")]
+    inventory = build_inventory(nodes)
+    assert inventory.usable(frozenset({"H100-SXM5-80GB"})).warnings() == [
+        "GPU products the catalog does not know are not counted: Zeta-9",
+        f"MIG slices and shared GPUs are not whole GPUs for serving a model and are not counted: {H100}-SHARED",
+        f"GPU nodes not counted (3): h100-cordoned (unschedulable), unlabelled ({NO_PRODUCT_LABEL}), "
+        "zeta-cordoned (unschedulable)"]
+    assert inventory.usable(None).warnings() == inventory.warnings()
+    assert "l40s-cordoned (unschedulable)" in inventory.warnings()[-1] and mig in inventory.warnings()[1]
 
 
 def test_the_skipped_nodes_warning_is_bounded() -> None:
