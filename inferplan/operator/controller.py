@@ -11,7 +11,8 @@ process (start, restart, taking over from a peer) unless its status already answ
 inventory and planner version; when the GPU inventory of the types it can use changes so that the answer may
 not hold (a type comes or goes, or a count leaves the range the status records: `scheduling.inventory_holds`;
 checked every INFERPLAN_CHECK_SECONDS); and at least every INFERPLAN_RESYNC_SECONDS. A plan with spec.observe
-is observed every INFERPLAN_OBSERVE_SECONDS.
+is observed every INFERPLAN_OBSERVE_SECONDS. A plan whose status's warnings about the nodes no longer describe them
+(a node of its types cordoned or back while the count stays within the range) has only those rewritten.
 
 Why this shape (bench/bench_operator_load.py, docs/operator.md "Scale"): a kopf timer per plan costs ~70 KiB
 of memory and a handler call every few seconds per plan, and makes kopf put its finalizer on every plan (a
@@ -73,7 +74,13 @@ from inferplan.operator.scheduling import (
     work_due,
 )
 from inferplan.operator.settings import OperatorSettings
-from inferplan.operator.status import next_status, only_ranges_moved, ranges_text, status_patch
+from inferplan.operator.status import (
+    next_status,
+    only_ranges_moved,
+    ranges_text,
+    status_patch,
+    with_inventory_warnings,
+)
 from inferplan.planner.spec_parsing import PlanError
 
 ANSWER_GRACE_S = 120.0
@@ -81,7 +88,7 @@ ANSWER_GRACE_S = 120.0
 status has not shown an answer for this long is the write taken for lost, and the plan planned again."""
 
 
-_CHECKED = ("observedGeneration", "plannerVersion", "inventory")
+_CHECKED = ("observedGeneration", "plannerVersion", "inventory", "warnings")
 CHECKED_CONSTRAINTS = ("gpuTypes", "availableGpus")
 """The constraints the checks read (`scheduling.usable_gpu_types`: the GPU types a plan may use, which its own
 availableGpus names where it names no gpuTypes). Kept parsed with the plan: without availableGpus the checks took
@@ -139,7 +146,7 @@ class Plan:
     Its spec and status are kept packed (zlib-compressed JSON: about 2 KiB for a status whose parsed dicts take
     about 27 KiB, and 0.5 KiB for a 4 KiB spec; parsed, they were most of the operator's memory at 10,000 plans)
     and unpacked for a reconcile. What the checker reads of them every few seconds stays parsed: `checked`, the
-    status's generation, planner version, inventory ranges and Ready condition (`scheduling.unanswered`,
+    status's generation, planner version, inventory ranges, warnings and Ready condition (`scheduling.unanswered`,
     `work_due`), and `checked_spec`, the spec's constraints.gpuTypes and availableGpus, model.configMapRef and
     observe."""
 
@@ -178,6 +185,8 @@ class Plan:
         checked = {key: value[key] for key in _CHECKED if key in value}
         if isinstance(checked.get("inventory"), list):
             checked["inventory"] = [_shared_entry(entry) for entry in checked["inventory"]]
+        if isinstance(checked.get("warnings"), list):  # mostly the same few texts in every plan's status: shared
+            checked["warnings"] = [sys.intern(w) if isinstance(w, str) else w for w in checked["warnings"]]
         self.checked: dict[str, Any] | None = None if not value else {
             **checked, "conditions": _checked_ready(value.get("conditions"))}
 
@@ -198,21 +207,33 @@ class Registry:
 
 
 class InventoryCache:
-    """The inventory, rebuilt only when the nodes changed (every check of every plan asks for it), and its
-    entries as the status records them."""
+    """The inventory, rebuilt only when the nodes changed (every check of every plan asks for it), its entries as
+    the status records them, and its warnings as the status of a plan of some GPU types records them."""
 
     def __init__(self) -> None:
         self.nodes: frozenset[NodeGpus] | None = None
         self.inventory = build_inventory(())
         self.entries: list[dict[str, Any]] = []
+        self._warnings: dict[frozenset[str] | None, list[str]] = {}
 
     def get(self, nodes: frozenset[NodeGpus]) -> Inventory:
         if nodes != self.nodes:
             self.inventory = build_inventory(nodes)
             self.entries = [entry.model_dump(by_alias=True) for entry in self.inventory.entries]
+            self._warnings = {}
             self.nodes = nodes
             metrics.record_inventory(self.inventory.available())
         return self.inventory
+
+    def warnings(self, spec: Mapping[str, Any], inventory: Inventory) -> list[str]:
+        """The inventory's warnings for the GPU types the plan can use (`Inventory.usable`), as its status has them
+        (`next_status`, `with_inventory_warnings`)."""
+        types = usable_gpu_types(spec)
+        if inventory is not self.inventory:
+            return inventory.usable(types).warnings()
+        if types not in self._warnings:
+            self._warnings[types] = self.inventory.usable(types).warnings()
+        return self._warnings[types]
 
     def relevant(self, spec: Mapping[str, Any], inventory: Inventory) -> list[dict[str, Any]]:
         """The entries of the GPU types the plan can use, as its status records them (shared dicts)."""
@@ -350,7 +371,7 @@ class Controller:
                         last_planned=registry.last_planned.setdefault(uid, now),
                         last_observed=registry.last_observed.get(uid, -math.inf),
                         resync_s=self.settings.resync_seconds, observe_s=self.settings.observe_seconds,
-                        answer_grace_s=ANSWER_GRACE_S)
+                        answer_grace_s=ANSWER_GRACE_S, warnings_hold=self._warnings_hold(plan, inventory))
         if work and plan.seen_at < self._active_since:
             # Seen before this replica began to work: what it holds of the plan may be older than a peer's answer
             # (kopf, resuming, lists every plan again, but not all at once). Read it again before any work.
@@ -359,6 +380,13 @@ class Controller:
         elif work:
             self._tasks[uid] = asyncio.get_running_loop().create_task(
                 self._work(plan, work.replan, work.observe), name=f"reconcile {plan.namespace}/{plan.name}")
+
+    def _warnings_hold(self, plan: Plan, inventory: Inventory) -> bool:
+        """Whether the plan's status (none: nothing to rewrite) says of the nodes what they are now."""
+        warnings = (plan.checked or {}).get("warnings")
+        if not isinstance(warnings, list):
+            return True
+        return with_inventory_warnings(warnings, self.inventories.warnings(plan.checked_spec, inventory)) == warnings
 
     async def _refresh(self, plan: Plan) -> None:
         """Read `plan` from the API server and take it as an event would show it (`seen`); let it go if it is gone
@@ -464,6 +492,9 @@ class Controller:
             new = await self._plan(plan, current)
         else:
             new = dict(current or {})
+            if isinstance(new.get("warnings"), list):  # the nodes as they are now (`work_due`: Work.rewarn)
+                new["warnings"] = with_inventory_warnings(
+                    new["warnings"], self.inventories.warnings(plan.spec, self.inventory()))
             if observe and new.get("recommendation") and current_deployment_name(plan.spec):
                 body = await self._current_deployment(plan)
                 new = await asyncio.get_running_loop().run_in_executor(self.api, functools.partial(

@@ -34,13 +34,15 @@ class Answer:
 
 @dataclass(frozen=True)
 class Work:
-    """What a plan needs now: planning again, observing, neither or both."""
+    """What a plan needs now: planning again, observing, neither or both; or, where it needs neither, only its
+    warnings about the nodes rewritten (`status.with_inventory_warnings`)."""
 
     replan: bool
     observe: bool
+    rewarn: bool = False
 
     def __bool__(self) -> bool:
-        return self.replan or self.observe
+        return self.replan or self.observe or self.rewarn
 
 
 @functools.lru_cache(maxsize=4096)
@@ -139,7 +141,7 @@ def unanswered(spec: Mapping[str, Any], status: Mapping[str, Any] | None, genera
 
 def work_due(*, generation: int, status: Mapping[str, Any] | None, relevant: list[dict[str, Any]],
              answer: Answer | None, observes: bool, now: float, last_planned: float, last_observed: float,
-             resync_s: float, observe_s: float, answer_grace_s: float) -> Work:
+             resync_s: float, observe_s: float, answer_grace_s: float, warnings_hold: bool = True) -> Work:
     """What a plan needs at `now` (monotonic seconds).
 
     Planned again when its status is behind its generation or its usable inventory (a GPU type came or went, or
@@ -150,7 +152,9 @@ def work_due(*, generation: int, status: Mapping[str, Any] | None, relevant: lis
     was last planned. Observed (a plan with spec.observe) every `observe_s`, and with the planning of a generation
     its status does not answer yet: the one write of that answer then carries the observation conditions of the
     same generation (else they stay at the generation before until the next observation, a second write of every
-    spec edit)."""
+    spec edit). Neither, but its warnings about the nodes no longer describe them (`warnings_hold` False: a node
+    of its types cordoned, tainted, relabelled or back, the count within its range): those warnings are rewritten,
+    and nothing is planned."""
     status = status or {}
     new_generation = status.get("observedGeneration") != generation
     behind = new_generation or not inventory_holds(status.get("inventory", []), relevant)
@@ -158,7 +162,7 @@ def work_due(*, generation: int, status: Mapping[str, Any] | None, relevant: lis
     lost = behind and answered and answer is not None and answer.written and now - answer.at >= answer_grace_s
     replan = (behind and (not answered or lost)) or now - last_planned >= resync_s
     observe = observes and (now - last_observed >= observe_s or (replan and new_generation))
-    return Work(replan=replan, observe=observe)
+    return Work(replan=replan, observe=observe, rewarn=not (replan or warnings_hold))
 
 
 def leads(peers: Mapping[str, Any], identity: str, priority: int, now: datetime.datetime) -> bool:

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from inferplan.operator.inventory import Inventory, NodeSize
+from inferplan.operator.inventory import Inventory, NodeSize, is_inventory_warning
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
@@ -516,7 +516,7 @@ def next_status(
         available = make("InventoryAvailable", "False", "NoGpus", "no schedulable node has a known GPU")
     conditions = [ready, feasible, available, *_other_conditions(old)][:_MAX_CONDITIONS]
 
-    warnings = list(dict.fromkeys([*extra_warnings, *(result.warnings if result else ()), *inventory.warnings()]))
+    warnings = with_inventory_warnings([*extra_warnings, *(result.warnings if result else ())], inventory.warnings())
     planned = PlanStatus(
         observed_generation=generation,
         conditions=conditions,
@@ -528,7 +528,7 @@ def next_status(
         infeasible=list(result.infeasible[:_MAX_CANDIDATES]) if result else [],
         inventory=inventory_ranges(inventory, bounds or {}),
         planner_version=planner_version,
-        warnings=warnings[:_MAX_WARNINGS],
+        warnings=warnings,
         assumptions=list(result.assumptions[:16]) if result else [],
         suggestions=list(result.suggestions[:12]) if result else [],
         shapes=list(result.shapes[:4]) if result else [],
@@ -661,6 +661,16 @@ def _merge_patch(old: Mapping[str, Any], new: Mapping[str, Any], *, remove: bool
 
 
 _RANGE_KEYS = ("minGpus", "maxGpus", "nodeSizes")
+
+
+def with_inventory_warnings(warnings: Sequence[str], inventory_warnings: Sequence[str]) -> list[str]:
+    """A status's `warnings` with those about the nodes (`inventory.is_inventory_warning`) replaced by
+    `inventory_warnings` (`Inventory.warnings` of the inventory the plan may use, as it is now), deduplicated in
+    that order and capped as the status holds them. The operator rewrites a status's warnings with it when nodes
+    change without changing the answer (a node cordoned or uncordoned while the count stays within its range):
+    the answer is not planned again for that, but the warnings describe the nodes as they are."""
+    kept = [w for w in warnings if not is_inventory_warning(w)]
+    return list(dict.fromkeys([*kept, *inventory_warnings]))[:_MAX_WARNINGS]
 
 
 def only_ranges_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:

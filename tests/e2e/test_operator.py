@@ -625,3 +625,96 @@ def test_nodes_spelling_one_gpu_type_differently_count_only_where_the_node_selec
     finally:
         for name in added:
             core.delete_node(name)
+
+
+def _not_counted(status: dict[str, Any]) -> str:
+    """The status's warning that names the GPU nodes the inventory does not count ("" where there is none)."""
+    return next((w for w in status.get("warnings") or () if w.startswith("GPU nodes not counted")), "")
+
+
+def test_node_events_keep_the_warnings_true_and_replan_only_what_they_change(cluster: dict[str, Any]) -> None:
+    """A platform team cordons, taints, relabels and drains GPU nodes. The count of the plan's type stays inside the
+    range its answer holds for (four nodes of 8 A40, the answer holds from 24): the answer is not planned again, but
+    the warnings name the nodes not counted as they are now, each event as it comes and as it is undone (they had
+    kept what they said when the plan was last planned: a node uncordoned was still "not counted"). A heartbeat, or
+    a cordon of a type the plan may not use, writes nothing; the type's nodes all cordoned re-plan it."""
+    core, objects, ns = cluster["core"], cluster["objects"], cluster["namespace"]
+    product = "NVIDIA-A40"  # a type of its own in this module
+    spec = copy.deepcopy(CHAT)
+    spec["constraints"] = {"gpuTypes": [product]}
+    names = ["a40-a", "a40-b", "a40-c", "a40-d"]
+    low, high = reconcile_plan(spec, build_inventory([NodeGpus(n, product, 8, True, True) for n in names])
+                               ).bounds["A40"]
+    assert low <= 24 and high is None  # (24, None) with the shipped factors: one node out keeps it in range
+    added: list[str] = []
+    try:
+        for name in names:
+            core.create_node(node(name, product, 8))
+            added.append(name)
+            core.patch_node_status(name, {"status": node(name, product, 8)["status"]})
+        objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest("node-events", spec))
+        with runner() as kopf_run:
+            wait_for(lambda: planned(cluster, "node-events"), timeout_s=60)
+            first = settled(cluster, "node-events")
+            answer = {k: first["status"].get(k) for k in ("recommendation", "inventory", "observedGeneration")}
+            assert answer["recommendation"]["gpuType"] == "A40" and _not_counted(first["status"]) == ""
+
+            def says(text: str) -> dict[str, Any] | None:
+                status = get(cluster, "node-events")["status"]
+                return status if _not_counted(status) == text else None
+
+            events = [  # (what the team does, the warning after it, the patch that undoes it)
+                ({"spec": {"unschedulable": True}}, "a40-d (unschedulable)", {"spec": {"unschedulable": None}}),
+                ({"spec": {"taints": [{"key": "maintenance", "value": "true", "effect": "NoExecute"}]}},
+                 "a40-d (tainted maintenance=true:NoExecute (rendered pods tolerate only nvidia.com/gpu:NoSchedule))",
+                 {"spec": {"taints": None}}),
+                ({"metadata": {"labels": {"nvidia.com/gpu.product": "NVIDIA-A40-48GB"}}},
+                 "a40-d (labelled NVIDIA-A40-48GB, another spelling of A40: a node selector reaches the nodes of one "
+                 "label value, NVIDIA-A40 (the most GPUs))",
+                 {"metadata": {"labels": {"nvidia.com/gpu.product": product}}}),
+            ]
+            for change, named, undo in events:
+                core.patch_node("a40-d", change)
+                status = wait_for(lambda named=named: says(f"GPU nodes not counted (1): {named}"), timeout_s=30)
+                assert {k: status.get(k) for k in answer} == answer  # the same answer, not planned again
+                core.patch_node("a40-d", undo)
+                status = wait_for(lambda: says(""), timeout_s=30)
+                assert {k: status.get(k) for k in answer} == answer
+            status_events = [  # the same through the node's status: NotReady for a while, no GPUs allocatable
+                ({"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]}, "Ready=False",
+                 {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}),
+                ({"allocatable": {"nvidia.com/gpu": "0"}}, "0 allocatable nvidia.com/gpu",
+                 {"allocatable": {"nvidia.com/gpu": "8"}}),
+            ]
+            for change, named, undo in status_events:
+                core.patch_node_status("a40-d", {"status": change})
+                status = wait_for(lambda named=named: says(f"GPU nodes not counted (1): a40-d ({named})"),
+                                  timeout_s=30)
+                assert {k: status.get(k) for k in answer} == answer
+                core.patch_node_status("a40-d", {"status": undo})
+                wait_for(lambda: says(""), timeout_s=30)
+            # Nothing relevant changes: a heartbeat, a cordon of a type the plan may not use. Nothing is written.
+            quiet = settled(cluster, "node-events")
+            core.patch_node_status("a40-d", {"status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "lastHeartbeatTime": "2030-01-01T00:00:00Z"}]}})
+            core.patch_node("l40s-a", {"spec": {"unschedulable": True}})
+            try:
+                time.sleep(2.0)  # several checks (every 0.5 s) see both
+                assert get(cluster, "node-events")["metadata"]["resourceVersion"] == quiet["metadata"][
+                    "resourceVersion"]
+            finally:
+                core.patch_node("l40s-a", {"spec": {"unschedulable": None}})
+            # Every A40 node cordoned: the recommendation could not be scheduled. Planned again, and said why.
+            for name in names:
+                core.patch_node(name, {"spec": {"unschedulable": True}})
+            status = wait_for(lambda: (s := get(cluster, "node-events")["status"]).get("inventory") == [] and s,
+                              timeout_s=30)
+            assert "recommendation" not in status, status["recommendation"]
+            assert condition({"status": status}, "InventoryAvailable")["reason"] == "NoGpus"
+            assert _not_counted(status).startswith("GPU nodes not counted (4): a40-a (unschedulable)"), status
+        assert kopf_run.exception is None, kopf_run.output
+        objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "node-events")
+    finally:
+        for name in added:
+            core.delete_node(name)

@@ -7,6 +7,7 @@ import datetime
 
 from inferplan.operator.scheduling import (
     Answer,
+    Work,
     inventory_holds,
     leads,
     moved,
@@ -113,6 +114,19 @@ def test_a_new_generation_or_inventory_is_planned_unless_this_process_answered_i
     # Answered for another inventory, or another generation: planned again.
     assert _due(generation=4, answer=Answer(4, [H100_HELD], 990.0)) == (True, False)
     assert _due(generation=4, answer=Answer(3, [L4_HELD], 990.0)) == (True, False)
+
+
+def test_warnings_that_no_longer_describe_the_nodes_are_rewritten_without_planning() -> None:
+    """A node cordoned or back while the count stays within the answer's range: the status's warnings about the
+    nodes are rewritten (they had said what the nodes were when it was last planned), and nothing is planned."""
+    stale = dict(generation=3, status=_status(), relevant=[{**L4, "gpus": 5}], answer=None, observes=False,
+                 now=1000.0, last_planned=990.0, last_observed=-1e9, resync_s=600.0, observe_s=60.0,
+                 answer_grace_s=120.0, warnings_hold=False)
+    assert work_due(**stale) == Work(replan=False, observe=False, rewarn=True)
+    assert work_due(**{**stale, "warnings_hold": True}) == Work(replan=False, observe=False)
+    assert not work_due(**{**stale, "warnings_hold": True})
+    # Planned again anyway: that answer's status has the warnings of the nodes as they are.
+    assert work_due(**{**stale, "generation": 4}) == Work(replan=True, observe=False)
 
 
 def test_an_answer_that_never_showed_up_is_planned_again_after_the_grace() -> None:

@@ -22,6 +22,7 @@ from inferplan.operator.status import (
     only_ranges_moved,
     ranges_text,
     status_patch,
+    with_inventory_warnings,
 )
 from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import PlanResult, replica_shape
@@ -272,6 +273,20 @@ def test_warnings_are_deduplicated_in_order() -> None:
     result = feasible_result().model_copy(update={"warnings": ["b", "a", "b"]})
     inventory = build_inventory([NodeGpus("a", "Zeta-9", 1, True, True)])
     assert status(result=result, inventory=inventory)["warnings"] == ["b", "a", *inventory.warnings()]
+
+
+def test_the_warnings_about_the_nodes_are_replaced_by_those_of_the_nodes_now() -> None:
+    """What the operator writes when nodes change within the answer's range: the plan's own warnings stay, those
+    about the nodes are the nodes' as they are now, and the status is what planning again would have written."""
+    cordoned = build_inventory([NodeGpus("a", "NVIDIA-H100-80GB-HBM3", 8, True, True),
+                                NodeGpus("b", "NVIDIA-H100-80GB-HBM3", 8, False, True)])
+    back = build_inventory([NodeGpus(n, "NVIDIA-H100-80GB-HBM3", 8, True, True) for n in "ab"])
+    result = feasible_result().model_copy(update={"warnings": ["the plan's own"]})
+    old = status(result=result, inventory=cordoned)
+    assert old["warnings"] == ["the plan's own", "GPU nodes not counted (1): b (unschedulable)"]
+    assert with_inventory_warnings(old["warnings"], back.warnings()) == ["the plan's own"]
+    assert with_inventory_warnings(["the plan's own"], cordoned.warnings()) == old["warnings"]
+    assert with_inventory_warnings(old["warnings"], cordoned.warnings()) == old["warnings"]  # nothing to rewrite
 
 
 # ----------------------------------------------------------------------------------------------------------
