@@ -3,12 +3,12 @@ as a KEDA ScaledObject with a Prometheus trigger (docs/deploy.md, "Autoscaling")
 
 The plan gives three numbers: the fewest and the most replicas (`bounds.replica_bounds`, which KServe's
 InferenceService takes too), and the per-replica target: the highest request rate one replica serves within every
-SLO and the utilisation cap (`maxRequestsPerSecondPerReplica`), less the plan's minHeadroom, the same margin the
-search keeps. At the declared rate the autoscaler then asks for the replicas the plan recommends (or fewer, when the
-floor or rounding raised them), and it adds replicas as the rate grows. The concurrency target is the running
-sequences per replica at that rate (Little's law: the planned running sequences, utilisation x max concurrency,
-scaled by target rate / planned rate; capped at the max concurrency), an approximation, since latency also grows
-with the rate.
+SLO and the utilisation cap (`maxRequestsPerSecondPerReplica`, the simulator's where the plan was verified), less
+the plan's minHeadroom, the same margin the search keeps. At the declared rate the autoscaler then asks for the
+replicas the plan recommends (or fewer, when the floor or rounding raised them), and it adds replicas as the rate
+grows. The concurrency target is the running sequences per replica at that rate (Little's law: the planned running
+sequences, utilisation x max concurrency, scaled by target rate / planned rate; capped at the max concurrency), an
+approximation, since latency also grows with the rate.
 
 Requests are counted by the engine's end-to-end latency histogram (one observation per finished request, the
 count `vllm:request_success_total` also keeps), running sequences by its running gauge; the names come from
