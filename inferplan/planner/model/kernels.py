@@ -8,8 +8,10 @@ Every figure here is a latency of one kernel call on one GPU [s], looked up wher
   sequence and context token), prefill attention by causal FLOPs and batch x heads (MLA's rate by query heads),
   all-reduce by bytes and GPUs, each under the kernels of the engine's backend (vLLM, SGLang or TensorRT-LLM).
 - **scaled**: a GPU of the same die or architecture as a profiled one (A100 40GB and PCIe, H100 PCIe/NVL, GH200,
-  H200 NVL, the Ada and GA102 cards): the profiled GPU's latencies times the ratio of the two GPUs' roofline times
-  for the same call (`GpuSpec.kernel_tables` names the profiled system; the catalog says why).
+  H200 NVL, the Ada and GA102 cards): the profiled GPU's latencies above their floor times the ratio of the two GPUs'
+  roofline times for the same call, or, where the GPU's bandwidth falls further short than its peak, the weight read
+  at the ratio of the bandwidths and the rest at that of the peaks (`GpuKernels._scaled_gemm`; `GpuSpec.kernel_tables`
+  names the profiled system, the catalog says why).
 - **published**: GPUs without profiles but with published microbenchmarks in the GPU catalog (AMD Instinct: GEMM
   throughput, STREAM bandwidth, RCCL all-reduce, flash attention): a roofline at those measured efficiencies, with
   each call's floor.
@@ -319,9 +321,7 @@ class GpuKernels:
         if self._system is not None:
             backend = self._table_backend("gemm", fmt)
             if backend is not None:
-                grid = _gemm_grid(self._system, backend, fmt)
-                seconds = self._scaled_gemm(_table_s(self._system, backend, fmt, m, n, k), fmt, m, n, k,
-                                            float(np.exp(grid.min())))
+                seconds = self._scaled_gemm(backend, fmt, m, n, k)
             else:
                 seconds = self._relative_gemm(fmt, m, n, k)
         if seconds is None:
@@ -329,18 +329,34 @@ class GpuKernels:
         hbm = WEIGHT_BYTES[fmt] * np.asarray(n, float) * np.asarray(k, float) / (self.gpu.memory_bandwidth_gb_s * 1e9)
         return np.maximum(seconds, hbm)
 
-    def _scaled_gemm(self, seconds: FloatArray, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike,
-                     floor: float) -> FloatArray:
-        """A profiled GPU's time on this GPU: the call's `floor` (its smallest time, a launch and a tile) as it is,
-        the rest times the ratio of the two GPUs' roofline times for the call."""
+    def _scaled_gemm(self, backend: str, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
+        """The profiled GPU's table of (`backend`, `fmt`) at the call, on this GPU: the table's floor (its smallest
+        time, a launch and a tile) as it is, and the rest
+        - times the ratio of the two GPUs' roofline times for the call, where this GPU has less compute to its
+          bandwidth than the profiled one (the H20's 148 TFLOPS from the H100's 989): the ratio rises with M from
+          the bandwidths' to the peaks' and charges the compute the profiled GPU hid under its weight read;
+        - else as the call's weight read (its time at M = 1) at the ratio of the bandwidths plus what more tokens
+          add to it at the ratio of the peaks (the A100 40GB: less bandwidth, the same 312 TFLOPS). The ratio of
+          the rooflines falls there where the profiled GPU's roofline turns compute-bound, and the measured
+          weight-only calls do not yet: until 2026-12-07 the A100 40GB's weight-only int8 call took 34.4 us at
+          M = 64 and 30.6 us at M = 128, and its GEMMs' marginal time of a token came out below the 80GB's.
+        Either way a call of more tokens is never faster (the tables never are, `scripts/derive_kernel_tables.py`),
+        and a GPU with less bandwidth and the same peaks never faster than its source."""
+        seconds = _table_s(self._system, backend, fmt, m, n, k)
         if self.basis.kind == "measured":
             return seconds
+        floor = float(np.exp(_gemm_grid(self._system, backend, fmt).min()))
         peaks = self._peaks
         # FP4 peaks only where both GPUs state one, so that the two rooflines compare like with like.
         fp4 = bool(peaks.get("fp4_tflops") and self.gpu.fp4_tflops)
-        source = gemm_roofline_s(peaks["mem_bw_gb_s"] * 1e9, _system_peak_flops(peaks, fmt, fp4), fmt, m, n, k)
-        target = gemm_roofline_s(self.gpu.memory_bandwidth_gb_s * 1e9, _peak_flops(self.gpu, fmt, fp4), fmt, m, n, k)
-        return floor + np.maximum(seconds - floor, 0.0) * target / source
+        source_flops, flops = _system_peak_flops(peaks, fmt, fp4), _peak_flops(self.gpu, fmt, fp4)
+        bandwidth_ratio, peak_ratio = peaks["mem_bw_gb_s"] / self.gpu.memory_bandwidth_gb_s, source_flops / flops
+        if bandwidth_ratio < peak_ratio:
+            source = gemm_roofline_s(peaks["mem_bw_gb_s"] * 1e9, source_flops, fmt, m, n, k)
+            target = gemm_roofline_s(self.gpu.memory_bandwidth_gb_s * 1e9, flops, fmt, m, n, k)
+            return floor + np.maximum(seconds - floor, 0.0) * target / source
+        read = np.maximum(_table_s(self._system, backend, fmt, 1.0, n, k) - floor, 0.0)
+        return floor + read * bandwidth_ratio + np.maximum(seconds - floor - read, 0.0) * peak_ratio
 
     def _relative_gemm(self, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray | None:
         """A format this GPU's tables lack: its 16-bit time times what the format costs relative to 16 bits where
@@ -355,9 +371,7 @@ class GpuKernels:
         if not donors:
             return None
         system, backend = donors[0]
-        grid = _gemm_grid(self._system, own, "bfloat16")
-        base = self._scaled_gemm(_table_s(self._system, own, "bfloat16", m, n, k), "bfloat16", m, n, k,
-                                 float(np.exp(grid.min())))
+        base = self._scaled_gemm(own, "bfloat16", m, n, k)
         ratio = _table_s(system, backend, fmt, m, n, k) / _table_s(system, backend, "bfloat16", m, n, k)
         return base * ratio
 

@@ -16,12 +16,14 @@ from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.kernels import (
     BACKEND_OF_ENGINE,
+    WEIGHT_BYTES,
     gemm_format,
-    gemm_roofline_s,
     gpu_kernels,
     kernel_basis,
     typical_efficiencies,
 )
+from inferplan.planner.model.performance import prompt_token_s
+from tests.support.hardware import measured_hardware
 
 H100 = "H100-SXM5-80GB"
 
@@ -175,11 +177,11 @@ def test_a_weight_read_beyond_the_grid_stays_below_the_rated_bandwidth(gpu: str)
 # -- scaled: a profiled sibling's tables --------------------------------------------------------------------------
 
 
-def test_a_scaled_sibling_is_slower_by_the_ratio_of_rooflines_above_the_calls_floor() -> None:
-    """The A100 40GB reads the A100 80GB's tables: a call's floor (the table's smallest time) stays as it is, and
-    the rest of a memory-bound call (M = 1) takes longer by the ratio of their bandwidths, of a compute-bound one
-    (M = 8192) as long (the same 312 TFLOPS), of decode attention by the bandwidths, of prefill attention by the
-    tensor peaks."""
+def test_a_scaled_sibling_reads_weights_at_its_bandwidth_and_computes_at_its_peak_above_the_calls_floor() -> None:
+    """The A100 40GB reads the A100 80GB's tables: a call's floor (the table's smallest time) stays as it is, its
+    weight read (the call at M = 1) takes longer by the ratio of their bandwidths, and what more tokens add (M =
+    8192) as long (the same 312 TFLOPS); decode attention by the bandwidths, prefill attention by the tensor
+    peaks."""
     small, big = resolve_gpu("A100-SXM4-40GB"), resolve_gpu("A100-SXM4-80GB")
     scaled, measured = gpu_kernels(small, "vllm"), gpu_kernels(big, "vllm")
     source = _system("A100-SXM4-80GB")["peaks"]
@@ -191,13 +193,10 @@ def test_a_scaled_sibling_is_slower_by_the_ratio_of_rooflines_above_the_calls_fl
         got, base = float(scaled.gemm_s("bfloat16", 1, n, k)), float(measured.gemm_s("bfloat16", 1, n, k))
         assert got == pytest.approx(floor + (base - floor) * bandwidth_ratio, rel=1e-9)
         assert base < got < base * bandwidth_ratio
-        roofline = gemm_roofline_s(small.memory_bandwidth_gb_s * 1e9, small.fp16_tflops * 1e12, "bfloat16",
-                                   8192, n, k)
-        source_roofline = gemm_roofline_s(source["mem_bw_gb_s"] * 1e9, source["bf16_tflops"] * 1e12, "bfloat16",
-                                          8192, n, k)
+        read = base - floor
         base = float(measured.gemm_s("bfloat16", 8192, n, k))
         assert float(scaled.gemm_s("bfloat16", 8192, n, k)) == pytest.approx(
-            floor + (base - floor) * float(roofline / source_roofline), rel=1e-9)
+            base + read * (bandwidth_ratio - 1.0), rel=1e-9)
     assert small.fp16_tflops == source["bf16_tflops"]  # the same die: compute-bound calls take as long
     big_read = float(measured.decode_attention_s("bf16", 2.0**28, 512))
     assert big_read < float(scaled.decode_attention_s("bf16", 2.0**28, 512)) < big_read * bandwidth_ratio
@@ -205,6 +204,53 @@ def test_a_scaled_sibling_is_slower_by_the_ratio_of_rooflines_above_the_calls_fl
     assert float(scaled.decode_attention_s("bf16", 2.0**12, 1)) == pytest.approx(small_read, rel=0.05)
     assert float(scaled.prefill_attention_s(2.0**40, 64)) == pytest.approx(
         float(measured.prefill_attention_s(2.0**40, 64)), rel=1e-9)  # the same tensor peak
+
+
+def _scaled_formats() -> list[tuple[str, str, str]]:
+    """(GPU, engine, GEMM format) for every scaled GPU of the catalog, engine and format of a dense GEMM
+    (`gemm_format`) its profiled GPU's tables hold (the engine's own backend's or another's on the same GPU)."""
+    cases = []
+    for gpu in load_gpu_catalog():
+        if kernel_basis(gpu).kind != "scaled":
+            continue
+        formats = {fmt for tables in TABLES["systems"][gpu.kernel_tables]["gemm"].values() for fmt in tables
+                   if fmt in WEIGHT_BYTES}
+        cases += [(gpu.key, engine, fmt) for engine in ("vllm", "sglang", "tensorrt-llm") for fmt in sorted(formats)]
+    return cases
+
+
+@pytest.mark.parametrize(("gpu", "engine", "fmt"), _scaled_formats())
+def test_a_scaled_gpus_call_of_more_tokens_is_never_faster(gpu: str, engine: str, fmt: str) -> None:
+    """Every scaled GPU x engine x format its sibling measured, over M from 1 to beyond the grid: a call of more
+    tokens never takes less time (the tables never do). Scaling each call by its own ratio of rooflines made the
+    A100 40GB's weight-only int8 GEMM (FP8 on Ampere) take 34.4 us at M = 64 and 30.6 us at M = 128."""
+    kernels = gpu_kernels(resolve_gpu(gpu), engine)
+    m = np.geomspace(1.0, 32768.0, 121)
+    nk = np.array([512.0, 2880.0, 4096.0, 14336.0, 131072.0])
+    seconds = kernels.gemm_s(fmt, m[:, None, None], nk[None, :, None], nk[None, None, :])
+    assert (np.diff(seconds, axis=0) >= -1e-15).all()
+
+
+def test_less_bandwidth_at_the_same_peaks_is_never_faster() -> None:
+    """The A100 40GB has the 80GB's 312 TFLOPS and less bandwidth: no call, and no step of gpt-oss-120b in FP8 (its
+    experts as weight-only int8 GEMMs on Ampere), is faster on it. Until 2026-12-07 its cost of a routed token at
+    prefill sizes came out 36% below the 80GB's and a prompt token of TP 1 21% cheaper."""
+    small, big = resolve_gpu("A100-SXM4-40GB"), resolve_gpu("A100-SXM4-80GB")
+    assert small.fp16_tflops == big.fp16_tflops and small.memory_bandwidth_gb_s < big.memory_bandwidth_gb_s
+    m = np.geomspace(1.0, 32768.0, 121)
+    nk = np.array([512.0, 2880.0, 4096.0, 14336.0, 131072.0])
+    for engine in ("vllm", "sglang", "tensorrt-llm"):
+        for fmt in ("bfloat16", "int8_wo", "int4_wo", "sq"):
+            slow, fast = (gpu_kernels(g, engine).gemm_s(fmt, m[:, None, None], nk[None, :, None], nk[None, None, :])
+                          for g in (small, big))
+            assert (slow >= fast * (1.0 - 1e-12)).all(), (engine, fmt)
+    for tp in (1, 2, 4):
+        slow_hw, fast_hw = (measured_hardware("openai/gpt-oss-120b", g, "fp8", tp=tp)
+                            for g in ("A100-SXM4-40GB", "A100-SXM4-80GB"))
+        # The same peaks: a routed token costs the same on both, up to rounding.
+        assert slow_hw.expert_s_per_token >= fast_hw.expert_s_per_token * (1.0 - 1e-12)
+        for tokens in (512, 4096, 16384):
+            assert float(prompt_token_s(slow_hw, tokens)) >= float(prompt_token_s(fast_hw, tokens)) * (1.0 - 1e-12)
 
 
 # -- published: the catalog's microbenchmarks ---------------------------------------------------------------------
