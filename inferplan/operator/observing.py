@@ -431,6 +431,14 @@ def previous_calibration(status: Mapping[str, Any] | None, gpu_type: str | None)
     return recorded_calibrations(status).get(gpu_type or "", Calibration())
 
 
+def last_calibrated_at(status: Mapping[str, Any] | None, gpu_type: str | None) -> str | None:
+    """When the last window that updated `gpu_type`'s calibration (the current one's or an earlier GPU type's)
+    ended, as the status records it (`lastUpdateTime`); None when none did."""
+    entry = _recorded_entries(status).get(gpu_type or "")
+    time = entry[1].get("lastUpdateTime") if entry is not None else None
+    return time if isinstance(time, str) else None
+
+
 _CHANGE_FIELDS = ("deployment", "image", "gpuType", "replicas", "gpusPerReplica", "maxBatch", "precision",
                   "kvCacheDtype")
 
@@ -544,7 +552,8 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None, now: str | 
     operator runs it in its planner pool, off its event loop's process). A window that reaches back before the
     current deployment was found changed (`current_changed_at`; `now` is the observation's time, UTC now by
     default) holds the old deployment's latencies: it updates no calibration (nor, in `observe_status`, the
-    deployment's own errors)."""
+    deployment's own errors); one that reaches back before the end of the window that last updated the calibration
+    (`last_calibrated_at`) shares its requests: it updates none either."""
     outcome, req = measured.outcome, measured.request
     observation, current = outcome.observation, outcome.current
     if req is None or observation is None or current is None:
@@ -558,13 +567,21 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None, now: str | 
     calibration = None
     if outcome.settings is not None and outcome.settings.calibrate:
         previous = previous_calibration(old_status, current.shape.gpu_type)
-        if settled:
-            calibration = update_calibration(observed_req, current.shape, observation.latency_mean,
-                                             observation.requests_in_window, observation.waiting, previous, factors)
-        else:
+        last_update = last_calibrated_at(old_status, current.shape.gpu_type)
+        if not settled:
             calibration = dataclasses.replace(previous, note=(
                 f"not updated: the current deployment changed at {changed_at}, and the last {observation.window} "
                 "reach back before it (the old deployment's latencies)"))
+        elif not _settled(last_update, observation.window, now):
+            # Observed every minute, 5m windows overlap by four: a window that reaches back before the end of the
+            # last one that updated shares its requests, and would count them again (samples about 5x, and the fit
+            # moving about 5x as fast as n / (n + 500) per window says).
+            calibration = dataclasses.replace(previous, note=(
+                f"not updated: the last {observation.window} reach back before the end of the window that last "
+                f"updated it ({last_update}), whose requests it counted"))
+        else:
+            calibration = update_calibration(observed_req, current.shape, observation.latency_mean,
+                                             observation.requests_in_window, observation.waiting, previous, factors)
         # Judged (and its errors kept) against what the calibration predicted before this window: a prediction
         # already fitted to the window would make its errors in-sample, and the band they narrow too narrow. The
         # update goes to the status, for the next plan and the next window.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import itertools
 import json
 import os
 import signal
@@ -212,20 +213,34 @@ def test_a_slower_deployment_turns_prediction_accurate_false_with_the_numbers(lo
 
 
 def test_calibration_fits_the_slower_engine_and_removes_the_drift(loop: dict[str, Any]) -> None:
-    def fitted() -> dict[str, Any] | None:  # the smoothed fit converges over several windows
+    """Observed every 2 s over 30 s windows: a window updates the calibration only once it lies wholly after the one
+    that last did, so the smoothed fit converges over several windows 30 s apart, and its sample count is the
+    requests served, each counted once."""
+    updates_seen: dict[int, str] = {}  # updates -> lastUpdateTime, as the status showed them
+
+    def fitted() -> dict[str, Any] | None:
         status = _status(loop, "calibrating")
         calibration = status.get("calibration") or {}
+        if calibration.get("lastUpdateTime"):
+            updates_seen[calibration["updates"]] = calibration["lastUpdateTime"]
         converged = calibration.get("updates", 0) >= 3 and 0.6 < calibration.get("decode", 1.0) < 0.8
         return status if converged and abs(_mean_tpot_error(status)) < 0.15 else None
 
     try:
-        status = wait_for(fitted, timeout_s=120, interval_s=1)
+        status = wait_for(fitted, timeout_s=240, interval_s=1)
     except AssertionError:
         status = _status(loop, "calibrating")  # the assertions below say what did not converge
     calibration = status["calibration"]
     assert calibration["provenance"] == "observed" and calibration["gpuType"] == "H100-SXM5-80GB"
     assert 0.6 < calibration["decode"] < 0.8, calibration
     assert calibration["samples"] > 0 and calibration["lastUpdateTime"]
+    # Windows that overlap the last update's had counted its requests again: one update per observation, and a
+    # sample count many times the requests the engine served.
+    seen = sorted(updates_seen.items())
+    for (before, at), (after, then) in itertools.pairwise(seen):
+        assert _seconds(then) - _seconds(at) >= 30 * (after - before), seen
+    served = loop["prometheus"].value('sum(vllm:e2e_request_latency_seconds_count{model_name="llama-cal"})')
+    assert calibration["samples"] <= 1.1 * served, (calibration, served)  # 1.1: increase() extrapolates to the edges
     # The mean (a histogram's sum over its count) is exact, where a quantile is known only to its bucket: TPOT's
     # p50 of 13 ms lies in vLLM's 10-25 ms bucket, which Prometheus interpolates to 17.5 ms. Uncalibrated, the
     # mean is predicted about 30% low.

@@ -664,6 +664,33 @@ def test_a_window_that_reaches_back_before_the_deployment_changed_neither_calibr
     assert status["prediction"]["residuals"] and status["calibration"]["updates"] == 1
 
 
+def _calibrated(req, observation: Observation, minutes: list[int]) -> dict:
+    """The status after one calibrating observation of `observation` at each of `minutes` (from 10:00)."""
+    status: dict = {"conditions": []}
+    for minute in minutes:
+        now = _window_end(minute, 1)
+        status = observe_status(status, assess(_measured(req, observation), status, now=now), now=now, generation=1)
+    return status
+
+
+def test_windows_that_overlap_the_last_update_leave_the_calibration_alone(req) -> None:
+    """Observed every minute over 5m windows, each window shares four minutes of requests with the one before: each
+    had updated the calibration with all of its requests, so `samples` read about 5x the requests served and the fit
+    moved about 5x as fast as n / (n + 500) per window says. A window updates it once it lies wholly after the one
+    that last did (`lastUpdateTime`)."""
+    prediction = predict_current(req, SHAPE)
+    slower = _observation(prediction, 1.3)  # 1,000 requests in each 5m window
+    minutely = _calibrated(req, slower, list(range(11)))["calibration"]
+    assert (minutely["updates"], minutely["samples"]) == (3, 3000)  # the windows ending at 10:00, 10:05 and 10:10
+    assert minutely["lastUpdateTime"] == _window_end(10, 1)
+    assert "reach back before the end of the window that last updated it" not in minutely["note"]
+    # Three windows that follow each other calibrate it as far.
+    following = _calibrated(req, slower, [0, 5, 10])["calibration"]
+    assert (minutely["decode"], minutely["prefill"]) == (following["decode"], following["prefill"])
+    between = _calibrated(req, slower, [0, 1])["calibration"]
+    assert between["updates"] == 1 and f"last updated it ({_window_end(0, 1)})" in between["note"], between
+
+
 def test_a_new_engine_image_or_replica_count_is_a_change_and_the_first_observation_is_trusted(req) -> None:
     prediction = predict_current(req, SHAPE)
     first = assess(_measured(req, _observation(prediction, 1.3), image="vllm/vllm-openai:v0.11.0"), None,
