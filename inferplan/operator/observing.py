@@ -174,7 +174,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     """What a Deployment says about the serving fleet: replicas (ready replicas when it has a status), GPU type
     (node selector, required node affinity, or the inferplan.io/gpu-type annotation), and the engine's tensor-
     parallel size, max batch, precision and KV dtype from the container's arguments (the GPU limit for TGI's TP
-    size, whose launcher shards over every GPU it is given; the data-parallel ranks of a pod), read by the flags
+    size, whose launcher shards over every GPU it is given; the data-parallel ranks of a pod, and whether its MoE
+    layers are expert-parallel: a size above 1 or vLLM's --enable-expert-parallel switch), read by the flags
     of `engine_args.ENGINE_FLAGS`, `engine`'s first (both --flag value and --flag=value).
     Without a quantisation flag, a pre-quantised checkpoint the engine serves gives the precision (its method is in
     its own config, so `inferplan render` writes no flag for it; a --dtype then sets only the activations'), and a
@@ -261,7 +262,8 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         # Data-parallel ranks without data-parallel attention: each an engine of the TP size with its own batch
         # (vLLM's --data-parallel-size, SGLang's --dp-size), the pod's traffic spread over them.
         found["data_parallel"] = dp
-    if (ep := _positive_int(_flag(tokens, flag_spellings("ep", engine)))) and ep > 1:
+    if ((ep := _positive_int(_flag(tokens, flag_spellings("ep", engine)))) and ep > 1) or any(
+            flag in tokens for flag in flag_spellings("ep_switch", engine)):  # vLLM's --enable-expert-parallel
         found["expert_parallel"] = True
     return found
 
@@ -310,9 +312,17 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
             values[field_name], sources[spec_key] = value, "spec"
         elif field_name in from_deployment:
             values[field_name], sources[spec_key] = from_deployment[field_name], "Deployment"
-    if sources.get("replicas") == "Deployment":
+    ranks = from_deployment.get("data_parallel", 1)
+    # vLLM's wide expert parallelism (--data-parallel-size N --enable-expert-parallel) on a mixture of experts: one
+    # instance of N ranks of the TP size, the attention data-parallel over them and the experts spread over all
+    # their GPUs, each rank scheduling its own batch, as the planner reads it in scenario files
+    # (`predict._resolve`). Other data-parallel ranks are whole copies of the model.
+    wide = ranks > 1 and req.engine == "vllm" and bool(from_deployment.get("expert_parallel")) and req.arch.is_moe
+    if sources.get("replicas") == "Deployment" and not wide:
         # A pod of several data-parallel ranks runs that many engines (replicas of the TP size), each its own batch.
-        values["replicas"] *= from_deployment.get("data_parallel", 1)
+        values["replicas"] *= ranks
+    if wide and sources.get("gpusPerReplica") == "Deployment":
+        values["gpus_per_replica"] *= ranks  # the instance's: every rank's
     where = f"Deployment {name!r}" if name else "spec.observe.current"
     if "gpu_type" in values and sources.get("gpuType") == "Deployment":
         product = parse_gpu_product(values["gpu_type"])
@@ -333,7 +343,7 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
                            f"{GPU_TYPE_ANNOTATION} annotation, or observe.current.gpuType")
     if not values.get("replicas"):
         raise CurrentError(f"{where} has no ready replicas")
-    gpus = values.get("gpus_per_replica", 1)
+    gpus = max(values.get("gpus_per_replica", 1) // (ranks if wide else 1), 1)  # one engine's (a rank's)
     gpu = resolve_gpu(values["gpu_type"])
     # The engine's own default at the release the Deployment runs (its image's tag, else the plan's version) on this
     # GPU type (vLLM 0.11: 1024 sequences on an H100, 256 on an L4; vLLM 0.6: 256), as the planner predicts a
@@ -356,6 +366,8 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
         values["data_parallel_attention"] = True
         # Expert parallelism as the search plans it: with data-parallel attention.
         values["expert_parallel"] = bool(from_deployment.get("expert_parallel"))
+    if wide:
+        values.update(data_parallel_attention=True, expert_parallel=True, data_parallel=ranks)
     # Pipeline stages likewise; a spec's gpusPerReplica that the stages do not divide is taken as one stage.
     pp = from_deployment.get("pipeline_parallel", 1)
     if pp > 1 and values["gpus_per_replica"] % pp == 0:

@@ -994,6 +994,40 @@ def test_a_pod_of_data_parallel_ranks_runs_that_many_engines_of_the_tp_size(req)
     assert resolve_current({"deployment": "llama", "replicas": 2}, body, req).shape.replicas == 2
 
 
+def test_vllm_data_parallel_ranks_with_expert_parallelism_are_one_instance_over_all_their_gpus() -> None:
+    """`--data-parallel-size 8 --enable-expert-parallel` on Qwen3-235B-A22B in FP8, a pod of eight H200: one
+    instance of eight ranks, the attention data-parallel and the experts spread over all eight GPUs, each rank
+    scheduling its own 64 sequences, as the planner reads the same command in a scenario file
+    (tests/planner/calibration/test_predict.py). It was predicted as eight replicas each holding the whole 235B
+    model on one GPU: overloaded, a TTFT of hours."""
+    from inferplan.planner.calibration.observed import ObservedWorkload, with_workload
+
+    qwen = resolve_plan(load_plan_file(EXAMPLE.parents[1] / "platform" / "qwen3-235b-fp8-h200.yaml"))
+    args = ["--model", "Qwen/Qwen3-235B-A22B-FP8", "--data-parallel-size", "8", "--enable-expert-parallel",
+            "--max-num-seqs", "64"]
+    body = vllm_deployment(args, ready=2, gpus="8")
+    body["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    current = resolve_current({"deployment": "qwen"}, body, qwen)
+    assert current.shape == CurrentShape("H200-SXM-141GB", 2, 8, "fp8", "auto", 64, data_parallel_attention=True,
+                                         expert_parallel=True, data_parallel=8)
+    observed = with_workload(qwen, ObservedWorkload(4.0))
+    prediction = predict_current(observed, current.shape)
+    assert not prediction.overloaded and prediction.utilization < 1
+    assert prediction.latency["ttft"][0.5] < 1.0  # seconds
+    # Each rank its own 64: the same instance capped at 64 sequences in all queues at this load.
+    capped = predict_current(observed, dataclasses.replace(current.shape, data_parallel=1))
+    assert prediction.latency["ttft"][0.95] < capped.latency["ttft"][0.95]
+    # Without expert parallelism the ranks are whole copies of the model (replicas), as they are on a dense model.
+    copies = [a for a in args if a != "--enable-expert-parallel"]
+    body["spec"]["template"]["spec"]["containers"][1]["args"] = copies
+    assert resolve_current({"deployment": "qwen"}, body, qwen).shape.replicas == 16
+    dense = vllm_deployment(["--model", "m", "--tensor-parallel-size", "4", "-dp", "2", "--enable-expert-parallel"],
+                            gpus="8")
+    llama = resolve_plan(load_plan_file(EXAMPLE))
+    assert (resolve_current({"deployment": "llama"}, dense, llama).shape.replicas,
+            resolve_current({"deployment": "llama"}, dense, llama).shape.gpus_per_replica) == (6, 4)
+
+
 def test_without_a_tp_flag_only_tgi_shards_over_the_pods_gpus(req) -> None:
     """vLLM (SGLang, trtllm-serve) without a TP flag runs TP 1 on a pod given 4 GPUs; it was predicted at TP 4.
     TGI's launcher shards over every GPU it is given."""

@@ -40,9 +40,10 @@ class CurrentShape:
     precision: str
     kv_cache_dtype: str
     max_batch: int
-    data_parallel_attention: bool = False  # SGLang's --enable-dp-attention
+    data_parallel_attention: bool = False  # SGLang's --enable-dp-attention, vLLM's data-parallel ranks with experts
     expert_parallel: bool = False          # SGLang's --ep-size with DeepEP (with data-parallel attention)
     pipeline_parallel: int = 1             # stages; gpus_per_replica counts all of them
+    data_parallel: int = 1                 # vLLM's ranks with expert parallelism, each max_batch (per_rank_batches)
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,13 @@ class CurrentPrediction:
 def predict_current(req: PlanRequest, shape: CurrentShape, factors: FactorSet | None = None) -> CurrentPrediction:
     """Predict `shape` serving `req`'s workload (spread evenly over its replicas), as the search would."""
     factors = factors or load_factors()
-    deployment = deployment_of(req, shape, factors)  # type: ignore[arg-type]  # duck-typed Candidate
+    deployment = deployment_of(req, shape, factors, shape.data_parallel)  # type: ignore[arg-type]  # duck-typed
     hw = deployment.hardware
     p, o = req.prompt_mean, req.output_mean
     pp = shape.pipeline_parallel  # one stream per stage (search._Rows)
     context = float(running_context(p, o, req.output_cv))
-    slots = max(min(float(shape.max_batch), deployment.memory.kv_cache_tokens / context) / pp, 1.0)
+    batch = float(deployment.settings.max_num_seqs)  # the instance's: max_batch x its data-parallel ranks
+    slots = max(min(batch, deployment.memory.kv_cache_tokens / context) / pp, 1.0)
     chunk = deployment.settings.chunk_tokens
     fraction = 1.0 - req.prefix_hit_rate
     traffic = traffic_of(req, fraction)

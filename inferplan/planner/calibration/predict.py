@@ -38,6 +38,7 @@ from inferplan.planner.catalog.engines import (
     factor_key,
     mtp_tokens_per_step,
     parse_version,
+    per_rank_batches,
     sampler_profile_bytes,
     version_defaults,
     weight_format_problem,
@@ -165,14 +166,6 @@ def engine_settings(row: Scenario, engine: EngineProfile, arch: ModelArchitectur
         activation_scale=defaults.activation_scale,
         sampler_bytes=sampler_profile_bytes(engine.name, row.version),
     )
-
-
-def per_rank_batches(settings: EngineSettings, ranks: int) -> EngineSettings:
-    """`settings` of an instance whose `ranks` attention ranks each schedule their own batch (TensorRT-LLM with
-    `enable_attention_dp`: `max_batch_size` and `max_num_tokens` are per rank), as one instance's limits."""
-    chunk = settings.chunk_tokens * ranks if math.isfinite(settings.chunk_tokens) else settings.chunk_tokens
-    return replace(settings, max_num_seqs=settings.max_num_seqs * ranks, step_tokens=settings.step_tokens * ranks,
-                   chunk_tokens=chunk)
 
 
 @dataclass(frozen=True)

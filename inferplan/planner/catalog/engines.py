@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
@@ -263,6 +263,15 @@ class EngineSettings:
     scheduling: Scheduling = Scheduling()
     activation_scale: float | None = None  # replaces the engine's fitted activation factor (None: keep it)
     sampler_bytes: float | None = None  # the profile's sampler peak per sequence and vocabulary entry (vLLM V1)
+
+
+def per_rank_batches(settings: EngineSettings, ranks: int) -> EngineSettings:
+    """`settings` of an instance whose `ranks` attention ranks each schedule their own batch (TensorRT-LLM with
+    `enable_attention_dp`: `max_batch_size` and `max_num_tokens` are per rank; vLLM's data-parallel ranks with
+    expert parallelism, each an engine core with its own scheduler), as one instance's limits."""
+    chunk = settings.chunk_tokens * ranks if math.isfinite(settings.chunk_tokens) else settings.chunk_tokens
+    return replace(settings, max_num_seqs=settings.max_num_seqs * ranks, step_tokens=settings.step_tokens * ranks,
+                   chunk_tokens=chunk)
 
 
 # vLLM V1 (0.8 on) profiles its sampler after the forward pass, on max_num_seqs dummy requests with top-k and

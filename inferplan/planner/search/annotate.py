@@ -12,6 +12,7 @@ from inferplan.planner.catalog.checkpoints import checkpoint_precision
 from inferplan.planner.catalog.engines import (
     ENGINES,
     EngineSettings,
+    per_rank_batches,
 )
 from inferplan.planner.catalog.gpus import load_gpu_catalog
 from inferplan.planner.catalog.precisions import (
@@ -210,8 +211,11 @@ class Deployment:
     memory: MemoryPlan
 
 
-def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | None = None) -> Deployment:
-    """The deployment behind `candidate` of `req`, built as the search built it."""
+def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | None = None,
+                  data_parallel: int = 1) -> Deployment:
+    """The deployment behind `candidate` of `req`, built as the search built it. `data_parallel`: the attention
+    ranks that each schedule their own batch of `candidate.max_batch` (vLLM's `--data-parallel-size` with expert
+    parallelism, which the search never plans: a running deployment's), as `per_rank_batches` counts them."""
     factors = factors or load_factors()
     engine = ENGINES[req.engine]
     gpu = load_gpu_catalog().get(candidate.gpu_type)
@@ -219,6 +223,8 @@ def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | N
     checkpoint = checkpoint_of(req, candidate.precision, gpu)
     kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine, kv_hint(checkpoint))
     settings = _settings(req, engine, candidate.max_batch)
+    if data_parallel > 1:
+        settings = per_rank_batches(settings, data_parallel)
     engine_factors = factors.engine(engine.name)
     pp = candidate.pipeline_parallel
     tp = candidate.gpus_per_replica // pp
