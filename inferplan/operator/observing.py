@@ -480,12 +480,12 @@ def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, n
 
 def _settled(changed_at: str | None, window: str, now: str) -> bool:
     """Whether a window ending at `now` lies wholly after `changed_at` (a change, or the end of the last window whose
-    errors were kept; None: True)."""
+    errors were kept; None or a time that cannot be read: True)."""
     if changed_at is None:
         return True
     since, at = _parse_time(changed_at), _parse_time(now)
-    if since is None or at is None:
-        return False
+    if since is None or at is None:  # a time no one can read (a hand edit) would hold every later window back
+        return True
     try:
         seconds = window_seconds(window)
     except (ValueError, KeyError, IndexError):
@@ -855,10 +855,13 @@ def _intervals(latency: Mapping[str, Mapping[float, float]], bands: Bands) -> Bo
 
 
 def _parse_time(text: str | None) -> datetime.datetime | None:
+    """An RFC 3339 time as the status holds it (`2026-12-06T11:43:27Z`; fractional seconds or an offset, as a hand
+    edit or another writer gives them, read too), in UTC; None where it is none."""
     try:
-        return datetime.datetime.strptime(text or "", "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+        parsed = datetime.datetime.fromisoformat(text or "")
     except ValueError:
         return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)).astimezone(datetime.UTC)
 
 
 def _observed(outcome: ObserveOutcome, obs: Observation, now: str) -> ObservedStatus:

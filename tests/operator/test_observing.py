@@ -1040,3 +1040,13 @@ def test_without_a_tp_flag_only_tgi_shards_over_the_pods_gpus(req) -> None:
     # A container that names no engine (arguments to its image's entry point) runs the plan's.
     assert read_deployment(vllm_deployment(["--model-id", "m"], gpus="4"), "tgi")["gpus_per_replica"] == 4
     assert read_deployment(vllm_deployment(["--model", "m"], gpus="4"), "vllm")["gpus_per_replica"] == 1
+
+
+def test_a_recorded_time_with_fractional_seconds_or_none_readable_holds_no_window_back() -> None:
+    """`residualsAt` and `lastUpdateTime` edited by hand (fractional seconds, an offset, garbage): windows after
+    them still count, where an unreadable time had stopped calibration and band narrowing for good."""
+    from inferplan.operator.observing import _settled
+    assert _settled("2026-12-06T11:43:27.5Z", "5m", "2026-12-06T11:48:28Z")
+    assert not _settled("2026-12-06T11:43:27.5Z", "5m", "2026-12-06T11:48:27Z")
+    assert _settled("2026-12-06T12:43:27+01:00", "5m", "2026-12-06T11:48:27Z")
+    assert _settled("yesterday", "5m", "2026-12-06T11:48:27Z")
