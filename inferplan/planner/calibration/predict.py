@@ -381,10 +381,10 @@ def _memory(row: Scenario, r: _Resolved, settings: EngineSettings, factors: Fact
         # sizes its pool from the memory free after loading (TensorRT-LLM's kv_cache_free_gpu_mem_fraction, which
         # the format leaves in the notes) takes its pool from that fraction of the total when a line states it.
         engine = replace(engine, memory_mode="total_fraction")
-    memory = plan_memory_for_settings(r.arch, r.gpu, precision, _kv_bytes(row, r), engine, (settings,),
-                                      engine_factors, r.tp, r.pp, r.dp_attention, mtp=r.mtp_draft_tokens > 0)[0]
-    # Data-parallel attention: each rank's pool holds its own sequences (as the search counts them).
-    return replace(memory, kv_cache_tokens=memory.kv_cache_tokens * r.tp) if r.dp_attention else memory
+    # Data-parallel attention: each rank's pool holds its own sequences, the instance `tp` times one rank's tokens
+    # (`plan_memory_for_settings` counts them so, as the search does).
+    return plan_memory_for_settings(r.arch, r.gpu, precision, _kv_bytes(row, r), engine, (settings,),
+                                    engine_factors, r.tp, r.pp, r.dp_attention, mtp=r.mtp_draft_tokens > 0)[0]
 
 
 def _startup(row: Scenario, r: _Resolved, settings: EngineSettings, factors: FactorSet) -> float | str:

@@ -888,3 +888,18 @@ def test_a_stated_gpu_memory_utilization_is_a_fraction_of_the_total_memory_on_ev
                       metric="weights_gib", unit="GiB/GPU")
     [w] = predict_scenarios([weights])
     assert w.predicted is not None and pool(0.5) < 0.5 * total - w.predicted
+
+
+def test_data_parallel_attention_holds_tp_pools_of_one_rank_not_tp_squared() -> None:
+    """With data-parallel attention each of the TP ranks keeps its own requests' latent KV: the instance holds at most
+    TP times the pool of the same launch without it (less: the attention weights are on every rank). The startup
+    lines multiplied the pool by TP once more (64 rank pools on eight GPUs)."""
+    line = dict(model="deepseek-ai/DeepSeek-V3", gpu="H200-SXM-141GB", gpus=8, tensor_parallel=8, replicas=1,
+                engine="sglang", engine_version="0.5.3", weights="fp8", kv_cache="auto", max_model_len=8192,
+                gpu_memory_utilization=None)
+    plain, dp = predict_scenarios([
+        example("kv_cache_tokens", id="tp8", notes="python3 -m sglang.launch_server --tp 8", **line),
+        example("kv_cache_tokens", id="dp8", notes="python3 -m sglang.launch_server --tp 8 --enable-dp-attention",
+                **line)])
+    assert plain.skipped is None and dp.skipped is None
+    assert 4 * plain.predicted < dp.predicted < 8 * plain.predicted
