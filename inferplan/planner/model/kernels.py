@@ -151,6 +151,37 @@ def _gemm_grid(system: str, backend: str, fmt: str) -> FloatArray | None:
     return None if table is None else np.log(np.asarray(table, dtype=float) * 1e-6)
 
 
+@lru_cache(maxsize=256)
+def _borrowed_grid(system: str, backend: str, fmt: str) -> FloatArray | None:
+    """The log-time grid of a format that `system`'s tables lack (GPTQ, AWQ and INT8 on Hopper, Ada, Blackwell):
+    `backend`'s 16-bit grid times what the format costs relative to 16 bits on the first GPU whose tables measured
+    both (weight-only and INT8 on the A100's TensorRT-LLM tables; FP8 and NVFP4 on Hopper and Blackwell), so a GPU
+    keeps its own 16-bit kernels and borrows only the format's relative cost. None where no GPU measured both.
+
+    The borrowed ratio falls with M where the other GPU's 16-bit call turns compute-bound before this one's does; a
+    call of more tokens is never faster, so each node takes the largest time of the nodes of fewer tokens (a prefix
+    maximum along M; interpolated, the grid stays monotone between nodes). Until 2026-12-07 each call took the
+    ratio at its own M: the H100's weight-only int4 call of 4096 x 4096 took 20.3 us at M = 64 and 18.4 us at
+    M = 128, the L40S's weight-only int8 one 71.0 and 60.9."""
+    own = _gemm_grid(system, backend, "bfloat16")
+    if own is None:
+        return None
+    for donor in kernel_tables()["systems"]:
+        for donor_backend in BACKENDS:
+            measured, sixteen = _gemm_grid(donor, donor_backend, fmt), _gemm_grid(donor, donor_backend, "bfloat16")
+            if measured is not None and sixteen is not None:
+                grid = np.maximum.accumulate(own + measured - sixteen, axis=0)
+                grid.flags.writeable = False  # shared by every caller
+                return grid
+    return None
+
+
+def _grid(system: str, backend: str, fmt: str) -> FloatArray | None:
+    """The measured log-time grid of (system, backend, fmt), else the borrowed one (`_borrowed_grid`)."""
+    measured = _gemm_grid(system, backend, fmt)
+    return measured if measured is not None else _borrowed_grid(system, backend, fmt)
+
+
 @cache
 def _gemm_axes() -> tuple[FloatArray, FloatArray]:
     meta = kernel_tables()["meta"]
@@ -175,7 +206,7 @@ def _trilinear(grid: FloatArray, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> Fl
 
 
 def _table_s(system: str, backend: str, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
-    """`_trilinear` on the GEMM table of (system, backend, fmt), remembered by the call's sizes: the GPUs that
+    """`_trilinear` on the GEMM grid of (system, backend, fmt) (`_grid`), remembered by the call's sizes: the GPUs that
     share a profiled GPU's tables (`KernelBasis.kind == "scaled"`) look up the same shapes."""
     arrays = [np.asarray(v, dtype=float) for v in (m, n, k)]
     return _table_s_cached(system, backend, fmt, *((a.shape, a.tobytes()) for a in arrays))
@@ -184,7 +215,7 @@ def _table_s(system: str, backend: str, fmt: str, m: ArrayLike, n: ArrayLike, k:
 @lru_cache(maxsize=1024)  # a whole-catalog plan looks up about 300 different calls; each result is a few KiB
 def _table_s_cached(system: str, backend: str, fmt: str, m: tuple[tuple[int, ...], bytes],
                     n: tuple[tuple[int, ...], bytes], k: tuple[tuple[int, ...], bytes]) -> FloatArray:
-    grid = _gemm_grid(system, backend, fmt)
+    grid = _grid(system, backend, fmt)
     assert grid is not None, (system, backend, fmt)
     seconds = _trilinear(grid, *(np.frombuffer(b, dtype=float).reshape(shape) for shape, b in (m, n, k)))
     seconds.flags.writeable = False  # shared by every caller
@@ -320,18 +351,20 @@ class GpuKernels:
         seconds = None
         if self._system is not None:
             backend = self._table_backend("gemm", fmt)
+            if backend is None:  # a format its tables lack: borrowed onto its own 16-bit kernels
+                backend = self._table_backend("gemm", "bfloat16")
+                if backend is not None and _borrowed_grid(self._system, backend, fmt) is None:
+                    backend = None
             if backend is not None:
                 seconds = self._scaled_gemm(backend, fmt, m, n, k)
-            else:
-                seconds = self._relative_gemm(fmt, m, n, k)
         if seconds is None:
             seconds = self._roofline_gemm(fmt, m, n, k)
         hbm = WEIGHT_BYTES[fmt] * np.asarray(n, float) * np.asarray(k, float) / (self.gpu.memory_bandwidth_gb_s * 1e9)
         return np.maximum(seconds, hbm)
 
     def _scaled_gemm(self, backend: str, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
-        """The profiled GPU's table of (`backend`, `fmt`) at the call, on this GPU: the table's floor (its smallest
-        time, a launch and a tile) as it is, and the rest
+        """The profiled GPU's table (`_grid`: measured or borrowed) of (`backend`, `fmt`) at the call, on this GPU:
+        the table's floor (its smallest time, a launch and a tile) as it is, and the rest
         - times the ratio of the two GPUs' roofline times for the call, where this GPU has less compute to its
           bandwidth than the profiled one (the H20's 148 TFLOPS from the H100's 989): the ratio rises with M from
           the bandwidths' to the peaks' and charges the compute the profiled GPU hid under its weight read;
@@ -345,7 +378,7 @@ class GpuKernels:
         seconds = _table_s(self._system, backend, fmt, m, n, k)
         if self.basis.kind == "measured":
             return seconds
-        floor = float(np.exp(_gemm_grid(self._system, backend, fmt).min()))
+        floor = float(np.exp(_grid(self._system, backend, fmt).min()))
         peaks = self._peaks
         # FP4 peaks only where both GPUs state one, so that the two rooflines compare like with like.
         fp4 = bool(peaks.get("fp4_tflops") and self.gpu.fp4_tflops)
@@ -357,23 +390,6 @@ class GpuKernels:
             return floor + np.maximum(seconds - floor, 0.0) * target / source
         read = np.maximum(_table_s(self._system, backend, fmt, 1.0, n, k) - floor, 0.0)
         return floor + read * bandwidth_ratio + np.maximum(seconds - floor - read, 0.0) * peak_ratio
-
-    def _relative_gemm(self, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray | None:
-        """A format this GPU's tables lack: its 16-bit time times what the format costs relative to 16 bits where
-        both were measured (weight-only and INT8 on the A100's TensorRT-LLM tables; FP8 and NVFP4 on Hopper and
-        Blackwell), so a GPU keeps its own 16-bit kernels and borrows only the format's relative cost."""
-        own = self._table_backend("gemm", "bfloat16")
-        if own is None:
-            return None
-        donors = [(system, backend) for system in kernel_tables()["systems"] for backend in BACKENDS
-                  if _gemm_grid(system, backend, fmt) is not None
-                  and _gemm_grid(system, backend, "bfloat16") is not None]
-        if not donors:
-            return None
-        system, backend = donors[0]
-        base = self._scaled_gemm(own, "bfloat16", m, n, k)
-        ratio = _table_s(system, backend, fmt, m, n, k) / _table_s(system, backend, "bfloat16", m, n, k)
-        return base * ratio
 
     def _roofline_gemm(self, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
         stream = self._efficiency("hbm_stream_efficiency", "stream")

@@ -231,6 +231,32 @@ def test_a_scaled_gpus_call_of_more_tokens_is_never_faster(gpu: str, engine: str
     assert (np.diff(seconds, axis=0) >= -1e-15).all()
 
 
+def _borrowed_formats() -> list[tuple[str, str, str]]:
+    """(GPU, engine, GEMM format) for every catalog GPU with tables (measured or scaled) and every dense GEMM format
+    its tables lack but another GPU's measured beside 16 bits: the calls `_borrowed_grid` serves."""
+    cases = []
+    for gpu in load_gpu_catalog():
+        if kernel_basis(gpu).kind not in ("measured", "scaled"):
+            continue
+        own = {fmt for tables in TABLES["systems"][gpu.kernel_tables]["gemm"].values() for fmt in tables}
+        cases += [(gpu.key, engine, fmt) for engine in ("vllm", "sglang", "tensorrt-llm")
+                  for fmt in sorted(set(WEIGHT_BYTES) - own)]
+    return cases
+
+
+@pytest.mark.parametrize(("gpu", "engine", "fmt"), _borrowed_formats())
+def test_a_borrowed_formats_call_of_more_tokens_is_never_faster(gpu: str, engine: str, fmt: str) -> None:
+    """A format a GPU's tables lack (GPTQ, AWQ, INT8 on Hopper, Ada, Blackwell) takes its 16-bit time times the
+    format's cost relative to 16 bits on the A100; over M from 1 to beyond the grid a call of more tokens never
+    takes less time. Multiplying by the A100's ratio at each call made the H100's weight-only int4 call of 4096 x
+    4096 take 20.3 us at M = 64 and 18.4 us at M = 128, the L40S's weight-only int8 one 71.0 and 60.9."""
+    kernels = gpu_kernels(resolve_gpu(gpu), engine)
+    m = np.geomspace(1.0, 32768.0, 121)
+    nk = np.array([512.0, 2880.0, 4096.0, 14336.0, 131072.0])
+    seconds = kernels.gemm_s(fmt, m[:, None, None], nk[None, :, None], nk[None, None, :])
+    assert (np.diff(seconds, axis=0) >= -1e-15).all()
+
+
 def test_less_bandwidth_at_the_same_peaks_is_never_faster() -> None:
     """The A100 40GB has the 80GB's 312 TFLOPS and less bandwidth: no call, and no step of gpt-oss-120b in FP8 (its
     experts as weight-only int8 GEMMs on Ampere), is faster on it. Until 2026-12-07 its cost of a routed token at
