@@ -224,10 +224,21 @@ def _table_s_cached(system: str, backend: str, fmt: str, m: tuple[tuple[int, ...
 
 @lru_cache(maxsize=256)
 def _surface(system: str, kind: str, backend: str, kv: str | None) -> FloatArray | None:
+    """The log-time nodes of a measured attention surface. Prefill attention's is a fit to the rows
+    (`scripts/derive_kernel_tables.py`), whose nodes at many batch x heads and few FLOPs follow their neighbours and
+    can take longer than more FLOPs at the same batch x heads (the H200's vLLM surface at 4096: 39.5 us at 2^22
+    FLOPs, 37.6 us at 2^26): a call of fewer FLOPs is never slower, so each node takes the shortest time of the
+    nodes of more FLOPs (a suffix minimum, as the GEMM tables' along M; interpolated, the surface stays monotone)."""
     entry = kernel_tables()["systems"].get(system, {}).get(kind, {}).get(backend)
     if entry is not None and kv is not None:
         entry = entry.get(kv)
-    return None if entry is None else np.log(np.asarray(entry, dtype=float) * 1e-6)
+    if entry is None:
+        return None
+    grid = np.log(np.asarray(entry, dtype=float) * 1e-6)
+    if kind == "prefill_attention":
+        grid = np.minimum.accumulate(grid[::-1], axis=0)[::-1]
+    grid.flags.writeable = False  # shared by every caller
+    return grid
 
 
 def _bilinear(grid: FloatArray, axis_x: FloatArray, axis_y: FloatArray, x: ArrayLike, y: ArrayLike) -> FloatArray:
