@@ -221,7 +221,8 @@ def gemm_table(frame: Any, dtype: str) -> tuple[list[list[list[float]]], int, in
                 grid[mi][ni][ki] = _sig(value)
             # A call of more tokens is never faster: the smaller one can always run the larger one's kernel on
             # padded rows. Where a table says otherwise (B200 vLLM FP8 at M <= 8: several times slower than at
-            # M = 16, docs/aic-tables.md), the larger M's time stands (a suffix minimum along M).
+            # M = 16, docs/aic-tables.md), the larger M's time stands (a suffix minimum along M). Along N and K the
+            # planner repairs the tables as it reads them (`kernels._gemm_grid`), so the shipped tables keep them.
             for mi in range(len(GEMM_M) - 2, -1, -1):
                 if grid[mi + 1][ni][ki] < grid[mi][ni][ki]:
                     grid[mi][ni][ki] = grid[mi + 1][ni][ki]
