@@ -1,8 +1,8 @@
 """What a plan answers: the recommendation, its Pareto alternatives and the nearest infeasible candidates.
 
 Pydantic models in camelCase, shaped as the `InferenceCapacityPlan` status will carry them. Numbers are
-rounded to four significant digits so that the same inputs always print the same output and a status
-only changes when a prediction really moves.
+rounded to four significant digits (costs [$/h] to the cent, `cents`) so that the same inputs always print the
+same output and a status only changes when a prediction really moves.
 """
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ def rounded(value: float) -> float:
         return 0.0
     digits = SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(abs(value)))
     return round(value, digits)
+
+
+def cents(dollars: float) -> float:
+    """`dollars` to the cent: how a cost [$/h] is kept, printed (`per_hour`) and compared, so that costs that print
+    alike tie ($1019.35/h stays 1019.35, where four significant digits made it 1019)."""
+    if not math.isfinite(dollars):
+        raise ValueError(f"non-finite cost in a plan result: {dollars!r}")
+    return round(dollars, 2) + 0.0  # + 0.0: never -0.0
 
 
 class _Result(BaseModel):
@@ -133,7 +141,7 @@ class Predicted(_Result):
 
 
 class Cost(_Result):
-    dollars_per_hour: float = Field(description="GPUs x price per GPU-hour [$/h].")
+    dollars_per_hour: float = Field(description="GPUs x price per GPU-hour [$/h], to the cent.")
     dollars_per_million_tokens: float = Field(description="Cost of a million generated tokens at the planned rate "
                                                           "[$ per million output tokens].")
 
@@ -146,9 +154,10 @@ def dollars_per_hour(pools: Iterable[tuple[int, float]]) -> float:
 
 def cost_of(pools: Iterable[tuple[int, float]], output_tokens_per_hour: float) -> Cost:
     """The `Cost` of `pools` (as `dollars_per_hour` takes them) generating `output_tokens_per_hour`: [$/h] and
-    [$ per million output tokens], both `rounded` (from the unrounded $/h)."""
+    [$ per million output tokens], the first to the cent (`cents`), the second `rounded`, both from the unrounded
+    $/h."""
     dollars = dollars_per_hour(pools)
-    return Cost(dollars_per_hour=rounded(dollars),
+    return Cost(dollars_per_hour=cents(dollars),
                 dollars_per_million_tokens=rounded(dollars / output_tokens_per_hour * 1e6))
 
 
@@ -173,7 +182,7 @@ class UpperCost(_Result):
     replicas: int | None = Field(default=None, description="Replicas needed then; absent where no count meets every "
                                                             "SLO (`missed`).")
     gpus: int | None = Field(default=None, description="replicas x gpusPerReplica.")
-    dollars_per_hour: float | None = Field(default=None, description="Their cost [$/h].")
+    dollars_per_hour: float | None = Field(default=None, description="Their cost [$/h], to the cent.")
     missed: str = Field(default="", max_length=256,
                         description="Where no replica count meets every SLO: the SLO missed even at light load.")
     evidence: str = Field(default="", max_length=256, description="Where `stepSlowdown` comes from, in words.")

@@ -48,6 +48,7 @@ from inferplan.planner.results import (
     Percentiles,
     PlanResult,
     UpperCost,
+    cents,
     rounded,
 )
 from inferplan.planner.search.core import (
@@ -198,7 +199,7 @@ def _upper_cost(req: PlanRequest, c: Candidate, slots: float) -> UpperCost:
     replicas = max(int(_replicas(req, best)[0]), c.replicas)
     gpus = replicas * c.gpus_per_replica
     return UpperCost(step_slowdown=slowdown, evidence=UNMEASURED_EVIDENCE, replicas=replicas, gpus=gpus,
-                     dollars_per_hour=rounded(gpus * gpu_price(req, load_gpu_catalog().get(c.gpu_type))))
+                     dollars_per_hour=cents(gpus * gpu_price(req, load_gpu_catalog().get(c.gpu_type))))
 
 
 @dataclass(frozen=True)

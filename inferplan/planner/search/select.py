@@ -3,6 +3,8 @@ infeasible rows and the comparison of deployment shapes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -16,6 +18,7 @@ from inferplan.planner.results import (
     Candidate,
     PlanResult,
     ShapeOption,
+    cents,
     headroom,
     replica_shape,
     rounded,
@@ -373,8 +376,8 @@ def distinct(req: PlanRequest, ordered: list[Candidate]) -> list[Candidate]:
 
 
 def by_cost(c: Candidate) -> tuple[float, float, int]:
-    """The recommendation's order: the cost as shown (`rounded`: four significant digits, so costs that print alike
-    tie), then the most headroom as shown, then the fewest GPUs. `recommendation_order` is the same over arrays."""
+    """The recommendation's order: the cost as shown (`cents`: to the cent, so costs that print alike tie), then the
+    most headroom as shown (`rounded`), then the fewest GPUs. `recommendation_order` is the same over arrays."""
     return c.cost.dollars_per_hour, -c.headroom, c.gpus
 
 
@@ -382,7 +385,7 @@ def recommendation_order(cost: NDArray[np.float64], spare: NDArray[np.float64], 
                          ) -> NDArray[np.intp]:
     """Positions of the rows of `cost` [$/h], headroom `spare` and GPUs in the recommendation's order (`by_cost`,
     on the values a candidate of each would show); equal keys keep their order."""
-    def shown(values: NDArray[np.float64]) -> NDArray[np.float64]:
-        return np.array([rounded(float(v)) if np.isfinite(v) else float(v) for v in values])
+    def shown(values: NDArray[np.float64], kept: Callable[[float], float]) -> NDArray[np.float64]:
+        return np.array([kept(float(v)) if np.isfinite(v) else float(v) for v in values])
 
-    return np.lexsort((gpus, -shown(spare), shown(cost)))
+    return np.lexsort((gpus, -shown(spare, rounded), shown(cost, cents)))

@@ -22,7 +22,7 @@ from inferplan.planner.model.serving import (
     poisson_capacity,
 )
 from inferplan.planner.request import PlanRequest, resolve_plan
-from inferplan.planner.results import Candidate, PlanResult, rounded
+from inferplan.planner.results import Candidate, PlanResult, cents
 from inferplan.planner.search.core import (
     BISECTION_STEPS,
     GRID_CELLS,
@@ -731,7 +731,7 @@ def test_tensorrt_llm_is_planned_on_nvidia_gpus_only() -> None:
 def test_more_replicas_cost_their_gpus_at_the_plans_price_not_one_read_back_from_a_rounded_cost() -> None:
     # Verification adds replicas to a candidate that misses an SLO in simulation (`with_replicas`); each count is
     # priced at GPUs x the plan's price, and held to the budget at that cost. The price was read back from the
-    # candidate's cost, rounded to four digits ($121.5/h for 152 x $0.7992 = $121.48): 188 L4 came out $150.3/h,
+    # candidate's cost, rounded (then to four digits: $121.5/h for 152 x $0.7992 = $121.4784): 188 L4 came out $150.3/h,
     # not $150.25, and a count was judged by the budget at that cost, not at its GPUs'.
     data = spec(gpuTypes=["L4"], prices={"L4": "0.7992"})
     data["workload"]["requestsPerSecond"] = "300"
@@ -741,7 +741,7 @@ def test_more_replicas_cost_their_gpus_at_the_plans_price_not_one_read_back_from
     g = rec.gpus_per_replica
     for replicas in range(rec.replicas, rec.replicas + 12):
         more = with_replicas(request, rec, replicas)
-        assert more is not None and more.cost.dollars_per_hour == rounded(more.gpus * 0.7992), replicas
+        assert more is not None and more.cost.dollars_per_hour == cents(more.gpus * 0.7992), replicas
     # A budget between the exact cost of a count and the one read back from the rounded cost: the exact one judges.
     count = next(r for r in range(rec.replicas + 1, rec.replicas + 40)
                  if abs(g * r * 0.7992 - g * r * rec.cost.dollars_per_hour / rec.gpus) > 2e-3)

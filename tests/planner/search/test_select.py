@@ -9,7 +9,7 @@ import numpy as np
 from inferplan.planner.catalog.engines import ENGINES
 from inferplan.planner.model.factors import load_factors
 from inferplan.planner.request import resolve_plan
-from inferplan.planner.results import rounded
+from inferplan.planner.results import cents, cost_of
 from inferplan.planner.search.core import _Rows
 from inferplan.planner.search.grid import _grid
 from inferplan.planner.search.plan import _search_rates, plan
@@ -26,10 +26,21 @@ def _first(cost: list[float], spare: list[float], gpus: list[int], ttft: list[fl
 
 
 def test_costs_that_print_alike_tie_and_headroom_decides_as_in_the_recommendation() -> None:
-    # $35.001/h and $35.003/h both show as $35.0/h (`rounded`): the candidates' order (`by_cost`) ties them and takes
+    # $35.001/h and $35.003/h both show as $35.00/h (`cents`): the candidates' order (`by_cost`) ties them and takes
     # the one with more headroom; the search's pick must be the same row, or the row recommended is not shown.
-    assert rounded(35.001) == rounded(35.003)
+    assert cents(35.001) == cents(35.003)
     assert _first([35.001, 35.003], [0.10, 0.30], [10, 10], [1.0, 1.0], [0.02, 0.02]) == 1
+    # $3.456/h and $3.464/h both print $3.46/h: they tie too.
+    assert _first([3.456, 3.464], [0.10, 0.30], [10, 10], [1.0, 1.0], [0.02, 0.02]) == 1
+
+
+def test_a_cost_is_kept_to_the_cent_and_a_cent_cheaper_wins() -> None:
+    # 51 x 8 A100 at $2.4984 per GPU-hour: $1019.35/h, which four significant digits kept as 1019 (printed
+    # "$1019.00/h"); $1019.40/h then tied with it and the headroom chose the dearer one.
+    cost = cost_of([(51 * 8, 2.4984)], output_tokens_per_hour=3.6e6)
+    assert cost.dollars_per_hour == 1019.35
+    assert cost.dollars_per_million_tokens == 283.2
+    assert _first([1019.35, 1019.40], [0.10, 0.30], [408, 408], [1.0, 1.0], [0.02, 0.02]) == 0
 
 
 def test_equal_cost_and_headroom_take_the_fewer_gpus() -> None:
@@ -50,5 +61,5 @@ def test_no_row_cheaper_than_the_recommendation_meets_every_slo_by_the_report_sa
     searched = _search_rates(rows)
     _confirm(req, rows, _feasible_rows(req, rows, searched)[0])  # every feasible row, by the report's sample
     _, _, _, cost = _feasible_rows(req, rows, searched)
-    assert rec.cost.dollars_per_hour <= rounded(float(cost.min()))
+    assert rec.cost.dollars_per_hour <= cents(float(cost.min()))
     assert rec.cost.dollars_per_hour == 35.0

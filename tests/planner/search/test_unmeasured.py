@@ -22,7 +22,7 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import FactorSet, load_factors
 from inferplan.planner.model.performance import build_hardware, decode_step_s, prefill_s, stack_hardware
 from inferplan.planner.request import resolve_plan
-from inferplan.planner.results import Candidate, PlanResult, rounded
+from inferplan.planner.results import Candidate, PlanResult, cents
 from inferplan.planner.search.annotate import slower_steps
 from inferplan.planner.search.core import UNMEASURED_STEP_SLOWDOWN
 from inferplan.planner.search.plan import plan
@@ -126,14 +126,14 @@ def test_the_upper_cost_is_the_search_again_with_slower_steps(monkeypatch: pytes
 
 
 def test_the_upper_cost_is_its_gpus_at_the_plans_price() -> None:
-    """Not the recommendation's cost (rounded to four digits) over its GPUs: 2 x MI300X at $1.9917 cost $3.983/h,
-    and 4 read back from it $7.966/h where they cost $7.967/h."""
+    """Not the recommendation's cost (kept to the cent) over its GPUs: 2 x MI300X at $1.9917 cost $3.98/h, and 4
+    read back from it $7.96/h where they cost $7.97/h."""
     data = spec(gpuTypes=["AMD-Instinct-MI300X"], prices={"AMD-Instinct-MI300X": "1.9917"})
     data["workload"]["requestsPerSecond"] = "40"
     rec = plan(resolve_plan(parse_plan(data)), suggest=False).recommendation
     assert rec is not None and rec.upper_cost is not None and rec.upper_cost.gpus is not None
     assert rec.upper_cost.gpus > rec.gpus
-    assert rec.upper_cost.dollars_per_hour == rounded(rec.upper_cost.gpus * 1.9917)
+    assert rec.upper_cost.dollars_per_hour == cents(rec.upper_cost.gpus * 1.9917)
 
 
 def test_an_slo_no_replica_count_meets_with_slower_steps_is_named() -> None:
