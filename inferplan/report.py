@@ -20,7 +20,7 @@ import numpy as np
 from inferplan import __version__
 from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest, SloTarget
-from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
+from inferplan.planner.results import Candidate, Infeasible, PlanResult, per_hour, replica_shape
 from inferplan.planner.simulation.simulate import SimulationResult
 from inferplan.planner.simulation.verification import compare, scaled_words, simulated_rate
 from inferplan.tables import (
@@ -153,7 +153,7 @@ def _deployment(c: Candidate) -> str:
 
 
 def _summary(req: PlanRequest, result: PlanResult) -> str:
-    budget = f"; budget ${req.budget_usd_per_hour:g}/h" if req.budget_usd_per_hour is not None else ""
+    budget = f"; budget {per_hour(req.budget_usd_per_hour)}" if req.budget_usd_per_hour is not None else ""
     lines = [f'<p class="plan">{_e(req.served_model)} on {_e(req.engine)}: {req.rate_rps:g} requests/s, prompt '
              f"{req.prompt_mean:.0f} / output {req.output_mean:.0f} tokens (mean); SLO {_e(_slo_text(req))}"
              f"{_e(budget)}</p>"]
@@ -163,7 +163,7 @@ def _summary(req: PlanRequest, result: PlanResult) -> str:
                      "and what would make the plan feasible are listed below.</p>")
     else:
         lines.append(f'<p class="verdict">Recommended: <b>{_e(_deployment(c))}</b> = {c.gpus} GPU(s), '
-                     f"<b>${c.cost.dollars_per_hour:.2f}/h</b>, headroom {c.headroom:.0%}; "
+                     f"<b>{per_hour(c.cost.dollars_per_hour)}</b>, headroom {c.headroom:.0%}; "
                      f"{len(result.alternatives)} alternative(s) on the Pareto frontier.</p>")
         if not c.measured:  # beside the verdict: every figure of the page rests on it
             lines.append(f'<p class="flag">{_e(unmeasured_text(c))}</p>')
@@ -317,7 +317,7 @@ def _point(frame: _Frame, key: str, c: Candidate, latency_ms: float, metric_labe
     x, y = frame.x(latency_ms), frame.y(c.cost.dollars_per_hour)
     role = "recommendation" if recommended else "alternative"
     hover = (f"{'recommended' if recommended else f'alternative {key}'}: {_deployment(c)}; "
-             f"${c.cost.dollars_per_hour:.2f}/h; {metric_label} {_ms(latency_ms)}")
+             f"{per_hour(c.cost.dollars_per_hour)}; {metric_label} {_ms(latency_ms)}")
     return (f'<circle class="point {role}" cx="{_px(x)}" cy="{_px(y)}" r="{_radius(key)}" '
             f'data-candidate="{key}" data-role="{role}" data-gpu="{_e(c.gpu_type)}" '
             f'data-tp="{c.gpus_per_replica}" data-replicas="{c.replicas}" data-batch="{c.max_batch}" '
@@ -413,7 +413,7 @@ def frontier_chart(req: PlanRequest, result: PlanResult, metric: str) -> str:
     if _inside(frame, limit_ms, "x"):
         parts += _shade_right(frame, limit_ms, f"SLO {_ms(limit_ms)}", "infeasible")
     if _inside(frame, budget, "y"):
-        parts += _shade_top(frame, budget, f"over budget (${budget:g}/h)")
+        parts += _shade_top(frame, budget, f"over budget ({per_hour(budget)})")
     parts.append(_staircase(frame, points))
     for key, c in shown:
         parts += _band(frame, key, c, metric, quantile)
@@ -436,7 +436,7 @@ def _frontier_caption(metric_label: str, limit_ms: float | None, budget: float |
     elif not _inside(frame, limit_ms, "x"):
         notes.append(f"The SLO limit ({_ms(limit_ms)}) lies beyond the right edge: every point meets it.")
     if budget is not None and not _inside(frame, budget, "y"):
-        notes.append(f"The budget (${budget:g}/h) lies above the top edge.")
+        notes.append(f"The budget ({per_hour(budget)}) lies above the top edge.")
     return _e(" ".join(notes))
 
 
@@ -630,7 +630,7 @@ def _recommendation_section(c: Candidate | None) -> str:
         return ""
     items = [
         ("deployment", _e(f"{_deployment(c)} = {c.gpus} GPU(s)")),
-        ("cost", _e(f"${c.cost.dollars_per_hour:.2f}/h, ${c.cost.dollars_per_million_tokens:.3f} per million "
+        ("cost", _e(f"{per_hour(c.cost.dollars_per_hour)}, ${c.cost.dollars_per_million_tokens:.3f} per million "
                     f"output tokens")),
         ("load", _e(f"utilization {c.predicted.utilization:.2f}, headroom {c.headroom:.0%}, "
                     f"{c.predicted.output_tokens_per_second:g} output tokens/s")),

@@ -9,7 +9,7 @@ from inferplan.planner.catalog.engine_args import DYNAMO_ENTRY_POINTS
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest
-from inferplan.planner.results import Candidate, Percentiles, PlanResult, replica_shape
+from inferplan.planner.results import Candidate, Percentiles, PlanResult, per_hour, replica_shape
 from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
 
 
@@ -188,7 +188,7 @@ def fewer_alternatives(result: PlanResult, req: PlanRequest) -> str | None:
 def unmeasured_text(c: Candidate) -> str:
     """The line that opens a plan whose recommendation rests on no measurement (`Candidate.measured`): what is
     missing and the cost range it implies (`Candidate.upper_cost`)."""
-    cost = f"${c.cost.dollars_per_hour:.2f}/h"
+    cost = per_hour(c.cost.dollars_per_hour)
     if c.upper_cost is not None:
         cost += f", {c.upper_cost.words()}"
     kernels, lines = c.provenance.get("kernels", "unknown"), c.provenance.get("measuredLines", "0")
@@ -200,7 +200,7 @@ def _upper_dollars(c: Candidate) -> str:
     upper = c.upper_cost
     if upper is None or upper.dollars_per_hour is None:
         return ""
-    return f", up to ${upper.dollars_per_hour:.2f}/h if its steps are {upper.step_slowdown - 1:.0%} slower"
+    return f", up to {per_hour(upper.dollars_per_hour)} if its steps are {upper.step_slowdown - 1:.0%} slower"
 
 
 def format_plan(result: PlanResult, req: PlanRequest) -> str:
@@ -239,7 +239,8 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             f"  headroom {c.headroom:.0%}: every SLO holds up to {capacity:.1f} requests/s, "
             f"{_times(capacity / req.rate_rps)} the planned {req.rate_rps:g}",
             f"  {load}{c.predicted.output_tokens_per_second:g} output tokens/s",
-            f"  ${c.cost.dollars_per_hour:.2f}/h, ${c.cost.dollars_per_million_tokens:.3f} per million output tokens",
+            f"  {per_hour(c.cost.dollars_per_hour)}, ${c.cost.dollars_per_million_tokens:.3f} per million output "
+            "tokens",
             *([] if c.roles else [f"  node selector: {label}"]),
             f"  checkpoint: {c.checkpoint}",
             *([f"  {r.role} command: {c.engine_command or req.engine} {' '.join(r.engine_args)}" for r in c.roles]

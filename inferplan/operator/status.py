@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from inferplan.operator.inventory import Inventory, NodeSize, is_inventory_warning
-from inferplan.planner.results import Candidate, Infeasible, PlanResult, replica_shape
+from inferplan.planner.results import Candidate, Infeasible, PlanResult, per_hour, replica_shape
 
 CONDITION_TYPES = ("Ready", "Feasible", "InventoryAvailable")
 OBSERVATION_CONDITION_TYPES = ("MetricsAvailable", "PredictionAccurate")  # observing.observe_status's
@@ -410,7 +410,7 @@ def _recommendation_text(candidate: Candidate) -> str:
     decode, $178.40/h`); for one that rests on no measurement (`measured` false), that first, with its cost range
     (`upperCost`)."""
     shape = candidate.pools() or replica_shape(candidate.replicas, candidate.gpus_per_replica, candidate.gpu_type)
-    text = f"{shape}, ${candidate.cost.dollars_per_hour:.2f}/h"
+    text = f"{shape}, {per_hour(candidate.cost.dollars_per_hour)}"
     if candidate.measured:
         return text
     upper = candidate.upper_cost

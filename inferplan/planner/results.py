@@ -50,6 +50,11 @@ def cents(dollars: float) -> float:
     return round(dollars, 2) + 0.0  # + 0.0: never -0.0
 
 
+def per_hour(dollars: float) -> str:
+    """A cost [$/h] as every output writes it, to the cent, never in exponent form: "$3.20/h", "$1019.35/h"."""
+    return f"${dollars:.2f}/h"
+
+
 class _Result(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
 
@@ -192,7 +197,7 @@ class UpperCost(_Result):
         slower = f"if its steps are {self.step_slowdown - 1:.0%} slower ({self.evidence})"
         if self.dollars_per_hour is None:
             return f"no replica count meets {self.missed} {slower}"
-        return f"up to ${self.dollars_per_hour:.2f}/h ({self.replicas} replicas) {slower}"
+        return f"up to {per_hour(self.dollars_per_hour)} ({self.replicas} replicas) {slower}"
 
 
 class Role(_Result):

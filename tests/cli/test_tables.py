@@ -12,8 +12,10 @@ import pytest
 
 from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate, Infeasible, PlanResult
+from inferplan.planner.search.advice import _describe
 from inferplan.planner.search.core import miss_ms_text
 from inferplan.planner.search.plan import plan
+from inferplan.planner.search.select import tag_candidates
 from inferplan.planner.spec_parsing import load_plan_file, parse_plan
 from inferplan.tables import format_plan, latency_figures, parallelism_column
 from tests.support.plans import example_spec, spec
@@ -321,3 +323,19 @@ def test_rows_that_differ_only_by_dp_attention_or_expert_parallelism_read_apart(
     assert [(d["dataParallelAttention"], d["expertParallel"]) for d in shown.values()] == [
         (False, False), (True, False), (True, True)]
     assert "`8 DP+EP`" in PLANNING.read_text()
+
+
+@pytest.mark.parametrize(("dollars", "shown"), [(3.2, "$3.20/h"), (1000.4, "$1000.40/h"), (1.5e6, "$1500000.00/h")])
+def test_a_cost_per_hour_reads_alike_in_the_table_the_tags_and_the_suggestions(dollars: float, shown: str) -> None:
+    # The table printed "$3.20/h" where the tags' why and the suggestions printed "$3.2/h" (`:g`), "$1000/h" for
+    # $1000.40/h and "$1.5e+06/h" from $1M/h: one cost, one format, to the cent.
+    request, result = planned(CHAT)
+    rec = result.recommendation
+    assert rec is not None
+    costly = rec.model_copy(update={"cost": rec.cost.model_copy(update={"dollars_per_hour": dollars})})
+    (tagged,) = tag_candidates(request, [costly])
+    assert f", {shown}, " in tagged.why
+    assert _describe(costly).endswith(f" at {shown}")
+    lines = format_plan(result.model_copy(update={"recommendation": tagged}), request).splitlines()
+    assert any(line.startswith(f"  {shown}, $") for line in lines)
+    assert f"  tags: {','.join(tagged.tags)} ({tagged.why})" in lines

@@ -19,6 +19,7 @@ from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import (
     Candidate,
     PlanResult,
+    per_hour,
     replica_shape,
 )
 from inferplan.planner.search.annotate import (
@@ -61,9 +62,9 @@ SLO_RELAXED = 100.0  # a suggestion looks for the target one SLO would need with
 def _describe(c: Candidate) -> str:
     if c.roles:
         pools = c.pools()
-        return f"{pools} ({c.precision}) at ${c.cost.dollars_per_hour:g}/h"
+        return f"{pools} ({c.precision}) at {per_hour(c.cost.dollars_per_hour)}"
     shape = replica_shape(c.replicas, c.gpus_per_replica, c.gpu_type)
-    return f"{shape} ({c.precision}) at ${c.cost.dollars_per_hour:g}/h"
+    return f"{shape} ({c.precision}) at {per_hour(c.cost.dollars_per_hour)}"
 
 
 Answer = Callable[[PlanRequest], PlanResult]

@@ -43,7 +43,16 @@ from inferplan.planner.model.performance import prefill_s
 from inferplan.planner.model.serving import LoadResult, Traffic, poisson_capacity, sample_quantiles
 from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.request import PlanRequest
-from inferplan.planner.results import Candidate, Role, cost_of, dollars_per_hour, headroom, replica_shape, rounded
+from inferplan.planner.results import (
+    Candidate,
+    Role,
+    cost_of,
+    dollars_per_hour,
+    headroom,
+    per_hour,
+    replica_shape,
+    rounded,
+)
 from inferplan.planner.search.core import (
     _COUNTED,
     BOTH_POOLS_METRICS,
@@ -441,7 +450,7 @@ def _broken_limit(req: PlanRequest, grid: _Grid, rows: _Rows, pre: int, pre_repl
     if req.max_gpus is not None and sum(need.values()) > req.max_gpus:
         return f"maxGpus {req.max_gpus} (the pools need {sum(need.values())})"
     if over_budget(req, cost):
-        return f"the budget of ${req.budget_usd_per_hour:g}/h (the pools cost ${cost:.2f}/h)"
+        return f"the budget of {per_hour(req.budget_usd_per_hour)} (the pools cost {per_hour(cost)})"
     return None
 
 

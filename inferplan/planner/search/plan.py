@@ -41,6 +41,7 @@ from inferplan.planner.results import (
     PlanResult,
     cost_of,
     headroom,
+    per_hour,
     replica_shape,
     rounded,
 )
@@ -114,7 +115,7 @@ def _limit_reason(req: PlanRequest, check: int, shape: _Shape, replicas: int, gp
                  f"{placement_words(req, key, replicas, shape.gpus)}"),
         lambda: f"needs {gpus} {key}; maxGpusPerType allows {req.max_gpus_per_type.get(key)}",
         lambda: f"needs {gpus} GPUs ({replica_shape(replicas, shape.gpus, key)}); maxGpus is {req.max_gpus}",
-        lambda: f"{gpus} x {key} cost ${cost:.2f}/h; the budget is ${req.budget_usd_per_hour or 0.0:.2f}/h",
+        lambda: f"{gpus} x {key} cost {per_hour(cost)}; the budget is {per_hour(req.budget_usd_per_hour or 0.0)}",
     )[check]()
 
 

@@ -20,6 +20,7 @@ from inferplan.planner.results import (
     ShapeOption,
     cents,
     headroom,
+    per_hour,
     replica_shape,
     rounded,
 )
@@ -174,12 +175,12 @@ def shape_lines(options: list[ShapeOption], rec: Candidate | None) -> list[str]:
             lines.append(f"{name}: no feasible candidate found (within the targets, the limits and "
                          f"{PRACTICAL_COST_FACTOR:g}x the cheapest cost){nearest}")
         elif rec is not None and words == describe_shape(rec):
-            lines.append(f"{name}: ${cost:.2f}/h, {words}: the recommendation")
+            lines.append(f"{name}: {per_hour(cost)}, {words}: the recommendation")
         elif rec is not None:
             extra = cost / rec.cost.dollars_per_hour - 1.0
-            lines.append(f"{name}: ${cost:.2f}/h ({extra:+.0%} against the recommendation), {words}")
+            lines.append(f"{name}: {per_hour(cost)} ({extra:+.0%} against the recommendation), {words}")
         else:
-            lines.append(f"{name}: ${cost:.2f}/h, {words}")
+            lines.append(f"{name}: {per_hour(cost)}, {words}")
     return lines
 
 
@@ -322,9 +323,10 @@ def _why(req: PlanRequest, c: Candidate, tags: list[str], first: Candidate, is_f
 
     shape = describe_shape(c)
     if is_first:
-        return f"cheapest that meets every target: {shape}, ${c.cost.dollars_per_hour:g}/h, {c.headroom:.0%} headroom"
+        return (f"cheapest that meets every target: {shape}, {per_hour(c.cost.dollars_per_hour)}, "
+                f"{c.headroom:.0%} headroom")
     extra = c.cost.dollars_per_hour - first.cost.dollars_per_hour
-    cost = (f"+${extra:.2f}/h (+{extra / first.cost.dollars_per_hour:.0%})" if extra > 0.005
+    cost = (f"+{per_hour(extra)} (+{extra / first.cost.dollars_per_hour:.0%})" if extra > 0.005
             else "at the same cost")
     for tag, metric, label in (("lowestTtft", "ttft", "TTFT"), ("lowestTpot", "tpot", "TPOT"),
                                ("lowestLatency", "e2e", "end-to-end latency")):

@@ -197,6 +197,7 @@ def test_the_budget_a_suggestion_names_admits_the_deployment_it_names() -> None:
     line = next(s for s in result.suggestions if s.startswith("limits: budgetDollarsPerHour "))
     suggested = line.split()[2]
     assert suggested == "1001", line
+    assert line.endswith(" at $1000.40/h"), line  # to the cent, as the table prints it (it read "$1000.4/h")
     taken = plan(request(**{**changes, "constraints.budgetDollarsPerHour": suggested}))
     assert taken.recommendation is not None and taken.recommendation.replicas == 2
 
