@@ -20,7 +20,7 @@ import numpy as np
 from inferplan import __version__
 from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest, SloTarget
-from inferplan.planner.results import Candidate, Infeasible, PlanResult, per_hour, replica_shape
+from inferplan.planner.results import Candidate, Infeasible, PlanResult, dollar_figure, per_hour, replica_shape
 from inferplan.planner.simulation.simulate import SimulationResult
 from inferplan.planner.simulation.verification import compare, scaled_words, simulated_rate
 from inferplan.tables import (
@@ -613,7 +613,7 @@ def _candidates_section(req: PlanRequest, result: PlanResult) -> str:
     # A disaggregated row: "prefill / decode" in the GPU, TP, replicas and batch columns.
     rows = [["rec." if key == "R" else key, gpu_column(c), parallelism_column(c),
              role_column(c, "replicas"), role_column(c, "max_batch"), f"{c.precision} / {c.kv_cache_dtype}",
-             f"{c.cost.dollars_per_hour:.2f}", f"{c.cost.dollars_per_million_tokens:.3f}",
+             f"{c.cost.dollars_per_hour:.2f}", dollar_figure(c.cost.dollars_per_million_tokens),
              *(_percentiles_cell(c, m, _quantile(req, m)) for m in ("ttft", "tpot", "e2e")),
              f"{c.headroom:.0%}", c.provenance.get("predicted", "")] for key, c in shown]
     whys = [c.why + (f" [{', '.join(c.tags)}]" if c.tags else "") for _, c in shown]
@@ -630,8 +630,8 @@ def _recommendation_section(c: Candidate | None) -> str:
         return ""
     items = [
         ("deployment", _e(f"{_deployment(c)} = {c.gpus} GPU(s)")),
-        ("cost", _e(f"{per_hour(c.cost.dollars_per_hour)}, ${c.cost.dollars_per_million_tokens:.3f} per million "
-                    f"output tokens")),
+        ("cost", _e(f"{per_hour(c.cost.dollars_per_hour)}, ${dollar_figure(c.cost.dollars_per_million_tokens)} "
+                    "per million output tokens")),
         ("load", _e(f"utilization {c.predicted.utilization:.2f}, headroom {c.headroom:.0%}, "
                     f"{c.predicted.output_tokens_per_second:g} output tokens/s")),
         *((("SLOs by held-out error", _e(slo_check_text(c))),) if c.predicted.slo_checks else ()),

@@ -9,7 +9,7 @@ from inferplan.planner.catalog.engine_args import DYNAMO_ENTRY_POINTS
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest
-from inferplan.planner.results import Candidate, Percentiles, PlanResult, per_hour, replica_shape
+from inferplan.planner.results import Candidate, Percentiles, PlanResult, dollar_figure, per_hour, replica_shape
 from inferplan.planner.search.core import PRACTICAL_COST_FACTOR
 
 
@@ -239,8 +239,8 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
             f"  headroom {c.headroom:.0%}: every SLO holds up to {capacity:.1f} requests/s, "
             f"{_times(capacity / req.rate_rps)} the planned {req.rate_rps:g}",
             f"  {load}{c.predicted.output_tokens_per_second:g} output tokens/s",
-            f"  {per_hour(c.cost.dollars_per_hour)}, ${c.cost.dollars_per_million_tokens:.3f} per million output "
-            "tokens",
+            f"  {per_hour(c.cost.dollars_per_hour)}, ${dollar_figure(c.cost.dollars_per_million_tokens)} per million "
+            "output tokens",
             *([] if c.roles else [f"  node selector: {label}"]),
             f"  checkpoint: {c.checkpoint}",
             *([f"  {r.role} command: {c.engine_command or req.engine} {' '.join(r.engine_args)}" for r in c.roles]

@@ -55,6 +55,14 @@ def per_hour(dollars: float) -> str:
     return f"${dollars:.2f}/h"
 
 
+def dollar_figure(dollars: float) -> str:
+    """An amount [$] with the four significant digits a result keeps (`rounded`), at least to the cent and never in
+    exponent form: "0.3278", "0.004917" (.3f read "0.005"), "283.20", "0.04"."""
+    places = max(2, SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(abs(dollars)))) if dollars else 2
+    whole, _, fraction = f"{dollars:.{places}f}".partition(".")
+    return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
+
+
 class _Result(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
 

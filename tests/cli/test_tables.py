@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.request import PlanRequest, resolve_plan
-from inferplan.planner.results import Candidate, Infeasible, PlanResult
+from inferplan.planner.results import Candidate, Infeasible, PlanResult, per_hour
 from inferplan.planner.search.advice import _describe
 from inferplan.planner.search.core import miss_ms_text
 from inferplan.planner.search.plan import plan
 from inferplan.planner.search.select import tag_candidates
 from inferplan.planner.spec_parsing import load_plan_file, parse_plan
+from inferplan.report import _candidates_section, _recommendation_section
 from inferplan.tables import format_plan, latency_figures, parallelism_column
 from tests.support.plans import example_spec, spec
 
@@ -339,3 +340,26 @@ def test_a_cost_per_hour_reads_alike_in_the_table_the_tags_and_the_suggestions(d
     lines = format_plan(result.model_copy(update={"recommendation": tagged}), request).splitlines()
     assert any(line.startswith(f"  {shown}, $") for line in lines)
     assert f"  tags: {','.join(tagged.tags)} ({tagged.why})" in lines
+
+
+@pytest.mark.parametrize(("per_million", "shown"), [(0.004917, "$0.004917"), (0.3278, "$0.3278"), (283.2, "$283.20")])
+def test_the_cost_per_million_tokens_reads_with_the_digits_the_json_keeps(per_million: float, shown: str) -> None:
+    # `.3f` printed $0.004917 as "$0.005" and $0.3278 as "$0.328" in the table and the report, where the JSON keeps
+    # four significant digits.
+    request, result = planned(CHAT)
+    rec = result.recommendation
+    assert rec is not None
+    cheap = rec.model_copy(update={"cost": rec.cost.model_copy(update={"dollars_per_million_tokens": per_million})})
+    lines = format_plan(result.model_copy(update={"recommendation": cheap}), request).splitlines()
+    assert f"  {per_hour(cheap.cost.dollars_per_hour)}, {shown} per million output tokens" in lines
+    assert f"{shown} per million output tokens" in _recommendation_section(cheap)
+    table = _candidates_section(request, result.model_copy(update={"recommendation": cheap}))
+    assert f'<td class="num">{shown[1:]}</td>' in table
+
+
+def test_the_readme_cost_line_reads_as_the_table_writes_it() -> None:
+    # The README's excerpt is `inferplan plan` on the bundled example (chat-assistant-8b): its cost line as printed.
+    request, result = planned(CHAT)
+    lines = format_plan(result, request).splitlines()
+    (line,) = [line for line in lines if line.endswith(" per million output tokens")]
+    assert f"\n{line}\n" in (REPO / "README.md").read_text()
