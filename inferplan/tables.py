@@ -165,12 +165,22 @@ def role_column(c: Candidate, field: str) -> str:
 
 def parallelism_column(c: Candidate) -> str:
     """GPUs per replica as TP, or TP and pipeline stages ("8 PP2": 2 stages of 8); then "DP" for data-parallel
-    attention, "DP+EP" with the experts expert-parallel ("8 DP+EP"), which rows of the same TP otherwise hide."""
+    attention, "DP+EP" with the experts expert-parallel ("8 DP+EP"), which rows of the same TP otherwise hide; a
+    disaggregated one's each pool's, prefill first ("8 DP+EP / 4")."""
     if c.roles:
-        return role_column(c, "gpus_per_replica")
-    stages = f" PP{c.pipeline_parallel}" if c.pipeline_parallel > 1 else ""
-    attention = (" DP+EP" if c.expert_parallel else " DP") if c.data_parallel_attention else ""
-    return f"{c.gpus_per_replica // c.pipeline_parallel}{stages}{attention}"
+        return " / ".join(_parallelism(r.gpus_per_replica, 1, r.data_parallel_attention, r.expert_parallel)
+                          for r in c.roles)
+    return _parallelism(c.gpus_per_replica, c.pipeline_parallel, c.data_parallel_attention, c.expert_parallel)
+
+
+def _parallelism(gpus_per_replica: int, pipeline_parallel: int, dp_attention: bool, expert_parallel: bool) -> str:
+    stages = f" PP{pipeline_parallel}" if pipeline_parallel > 1 else ""
+    attention = (" DP+EP" if expert_parallel else " DP") if dp_attention else ""
+    return f"{gpus_per_replica // pipeline_parallel}{stages}{attention}"
+
+
+RECOMMENDATION_HEADING = "Recommendation (cheapest feasible; ties broken by headroom, then by fewer GPUs)"
+"""What heads the recommendation: the order it is chosen in (`select.by_cost`)."""
 
 
 def fewer_alternatives(result: PlanResult, req: PlanRequest) -> str | None:
@@ -220,8 +230,7 @@ def format_plan(result: PlanResult, req: PlanRequest) -> str:
                 "slot busy; ")
         capacity = c.max_requests_per_second()  # not rate / (1 - headroom): rounded, that divides by 0 near 100%
         lines += [
-            "Recommendation (cheapest feasible; ties broken by headroom)"
-            + (", latencies from the simulator:" if simulated else ":"),
+            RECOMMENDATION_HEADING + (", latencies from the simulator:" if simulated else ":"),
             *(_shape_lines(c, req) if c.roles else [
                 f"  {c.replicas} replica(s) x {per_replica(c.gpus_per_replica, gpu_name(c.gpu_type, req))} = "
                 f"{c.gpus} GPU(s), max batch {c.max_batch}, {c.precision} weights, KV {c.kv_cache_dtype}"

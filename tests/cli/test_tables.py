@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.request import PlanRequest, resolve_plan
-from inferplan.planner.results import Candidate, Infeasible, PlanResult, per_hour
+from inferplan.planner.results import Candidate, Infeasible, PlanResult, Role, per_hour
 from inferplan.planner.search.advice import _describe
 from inferplan.planner.search.core import miss_ms_text
 from inferplan.planner.search.plan import plan
@@ -363,3 +363,30 @@ def test_the_readme_cost_line_reads_as_the_table_writes_it() -> None:
     lines = format_plan(result, request).splitlines()
     (line,) = [line for line in lines if line.endswith(" per million output tokens")]
     assert f"\n{line}\n" in (REPO / "README.md").read_text()
+
+
+def test_the_heading_states_every_tie_rule_of_the_order_and_the_readme_shows_it() -> None:
+    # The heading said "ties broken by headroom" only; equal cost and headroom go to the fewer GPUs (`by_cost`).
+    request, result = planned(CHAT)
+    rec = result.recommendation
+    assert rec is not None
+    heading = next(line for line in format_plan(result, request).splitlines() if line.startswith("Recommendation ("))
+    assert heading == "Recommendation (cheapest feasible; ties broken by headroom, then by fewer GPUs):"
+    assert f"\n{heading[:-1]}, latencies from the simulator:\n" in (REPO / "README.md").read_text()
+
+
+def test_a_disaggregated_row_gives_each_pools_parallelism() -> None:
+    # The TP column of a disaggregated row read "8 / 4": a prefill pool with data-parallel attention and expert
+    # parallelism read like one without, where an aggregated row says "8 DP+EP".
+    _, result = planned(CHAT)
+    rec = result.recommendation
+    assert rec is not None
+    prefill = Role(role="prefill", gpu_type="H200-SXM-141GB", node_selector={}, gpus_per_replica=8, replicas=2,
+                   gpus=16, max_batch=16, data_parallel_attention=True, expert_parallel=True, utilization=0.5,
+                   max_requests_per_second_per_replica=1.0, engine_args=[])
+    decode = prefill.model_copy(update={"role": "decode", "gpus_per_replica": 4, "gpus": 8,
+                                        "data_parallel_attention": False, "expert_parallel": False})
+    pair = rec.model_copy(update={"shape": "disaggregated", "roles": [prefill, decode]})
+    assert parallelism_column(pair) == "8 DP+EP / 4"
+    dp = decode.model_copy(update={"data_parallel_attention": True})
+    assert parallelism_column(pair.model_copy(update={"roles": [prefill, dp]})) == "8 DP+EP / 4 DP"

@@ -3,8 +3,9 @@
 Every (GPU type x tensor-parallel size x weight precision x KV dtype x max batch) is a candidate. The
 candidates pass through gates in a fixed order (`GATES`); each that passes the SLO gate gets the highest
 request rate one replica sustains within every SLO and the utilisation cap, and from it the replicas, GPUs
-and cost. The recommendation is the cheapest feasible candidate, ties broken by headroom (`select.by_cost`); the
-alternatives are the Pareto frontier over (cost, TTFT, TPOT, end-to-end latency at the SLO percentiles), sorted by cost.
+and cost. The recommendation is the cheapest feasible candidate, ties broken by headroom, then by fewer GPUs
+(`select.by_cost`); the alternatives are the Pareto frontier over (cost, TTFT, TPOT, end-to-end latency at the SLO
+percentiles), sorted by cost.
 
 Everything is computed as arrays over the candidates, without a Python loop over shapes or batch sizes:
 memory and hardware for the whole (GPU, TP, precision, KV dtype, batch) grid at once; the queueing model's
