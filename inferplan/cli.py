@@ -15,6 +15,7 @@ from pathlib import Path
 FACTORS_HELP = "engine factors to use (default: the fitted ones shipped; docs/calibration.md)"
 EXAMPLE_PLAN = "inferplan/planner/data/example-plan.yaml, the same as examples/plans/chat-assistant-8b.yaml"
 EXAMPLE = "bundled example (inferplan/planner/data/example-scenarios.jsonl)"
+SIMULATED_ROUTERS = ("random", "round_robin", "least_outstanding")  # simulate.ROUTERS, without importing numpy here
 
 
 @contextmanager
@@ -275,9 +276,11 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    from inferplan.planner.catalog.engine_args import ROUTER_REPLICAS
     from inferplan.planner.results import replica_shape
     from inferplan.planner.simulation.simulate import read_trace
     from inferplan.planner.simulation.verification import (
+        AGGREGATED_ROUTER,
         compare,
         planned,
         scaled_words,
@@ -318,9 +321,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if candidate is None:
         print("inferplan: the plan has no feasible deployment to simulate (see inferplan plan)", file=sys.stderr)
         return 1
-    if candidate.roles and args.router != "round_robin":
-        print(f"inferplan: the prefill and decode pools are simulated round robin (as the rendered sglang-router "
-              f"spreads them), not {args.router}: --router applies to aggregated replicas", file=sys.stderr)
+    if candidate.roles and args.router is not None:
+        print(f"inferplan: the prefill and decode pools are simulated as the rendered sglang-router spreads them "
+              f"({ROUTER_REPLICAS} routers behind a Service, each round robin), not {args.router}: --router applies "
+              "to aggregated replicas", file=sys.stderr)
     if trace is not None:
         max_len = served_max_len(request, candidate, factors)
         over = int(((trace.prompt_tokens + trace.output_tokens) > max_len).sum())
@@ -328,8 +332,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             print(f"inferplan: {over} of the trace's {len(trace)} requests exceed the deployment's max_model_len "
                   f"{max_len}: the engine would reject them; the simulator serves them shortened to fit",
                   file=sys.stderr)
-    result = simulate_candidate(request, candidate, requests=requests, seed=seed, router=args.router,
-                                workload=trace, factors=factors)
+    result = simulate_candidate(request, candidate, requests=requests, seed=seed,
+                                router=args.router or AGGREGATED_ROUTER, workload=trace, factors=factors)
     rows = compare(candidate, result)
     # What the plan predicted: the analytic model, or its own shorter simulation for a verified plan.
     planned_by = candidate.provenance.get("predicted", "analytic")
@@ -849,8 +853,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=_at_least(0), help="random seed of the generated workload (default 0)")
     sim.add_argument("--trace", metavar="TRACE.jsonl",
                      help='replay a trace instead: JSON lines {"t": seconds, "prompt": tokens, "output": tokens}')
-    sim.add_argument("--router", choices=("round_robin", "least_outstanding"), default="round_robin",
-                     help="how requests are spread over replicas (default round_robin)")
+    sim.add_argument("--router", choices=SIMULATED_ROUTERS,
+                     help="how requests are spread over aggregated replicas (default random, as the rendered "
+                          "Service's kube-proxy spreads them)")
     sim.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     sim.add_argument("--factors", metavar="FACTORS.json", help=FACTORS_HELP)
     sim.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,

@@ -22,7 +22,7 @@ import yaml
 
 from inferplan.deploy.bounds import replica_bounds
 from inferplan.planner.catalog.checkpoints import checkpoint_precision, download_bytes
-from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, router_flags, version_line
+from inferplan.planner.catalog.engine_args import DEFAULT_VERSIONS, ROUTER_REPLICAS, router_flags, version_line
 from inferplan.planner.catalog.engines import parse_version
 from inferplan.planner.catalog.gpus import GPU_VENDORS, GpuSpec, load_gpu_catalog
 from inferplan.planner.catalog.precisions import weight_precision
@@ -729,7 +729,8 @@ def _router(request: PlanRequest, candidate: Candidate, *, name: str, namespace:
                        **({"namespace": namespace} if namespace else {})}]},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**metadata(router, namespace, plan=name),
                                                                      "labels": role_labels},
-         "spec": {"replicas": 2, "selector": {"matchLabels": {**selector_labels(name), ROLE_LABEL: "router"}},
+         "spec": {"replicas": ROUTER_REPLICAS,
+                  "selector": {"matchLabels": {**selector_labels(name), ROLE_LABEL: "router"}},
                   "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                   "template": {"metadata": {"labels": dict(role_labels)},
                                "spec": {"serviceAccountName": router, "containers": [container]}}}},

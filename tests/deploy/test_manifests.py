@@ -515,6 +515,10 @@ def test_a_disaggregated_sglang_plan_renders_its_pools_a_router_and_a_service() 
         wanted = dict(kv.split("=", 1) for kv in _values(args, f"--{role}-selector"))
         assert wanted.items() <= pods[role]["labels"].items() and not wanted.items() <= pods[other]["labels"].items()
     assert _values(args, "--service-discovery-port") == [str(PORT)] and "--pd-disaggregation" in args
+    # Routed as verification simulates the pools (simulate_disaggregated): that many routers, each round robin.
+    from inferplan.planner.catalog.engine_args import ROUTER_REPLICAS
+
+    assert router["spec"]["replicas"] == ROUTER_REPLICAS and _values(args, "--policy") == ["round_robin"]
     # The Service reaches the router only; the router runs as the account its Role lets watch pods.
     selector = named["llm"]["spec"]["selector"]
     assert selector.items() <= router["spec"]["template"]["metadata"]["labels"].items()

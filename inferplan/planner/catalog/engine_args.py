@@ -434,6 +434,11 @@ def engine_flags() -> dict[str, Any]:
     return dict(_flags_file()["engines"])
 
 
+ROUTER_REPLICAS = 2
+"""The replicas of sglang-router `inferplan render` runs in front of disaggregated pools (a Service spreads requests
+over them at random; each keeps its own round-robin turn), as verification simulates them."""
+
+
 def router_flags() -> dict[str, Any]:
     """The pinned flag list of SGLang's P/D router (`sglang-router`, what `inferplan render` runs in front of
     disaggregated SGLang pools): {version, source, entry_point, flags} as for an engine's line."""

@@ -15,9 +15,9 @@ and plain ints, floats, lists and dicts (numpy scalars would dominate). While no
 the batch is fixed until the next event (a completion, the KV cache filling up, an arrival that could be
 admitted), so it jumps over all the steps in between at once, with the step time of the mean context
 over the jump. The commonest event, one request arriving at a replica with nobody waiting, has a
-shortcut with the same arithmetic. Round robin routes in advance, so each replica runs alone over its
-requests; least outstanding requests decides at each arrival and wakes only the replicas whose next
-event is due by then (only a completion changes a replica's count).
+shortcut with the same arithmetic. Random and round-robin routing are decided in advance (`routed`), so each
+replica runs alone over its requests; least outstanding requests decides at each arrival and wakes only the
+replicas whose next event is due by then (only a completion changes a replica's count).
 
 Memory: requests become small Python lists a chunk at a time as they are routed and are dropped when they
 complete; what spans the whole run is numpy arrays (the workload, and first-token and completion times
@@ -53,7 +53,10 @@ from inferplan.planner.simulation.engine import (
 )
 from inferplan.planner.spec_parsing import KeyGivenTwice, unique_keys
 
-ROUTERS = ("round_robin", "least_outstanding")
+ROUTERS = ("random", "round_robin", "least_outstanding")
+"""How requests reach replicas: `random` each to a replica drawn uniformly (a Kubernetes Service: kube-proxy's iptables
+and nftables modes pick a backend at random for each new connection), `round_robin` in turn (a router's round-robin
+policy), `least_outstanding` to the replica with the fewest queued plus running requests."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,6 +180,48 @@ def generate_workload(rate: float, requests: int, traffic: Traffic, seed: int = 
 
 
 # --------------------------------------------------------------------------------------------------
+# Routing
+
+ROUTE_STREAM = 0x5EED
+"""Mixed into a routing seed so that a random router's draws are not the workload's own (`generate_workload` draws its
+gaps from `default_rng(seed)`: the same seed would tie a request's replica to its gap)."""
+
+
+def routed(requests: int, replicas: int, router: str, *, seed: int = 0, fronts: int = 1, stages: int = 1) -> IntArray:
+    """The engine each of `requests` requests (in arrival order) goes to, decided in advance: `replicas` x `stages`
+    engines, replica r's stages r x stages ... r x stages + stages - 1.
+
+    `router` "random" or "round_robin" (`ROUTERS`; least outstanding is decided while serving) picks the replica; with
+    `fronts` > 1, `fronts` routers of that policy each take a request drawn at random (the router's own replicas behind
+    a Kubernetes Service) and keep their own turn, starting at replica 0. Within a replica, its stages take its requests
+    in turn (a pipeline-parallel engine keeps one batch in flight per stage). Deterministic per `seed`."""
+    if router not in ("random", "round_robin"):
+        raise ValueError(f"requests are routed in advance only at random or round robin, not {router!r}")
+    if replicas < 1 or fronts < 1 or stages < 1:
+        raise ValueError("replicas, fronts and stages must be at least 1")
+    rng = np.random.default_rng((ROUTE_STREAM, seed))
+    if router == "random":
+        replica = rng.integers(replicas, size=requests, dtype=np.int64)
+    else:
+        front = (rng.integers(fronts, size=requests, dtype=np.int64) if fronts > 1
+                 else np.zeros(requests, dtype=np.int64))
+        replica = _turns(front, fronts) % replicas
+    if stages == 1:
+        return replica
+    return replica * stages + _turns(replica, replicas) % stages
+
+
+def _turns(group: IntArray, groups: int) -> IntArray:
+    """Per element, how many earlier elements have its `group` (0, 1, 2, ... within each group)."""
+    order = np.argsort(group, kind="stable")
+    counts = np.bincount(group, minlength=groups)
+    starts = np.cumsum(counts) - counts
+    turns = np.empty(len(group), dtype=np.int64)
+    turns[order] = np.arange(len(group), dtype=np.int64) - np.repeat(starts, counts)
+    return turns
+
+
+# --------------------------------------------------------------------------------------------------
 # Step time
 
 
@@ -282,12 +327,17 @@ def simulate(
     front_end: bool = False,
     front_end_max_s: float = math.inf,
     prefix_hit_rate: float = 0.0,
+    route_seed: int = 0,
+    stages: int = 1,
 ) -> SimulationResult:
     """Serve `workload` on `replicas` copies of the engine on `hw` (one deployment, scalar fields).
 
     `max_batch`: running sequences per replica (max_num_seqs); `kv_tokens`: KV cache per replica;
     `chunk_tokens`: token budget per step, decode tokens included (math.inf: whole prompts in one step);
-    `router`: "round_robin" or "least_outstanding" (fewest queued plus running, lowest index on ties).
+    `router`: "random", "round_robin" or "least_outstanding" (fewest queued plus running, lowest index on ties;
+    `ROUTERS`); a random router draws from `route_seed`. `stages` > 1 (random or round robin): each `stages`
+    consecutive replicas are the pipeline stages of one replica, which the router picks and whose stages take its
+    requests in turn (`routed`).
     `policy`: how the engine fills a step (`Scheduling`; default vLLM V1's). `clients` > 0: a closed loop
     of that many clients on one replica (each sends its next request, the next one of the workload, when
     its last one completes; the workload's arrival times count only for the first `clients` requests, and
@@ -318,7 +368,10 @@ def simulate(
     model = _StepModel(hw)
     # A step takes whole tokens: a fractional budget would leave a fraction nobody can use.
     chunk = chunk_tokens if math.isinf(chunk_tokens) else int(chunk_tokens)
-    assigned = np.arange(n, dtype=np.int64) % replicas if router == "round_robin" else None
+    if stages < 1 or replicas % stages:
+        raise ValueError("stages must be at least 1 and divide replicas")
+    assigned = (None if router == "least_outstanding"
+                else routed(n, replicas // stages, router, seed=route_seed, stages=stages))
     if clients < 0:
         raise ValueError("clients must be at least 0")
     arrival_s = workload.arrival_s.copy() if clients else workload.arrival_s
@@ -391,13 +444,18 @@ def simulate_disaggregated(
     chunk_tokens: float,
     policy: Scheduling | None = None,
     prefix_hit_rate: float = 0.0,
+    routers: int = 1,
+    route_seed: int = 0,
 ) -> SimulationResult:
     """Serve `workload` on a disaggregated deployment: `prefill_replicas` replicas on `prefill_hw` that only
     prefill (each request with one output token, the engine's step loop as `simulate` runs it), the KV transfer
     of each request (`transfer_s`, per request) after its prefill, then `decode_replicas` replicas on
     `decode_hw` that admit the request when it arrives there (as any request: a free slot and room in the KV
     cache for its prompt) and decode it; its prompt costs no compute there (its KV is already computed) and
-    takes no token budget, so the step that admits it makes its first token. Round robin in both pools.
+    takes no token budget, so the step that admits it makes its first token. Routed as sglang-router does in
+    prefill-decode mode: on arrival, a prefill and a decode replica each in turn (round robin in both pools);
+    with `routers` > 1, that many such routers, each request going to one at random (drawn from `route_seed`:
+    replicas of the router behind a Kubernetes Service), each with its own turn (`routed`).
     `prefix_hit_rate`: the share of each prompt the prefill pool finds in its prefix cache, as in `simulate`.
 
     TTFT: from arrival to the decode replica's first token, with the engine's per-request overhead once; TPOT
@@ -418,14 +476,16 @@ def simulate_disaggregated(
     dec_model.prompts_computed = True
     arrival = workload.arrival_s
     ones = np.ones(n, dtype=np.int64)
+    # Both replicas are chosen on arrival, by the same router: the decode pool's turn is the arrival order's.
+    to_prefill = routed(n, prefill_replicas, "round_robin", seed=route_seed, fronts=routers)
+    to_decode = routed(n, decode_replicas, "round_robin", seed=route_seed, fronts=routers)
     prefilled = _serve(pre_model, arrival, prompt, ones, None, prefill_replicas, prefill_max_batch,
-                       prefill_kv_tokens, chunk, np.arange(n, dtype=np.int64) % prefill_replicas, 2, policy,
+                       prefill_kv_tokens, chunk, to_prefill, 2, policy,
                        cached=cached_prompt_tokens(prompt, prefix_hit_rate))
     at_decode = prefilled.first_s + np.asarray(transfer_s, dtype=float)
     order = np.argsort(at_decode, kind="stable")  # the decode pool sees requests in the order they arrive
     served = _serve(dec_model, at_decode[order], prompt[order], output[order], np.zeros(n), decode_replicas,
-                    decode_max_batch, decode_kv_tokens, math.inf, np.arange(n, dtype=np.int64) % decode_replicas,
-                    256, policy)
+                    decode_max_batch, decode_kv_tokens, math.inf, to_decode[order], 256, policy)
     # Back in workload order: the decode pool's first token is the request's.
     first, done = np.empty(n), np.empty(n)
     replica, preempted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)

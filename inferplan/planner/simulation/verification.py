@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from inferplan.planner.catalog.engine_args import ROUTER_REPLICAS
 from inferplan.planner.model.disaggregated import transfer_s
 from inferplan.planner.model.factors import FactorSet
 from inferplan.planner.model.serving import Traffic
@@ -76,8 +77,16 @@ def fit_to_context(workload: RequestTrace, max_model_len: int) -> RequestTrace:
 MAX_SIMULATED_REPLICAS = 16
 """A plan's workload spread over more replicas is simulated on this many at the same rate per replica: the
 cost of a verification must not grow with the traffic (a huge rate would otherwise mean thousands of replica
-objects). Round robin then thins the arrival stream over fewer replicas, so each sees burstier traffic than
-it would among all of them: the check errs on the safe side."""
+objects). Spread over fewer replicas, each replica's share of a bursty stream keeps more of its bursts (a random
+split of arrivals of CV^2 c over n replicas leaves each 1 + (c - 1) / n; a Poisson stream stays Poisson): the
+check errs on the safe side."""
+
+AGGREGATED_ROUTER = "random"
+"""How requests reach aggregated replicas as rendered: a plain Service (a ClusterIP Service, a LeaderWorkerSet's
+leaders behind one, KServe's RawDeployment Service) with no router of its own, so kube-proxy picks a replica for each
+new connection at random (iptables and nftables modes; IPVS's round robin is per node and per connection, so many
+clients over many nodes mix too). A random split of a Poisson stream is Poisson at each replica: nothing smooths it.
+Disaggregated pools are routed by the rendered sglang-router (`simulate.simulate_disaggregated`, ROUTER_REPLICAS)."""
 
 
 def simulated_rate(req: PlanRequest, candidate: Candidate) -> float:
@@ -127,11 +136,13 @@ def steady_state(result: SimulationResult, arrival_s: np.ndarray, warmup_s: floa
 
 
 def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int = 20_000, seed: int = 0,
-                       router: str = "round_robin", workload: RequestTrace | None = None,
+                       router: str = AGGREGATED_ROUTER, workload: RequestTrace | None = None,
                        factors: FactorSet | None = None, warmup_s: float = 0.0) -> SimulationResult:
-    """Simulate `candidate`'s replicas serving the plan's workload (or `workload`, e.g. a replayed trace).
-    Beyond MAX_SIMULATED_REPLICAS replicas, that many serve the plan's rate scaled to them (not for a trace).
-    `warmup_s` > 0: the latency statistics are those of the steady state (`steady_state`)."""
+    """Simulate `candidate`'s replicas serving the plan's workload (or `workload`, e.g. a replayed trace), routed as
+    deployed: aggregated replicas by `router` (default AGGREGATED_ROUTER, a plain Service's), disaggregated pools as
+    the rendered sglang-router spreads them (`router` does not apply). Beyond MAX_SIMULATED_REPLICAS replicas, that
+    many serve the plan's rate scaled to them (not for a trace). `seed` draws the workload and a random router's
+    choices. `warmup_s` > 0: the latency statistics are those of the steady state (`steady_state`)."""
     result, served = _simulate_served(req, candidate, requests=requests, seed=seed, router=router,
                                       workload=workload, factors=factors)
     return steady_state(result, served.arrival_s, warmup_s) if warmup_s > 0 else result
@@ -165,12 +176,13 @@ def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, s
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
     # A replica of pp pipeline stages serves as pp engines of its stages' steps, each with 1/pp of its batch cap
     # and KV pool (one batch in flight per stage; the engine's pool is shared, so one stream's share is at least a
-    # whole sequence), the router spreading requests over all of them.
+    # whole sequence), its stages taking the requests the router sends it in turn.
     pp = candidate.pipeline_parallel
     kv_tokens = max(deployment.memory.kv_cache_tokens // pp, max_len + 1)
     return simulate(deployment.hardware, served, replicas=replicas * pp, max_batch=max(candidate.max_batch // pp, 1),
                     kv_tokens=kv_tokens, chunk_tokens=deployment.settings.step_tokens, router=router,
-                    policy=deployment.settings.scheduling, prefix_hit_rate=req.prefix_hit_rate), served
+                    policy=deployment.settings.scheduling, prefix_hit_rate=req.prefix_hit_rate, route_seed=seed,
+                    stages=1 if router == "least_outstanding" else pp), served
 
 
 def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int,
@@ -197,7 +209,8 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
         decode_replicas=counts["decode"], prefill_max_batch=pools["prefill"].max_batch,
         decode_max_batch=pools["decode"].max_batch, prefill_kv_tokens=prefill.memory.kv_cache_tokens,
         decode_kv_tokens=decode.memory.kv_cache_tokens, chunk_tokens=prefill.settings.step_tokens,
-        policy=decode.settings.scheduling, prefix_hit_rate=req.prefix_hit_rate), served
+        policy=decode.settings.scheduling, prefix_hit_rate=req.prefix_hit_rate, routers=ROUTER_REPLICAS,
+        route_seed=seed), served
 
 
 @dataclass(frozen=True)
@@ -546,6 +559,7 @@ def planned(req: PlanRequest, factors: FactorSet | None = None, *, verify_defaul
 
 
 __all__ = [
+    "AGGREGATED_ROUTER",
     "Comparison",
     "Percentiles",
     "compare",

@@ -495,15 +495,16 @@ def test_a_kv_cache_too_small_for_the_context_gets_an_fp8_one() -> None:
 def test_a_plan_verification_leaves_empty_gets_suggestions_that_pass_the_simulator() -> None:
     # The analytic search finds 14 x 8 H100 within maxReplicas 14; the simulator finds its E2E p95 over the target
     # at every replica count the limit allows. The answer was "no deployment" with no suggestion at all.
+    # Routed at random, as its Service spreads requests, agent traffic (CV^2 8) stays bursty at every replica
+    # (1 + 7 / n): no replica count verification reaches passes (until 2026-12-07, routed round robin, maxReplicas 18
+    # did): another GPU type is suggested, and passes the simulator.
     _, result = planned(BURSTY_72B)
     assert result.recommendation is None and any(i.gate == "verify" for i in result.infeasible)
-    line = _suggestion(result, "limits")
-    replicas = int(line.split("maxReplicas ")[1].split()[0])
-    assert replicas > 14 and "(now 14)" in line
+    line = _suggestion(result, "GPU type")
     spec = spec_of(BURSTY_72B)
-    spec["constraints"]["maxReplicas"] = replicas
+    del spec["constraints"]["gpuTypes"]
     rec = plan_answer(resolve_plan(parse_plan(spec))).recommendation
-    assert rec is not None and rec.provenance["predicted"] == "simulated" and rec.replicas <= replicas
+    assert rec is not None and rec.provenance["predicted"] == "simulated" and rec.gpu_type in line
 
 
 def test_nearest_infeasible_candidates_are_the_nearest_to_their_targets_first() -> None:

@@ -19,10 +19,13 @@ from inferplan.planner.model.serving import Traffic, single_stream
 from inferplan.planner.simulation import engine as engine_module
 from inferplan.planner.simulation.engine import _StepModel
 from inferplan.planner.simulation.simulate import (
+    ROUTE_STREAM,
     SimulationResult,
     generate_workload,
     read_trace,
+    routed,
     simulate,
+    simulate_disaggregated,
     simulate_queue,
     trace_workload,
 )
@@ -621,3 +624,46 @@ def test_a_front_end_serves_at_most_its_serial_share_one_request_at_a_time() -> 
     serial, capped = served(200, math.inf), served(200, 0.005)
     assert serial.ttft.p99_s >= 0.98 * 200 * 0.05  # the last ones waited for every one before them
     assert capped.ttft.p99_s < 200 * 0.005 + 0.05 + 1.0 and capped.ttft.p99_s > 0.9 * 200 * 0.005
+
+
+def test_a_random_router_splits_a_poisson_stream_into_poisson_streams_and_round_robin_smooths_it() -> None:
+    """A random split (a plain Service) leaves each replica's gaps as variable as the stream's (CV^2 1 for Poisson);
+    round robin over n replicas sums n gaps (CV^2 1/n)."""
+    arrival = generate_workload(10.0, 40_000, Traffic(100, 10), seed=1).arrival_s
+    for router, expected in (("random", 1.0), ("round_robin", 0.25)):
+        replica = routed(len(arrival), 4, router, seed=2)
+        for r in range(4):
+            gaps = np.diff(arrival[replica == r])
+            assert gaps.var() / gaps.mean() ** 2 == pytest.approx(expected, rel=0.1), router
+    assert routed(12, 4, "random", seed=2).tolist() == routed(12, 4, "random", seed=2).tolist()
+    with pytest.raises(ValueError, match="in advance"):
+        routed(3, 2, "least_outstanding")
+
+
+def test_routers_behind_a_service_each_keep_their_own_turn_and_stages_take_a_replica_s_requests_in_turn() -> None:
+    fronts = np.random.default_rng((ROUTE_STREAM, 7)).integers(2, size=1000)  # the router each request reaches
+    replica = routed(1000, 3, "round_robin", seed=7, fronts=2)
+    for f in (0, 1):  # each router's requests go 0, 1, 2, 0, 1, 2, ... from its own first one
+        mine = replica[fronts == f]
+        assert mine.tolist() == (np.arange(len(mine)) % 3).tolist()
+    assert not np.array_equal(replica, np.arange(1000) % 3)
+    # Two stages a replica: the router picks the replica, its stages alternate over what it gets.
+    engines = routed(1000, 3, "random", seed=1, stages=2)
+    picked = routed(1000, 3, "random", seed=1)
+    assert (engines // 2).tolist() == picked.tolist()
+    for r in range(3):
+        stages = engines[picked == r] % 2
+        assert stages.tolist() == (np.arange(len(stages)) % 2).tolist()
+
+
+def test_disaggregated_pools_are_routed_on_arrival_by_the_routers_turns() -> None:
+    """sglang-router picks a request's prefill and decode replicas when it arrives (it sends the request to both):
+    the decode replica is the router's turn in arrival order, whatever order the prefills finish in."""
+    w = generate_workload(20.0, 3000, Traffic(2000, 50, prompt_cv=1.5, output_cv=0.5), seed=3)
+    transfer = np.full(len(w), 0.002)
+    kwargs = dict(prefill_replicas=2, decode_replicas=3, prefill_max_batch=64, decode_max_batch=64,
+                  prefill_kv_tokens=400_000, decode_kv_tokens=400_000, chunk_tokens=2048)
+    one = simulate_disaggregated(HW, HW, w, transfer, **kwargs)
+    assert one.replica.tolist() == (np.arange(len(w)) % 3).tolist()
+    two = simulate_disaggregated(HW, HW, w, transfer, **kwargs, routers=2, route_seed=5)
+    assert two.replica.tolist() == routed(len(w), 3, "round_robin", seed=5, fronts=2).tolist()

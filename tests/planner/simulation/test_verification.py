@@ -55,6 +55,26 @@ def test_simulating_the_recommendation_agrees_with_its_analytic_tail(planned) ->
         assert rows[key].ratio == pytest.approx(1.0, abs=0.25), rows[key]
 
 
+def _arrival_cv2_per_replica(arrival_s: np.ndarray, replica: np.ndarray) -> list[float]:
+    """The squared CV of the gaps between the arrivals each replica got."""
+    gaps = [np.diff(arrival_s[replica == r]) for r in np.unique(replica)]
+    return [float(g.var() / g.mean() ** 2) for g in gaps]
+
+
+def test_aggregated_replicas_are_verified_as_a_plain_service_spreads_requests(planned) -> None:
+    """`inferplan render` puts aggregated replicas behind a plain Service, whose kube-proxy sends each connection to
+    a replica at random: each replica's share of Poisson traffic is Poisson (CV^2 1), not the smoothed stream a round
+    robin would leave it (CV^2 1/2 over two replicas), and the verification serves it so."""
+    request, candidate = planned
+    assert candidate.replicas == 2 and not candidate.roles
+    result = simulate_candidate(request, candidate, requests=20_000, seed=4)
+    arrivals = plan_workload(request, 20_000, 4, deployment_of(request, candidate).settings.max_model_len).arrival_s
+    assert all(0.9 < cv2 < 1.1 for cv2 in _arrival_cv2_per_replica(arrivals, result.replica))
+    assert simulate_candidate(request, candidate, requests=20_000, seed=5).replica.tolist() != result.replica.tolist()
+    smoothed = simulate_candidate(request, candidate, requests=20_000, seed=4, router="round_robin")
+    assert all(0.4 < cv2 < 0.6 for cv2 in _arrival_cv2_per_replica(arrivals, smoothed.replica))
+
+
 def test_a_pipelined_replica_simulates_as_one_engine_per_stage_and_agrees() -> None:
     """The 405B example's two-stage replicas: the simulator serves each as two engines of the stages' steps (half
     the batch cap and KV each); the analytic p95 TPOT and e2e are within the 25% used for other candidates."""
@@ -186,8 +206,9 @@ def test_verification_judges_long_outputs_in_steady_state() -> None:
     assert sum(long_runs) / 3 * 1e3 <= 1.05 * rec.predicted.tpot_ms.p95
     assert sum(long_runs) / 3 * 1e3 <= 1.05 * 30.0
     # The steady state is what the ramp hides: on the same 5,000 requests its p95 is higher than the whole run's.
-    short = simulate_candidate(request, rec, requests=5000, seed=0)
-    steady = simulate_candidate(request, rec, requests=5000, seed=0, warmup_s=warmup_s(rec))
+    # (Routed round robin, so that only the ramp differs: a random split's replicas fill unevenly.)
+    short = simulate_candidate(request, rec, requests=5000, seed=0, router="round_robin")
+    steady = simulate_candidate(request, rec, requests=5000, seed=0, warmup_s=warmup_s(rec), router="round_robin")
     assert steady.tpot.p95_s > short.tpot.p95_s
     assert len(steady.tpot_s) == len(short.tpot_s)  # the per-request arrays stay whole
 
