@@ -160,25 +160,24 @@ def _suggestions(req: PlanRequest, factors: FactorSet, max_len: int, answer: Ans
             return simulated if shown and shown[0] in simulated else shown
 
         # Nearly without this target, the candidates shown include the lowest on its metric (within
-        # PRACTICAL_COST_FACTOR of the cheapest): a target it reaches is feasible. Two geometric bisection steps
-        # between the plan's target and that one then bring the suggestion within (reached / target)^(1/4).
+        # PRACTICAL_COST_FACTOR of the cheapest). The target suggested is one the plan was answered at (`high`):
+        # the value a candidate reached is no such target (replanned at it, the answer can differ: the bursty
+        # 72B example was told TPOT p99 <= 118 ms, which gave no recommendation). First that lowest value is
+        # tried, then the geometric middle of the plan's target and the lowest answered.
         reached = at(slo.max_s * SLO_RELAXED)
         if not reached:
             continue
-        low, high = slo.max_s, max(min(value(c) for c in reached), slo.max_s)
-        found = None
+        found, high = reached[0], slo.max_s * SLO_RELAXED
+        low, target = slo.max_s, max(min(value(c) for c in reached), slo.max_s)
         for _ in range(2):
-            middle = math.sqrt(low * high)
-            shown = at(middle)
+            shown = at(target)
             if shown:
-                found, high = shown[0], max(value(shown[0]), low)
+                found, high = shown[0], target
             else:
-                low = middle
-        if found is None:  # the deployment the reached target gives, planned at that target
-            found = next(iter(at(high)), None)
-        if found is not None:
-            out.append(f"SLO: {_describe_slo(slo)} <= {math.ceil(high * 1e3)} ms (now {slo.max_s * 1e3:g}) gives "
-                       f"{_describe(found)}")
+                low = target
+            target = math.sqrt(low * high)
+        out.append(f"SLO: {_describe_slo(slo)} <= {math.ceil(high * 1e3)} ms (now {slo.max_s * 1e3:g}) gives "
+                   f"{_describe(found)}")
     if not out:
         out.append(f"no single change among the limits, the GPU types, the precision, the KV cache, the TP, the "
                    f"context and one SLO (up to {SLO_RELAXED:g}x) makes this plan feasible: see infeasible for what "

@@ -507,6 +507,20 @@ def test_a_plan_verification_leaves_empty_gets_suggestions_that_pass_the_simulat
     assert rec is not None and rec.provenance["predicted"] == "simulated" and rec.gpu_type in line
 
 
+def test_an_slo_suggestion_names_a_target_that_gives_the_deployment_it_names() -> None:
+    # The suggestion named the value a candidate reached at a looser target (TPOT p99 <= 118 ms), not a target the
+    # plan was answered at: replanned at 118 ms there was no recommendation. Applied, it gives what it says.
+    _, result = planned(BURSTY_72B)
+    line = _suggestion(result, "SLO")
+    match = re.match(r"SLO: TPOT p99 <= (\d+) ms \(now 50\) gives (\d+) x (\d+) ", line)
+    assert match, line
+    spec = spec_of(BURSTY_72B)
+    spec["slo"]["tpot"]["maxMs"] = int(match.group(1))
+    rec = plan_answer(resolve_plan(parse_plan(spec))).recommendation
+    assert rec is not None, line
+    assert (rec.replicas, rec.gpus_per_replica) == (int(match.group(2)), int(match.group(3)))
+
+
 def test_nearest_infeasible_candidates_are_the_nearest_to_their_targets_first() -> None:
     # Llama-3.1-8B at a 3 ms TPOT: every shape misses at light load. The cheapest (one GPU) misses by the most.
     spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"name": "vllm"},
