@@ -241,19 +241,20 @@ def _table_s_cached(system: str, backend: str, fmt: str, m: tuple[tuple[int, ...
 
 @lru_cache(maxsize=256)
 def _surface(system: str, kind: str, backend: str, kv: str | None) -> FloatArray | None:
-    """The log-time nodes of a measured attention surface. Prefill attention's is a fit to the rows
-    (`scripts/derive_kernel_tables.py`), whose nodes at many batch x heads and few FLOPs follow their neighbours and
-    can take longer than more FLOPs at the same batch x heads (the H200's vLLM surface at 4096: 39.5 us at 2^22
-    FLOPs, 37.6 us at 2^26): a call of fewer FLOPs is never slower, so each node takes the shortest time of the
-    nodes of more FLOPs (a suffix minimum, as the GEMM tables' along M; interpolated, the surface stays monotone)."""
+    """The log-time nodes of a measured attention surface, each node at most the shortest time of the nodes of more
+    work at the same batch x heads (a suffix minimum along the first axis, as the GEMM tables' along M; interpolated,
+    the surface stays monotone): a call of fewer FLOPs or fewer KV bytes can run a larger one's kernel on padding,
+    so it is never slower. Both surfaces are fits to the rows (`scripts/derive_kernel_tables.py`), whose nodes
+    follow their neighbours and dip: prefill attention's at many batch x heads and few FLOPs (the H200's vLLM
+    surface at 4096: 39.5 us at 2^22 FLOPs, 37.6 us at 2^26), decode attention's along KV bytes, most on
+    TensorRT-LLM's fp8 kernels (the B200's at 2048 batch x KV heads: 46.1 us at fewer bytes, 29.5 us at 2^26).
+    Along batch x heads neither is repaired: more query groups over the same work run with more parallelism."""
     entry = kernel_tables()["systems"].get(system, {}).get(kind, {}).get(backend)
     if entry is not None and kv is not None:
         entry = entry.get(kv)
     if entry is None:
         return None
-    grid = np.log(np.asarray(entry, dtype=float) * 1e-6)
-    if kind == "prefill_attention":
-        grid = _never_faster_when_larger(grid, 0)
+    grid = _never_faster_when_larger(np.log(np.asarray(entry, dtype=float) * 1e-6), 0)
     grid.flags.writeable = False  # shared by every caller
     return grid
 
