@@ -367,11 +367,11 @@ def test_a_gpu_without_kernel_data_runs_at_the_profiled_gpus_typical_efficiencie
 
 def test_all_reduces_grow_with_bytes_and_are_none_where_nothing_covers_them() -> None:
     """Every catalog GPU and TP size: no all-reduce time (the link's rated figures are used instead), or one that
-    grows with the message once bandwidth counts (from 1 MiB) and never falls by more than measurement noise
-    below it. A T4 pair over PCIe, an A100 PCIe (its SXM sibling's NVLink tables do not apply), an H100 NVL
-    (NVLink at another speed) and an L40S (its table measured one PCIe box's topology) have none; one GPU needs
-    none."""
-    sizes = 2.0 ** np.arange(10, 31)
+    never falls with the message and grows with it once bandwidth counts (from 1 MiB); the measured curves fell by
+    up to 7% (the B300's at TP 4: 4.63 us at 2^12 bytes, 4.32 us at 2^14). A T4 pair over PCIe, an A100 PCIe (its
+    SXM sibling's NVLink tables do not apply), an H100 NVL (NVLink at another speed) and an L40S (its table measured
+    one PCIe box's topology) have none; one GPU needs none."""
+    sizes = 2.0 ** np.arange(10.0, 30.25, 0.25)
     covered = 0
     for gpu in load_gpu_catalog():
         kernels = gpu_kernels(gpu, "vllm")
@@ -381,7 +381,7 @@ def test_all_reduces_grow_with_bytes_and_are_none_where_nothing_covers_them() ->
             if times is None:
                 continue
             covered += 1
-            assert np.all(times[1:] >= 0.9 * times[:-1]), (gpu.key, tp)
+            assert np.all(np.diff(times) >= -1e-15), (gpu.key, tp)
             assert np.all(np.diff(times[sizes >= 2.0**20]) > 0), (gpu.key, tp)
             assert times[-1] > 100 * times[0], (gpu.key, tp)
     assert covered >= 6
