@@ -172,7 +172,9 @@ def _borrowed_grid(system: str, backend: str, fmt: str) -> FloatArray | None:
     """The log-time grid of a format that `system`'s tables lack (GPTQ, AWQ and INT8 on Hopper, Ada, Blackwell):
     `backend`'s 16-bit grid times what the format costs relative to 16 bits on the first GPU whose tables measured
     both (weight-only and INT8 on the A100's TensorRT-LLM tables; FP8 and NVFP4 on Hopper and Blackwell), so a GPU
-    keeps its own 16-bit kernels and borrows only the format's relative cost. None where no GPU measured both.
+    keeps its own 16-bit kernels and borrows only the format's relative cost, against the donor's 16-bit kernels of
+    the same backend (one kernel family's ratio). vLLM's and SGLang's engines borrow TensorRT-LLM's ratio: their own
+    A100 tables (aiconfigurator-core 0.12.0) measured 16 bits only. None where no GPU measured both.
 
     The borrowed ratio falls with M where the other GPU's 16-bit call turns compute-bound before this one's does; a
     call of more tokens is never faster, so each node takes the largest time of the nodes of fewer tokens (a prefix

@@ -257,6 +257,17 @@ def test_a_borrowed_formats_call_of_more_tokens_is_never_faster(gpu: str, engine
     assert (np.diff(seconds, axis=0) >= -1e-15).all()
 
 
+def test_borrowed_formats_have_one_donor_whatever_the_engine() -> None:
+    """`_borrowed_grid` says every engine borrows the weight-only and INT8 formats' cost from the A100's TensorRT-LLM
+    tables because no other table measured them beside 16 bits (vLLM's and SGLang's A100 tables hold 16 bits only):
+    were an engine's own kernels measured in such a format, its ratio would be the better one to borrow."""
+    donors = {(system, backend) for system, entry in TABLES["systems"].items()
+              for backend, tables in entry["gemm"].items() if {"int4_wo", "int8_wo", "sq"} & set(tables)}
+    assert donors == {(resolve_gpu("A100-SXM4-80GB").kernel_tables, "trtllm")}
+    a100 = TABLES["systems"][resolve_gpu("A100-SXM4-80GB").kernel_tables]["gemm"]
+    assert set(a100["vllm"]) == set(a100["sglang"]) == {"bfloat16"}
+
+
 @pytest.mark.parametrize("gpu", [gpu.key for gpu in load_gpu_catalog()])
 def test_a_gemm_of_a_larger_weight_is_never_faster(gpu: str) -> None:
     """Every catalog GPU, engine and dense GEMM format, at M from 1 to 16384 and N, K from 256 to beyond the grid: a
