@@ -3,9 +3,14 @@ candidate's replicas and compare the simulated latency percentiles with the anal
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Sequence
+import pickle
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -143,8 +148,9 @@ def simulate_candidate(req: PlanRequest, candidate: Candidate, *, requests: int 
     the rendered sglang-router spreads them (`router` does not apply). Beyond MAX_SIMULATED_REPLICAS replicas, that
     many serve the plan's rate scaled to them (not for a trace). `seed` draws the workload and a random router's
     choices. `warmup_s` > 0: the latency statistics are those of the steady state (`steady_state`)."""
-    result, served = _simulate_served(req, candidate, requests=requests, seed=seed, router=router,
-                                      workload=workload, factors=factors)
+    run, served = _simulation(req, candidate, requests=requests, seed=seed, router=router, workload=workload,
+                              factors=factors)
+    result = run()
     return steady_state(result, served.arrival_s, warmup_s) if warmup_s > 0 else result
 
 
@@ -161,9 +167,13 @@ def served_max_len(req: PlanRequest, candidate: Candidate, factors: FactorSet | 
     return deployment_of(req, candidate, factors).settings.max_model_len
 
 
-def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int, router: str,
-                     workload: RequestTrace | None, factors: FactorSet | None) -> tuple[SimulationResult, RequestTrace]:
-    """`simulate_candidate`'s run and the requests it served."""
+Simulation = partial[SimulationResult]
+"""A simulator call with its arguments, not yet run."""
+
+
+def _simulation(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int, router: str,
+                workload: RequestTrace | None, factors: FactorSet | None) -> tuple[Simulation, RequestTrace]:
+    """`simulate_candidate`'s run (not yet run) and the requests it serves."""
     if candidate.roles:
         return _simulate_disaggregated(req, candidate, requests=requests, seed=seed, workload=workload,
                                        factors=factors)
@@ -179,15 +189,16 @@ def _simulate_served(req: PlanRequest, candidate: Candidate, *, requests: int, s
     # whole sequence), its stages taking the requests the router sends it in turn.
     pp = candidate.pipeline_parallel
     kv_tokens = max(deployment.memory.kv_cache_tokens // pp, max_len + 1)
-    return simulate(deployment.hardware, served, replicas=replicas * pp, max_batch=max(candidate.max_batch // pp, 1),
-                    kv_tokens=kv_tokens, chunk_tokens=deployment.settings.step_tokens, router=router,
-                    policy=deployment.settings.scheduling, prefix_hit_rate=req.prefix_hit_rate, route_seed=seed,
-                    stages=1 if router == "least_outstanding" else pp), served
+    return partial(simulate, deployment.hardware, served, replicas=replicas * pp,
+                   max_batch=max(candidate.max_batch // pp, 1), kv_tokens=kv_tokens,
+                   chunk_tokens=deployment.settings.step_tokens, router=router,
+                   policy=deployment.settings.scheduling, prefix_hit_rate=req.prefix_hit_rate, route_seed=seed,
+                   stages=1 if router == "least_outstanding" else pp), served
 
 
 def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests: int, seed: int,
                             workload: RequestTrace | None, factors: FactorSet | None
-                            ) -> tuple[SimulationResult, RequestTrace]:
+                            ) -> tuple[Simulation, RequestTrace]:
     """`simulate_candidate` of a disaggregated candidate: its prefill and decode pools
     (`simulate.simulate_disaggregated`), each pool at most MAX_SIMULATED_REPLICAS replicas (`simulated_replicas`)."""
     pools = {r.role: r for r in candidate.roles}
@@ -204,8 +215,8 @@ def _simulate_disaggregated(req: PlanRequest, candidate: Candidate, *, requests:
     served = plan_workload(req, requests, seed, max_len) if workload is None else fit_to_context(workload, max_len)
     transfer = transfer_s(prefill.hardware, pools["decode"].gpus_per_replica, served.prompt_tokens,
                           req.network_gbps)
-    return simulate_disaggregated(
-        prefill.hardware, decode.hardware, served, transfer, prefill_replicas=counts["prefill"],
+    return partial(
+        simulate_disaggregated, prefill.hardware, decode.hardware, served, transfer, prefill_replicas=counts["prefill"],
         decode_replicas=counts["decode"], prefill_max_batch=pools["prefill"].max_batch,
         decode_max_batch=pools["decode"].max_batch, prefill_kv_tokens=prefill.memory.kv_cache_tokens,
         decode_kv_tokens=decode.memory.kv_cache_tokens, chunk_tokens=prefill.settings.step_tokens,
@@ -279,6 +290,59 @@ MAX_REPLICA_STEPS = 3    # a candidate missing an SLO in simulation is tried wit
 CAPACITY_STEPS = 4
 
 
+@dataclass(frozen=True)
+class _Judged:
+    """What verification judges of a run (`_judged`): its latency statistics in steady state and its preemptions."""
+
+    ttft: Latency
+    tpot: Latency
+    e2e: Latency
+    preemptions: int
+
+
+_JUDGED: ContextVar[dict[bytes, _Judged] | None] = ContextVar("inferplan_judged_runs", default=None)
+"""The runs the planning under way has judged (`remembering_runs`), by their inputs."""
+
+
+@contextmanager
+def remembering_runs() -> Iterator[None]:
+    """Within it, `_judged` gives a run with the same inputs as an earlier one that one's figures without running it
+    again: a plan's suggestions verify again candidates that another change or SLO target simulated already (the same
+    deployment and workload, judged against other targets), and each capacity bisection of a candidate starts at the
+    same rate. The simulator is deterministic, so they are the figures a new run gives. An outer one's runs are
+    shared; they go when the outermost ends."""
+    if _JUDGED.get() is not None:
+        yield
+        return
+    token = _JUDGED.set({})
+    try:
+        yield
+    finally:
+        _JUDGED.reset(token)
+
+
+def _judged(req: PlanRequest, candidate: Candidate, requests: int, seed: int, factors: FactorSet | None) -> _Judged:
+    """`simulate_candidate` of `requests` generated requests in steady state (`warmup_s`), as verification judges it;
+    within `remembering_runs`, once per distinct simulator call (by a digest of its arguments' pickle: arrays by
+    their bytes)."""
+    run, served = _simulation(req, candidate, requests=requests, seed=seed, router=AGGREGATED_ROUTER, workload=None,
+                              factors=factors)
+    warm = warmup_s(candidate)
+    runs = _JUDGED.get()
+    key = b""
+    if runs is not None:
+        key = hashlib.sha256(pickle.dumps((run.func.__qualname__, run.args, run.keywords, warm), protocol=5)).digest()
+        if key in runs:
+            return runs[key]
+    result = run()
+    if warm > 0:
+        result = steady_state(result, served.arrival_s, warm)
+    judged = _Judged(result.ttft, result.tpot, result.e2e, result.preemptions)
+    if runs is not None:
+        runs[key] = judged
+    return judged
+
+
 def should_verify(req: PlanRequest, default: bool = True) -> bool:
     """Whether to verify `req`'s candidates in the simulator: the plan's `verify` when set; otherwise yes
     for traffic whose arrival (or service) CV^2 is at least HIGH_VARIANCE_CV2, where the analytic TTFT tail
@@ -290,7 +354,7 @@ def should_verify(req: PlanRequest, default: bool = True) -> bool:
     return default or variable
 
 
-def _values(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float]) -> list[tuple[SloTarget, float, float]]:
+def _values(req: PlanRequest, sim: _Judged, ratios: Sequence[float]) -> list[tuple[SloTarget, float, float]]:
     """Each SLO with `sim`'s value at its percentile [s] and the most it may be at the plan's confidence [s] (the
     target over the candidate's bound ratio, `candidate_slo_ratios`)."""
     stats = {"ttft": sim.ttft, "tpot": sim.tpot, "e2e": sim.e2e}
@@ -298,13 +362,13 @@ def _values(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float]) ->
             for slo, ratio in zip(req.slos, ratios, strict=True)]
 
 
-def _misses(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float]) -> list[tuple[SloTarget, float, float]]:
+def _misses(req: PlanRequest, sim: _Judged, ratios: Sequence[float]) -> list[tuple[SloTarget, float, float]]:
     """The SLOs `sim` misses at the plan's confidence: (SLO, simulated value, its limit) [s] (NaN counts as a
     miss)."""
     return [(slo, value, limit) for slo, value, limit in _values(req, sim, ratios) if not value <= limit]
 
 
-def _on_the_edge(req: PlanRequest, sim: SimulationResult, ratios: Sequence[float]) -> bool:
+def _on_the_edge(req: PlanRequest, sim: _Judged, ratios: Sequence[float]) -> bool:
     """Whether `sim` meets every SLO but one within EDGE of its limit."""
     return any(value > (1.0 - EDGE) * limit for _, value, limit in _values(req, sim, ratios))
 
@@ -330,23 +394,22 @@ def steady_requests(req: PlanRequest, candidate: Candidate, judged: int) -> int:
     return min(judged + math.ceil(2 * warm * rate), MAX_VERIFY_REQUESTS)
 
 
-def _worst(req: PlanRequest, sims: Sequence[SimulationResult], ratios: Sequence[float]) -> SimulationResult:
+def _worst(req: PlanRequest, sims: Sequence[_Judged], ratios: Sequence[float]) -> _Judged:
     """The run of `sims` nearest to (or furthest over) an SLO limit: the largest share of its limit any SLO takes
     (NaN counts as over every limit)."""
-    def share(sim: SimulationResult) -> float:
+    def share(sim: _Judged) -> float:
         return max(math.inf if math.isnan(value) else value / limit for _, value, limit in _values(req, sim, ratios))
     return max(sims, key=share)
 
 
 def _simulate_verdict(req: PlanRequest, candidate: Candidate, judged: int, seed: int, factors: FactorSet | None
-                      ) -> tuple[SimulationResult, list[tuple[SloTarget, float, float]], str]:
+                      ) -> tuple[_Judged, list[tuple[SloTarget, float, float]], str]:
     """`candidate` simulated with `judged` requests in steady state: where that run passes but preempted, the worst
     of CONFIRM_SEEDS runs of CONFIRM_REQUESTS; where it passes on the edge, one run of CONFIRM_REQUESTS. The
     simulation (its statistics of the steady state), the SLOs it misses and the requests it served, in words."""
-    def run(judged: int, seed: int) -> tuple[SimulationResult, int]:
+    def run(judged: int, seed: int) -> tuple[_Judged, int]:
         requests = steady_requests(req, candidate, judged)
-        return simulate_candidate(req, candidate, requests=requests, seed=seed, factors=factors,
-                                  warmup_s=warmup_s(candidate)), requests
+        return _judged(req, candidate, requests, seed, factors), requests
     ratios = candidate_slo_ratios(req, candidate)
     sim, requests = run(judged, seed)
     misses = _misses(req, sim, ratios)
@@ -377,8 +440,7 @@ def simulated_capacity(req: PlanRequest, candidate: Candidate, judged: int, seed
         # would be confirmed on 20,000 requests (three runs where the pool filled). A run that preempted counts as
         # a miss: a KV pool that fills at the target is not a rate the autoscaler should wait for.
         loaded = replace(req, rate_rps=rate * candidate.replicas)
-        sim = simulate_candidate(loaded, candidate, requests=steady_requests(loaded, candidate, judged), seed=seed,
-                                 factors=factors, warmup_s=warmup_s(candidate))
+        sim = _judged(loaded, candidate, steady_requests(loaded, candidate, judged), seed, factors)
         return sim.preemptions == 0 and not _misses(loaded, sim, ratios)
 
     if top <= low or holds(top):
@@ -545,7 +607,8 @@ def planned(req: PlanRequest, factors: FactorSet | None = None, *, verify_defaul
     when `should_verify(req, verify_default)` says so (the search then leaves the rows it shows to the
     simulator), else the analytic answer, whose rows shown each meet every SLO by their own numbers. Without a
     recommendation, the suggestions are each judged the same way (`search.suggestions_for`)."""
-    with recording() as counted:  # the count bounds of all of it: the search, the replicas added, the suggestions
+    # The count bounds of all of it (the search, the replicas added, the suggestions), and its runs judged once each.
+    with recording() as counted, remembering_runs():
         if should_verify(req, verify_default):
             def answer(changed: PlanRequest) -> PlanResult:
                 return verify_plan(changed, plan(changed, factors, suggest=False, confirm=False), factors=factors)

@@ -4,6 +4,7 @@ the analytic tails, and verifying a plan by it (`inferplan simulate` and `plan -
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -351,14 +352,14 @@ def test_a_pass_that_neither_preempts_nor_sits_on_the_edge_is_simulated_once(pla
     (`simulated_capacity`): no confirmation runs."""
     request, _ = planned
     runs: list[int] = []
-    real = verification.simulate_candidate
+    real = verification.simulate
 
     def counted(*args, **kwargs):
         result = real(*args, **kwargs)
         runs.append(result.preemptions)
         return result
 
-    monkeypatch.setattr(verification, "simulate_candidate", counted)
+    monkeypatch.setattr(verification, "simulate", counted)
     result = verify_plan(request, plan(request, confirm=False))
     simulated = [c for c in [result.recommendation, *result.alternatives] if c.provenance["predicted"] == "simulated"]
     assert runs == [0] * 2 * len(simulated)
@@ -389,3 +390,26 @@ def test_no_verified_alternative_is_dominated_by_another_candidate_shown() -> No
                 mine, theirs = columns(c), columns(other)
                 assert not (all(t <= m for t, m in zip(theirs, mine, strict=True)) and theirs != mine), (
                     f"{describe_shape(c)} is dominated by {describe_shape(other)}")
+
+
+def test_a_run_judged_again_within_one_planning_is_not_simulated_again(planned, monkeypatch) -> None:
+    """Within `remembering_runs` (a plan's verification and its suggestions), a run with the inputs of an earlier one
+    gives that one's figures, as a new run would, without simulating; a target changed alone changes no input, a rate
+    does."""
+    request, candidate = planned
+    fresh = verification._judged(request, candidate, 2_000, 0, None)
+    runs: list[int] = []
+    real = verification.simulate
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(verification, "simulate", counted)
+    stricter = replace(request, slos=tuple(replace(slo, max_s=slo.max_s / 10) for slo in request.slos))
+    with verification.remembering_runs():
+        first = verification._judged(request, candidate, 2_000, 0, None)
+        again = verification._judged(stricter, candidate, 2_000, 0, None)
+        faster = verification._judged(replace(request, rate_rps=request.rate_rps * 2), candidate, 2_000, 0, None)
+    assert first == again == fresh and faster != first
+    assert len(runs) == 2
