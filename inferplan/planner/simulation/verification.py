@@ -429,9 +429,15 @@ def simulated_capacity(req: PlanRequest, candidate: Candidate, judged: int, seed
     """The highest rate per replica [requests/s] at which `candidate`'s replicas hold every SLO in simulation (one run
     of `judged` requests at the plan's confidence, without preempting), at most its analytic capacity
     (`maxRequestsPerSecondPerReplica`): that one where it holds, else found by bisection (CAPACITY_STEPS) between the
-    planned rate per replica, which `candidate` held, and it."""
+    planned rate per replica, which `candidate` held, and it. For a disaggregated candidate the same of the whole
+    deployment [requests/s], both pools loaded together: between the plan's rate and the lower pool's replicas x
+    capacity (`Candidate.max_requests_per_second`)."""
     p = candidate.predicted
-    low, top = p.requests_per_second_per_replica, p.max_requests_per_second_per_replica
+    if candidate.roles:
+        low, top, replicas = req.rate_rps, candidate.max_requests_per_second(), 1
+    else:
+        low, top = p.requests_per_second_per_replica, p.max_requests_per_second_per_replica
+        replicas = candidate.replicas
 
     ratios = candidate_slo_ratios(req, candidate)
 
@@ -439,7 +445,7 @@ def simulated_capacity(req: PlanRequest, candidate: Candidate, judged: int, seed
         # One run each, not `_simulate_verdict`'s confirmations: the bisection walks to the edge, where every step
         # would be confirmed on 20,000 requests (three runs where the pool filled). A run that preempted counts as
         # a miss: a KV pool that fills at the target is not a rate the autoscaler should wait for.
-        loaded = replace(req, rate_rps=rate * candidate.replicas)
+        loaded = replace(req, rate_rps=rate * replicas)
         sim = _judged(loaded, candidate, steady_requests(loaded, candidate, judged), seed, factors)
         return sim.preemptions == 0 and not _misses(loaded, sim, ratios)
 
@@ -452,10 +458,21 @@ def simulated_capacity(req: PlanRequest, candidate: Candidate, judged: int, seed
 
 
 def with_capacity(req: PlanRequest, candidate: Candidate, capacity: float) -> Candidate:
-    """`candidate` whose capacity per replica is `capacity` [requests/s] (its headroom with it)."""
-    return candidate.model_copy(update={
-        "predicted": candidate.predicted.model_copy(update={"max_requests_per_second_per_replica": rounded(capacity)}),
-        "headroom": rounded(max(0.0, headroom(req.rate_rps, candidate.replicas * capacity)))})
+    """`candidate` whose capacity per replica is `capacity` [requests/s] (its headroom with it). For a disaggregated
+    candidate `capacity` is the deployment's (`simulated_capacity`): each pool's capacity per replica is at most that
+    over its replicas, so the lower pool's replicas x capacity is `capacity`; its own capacity is the decode pool's."""
+    if not candidate.roles:
+        return candidate.model_copy(update={
+            "predicted": candidate.predicted.model_copy(update={
+                "max_requests_per_second_per_replica": rounded(capacity)}),
+            "headroom": rounded(max(0.0, headroom(req.rate_rps, candidate.replicas * capacity)))})
+    roles = [r.model_copy(update={"max_requests_per_second_per_replica": rounded(
+        min(r.max_requests_per_second_per_replica, capacity / r.replicas))}) for r in candidate.roles]
+    decode = next(r for r in roles if r.role == "decode")
+    pair = candidate.model_copy(update={"roles": roles, "predicted": candidate.predicted.model_copy(update={
+        "max_requests_per_second_per_replica": decode.max_requests_per_second_per_replica})})
+    return pair.model_copy(update={"headroom": rounded(max(0.0, headroom(req.rate_rps,
+                                                                        pair.max_requests_per_second())))})
 
 
 def _simulated(latency: Latency) -> Percentiles | None:
@@ -507,14 +524,21 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
             candidate = more
         assert candidate is not None
         capacity_words = ""
-        if not misses and not candidate.roles:
-            point = candidate.predicted.max_requests_per_second_per_replica
+        if not misses:
+            point = (candidate.max_requests_per_second() if candidate.roles
+                     else candidate.predicted.max_requests_per_second_per_replica)
             capacity = simulated_capacity(req, candidate, requests, seed, factors)
             if capacity < point:
                 candidate = with_capacity(req, candidate, capacity)
-                needed = int(_replicas(req, np.array([capacity]))[0])
-                capacity_words = (f"the simulator holds every SLO up to {rounded(capacity):g} requests/s per replica, "
-                                  f"not the analytic {point:g}")
+                unit = "requests/s" if candidate.roles else "requests/s per replica"
+                capacity_words = (f"the simulator holds every SLO up to {rounded(capacity):g} {unit}, not the "
+                                  f"analytic {rounded(point):g}")
+                needed = 0 if candidate.roles else int(_replicas(req, np.array([capacity]))[0])
+                if candidate.roles and candidate.headroom < req.min_headroom:
+                    # A pair's pools are sized by its own search, not scaled here (`with_replicas`).
+                    dropped.append(_dropped(candidate, f"{capacity_words}: below the plan's minHeadroom "
+                                                       f"{req.min_headroom:.0%} at {req.rate_rps:g} requests/s"))
+                    continue
                 if needed > candidate.replicas:
                     more = with_replicas(req, candidate, needed)
                     if more is None:

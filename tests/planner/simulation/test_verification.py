@@ -413,3 +413,34 @@ def test_a_run_judged_again_within_one_planning_is_not_simulated_again(planned, 
         faster = verification._judged(replace(request, rate_rps=request.rate_rps * 2), candidate, 2_000, 0, None)
     assert first == again == fresh and faster != first
     assert len(runs) == 2
+
+
+def test_a_verified_pair_holds_every_slo_at_the_capacity_it_states() -> None:
+    """A verified disaggregated pair's capacity (each pool's maxRequestsPerSecondPerReplica, the lower pool's replicas
+    x it, and the headroom read from it) stayed the analytic one: verification bisected only an aggregated
+    candidate's. A pair whose analytic pools claim 1.6x what they serve must come out stating a rate at which the
+    simulator holds every SLO without preempting, its headroom from that rate."""
+    import dataclasses
+
+    from inferplan.planner.results import headroom
+    from inferplan.planner.search.core import candidate_slo_ratios
+    from tests.support.plans import disaggregated
+
+    request, pair = disaggregated()
+    roles = [r.model_copy(update={"max_requests_per_second_per_replica": 1.6 * r.max_requests_per_second_per_replica})
+             for r in pair.roles]
+    optimistic = pair.model_copy(update={"roles": roles})
+    result = verify_plan(request, plan(request).model_copy(update={"recommendation": optimistic, "alternatives": []}))
+    rec = result.recommendation
+    if rec is None:  # dropped where the simulator's capacity leaves less than minHeadroom: then it says why
+        assert any("the simulator holds every SLO up to" in i.reason for i in result.infeasible)
+        return
+    assert rec.roles
+    stated = rec.max_requests_per_second()
+    assert stated < optimistic.max_requests_per_second()
+    assert rec.headroom == pytest.approx(max(0.0, headroom(request.rate_rps, stated)), rel=1e-3)
+    loaded = dataclasses.replace(request, rate_rps=stated)
+    sim = simulate_candidate(loaded, rec, requests=steady_requests(loaded, rec, verification.VERIFY_REQUESTS),
+                             warmup_s=warmup_s(rec))
+    assert sim.preemptions == 0
+    assert not verification._misses(loaded, sim, candidate_slo_ratios(request, rec))
