@@ -346,6 +346,8 @@ class ShapeOption(_Result):
     cost: float | None = None
     words: str | None = None
     miss: str | None = None
+    headroom: float = 0.0     # the option's headroom and GPUs: with its cost, its place in `select.by_cost`
+    gpus: int = 0
 
 
 class PlanResult(_Result):

@@ -149,19 +149,20 @@ def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArra
     for name, kind in kinds:
         if kind is None:
             best = rec if rec is not None and rec.roles else min(separate, key=by_cost, default=None)
-            found = None if best is None else (best.cost.dollars_per_hour, describe_shape(best))
+            found = None if best is None else (best.cost.dollars_per_hour, describe_shape(best), best.headroom,
+                                               best.gpus)
         elif rec is not None and shape_layout_of(rec) == kind:
-            found = (rec.cost.dollars_per_hour, describe_shape(rec))
+            found = (rec.cost.dollars_per_hour, describe_shape(rec), rec.headroom, rec.gpus)
         else:
             mine = np.flatnonzero(layout == kind)
             k = mine[recommendation_order(cost[mine], spare[mine], gpus[mine])[0]] if len(mine) else None
             shape = None if k is None else grid.shape(req, int(rows.shape[index[k]]))
             found = None if k is None or shape is None else (float(cost[k]), _shape_words(
                 int(replicas[k]), shape.gpus, shape.gpu.key, shape.precision, int(rows.batch[index[k]]),
-                shape.dp_attention, shape.pp, shape.ep))
+                shape.dp_attention, shape.pp, shape.ep), rounded(float(spare[k])), int(gpus[k]))
         miss = None if found is not None or kind is None else _nearest_miss(rejected, shape_layout == kind)
-        options.append(ShapeOption(name=name, layout=kind, cost=None if found is None else found[0],
-                                   words=None if found is None else found[1], miss=miss))
+        options.append(ShapeOption(name=name, layout=kind, miss=miss) if found is None else ShapeOption(
+            name=name, layout=kind, cost=found[0], words=found[1], headroom=found[2], gpus=found[3]))
     return options
 
 

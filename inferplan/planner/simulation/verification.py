@@ -614,13 +614,20 @@ def meets_its_numbers(req: PlanRequest, candidate: Candidate) -> bool:
 def _option_verified(option: ShapeOption, kept: list[Candidate], missed: dict[str, str]) -> ShapeOption:
     """A shape's option after verification: the cheapest of the candidates still shown of its shape (verified,
     or left analytic after the simulation budget) and of the search's own option unless that one missed in
-    simulation; where none is left, the miss."""
-    choices = [(c.cost.dollars_per_hour, describe_shape(c)) for c in kept if shape_layout_of(c) == option.layout]
+    simulation, first in the recommendation's order (`select.by_cost`: cost as shown, headroom, fewer GPUs) except
+    that the recommendation comes first of its cost, as the search names it for its shape (`_compare_shapes`);
+    where none is left, the miss."""
+    def key(c: Candidate) -> tuple[float, bool, float, int]:
+        cost, spare, gpus = by_cost(c)
+        return cost, c is not kept[0], spare, gpus
+
+    choices = [(key(c), {"cost": c.cost.dollars_per_hour, "words": describe_shape(c), "headroom": c.headroom,
+                         "gpus": c.gpus}) for c in kept if shape_layout_of(c) == option.layout]
     if option.cost is not None and option.words is not None and option.words not in missed:
-        choices.append((option.cost, option.words))
-    if choices:
-        cost, words = min(choices, key=lambda choice: choice[0])  # the first of equal cost: kept's order
-        return option.model_copy(update={"cost": cost, "words": words, "miss": None})
+        choices.append(((rounded(option.cost), True, -option.headroom, option.gpus), {}))
+    if choices:  # of equal keys the first: a shown one before the search's own
+        _, chosen = min(choices, key=lambda choice: choice[0])
+        return option.model_copy(update={**chosen, "miss": None})
     if option.words in missed:
         return option.model_copy(update={"cost": None, "words": None, "miss": missed[option.words]})
     return option

@@ -444,3 +444,21 @@ def test_a_verified_pair_holds_every_slo_at_the_capacity_it_states() -> None:
                              warmup_s=warmup_s(rec))
     assert sim.preemptions == 0
     assert not verification._misses(loaded, sim, candidate_slo_ratios(request, rec))
+
+
+def test_a_shapes_line_after_verification_names_its_first_in_the_recommendations_order(planned) -> None:
+    """Of a shape's choices at the same cost, the shapes line named the first in the verified list, the search's
+    own option last whatever its headroom; the order is the recommendation's (`select.by_cost`: cost as shown, then
+    the most headroom, then the fewest GPUs), the recommendation first of its cost as the search names it."""
+    from inferplan.planner.results import ShapeOption
+
+    _, chat = planned
+    over_nodes = chat.model_copy(update={"nodes_per_replica": 2})  # the recommendation, of another shape
+    shown = chat.model_copy(update={"headroom": 0.1})
+    for spare, gpus, expected in ((0.3, chat.gpus, "the search's own"), (0.05, chat.gpus, describe_shape(shown)),
+                                  (0.1, chat.gpus - 1, "the search's own"), (0.1, chat.gpus, describe_shape(shown))):
+        option = ShapeOption(name="aggregated, a replica within a node", layout=0, cost=chat.cost.dollars_per_hour,
+                             words="the search's own", headroom=spare, gpus=gpus)
+        assert verification._option_verified(option, [over_nodes, shown], {}).words == expected, (spare, gpus)
+        # The recommendation itself stands for its shape at its cost.
+        assert verification._option_verified(option, [shown], {}).words == describe_shape(shown)
