@@ -190,13 +190,20 @@ def _column(name: str, kind: str, json_path: str, description: str, priority: in
 
 
 PRINTER_COLUMNS = [
-    _column("GPU", "string", ".status.recommendation.gpuType", "GPU type of the recommendation."),
-    _column("GPUs", "integer", ".status.recommendation.gpus", "GPUs of the recommendation, all replicas."),
-    _column("Replicas", "integer", ".status.recommendation.replicas", "Replicas of the recommendation."),
-    _column("Batch", "integer", ".status.recommendation.maxBatch", "Engine cap on running sequences."),
+    # GPU, Replicas and Batch read fields written for them: a disaggregated recommendation's own gpuType, replicas
+    # and maxBatch are its decode pool's alone, and a JSONPath cannot join the two pools.
+    _column("GPU", "string", ".status.gpuColumn",
+            "GPU type of the recommendation (disaggregated: prefill / decode pool)."),
+    _column("GPUs", "integer", ".status.recommendation.gpus",
+            "GPUs of the recommendation, all replicas (disaggregated: both pools)."),
+    _column("Replicas", "string", ".status.replicasColumn",
+            "Replicas of the recommendation (disaggregated: prefill / decode pool)."),
+    _column("Batch", "string", ".status.batchColumn",
+            "Engine cap on running sequences per replica (disaggregated: prefill / decode pool)."),
     _column("TTFT-ms", "number", ".status.ttftAtSloMs",
             "Predicted time to first token at the plan's TTFT SLO percentile (p95 without one) [ms]."),
-    _column("USD/h", "number", ".status.recommendation.cost.dollarsPerHour", "Cost of the recommendation."),
+    _column("USD/h", "number", ".status.recommendation.cost.dollarsPerHour",
+            "Cost of the recommendation (disaggregated: both pools)."),
     _column("Feasible", "string", '.status.conditions[?(@.type=="Feasible")].status',
             "Whether a deployment meets every target (False: no recommendation, the columns before are empty)."),
     _column("Ready", "string", '.status.conditions[?(@.type=="Ready")].status',

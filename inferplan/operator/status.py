@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from inferplan import tables
 from inferplan.operator.inventory import Inventory, NodeSize, is_inventory_warning
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, per_hour, replica_shape
 
@@ -305,6 +306,18 @@ class PlanStatus(_Status):
         description="The recommendation's predicted TTFT at the plan's TTFT SLO percentile (p95 without a "
         "TTFT SLO) [ms]: the printer column.",
     )
+    gpu_column: str | None = Field(
+        default=None, max_length=160,
+        description="The recommendation's GPU type; a disaggregated one's prefill and decode pools' "
+        "(H100-SXM5-80GB / H200-SXM-141GB): the GPU printer column.")
+    replicas_column: str | None = Field(
+        default=None, max_length=32,
+        description="The recommendation's replicas; a disaggregated one's prefill and decode pools' (10 / 3): the "
+        "Replicas printer column.")
+    batch_column: str | None = Field(
+        default=None, max_length=32,
+        description="The recommendation's engine cap on running sequences per replica; a disaggregated one's "
+        "prefill and decode pools' (256 / 32): the Batch printer column.")
     alternatives: list[Candidate] = Field(default_factory=list, max_length=20,
                                           description="The Pareto frontier beside the recommendation.")
     infeasible: list[Infeasible] = Field(default_factory=list, max_length=20,
@@ -464,7 +477,9 @@ def next_status(
       it: its reconcile always has a result or an error, and a plan has no status until its first answer
       (docs/operator.md).
 
-    `ttftAtSloMs` is the recommendation's TTFT at `ttft_percentile` (p50/p90/p95/p99), the plan's SLO one.
+    `ttftAtSloMs` is the recommendation's TTFT at `ttft_percentile` (p50/p90/p95/p99), the plan's SLO one;
+    `gpuColumn`, `replicasColumn` and `batchColumn` its GPU type, replicas and batch cap as the printer columns show
+    them (each pool's, prefill / decode, for a disaggregated one: `tables.gpu_column`, `tables.role_column`).
     `manifests` and `change` (reconcile.deployment_fields) go into the recommendation, when there is one.
     `inventory` is what the plan may use (`Inventory.usable` of its constraints.gpuTypes): its types are the
     status's `inventory`, each with the counts within which the answer holds (`bounds`, `inventory_ranges`), and
@@ -517,13 +532,18 @@ def next_status(
     conditions = [ready, feasible, available, *_other_conditions(old)][:_MAX_CONDITIONS]
 
     warnings = with_inventory_warnings([*extra_warnings, *(result.warnings if result else ())], inventory.warnings())
+    recommended = result.recommendation if result else None
     planned = PlanStatus(
         observed_generation=generation,
         conditions=conditions,
-        recommendation=Recommendation(**dict(result.recommendation), manifests=manifests, change=change)
-        if result and result.recommendation else None,
-        ttft_at_slo_ms=getattr(result.recommendation.predicted.ttft_ms, ttft_percentile)
-        if result and result.recommendation else None,
+        recommendation=Recommendation(**dict(recommended), manifests=manifests, change=change)
+        if recommended else None,
+        ttft_at_slo_ms=getattr(recommended.predicted.ttft_ms, ttft_percentile) if recommended else None,
+        # A column's JSONPath reads one field: a disaggregated recommendation's top-level gpuType, replicas and
+        # maxBatch are its decode pool's, so its columns read these, each pool's as the CLI's table writes them.
+        gpu_column=tables.gpu_column(recommended) if recommended else None,
+        replicas_column=tables.role_column(recommended, "replicas") if recommended else None,
+        batch_column=tables.role_column(recommended, "max_batch") if recommended else None,
         alternatives=list(result.alternatives[:_MAX_CANDIDATES]) if result else [],
         infeasible=list(result.infeasible[:_MAX_CANDIDATES]) if result else [],
         inventory=inventory_ranges(inventory, bounds or {}),

@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from inferplan.deploy.manifests import deployment
+from inferplan.operator.inventory import build_inventory
 from inferplan.operator.reconcile import change_status, manifests_ref
-from inferplan.operator.status import Condition, PlanStatus, Recommendation
+from inferplan.operator.status import Condition, PlanStatus, Recommendation, next_status
 from inferplan.planner.request import resolve_plan
 from inferplan.planner.search.plan import plan
 from inferplan.planner.spec_parsing import load_plan_file
@@ -123,10 +124,62 @@ def test_planner_status_fits_and_printer_columns_read_it(k8s: dict[str, Any], na
     table = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "with-status",
                                             _headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
     cells = dict(zip([c["name"] for c in table["columnDefinitions"]], table["rows"][0]["cells"], strict=True))
-    recommendation = result.recommendation
-    assert cells["GPU"] == recommendation.gpu_type
-    assert cells["GPUs"] == recommendation.gpus and cells["Replicas"] == recommendation.replicas
-    assert cells["Batch"] == recommendation.max_batch
+    recommendation = result.recommendation  # GPU, Replicas, Batch: the next test (fields next_status writes)
+    assert cells["GPUs"] == recommendation.gpus
     assert cells["TTFT-ms"] == recommendation.predicted.ttft_ms.p95
     assert cells["USD/h"] == recommendation.cost.dollars_per_hour
     assert cells["Ready"] == "True"
+
+
+def _columns(k8s: dict[str, Any], namespace: str, name: str) -> dict[str, Any]:
+    """The plan's row as `kubectl get icp` prints it: the API server's Table, column name -> cell."""
+    api = kubernetes.client.CustomObjectsApi(k8s["admin"])
+    table = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                            _headers={"Accept": "application/json;as=Table;g=meta.k8s.io;v=v1"})
+    return dict(zip([c["name"] for c in table["columnDefinitions"]], table["rows"][0]["cells"], strict=True))
+
+
+@pytest.mark.parametrize("example", ["plans/chat-assistant-8b", "platform/llama-405b-bf16-h100",
+                                     "platform/long-prompts-70b-shapes"])
+def test_kubectl_get_shows_every_pool_of_the_recommendation_the_operator_writes(
+        k8s: dict[str, Any], namespace: str, example: str) -> None:
+    """The columns of the status `next_status` writes, as the API server prints them: an aggregated plan's GPU,
+    Replicas and Batch are its own (a LeaderWorkerSet's replicas are its groups of nodes), a disaggregated one's each
+    pool's, prefill / decode, beside GPUs and USD/h of both. Before, a disaggregated plan showed its decode pool's
+    (`H200-SXM-141GB  92  3  32`: three H200 replicas that seemed to cost all 92 GPUs)."""
+    path = REPO / "examples" / f"{example}.yaml"
+    result = plan(resolve_plan(load_plan_file(path), path.parent))
+    rec = result.recommendation
+    assert rec is not None
+    name = path.stem
+    _create(k8s, namespace, _manifest(name, yaml.safe_load(path.read_text())["spec"]))
+    body = next_status(None, generation=1, now="2025-01-01T00:00:00Z", planner_version="test",
+                       inventory=build_inventory([]), result=result, error=None)
+    api = kubernetes.client.CustomObjectsApi(k8s["admin"])
+    api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": body})
+    cells = _columns(k8s, namespace, name)
+    if example.endswith("shapes"):
+        prefill, decode = rec.roles
+        assert (prefill.role, decode.role) == ("prefill", "decode") and prefill.gpu_type != decode.gpu_type
+        assert cells["GPU"] == f"{prefill.gpu_type} / {decode.gpu_type}"
+        assert cells["Replicas"] == f"{prefill.replicas} / {decode.replicas}"
+        assert cells["Batch"] == f"{prefill.max_batch} / {decode.max_batch}"
+        assert cells["GPUs"] == prefill.gpus + decode.gpus
+    else:
+        assert not rec.roles and rec.nodes_per_replica == (2 if "405b" in example else 1)
+        assert (cells["GPU"], cells["Replicas"], cells["Batch"]) == (rec.gpu_type, str(rec.replicas),
+                                                                      str(rec.max_batch))
+        assert cells["GPUs"] == rec.replicas * rec.gpus_per_replica
+    assert cells["USD/h"] == rec.cost.dollars_per_hour
+    assert (cells["Feasible"], cells["Ready"]) == ("True", "True")
+
+    # A status an earlier release wrote has none of the columns' fields: those columns are empty, not the decode
+    # pool's, until the operator plans it again (another plannerVersion).
+    older = {key: value for key, value in body.items()
+             if key not in ("gpuColumn", "replicasColumn", "batchColumn")}
+    api.replace_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name,
+        {**api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name), "status": older})
+    cells = _columns(k8s, namespace, name)
+    assert (cells["GPU"], cells["Replicas"], cells["Batch"]) == (None, None, None)
+    assert cells["USD/h"] == rec.cost.dollars_per_hour

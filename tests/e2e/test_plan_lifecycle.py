@@ -77,7 +77,8 @@ def test_a_spec_edited_while_its_status_is_written_keeps_nothing_of_the_old_answ
         ready = condition(obj, "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "InvalidModel"), obj["status"]
         assert condition(obj, "Feasible")["status"] == "Unknown"
-        stale = {key for key in ("recommendation", "alternatives", "infeasible", "ttftAtSloMs", "shapes")
+        stale = {key for key in ("recommendation", "alternatives", "infeasible", "ttftAtSloMs", "gpuColumn",
+                                 "replicasColumn", "batchColumn", "shapes")
                  if obj["status"].get(key)}
         assert not stale, f"{name}: generation 2's status keeps generation 1's {sorted(stale)}"
 

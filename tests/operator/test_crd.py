@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -80,9 +81,26 @@ def test_printer_columns(built: dict[str, Any]) -> None:
     # An infeasible plan is answered (Ready=True) without a recommendation: Feasible says so.
     assert columns["Feasible"]["jsonPath"] == '.status.conditions[?(@.type=="Feasible")].status'
     assert columns["TTFT-ms"] == {**columns["TTFT-ms"], "type": "number", "jsonPath": ".status.ttftAtSloMs"}
+    # A disaggregated recommendation's gpuType, replicas and maxBatch are its decode pool's: these read both pools.
+    for name, field in (("GPU", "gpuColumn"), ("Replicas", "replicasColumn"), ("Batch", "batchColumn")):
+        assert columns[name] == {**columns[name], "type": "string", "jsonPath": f".status.{field}"}
     assert columns["USD/h"]["jsonPath"] == ".status.recommendation.cost.dollarsPerHour"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Age"] == {**columns["Age"], "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def test_operator_md_names_each_printer_column_and_the_field_it_reads() -> None:
+    """docs/operator.md's table of `kubectl get icp`'s columns, row for row the CRD's (Age aside): each column as
+    kubectl heads it and the status field or condition it reads."""
+    doc = (REPO / "docs" / "operator.md").read_text().split("### kubectl get icp", 1)[1].split("\n#", 1)[0]
+    rows = [line.split(" | ")[:2] for line in doc.splitlines() if line.startswith("| `")]
+    expected = []
+    for column in crd.PRINTER_COLUMNS[:-1]:
+        path = column["jsonPath"]
+        condition = re.search(r'@\.type=="(\w+)"', path)
+        field = f"the `{condition[1]}` condition" if condition else f"`{path.removeprefix('.status.')}`"
+        expected.append([f"| `{column['name'].upper()}`", field])
+    assert rows == expected
 
 
 def test_schema_is_structural(schema: dict[str, Any]) -> None:

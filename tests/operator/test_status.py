@@ -177,6 +177,25 @@ def test_a_disaggregated_recommendation_names_both_pools_beside_their_cost() -> 
     assert " prefill + " in message and message.count(" decode, $") == 1
 
 
+def test_the_printer_columns_fields_give_each_pool_and_go_with_the_recommendation() -> None:
+    # kubectl get icp's GPU, Replicas and Batch: the recommendation's own top-level fields are its decode pool's.
+    _, result = disaggregated_plan(constraints={"shapes": ["disaggregated"]})
+    assert result.recommendation is not None
+    prefill, decode = result.recommendation.roles
+    new = status(result=result)
+    assert (new["gpuColumn"], new["replicasColumn"], new["batchColumn"]) == (
+        f"{prefill.gpu_type} / {decode.gpu_type}", f"{prefill.replicas} / {decode.replicas}",
+        f"{prefill.max_batch} / {decode.max_batch}")
+    single = feasible_result().recommendation
+    assert single is not None
+    planned = status(result=feasible_result())
+    assert (planned["gpuColumn"], planned["replicasColumn"], planned["batchColumn"]) == (
+        single.gpu_type, str(single.replicas), str(single.max_batch))
+    for gone in (status(planned, now=T1, generation=2, error=ERROR),
+                 status(planned, now=T1, generation=2, result=infeasible_result())):
+        assert not {"gpuColumn", "replicasColumn", "batchColumn"} & set(gone)
+
+
 def test_infeasible_result() -> None:
     result = infeasible_result()
     assert result.recommendation is None and result.infeasible
