@@ -452,14 +452,19 @@ def last_calibrated_at(status: Mapping[str, Any] | None, gpu_type: str | None) -
 
 
 _CHANGE_FIELDS = ("deployment", "image", "gpuType", "replicas", "gpusPerReplica", "maxBatch", "precision",
-                  "kvCacheDtype")
+                  "kvCacheDtype", "pipelineParallel", "dataParallel", "dataParallelAttention", "expertParallel")
+_RECORDED_LATER = ("image", "pipelineParallel", "dataParallel", "dataParallelAttention", "expertParallel")
+"""The fields of `status.observed.current` that a status written before they were recorded (or by an API server
+whose CRD prunes them) lacks: their absence alone is no change, else every observation would find one and calibration
+would stop for good."""
 
 
 def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, now: str) -> str | None:
     """When an observation first found the current deployment as it is now, if it found it changed: `now` when the
     last observation recorded another one (its Deployment, engine image, GPU type, replicas, GPUs per replica, max
-    batch, precision or KV dtype) or none, else what it recorded. None when nothing was observed before (the first
-    observation cannot tell when the deployment took its shape) or nothing changed since."""
+    batch, precision, KV dtype or rank layout: pipeline stages, data-parallel ranks, data-parallel attention, expert
+    parallelism) or none, else what it recorded. None when nothing was observed before (the first observation cannot
+    tell when the deployment took its shape) or nothing changed since."""
     observed = (old_status or {}).get("observed")
     if not isinstance(observed, Mapping):
         return None
@@ -468,10 +473,12 @@ def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, n
         return now
     s = current.shape
     now_fields = dict(zip(_CHANGE_FIELDS, (current.deployment, current.image, s.gpu_type, s.replicas,
-                                           s.gpus_per_replica, s.max_batch, s.precision, s.kv_cache_dtype),
-                          strict=True))
-    if "image" not in before:  # a status from before images were recorded (or a CRD that prunes the field)
-        del now_fields["image"]
+                                           s.gpus_per_replica, s.max_batch, s.precision, s.kv_cache_dtype,
+                                           s.pipeline_parallel, s.data_parallel, s.data_parallel_attention,
+                                           s.expert_parallel), strict=True))
+    for key in _RECORDED_LATER:
+        if key not in before:
+            del now_fields[key]
     if any(before.get(key) != value for key, value in now_fields.items()):
         return now
     changed = before.get("changedAt")
@@ -676,15 +683,26 @@ Residuals = dict[str, dict[float, list[float]]]
 """log(observed / predicted) per metric and quantile, oldest first."""
 
 
+def rank_layout(shape: CurrentShape) -> str:
+    """How one instance's GPUs are split beyond its tensor parallelism, in a few words (`pp2`, `dp4+dp-attention+ep`);
+    "" for a single engine of tensor-parallel ranks."""
+    parts = ((f"pp{shape.pipeline_parallel}", shape.pipeline_parallel > 1),
+             (f"dp{shape.data_parallel}", shape.data_parallel > 1),
+             ("dp-attention", shape.data_parallel_attention), ("ep", shape.expert_parallel))
+    return "+".join(part for part, on in parts if on)
+
+
 def residuals_key(current: Current | None) -> str | None:
     """What the kept errors were observed on: the Deployment read (`NAME:`, where observe.current names one: another
     Deployment's errors are not this one's, whatever its shape), the current deployment's GPU type, GPUs per replica,
-    max batch, precision and KV dtype, and its engine image where a Deployment gives it (another engine version is
-    another deployment); its replicas may change: every prediction is per replica at the observed rate."""
+    max batch, precision and KV dtype, its rank layout where it has one (`rank_layout`: dp 8 x tp 1 and dp 4 x tp 2
+    over the same GPUs are other deployments), and its engine image where a Deployment gives it (another engine
+    version is another deployment); its replicas may change: every prediction is per replica at the observed rate."""
     if current is None:
         return None
     s = current.shape
     key = f"{s.gpu_type}/{s.gpus_per_replica}/{s.max_batch}/{s.precision}/{s.kv_cache_dtype}"
+    key = f"{key}/{layout}" if (layout := rank_layout(s)) else key
     key = f"{current.deployment}:{key}" if current.deployment else key
     return f"{key}@{current.image}" if current.image else key
 
@@ -880,7 +898,10 @@ def _observed(outcome: ObserveOutcome, obs: Observation, now: str) -> ObservedSt
             deployment=current.deployment, gpu_type=current.shape.gpu_type, replicas=current.shape.replicas,
             gpus_per_replica=current.shape.gpus_per_replica, max_batch=current.shape.max_batch,
             precision=current.shape.precision, kv_cache_dtype=current.shape.kv_cache_dtype,
-            sources=current.sources, image=current.image, changed_at=outcome.changed_at))
+            sources=current.sources, image=current.image, pipeline_parallel=current.shape.pipeline_parallel,
+            data_parallel=current.shape.data_parallel,
+            data_parallel_attention=current.shape.data_parallel_attention,
+            expert_parallel=current.shape.expert_parallel, changed_at=outcome.changed_at))
 
 
 def _same_figures(old_observed: Any, observed: ObservedStatus) -> bool:

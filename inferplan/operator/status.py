@@ -131,6 +131,12 @@ class CurrentStatus(_Status):
         default_factory=dict, max_length=8, description="Where each field came from: Deployment, spec or default.")
     image: str | None = Field(default=None, max_length=512,
                               description="The engine container's image, when a Deployment was read.")
+    pipeline_parallel: int = Field(default=1, ge=1, description="Pipeline stages of a replica.")
+    data_parallel: int = Field(default=1, ge=1, description=(
+        "Data-parallel ranks of one instance (vLLM's with expert parallelism), each of gpusPerReplica / "
+        "(this x pipelineParallel) GPUs with its own maxBatch."))
+    data_parallel_attention: bool = Field(default=False, description="Attention runs data-parallel over the ranks.")
+    expert_parallel: bool = Field(default=False, description="The MoE layers run expert-parallel over the ranks.")
     changed_at: str | None = Field(
         default=None, max_length=64, json_schema_extra={"format": "date-time"},
         description="When an observation first found the deployment changed (these fields or none before); "

@@ -1050,3 +1050,55 @@ def test_a_recorded_time_with_fractional_seconds_or_none_readable_holds_no_windo
     assert not _settled("2026-12-06T11:43:27.5Z", "5m", "2026-12-06T11:48:27Z")
     assert _settled("2026-12-06T12:43:27+01:00", "5m", "2026-12-06T11:48:27Z")
     assert _settled("yesterday", "5m", "2026-12-06T11:48:27Z")
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    # vLLM's wide expert parallelism on a pod of eight H200: 8 ranks of TP 1, then 4 ranks of TP 2 (same GPUs, same
+    # per-rank batch, same replicas)
+    (["--data-parallel-size", "8", "--enable-expert-parallel"],
+     ["--data-parallel-size", "4", "--tensor-parallel-size", "2", "--enable-expert-parallel"]),
+    # SGLang's data-parallel attention, then with expert-parallel MoE layers turned on
+    (["--tp-size", "8", "--enable-dp-attention"], ["--tp-size", "8", "--enable-dp-attention", "--ep-size", "8"]),
+    # one replica over 8 GPUs: TP 8, then TP 4 x 2 pipeline stages
+    (["--tensor-parallel-size", "8"], ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]),
+])
+def test_another_rank_layout_of_the_same_gpus_and_batch_is_a_change(before: list[str], after: list[str]) -> None:
+    """Going from vLLM's dp 8 x tp 1 to dp 4 x tp 2 with expert parallelism (or turning SGLang's expert parallelism
+    on, or splitting TP 8 into two pipeline stages) keeps the GPU type, replicas, GPUs per replica and batch: it had
+    not been seen as a change, so the old layout's errors narrowed the new one's band and its latencies, still in
+    Prometheus' window, calibrated it. The layout is now recorded, moves `changedAt` and starts the errors afresh."""
+    from inferplan.operator.observing import Current, Measured
+    from inferplan.planner.calibration.observed import ObservedWorkload, with_workload
+
+    qwen = resolve_plan(load_plan_file(EXAMPLE.parents[1] / "platform" / "qwen3-235b-fp8-h200.yaml"))
+
+    def current(args: list[str]) -> Current:
+        body = vllm_deployment(["--model", "Qwen/Qwen3-235B-A22B-FP8", "--max-num-seqs", "64", *args], ready=2,
+                               gpus="8")
+        body["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H200"}
+        return resolve_current({"deployment": "qwen"}, body, qwen)
+
+    old, new = current(before), current(after)
+    assert old.shape != new.shape
+    assert (old.shape.gpu_type, old.shape.replicas, old.shape.gpus_per_replica, old.shape.max_batch) == \
+        (new.shape.gpu_type, new.shape.replicas, new.shape.gpus_per_replica, new.shape.max_batch)
+    observed_req = with_workload(qwen, ObservedWorkload(2.0, 1000.0, 250.0))
+    prediction = predict_current(observed_req, old.shape)
+    status = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC}, gpu="H200-SXM-141GB")
+
+    def observed(status: dict, current: Current, scale: float, now: str) -> tuple[ObserveOutcome, dict]:
+        measured = Measured(ObserveOutcome("main", "5m", _observation(prediction, scale), current=current,
+                                           settings=_settings(calibrate=True)), qwen)
+        outcome = assess(measured, status, now=now)
+        return outcome, observe_status(status, outcome, now=now, generation=1)
+
+    _, status = observed(status, old, 1.1, _window_end(0))
+    assert status["calibration"]["updates"] == 1 and len(status["prediction"]["residuals"]["tpot"]["p95"]) == 1
+    changed, status = observed(status, new, 1.2, _window_end(1))
+    assert changed.changed_at == _window_end(1) and status["observed"]["current"]["changedAt"] == _window_end(1)
+    assert changed.calibration is not None and changed.calibration.updates == 1 and "changed" in \
+        changed.calibration.note
+    assert "residuals" not in status["prediction"]  # the old layout's error is not the new one's
+    _, status = observed(status, new, 1.15, _window_end(2))  # a whole window after the change: its own
+    assert status["calibration"]["updates"] == 2 and status["observed"]["current"]["changedAt"] == _window_end(1)
+    assert len(status["prediction"]["residuals"]["tpot"]["p95"]) == 1
