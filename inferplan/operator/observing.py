@@ -394,6 +394,9 @@ class ObserveOutcome:
     settings: Observe | None = None               # spec.observe as parsed (None when the spec could not be)
     changed_at: str | None = None                 # when an observation first found the current deployment changed
     settled: bool = True                          # the window lies wholly after that: it may calibrate and narrow
+    # ... and wholly after the window that last updated the calibration it is predicted with (observe.calibrate): its
+    # errors are out of sample, and may narrow
+    out_of_sample: bool = True
 
 
 def _read_calibration(recorded: Mapping[str, Any]) -> tuple[str, Calibration] | None:
@@ -572,7 +575,8 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None, now: str | 
     current deployment was found changed (`current_changed_at`; `now` is the observation's time, UTC now by
     default) holds the old deployment's latencies: it updates no calibration (nor, in `observe_status`, the
     deployment's own errors); one that reaches back before the end of the window that last updated the calibration
-    (`last_calibrated_at`) shares its requests: it updates none either."""
+    (`last_calibrated_at`) shares its requests: it updates none either, and is predicted by a calibration fitted to
+    some of them, so its errors are not kept (`out_of_sample`)."""
     outcome, req = measured.outcome, measured.request
     observation, current = outcome.observation, outcome.current
     if req is None or observation is None or current is None:
@@ -584,14 +588,16 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None, now: str | 
     observed_req = with_workload(req, workload)
     factors = load_factors()
     calibration = None
+    out_of_sample = True
     if outcome.settings is not None and outcome.settings.calibrate:
         previous = previous_calibration(old_status, current.shape.gpu_type)
         last_update = last_calibrated_at(old_status, current.shape.gpu_type)
+        out_of_sample = _settled(last_update, observation.window, now)
         if not settled:
             calibration = dataclasses.replace(previous, note=(
                 f"not updated: the current deployment changed at {changed_at}, and the last {observation.window} "
                 "reach back before it (the old deployment's latencies)"))
-        elif not _settled(last_update, observation.window, now):
+        elif not out_of_sample:
             # Observed every minute, 5m windows overlap by four: a window that reaches back before the end of the
             # last one that updated shares its requests, and would count them again (samples about 5x, and the fit
             # moving about 5x as fast as n / (n + 500) per window says).
@@ -610,7 +616,7 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None, now: str | 
                 for metric, quantiles in observation.latency.items()}
     return dataclasses.replace(outcome, prediction=prediction, discrepancies=compare(prediction.latency, observed),
                                calibration=calibration, calibration_gpu=current.shape.gpu_type,
-                               changed_at=changed_at, settled=settled)
+                               changed_at=changed_at, settled=settled, out_of_sample=out_of_sample)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -963,8 +969,10 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         # last observation's read the same samples (no scrape since): it is that window again, not another; one that
         # reaches back before the end of the last window whose errors were kept shares its requests (observed every
         # minute, 5m windows overlap by four): its errors would count those requests again, and nine such windows,
-        # about two windows' traffic, would narrow the band as if they were nine.
-        if outcome.settled and not _same_figures((old or {}).get("observed"), observed) and \
+        # about two windows' traffic, would narrow the band as if they were nine; one that reaches back before the end
+        # of the window that last updated the calibration it is predicted with was predicted by a fit to some of its
+        # requests: its errors are in sample, and would narrow the band too far.
+        if outcome.settled and outcome.out_of_sample and not _same_figures((old or {}).get("observed"), observed) and \
                 _settled(last_kept if isinstance(last_kept, str) else None, obs.window, now):
             if (added := with_window(kept, verdicts, obs.requests_in_window)) != kept:
                 kept, last_kept = added, now

@@ -1102,3 +1102,30 @@ def test_another_rank_layout_of_the_same_gpus_and_batch_is_a_change(before: list
     _, status = observed(status, new, 1.15, _window_end(2))  # a whole window after the change: its own
     assert status["calibration"]["updates"] == 2 and status["observed"]["current"]["changedAt"] == _window_end(1)
     assert len(status["prediction"]["residuals"]["tpot"]["p95"]) == 1
+
+
+def test_a_window_that_overlaps_the_one_that_last_calibrated_keeps_no_errors(req) -> None:
+    """The errors kept are out of sample: each window is predicted with the calibration as it was before the window,
+    and keeps its errors only once it lies wholly after the window that last updated that calibration. The two
+    clocks had been apart: a window drifting outside its band keeps no error (residualsAt stays) but does calibrate,
+    and the next minute's window, four of its five minutes the calibration's, was judged by a prediction fitted to
+    them and kept its (in-sample) errors."""
+    from inferplan.planner.calibration.observed import ObservedWorkload, with_workload
+
+    observed_req = with_workload(req, ObservedWorkload(2.0, 1000.0, 250.0))
+    prediction = predict_current(observed_req, SHAPE)  # the catalog's: no calibration yet
+    status = _recommended(prediction, {m: (0.5, 2.5) for m in EVERY_METRIC})
+
+    def observed(status: dict, minute: int, requests: float) -> dict:
+        now = _window_end(minute, 1)
+        outcome = assess(_measured(req, _observation(prediction, 3.0, requests)), status, now=now)
+        return observe_status(status, outcome, now=now, generation=1)
+
+    status = observed(status, 0, 1000.0)  # 3x slower: outside the band (no error kept), calibrated
+    assert status["calibration"]["updates"] == 1 and "residuals" not in status["prediction"]
+    status = observed(status, 1, 1010.0)  # inside the band around the calibrated prediction, but in sample
+    assert status["calibration"]["updates"] == 1 and _accurate(status)[:2] == ("True", "Accurate")
+    assert "residuals" not in status["prediction"]
+    status = observed(status, 5, 1020.0)  # wholly after the window that calibrated: out of sample
+    assert status["prediction"]["residuals"]["tpot"]["p95"] and status["prediction"]["residualsAt"] == \
+        _window_end(5, 1)
