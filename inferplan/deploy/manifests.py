@@ -160,6 +160,26 @@ def engine_image(engine: str, version: str | None, vendor: str, family: str | No
     return by_family[family].format(v=bare)
 
 
+def image_repository(image: str) -> str:
+    """An image reference's repository without its registry, tag or digest
+    (`nvcr.io/nvidia/tensorrt-llm/release:1.0.0`: `nvidia/tensorrt-llm/release`); the first part of the path is a
+    registry where it names a host (a dot or a port in it, or `localhost`), as the container runtimes read it."""
+    parts = image.partition("@")[0].split("/")
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        parts = parts[1:]
+    parts[-1] = parts[-1].partition(":")[0]
+    return "/".join(parts)
+
+
+def published_repositories(engine: str) -> frozenset[str]:
+    """The repositories (`image_repository`) of `engine`'s published server images, `engine_image`'s (NVIDIA's and
+    AMD's builds): the images whose tag names the engine's release. Another image's tag is its own (NVIDIA NIM's
+    `nvcr.io/nim/meta/llama-3.1-8b-instruct:1.8.0`, Triton's `tritonserver:24.08-trtllm-python-py3`)."""
+    templates = [t for (name, _), t in _IMAGES.items() if name == engine]
+    templates += [t for (name, _), by_family in _AMD_IMAGES.items() if name == engine for t in by_family.values()]
+    return frozenset(image_repository(t) for t in templates)
+
+
 def _gpu(candidate: Candidate) -> GpuSpec:
     return load_gpu_catalog().get(candidate.gpu_type)
 

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from inferplan.deploy.diff import GPU_RESOURCES, engine_container, launch_tokens, names_an_engine, split_launch
+from inferplan.deploy.manifests import image_repository, published_repositories
 from inferplan.observe.engine_metrics import FAMILIES
 from inferplan.observe.observation import Observation, ObserveError, read_observation
 from inferplan.observe.prometheus import PrometheusClient, PrometheusEndpoint
@@ -279,12 +280,16 @@ def _gpu_type(label: str) -> str | None:
     return label if product.mig_profile or product.shared else key
 
 
-def image_release(image: str | None) -> str | None:
-    """The engine release an image's tag names (`vllm/vllm-openai:v0.6.3`: v0.6.3; AMD's
-    `rocm/vllm:rocm6.2_..._vllm_0.6.4`: the tag, read past its platform versions by `parse_version`), None where the
-    tag names none (`latest`, a digest alone). The registry's address and port are not read."""
-    name = (image or "").partition("@")[0].rsplit("/", 1)[-1]
-    tag = name.partition(":")[2]
+def image_release(image: str | None, engine: str) -> str | None:
+    """The release of `engine` an image's tag names, where the image is one of the engine's own published ones
+    (`published_repositories`, on any registry or mirror path: `vllm/vllm-openai:v0.6.3`: v0.6.3; AMD's
+    `rocm/vllm:rocm6.2_..._vllm_0.6.4`: the tag, read past its platform versions by `parse_version`). None where the
+    tag names none (`latest`, a digest alone) or the image is another's, whose tag is its own release (NVIDIA NIM's
+    `nvcr.io/nim/meta/llama-3.1-8b-instruct:1.8.0` is NIM 1.8.0, not vLLM 1.8.0; a team's own build)."""
+    repository = image_repository(image or "")
+    if not any(repository == own or repository.endswith(f"/{own}") for own in published_repositories(engine)):
+        return None
+    tag = (image or "").partition("@")[0].rsplit("/", 1)[-1].partition(":")[2]
     return tag if parse_version(tag) is not None else None
 
 
@@ -294,6 +299,7 @@ class Current:
     deployment: str | None
     sources: dict[str, str]
     image: str | None = None  # the engine container's image (its version), when a Deployment was read
+    release: str | None = None  # the engine release whose defaults fill what is not given (sources.engineRelease)
 
 
 def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | None, req: PlanRequest) -> Current:
@@ -348,7 +354,9 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     # The engine's own default at the release the Deployment runs (its image's tag, else the plan's version) on this
     # GPU type (vLLM 0.11: 1024 sequences on an H100, 256 on an L4; vLLM 0.6: 256), as the planner predicts a
     # deployment that states none.
-    release = image_release(from_deployment.get("image")) or req.engine_version
+    release = image_release(from_deployment.get("image"), req.engine)
+    sources["engineRelease"] = "Deployment" if release else "spec" if req.engine_version else "default"
+    release = release or req.engine_release
     engine_batch = version_defaults(ENGINES[req.engine], release, float(gpu.usable_memory_bytes), gpu.key,
                                     gpus, req.max_model_len or req.arch.max_position_embeddings).max_num_seqs
     defaults = {"gpus_per_replica": 1, "max_batch": engine_batch, "precision": req.precisions[0],
@@ -372,7 +380,7 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     pp = from_deployment.get("pipeline_parallel", 1)
     if pp > 1 and values["gpus_per_replica"] % pp == 0:
         values["pipeline_parallel"] = pp
-    return Current(CurrentShape(**values), name, sources, from_deployment.get("image"))
+    return Current(CurrentShape(**values), name, sources, from_deployment.get("image"), release)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -904,7 +912,8 @@ def _observed(outcome: ObserveOutcome, obs: Observation, now: str) -> ObservedSt
             deployment=current.deployment, gpu_type=current.shape.gpu_type, replicas=current.shape.replicas,
             gpus_per_replica=current.shape.gpus_per_replica, max_batch=current.shape.max_batch,
             precision=current.shape.precision, kv_cache_dtype=current.shape.kv_cache_dtype,
-            sources=current.sources, image=current.image, pipeline_parallel=current.shape.pipeline_parallel,
+            sources=current.sources, image=current.image, engine_release=current.release,
+            pipeline_parallel=current.shape.pipeline_parallel,
             data_parallel=current.shape.data_parallel,
             data_parallel_attention=current.shape.data_parallel_attention,
             expert_parallel=current.shape.expert_parallel, changed_at=outcome.changed_at))

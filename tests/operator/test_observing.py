@@ -90,7 +90,8 @@ def test_spec_fields_win_and_defaults_are_marked(req) -> None:
     current = resolve_current({"deployment": "llama", "replicas": 5}, body, req)
     assert current.shape == CurrentShape("H100-SXM5-80GB", 5, 1, req.precisions[0], "auto", 64)
     assert current.sources == {"gpuType": "Deployment", "replicas": "spec", "maxBatch": "Deployment",
-                               "gpusPerReplica": "Deployment", "precision": "default", "kvCacheDtype": "default"}
+                               "gpusPerReplica": "Deployment", "precision": "default", "kvCacheDtype": "default",
+                               "engineRelease": "default"}
 
 
 def test_without_a_gpu_type_the_error_says_what_to_set(req) -> None:
@@ -1129,3 +1130,36 @@ def test_a_window_that_overlaps_the_one_that_last_calibrated_keeps_no_errors(req
     status = observed(status, 5, 1020.0)  # wholly after the window that calibrated: out of sample
     assert status["prediction"]["residuals"]["tpot"]["p95"] and status["prediction"]["residualsAt"] == \
         _window_end(5, 1)
+
+
+@pytest.mark.parametrize(("engine", "version", "image", "batch", "release", "source"), [
+    # NVIDIA NIM: the tag is the NIM container's release, not vLLM's or TensorRT-LLM's
+    ("vllm", "0.6.3", "nvcr.io/nim/meta/llama-3.1-8b-instruct:1.8.0", 256, "0.6.3", "spec"),
+    ("tensorrt-llm", "0.18.0", "nvcr.io/nim/meta/llama-3.1-8b-instruct:1.8.0", 256, "0.18.0", "spec"),
+    # Triton's release (24.08), not TensorRT-LLM's
+    ("tensorrt-llm", "0.18.0", "nvcr.io/nvidia/tritonserver:24.08-trtllm-python-py3", 256, "0.18.0", "spec"),
+    # a team's own image, tagged with its own release
+    ("vllm", None, "registry.corp/serving/llama-server:0.6.0", 1024, "0.11.2", "default"),
+    # the engines' own published images name their release, on a mirror too
+    ("tensorrt-llm", None, "nvcr.io/nvidia/tensorrt-llm/release:0.18.0", 256, "0.18.0", "Deployment"),
+    ("vllm", "0.11.0", "registry.corp:5000/mirror/vllm/vllm-openai:v0.6.3", 256, "v0.6.3", "Deployment"),
+])
+def test_a_containers_own_release_is_not_taken_as_the_engines(req, engine: str, version: str | None, image: str,
+                                                              batch: int, release: str, source: str) -> None:
+    """A NIM image (`nvcr.io/nim/meta/llama-3.1-8b-instruct:1.8.0`) under a vLLM 0.6.3 plan had been read as vLLM
+    1.8.0, newer than any, and its max batch defaulted to V1's 1024 on an H100 where V0 runs 256 (under a TensorRT-LLM
+    0.18 plan, 1.x's 2048 where the built engines run 256). Only an engine's own published images (`engine_image`)
+    name its release; otherwise the plan's version, else the pinned one, and the status says which was assumed."""
+    from inferplan.operator.observing import Measured
+
+    body = vllm_deployment(["--model", "meta-llama/Llama-3.1-8B-Instruct"])
+    body["spec"]["template"]["spec"]["containers"][1]["image"] = image
+    request = dataclasses.replace(req, engine=engine, engine_version=version)
+    current = resolve_current({"deployment": "llama"}, body, request)
+    assert (current.shape.max_batch, current.sources["maxBatch"]) == (batch, "default")
+    assert (current.release, current.sources["engineRelease"]) == (release, source)
+    prediction = predict_current(req, current.shape)
+    outcome = assess(Measured(ObserveOutcome("main", "5m", _observation(prediction), current=current,
+                                             settings=_settings()), request), None, now=_window_end(0))
+    recorded = observe_status({"conditions": []}, outcome, now=_window_end(0), generation=1)["observed"]["current"]
+    assert (recorded["engineRelease"], recorded["sources"]["engineRelease"]) == (release, source)
