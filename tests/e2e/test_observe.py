@@ -278,6 +278,11 @@ def test_a_changed_deployment_is_calibrated_only_from_windows_after_the_change(l
                        timeout_s=30, interval_s=0.5)
     current, calibration = changed["observed"]["current"], changed["calibration"]
     assert current["image"] == "vllm/vllm-openai:v0.11.1" and current["changedAt"], current
+    # Kept by the API server (a CRD that pruned them would hide every change of the rank layout): the layout, and the
+    # release the defaults were taken at, the tag of the engine's own image.
+    assert (current["pipelineParallel"], current["dataParallel"], current["dataParallelAttention"],
+            current["expertParallel"]) == (1, 1, False, False), current
+    assert (current["engineRelease"], current["sources"]["engineRelease"]) == ("v0.11.1", "Deployment"), current
     assert _seconds(changed["observed"]["sampleTime"]) - _seconds(current["changedAt"]) < 30
     assert f"changed at {current['changedAt']}" in calibration["note"], calibration
     assert _seconds(calibration["lastUpdateTime"]) <= _seconds(current["changedAt"])
