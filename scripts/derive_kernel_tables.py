@@ -45,7 +45,10 @@ newest folder where the current one lacks a table):
   dtype's tensor peak (16-bit for weight-only formats); and `shapes`, the same three figures of each measured
   shape itself (key `HIDDENxINTERMEDIATExEXPERTSxTOPK/tpTP`), which the planner reads for a model of that shape
   in place of the bin's medians (the narrow experts of a wide TP run far below the medians of their bin:
-  DeepSeek-V3's at TP 8 on the H200 stream at 0.84 of the HBM peak and compute at 0.21 of FP8's);
+  DeepSeek-V3's at TP 8 on the H200 stream at 0.84 of the HBM peak and compute at 0.21 of FP8's). A bin whose
+  layer takes longer than the next larger bin's at any measured routing and 1 to 4096 tokens runs faster by the
+  smallest factor that closes the gap (`monotone_moe_bins`, counted in `repaired`): a layer of smaller experts
+  never takes longer than one of larger experts, which it could run on padded weights;
 - `peaks`: the system file's HBM bandwidth and dense tensor FLOPS, which the planner uses to carry a system's
   measured efficiency to a GPU of the same architecture without tables of its own.
 
@@ -93,6 +96,12 @@ MOE_DTYPES = {"bfloat16": (2.0, "bf16_tflops"), "fp8": (1.0, "fp8_tflops"), "fp8
               "int4_wo": (0.5 + 2.0 / 128, "bf16_tflops"), "w4a16_mxfp4": (0.5 + 1.0 / 32, "bf16_tflops"),
               "nvfp4": (0.5 + 1.0 / 16, "fp4_tflops")}
 MOE_DISTRIBUTION = "power_law_1.01"  # AIConfigurator's default routing (sdk/models: power-law alpha 1.01)
+# The routings (experts, top-k) and token counts at which a bin's layer time must not fall below a smaller bin's
+# (`monotone_moe_bins`): those of every shape the 0.12.0 MoE tables measured (Mixtral's 8 x 2 to 896 x 16), from
+# one decode token to a prefill chunk.
+MOE_MONOTONE_ROUTINGS = ((8, 2), (16, 1), (32, 4), (128, 1), (128, 4), (128, 6), (128, 8), (160, 8), (256, 6),
+                         (256, 8), (384, 6), (384, 8), (512, 10), (512, 22), (896, 16))
+MOE_MONOTONE_TOKENS = (1, 8, 64, 512, 4096)
 AIC_VERSION = "0.12.0"  # the package the shipped kernels.json was derived from (SOURCE, NOTICE)
 INSTALL_HINT = f"pip install aiconfigurator-core=={AIC_VERSION} pandas pyarrow pyyaml"
 SOURCE = ("NVIDIA AIConfigurator (aiconfigurator-core "
@@ -274,15 +283,74 @@ def moe_shape_key(hidden: int, inter: int, experts: int, topk: int, tp: int) -> 
     return f"{hidden}x{inter}x{experts}x{topk}/tp{tp}"
 
 
-def moe_curves(frame: Any, peaks: dict[str, Any], label: str, check: list[str]) -> dict[str, dict[str, Any]]:
+def moe_layer_terms(figures: Sequence[float], log2_shard: float, per_weight: float, bandwidth: float, peak: float
+                    ) -> tuple[Any, Any, Any]:
+    """One fused MoE layer's time [s] from a bin's (floor [us], stream, compute) at experts of 2^`log2_shard` bytes
+    on one GPU, as the planner reads them (`kernels.GpuKernels.moe_layer`, `performance.moe_step_s`), in its three
+    terms per (experts, top-k) of `MOE_MONOTONE_ROUTINGS` x `MOE_MONOTONE_TOKENS`: the floor, the read of the
+    experts the tokens route to (uniform routing) at `stream` of `bandwidth` [bytes/s] (capped at it) and their
+    FLOPs at `compute` of `peak` [FLOP/s]."""
+    import numpy as np
+
+    floor, stream, compute = (float(v) for v in figures)
+    shard = 2.0 ** log2_shard
+    experts, topk = (np.array([r[i] for r in MOE_MONOTONE_ROUTINGS], float)[:, None] for i in (0, 1))
+    n = np.asarray(MOE_MONOTONE_TOKENS, float)[None, :]
+    touched = experts * (1.0 - (1.0 - topk / experts) ** n)
+    return (np.full(touched.shape, floor * 1e-6), touched * shard / (min(stream, 1.0) * bandwidth),
+            n * topk * 2.0 * shard / per_weight / (compute * peak))
+
+
+def monotone_moe_bins(curves: dict[str, list[float]], per_weight: float, bandwidth: float, peak: float) -> int:
+    """Make `curves`' layer time (the sum of `moe_layer_terms`) non-decreasing in the bins' expert bytes, in place;
+    how many bins were repaired.
+
+    A layer of smaller experts can run a larger one's kernels on padded weights, so it never takes longer; the bins'
+    medians say otherwise where a bin's shapes differ from the next one's (GB200 and B300 under vLLM in FP8: the
+    2^18-byte bin holds one narrow TP-32 shape, whose layer takes three times the 2^19-byte bin's). The floor is an
+    intercept fitted together with the stream rate, and the next bin's figures belong to other shapes, so neither
+    one figure is clipped nor the next bin's taken: from the largest bin down, a bin whose layer takes longer than
+    the next larger bin's (as repaired) at any of the representative routings and token counts runs faster by the
+    smallest factor that brings it to that bin's time at all of them (its floor times the factor, its stream and
+    compute shares over it), keeping its own balance of floor, read and compute. Where that would read faster than
+    the HBM, the stream share stops at 1 and the floor and compute take the rest (the larger bin reads at least
+    twice the bytes at no more than the HBM's rate, so the rest is always positive)."""
+    import numpy as np
+
+    names = ("floor_us", "stream", "compute")
+    repaired = 0
+    for i in range(len(MOE_SHARD_LOG2) - 2, -1, -1):
+        floor, stream, compute = (curves[name][i] for name in names)
+        own = moe_layer_terms((floor, stream, compute), MOE_SHARD_LOG2[i], per_weight, bandwidth, peak)
+        target = sum(moe_layer_terms([curves[name][i + 1] for name in names], MOE_SHARD_LOG2[i + 1], per_weight,
+                                     bandwidth, peak))
+        factor = float(np.min(target / sum(own)))
+        if factor >= 1.0:
+            continue
+        stream = min(stream, 1.0)
+        if stream / factor <= 1.0:
+            fixed = (floor * factor, stream / factor, compute / factor)
+        else:
+            factor = float(np.min((target - own[1] * stream) / (own[0] + own[2])))
+            fixed = (floor * factor, 1.0, compute / factor)
+        for name, value in zip(names, fixed, strict=True):
+            curves[name][i] = _sig(value)
+        repaired += 1
+    return repaired
+
+
+def moe_curves(frame: Any, peaks: dict[str, Any], label: str, check: list[str]
+               ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
     """`moe[backend]` of one system from its moe_perf table (module docstring), per dtype with at least three
-    shapes; bins without a shape take the nearest bin's values."""
+    shapes; bins without a shape take the nearest bin's values; and per dtype how many bins
+    `monotone_moe_bins` repaired."""
     import numpy as np
 
     frame = frame[(frame.distribution == MOE_DISTRIBUTION) & (frame.moe_ep_size == 1)]
     keys = ["moe_dtype", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size"]
     fastest = frame.groupby([*keys, "num_tokens"]).latency.min().reset_index()
     out: dict[str, dict[str, list[float]]] = {}
+    repairs: dict[str, int] = {}
     for dtype, (per_weight, peak_name) in MOE_DTYPES.items():
         peak = (peaks.get(peak_name) or peaks.get("fp8_tflops") or peaks["bf16_tflops"]) * 1e12
         fits = []
@@ -313,11 +381,15 @@ def moe_curves(frame: Any, peaks: dict[str, Any], label: str, check: list[str]) 
             chosen = table[near == near.min()]
             for name, column in (("floor_us", 1), ("stream", 2), ("compute", 3)):
                 curves[name].append(_sig(float(np.median(chosen[:, column]))))
+        repaired = monotone_moe_bins(curves, per_weight, peaks["mem_bw_gb_s"] * 1e9, peak)
         curves["shapes"] = {key: [_sig(float(v)) for v in row[1:]] for key, row in zip(keys_of_fits, fits, strict=True)}
         out[dtype] = curves
+        if repaired:
+            repairs[dtype] = repaired
         check.append(f"{label} moe {dtype:12s} shapes {len(fits):4d}  floor {np.median(table[:, 1]):5.1f} us  "
-                     f"stream {np.median(table[:, 2]):.2f}  compute {np.median(table[:, 3]):.2f}")
-    return out
+                     f"stream {np.median(table[:, 2]):.2f}  compute {np.median(table[:, 3]):.2f}  "
+                     f"bins repaired {repaired}")
+    return out, repairs
 
 
 def _full_attention(frame: Any) -> Any:
@@ -468,10 +540,11 @@ def _system(systems: Path, name: str, check: list[str], slots: dict[str, Any]) -
         found = newest(data / "moe" / backend, "moe_perf.parquet", current)
         if found:
             version, path = found
-            curves = moe_curves(pd.read_parquet(path), out["peaks"], f"{name:20s} {backend:6s}", check)
+            curves, repairs = moe_curves(pd.read_parquet(path), out["peaks"], f"{name:20s} {backend:6s}", check)
             if curves:
                 out["moe"][backend] = curves
                 out["versions"][f"moe/{backend}"] = version
+                out["repaired"].update({f"moe/{backend}/{dtype}": n for dtype, n in repairs.items()})
     # All-reduce: the faster of NCCL and any backend's custom kernel, per size.
     curves: dict[int, list[tuple[Any, Any]]] = {tp: [] for tp in TP_SIZES}
     found = newest(data / "comm" / "nccl", "nccl_perf.parquet")

@@ -623,7 +623,8 @@ def _moe_shares(system: str, backend: str, formats: tuple[str, ...], expert_byte
     same GPU): (format, floor [us], share of the HBM bandwidth at which it reads the routed experts, share of the
     format's peak it computes at). The shape itself where these kernels measured it (another backend's kernels for
     the same shape can be several times apart: TensorRT-LLM's per-tensor FP8 against SGLang's block FP8), else the
-    medians of the shapes of its expert size."""
+    medians of the shapes of its expert size, which the derive step keeps from taking longer than a larger size's
+    (`scripts/derive_kernel_tables.py`, `monotone_moe_bins`)."""
     tables = kernel_tables()
     moe = tables["systems"][system].get("moe", {})
     for fmt in formats:

@@ -16,7 +16,9 @@ from inferplan.planner.catalog.gpus import load_gpu_catalog, resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.kernels import (
     BACKEND_OF_ENGINE,
+    MOE_PEAK_OF,
     WEIGHT_BYTES,
+    _moe_shares,
     gemm_format,
     gpu_kernels,
     kernel_basis,
@@ -536,3 +538,45 @@ def test_shipped_tables_name_the_package_version_the_script_derives_from() -> No
     script = runpy.run_path(str(Path(__file__).resolve().parents[3] / "scripts" / "derive_kernel_tables.py"))
     meta = json.loads(resources.files("inferplan.planner").joinpath("data/kernels.json").read_text())["meta"]
     assert meta["source"] == script["SOURCE"] and f"aiconfigurator-core {script['AIC_VERSION']} " in meta["source"]
+
+
+# Bytes per weight of the MoE tables' formats (scripts/derive_kernel_tables.py MOE_DTYPES) and the routings of the
+# shapes they measured: the layer time below is what `performance.moe_step_s` charges a layer of those experts.
+MOE_BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int4_wo": 0.5 + 2.0 / 128,
+                        "w4a16_mxfp4": 0.5 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
+MOE_ROUTINGS = ((8, 2), (16, 1), (32, 4), (128, 1), (128, 4), (128, 6), (128, 8), (160, 8), (256, 6), (256, 8),
+                (384, 6), (384, 8), (512, 10), (512, 22), (896, 16))
+
+
+@pytest.mark.parametrize("system", sorted(TABLES["systems"]))
+def test_a_fused_moe_layer_of_larger_experts_never_runs_faster(system: str) -> None:
+    """The bins' medians of the fused-MoE tables gave a layer of larger experts up to 3x less time than one of
+    smaller experts at the same routing and tokens (GB200 and B300 under vLLM in FP8: 2^19-byte experts at 0.32x the
+    time of 2^18-byte ones at 8 to 64 tokens; H100 vLLM bf16 0.82x). A smaller expert can run a larger one's kernels
+    on padded weights: on each profiled GPU, at every bin, routing and token count, the layer (as
+    `GpuKernels.moe_layer` reads the figures on that GPU's peaks) takes no less time for more bytes, up to the
+    tables' 4-digit rounding."""
+    tables = TABLES["systems"][system]
+    peaks = tables["peaks"]
+    axis = np.asarray(META["moe_shard_log2_bytes"], float)
+    experts, topk = (np.array([r[i] for r in MOE_ROUTINGS], float)[:, None, None] for i in (0, 1))
+    tokens = np.array([1.0, 8.0, 64.0, 512.0, 4096.0])[None, :, None]
+    shard = 2.0 ** axis[None, None, :]
+    checked = 0
+    for backend, formats in tables["moe"].items():
+        for fmt in formats:
+            figures = np.array([_moe_shares(system, backend, (fmt,), float(2.0**b), None)[1:] for b in axis]).T
+            kind = MOE_PEAK_OF[fmt]
+            peak = (peaks.get(f"{kind}_tflops") or peaks.get("fp8_tflops") or peaks["bf16_tflops"]) * 1e12
+            floor, bandwidth, flops = (figures[0] * 1e-6, np.minimum(figures[1], 1.0) * peaks["mem_bw_gb_s"] * 1e9,
+                                       figures[2] * peak)
+            touched = experts * (1.0 - (1.0 - topk / experts) ** tokens)
+            seconds = (floor + touched * shard / bandwidth
+                       + tokens * topk * 2.0 * shard / MOE_BYTES_PER_WEIGHT[fmt] / flops)
+            ratio = seconds[..., 1:] / seconds[..., :-1]
+            worst = np.unravel_index(np.argmin(ratio), ratio.shape)
+            assert ratio.min() >= 1.0 - 1e-3, (
+                f"{system} {backend} {fmt}: 2^{axis[worst[2] + 1]:.0f}-byte experts take {ratio.min():.2f}x the time "
+                f"of 2^{axis[worst[2]]:.0f}-byte ones ({MOE_ROUTINGS[worst[0]]}, {tokens.flat[worst[1]]:.0f} tokens)")
+            checked += 1
+    assert checked
