@@ -111,7 +111,7 @@ def predict_current(req: PlanRequest, shape: CurrentShape, factors: FactorSet | 
     slots = max(min(batch, deployment.memory.kv_cache_tokens / context) / pp, 1.0)
     chunk = deployment.settings.chunk_tokens
     fraction = 1.0 - req.prefix_hit_rate
-    traffic = traffic_of(req, fraction)
+    traffic = traffic_of(req, fraction, shape.replicas, pp)
     capacity = float(np.asarray(poisson_capacity(hw, traffic, slots, chunk, pp)))
     rate = req.rate_rps / shape.replicas
     result = poisson(hw, rate, traffic, slots, chunk, capacity=capacity, samples=REPORT_SAMPLES, streams=pp)

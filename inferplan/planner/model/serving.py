@@ -262,6 +262,32 @@ class Traffic:
     prefill_fraction: ArrayLike = 1.0
 
 
+def replica_arrival_cv2(arrival_cv2: ArrayLike, replicas: ArrayLike, stages: ArrayLike = 1) -> FloatArray:
+    """The CV^2 of the gaps between the requests one stream of a replica gets, when a stream of gaps of CV^2
+    `arrival_cv2` is split at random over `replicas` replicas (a plain Service's kube-proxy picks one per request,
+    docs/model.md "Routing as deployed") and each replica's `stages` pipeline stages take its requests in turn.
+
+    A random split keeps each request with probability p = 1 / n, so a replica's gap is a sum of N of the stream's
+    gaps, N geometric (mean 1 / p, variance (1 - p) / p^2): its CV^2 is p c + 1 - p = 1 + (c - 1) / n (a Poisson
+    stream stays Poisson; a steadier one tends to it, a burstier one too). A stage's gap is `stages` of its replica's
+    in turn, whose CV^2 is that over `stages`. Exact for gamma (renewal) gaps, as the simulator draws them."""
+    c = np.asarray(arrival_cv2, dtype=float)
+    return (1.0 + (c - 1.0) / np.asarray(replicas, dtype=float)) / np.asarray(stages, dtype=float)
+
+
+def pool_arrival_cv2(arrival_cv2: float, routers: int) -> float:
+    """A bound on the CV^2 of the gaps between the requests one replica of a disaggregated pool gets, when a stream
+    of CV^2 `arrival_cv2` reaches one of `routers` routers at random and each router sends its requests to the
+    pool's replicas in turn (the rendered sglang-router, docs/model.md "Routing as deployed").
+
+    One replica gets the whole stream. Many get from each router a nearly even stream (every m-th of its requests),
+    out of phase with the others': the gaps of `routers` points at random on a circle, CV^2 (r - 1) / (r + 1) (1/3
+    for two routers). In between, simulated (`simulate.routed`, gamma gaps of CV^2 0 to 8, 1 to 64 replicas, two
+    routers), the CV^2 lies within the larger of the two: the stream's for bursty and Poisson arrivals, more than it
+    for a stream steadier than (r - 1) / (r + 1)."""
+    return max(float(arrival_cv2), (routers - 1.0) / (routers + 1.0))
+
+
 def poisson_capacity(hw: Hardware, traffic: Traffic, slots: ArrayLike, chunk_tokens: ArrayLike,
                      streams: ArrayLike = 1.0) -> FloatArray:
     """Requests/s one instance sustains with every slot busy: X solving X (TTFT + O TPOT(slots, X)) = slots.
@@ -343,11 +369,12 @@ class PoissonModel:
     streams: FloatArray
     samples: int
 
-    def take(self, index: ArrayLike, slots: ArrayLike | None = None, capacity: ArrayLike | None = None
-             ) -> PoissonModel:
+    def take(self, index: ArrayLike, slots: ArrayLike | None = None, capacity: ArrayLike | None = None,
+             arrival_cv2: ArrayLike | None = None) -> PoissonModel:
         """Rows `index` of a one-dimensional model (repeat a row to evaluate it at several rates at once), with
         other slot counts (max_num_seqs, or what the KV pool holds) and their capacity (`poisson_capacity`) if
-        given (a replica's capacity; slots of one stream): nothing else the model holds depends on the slots."""
+        given (a replica's capacity; slots of one stream): nothing else the model holds depends on the slots. With
+        `arrival_cv2`, one stream's (`replica_arrival_cv2`), in place of the model's: only the waits read it."""
         idx = np.asarray(index)
         hw = take_hardware(self.hw, idx)
 
@@ -367,7 +394,9 @@ class PoissonModel:
             outputs=rows(self.outputs), gaps=rows(self.gaps), service_pf=rows(self.service_pf),
             extra_steps=rows(self.extra_steps) if np.ndim(self.extra_steps) else self.extra_steps,
             chunk_share=rows(self.chunk_share), es=rows(self.es),
-            es2=rows(self.es2), arrival_cv2=rows(self.arrival_cv2),
+            es2=rows(self.es2),
+            arrival_cv2=rows(self.arrival_cv2) if arrival_cv2 is None else np.broadcast_to(
+                np.asarray(arrival_cv2, dtype=float), idx.shape),
             service_cv2=None if self.service_cv2 is None else rows(self.service_cv2),
             num_prompts=rows(self.num_prompts), streams=streams, samples=self.samples,
         )

@@ -173,7 +173,7 @@ def _upper_cost(req: PlanRequest, c: Candidate, slots: float) -> UpperCost:
     pp = c.pipeline_parallel
     fraction, chunk = 1.0 - req.prefix_hit_rate, deployment.settings.chunk_tokens
     per_stream = np.array([slots])
-    traffic = traffic_of(req, fraction)
+    traffic = traffic_of(req, fraction, c.replicas, pp)  # its replicas' arrivals (an upper cost may need more)
     capacity = poisson_capacity(hw, traffic, per_stream, chunk, pp)
     model = poisson_model(hw, traffic, per_stream, chunk, capacity=capacity, samples=REPORT_SAMPLES,
                           streams=np.array([pp]))

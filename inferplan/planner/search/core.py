@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import overload
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from inferplan.planner.catalog.checkpoints import Checkpoint
 from inferplan.planner.catalog.engine_args import ENGINE_FLAGS, engine_launch, flex_attention, version_line
@@ -46,6 +46,7 @@ from inferplan.planner.model.serving import (
     Traffic,
     poisson_capacity,
     poisson_model,
+    replica_arrival_cv2,
     running_context,
 )
 from inferplan.planner.quantiles import QUANTILE_NAMES
@@ -523,11 +524,14 @@ def _limit_checks(req: PlanRequest, gpu_types: Sequence[GpuSpec], gpu: NDArray[n
     return first
 
 
-def traffic_of(req: PlanRequest, prefill_fraction: float) -> Traffic:
-    """What arrives at each replica of `req`'s deployments, the rate apart, with `prefill_fraction` of each prompt
-    computed."""
-    return Traffic(req.prompt_mean, req.output_mean, req.prompt_cv, req.output_cv, req.arrival_cv2,
-                   service_cv2=req.service_cv2, prefill_fraction=prefill_fraction)
+def traffic_of(req: PlanRequest, prefill_fraction: float, replicas: ArrayLike = 1, stages: ArrayLike = 1
+               ) -> Traffic:
+    """What arrives at each of `replicas` replicas of `stages` pipeline stages of `req`'s deployments, the rate
+    apart, with `prefill_fraction` of each prompt computed: the arrivals as variable as the rendered Service leaves
+    one stream of a replica (`replica_arrival_cv2`; the plan's whole stream's at one replica of one stage)."""
+    return Traffic(req.prompt_mean, req.output_mean, req.prompt_cv, req.output_cv,
+                   replica_arrival_cv2(req.arrival_cv2, replicas, stages), service_cv2=req.service_cv2,
+                   prefill_fraction=prefill_fraction)
 
 
 def plan_evidence(req: PlanRequest, gpu: GpuSpec, scenario_metric: str, measured_lines: int) -> Evidence:
@@ -690,6 +694,10 @@ class _Rows:
     A replica of pp pipeline stages keeps pp batches in flight (vLLM's virtual engines, SGLang's and
     TensorRT-LLM's micro-batches): pp streams (`PoissonModel`), each with 1/pp of the replica's slots and a step
     through every stage. Rates and capacities are per replica; `slots` are one stream's.
+
+    How variable a replica's arrivals are depends on how many replicas share the plan's stream
+    (`replica_arrival_cv2`), and how many it takes on the rate found: each row is searched for `assumed` replicas
+    (first the plan's minimum) and searched again for more where its rate needs more (`settle`).
     """
 
     def __init__(self, req: PlanRequest, grid: _Grid) -> None:
@@ -721,17 +729,48 @@ class _Rows:
         high = np.maximum(self.capacity * req.max_utilization, 1e-12)
         self.cost_floor = _replicas(req, high) * self.gpus * self.price
         self.best_rate = np.zeros(len(rows))
+        self.assumed = np.full(len(rows), req.min_replicas)  # the replicas each row's arrivals are split over
 
     def hardware(self, index: NDArray[np.intp]) -> Hardware:
         return take_hardware(self.grid.hardware, self.shape[index])
 
+    def arrival_cv2(self, index: NDArray[np.intp]) -> NDArray[np.float64]:
+        """One stream's arrival CV^2 of rows `index`, at their `assumed` replicas."""
+        return replica_arrival_cv2(self.req.arrival_cv2, self.assumed[index], self.pp[index])
+
     def model_of(self, index: NDArray[np.intp]) -> PoissonModel:
-        return self.per_shape.take(self.shape_of_row[index], self.slots[index], self.capacity[index])
+        return self.per_shape.take(self.shape_of_row[index], self.slots[index], self.capacity[index],
+                                   self.arrival_cv2(index))
+
+    def settle(self, rates: _RateSearch, index: NDArray[np.intp]) -> None:
+        """Search rows `index` again, by `rates` (whose model reads `arrival_cv2`), until the replicas each one's
+        best rate needs are no more than those its arrivals were split over (`assumed`).
+
+        Where the plan's arrivals are steadier than Poisson, more replicas leave each one's burstier (towards
+        Poisson): a row that needs more than it assumed is searched for those, and needs as many or more; the rows
+        end where they need what they assumed. Where they are burstier, more replicas leave each one's steadier:
+        one search for the replicas it needed is enough (it needs no more there), and the row keeps them (fewer
+        might do, but would be burstier). Poisson arrivals are Poisson at any count: nothing to search again."""
+        if self.req.arrival_cv2 == 1.0:
+            return
+        while True:
+            index = index[self.best_rate[index] > 0]
+            need = _replicas(self.req, self.best_rate[index])
+            more = need > self.assumed[index]
+            if not np.any(more):
+                return
+            index = index[more]
+            self.assumed[index] = need[more]
+            at_cap, cap_margin = rates.at_cap(index)
+            self.best_rate[index[at_cap]] = self.capacity[index[at_cap]] * self.req.max_utilization
+            pending = index[~at_cap]
+            self.best_rate[pending] = rates.refine(pending, cap_margin[~at_cap], self.best_rate[pending])
 
     def limits(self, index: NDArray[np.intp]) -> tuple[NDArray[np.int_], NDArray[np.int_], NDArray[np.float64],
                                                        NDArray[np.intp]]:
-        """(replicas, GPUs, cost, broken limit check or -1) of rows `index` at their best rates (> 0)."""
-        replicas = _replicas(self.req, self.best_rate[index])
+        """(replicas, GPUs, cost, broken limit check or -1) of rows `index` at their best rates (> 0), and no fewer
+        than their arrivals were split over (`settle`)."""
+        replicas = np.maximum(_replicas(self.req, self.best_rate[index]), self.assumed[index])
         gpus = replicas * self.gpus[index]
         cost = gpus * self.price[index]
         gpu_type = self.grid.gpu[self.shape[index]]

@@ -34,13 +34,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from inferplan.planner.catalog.engine_args import disaggregation_args, dynamo_args, engine_launch
+from inferplan.planner.catalog.engine_args import ROUTER_REPLICAS, disaggregation_args, dynamo_args, engine_launch
 from inferplan.planner.catalog.engines import EngineProfile
 from inferplan.planner.catalog.precisions import resolve_kv_dtype
 from inferplan.planner.model.disaggregated import Pool, combined, decode_pool, prefill_pool
 from inferplan.planner.model.factors import FactorSet
 from inferplan.planner.model.performance import prefill_s
-from inferplan.planner.model.serving import LoadResult, Traffic, poisson_capacity, sample_quantiles
+from inferplan.planner.model.serving import (
+    LoadResult,
+    Traffic,
+    poisson_capacity,
+    pool_arrival_cv2,
+    sample_quantiles,
+)
 from inferplan.planner.quantiles import QUANTILES
 from inferplan.planner.request import PlanRequest
 from inferplan.planner.results import (
@@ -238,10 +244,11 @@ class _Pools:
         decode rows `dec`: every row searched later must be among them (the rows within the first reach)."""
         req, rows = self.req, self.rows
         p, o = req.prompt_mean, req.output_mean
+        arrival_cv2 = pool_arrival_cv2(req.arrival_cv2, ROUTER_REPLICAS)
         self.pre_at = np.full(len(self.pre_row), -1)
         self.pre_at[pre] = np.arange(len(pre))
         self._pre_pool = prefill_pool(rows.hardware(self.pre_row[pre]), self.pre_tp_d[pre], p, self.pre_slots[pre],
-                                      rows.chunk, req.prompt_cv, req.arrival_cv2, rows.fraction, req.network_gbps,
+                                      rows.chunk, req.prompt_cv, arrival_cv2, rows.fraction, req.network_gbps,
                                       SEARCH_SAMPLES)
         self.pre_capacity = np.full(len(self.pre_row), np.nan)
         self.pre_capacity[pre] = self._pre_pool.capacity
@@ -250,7 +257,7 @@ class _Pools:
         self.dec_shape_at = np.full(len(rows.first_row), -1)
         self.dec_shape_at[shapes] = np.arange(len(shapes))
         self._dec_pool = decode_pool(rows.hardware(first), p, o, rows.slots[first], rows.chunk, req.output_cv,
-                                     req.arrival_cv2, req.service_cv2, SEARCH_SAMPLES)
+                                     arrival_cv2, req.service_cv2, SEARCH_SAMPLES)
 
     def search(self, pre: NDArray[np.intp], dec: NDArray[np.intp]) -> None:
         """Best rates of prefill rows `pre` and decode rows `dec` under each split (rows searched before are
@@ -332,13 +339,14 @@ class _Pools:
         together (each row on its own: the same numbers as one pick at a time)."""
         req, rows = self.req, self.rows
         p, o = req.prompt_mean, req.output_mean
+        arrival_cv2 = pool_arrival_cv2(req.arrival_cv2, ROUTER_REPLICAS)
         ks, pres_i, decs = (np.array(v) for v in zip(*picks, strict=True))
         pres = self.pre_row[pres_i]
         pre_pool = prefill_pool(rows.hardware(pres), self.pre_tp_d[pres_i].astype(float), p, self.pre_slots[pres_i],
-                                rows.chunk, req.prompt_cv, req.arrival_cv2, rows.fraction, req.network_gbps,
+                                rows.chunk, req.prompt_cv, arrival_cv2, rows.fraction, req.network_gbps,
                                 REPORT_SAMPLES)
         dec_pool = decode_pool(rows.hardware(decs), p, o, rows.slots[decs], rows.chunk, req.output_cv,
-                               req.arrival_cv2, req.service_cv2, REPORT_SAMPLES)
+                               arrival_cv2, req.service_cv2, REPORT_SAMPLES)
         every = np.arange(len(picks))
         pre_targets = np.concatenate([self.splits[k].prefill_targets for k in ks], axis=1)
         dec_targets = np.concatenate([self.splits[k].decode_targets for k in ks], axis=1)

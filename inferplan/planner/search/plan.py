@@ -76,6 +76,7 @@ from inferplan.planner.search.core import (
     pod_slots,
     recording,
     replica_pods,
+    traffic_of,
 )
 from inferplan.planner.search.grid import (
     CONTEXT_WARN_SHARE,
@@ -138,16 +139,18 @@ def _search_rates(rows: _Rows) -> NDArray[np.bool_]:
         rows.best_rate[index[ok]] = rows.capacity[index[ok]] * req.max_utilization
         pending = np.concatenate([pending, index[~ok]])
         rows.best_rate[pending] = rates.refine(pending, np.concatenate([margin, cap_margin[~ok]]))
+        rows.settle(rates, np.union1d(index, pending))
 
     passing = np.flatnonzero(rows.slo_ok)
     by_floor = passing[np.argsort(rows.cost_floor[passing], kind="stable")]
     first, later = by_floor[:FIRST_PASS_ROWS], by_floor[FIRST_PASS_ROWS:]
     ok, cap_margin = rates.at_cap(first)
     rows.best_rate[first[ok]] = rows.capacity[first[ok]] * req.max_utilization
-    # A row that meets its SLOs at the cap costs its floor, so the cheapest of those bounds the cheapest
-    # first-pass cost from above: the later rows within reach of that bound include every row to search, and
-    # are searched together with the rest of the first pass (fewer evaluations); those out of reach of the
-    # cheapest cost, once known, are then left out as if never searched.
+    rows.settle(rates, first[ok])
+    # A row that meets its SLOs at the cap costs its floor (settled: its cost, which may be more), so the cheapest
+    # of those bounds the cheapest first-pass cost from above: the later rows within reach of that bound include
+    # every row to search, and are searched together with the rest of the first pass (fewer evaluations); those
+    # out of reach of the cheapest cost, once known, are then left out as if never searched.
     bound = rows.cheapest(first[ok])
     if math.isfinite(bound):
         later = later[rows.cost_floor[later] <= PRACTICAL_COST_FACTOR * bound]
@@ -349,7 +352,8 @@ def _search(req: PlanRequest, engine: EngineProfile, factors: FactorSet, warning
         return finish([])
     shown = index[chosen]
     planned = req.rate_rps / replicas
-    report = poisson(rows.hardware(shown), planned[chosen], rows.traffic, rows.slots[shown], rows.chunk,
+    traffic = traffic_of(req, rows.fraction, replicas[chosen], rows.pp[shown])
+    report = poisson(rows.hardware(shown), planned[chosen], traffic, rows.slots[shown], rows.chunk,
                      capacity=rows.capacity[shown], samples=REPORT_SAMPLES, streams=rows.pp[shown])
     candidates = [
         _candidate(req, engine, row_shape(i), int(batch[i]), grid.settings[grid.row_batch[i]], int(replicas[k]),

@@ -108,7 +108,7 @@ def _confirm(req: PlanRequest, rows: _Rows, index: NDArray[np.intp]) -> None:
     local[index] = np.arange(len(index))
 
     def model_of(at: NDArray[np.intp]) -> PoissonModel:
-        return model.take(local[at], rows.slots[at], rows.capacity[at])
+        return model.take(local[at], rows.slots[at], rows.capacity[at], rows.arrival_cv2(at))
 
     light = model.quantiles(rows.capacity[index] * 1e-4, rows.wanted)
     rows.light[:, index] = light
@@ -123,6 +123,7 @@ def _confirm(req: PlanRequest, rows: _Rows, index: NDArray[np.intp]) -> None:
     rows.best_rate[keep[at_cap]] = rows.capacity[keep[at_cap]] * req.max_utilization
     pending = keep[~at_cap]  # the search's rates (its coarser sample) are the first guesses
     rows.best_rate[pending] = rates.refine(pending, cap_margin[~at_cap], rows.best_rate[pending])
+    rows.settle(rates, keep)
 
 
 def _compare_shapes(req: PlanRequest, grid: _Grid, rows: _Rows, searched: NDArray[np.bool_],

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inferplan.planner.catalog.engine_args import ROUTER_REPLICAS
 from inferplan.planner.catalog.engines import ENGINES
 from inferplan.planner.catalog.gpus import resolve_gpu
 from inferplan.planner.catalog.model_configs import resolve_model
@@ -24,12 +25,16 @@ from inferplan.planner.model.serving import (
     poisson,
     poisson_capacity,
     poisson_model,
+    pool_arrival_cv2,
+    replica_arrival_cv2,
     sample_quantiles,
     single_stream,
     static_batch,
 )
 from inferplan.planner.quantiles import QUANTILES
-from inferplan.planner.simulation.simulate import generate_workload, simulate
+from inferplan.planner.request import BURSTINESS_ARRIVAL_CV2
+from inferplan.planner.simulation.simulate import arrival_times, generate_workload, routed, simulate
+from inferplan.planner.simulation.verification import AGGREGATED_ROUTER
 from tests.support.hardware import hardware, measured_hardware
 
 # Round rates (hand-checkable) and the rates the kernel tables give (with their overlap of memory and compute).
@@ -194,3 +199,39 @@ def test_the_prompt_queue_of_a_replica_that_only_prefills_waits_as_simulated() -
                        max_batch=128, kv_tokens=400_000, chunk_tokens=2048)
         simulated = np.array([run.ttft.p90_s, run.ttft.p99_s])
         assert analytic == pytest.approx(simulated, rel=0.12), (share, analytic, simulated)
+
+
+def _gap_cv2(times: np.ndarray) -> float:
+    gaps = np.diff(times)
+    return float(gaps.var() / gaps.mean() ** 2)
+
+
+@pytest.mark.parametrize("preset", sorted(BURSTINESS_ARRIVAL_CV2))
+def test_a_replicas_arrival_cv2_is_what_the_deployed_routing_leaves_it(preset: str) -> None:
+    # The analytic model's per-replica (per-stage) arrival CV^2 against the gaps the simulator routes to each replica
+    # as deployed: a Service's kube-proxy at random over n replicas, a replica's pipeline stages in turn. Until
+    # 2026-12-07 the model gave every replica the whole stream's CV^2: the steady preset's 0.25 where 2 replicas get
+    # 0.625 and 16 get 0.95.
+    c, n_requests = BURSTINESS_ARRIVAL_CV2[preset], 200_000
+    times = arrival_times(np.random.default_rng(7), 1.0, n_requests, c)
+    for replicas, stages in ((1, 1), (2, 1), (4, 1), (16, 1), (2, 2)):
+        engine = routed(n_requests, replicas, AGGREGATED_ROUTER, seed=3, stages=stages)
+        measured = np.mean([_gap_cv2(times[engine == k]) for k in range(replicas * stages)])
+        assert float(replica_arrival_cv2(c, replicas, stages)) == pytest.approx(measured, rel=0.04, abs=0.01), (
+            replicas, stages)
+
+
+@pytest.mark.parametrize("cv2", [0.0, 0.1, 0.25, 0.5, 1.0, 4.0, 8.0])
+def test_a_disaggregated_pools_replicas_get_arrivals_no_more_variable_than_the_bound(cv2: float) -> None:
+    # ROUTER_REPLICAS sglang-routers, each round robin, one picked at random per request: a pool replica's gaps are
+    # the whole stream's at one replica and tend to (r - 1) / (r + 1) at many (1/3 for two), above a steady stream's.
+    n_requests = 200_000
+    times = arrival_times(np.random.default_rng(7), 1.0, n_requests, cv2)
+    bound = pool_arrival_cv2(cv2, ROUTER_REPLICAS)
+    worst = 0.0
+    for replicas in (1, 2, 4, 16, 64):
+        engine = routed(n_requests, replicas, "round_robin", seed=3, fronts=ROUTER_REPLICAS)
+        measured = float(np.mean([_gap_cv2(times[engine == k]) for k in range(replicas)]))
+        worst = max(worst, measured)
+        assert measured <= bound * 1.03 + 0.005, (replicas, measured, bound)
+    assert worst == pytest.approx(bound, rel=0.06, abs=0.03)  # the bound is reached: the stream's, or 1/3

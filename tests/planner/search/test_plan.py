@@ -19,14 +19,17 @@ from inferplan.planner.model.factors import load_factors
 from inferplan.planner.model.performance import build_hardware, take_hardware
 from inferplan.planner.model.serving import (
     Traffic,
+    poisson,
     poisson_capacity,
 )
 from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate, PlanResult, cents
+from inferplan.planner.search.annotate import deployment_of
 from inferplan.planner.search.core import (
     BISECTION_STEPS,
     GRID_CELLS,
     PRACTICAL_COST_FACTOR,
+    REPORT_SAMPLES,
     _grid_rate,
     _RateSearch,
     _Rows,
@@ -775,3 +778,24 @@ def test_the_order_a_plan_lists_its_precisions_and_kv_dtypes_in_changes_nothing(
     assert all(s == seen[0] for s in seen)
     rec = seen[0]["recommendation"]
     assert (rec["precision"], rec["kvCacheDtype"]) == ("bf16", "auto")
+
+
+def test_a_steady_plans_replicas_are_judged_on_the_arrivals_the_service_leaves_each() -> None:
+    # The rendered Service spreads requests at random, so each of n replicas of a stream of gap CV^2 c gets gaps of
+    # CV^2 1 + (c - 1) / n (docs/model.md, "Routing as deployed"): the steady preset's 0.25 is 0.625 at 2 replicas and
+    # 0.8125 at 4. The search had judged every replica on 0.25, so its TTFT tails were too short for what the
+    # simulator (routed as deployed) then measured, and it offered 6 replicas of batch 16 at 3.75/s each here.
+    req = request(**{"workload.burstiness": {"preset": "steady"}, "workload.requestsPerSecond": "20",
+                     "slo": {"ttft": {"maxMs": 200, "percentile": "p99"}}})
+    shown = all_shown(plan(req))
+    assert any(c.replicas > 2 for c in shown)
+    for c in shown:
+        deployment = deployment_of(req, c)
+        context = req.prompt_mean + req.output_mean * (1 + req.output_cv**2) / 2
+        slots = max(min(c.max_batch, deployment.memory.kv_cache_tokens / context), 1.0)
+        split = 1 + (0.25 - 1) / c.replicas
+        traffic = Traffic(req.prompt_mean, req.output_mean, req.prompt_cv, req.output_cv, split)
+        ttft = poisson(deployment.hardware, req.rate_rps / c.replicas, traffic, slots,
+                       deployment.settings.chunk_tokens, samples=REPORT_SAMPLES).ttft_q[0.99]
+        assert c.predicted.ttft_ms.p99 == pytest.approx(float(ttft) * 1e3, rel=2e-3), (c.replicas, c.max_batch)
+        assert c.predicted.ttft_ms.p99 <= 200
