@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from inferplan.cli import main
 from inferplan.planner.request import PlanRequest, resolve_plan
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, Role, per_hour
 from inferplan.planner.search.advice import _describe
@@ -357,12 +358,16 @@ def test_the_cost_per_million_tokens_reads_with_the_digits_the_json_keeps(per_mi
     assert f'<td class="num">{shown[1:]}</td>' in table
 
 
-def test_the_readme_cost_line_reads_as_the_table_writes_it() -> None:
-    # The README's excerpt is `inferplan plan` on the bundled example (chat-assistant-8b): its cost line as printed.
-    request, result = planned(CHAT)
-    lines = format_plan(result, request).splitlines()
-    (line,) = [line for line in lines if line.endswith(" per million output tokens")]
-    assert f"\n{line}\n" in (REPO / "README.md").read_text()
+def test_the_readme_excerpt_is_what_inferplan_plan_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    # The README's excerpt is `inferplan plan` on the bundled example (chat-assistant-8b), verified as by default,
+    # down to its engine command: every line as printed (its percentiles had stayed those of an earlier model).
+    assert main(["plan"]) == 0
+    printed = capsys.readouterr().out.splitlines()[1:]  # after the "# bundled example plan" line
+    readme = (REPO / "README.md").read_text().split("\n## What a plan prints\n", 1)[1]
+    excerpt = readme.split("\n```\n", 2)[1].splitlines()
+    assert excerpt[-1] == "  ..."
+    assert excerpt[:-1] == printed[:len(excerpt) - 1]
+    assert excerpt[-2].startswith("  command: ")
 
 
 def test_the_heading_states_every_tie_rule_of_the_order_and_the_readme_shows_it() -> None:
