@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferplan.planner.request import resolve_plan
-from inferplan.planner.results import PlanResult, per_hour
+from inferplan.planner.results import Candidate, PlanResult, per_hour
 from inferplan.planner.simulation.verification import planned
 from inferplan.planner.spec_parsing import load_plan_file
 
@@ -44,3 +44,46 @@ def test_each_row_is_what_the_plan_answers_without_and_at_confidence_0_8(row: li
         f"{min(check.holds_with for check in result.recommendation.predicted.slo_checks):.2f}")
     at_80 = planned(dataclasses.replace(request, confidence=0.8), verify_default=False)
     assert [row[0], _answer(result), lowest, _answer(at_80)] == row
+
+
+def _expected_answer(example: str) -> str:
+    """The answer cell of the expected-answers table's row naming `example`."""
+    table = DOC.read_text().split("**Expected answers.**", 1)[1].split("\n\n", 2)[1]
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    (answer,) = [cells[2] for cells in rows if f"`{example}.yaml`" in cells[1]]
+    return answer
+
+
+def _verified(example: str) -> PlanResult:
+    (path,) = (REPO / "examples").glob(f"*/{example}.yaml")
+    return planned(resolve_plan(load_plan_file(path), path.parent))
+
+
+def _short(rec: Candidate) -> str:
+    """"29 x H200", "2 x 2 H200": as the table names a deployment."""
+    per = rec.gpus_per_replica
+    return f"{rec.replicas} x {f'{per} ' if per > 1 else ''}{rec.gpu_type.split('-')[0]}"
+
+
+@pytest.mark.parametrize("example", ["qwen3-32b-long-outputs", "gpt-oss-120b-h100", "trtllm-70b-fp8",
+                                     "tgi-mistral-7b"])
+def test_an_expected_answer_names_the_deployment_inferplan_plan_gives(example: str) -> None:
+    rec = _verified(example).recommendation
+    assert rec is not None
+    answer = _expected_answer(example)
+    assert answer.startswith(_short(rec)) or f": {_short(rec)} " in answer
+    assert per_hour(rec.cost.dollars_per_hour)[:-2] in answer or example == "tgi-mistral-7b"
+    if example == "qwen3-32b-long-outputs":
+        assert f"TPOT p95 {rec.predicted.tpot_ms.p95:.1f} ms verified routed at random" in answer
+
+
+def test_the_infeasible_examples_suggestions_are_those_quoted() -> None:
+    result = _verified("infeasible-bursty-agent-72b")
+    assert result.recommendation is None
+    answer = _expected_answer("infeasible-bursty-agent-72b")
+    gpu_type = next(s for s in result.suggestions if s.startswith("GPU type: "))
+    slo = next(s for s in result.suggestions if s.startswith("SLO: "))
+    assert f"infeasible-bursty-agent-72b: {gpu_type.split(': ', 1)[1].split(' (', 1)[0]}, or " in answer
+    target = slo.split(": ", 1)[1].split(" (now", 1)[0]
+    gives = slo.split(" gives ", 1)[1].split(" (", 1)[0].replace("-SXM5-80GB", "")
+    assert f"or {target} for {gives}, a target the plan answers" in answer
