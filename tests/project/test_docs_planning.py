@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import Candidate, PlanResult, per_hour
 from inferplan.planner.simulation.verification import planned
-from inferplan.planner.spec_parsing import load_plan_file
+from inferplan.planner.spec_parsing import load_plan_file, parse_plan
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "planning.md"
@@ -87,3 +89,35 @@ def test_the_infeasible_examples_suggestions_are_those_quoted() -> None:
     target = slo.split(": ", 1)[1].split(" (now", 1)[0]
     gives = slo.split(" gives ", 1)[1].split(" (", 1)[0].replace("-SXM5-80GB", "")
     assert f"or {target} for {gives}, a target the plan answers" in answer
+
+
+def _shape_cell(line: str) -> tuple[str, float]:
+    """A shapes line ("disaggregated: $320.00/h, 10 x 8 H100-SXM5-80GB prefill + ... (fp8, ...)") as the
+    where-it-wins table writes it ("10 x 8 H100 prefill + ..., $320.00/h") and its cost."""
+    cost = line.split(": $", 1)[1].split("/h", 1)[0]
+    layout = re.sub(r"-[A-Z0-9-]*GB\b", "", line.split("/h", 1)[1].split(", ", 1)[1].split(" (", 1)[0])
+    return f"{layout}, ${cost}/h", float(cost)
+
+
+@pytest.mark.parametrize(("plan", "example", "tpot_ms"), [
+    ("long prompts, TPOT p95 <= 12 ms", "long-prompts-70b-shapes", 12),
+    ("long prompts, TPOT p95 <= 20 ms (the example)", "long-prompts-70b-shapes", None),
+    ("chat, TPOT p95 <= 50 ms", "chat-assistant-8b", None),
+])
+def test_where_disaggregation_wins_is_what_inferplan_plan_compares(plan: str, example: str, tpot_ms: int | None
+                                                                   ) -> None:
+    (path,) = (REPO / "examples").glob(f"*/{example}.yaml")
+    spec = yaml.safe_load(path.read_text())["spec"]
+    spec.setdefault("constraints", {})["shapes"] = ["aggregated", "disaggregated"]
+    if tpot_ms is not None:
+        spec["slo"]["tpot"]["maxMs"] = tpot_ms
+    shapes = planned(resolve_plan(parse_plan(spec), path.parent)).shapes
+    aggregated, aggregated_cost = _shape_cell(next(s for s in shapes if s.startswith("aggregated, a replica within")))
+    disaggregated, disaggregated_cost = _shape_cell(next(s for s in shapes if s.startswith("disaggregated: ")))
+    winner = "disaggregated" if disaggregated_cost < aggregated_cost else "aggregated"
+    saved = 1 - min(aggregated_cost, disaggregated_cost) / max(aggregated_cost, disaggregated_cost)
+    table = DOC.read_text().split("| plan | cheapest aggregated | cheapest disaggregated | winner |", 1)[1]
+    (row,) = [line for line in table.split("\n\n", 1)[0].splitlines() if line.startswith(f"| {plan} |")]
+    cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+    assert cells[1].startswith(aggregated) and cells[2] == disaggregated
+    assert cells[3] == f"{winner}, {saved:.0%} cheaper"
