@@ -634,7 +634,7 @@ def _not_counted(status: dict[str, Any]) -> str:
 
 def test_node_events_keep_the_warnings_true_and_replan_only_what_they_change(cluster: dict[str, Any]) -> None:
     """A platform team cordons, taints, relabels and drains GPU nodes. The count of the plan's type stays inside the
-    range its answer holds for (four nodes of 8 A40, the answer holds from 24): the answer is not planned again, but
+    range its answer holds for (five nodes of 8 A40, the answer holds from 32): the answer is not planned again, but
     the warnings name the nodes not counted as they are now, each event as it comes and as it is undone (they had
     kept what they said when the plan was last planned: a node uncordoned was still "not counted"). A heartbeat, or
     a cordon of a type the plan may not use, writes nothing; the type's nodes all cordoned re-plan it."""
@@ -642,10 +642,10 @@ def test_node_events_keep_the_warnings_true_and_replan_only_what_they_change(clu
     product = "NVIDIA-A40"  # a type of its own in this module
     spec = copy.deepcopy(CHAT)
     spec["constraints"] = {"gpuTypes": [product]}
-    names = ["a40-a", "a40-b", "a40-c", "a40-d"]
+    names = ["a40-a", "a40-b", "a40-c", "a40-d", "a40-e"]
     low, high = reconcile_plan(spec, build_inventory([NodeGpus(n, product, 8, True, True) for n in names])
                                ).bounds["A40"]
-    assert low <= 24 and high is None  # (24, None) with the shipped factors: one node out keeps it in range
+    assert low <= 32 and high is None  # (32, None) with the shipped factors: one node out keeps it in range
     added: list[str] = []
     try:
         for name in names:
@@ -712,7 +712,7 @@ def test_node_events_keep_the_warnings_true_and_replan_only_what_they_change(clu
                               timeout_s=30)
             assert "recommendation" not in status, status["recommendation"]
             assert condition({"status": status}, "InventoryAvailable")["reason"] == "NoGpus"
-            assert _not_counted(status).startswith("GPU nodes not counted (4): a40-a (unschedulable)"), status
+            assert _not_counted(status).startswith("GPU nodes not counted (5): a40-a (unschedulable)"), status
         assert kopf_run.exception is None, kopf_run.output
         objects.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "node-events")
     finally:
