@@ -42,7 +42,7 @@ import time
 import weakref
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,11 +212,20 @@ class InventoryCache:
 
     def __init__(self) -> None:
         self.nodes: frozenset[NodeGpus] | None = None
+        self.version: Hashable | None = None  # the node index's version `nodes` was read at (`get`)
         self.inventory = build_inventory(())
         self.entries: list[dict[str, Any]] = []
         self._warnings: dict[frozenset[str] | None, list[str]] = {}
 
-    def get(self, nodes: frozenset[NodeGpus]) -> Inventory:
+    def get(self, read_nodes: Callable[[], Iterable[NodeGpus]], version: Hashable | None = None) -> Inventory:
+        """The inventory of the nodes `read_nodes` gives now; read again only where `version` (of the node index
+        they come from: None, unknown) is not the one they were last read at. Every plan's event and every wake of
+        the checker asks for it: reading thousands of nodes each time was milliseconds a call (docs/operator.md,
+        "Scale")."""
+        if version is not None and version == self.version:
+            return self.inventory
+        nodes = frozenset(read_nodes())
+        self.version = version
         if nodes != self.nodes:
             self.inventory = build_inventory(nodes)
             self.entries = [entry.model_dump(by_alias=True) for entry in self.inventory.entries]
@@ -248,10 +257,14 @@ class Controller:
 
     def __init__(self, settings: OperatorSettings, *, pool: PlannerPool, api: Executor, observe: Executor,
                  endpoints: EndpointsFile, identity: str, priority: int,
-                 nodes: Callable[[], Iterable[NodeGpus]] = tuple) -> None:
+                 nodes: Callable[[], Iterable[NodeGpus]] = tuple, node_count: Callable[[], int] | None = None) -> None:
         self.settings, self.pool, self.api, self.observe_pool = settings, pool, api, observe
         self.endpoints, self.identity, self.priority = endpoints, identity, priority
         self.nodes = nodes  # the GPU nodes as kopf's index has them now
+        # How many nodes the index holds (None: no index; `nodes` is read at every look), and its node events so far
+        # (`nodes_changed`): together, the index's version (`inventory`).
+        self.node_count = node_count
+        self._node_events = 0
         self.registry = Registry()
         self.inventories = InventoryCache()
         self.logger = logging.getLogger("inferplan.checker")
@@ -284,8 +297,16 @@ class Controller:
 
     # -- what kopf tells ---------------------------------------------------------------------------------
 
+    def nodes_changed(self) -> None:
+        """A node had an event, which kopf has applied to its index of the GPU nodes (`handlers.node_event`)."""
+        self._node_events += 1
+
     def inventory(self) -> Inventory:
-        return self.inventories.get(frozenset(self.nodes()))
+        """The GPU inventory of the nodes as the index has them now. The index is read again only after a node
+        event or where its count of nodes changed: a node added or deleted changes the count as kopf indexes it,
+        before the node's event reaches `nodes_changed` (a plan's event may come between the two)."""
+        version = None if self.node_count is None else (self._node_events, self.node_count())
+        return self.inventories.get(self.nodes, version)
 
     def seen(self, uid: str, namespace: str, name: str, generation: int, spec: Mapping[str, Any],
              status: Mapping[str, Any] | None) -> None:

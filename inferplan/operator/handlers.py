@@ -35,13 +35,13 @@ def runtime_of(memo: kopf.Memo) -> Runtime | None:
 
 
 class _QuietSuccess(logging.Filter):
-    """Drops kopf's INFO line "Handler 'plan_event' succeeded.": one per watch event of every plan, saying
-    nothing; a failing handler is still logged."""
+    """Drops kopf's INFO lines "Handler 'plan_event' succeeded." and "Handler 'node_event' succeeded.": one per
+    watch event of every plan and node, saying nothing; a failing handler is still logged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.msg if isinstance(record.msg, str) else ""
         return not (record.levelno == logging.INFO and message.endswith(" succeeded.")
-                    and "'plan_event'" in message)
+                    and ("'plan_event'" in message or "'node_event'" in message))
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -96,7 +96,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
 
     # A fresh runtime per run (tests run the operator several times in one process): nothing carried over.
     runtime = Runtime.build(own, identity=memo.get(MEMO_IDENTITY) or own_identity(),
-                            priority=settings.peering.priority, nodes=nodes)
+                            priority=settings.peering.priority, nodes=nodes, node_count=lambda: len(gpu_nodes))
     memo[MEMO_RUNTIME] = runtime
     peering = "off"
     if own.peering:
@@ -137,6 +137,15 @@ def gpu_nodes(name: str, labels: dict, spec: dict, status: dict, **_: Any) -> di
     info = node_gpus(name, labels, status.get("allocatable") or {}, bool(spec.get("unschedulable")),
                      status.get("conditions") or [], spec.get("taints") or [])
     return {name: info} if info is not None else {}
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_event(memo: kopf.Memo, **_: Any) -> None:
+    """Every event of every node, after kopf applied it to the index (`gpu_nodes`; a deletion too): the controller
+    reads the index again after one (`Controller.nodes_changed`), not at every plan's event."""
+    runtime = runtime_of(memo)
+    if runtime is not None:
+        runtime.controller.nodes_changed()
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

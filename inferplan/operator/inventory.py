@@ -316,17 +316,21 @@ def build_inventory(nodes: Iterable[NodeGpus]) -> Inventory:
     skipped: set[tuple[str, str, str | None]] = set()
     typed: list[tuple[str, NodeGpus]] = []
     label_gpus: dict[str, dict[str, int]] = {}
+    # Each product label read once: thousands of nodes carry a few labels, and reading one was most of the time
+    # (bench/bench_controller_inventory.py).
+    read: dict[str, tuple[bool, str | None]] = {}  # label -> (a MIG slice or shared GPU, its catalog key or None)
     for node in nodes:
+        if node.product and node.product not in read:
+            label = parse_gpu_product(node.product)
+            read[node.product] = (bool(label.mig_profile or label.shared), _gpu_key(node.product))
         if not (node.schedulable and node.ready) or not node.product:
-            skipped.add((node.node, _why_skipped(node), _gpu_key(node.product) if node.product else None))
+            skipped.add((node.node, _why_skipped(node), read[node.product][1] if node.product else None))
             continue
-        label = parse_gpu_product(node.product)
-        if label.mig_profile or label.shared:
+        sliced, key = read[node.product]
+        if sliced:
             shared_or_mig.add(node.product)
             continue
-        try:
-            key = resolve_gpu(node.product).key
-        except CatalogLookupError:
+        if key is None:
             unknown.add(node.product)
             continue
         if node.gpus <= 0:

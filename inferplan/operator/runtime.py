@@ -51,7 +51,7 @@ class Runtime:
 
     @classmethod
     def build(cls, settings: OperatorSettings, *, identity: str, priority: int,
-              nodes: Callable[[], Iterable[NodeGpus]]) -> Runtime:
+              nodes: Callable[[], Iterable[NodeGpus]], node_count: Callable[[], int] | None = None) -> Runtime:
         """Everything one run needs, from `settings`; nothing started yet (`Controller.start` starts the checker
         loop, the planner pool starts its workers when first asked)."""
         pool = PlannerPool(settings.planner_processes, settings.planner_threads)
@@ -59,7 +59,7 @@ class Runtime:
         observe = ThreadPoolExecutor(max_workers=settings.observe_threads, thread_name_prefix="observe")
         endpoints = EndpointsFile(settings.prometheus_config)
         controller = Controller(settings, pool=pool, api=api, observe=observe, endpoints=endpoints,
-                                identity=identity, priority=priority, nodes=nodes)
+                                identity=identity, priority=priority, nodes=nodes, node_count=node_count)
         return cls(settings, identity, pool, api, observe, endpoints, controller)
 
     async def stop(self) -> None:

@@ -5,6 +5,7 @@ handler stops it. The handlers under kopf itself, against a real API server: tes
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import subprocess
@@ -58,6 +59,10 @@ def test_startup_makes_the_runtime_into_the_memo_and_cleanup_stops_it() -> None:
         assert runtime.controller.inventory().available() == {"L40S": 1}
         index["l40s-1"] = [l40s("l40s-1")]
         assert runtime.controller.inventory().available() == {"L40S": 2}
+        # A node changed in place (cordoned): kopf applies it to the index, then calls node_event.
+        index["l40s-1"] = [dataclasses.replace(l40s("l40s-1"), schedulable=False, problems=("unschedulable",))]
+        await handlers.node_event(memo=kopf.Memo(memo))
+        assert runtime.controller.inventory().available() == {"L40S": 1}
         # A plan's events reach the controller through the object's memo (kopf's copy of the run's).
         event: dict[str, Any] = {"meta": {"uid": "u1", "generation": 2}, "spec": SPEC, "status": {},
                                  "namespace": "ns", "name": "p", "memo": kopf.Memo(memo)}
