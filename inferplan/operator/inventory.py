@@ -95,6 +95,8 @@ def _count(value: object) -> int:
     return int(match.group(1)) if match else 0
 
 
+_CORDON_TAINTS = ("node.kubernetes.io/unschedulable",)
+_NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 NO_PRODUCT_LABEL = "GPUs but no GPU product label (GPU Feature Discovery or the AMD node labeller not running?)"
 
 
@@ -117,7 +119,10 @@ def node_gpus(
     with allocatable GPUs and no product label is kept (product "") so that the inventory can name it; a
     NoSchedule or NoExecute taint keeps the pods the operator renders off the node, so its GPUs do not count either,
     unless they tolerate it: the vendor's resource as the key with NoSchedule (`nvidia.com/gpu=present:NoSchedule`,
-    what GPU node pools carry; `manifests.gpu_tolerations`).
+    what GPU node pools carry; `manifests.gpu_tolerations`). The taints Kubernetes puts on a cordoned node
+    (`node.kubernetes.io/unschedulable`) and on one not Ready (`node.kubernetes.io/not-ready`, `unreachable`) are
+    not named beside the problem they say ("unschedulable", "Ready=False"): a cordoned node read
+    "unschedulable, tainted node.kubernetes.io/unschedulable:NoSchedule (...)".
     """
     for vendor in _VENDORS:
         product = (labels.get(vendor.product_label) or "").strip()
@@ -146,16 +151,19 @@ def node_gpus(
         gpus = _count(labels.get(vendor.count_label))
     if unschedulable:
         problems.append("unschedulable")
+    ready_condition = next((c for c in conditions if c.get("type") == "Ready"), None)
+    ready = ready_condition is not None and ready_condition.get("status") == "True"
+    # Kubernetes taints a cordoned node node.kubernetes.io/unschedulable and a node not Ready not-ready or
+    # unreachable: the problem named already ("unschedulable", "Ready=False"), said once.
+    said = {*(_CORDON_TAINTS if unschedulable else ()), *(_NOT_READY_TAINTS if not ready else ())}
     keeping_off = [t for t in taints if isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute")
-                   and not tolerated(t, gpu_tolerations(vendor.resource))]
+                   and t.get("key") not in said and not tolerated(t, gpu_tolerations(vendor.resource))]
     if keeping_off:  # named by the first by key, not by list order: the same taints reordered change nothing
         taint = min(keeping_off, key=lambda t: (str(t.get("key")), str(t.get("effect")), str(t.get("value") or "")))
         value = f"={taint.get('value')}" if taint.get("value") else ""
         problems.append(f"tainted {taint.get('key')}{value}:{taint.get('effect')} (rendered pods tolerate only "
                         f"{vendor.resource}:NoSchedule)")
         unschedulable = True
-    ready_condition = next((c for c in conditions if c.get("type") == "Ready"), None)
-    ready = ready_condition is not None and ready_condition.get("status") == "True"
     if ready_condition is None:
         problems.append("no Ready condition")
     elif not ready:

@@ -368,6 +368,36 @@ def test_a_tainted_node_and_a_gpu_node_without_a_product_label_are_named_and_not
     assert "g1 (GPUs but no GPU product label" in warning
 
 
+def test_the_taints_kubernetes_adds_for_a_cordon_or_a_node_not_ready_are_not_named_beside_it() -> None:
+    """On a real cluster `kubectl cordon` also taints the node node.kubernetes.io/unschedulable:NoSchedule, and the
+    node lifecycle controller taints a NotReady node not-ready (Ready=False) or unreachable (Ready=Unknown),
+    NoSchedule and NoExecute: the warning said each problem twice ("unschedulable, tainted
+    node.kubernetes.io/unschedulable:NoSchedule (...)"). Said once; a taint saying something else is still named,
+    and so is the not-ready taint of a node Ready again (the controller has not taken it off yet)."""
+    def problems(unschedulable: bool, conditions: list[dict[str, str]], *taints: tuple[str, str]) -> tuple[str, ...]:
+        node = node_gpus("h1", {"nvidia.com/gpu.product": H100}, {"nvidia.com/gpu": "8"}, unschedulable, conditions,
+                         [{"key": key, "effect": effect} for key, effect in taints])
+        assert node is not None and not (node.schedulable and node.ready)
+        return node.problems
+
+    cordon = ("node.kubernetes.io/unschedulable", "NoSchedule")
+    not_ready = [("node.kubernetes.io/not-ready", "NoSchedule"), ("node.kubernetes.io/not-ready", "NoExecute")]
+    unreachable = [("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")]
+    assert problems(True, READY, cordon) == ("unschedulable",)
+    assert problems(False, NOT_READY, *not_ready) == ("Ready=False",)
+    assert problems(False, [{"type": "Ready", "status": "Unknown"}], *unreachable) == ("Ready=Unknown",)
+    assert problems(False, [], *not_ready) == ("no Ready condition",)
+    assert problems(True, NOT_READY, cordon, *not_ready, *unreachable) == ("unschedulable", "Ready=False")
+    assert problems(True, READY, cordon, ("dedicated", "NoSchedule")) == (
+        "unschedulable", "tainted dedicated:NoSchedule (rendered pods tolerate only nvidia.com/gpu:NoSchedule)")
+    assert problems(False, READY, not_ready[1]) == (
+        "tainted node.kubernetes.io/not-ready:NoExecute (rendered pods tolerate only nvidia.com/gpu:NoSchedule)",)
+    assert problems(False, READY, cordon) == (  # tainted by hand, not cordoned: it keeps the pods off all the same
+        "tainted node.kubernetes.io/unschedulable:NoSchedule (rendered pods tolerate only nvidia.com/gpu:NoSchedule)",)
+    warning = build_inventory([NodeGpus("h1", H100, 8, False, True, problems=problems(True, READY, cordon))]).warnings()
+    assert warning == ["GPU nodes not counted (1): h1 (unschedulable)"]
+
+
 def test_the_taint_a_node_is_named_by_does_not_depend_on_the_order_of_its_taints() -> None:
     # Taints are a list the node lifecycle controller and kubectl taint add to in whatever order they come; the
     # same taints in another order must not rewrite the inventory warning a plan's status carries.
