@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferplan.operator.inventory import NO_PRODUCT_LABEL, Inventory, NodeGpus, build_inventory, node_gpus
+from inferplan.operator.inventory import (
+    NO_PRODUCT_LABEL,
+    Inventory,
+    NodeGpus,
+    build_inventory,
+    is_inventory_warning,
+    node_gpus,
+)
+from inferplan.operator.status import with_inventory_warnings
 from tests.support.plans import REPO
 
 READY = [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}]
@@ -396,6 +404,43 @@ def test_the_taints_kubernetes_adds_for_a_cordon_or_a_node_not_ready_are_not_nam
         "tainted node.kubernetes.io/unschedulable:NoSchedule (rendered pods tolerate only nvidia.com/gpu:NoSchedule)",)
     warning = build_inventory([NodeGpus("h1", H100, 8, False, True, problems=problems(True, READY, cordon))]).warnings()
     assert warning == ["GPU nodes not counted (1): h1 (unschedulable)"]
+
+
+# Node warnings as earlier releases wrote them (git history of inferplan/operator/inventory.py: 29b6ca5 listed the
+# unknown and MIG/shared products unbounded, 6667f79 added the skipped nodes; a cordoned node named its own
+# taint too until 2026-12-06), still in the statuses they wrote.
+EARLIER_NODE_WARNINGS = (
+    "GPU products the catalog does not know are not counted: NVIDIA-Future-GPU",
+    "MIG slices and shared GPUs are not whole GPUs for serving a model and are not counted: "
+    "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb, NVIDIA-L4-SHARED",
+    "GPU nodes not counted (2): drained (unschedulable, Ready=False), bare (no allocatable nvidia.com/gpu)",
+    "GPU nodes not counted (1): h1 (unschedulable, tainted node.kubernetes.io/unschedulable:NoSchedule (rendered "
+    "pods tolerate only nvidia.com/gpu:NoSchedule))",
+)
+
+
+def test_every_node_warning_the_inventory_writes_or_wrote_is_replaced_when_the_nodes_change() -> None:
+    """`status.with_inventory_warnings` tells the warnings about the nodes from a plan's own by their opening text
+    (`is_inventory_warning`): one it did not recognise would stay in the status beside the new one, describing nodes
+    as they no longer are, after every rewrite. Every kind the inventory writes now (each list bounded, a node name
+    longer than the warning holds) and as earlier releases wrote them is recognised, and the reconcile's own warnings
+    about the cluster (a GPU type absent: planning, not the nodes, rewrites those) are not."""
+    long = "n" * 1100
+    nodes = [node("cordoned", schedulable=False), node("down", ready=False), node("empty", gpus=0),
+             node(long, ready=False), node("future", "NVIDIA-Future-GPU"),
+             node("slice", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"), node("h2"),
+             *(node(f"gone-{i}", ready=False) for i in range(20))]
+    nodes.append(NodeGpus("bare", "", 8, True, True, problems=(NO_PRODUCT_LABEL,)))
+    written = build_inventory(nodes).warnings()
+    assert len(written) == 3 and "and 15 more" in written[2]
+    alone = build_inventory([node(long, ready=False)]).warnings()
+    assert alone == ["GPU nodes not counted (1): "]  # too long to name: the head alone, still recognised
+    for warning in (*written, *alone, *EARLIER_NODE_WARNINGS):
+        assert is_inventory_warning(warning), warning
+        assert with_inventory_warnings(["the plan's own", warning], []) == ["the plan's own"]
+    for own in ("left out L4: the cluster has no schedulable GPUs of that type (constraints.planAbsentGpuTypes plans "
+                "them anyway)", "planned for L4 although the cluster has no schedulable GPUs of that type"):
+        assert not is_inventory_warning(own)
 
 
 def test_the_taint_a_node_is_named_by_does_not_depend_on_the_order_of_its_taints() -> None:
