@@ -326,6 +326,10 @@ class Controller:
             if why is not None:
                 if previous is None:
                     self.logger.info("%s/%s: to plan: %s", namespace, name, why)
+                # Due at the next check: the checks (`work_due`) see a status behind its generation or inventory,
+                # not one of another planner version, nor a failure or a ConfigMap model, which then waited for the
+                # resync.
+                registry.last_planned[uid] = -math.inf
             else:
                 # The event's own spec and status: the plan's packed copies hold the same, unpacked only to read.
                 registry.answered[uid] = Answer(generation, list((plan.checked or {}).get("inventory", [])), now)

@@ -459,6 +459,45 @@ def test_a_plan_with_its_own_available_gpus_is_not_planned_again_at_every_check(
     assert not asyncio.run(due())
 
 
+def test_a_plan_whose_status_does_not_answer_it_is_planned_when_first_seen(cluster: Cluster) -> None:
+    """After a restart or an upgrade, a plan is planned when first seen unless its status answers its generation,
+    GPU inventory and planner version (docs/operator.md, "When a plan is re-planned"). A status of another planner
+    version (an upgrade), one Ready=False PlanningFailed (an unexpected error, worth another try) and a ConfigMap
+    model's (the ConfigMap may have changed unseen) were found unanswered and logged "to plan", but nothing was due
+    until the resync, up to INFERPLAN_RESYNC_SECONDS (600 s) later; only the warnings were rewritten."""
+    cluster.add(CHAT)
+    cluster.reconcile()
+    ((_, _, answer),) = cluster.api.writes
+    failed = {**answer, "conditions": [{**c, "status": "False", "reason": "PlanningFailed"} if c["type"] == "Ready"
+                                       else c for c in answer["conditions"]]}
+    configmap = {**CHAT, "model": {"configMapRef": {"name": "cm", "key": "config.json"}}}
+    cluster.controller.forget(UID, NAMESPACE, NAME)
+
+    def due_at_first_check(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+        inline = InlineExecutor()
+        restarted = Controller(OperatorSettings(verify=False), pool=cast(PlannerPool, cluster.pool), api=inline,
+                               observe=inline, endpoints=EndpointsFile(None), identity="test", priority=0,
+                               nodes=lambda: cluster.nodes)
+        restarted.seen(UID, NAMESPACE, NAME, 1, spec, status)
+
+        async def check() -> bool:
+            restarted._check(UID, restarted.inventory(), time.monotonic())
+            task = restarted._tasks.pop(UID, None)
+            if task is not None:
+                task.cancel()
+            return task is not None
+
+        try:
+            return asyncio.run(check())
+        finally:
+            restarted.forget(UID, NAMESPACE, NAME)
+
+    assert not due_at_first_check(CHAT, answer)  # answered: nothing planned (its resync later)
+    assert due_at_first_check(CHAT, {**answer, "plannerVersion": "0.0.1"})
+    assert due_at_first_check(CHAT, failed)
+    assert due_at_first_check(configmap, answer)
+
+
 def test_plans_queued_for_a_planner_wait_before_unpacking_their_spec_and_status(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """Thousands of plans due at once (created together, an inventory change, an upgrade) each unpacked their spec
