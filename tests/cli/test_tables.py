@@ -264,7 +264,8 @@ def test_the_replica_step_docs_planning_quotes_is_where_the_plan_takes_one_more(
     docs = " ".join(PLANNING.read_text().split())
     shown = re.search(r"gets (\d+) replicas of ([0-9.]+) requests/s each, every SLO held up to ([0-9.]+) requests/s, "
                       r"and a plan for ([0-9.]+) still gets \1, one for ([0-9.]+) gets (\d+) \(with `--no-verify` .*?"
-                      r": ([0-9.]+) requests/s each, ([0-9.]+) requests/s, ([0-9.]+) keeps \1 and ([0-9.]+) gets \6\)",
+                      r": ([0-9.]+) requests/s each, ([0-9.]+) requests/s, ([0-9.]+) keeps \1 and ([0-9.]+) "
+                      r"gets \6[;)]",
                       docs)
     assert shown is not None
     replicas, rate, held, keeps, steps, more, rate_nv, held_nv, keeps_nv, steps_nv = shown.groups()
