@@ -721,9 +721,17 @@ def residuals_key(current: Current | None) -> str | None:
     return f"{key}@{current.image}" if current.image else key
 
 
+def _unnamed(key: str) -> str:
+    """`key` without the Deployment's name, as a release before the name was part of it wrote `residualsFor`: those
+    errors were observed on the Deployment observe.current named (no other is read), so an upgrade keeps them."""
+    name, colon, rest = key.partition(":")
+    return rest if colon and "/" not in name else key
+
+
 def read_residuals(old_prediction: Mapping[str, Any], key: str | None) -> Residuals:
-    """The errors kept in `old_prediction` (`status.prediction`) for deployment `key`; none for another one."""
-    if key is None or old_prediction.get("residualsFor") != key:
+    """The errors kept in `old_prediction` (`status.prediction`) for deployment `key` (or its shape and image alone,
+    as an earlier release wrote it: `_unnamed`); none for another one."""
+    if key is None or old_prediction.get("residualsFor") not in (key, _unnamed(key)):
         return {}
     kept = old_prediction.get("residuals")
     out: Residuals = {}

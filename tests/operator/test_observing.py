@@ -4,6 +4,7 @@ and online calibration: tests/planner/calibration/test_observed.py and tests/pla
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import pickle
@@ -812,6 +813,37 @@ def test_another_deployment_of_the_same_shape_starts_its_own_errors_afresh(req) 
     assert green["prediction"]["residualsFor"].startswith("llama-green:")
     assert len(green["prediction"]["residuals"]["tpot"]["p95"]) == 1
     assert "narrowed" not in _accurate(green)[2]
+
+
+def test_an_upgrade_keeps_the_errors_an_earlier_release_kept_without_the_deployments_name(req) -> None:
+    """A status written before `residualsFor` began with the Deployment's name (da1f54e: the shape and image alone,
+    observed on the Deployment observe.current names): the operator upgraded kept none of them, and the band they had
+    narrowed went back to the recommendation's until nine more windows. They are this deployment's own: kept, and
+    `residualsFor` written with the name."""
+    from inferplan.operator.observing import Current
+
+    prediction = predict_current(req, SHAPE)
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+
+    def observed(status: dict, minute: int) -> dict:
+        outcome = dataclasses.replace(_outcome(req, _observation(prediction, 1.0 + minute / 100)),
+                                      current=Current(SHAPE, "llama", {}, image="vllm/vllm-openai:v0.11.0"))
+        return observe_status(status, outcome, now=f"2026-11-30T{10 + minute // 12:02d}:{minute % 12 * 5:02d}:00Z",
+                              generation=1)
+
+    status = wide
+    for minute in range(10):
+        status = observed(status, minute)
+    earlier = copy.deepcopy(status)
+    earlier["prediction"]["residualsFor"] = "H100-SXM5-80GB/1/256/bf16/auto@vllm/vllm-openai:v0.11.0"
+    del earlier["prediction"]["residualsAt"]  # the earlier release wrote none
+    upgraded = observed(earlier, 10)
+    assert upgraded["prediction"]["residualsFor"] == "llama:H100-SXM5-80GB/1/256/bf16/auto@vllm/vllm-openai:v0.11.0"
+    assert len(upgraded["prediction"]["residuals"]["tpot"]["p95"]) == 11
+    assert "narrowed by this deployment's own errors" in _accurate(upgraded)[2]
+    # Another shape or image written the earlier way is still another deployment's.
+    earlier["prediction"]["residualsFor"] = "H100-SXM5-80GB/1/256/bf16/auto@vllm/vllm-openai:v0.10.2"
+    assert len(observed(earlier, 10)["prediction"]["residuals"]["tpot"]["p95"]) == 1
 
 
 def test_the_window_that_updates_the_calibration_is_judged_by_the_prediction_made_before_it(req) -> None:
