@@ -91,9 +91,10 @@ def _check_test_context(kubeconfig: Path) -> None:
                     f"refusing to create objects in a cluster that may not be a test cluster", pytrace=False)
 
 
-def _apply_crd(admin: kubernetes.client.ApiClient) -> None:
-    """Create the CRD, or replace it where it exists (an external cluster), and wait until it is Established."""
-    body = yaml.safe_load((REPO / CRD_FILE).read_text())
+def apply_crd(admin: kubernetes.client.ApiClient, path: Path = REPO / CRD_FILE) -> None:
+    """Create the CRD (this build's, or the one at `path`), or replace it where it exists (an external cluster, an
+    upgrade), and wait until it is Established."""
+    body = yaml.safe_load(path.read_text())
     crds = kubernetes.client.ApiextensionsV1Api(admin)
     try:
         crds.create_custom_resource_definition(body)
@@ -137,7 +138,7 @@ def k8s() -> Iterator[dict[str, Any]]:
         _start_testenv()
     try:
         admin = kubernetes.config.new_client_from_config(str(KUBECONFIG))
-        _apply_crd(admin)
+        apply_crd(admin)
         yield {"admin": admin, "kubeconfig": KUBECONFIG, "run_dir": None if EXTERNAL_KUBECONFIG else RUN,
                "wait_for": wait_for}
     finally:

@@ -179,11 +179,11 @@ class Setup:
 
 
 @contextmanager
-def operator_process(env: dict[str, str], log: Path) -> Iterator[None]:
-    """`inferplan operator` run with `env`, its output in `log`, while the block runs; then stopped (SIGTERM,
-    killed after 30 s)."""
+def operator_process(env: dict[str, str], log: Path, command: list[str] | None = None) -> Iterator[None]:
+    """`inferplan operator` (or `command`) run with `env`, its output in `log`, while the block runs; then stopped
+    (SIGTERM, killed after 30 s)."""
     with open(log, "w") as out:
-        operator = subprocess.Popen([str(BIN / "inferplan"), "operator"], env=env, stdout=out,
+        operator = subprocess.Popen(command or [str(BIN / "inferplan"), "operator"], env=env, stdout=out,
                                     stderr=subprocess.STDOUT, text=True)
     try:
         yield
