@@ -54,11 +54,14 @@ class Pessimistic:
     confidence: float
     slo: str
     replicas: int | None = None
+    checks: bool = False  # the ratios are the SLO checks' one-sided bounds, not the intervals' high ends
 
     def words(self) -> str:
-        """"every SLO holds with 9 replicas at the high end of the 80% prediction intervals (TTFT p95 <= 500 ms, ...)",
-        or "no replica count holds TPOT p95 <= 50 ms at the high end of ... (... at light load)"."""
-        at = f"at the high end of the {percent_text(self.confidence)} prediction intervals"
+        """"every SLO holds with 9 replicas at the one-sided 80% bounds of the SLO checks (TTFT p95 <= 500 ms, ...)",
+        or "no replica count holds TPOT p95 <= 50 ms at ... (... at light load)"; "at the high end of the 80%
+        prediction intervals" where the candidate carries no SLO checks."""
+        at = (f"at the one-sided {percent_text(self.confidence)} bounds of the SLO checks" if self.checks else
+              f"at the high end of the {percent_text(self.confidence)} prediction intervals")
         if self.replicas is None:
             return f"no replica count holds every SLO {at} ({self.slo})"
         return f"every SLO holds with {self.replicas} replicas {at} ({self.slo})"
@@ -96,11 +99,17 @@ def pessimistic_replicas(request: PlanRequest, candidate: Candidate) -> Pessimis
         return predict_current(dataclasses.replace(request, rate_rps=rate), shape).latency
 
     planned = latency(p.requests_per_second_per_replica)
-    slos = []  # (SLO, its interval's high end / the prediction, the high end / the model's latency at the planned rate)
+    # An SLO's pessimistic end is the bound its SLO check states (`predicted.sloChecks`: the one-sided bound at the
+    # confidence, the limit the plan's search and verification judged the candidate by), so that the bounds never
+    # call a recommendation out of reach that the plan says holds at that confidence; the interval's high end (a
+    # central interval's, one-sided at (1 + c) / 2 and joining more groups) only for a status without checks.
+    checks = {(c.metric, c.percentile): c.ratio for c in p.slo_checks}
+    slos = []  # (SLO, its pessimistic end / the prediction, the end / the model's latency at the planned rate)
     for slo in request.slos:
         name = QUANTILE_NAMES[slo.quantile]
         point = getattr(getattr(p, f"{slo.metric}_ms"), name) * 1e-3
-        high = getattr(getattr(intervals, f"{slo.metric}_ms"), name)[1] * 1e-3
+        ratio = checks.get((slo.metric, name))
+        high = point * ratio if ratio is not None else getattr(getattr(intervals, f"{slo.metric}_ms"), name)[1] * 1e-3
         model = planned[slo.metric][slo.quantile]
         slos.append((slo, max(high / point, 1.0) if point > 0 else 1.0, max(high, point) / model if model > 0 else 1.0))
 
@@ -120,7 +129,7 @@ def pessimistic_replicas(request: PlanRequest, candidate: Candidate) -> Pessimis
     best = p.max_requests_per_second_per_replica
     low, top = best * LIGHT_LOAD, best
     if max(load(low)) > 1.0:
-        return Pessimistic(confidence, text(low, "at light load"))
+        return Pessimistic(confidence, text(low, "at light load"), checks=bool(checks))
     if max(load(top)) <= 1.0:
         low = top
     else:
@@ -129,7 +138,7 @@ def pessimistic_replicas(request: PlanRequest, candidate: Candidate) -> Pessimis
             low, top = (middle, top) if max(load(middle)) <= 1.0 else (low, middle)
     usable = max(low * (1.0 - request.min_headroom), 1e-12)
     replicas = max(request.min_replicas, math.ceil(request.rate_rps / usable - 1e-9), candidate.replicas)
-    return Pessimistic(confidence, text(low, f"at {rounded(low)} requests/s per replica"), replicas)
+    return Pessimistic(confidence, text(low, f"at {rounded(low)} requests/s per replica"), replicas, bool(checks))
 
 
 def _ms(seconds: float) -> str:
