@@ -68,7 +68,14 @@ from inferplan.planner.calibration.online import (
 from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
 from inferplan.planner.catalog.engine_args import VLLM_DATA_PARALLEL, flag_spellings
-from inferplan.planner.catalog.engines import ENGINES, parse_version, version_defaults
+from inferplan.planner.catalog.engines import (
+    ENGINES,
+    base_line,
+    engine_of_line,
+    factor_key,
+    parse_version,
+    version_defaults,
+)
 from inferplan.planner.catalog.gpus import GPU_VENDORS, parse_gpu_product, resolve_gpu
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.factors import load_factors
@@ -299,7 +306,13 @@ class Current:
     deployment: str | None
     sources: dict[str, str]
     image: str | None = None  # the engine container's image (its version), when a Deployment was read
-    release: str | None = None  # the engine release whose defaults fill what is not given (sources.engineRelease)
+    line: str | None = None   # the factor line that predicts it (`engines.factor_key` at its release on its GPU)
+
+    @property
+    def release(self) -> str | None:
+        """The engine release it runs (sources.engineRelease): whose defaults fill what is not given, and whose
+        scheduling, factor line and CUDA graphs predict it."""
+        return self.shape.release
 
 
 def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | None, req: PlanRequest) -> Current:
@@ -380,7 +393,8 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     pp = from_deployment.get("pipeline_parallel", 1)
     if pp > 1 and values["gpus_per_replica"] % pp == 0:
         values["pipeline_parallel"] = pp
-    return Current(CurrentShape(**values), name, sources, from_deployment.get("image"), release)
+    return Current(CurrentShape(**values, release=release), name, sources, from_deployment.get("image"),
+                   factor_key(req.engine, release, gpu.vendor))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -618,7 +632,7 @@ def assess(measured: Measured, old_status: Mapping[str, Any] | None, now: str | 
         # Judged (and its errors kept) against what the calibration predicted before this window: a prediction
         # already fitted to the window would make its errors in-sample, and the band they narrow too narrow. The
         # update goes to the status, for the next plan and the next window.
-        factors = calibrated_factors(factors, req.engine, current.shape.gpu_type, previous)
+        factors = calibrated_factors(factors, req.engine, current.shape.gpu_type, previous, current.release)
     prediction = predict_current(observed_req, current.shape, factors)
     observed = {metric: {q: (v.value, v.low, v.high) for q, v in quantiles.items()}
                 for metric, quantiles in observation.latency.items()}
@@ -767,9 +781,11 @@ def _residuals_status(kept: Residuals) -> ResidualsByMetric | None:
                                 for metric, by_q in kept.items() if by_q})
 
 
-def recommendation_bands(status: Mapping[str, Any] | None, current_gpu_type: str | None) -> Bands:
+def recommendation_bands(status: Mapping[str, Any] | None, current_gpu_type: str | None,
+                         current_line: str | None = None) -> Bands:
     """The `Bands` of `status.recommendation.predicted.intervals` (none where the status carries none, or where the
-    current deployment runs another GPU family than the recommendation, whose intervals then rest on other
+    current deployment runs another GPU family than the recommendation, or an older release line of the engine
+    (`current_line`, `engines.factor_key`: vLLM V0) than a plan's current one, whose intervals then rest on other
     evidence)."""
     recommendation = (status or {}).get("recommendation")
     predicted = (recommendation or {}).get("predicted") if isinstance(recommendation, Mapping) else None
@@ -782,6 +798,9 @@ def recommendation_bands(status: Mapping[str, Any] | None, current_gpu_type: str
         return Bands({}, None, f"the recommendation's intervals are for {recommendation.get('gpuType')} "
                                f"({theirs or 'unknown'} family), the current deployment runs {current_gpu_type} "
                                f"({ours or 'unknown'} family)")
+    if current_line is not None and base_line(current_line) != engine_of_line(current_line):  # an older line
+        return Bands({}, None, f"the recommendation's intervals are for {engine_of_line(current_line)}'s current "
+                               f"release line, the current deployment runs its older line {base_line(current_line)}")
     ratios: dict[str, dict[float, tuple[float, float]]] = {}
     for metric, key in _INTERVAL_KEYS.items():
         for q, name in QUANTILE_NAMES.items():
@@ -980,7 +999,8 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         key = residuals_key(current)
         kept = read_residuals(old_prediction, key)
         last_kept = old_prediction.get("residualsAt") if kept else None
-        bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None).narrowed_by(kept)
+        bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None,
+                                     current.line if current is not None else None).narrowed_by(kept)
         verdicts = judge(outcome.discrepancies, bands, max_error_ratio)
         # A window that reaches back before a change holds the old deployment's latencies; one whose figures are the
         # last observation's read the same samples (no scrape since): it is that window again, not another; one that

@@ -132,9 +132,10 @@ class CurrentStatus(_Status):
     image: str | None = Field(default=None, max_length=512,
                               description="The engine container's image, when a Deployment was read.")
     engine_release: str | None = Field(default=None, max_length=64, description=(
-        "The engine release whose defaults fill what is not given (maxBatch): the image's tag where the image is the "
-        "engine's own published one (sources.engineRelease Deployment), else the plan's engine.version (spec), "
-        "else the pinned release (default)."))
+        "The engine release the current deployment is taken to run: the prediction is made for it (its scheduling, "
+        "factor line and CUDA graphs) and its defaults fill what is not given (maxBatch): the image's tag where the "
+        "image is the engine's own published one (sources.engineRelease Deployment), else the plan's engine.version "
+        "(spec), else the pinned release (default)."))
     pipeline_parallel: int = Field(default=1, ge=1, description="Pipeline stages of a replica.")
     data_parallel: int = Field(default=1, ge=1, description=(
         "Data-parallel ranks of one instance (vLLM's with expert parallelism), each of gpusPerReplica / "

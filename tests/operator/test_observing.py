@@ -89,7 +89,8 @@ def test_shell_wrapped_arguments_and_gpu_limits_are_read() -> None:
 def test_spec_fields_win_and_defaults_are_marked(req) -> None:
     body = vllm_deployment(["--max-num-seqs", "64"])
     current = resolve_current({"deployment": "llama", "replicas": 5}, body, req)
-    assert current.shape == CurrentShape("H100-SXM5-80GB", 5, 1, req.precisions[0], "auto", 64)
+    assert current.shape == CurrentShape("H100-SXM5-80GB", 5, 1, req.precisions[0], "auto", 64,
+                                         release=req.engine_release)
     assert current.sources == {"gpuType": "Deployment", "replicas": "spec", "maxBatch": "Deployment",
                                "gpusPerReplica": "Deployment", "precision": "default", "kvCacheDtype": "default",
                                "engineRelease": "default"}
@@ -1042,7 +1043,7 @@ def test_vllm_data_parallel_ranks_with_expert_parallelism_are_one_instance_over_
     body["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H200"}
     current = resolve_current({"deployment": "qwen"}, body, qwen)
     assert current.shape == CurrentShape("H200-SXM-141GB", 2, 8, "fp8", "auto", 64, data_parallel_attention=True,
-                                         expert_parallel=True, data_parallel=8)
+                                         expert_parallel=True, data_parallel=8, release=qwen.engine_release)
     observed = with_workload(qwen, ObservedWorkload(4.0))
     prediction = predict_current(observed, current.shape)
     assert not prediction.overloaded and prediction.utilization < 1
@@ -1195,3 +1196,66 @@ def test_a_containers_own_release_is_not_taken_as_the_engines(req, engine: str, 
                                              settings=_settings()), request), None, now=_window_end(0))
     recorded = observe_status({"conditions": []}, outcome, now=_window_end(0), generation=1)["observed"]["current"]
     assert (recorded["engineRelease"], recorded["sources"]["engineRelease"]) == (release, source)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Predicted as the release the Deployment runs
+
+
+def _assessed_with_image(req, image: str, old: dict | None = None, calibrate: bool = False,
+                         scale: float = 1.3) -> tuple:
+    """(current, outcome, status) of a Deployment at --max-num-seqs 256 running `image`, observed `scale` x the
+    plan's prediction for SHAPE."""
+    from inferplan.operator.observing import Measured
+
+    body = vllm_deployment(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "256"])
+    body["spec"]["template"]["spec"]["containers"][1]["image"] = image
+    current = resolve_current({"deployment": "llama"}, body, req)
+    observation = _observation(predict_current(req, SHAPE), scale)
+    outcome = assess(Measured(ObserveOutcome("main", "5m", observation, current=current,
+                                             settings=_settings(calibrate=calibrate)), req), old, now=_window_end(0))
+    status = observe_status(old or {"conditions": []}, outcome, now=_window_end(0), generation=1)
+    return current, outcome, status
+
+
+def test_a_deployment_is_predicted_as_the_release_its_image_runs(req) -> None:
+    """A vllm/vllm-openai:v0.6.3 Deployment under a plan naming no version took only its default max batch from its
+    image: it was predicted as vLLM 0.11 (the V1 factor line, V1's CUDA graphs, its sampler), the same prediction
+    as the same Deployment on vllm/vllm-openai:latest. It is now predicted as the V0 engine it runs, the same as
+    under a plan naming engine.version 0.6.3, and the status names the release it was predicted for."""
+    assert req.engine_version is None
+    _, v1, _ = _assessed_with_image(req, "vllm/vllm-openai:latest")
+    current, v0, status = _assessed_with_image(req, "vllm/vllm-openai:v0.6.3")
+    assert current.release == "v0.6.3"
+    assert v0.prediction is not None and v1.prediction is not None
+    assert v0.prediction.mean != v1.prediction.mean
+    _, planned_v0, _ = _assessed_with_image(dataclasses.replace(req, engine_version="0.6.3"), "vllm/vllm-openai:latest")
+    assert planned_v0.prediction == v0.prediction
+    recorded = status["observed"]["current"]
+    assert (recorded["engineRelease"], recorded["sources"]["engineRelease"]) == ("v0.6.3", "Deployment")
+
+
+def test_a_deployments_release_calibrates_its_own_factor_line(req) -> None:
+    """Calibration fits the decode and prefill speed of the line that predicts the Deployment: the same window on a
+    V0 Deployment and on a V1 one calls for other corrections (they had been fitted against V1's terms alike), and
+    a V0 Deployment is calibrated the same whether its image or the plan's engine.version names the release."""
+    _, v1, _ = _assessed_with_image(req, "vllm/vllm-openai:latest", calibrate=True, scale=1.1)
+    _, v0, _ = _assessed_with_image(req, "vllm/vllm-openai:v0.6.3", calibrate=True, scale=1.1)
+    _, planned_v0, _ = _assessed_with_image(dataclasses.replace(req, engine_version="0.6.3"), "vllm/vllm-openai:latest",
+                                            calibrate=True, scale=1.1)
+    assert v0.calibration is not None and v1.calibration is not None and v0.calibration.updates == 1
+    assert v0.calibration.decode != pytest.approx(v1.calibration.decode, rel=1e-3)
+    assert planned_v0.calibration == v0.calibration
+
+
+def test_intervals_of_the_current_release_line_do_not_judge_a_deployment_on_an_older_one(req) -> None:
+    """A recommendation's intervals rest on the engine's current release line (a plan always prices it); a
+    Deployment running vLLM 0.6.3 (V0) is judged by the fixed ratio, and the message says why."""
+    prediction = predict_current(req, SHAPE)
+    narrow = _recommended(prediction, {m: (0.9, 1.05) for m in EVERY_METRIC})
+    _, _, v1 = _assessed_with_image(req, "vllm/vllm-openai:latest", old=narrow)
+    assert "80% prediction intervals" in _accurate(v1)[2]
+    _, _, v0 = _assessed_with_image(req, "vllm/vllm-openai:v0.6.3", old=narrow)
+    message = _accurate(v0)[2]
+    assert "maxErrorRatio 25%" in message and "older line vllm-v0" in message
+    assert "intervalMs" not in v0["prediction"]

@@ -44,6 +44,7 @@ class CurrentShape:
     expert_parallel: bool = False          # SGLang's --ep-size with DeepEP (with data-parallel attention)
     pipeline_parallel: int = 1             # stages; gpus_per_replica counts all of them
     data_parallel: int = 1                 # vLLM's ranks with expert parallelism, each max_batch (per_rank_batches)
+    release: str | None = None             # the engine release it runs (None: the plan's, as a plan is predicted)
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,10 @@ class CurrentPrediction:
 
 
 def predict_current(req: PlanRequest, shape: CurrentShape, factors: FactorSet | None = None) -> CurrentPrediction:
-    """Predict `shape` serving `req`'s workload (spread evenly over its replicas), as the search would."""
+    """Predict `shape` serving `req`'s workload (spread evenly over its replicas), as the search would, run by
+    `shape.release` where it names one (`deployment_of`)."""
     factors = factors or load_factors()
-    deployment = deployment_of(req, shape, factors, shape.data_parallel)  # type: ignore[arg-type]  # duck-typed
+    deployment = deployment_of(req, shape, factors, shape.data_parallel, shape.release)  # type: ignore[arg-type]
     hw = deployment.hardware
     p, o = req.prompt_mean, req.output_mean
     pp = shape.pipeline_parallel  # one stream per stage (search._Rows)

@@ -51,11 +51,13 @@ class Calibration:
         return "observed" if self.updates else "catalog"
 
 
-def calibrated_factors(factors: FactorSet, engine: str, gpu_key: str, calibration: Calibration) -> FactorSet:
-    """`factors` with `engine`'s decode and prefill speed on `gpu_key` multiplied by the calibration."""
+def calibrated_factors(factors: FactorSet, engine: str, gpu_key: str, calibration: Calibration,
+                       release: str | None = None) -> FactorSet:
+    """`factors` with `engine`'s decode and prefill speed on `gpu_key` (its factor line at `release`; None: the
+    current one) multiplied by the calibration."""
     if calibration.decode == 1.0 and calibration.prefill == 1.0:
         return factors
-    base = factors.engine_on(engine, gpu_key, load_gpu_catalog().get(gpu_key).vendor)
+    base = factors.engine_on(engine, gpu_key, load_gpu_catalog().get(gpu_key).vendor, release)
     scaled = _scaled(base, calibration.decode, calibration.prefill)
     return dataclasses.replace(factors, overrides={**factors.overrides, (engine, gpu_key): scaled})
 
@@ -100,7 +102,7 @@ def update_calibration(req: PlanRequest, shape: CurrentShape, observed_mean: dic
     tpot = observed_mean.get("tpot")
     if tpot is None or not tpot > 0:
         return dataclasses.replace(previous, note="not updated: no observed time per output token")
-    base = factors.engine_on(req.engine, shape.gpu_type, load_gpu_catalog().get(shape.gpu_type).vendor)
+    base = factors.engine_on(req.engine, shape.gpu_type, load_gpu_catalog().get(shape.gpu_type).vendor, shape.release)
 
     def predict(decode: float, prefill: float) -> dict[str, float]:
         scaled = dataclasses.replace(factors, overrides={**factors.overrides,

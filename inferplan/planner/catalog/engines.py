@@ -412,8 +412,19 @@ def base_line(key: str) -> str:
     return key
 
 
-def scheduling_of(engine: str, version: str | None, max_model_len: int) -> Scheduling:
-    """How `engine` at `version` (None: its current release) fills a step at its defaults (docs/engines.md)."""
+def scheduling_of(engine: str, version: str | None, max_model_len: int, chunked: bool | None = None) -> Scheduling:
+    """How `engine` at `version` (None: its current release) fills a step at its defaults (docs/engines.md), or with
+    chunked prefill turned on or off (`chunked`; None: the release's default). vLLM V0 with chunked prefill mixes
+    decodes and prompt chunks in a step (decode first), without it sends whole prompts first."""
+    default = _scheduling_of(engine, version, max_model_len)
+    if chunked is None or chunked == default.chunked:
+        return default
+    if engine == "vllm" and (v := parse_version(version)) is not None and v < (0, 8):
+        return Scheduling(mixed=chunked, chunked=chunked)
+    return replace(default, chunked=chunked)
+
+
+def _scheduling_of(engine: str, version: str | None, max_model_len: int) -> Scheduling:
     v = parse_version(version)
     if engine == "vllm":
         if v is not None and v < (0, 8) and max_model_len <= 32768:

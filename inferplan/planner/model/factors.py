@@ -105,10 +105,10 @@ class FactorSet:
         (`vllm-rocm`) has its engine's (`vllm`), an engine without any the neutral prior."""
         return self.engines.get(name) or self.engines.get(base_line(name), self.default_engine)
 
-    def engine_on(self, name: str, gpu_key: str, vendor: str) -> EngineFactors:
-        """Engine `name`'s factors (its current release) on one GPU type of `vendor`: an online override where
-        there is one, else its factor line on that vendor's software stack."""
-        return self.overrides.get((name, gpu_key)) or self.engine(factor_key(name, None, vendor))
+    def engine_on(self, name: str, gpu_key: str, vendor: str, version: str | None = None) -> EngineFactors:
+        """Engine `name`'s factors at `version` (None: its current release) on one GPU type of `vendor`: an online
+        override where there is one, else the version's factor line on that vendor's software stack."""
+        return self.overrides.get((name, gpu_key)) or self.engine(factor_key(name, version, vendor))
 
     def lines_measured_on(self, engine: str, family: str) -> dict[str, int]:
         """Every factor line of `engine` (its releases, its stacks; `factor_key`) with the measured lines on GPU

@@ -12,6 +12,7 @@ from inferplan.planner.catalog.checkpoints import checkpoint_precision
 from inferplan.planner.catalog.engines import (
     ENGINES,
     EngineSettings,
+    factor_key,
     per_rank_batches,
 )
 from inferplan.planner.catalog.gpus import load_gpu_catalog
@@ -213,27 +214,31 @@ class Deployment:
 
 
 def deployment_of(req: PlanRequest, candidate: Candidate, factors: FactorSet | None = None,
-                  data_parallel: int = 1) -> Deployment:
+                  data_parallel: int = 1, release: str | None = None) -> Deployment:
     """The deployment behind `candidate` of `req`, built as the search built it. `data_parallel`: the attention
     ranks that each schedule their own batch of `candidate.max_batch` (vLLM's `--data-parallel-size` with expert
-    parallelism, which the search never plans: a running deployment's), as `per_rank_batches` counts them."""
+    parallelism, which the search never plans: a running deployment's), as `per_rank_batches` counts them.
+    `release`: the engine release a running deployment runs, whose scheduling, sampler profile, factor line and
+    CUDA graphs it is predicted with (vLLM 0.6.3: V0's); None: a plan's, the current release line with the CUDA
+    graphs of `req.engine_release` (docs/engines.md)."""
     factors = factors or load_factors()
     engine = ENGINES[req.engine]
     gpu = load_gpu_catalog().get(candidate.gpu_type)
     precision = checkpoint_precision(candidate.precision, req.served_model)
     checkpoint = checkpoint_of(req, candidate.precision, gpu)
     kv_bytes = kv_dtype_bytes(candidate.kv_cache_dtype, candidate.precision, req.engine, kv_hint(checkpoint))
-    settings = _settings(req, engine, candidate.max_batch)
+    settings = _settings(req, engine, candidate.max_batch, release)
     if data_parallel > 1:
         settings = per_rank_batches(settings, data_parallel)
-    engine_factors = factors.engine(engine.name)
+    engine_factors = factors.engine(factor_key(engine.name, release))
     pp = candidate.pipeline_parallel
     tp = candidate.gpus_per_replica // pp
     memory = plan_memory_for_settings(req.arch, gpu, precision, kv_bytes, engine, [settings], engine_factors,
                                       tp, pp, dp_attention=candidate.data_parallel_attention,
                                       mtp=req.mtp_draft_tokens > 0)[0]
     hardware = build_hardware(req.arch, gpu, precision, kv_bytes, engine,
-                              factors.engine_on(engine.name, gpu.key, gpu.vendor), tp, pp, req.engine_release,
+                              factors.engine_on(engine.name, gpu.key, gpu.vendor, release), tp, pp,
+                              release or req.engine_release,
                               settings.step_tokens)
     domain = link_domain_gpus(req, gpu)
     if tp > domain:

@@ -78,12 +78,14 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTEXT_WARN_SHARE = 0.001   # a max model length below the tail of this share of requests is a warning ...
 
 
-def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> EngineSettings:
+def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int, release: str | None = None) -> EngineSettings:
+    """The settings a plan launches `engine` with (its step budget and chunking, as `engine_launch` writes them), run
+    by `release` (None: the current release; `annotate.deployment_of`)."""
     max_len = req.max_model_len or min(req.arch.max_position_embeddings, _auto_max_len(req))
     chunked = engine.chunked_prefill if req.chunked_prefill is None else req.chunked_prefill
     budget = req.max_num_batched_tokens or max(engine.default_max_batched_tokens, 0 if chunked else max_len)
-    # The current release's way of filling a step (docs/engines.md); chunking as the plan says.
-    scheduling = replace(scheduling_of(engine.name, None, max_len), chunked=chunked)
+    # The release's way of filling a step (docs/engines.md); chunking as the plan says.
+    scheduling = scheduling_of(engine.name, release, max_len, chunked)
     return EngineSettings(
         memory_fraction=req.memory_fraction or engine.default_memory_fraction,
         max_model_len=max_len,
@@ -92,7 +94,7 @@ def _settings(req: PlanRequest, engine: EngineProfile, max_batch: int) -> Engine
         profile_tokens=budget,
         step_tokens=float(budget),
         scheduling=scheduling,
-        sampler_bytes=sampler_profile_bytes(engine.name, None),
+        sampler_bytes=sampler_profile_bytes(engine.name, release),
     )
 
 
