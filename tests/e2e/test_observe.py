@@ -196,10 +196,12 @@ def test_a_matching_deployment_is_observed_and_predicted_accurately(loop: dict[s
     assert observed["prometheus"] == "main" and observed["window"] == "30s"
     assert observed["current"] == {"deployment": "llama", "gpuType": "H100-SXM5-80GB", "replicas": 2,
                                    "gpusPerReplica": 1, "maxBatch": 256, "precision": "bf16", "kvCacheDtype": "auto",
-                                   "image": "vllm/vllm-openai",
+                                   "image": "vllm/vllm-openai", "engineRelease": "0.11.2", "pipelineParallel": 1,
+                                   "dataParallel": 1, "dataParallelAttention": False, "expertParallel": False,
                                    "sources": {"gpuType": "Deployment", "replicas": "Deployment",
                                                "gpusPerReplica": "Deployment", "maxBatch": "Deployment",
-                                               "precision": "Deployment", "kvCacheDtype": "default"}}
+                                               "precision": "Deployment", "kvCacheDtype": "default",
+                                               "engineRelease": "default"}}
     assert set(status["prediction"]["errorRatio"]) == {"ttft", "tpot", "e2e"}
     assert status["recommendation"]["gpuType"] == "H100-SXM5-80GB"
     assert "url" not in json.dumps(status).lower() and loop["prometheus"].url not in json.dumps(status)

@@ -273,6 +273,11 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@pytest.mark.skip(reason="since replicas are judged on the arrivals the Service's random split leaves them "
+                         "(2026-12-06), the bundled agent plan on 16 and 24 H200 no longer gives one answer with two "
+                         "count ranges (24 H200 is feasible), and no plan found gives that pair; the status side is "
+                         "tests/operator/test_status.py::test_the_status_records_the_counts_its_answer_holds_in_not_the_"
+                         "live_ones")
 def test_the_same_answer_for_a_count_outside_its_range_is_not_written(cluster: dict[str, Any]) -> None:
     """A count outside the status's range is planned again; when the answer comes out the same (here: nothing
     fits, and the nearest infeasible are the same), only the range would move, and nothing is written."""
