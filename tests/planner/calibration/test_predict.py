@@ -91,6 +91,19 @@ def test_a_line_naming_a_variant_of_a_catalogued_model_is_predicted_as_that_mode
         assert theirs.skipped is None and theirs.predicted == ours.predicted, name
 
 
+@pytest.mark.parametrize(("name", "published"), [
+    ("google/gemma-3-12b-it", 12e9), ("microsoft/Phi-3-medium-4k-instruct", 14e9),
+])
+def test_mainstream_12b_and_14b_models_are_predicted_at_their_size(name: str, published: float) -> None:
+    # Gemma 3 12B and Phi-3-medium are served on one L4 or A10G in FP8 or 4 bits, or on one A100 in 16 bits:
+    # a file measuring them is predicted, its weights those of the model's published size in 16 bits.
+    row = example("weights_gib", id="mainstream-row", model=name, weights="bf16", gpu="NVIDIA-A100-SXM4-80GB",
+                  gpu_memory_utilization=0.9)
+    (prediction,) = predict_scenarios([row])
+    assert prediction.skipped is None
+    assert prediction.predicted == pytest.approx(published * 2 / 2**30, rel=0.03)
+
+
 def test_mxfp4_weights_of_a_model_without_experts_are_mxfp4_on_every_linear_layer() -> None:
     # The format's one MXFP4 value is gpt-oss's (experts only); a dense model in MXFP4 is AMD Quark's W4A4.
     bf16 = example("weights_gib", weights="bf16")
