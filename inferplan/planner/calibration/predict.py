@@ -190,6 +190,9 @@ WEIGHT_SPELLINGS: dict[str, str] = {
     "bfloat16": "'bf16'", "float16": "'fp16'", "half": "'fp16'", "awq": "'int4-awq'",
     "gptq": "'int4-gptq' or 'int8-gptq'", "w8a8": "'int8-w8a8' or 'fp8'", "int8": "'int8-w8a8' or 'int8-gptq'",
     "w4a16": "'int4-awq' or 'int4-gptq'", "float8": "'fp8'", "fp8-dynamic": "'fp8'",
+    # vLLM's --quantization names, as the serve command in a run's notes spells them
+    "awq_marlin": "'int4-awq'", "gptq_marlin": "'int4-gptq' or 'int8-gptq'",
+    "compressed-tensors": "'fp8', 'int8-w8a8' or 'int4-gptq'",
 }
 
 

@@ -816,7 +816,10 @@ def test_a_context_refusal_says_that_stating_max_model_len_gets_the_line_predict
 @pytest.mark.parametrize(
     ("weights", "spelt"),
     [("bfloat16", "'bf16'"), ("float16", "'fp16'"), ("awq", "'int4-awq'"), ("gptq", "'int4-gptq' or 'int8-gptq'"),
-     ("w8a8", "'int8-w8a8' or 'fp8'"), ("int8", "'int8-w8a8' or 'int8-gptq'")],
+     ("w8a8", "'int8-w8a8' or 'fp8'"), ("int8", "'int8-w8a8' or 'int8-gptq'"),
+     # vLLM's --quantization names, which a converter copies from the serve command
+     ("awq_marlin", "'int4-awq'"), ("gptq_marlin", "'int4-gptq' or 'int8-gptq'"),
+     ("compressed-tensors", "'fp8', 'int8-w8a8' or 'int4-gptq'")],
 )
 def test_a_common_spelling_of_a_weight_format_is_refused_with_the_formats_own(weights: str, spelt: str) -> None:
     """`bfloat16`, `awq` and the like were refused as "weight format not supported", though each names a
