@@ -833,6 +833,17 @@ def test_amd_labeller_spelling_of_the_mi355x_resolves() -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "key"),
+    [("NVIDIA B200 SXM 180GB", "B200"), ("B200 192GB", "B200"), ("DGX B200", "B200"),
+     ("H200 SXM5 141GB", "H200-SXM-141GB")],
+)
+def test_published_spellings_of_the_b200_and_h200_resolve(name: str, key: str) -> None:
+    """Vendor runs write the B200 as `NVIDIA B200 SXM 180GB` (MLPerf's system names) or by its 192 GB of HBM3e;
+    each line so written was refused as a GPU not in the catalog."""
+    assert resolve_gpu(name).key == key
+
+
+@pytest.mark.parametrize(
     ("text", "version"),
     [("rocm/vllm:rocm6.4.1_vllm_0.9.1_20250715", (0, 9, 1)), ("cuda12.4-vllm0.8.5", (0, 8, 5)),
      ("0.6.4.dev4+gc9fc1608 (ROCm 6.2)", (0, 6, 4)), ("NIM 1.8.0", (1, 8, 0)), ("~0.6.3", (0, 6, 3))],
