@@ -9,7 +9,7 @@ import re
 import typing
 from pathlib import Path
 
-from inferplan.planner.calibration.predict import predict_scenarios
+from inferplan.planner.calibration.predict import WEIGHT_SPELLINGS, predict_scenarios
 from inferplan.planner.calibration.scenarios import ENGINES, Load, Scenario, parse_scenario_line
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,3 +49,16 @@ def test_the_keys_a_prediction_does_not_use_are_named_as_such() -> None:
             assert all(isinstance(row, Scenario) for row in rows)
             predicted.add(tuple(p.predicted for p in predict_scenarios(rows)))  # type: ignore[arg-type]
         assert len(predicted) == 1, key
+
+
+def test_the_weight_spellings_the_doc_quotes_read_as_it_says() -> None:
+    """Each `spelling` as `value` the doc quotes is a spelling of one value that `WEIGHT_SPELLINGS` reads so, and each
+    spelling it calls ambiguous has several."""
+    quoted = re.findall(r"`([a-z0-9_]+)` as `([a-z0-9-]+)`", DOC)
+    assert len(quoted) >= 3
+    for spelt, value in quoted:
+        assert WEIGHT_SPELLINGS[spelt] == (value,)
+    several = re.search(r"one that may mean several, ((?:`[a-z0-9]+`, )+)is\s+settled", DOC)
+    assert several is not None
+    for spelt in re.findall(r"`([a-z0-9]+)`", several.group(1)):
+        assert len(WEIGHT_SPELLINGS[spelt]) > 1

@@ -19,6 +19,7 @@ from inferplan.planner.catalog.checkpoints import (
     checkpoint_for,
     checkpoint_precision,
     gpu_problem,
+    known_precisions,
     named_checkpoint,
     resolve_served,
 )
@@ -72,7 +73,7 @@ from inferplan.planner.model.serving import (
     single_stream,
     static_batch,
 )
-from inferplan.planner.names import CatalogLookupError
+from inferplan.planner.names import CatalogLookupError, normalize_name
 from inferplan.planner.quantiles import QUANTILE_VALUES
 from inferplan.planner.simulation.simulate import SimulationResult, arrival_times, simulate, trace_workload
 
@@ -185,15 +186,46 @@ class _Resolved:
 
 
 # Common spellings of a weight format that the scenario format spells otherwise (its `weights` enum), and the
-# values they may mean: refused, as the format fixes the spelling, with the value to write.
-WEIGHT_SPELLINGS: dict[str, str] = {
-    "bfloat16": "'bf16'", "float16": "'fp16'", "half": "'fp16'", "awq": "'int4-awq'",
-    "gptq": "'int4-gptq' or 'int8-gptq'", "w8a8": "'int8-w8a8' or 'fp8'", "int8": "'int8-w8a8' or 'int8-gptq'",
-    "w4a16": "'int4-awq' or 'int4-gptq'", "float8": "'fp8'", "fp8-dynamic": "'fp8'",
+# values they may mean. One value: the line is read as it (`fp8_e4m3` is the format's `fp8`; `w4a16`, 4-bit weights
+# with 16-bit activations, is int4-gptq, as a compressed-tensors W4A16 config reads, `model_configs`). Several: the
+# checkpoint the line ran settles it, else the model's catalogued repositories its engine can run on its GPU
+# (`stated_precision`: `fp4` is NVIDIA's NVFP4 on a B200, AMD's MXFP4 on an MI355X, gpt-oss's MXFP4 on either);
+# where neither does, the line is refused naming the values to write.
+WEIGHT_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "bfloat16": ("bf16",), "float16": ("fp16",), "half": ("fp16",), "awq": ("int4-awq",), "w4a16": ("int4-gptq",),
+    "float8": ("fp8",), "fp8-dynamic": ("fp8",), "fp8_e4m3": ("fp8",), "float8_e4m3fn": ("fp8",),
+    "gptq": ("int4-gptq", "int8-gptq"), "w8a8": ("int8-w8a8", "fp8"), "int8": ("int8-w8a8", "int8-gptq"),
+    "fp4": ("nvfp4", "mxfp4"),
     # vLLM's --quantization names, as the serve command in a run's notes spells them
-    "awq_marlin": "'int4-awq'", "gptq_marlin": "'int4-gptq' or 'int8-gptq'",
-    "compressed-tensors": "'fp8', 'int8-w8a8' or 'int4-gptq'",
+    "awq_marlin": ("int4-awq",), "gptq_marlin": ("int4-gptq", "int8-gptq"),
+    "compressed-tensors": ("fp8", "int8-w8a8", "int4-gptq"),
 }
+_SPELLING_KEYS = {normalize_name(spelt): values for spelt, values in WEIGHT_SPELLINGS.items()}
+
+
+def stated_precision(weights: str, arch: ModelArchitecture, engine: str, gpu_family: str,
+                     checkpoint: str | None = None) -> str | None:
+    """The planner precision a scenario's `weights` names for `arch` served by `engine` on a GPU of `gpu_family` from
+    `checkpoint` (`row_checkpoint`): a value of the format as `row_precision` reads it, a common spelling of one
+    (`WEIGHT_SPELLINGS`) as the value it means; None where a spelling of several values is settled neither by the
+    checkpoint nor by the model's catalogued repositories that the engine can run on that GPU. Raises
+    CatalogLookupError for a name that is neither."""
+    values = _SPELLING_KEYS.get(normalize_name(weights))
+    if values is None:
+        return row_precision(weights, arch, checkpoint)
+    if len(values) == 1:
+        return row_precision(values[0], arch, checkpoint)
+    named = named_checkpoint(checkpoint) if checkpoint else None
+    held = [named.checkpoint] if named is not None else [
+        repo for repos in known_precisions(arch.repo_id).values() for repo in repos
+        if gpu_problem(repo, engine, gpu_family) is None]
+    meant = {repo.precision for repo in held if _format_value(repo.precision) in values}
+    return meant.pop() if len(meant) == 1 else None
+
+
+def _format_value(precision: str) -> str:
+    """The scenario format's `weights` value of a planner precision (one MXFP4 value for both of the planner's)."""
+    return "mxfp4" if precision == "mxfp4-w4a4" else precision
 
 
 def row_precision(weights: str, arch: ModelArchitecture, checkpoint: str | None = None) -> str:
@@ -254,12 +286,13 @@ def _resolve(row: Scenario) -> _Resolved | str:
     except CatalogLookupError as exc:
         return f"model not in the catalog: {exc}"
     try:
-        precision = row_precision(row.weights, arch, row_checkpoint(row))
+        precision = stated_precision(row.weights, arch, row.engine, gpu.family, row_checkpoint(row))
     except CatalogLookupError as exc:
-        spelt = WEIGHT_SPELLINGS.get(row.weights.strip().lower())
-        if spelt is not None:  # the format fixes the spelling (SCENARIOS.md, `weights`): name the one it means
-            return f"weight format {row.weights!r} is not a value of the format: write {spelt}"
         return f"weight format not supported: {exc}"
+    if precision is None:  # a spelling of several values that neither the checkpoint nor the catalog settles
+        spelt = " or ".join(repr(value) for value in _SPELLING_KEYS[normalize_name(row.weights)])
+        return (f"weight format {row.weights!r} is not a value of the format and the line's checkpoint does not "
+                f"settle which it means: write {spelt}")
     problem = (engine_vendor_problem(row.engine, gpu.vendor, gpu.key) or weight_format_problem(row.engine, precision)
                or tp_problem(row.engine, arch, tp)
                or _checkpoint_gpu_problem(row.model, precision, row.engine, gpu.family, row.version,

@@ -17,8 +17,10 @@ from inferplan.planner.calibration.predict import (
     replica_layout,
     slo_limits,
     stated_eos_cap,
+    stated_precision,
 )
 from inferplan.planner.calibration.scenarios import METRIC_UNITS, Scenario, parse_scenario_line
+from inferplan.planner.catalog.checkpoints import resolve_served
 from inferplan.planner.catalog.engines import EngineSettings, Scheduling, engine_profile, parse_version
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.catalog.model_configs import resolve_model
@@ -814,18 +816,54 @@ def test_a_context_refusal_says_that_stating_max_model_len_gets_the_line_predict
 
 
 @pytest.mark.parametrize(
-    ("weights", "spelt"),
-    [("bfloat16", "'bf16'"), ("float16", "'fp16'"), ("awq", "'int4-awq'"), ("gptq", "'int4-gptq' or 'int8-gptq'"),
-     ("w8a8", "'int8-w8a8' or 'fp8'"), ("int8", "'int8-w8a8' or 'int8-gptq'"),
-     # vLLM's --quantization names, which a converter copies from the serve command
-     ("awq_marlin", "'int4-awq'"), ("gptq_marlin", "'int4-gptq' or 'int8-gptq'"),
-     ("compressed-tensors", "'fp8', 'int8-w8a8' or 'int4-gptq'")],
+    ("weights", "value"),
+    [("bfloat16", "bf16"), ("float16", "fp16"), ("awq", "int4-awq"), ("fp8_e4m3", "fp8"), ("float8", "fp8"),
+     ("w4a16", "int4-gptq"), ("awq_marlin", "int4-awq")],
 )
-def test_a_common_spelling_of_a_weight_format_is_refused_with_the_formats_own(weights: str, spelt: str) -> None:
-    """`bfloat16`, `awq` and the like were refused as "weight format not supported", though each names a
-    supported format; the format fixes the spelling, so the reason names the value to write."""
+def test_a_spelling_of_one_weight_format_is_predicted_as_it(weights: str, value: str) -> None:
+    """`bfloat16`, `fp8_e4m3`, `w4a16` and the like were refused, though each names one supported format (a
+    compressed-tensors W4A16 config reads as int4-gptq): vendor runs write them so, and the line is that format's."""
+    [spelt, written] = predict_scenarios([example("e2e_ms_mean", weights=weights), example("e2e_ms_mean",
+                                                                                         weights=value)])
+    assert spelt.skipped is None and spelt.predicted == written.predicted
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "engine", "precision"),
+    [("deepseek-ai/DeepSeek-R1-0528", "B200", "sglang", "nvfp4"),
+     ("deepseek-ai/DeepSeek-R1-0528", "MI355X", "sglang", "mxfp4-w4a4"),
+     ("meta-llama/Llama-3.1-405B-Instruct", "B200", "tensorrt-llm", "nvfp4"),
+     ("openai/gpt-oss-120b", "NVIDIA-H200", "vllm", "mxfp4"), ("openai/gpt-oss-120b", "MI355X", "vllm", "mxfp4")],
+)
+def test_fp4_is_the_fp4_format_the_models_repositories_hold_for_the_gpu(model: str, gpu: str, engine: str,
+                                                                          precision: str) -> None:
+    """InferenceMAX writes `fp4` for NVIDIA's NVFP4 DeepSeek on a B200, AMD's MXFP4 one on an MI355X and gpt-oss's
+    MXFP4 on both; such lines were refused as an unknown weight precision."""
+    arch = resolve_served(model, variants=True)[0]
+    assert stated_precision("fp4", arch, engine, resolve_gpu(gpu).family) == precision
+    row = example("output_tps_total", model=model, gpu=gpu, engine=engine, weights="fp4", gpus=8, tensor_parallel=8,
+                  replicas=1, engine_version=None, kv_cache="auto")
+    [p] = predict_scenarios([row])
+    assert p.skipped is None or "weight format" not in p.skipped
+
+
+def test_fp4_follows_the_checkpoint_the_line_names() -> None:
+    arch = resolve_served("deepseek-ai/DeepSeek-R1-0528", variants=True)[0]
+    assert stated_precision("fp4", arch, "sglang", "cdna4", "amd/DeepSeek-R1-0528-MXFP4-Preview") == "mxfp4-w4a4"
+
+
+@pytest.mark.parametrize(
+    ("weights", "spelt"),
+    [("gptq", "'int4-gptq' or 'int8-gptq'"), ("w8a8", "'int8-w8a8' or 'fp8'"), ("int8", "'int8-w8a8' or 'int8-gptq'"),
+     # vLLM's --quantization names, which a converter copies from the serve command
+     ("gptq_marlin", "'int4-gptq' or 'int8-gptq'"), ("compressed-tensors", "'fp8' or 'int8-w8a8' or 'int4-gptq'")],
+)
+def test_a_spelling_of_several_weight_formats_is_refused_with_the_formats_own(weights: str, spelt: str) -> None:
+    """Where neither the line's checkpoint nor the model's catalogued repositories settle which format a spelling
+    means, the reason names the values to write."""
     [p] = predict_scenarios([example("e2e_ms_mean", weights=weights)])
-    assert p.skipped == f"weight format {weights!r} is not a value of the format: write {spelt}"
+    assert p.skipped == (f"weight format {weights!r} is not a value of the format and the line's checkpoint does not "
+                         f"settle which it means: write {spelt}")
 
 
 def test_amd_labeller_spelling_of_the_mi355x_resolves() -> None:
