@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from inferplan.planner.calibration.predict import (
     stated_eos_cap,
     stated_precision,
 )
-from inferplan.planner.calibration.scenarios import METRIC_UNITS, Scenario, parse_scenario_line
+from inferplan.planner.calibration.scenarios import METRIC_UNITS, Scenario, parse_scenario_line, read_scenarios
 from inferplan.planner.catalog.checkpoints import resolve_served
 from inferplan.planner.catalog.engines import EngineSettings, Scheduling, engine_profile, parse_version
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
@@ -968,3 +969,21 @@ def test_data_parallel_attention_holds_tp_pools_of_one_rank_not_tp_squared() -> 
                 **line)])
     assert plain.skipped is None and dp.skipped is None
     assert 4 * plain.predicted < dp.predicted < 8 * plain.predicted
+
+
+FRONTIER = Path(__file__).parent / "data" / "frontier-spellings.jsonl"
+
+
+def test_frontier_lines_as_vendor_runs_write_them_are_predicted() -> None:
+    """Synthetic lines naming B200/H200/MI3xx GPUs, FP4/FP8/W4A16 checkpoints and engine releases the way vendor
+    runs and InferenceMAX/MLPerf-style tables write them (`NVIDIA B200 SXM 180GB`, `fp4`, `fp8_e4m3`, `w4a16`,
+    `0.5.4.post1`, `1.0.0rc4`): each is predicted, a positive finite figure, but the one that cannot have run
+    (Llama 4 Scout in bf16 on one H200: 200 GiB of weights on 139 GiB)."""
+    rows = read_scenarios(FRONTIER)
+    assert not rows.errors and len(rows.scenarios) == 12
+    for row, p in zip(rows.scenarios, predict_scenarios(list(rows.scenarios)), strict=True):
+        if row.model.startswith("meta-llama/Llama-4-Scout") and row.weights == "bf16":
+            assert p.skipped is not None and "more than the 138.9 GiB of the H200-SXM-141GB" in p.skipped
+        else:
+            assert p.skipped is None and p.predicted is not None, (row.id, p.skipped)
+            assert math.isfinite(p.predicted) and p.predicted > 0, row.id
