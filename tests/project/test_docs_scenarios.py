@@ -58,7 +58,7 @@ def test_the_weight_spellings_the_doc_quotes_read_as_it_says() -> None:
     assert len(quoted) >= 3
     for spelt, value in quoted:
         assert WEIGHT_SPELLINGS[spelt] == (value,)
-    several = re.search(r"one that may mean several, ((?:`[a-z0-9]+`, )+)is\s+settled", DOC)
+    several = re.search(r"one that may mean several, ((?:`[a-z0-9_-]+`, )+)is\s+settled", DOC)
     assert several is not None
-    for spelt in re.findall(r"`([a-z0-9]+)`", several.group(1)):
+    for spelt in re.findall(r"`([a-z0-9_-]+)`", several.group(1)):
         assert len(WEIGHT_SPELLINGS[spelt]) > 1
