@@ -424,6 +424,47 @@ def _simulate_verdict(req: PlanRequest, candidate: Candidate, judged: int, seed:
     return sim, misses, f"{requests} simulated requests"
 
 
+def _holds(req: PlanRequest, candidate: Candidate, rate: float, judged: int, seed: int,
+           factors: FactorSet | None) -> bool:
+    """Whether `candidate` holds every SLO at the plan's confidence serving `rate` [requests/s, the deployment's] in
+    one run of `judged` requests in steady state, without preempting. One run, not `_simulate_verdict`'s
+    confirmations: a capacity bisection walks to the edge, where every step would be confirmed on 20,000 requests
+    (three runs where the pool filled). A run that preempted counts as a miss: a KV pool that fills at the target is
+    not a rate the autoscaler should wait for."""
+    loaded = replace(req, rate_rps=rate)
+    sim = _judged(loaded, candidate, steady_requests(loaded, candidate, judged), seed, factors)
+    return sim.preemptions == 0 and not _misses(loaded, sim, candidate_slo_ratios(req, candidate))
+
+
+def keeps_min_headroom(req: PlanRequest, candidate: Candidate, judged: int, seed: int,
+                       factors: FactorSet | None = None) -> bool:
+    """Whether `simulated_capacity` leaves the plan's minHeadroom of it unused at the plan's rate (the replicas need
+    none added), asked with one run instead of the bisection: at the lowest of the bisection's points at or above
+    the rate that leaves it (the plan's rate / (1 - minHeadroom)). The simulator's verdict falls as the rate rises,
+    so the bisection ends at or above that point where, and only where, the replicas hold every SLO there (`_holds`);
+    at the planned rate (a minHeadroom of 0) they do without a run, as the bisection takes it."""
+    low, top, replicas = _capacity_bracket(req, candidate)
+    needed = req.rate_rps / (1.0 - req.min_headroom) / replicas
+    if needed <= low:
+        return True
+    if needed > top:
+        return False
+    for _ in range(CAPACITY_STEPS):
+        middle = (low + top) / 2
+        low, top = (low, middle) if middle >= needed else (middle, top)
+    return _holds(req, candidate, top * replicas, judged, seed, factors)
+
+
+def _capacity_bracket(req: PlanRequest, candidate: Candidate) -> tuple[float, float, int]:
+    """`simulated_capacity`'s bisection bracket: the lowest rate (the planned one, which `candidate` held) and the
+    highest (its analytic capacity), per replica for aggregated replicas, and the replicas that serve one rate:
+    for a disaggregated candidate the whole deployment's rates, and 1."""
+    if candidate.roles:
+        return req.rate_rps, candidate.max_requests_per_second(), 1
+    p = candidate.predicted
+    return p.requests_per_second_per_replica, p.max_requests_per_second_per_replica, candidate.replicas
+
+
 def simulated_capacity(req: PlanRequest, candidate: Candidate, judged: int, seed: int,
                        factors: FactorSet | None = None) -> float:
     """The highest rate per replica [requests/s] at which `candidate`'s replicas hold every SLO in simulation (one run
@@ -432,22 +473,10 @@ def simulated_capacity(req: PlanRequest, candidate: Candidate, judged: int, seed
     planned rate per replica, which `candidate` held, and it. For a disaggregated candidate the same of the whole
     deployment [requests/s], both pools loaded together: between the plan's rate and the lower pool's replicas x
     capacity (`Candidate.max_requests_per_second`)."""
-    p = candidate.predicted
-    if candidate.roles:
-        low, top, replicas = req.rate_rps, candidate.max_requests_per_second(), 1
-    else:
-        low, top = p.requests_per_second_per_replica, p.max_requests_per_second_per_replica
-        replicas = candidate.replicas
-
-    ratios = candidate_slo_ratios(req, candidate)
+    low, top, replicas = _capacity_bracket(req, candidate)
 
     def holds(rate: float) -> bool:
-        # One run each, not `_simulate_verdict`'s confirmations: the bisection walks to the edge, where every step
-        # would be confirmed on 20,000 requests (three runs where the pool filled). A run that preempted counts as
-        # a miss: a KV pool that fills at the target is not a rate the autoscaler should wait for.
-        loaded = replace(req, rate_rps=rate * replicas)
-        sim = _judged(loaded, candidate, steady_requests(loaded, candidate, judged), seed, factors)
-        return sim.preemptions == 0 and not _misses(loaded, sim, ratios)
+        return _holds(req, candidate, rate * replicas, judged, seed, factors)
 
     if top <= low or holds(top):
         return top
@@ -484,7 +513,7 @@ def _simulated(latency: Latency) -> Percentiles | None:
 
 
 def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_REQUESTS, seed: int = 0,
-                factors: FactorSet | None = None) -> PlanResult:
+                factors: FactorSet | None = None, capacities: bool = True) -> PlanResult:
     """Find the cheapest shown candidate that meets every SLO in the simulator and recommend it.
 
     The candidates are simulated cheapest first. One that misses an SLO is tried again with more replicas (up
@@ -494,7 +523,13 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
     simulations), so the alternatives after that keep their analytic figures and provenance. A pass whose run
     preempted is confirmed on CONFIRM_SEEDS runs of CONFIRM_REQUESTS, judged by the worst (whose percentiles it then
     carries); another within EDGE of a target on one run of CONFIRM_REQUESTS. The cheapest that passed (ties by
-    headroom) is the recommendation."""
+    headroom) is the recommendation.
+
+    Each that passes gets its simulated capacity (`simulated_capacity`) and, where that leaves less than the plan's
+    minHeadroom, more replicas. With `capacities` False (what a suggestion asks: does the changed plan give a
+    deployment that meets every SLO, and which) a candidate whose replicas hold every SLO at the rate that leaves
+    minHeadroom (`keeps_min_headroom`, one run) keeps its analytic capacity and headroom: only one that does not
+    is bisected as above."""
     kept: list[Candidate] = []
     analytic: list[Candidate] = []
     dropped: list[Infeasible] = []
@@ -527,7 +562,8 @@ def verify_plan(req: PlanRequest, result: PlanResult, *, requests: int = VERIFY_
         if not misses:
             point = (candidate.max_requests_per_second() if candidate.roles
                      else candidate.predicted.max_requests_per_second_per_replica)
-            capacity = simulated_capacity(req, candidate, requests, seed, factors)
+            capacity = (point if not capacities and keeps_min_headroom(req, candidate, requests, seed, factors)
+                        else simulated_capacity(req, candidate, requests, seed, factors))
             if capacity < point:
                 candidate = with_capacity(req, candidate, capacity)
                 unit = "requests/s" if candidate.roles else "requests/s per replica"
@@ -637,14 +673,18 @@ def planned(req: PlanRequest, factors: FactorSet | None = None, *, verify_defaul
     """The plan's answer as `inferplan plan` and the operator give it: the candidates verified in the simulator
     when `should_verify(req, verify_default)` says so (the search then leaves the rows it shows to the
     simulator), else the analytic answer, whose rows shown each meet every SLO by their own numbers. Without a
-    recommendation, the suggestions are each judged the same way (`search.suggestions_for`)."""
+    recommendation, the suggestions are each judged the same way (`search.suggestions_for`), each deployment with the
+    replicas that keep minHeadroom in simulation but without its capacity bisected (`verify_plan(capacities=False)`)."""
     # The count bounds of all of it (the search, the replicas added, the suggestions), and its runs judged once each.
     with recording() as counted, remembering_runs():
         if should_verify(req, verify_default):
-            def answer(changed: PlanRequest) -> PlanResult:
-                return verify_plan(changed, plan(changed, factors, suggest=False, confirm=False), factors=factors)
+            def answer(changed: PlanRequest, capacities: bool = False) -> PlanResult:
+                # A suggestion's deployment keeps minHeadroom in simulation; only the plan's own answer shows (and
+                # renders) the simulated capacity of each it verified.
+                return verify_plan(changed, plan(changed, factors, suggest=False, confirm=False), factors=factors,
+                                   capacities=capacities)
 
-            result = answer(req)
+            result = answer(req, capacities=True)
             if result.recommendation is None:  # also where the simulator dropped every candidate the search found
                 result = result.model_copy(update={"suggestions": suggestions_for(req, answer, factors)})
         else:

@@ -462,3 +462,38 @@ def test_a_shapes_line_after_verification_names_its_first_in_the_recommendations
         assert verification._option_verified(option, [over_nodes, shown], {}).words == expected, (spare, gpus)
         # The recommendation itself stands for its shape at its cost.
         assert verification._option_verified(option, [shown], {}).words == describe_shape(shown)
+
+
+@pytest.mark.parametrize("min_headroom", [0.05, 0.3, 0.45])
+def test_a_suggestions_check_gives_the_deployment_the_plan_would_in_fewer_runs(planned, monkeypatch,
+                                                                                min_headroom) -> None:
+    """A suggestion's deployment (`verify_plan(capacities=False)`, what `planned` judges each change with) is the one
+    the changed plan would recommend: the replicas and cost that keep minHeadroom in simulation. It asks whether they
+    hold at one rate (`keeps_min_headroom`), where the plan's own answer bisects the capacity it shows and renders
+    (`simulated_capacity`, up to CAPACITY_STEPS + 1 runs); the suggestions were two fifths of the planner's CPU in the
+    operator's load bench, most of it these bisections. An analytic capacity 1.6x what the replicas serve makes the
+    bisection run; at minHeadroom 0.45 its 2 x A100 need a third replica, at 0.05 and 0.3 they do not."""
+    request, candidate = planned
+    request = replace(request, min_headroom=min_headroom)
+    optimistic = candidate.model_copy(update={"predicted": candidate.predicted.model_copy(update={
+        "max_requests_per_second_per_replica": 1.6 * candidate.predicted.max_requests_per_second_per_replica})})
+    searched = plan(request, confirm=False).model_copy(update={"recommendation": optimistic, "alternatives": []})
+    runs: list[int] = []
+    real = verification.simulate
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(verification, "simulate", counted)
+    shown = verify_plan(request, searched)
+    full = len(runs)
+    runs.clear()
+    suggested = verify_plan(request, searched, capacities=False)
+    assert shown.recommendation is not None and suggested.recommendation is not None
+    assert (suggested.recommendation.replicas, suggested.recommendation.cost) == (
+        shown.recommendation.replicas, shown.recommendation.cost)
+    needs_more = shown.recommendation.replicas > candidate.replicas
+    assert verification.keeps_min_headroom(request, optimistic, verification.VERIFY_REQUESTS, 0) is not needs_more
+    if not needs_more:  # the bisection only where the replicas do not keep minHeadroom
+        assert len(runs) < full
