@@ -831,7 +831,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Capacity planning for LLM serving: recommend GPU type, replicas, tensor parallelism and "
         "batch for a workload and its latency SLOs; predict and score the serving model on measurements.",
     )
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--version", action="store_true",
+                        help="print the planner version (as status.plannerVersion records it) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     pl = sub.add_parser("plan", help="recommend a deployment for a plan (YAML or JSON; a bare spec or a manifest)")
@@ -991,9 +992,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from inferplan import __version__
+        from inferplan.version import planner_version
 
-        print(__version__)
+        print(planner_version())
         return 0
     if not getattr(args, "func", None):
         parser.print_help()

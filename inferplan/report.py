@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inferplan import __version__
 from inferplan.planner.quantiles import QUANTILE_NAMES, percent_text
 from inferplan.planner.request import PlanRequest, SloTarget
 from inferplan.planner.results import Candidate, Infeasible, PlanResult, dollar_figure, per_hour, replica_shape
@@ -32,6 +31,7 @@ from inferplan.tables import (
     slo_check_text,
     unmeasured_text,
 )
+from inferplan.version import planner_version
 
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end latency"}
 DEFAULT_QUANTILE = 0.95  # a metric without an SLO is shown at p95, as the search and `inferplan plan` do
@@ -64,7 +64,7 @@ def render_report(request: PlanRequest, result: PlanResult, simulation: Simulati
         _list_section("suggestions", "What would make it feasible", result.suggestions),
         _list_section("warnings", "Warnings", result.warnings),
         _list_section("assumptions", "Assumed", result.assumptions),
-        f'<footer>inferplan {_e(__version__)}: <code>inferplan report</code>. Latencies at the '
+        f'<footer>inferplan {_e(planner_version())}: <code>inferplan report</code>. Latencies at the '
         f"percentile named; costs in US$ per hour at the plan's prices.</footer>",
     ]
     page = "\n".join([

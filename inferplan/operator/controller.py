@@ -47,7 +47,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferplan import __version__
 from inferplan.observe.prometheus import EndpointsFile, PrometheusEndpoint
 from inferplan.operator import kube, metrics
 from inferplan.operator.cluster_spec import error_reason, with_config_map
@@ -82,6 +81,7 @@ from inferplan.operator.status import (
     with_inventory_warnings,
 )
 from inferplan.planner.spec_parsing import PlanError
+from inferplan.version import planner_version
 
 ANSWER_GRACE_S = 120.0
 """Our status write comes back as a watch event a moment later, and under load seconds later. Only when the
@@ -322,7 +322,7 @@ class Controller:
         registry.plans[uid] = plan
         if first and uid not in registry.answered:
             relevant = self.inventories.relevant(plan.checked_spec, self.inventory())
-            why = unanswered(plan.checked_spec, plan.checked, generation, relevant, __version__)
+            why = unanswered(plan.checked_spec, plan.checked, generation, relevant, planner_version())
             if why is not None:
                 if previous is None:
                     self.logger.info("%s/%s: to plan: %s", namespace, name, why)
@@ -626,7 +626,7 @@ class Controller:
             why = str(exc) or type(exc).__name__  # KeyError() says nothing by itself
             outcome = Outcome(None, ("PlanningFailed", f"unexpected error while planning: {why}"))
         ttft_slo = ((plan.spec.get("slo") or {}).get("ttft") or {}).get("percentile", "p95")
-        new = next_status(old, generation=plan.generation, now=utc_now(), planner_version=__version__,
+        new = next_status(old, generation=plan.generation, now=utc_now(), planner_version=planner_version(),
                           inventory=inventory.usable(usable_gpu_types(plan.spec)), result=outcome.result,
                           error=outcome.error, ttft_percentile=ttft_slo, manifests=outcome.manifests,
                           change=outcome.change, extra_warnings=outcome.warnings, bounds=outcome.bounds,

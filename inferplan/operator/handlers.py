@@ -14,12 +14,12 @@ from typing import Any
 
 import kopf
 
-from inferplan import __version__
 from inferplan.operator import metrics
 from inferplan.operator.inventory import NodeGpus, node_gpus
 from inferplan.operator.runtime import Runtime, own_identity
 from inferplan.operator.settings import OperatorSettings, SettingsError, load_settings
 from inferplan.resource import GROUP, PLURAL, VERSION
+from inferplan.version import planner_version
 
 MEMO_SETTINGS = "operator_settings"
 """The memo key of settings read before kopf runs (`main.run`); without them the startup handler reads them."""
@@ -107,7 +107,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         await runtime.check_peering_object(logger)
     runtime.controller.start()
     logger.info("inferplan operator %s: namespaces=%s resync=%ss check=%ss metrics=:%s planner=%s peering=%s",
-                __version__, ",".join(own.namespaces) or "all", own.resync_seconds, own.check_seconds,
+                planner_version(), ",".join(own.namespaces) or "all", own.resync_seconds, own.check_seconds,
                 own.metrics_port or "off",
                 f"{own.planner_processes} processes" if own.planner_processes
                 else f"{own.planner_threads} threads", peering)

@@ -248,11 +248,15 @@ def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) 
     assert "usage" in capsys.readouterr().out.lower()
 
 
-def test_version_prints_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_prints_the_planner_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """The release and the digest of the model, as status.plannerVersion records it (the release alone, 0.1.0, was
+    the same for every build)."""
     from inferplan import __version__
+    from inferplan.version import planner_version
 
     assert main(["--version"]) == 0
-    assert capsys.readouterr().out.strip() == __version__
+    printed = capsys.readouterr().out.strip()
+    assert printed == planner_version() and printed.startswith(f"{__version__}+")
 
 
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import pytest
 
+from inferplan import __version__
 from inferplan.observe.prometheus import EndpointsFile
 from inferplan.operator import kube, metrics
 from inferplan.operator.controller import Controller, Plan, planning_slots
@@ -27,6 +28,7 @@ from inferplan.operator.reconcile import Outcome, reconcile_plan
 from inferplan.operator.retry import RetryLater
 from inferplan.operator.scheduling import unanswered, usable_gpu_types, work_due
 from inferplan.operator.settings import OperatorSettings
+from inferplan.version import planner_version
 from tests.support.plans import REPO, example_spec
 
 STATUS = {
@@ -492,8 +494,11 @@ def test_a_plan_whose_status_does_not_answer_it_is_planned_when_first_seen(clust
         finally:
             restarted.forget(UID, NAMESPACE, NAME)
 
+    assert answer["plannerVersion"] == planner_version()
     assert not due_at_first_check(CHAT, answer)  # answered: nothing planned (its resync later)
     assert due_at_first_check(CHAT, {**answer, "plannerVersion": "0.0.1"})
+    # The release alone, which every build before the model's digest wrote whatever model answered.
+    assert due_at_first_check(CHAT, {**answer, "plannerVersion": __version__})
     assert due_at_first_check(CHAT, failed)
     assert due_at_first_check(configmap, answer)
 
