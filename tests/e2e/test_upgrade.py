@@ -24,8 +24,10 @@ import kubernetes
 import pytest
 import yaml
 
+from inferplan import __version__
 from inferplan.operator.crd import CRD_FILE
 from inferplan.resource import GROUP, PLURAL, VERSION
+from inferplan.version import planner_version
 from tests.support.plans import LONG_PROMPTS_PD
 
 from .conftest import REPO, apply_crd, wait_for
@@ -178,7 +180,7 @@ def upgrade(k8s: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> It
         watcher.start()
         log = workdir / "new-operator.log"
         with operator_process(operator_env, log):
-            # Planned again at the first resync: each status gets this build's columns.
+            # Planned again at once (the earlier status names another planner version): this build's columns.
             wait_for(lambda: all(any("gpuColumn" in s for s in writes[n]) for n in names), timeout_s=240,
                      interval_s=1)
             # Then a while longer (the observed plan observed a few more times, each plan resynced once more).
@@ -230,6 +232,23 @@ def test_every_plan_is_answered_again_and_keeps_its_status(upgrade: Upgrade) -> 
     assert upgrade.after["pd"]["status"]["recommendation"]["shape"] == "disaggregated"
     observed = {c["type"]: c["status"] for c in upgrade.after[OBSERVED]["status"]["conditions"]}
     assert observed["MetricsAvailable"] == "True"
+
+
+def test_every_plan_is_planned_again_at_once_by_this_planner_version(upgrade: Upgrade) -> None:
+    """docs/install.md, "What an upgrade keeps": the earlier release wrote its release alone (0.1.0, the same for
+    every build whatever model answered); this build's planner version carries the digest of its model, so the new
+    operator finds each status written by another planner version and plans it at its first check, not at the resync
+    (which left an upgrade's answers from the old model for up to INFERPLAN_RESYNC_SECONDS): its start log names the
+    version, every plan is logged as to plan for that reason, and every status it wrote carries its version."""
+    version = planner_version()
+    assert version != __version__
+    log = (upgrade.workdir / "new-operator.log").read_text()
+    assert f"inferplan operator {version}: " in log
+    for name, body in upgrade.before.items():
+        assert body["status"]["plannerVersion"] == __version__, name
+        assert f"{NAMESPACE}/{name}: to plan: planned by version {__version__}" in log, name
+        assert upgrade.writes[name] and all(s["plannerVersion"] == version for s in upgrade.writes[name]), name
+        assert upgrade.after[name]["status"]["plannerVersion"] == version, name
 
 
 def test_each_plan_is_written_a_bounded_number_of_times(upgrade: Upgrade) -> None:
