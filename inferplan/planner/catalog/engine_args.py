@@ -110,6 +110,8 @@ class EngineFlags:
     dp_size: tuple[str, ...] = ()  # the data-parallel size given with it
     ep_switch: tuple[str, ...] = ()  # a switch that makes the MoE layers expert-parallel (no size: over the TP ranks);
     # read only, and only where its release has it (vLLM's from 0.10): `READ_ONLY_ROLES`
+    step_tokens: tuple[str, ...] = ()  # the token budget of one step (the prefill chunk); SGLang's takes -1 for
+    # chunking off (`STEP_TOKENS_CHUNKING_OFF`)
     option_keys: tuple[str, ...] = ()  # the same switches as keys of the engine's options file (`key: true`)
     bench_ep: tuple[str, ...] = ()  # the expert-parallel size as the engine's benchmark tool spells it (trtllm-bench)
 
@@ -117,8 +119,12 @@ class EngineFlags:
     def roles(self) -> dict[str, tuple[str, ...]]:
         return {"tp": self.tp, "batch": self.batch, "quantization": self.quantization, "dtype": self.dtype,
                 "kv_cache_dtype": self.kv_cache_dtype, "pp": self.pp, "ep": self.ep, "dp_attention": self.dp_attention,
-                "dp_size": self.dp_size, "ep_switch": self.ep_switch}
+                "dp_size": self.dp_size, "ep_switch": self.ep_switch, "step_tokens": self.step_tokens}
 
+
+STEP_TOKENS_CHUNKING_OFF = -1
+"""SGLang's `--chunked-prefill-size` that turns chunked prefill off (its scheduler takes any value <= 0 so:
+`if self.chunked_prefill_size <= 0:  # -1 means disable`, srt/managers/scheduler.py in 0.5.3)."""
 
 READ_ONLY_ROLES = frozenset({"ep_switch"})
 """Roles the planner never writes: a spelling of theirs need only exist in some pinned release of its engine."""
@@ -128,21 +134,23 @@ ENGINE_FLAGS: dict[str, EngineFlags] = {
     "vllm": EngineFlags(tp=("--tensor-parallel-size", "-tp"), batch=("--max-num-seqs",),
                         quantization=("--quantization", "-q"), dtype=("--dtype",),
                         kv_cache_dtype=("--kv-cache-dtype",), pp=("--pipeline-parallel-size", "-pp"),
-                        ep_switch=("--enable-expert-parallel",)),
+                        ep_switch=("--enable-expert-parallel",), step_tokens=("--max-num-batched-tokens",)),
     "sglang": EngineFlags(tp=("--tp-size", "--tensor-parallel-size"), batch=("--max-running-requests",),
                           quantization=("--quantization",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",),
                           pp=("--pp-size", "--pipeline-parallel-size"), ep=("--ep-size", "--expert-parallel-size"),
                           dp_attention=("--enable-dp-attention",), dp_size=("--dp-size", "--data-parallel-size"),
-                          ep_switch=("--enable-ep-moe",)),
+                          ep_switch=("--enable-ep-moe",), step_tokens=("--chunked-prefill-size",)),
     # TGI: --max-batch-size caps the running batch; --max-concurrent-requests only bounds admission (read as a
     # fallback when no batch cap is given).
     "tgi": EngineFlags(tp=("--num-shard",), batch=("--max-batch-size", "--max-concurrent-requests"),
-                       quantization=("--quantize",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",)),
+                       quantization=("--quantize",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",),
+                       step_tokens=("--max-batch-prefill-tokens",)),
     # trtllm-serve has no precision or KV dtype flag (they come from the checkpoint and the options file).
     # trtllm-serve: `--ep_size` (`--ep` in trtllm-bench) and the LLM API options file's `enable_attention_dp: true`
     # (--extra_llm_api_options).
     "tensorrt-llm": EngineFlags(tp=("--tp_size",), batch=("--max_batch_size",), pp=("--pp_size",),
-                                ep=("--ep_size",), option_keys=("enable_attention_dp",), bench_ep=("--ep",)),
+                                ep=("--ep_size",), option_keys=("enable_attention_dp",), bench_ep=("--ep",),
+                                step_tokens=("--max_num_tokens",)),
     "lmdeploy": EngineFlags(tp=("--tp",), batch=("--max-batch-size",), dtype=("--dtype",)),
 }
 
@@ -871,7 +879,7 @@ def _vllm(c: _Ctx) -> EngineLaunch:
     if not c.chunked:
         budget = max(budget, s.max_model_len)  # SchedulerConfig rejects a smaller one without chunked prefill
     budget = max(budget, c.batch)  # and one smaller than max_num_seqs
-    args += ["--max-num-batched-tokens", str(budget)]
+    args += [flags.step_tokens[0], str(budget)]
     default = ("the V1 default (8192 on GPUs of 70 GiB or more other than A100, 2048 otherwise, for vllm serve)"
                if c.line == "0.11" else
                "the V0 default (512 with chunked prefill, else max(max_model_len, 2048))")
@@ -925,12 +933,12 @@ def _sglang(c: _Ctx) -> EngineLaunch:
                      "attention: model_runner.py lines 524-533 in 0.5.2)")
     budget = _step_budget(s)
     if c.chunked and budget is not None:
-        args += ["--chunked-prefill-size", str(budget)]
+        args += [flags.step_tokens[0], str(budget)]
         notes.append(f"--chunked-prefill-size {budget}: the plan's step token budget (a prefill batch takes at most "
                      "this many prompt tokens); set explicitly in place of SGLang's GPU-memory-dependent default "
                      "(2048 / 8192 / 16384)")
     else:
-        args += ["--chunked-prefill-size", "-1"]
+        args += [flags.step_tokens[0], str(STEP_TOKENS_CHUNKING_OFF)]
         notes.append("--chunked-prefill-size -1: chunked prefill off, prompts go whole as the plan simulated")
     prefix_args, prefix_notes = _prefix_caching(c)
     args += prefix_args
@@ -990,7 +998,7 @@ def _tgi(c: _Ctx) -> EngineLaunch:
             raise ValueError(f"TGI needs --max-batch-total-tokens ({c.kv_tokens}) >= --max-total-tokens "
                              f"({s.max_model_len})")
         budget = min(budget, c.kv_tokens)
-    args += ["--max-batch-prefill-tokens", str(budget)]
+    args += [flags.step_tokens[0], str(budget)]
     notes.append(f"--max-batch-prefill-tokens {budget}: the plan's step token budget {planned}"
                  + (f", raised to max_input_tokens {max_input} (TGI {c.line}.x prompts are not split)"
                     if budget > planned else "") + "; TGI's own default is estimated from the model and GPU")
@@ -1022,7 +1030,7 @@ def _trtllm(c: _Ctx) -> EngineLaunch:
     planned = budget
     if not c.chunked:
         budget = max(budget, s.max_model_len)  # without chunking a prompt must fit one step
-    args += ["--max_num_tokens", str(budget)]
+    args += [flags.step_tokens[0], str(budget)]
     notes.append(f"--max_num_tokens {budget}: the plan's step token budget {planned}"
                  + (f", raised to max_seq_len {s.max_model_len} since prompts are not chunked" if budget > planned
                     else "") + "; set explicitly in place of BuildConfig's default")
