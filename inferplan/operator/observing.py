@@ -136,16 +136,20 @@ def _flag(tokens: Sequence[str], names: Sequence[str]) -> str | None:
     return None
 
 
-def _positive_int(text: Any) -> int | None:
+def _integer(text: Any) -> int | None:
     try:
-        value = int(str(text))
+        return int(str(text))
     except ValueError:
         return None
-    return value if value > 0 else None
+
+
+def _positive_int(text: Any) -> int | None:
+    value = _integer(text)
+    return value if value is not None and value > 0 else None
 
 
 _TGI_ENV = ("MODEL_ID", "NUM_SHARD", "QUANTIZE", "DTYPE", "KV_CACHE_DTYPE", "MAX_BATCH_SIZE",
-            "MAX_CONCURRENT_REQUESTS")
+            "MAX_CONCURRENT_REQUESTS", "MAX_BATCH_PREFILL_TOKENS")
 """TGI's launcher takes each of its flags from the environment too (clap `env`: NUM_SHARD is --num-shard), as its
 own docs and Helm charts give them."""
 
@@ -181,7 +185,8 @@ def served_checkpoint(tokens: Sequence[str]) -> Checkpoint | None:
 def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
     """What a Deployment says about the serving fleet: replicas (ready replicas when it has a status), GPU type
     (node selector, required node affinity, or the inferplan.io/gpu-type annotation), and the engine's tensor-
-    parallel size, max batch, precision and KV dtype from the container's arguments (the GPU limit for TGI's TP
+    parallel size, max batch, precision, KV dtype and step token budget (`max_num_batched_tokens`; SGLang's
+    chunking off, `chunked_prefill` False) from the container's arguments (the GPU limit for TGI's TP
     size, whose launcher shards over every GPU it is given; the data-parallel ranks of a pod, and whether its MoE
     layers are expert-parallel: a size above 1 or vLLM's --enable-expert-parallel switch), read by the flags
     of `engine_args.ENGINE_FLAGS`, `engine`'s first (both --flag value and --flag=value).
@@ -273,6 +278,10 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
     if ((ep := _positive_int(_flag(tokens, flag_spellings("ep", engine)))) and ep > 1) or any(
             flag in tokens for flag in flag_spellings("ep_switch", engine)):  # vLLM's --enable-expert-parallel
         found["expert_parallel"] = True
+    if (budget := _integer(_flag(tokens, flag_spellings("step_tokens", engine)))) is not None and budget > 0:
+        found["max_num_batched_tokens"] = budget
+    elif budget is not None:  # SGLang's --chunked-prefill-size -1 (`engine_args.STEP_TOKENS_CHUNKING_OFF`)
+        found["chunked_prefill"] = False
     return found
 
 
@@ -393,6 +402,15 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     pp = from_deployment.get("pipeline_parallel", 1)
     if pp > 1 and values["gpus_per_replica"] % pp == 0:
         values["pipeline_parallel"] = pp
+    # The step token budget (and SGLang's chunking off) the Deployment's engine runs, else the plan's
+    # (engine.maxNumBatchedTokens, else what `inferplan render` writes for it): the prediction's TTFT under load
+    # depends on it.
+    if "max_num_batched_tokens" in from_deployment or "chunked_prefill" in from_deployment:
+        sources["maxNumBatchedTokens"] = "Deployment"
+    else:
+        sources["maxNumBatchedTokens"] = "spec" if req.max_num_batched_tokens is not None else "default"
+    values["max_num_batched_tokens"] = from_deployment.get("max_num_batched_tokens", req.max_num_batched_tokens)
+    values["chunked_prefill"] = from_deployment.get("chunked_prefill")
     return Current(CurrentShape(**values, release=release), name, sources, from_deployment.get("image"),
                    factor_key(req.engine, release, gpu.vendor))
 
@@ -477,19 +495,23 @@ def last_calibrated_at(status: Mapping[str, Any] | None, gpu_type: str | None) -
 
 
 _CHANGE_FIELDS = ("deployment", "image", "gpuType", "replicas", "gpusPerReplica", "maxBatch", "precision",
-                  "kvCacheDtype", "pipelineParallel", "dataParallel", "dataParallelAttention", "expertParallel")
+                  "kvCacheDtype", "pipelineParallel", "dataParallel", "dataParallelAttention", "expertParallel",
+                  "maxNumBatchedTokens", "chunkedPrefill")
 _RECORDED_LATER = ("image", "pipelineParallel", "dataParallel", "dataParallelAttention", "expertParallel")
 """The fields of `status.observed.current` that a status written before they were recorded (or by an API server
 whose CRD prunes them) lacks: their absence alone is no change, else every observation would find one and calibration
 would stop for good."""
+_STEP_FIELDS = ("maxNumBatchedTokens", "chunkedPrefill")
+"""The step budget's fields, left out where None: absent from a status whose `sources` name the budget's source they
+were None (a change where they are not now), from one written before it was recorded unknown (`_RECORDED_LATER`)."""
 
 
 def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, now: str) -> str | None:
     """When an observation first found the current deployment as it is now, if it found it changed: `now` when the
     last observation recorded another one (its Deployment, engine image, GPU type, replicas, GPUs per replica, max
-    batch, precision, KV dtype or rank layout: pipeline stages, data-parallel ranks, data-parallel attention, expert
-    parallelism) or none, else what it recorded. None when nothing was observed before (the first observation cannot
-    tell when the deployment took its shape) or nothing changed since."""
+    batch, precision, KV dtype, rank layout: pipeline stages, data-parallel ranks, data-parallel attention, expert
+    parallelism, or step token budget and chunking) or none, else what it recorded. None when nothing was observed
+    before (the first observation cannot tell when the deployment took its shape) or nothing changed since."""
     observed = (old_status or {}).get("observed")
     if not isinstance(observed, Mapping):
         return None
@@ -500,8 +522,11 @@ def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, n
     now_fields = dict(zip(_CHANGE_FIELDS, (current.deployment, current.image, s.gpu_type, s.replicas,
                                            s.gpus_per_replica, s.max_batch, s.precision, s.kv_cache_dtype,
                                            s.pipeline_parallel, s.data_parallel, s.data_parallel_attention,
-                                           s.expert_parallel), strict=True))
-    for key in _RECORDED_LATER:
+                                           s.expert_parallel, s.max_num_batched_tokens, s.chunked_prefill),
+                          strict=True))
+    sources = before.get("sources")
+    budget_recorded = isinstance(sources, Mapping) and "maxNumBatchedTokens" in sources
+    for key in _RECORDED_LATER if budget_recorded else (*_RECORDED_LATER, *_STEP_FIELDS):
         if key not in before:
             del now_fields[key]
     if any(before.get(key) != value for key, value in now_fields.items()):
@@ -940,6 +965,8 @@ def _observed(outcome: ObserveOutcome, obs: Observation, now: str) -> ObservedSt
             gpus_per_replica=current.shape.gpus_per_replica, max_batch=current.shape.max_batch,
             precision=current.shape.precision, kv_cache_dtype=current.shape.kv_cache_dtype,
             sources=current.sources, image=current.image, engine_release=current.release,
+            max_num_batched_tokens=current.shape.max_num_batched_tokens,
+            chunked_prefill=current.shape.chunked_prefill,
             pipeline_parallel=current.shape.pipeline_parallel,
             data_parallel=current.shape.data_parallel,
             data_parallel_attention=current.shape.data_parallel_attention,

@@ -136,6 +136,14 @@ class CurrentStatus(_Status):
         "factor line and CUDA graphs) and its defaults fill what is not given (maxBatch): the image's tag where the "
         "image is the engine's own published one (sources.engineRelease Deployment), else the plan's engine.version "
         "(spec), else the pinned release (default)."))
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, description=(
+        "The token budget of one engine step (the prefill chunk) the prediction is made for: the Deployment's "
+        "(vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size, TGI --max-batch-prefill-tokens, TensorRT-LLM "
+        "--max_num_tokens; sources.maxNumBatchedTokens Deployment), else the plan's engine.maxNumBatchedTokens "
+        "(spec); absent where neither states one (default: the engine's, as a plan takes it)."))
+    chunked_prefill: bool | None = Field(default=None, description=(
+        "False where the Deployment turns chunked prefill off (SGLang --chunked-prefill-size -1); absent: the "
+        "plan's."))
     pipeline_parallel: int = Field(default=1, ge=1, description="Pipeline stages of a replica.")
     data_parallel: int = Field(default=1, ge=1, description=(
         "Data-parallel ranks of one instance (vLLM's with expert parallelism), each of gpusPerReplica / "

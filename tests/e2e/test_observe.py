@@ -81,7 +81,7 @@ DEPLOYMENT = {
         "spec": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
                  "containers": [{"name": "vllm", "image": "vllm/vllm-openai",
                                  "args": ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "256",
-                                          "--dtype", "bfloat16"],
+                                          "--dtype", "bfloat16", "--max-num-batched-tokens", "2048"],
                                  "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
     "status": {"replicas": 2, "readyReplicas": 2},
 }
@@ -198,10 +198,11 @@ def test_a_matching_deployment_is_observed_and_predicted_accurately(loop: dict[s
                                    "gpusPerReplica": 1, "maxBatch": 256, "precision": "bf16", "kvCacheDtype": "auto",
                                    "image": "vllm/vllm-openai", "engineRelease": "0.11.2", "pipelineParallel": 1,
                                    "dataParallel": 1, "dataParallelAttention": False, "expertParallel": False,
+                                   "maxNumBatchedTokens": 2048,
                                    "sources": {"gpuType": "Deployment", "replicas": "Deployment",
                                                "gpusPerReplica": "Deployment", "maxBatch": "Deployment",
                                                "precision": "Deployment", "kvCacheDtype": "default",
-                                               "engineRelease": "default"}}
+                                               "engineRelease": "default", "maxNumBatchedTokens": "Deployment"}}
     assert set(status["prediction"]["errorRatio"]) == {"ttft", "tpot", "e2e"}
     assert status["recommendation"]["gpuType"] == "H100-SXM5-80GB"
     assert "url" not in json.dumps(status).lower() and loop["prometheus"].url not in json.dumps(status)

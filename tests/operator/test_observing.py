@@ -93,7 +93,7 @@ def test_spec_fields_win_and_defaults_are_marked(req) -> None:
                                          release=req.engine_release)
     assert current.sources == {"gpuType": "Deployment", "replicas": "spec", "maxBatch": "Deployment",
                                "gpusPerReplica": "Deployment", "precision": "default", "kvCacheDtype": "default",
-                               "engineRelease": "default"}
+                               "engineRelease": "default", "maxNumBatchedTokens": "default"}
 
 
 def test_without_a_gpu_type_the_error_says_what_to_set(req) -> None:
@@ -398,7 +398,7 @@ def test_an_observation_is_read_in_one_step_and_assessed_in_another_process(engi
 @pytest.mark.parametrize("engine", sorted(ENGINE_FLAGS))
 def test_the_deployment_the_planner_wrote_reads_back_as_planned(engine: str) -> None:
     """engine_launch writes and read_deployment reads one table (engine_args.ENGINE_FLAGS): a Deployment
-    started with the recommendation's arguments reads back with its tensor-parallel size and batch."""
+    started with the recommendation's arguments reads back with its tensor-parallel size, batch and step budget."""
     from inferplan.planner.search.plan import plan
 
     data = yaml.safe_load(EXAMPLE.read_text())
@@ -408,6 +408,8 @@ def test_the_deployment_the_planner_wrote_reads_back_as_planned(engine: str) -> 
     assert c is not None and c.gpus_per_replica == 2
     found = read_deployment(vllm_deployment(c.engine_args, gpus="8"), engine)
     assert (found["gpus_per_replica"], found["max_batch"]) == (2, c.max_batch)
+    written = [c.engine_args[i + 1] for i, flag in enumerate(c.engine_args) if flag in ENGINE_FLAGS[engine].step_tokens]
+    assert found.get("max_num_batched_tokens") == (int(written[0]) if written else None)
 
 
 def test_a_pipelined_replica_reads_back_with_all_its_stages() -> None:
@@ -1259,3 +1261,103 @@ def test_intervals_of_the_current_release_line_do_not_judge_a_deployment_on_an_o
     message = _accurate(v0)[2]
     assert "maxErrorRatio 25%" in message and "older line vllm-v0" in message
     assert "intervalMs" not in v0["prediction"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Predicted with the step token budget the Deployment runs
+
+TGI_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.7"
+
+
+@pytest.mark.parametrize(("engine", "args", "env", "found"), [
+    ("vllm", ["--max-num-batched-tokens", "512"], {}, {"max_num_batched_tokens": 512}),
+    ("vllm", ["--max_num_batched_tokens=512"], {}, {"max_num_batched_tokens": 512}),
+    ("sglang", ["--chunked-prefill-size", "512"], {}, {"max_num_batched_tokens": 512}),
+    ("sglang", ["--chunked-prefill-size", "-1"], {}, {"chunked_prefill": False}),
+    ("tgi", ["--max-batch-prefill-tokens", "512"], {}, {"max_num_batched_tokens": 512}),
+    ("tgi", [], {"MAX_BATCH_PREFILL_TOKENS": "512"}, {"max_num_batched_tokens": 512}),
+    ("tgi", ["--max-batch-prefill-tokens", "1024"], {"MAX_BATCH_PREFILL_TOKENS": "512"},
+     {"max_num_batched_tokens": 1024}),
+    ("tensorrt-llm", ["--max_num_tokens", "512"], {}, {"max_num_batched_tokens": 512}),
+    ("vllm", ["--max-num-seqs", "64"], {}, {}),
+])
+def test_each_engines_step_budget_is_read(engine: str, args: list[str], env: dict[str, str],
+                                          found: dict[str, object]) -> None:
+    body = vllm_deployment(args)
+    if engine == "tgi":
+        container = body["spec"]["template"]["spec"]["containers"][1]
+        container["image"] = TGI_IMAGE
+        container["env"] = [{"name": name, "value": value} for name, value in env.items()]
+    read = read_deployment(body, engine)
+    assert {key: read[key] for key in ("max_num_batched_tokens", "chunked_prefill") if key in read} == found
+
+
+def test_a_deployment_is_predicted_with_the_step_budget_it_runs(req) -> None:
+    """The engine's step token budget had not been read from a Deployment: one chunking prompts at 512 tokens
+    (`--max-num-batched-tokens 512`) was predicted at the plan's budget (2048 for vLLM, as `inferplan render` writes
+    it), its TTFT under load as for chunks four times its own, and judged and calibrated against that. It is now
+    predicted as a plan stating engine.maxNumBatchedTokens 512 is, and the status says the budget is the
+    Deployment's."""
+    from inferplan.operator.observing import Measured
+
+    assert req.max_num_batched_tokens is None
+    plain = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256"]), req)
+    assert (plain.shape.max_num_batched_tokens, plain.sources["maxNumBatchedTokens"]) == (None, "default")
+    body = vllm_deployment(["--max-num-seqs", "256", "--max-num-batched-tokens", "512"])
+    current = resolve_current({"deployment": "llama"}, body, req)
+    assert (current.shape.max_num_batched_tokens, current.sources["maxNumBatchedTokens"]) == (512, "Deployment")
+    small = predict_current(req, current.shape)
+    assert small.latency["ttft"][0.95] > 1.5 * predict_current(req, plain.shape).latency["ttft"][0.95]
+    stated = dataclasses.replace(req, max_num_batched_tokens=512)
+    assert small == predict_current(stated, plain.shape)
+    # A plan stating a budget: a Deployment that states none is predicted with it (spec), one that states another
+    # with its own.
+    given = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256"]), stated)
+    assert (given.shape.max_num_batched_tokens, given.sources["maxNumBatchedTokens"]) == (512, "spec")
+    body8k = vllm_deployment(["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"])
+    assert resolve_current({"deployment": "llama"}, body8k, stated).shape.max_num_batched_tokens == 8192
+    # Through an observation: the prediction is the Deployment's, and the status records the budget and its source.
+    observation = _observation(small)
+    outcome = assess(Measured(ObserveOutcome("main", "5m", observation, current=current, settings=_settings()), req),
+                     None, now=_window_end(0))
+    observed_req = dataclasses.replace(stated, rate_rps=observation.requests_per_second,
+                                       prompt_mean=observation.prompt_mean, output_mean=observation.output_mean)
+    assert outcome.prediction == predict_current(observed_req, plain.shape)
+    recorded = observe_status({"conditions": []}, outcome, now=_window_end(0), generation=1)["observed"]["current"]
+    assert (recorded["maxNumBatchedTokens"], recorded["sources"]["maxNumBatchedTokens"]) == (512, "Deployment")
+
+
+def test_sglang_with_chunking_off_is_predicted_as_a_plan_without_chunking(req) -> None:
+    """SGLang's `--chunked-prefill-size -1` (what `inferplan render` writes for engine.chunkedPrefill false) sends
+    prompts whole: the Deployment is predicted as a plan with chunked prefill off, whatever the plan says."""
+    sglang = dataclasses.replace(req, engine="sglang")
+    body = vllm_deployment(["--max-running-requests", "256", "--chunked-prefill-size", "-1"])
+    current = resolve_current({"deployment": "llama"}, body, sglang)
+    assert (current.shape.chunked_prefill, current.sources["maxNumBatchedTokens"]) == (False, "Deployment")
+    chunked = dataclasses.replace(current.shape, chunked_prefill=None)
+    whole = predict_current(sglang, current.shape)
+    assert whole == predict_current(dataclasses.replace(sglang, chunked_prefill=False), chunked)
+    assert whole != predict_current(sglang, chunked)
+
+
+def test_a_changed_step_budget_is_a_change_of_the_deployment(req) -> None:
+    """A Deployment whose budget is edited runs another deployment: windows reaching back before the edit hold the
+    old budget's latencies (`changedAt`). A status written before the budget was recorded finds no change."""
+    from inferplan.operator.observing import Measured, current_changed_at
+
+    def current_with(*budget: str):
+        body = vllm_deployment(["--max-num-seqs", "256", *budget])
+        return resolve_current({"deployment": "llama"}, body, req)
+
+    before = current_with("--max-num-batched-tokens", "2048")
+    outcome = assess(Measured(ObserveOutcome("main", "5m", _observation(predict_current(req, before.shape)),
+                                             current=before, settings=_settings()), req), None, now=_window_end(0))
+    status = observe_status({"conditions": []}, outcome, now=_window_end(0), generation=1)
+    now = _window_end(1)
+    assert current_changed_at(status, before, now) is None
+    assert current_changed_at(status, current_with("--max-num-batched-tokens", "512"), now) == now
+    assert current_changed_at(status, current_with(), now) == now  # the flag removed: the plan's budget now
+    older = copy.deepcopy(status)
+    del older["observed"]["current"]["maxNumBatchedTokens"], older["observed"]["current"]["sources"][
+        "maxNumBatchedTokens"]
+    assert current_changed_at(older, current_with("--max-num-batched-tokens", "512"), now) is None

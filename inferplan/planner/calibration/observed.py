@@ -2,7 +2,7 @@
 
 Like is compared with like: the prediction is made for the *observed* workload (rate and mean lengths measured
 over the window) on the *current* deployment (GPU type, replicas, tensor-parallel size, precision, KV dtype,
-batch cap), not for the plan's declared workload or its recommendation.
+batch cap, step token budget), not for the plan's declared workload or its recommendation.
 
 Observed latency quantiles come from engine histograms, so each is only known to lie in a bucket
 (`low`, `high`]; the interpolated value can be off by up to the bucket's width. The error ratio reported is
@@ -45,6 +45,8 @@ class CurrentShape:
     pipeline_parallel: int = 1             # stages; gpus_per_replica counts all of them
     data_parallel: int = 1                 # vLLM's ranks with expert parallelism, each max_batch (per_rank_batches)
     release: str | None = None             # the engine release it runs (None: the plan's, as a plan is predicted)
+    max_num_batched_tokens: int | None = None  # its step token budget (None: the plan's, `running_request`)
+    chunked_prefill: bool | None = None    # chunked prefill on or off (None: the plan's)
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,22 @@ class CurrentPrediction:
     overloaded: bool
 
 
+def running_request(req: PlanRequest, shape: CurrentShape) -> PlanRequest:
+    """`req` with the step token budget and chunking `shape` runs with where it states them, so that the engine
+    settings built from it (`deployment_of`) are the running deployment's, as a plan stating them would be."""
+    return dataclasses.replace(
+        req,
+        max_num_batched_tokens=req.max_num_batched_tokens if shape.max_num_batched_tokens is None
+        else shape.max_num_batched_tokens,
+        chunked_prefill=req.chunked_prefill if shape.chunked_prefill is None else shape.chunked_prefill,
+    )
+
+
 def predict_current(req: PlanRequest, shape: CurrentShape, factors: FactorSet | None = None) -> CurrentPrediction:
     """Predict `shape` serving `req`'s workload (spread evenly over its replicas), as the search would, run by
-    `shape.release` where it names one (`deployment_of`)."""
+    `shape.release` where it names one (`deployment_of`) with its step budget and chunking (`running_request`)."""
     factors = factors or load_factors()
+    req = running_request(req, shape)
     deployment = deployment_of(req, shape, factors, shape.data_parallel, shape.release)  # type: ignore[arg-type]
     hw = deployment.hardware
     p, o = req.prompt_mean, req.output_mean
