@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 
 from inferplan.planner.calibration.predict import WEIGHT_SPELLINGS, predict_scenarios
-from inferplan.planner.calibration.scenarios import ENGINES, Load, Scenario, parse_scenario_line
+from inferplan.planner.calibration.scenarios import ENGINES, KV_SPELLINGS, Load, Scenario, parse_scenario_line
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "docs" / "scenarios.md").read_text(encoding="utf-8")
@@ -62,3 +62,17 @@ def test_the_weight_spellings_the_doc_quotes_read_as_it_says() -> None:
     assert several is not None
     for spelt in re.findall(r"`([a-z0-9_-]+)`", several.group(1)):
         assert len(WEIGHT_SPELLINGS[spelt]) > 1
+
+
+def test_the_kv_cache_spellings_the_doc_quotes_read_as_it_says() -> None:
+    """Each KV spelling the doc quotes (`fp8_e4m3` ... are `fp8`, `bfloat16` is `bf16`) is in `KV_SPELLINGS` with
+    that value, and a line of the bundled example spelling it so is read as it."""
+    sentence = " ".join(DOC.split("A `kv_cache` that spells", 1)[1].split("any other value", 1)[0].split())
+    quoted = re.findall(r"((?:`[a-z0-9_]+`(?: and )?)+) (?:are|is) `([a-z0-9]+)`", sentence)
+    spelt = {name: value for names, value in quoted for name in re.findall(r"`([a-z0-9_]+)`", names)}
+    assert set(spelt) == {"fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"}
+    line = json.loads(EXAMPLE.read_text(encoding="utf-8").splitlines()[0])
+    for name, value in spelt.items():
+        assert KV_SPELLINGS[name] == value
+        row = parse_scenario_line(json.dumps(line | {"kv_cache": name}), 1)
+        assert isinstance(row, Scenario) and row.kv_cache == value

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from inferplan.planner.names import normalize_name
 
 METRIC_UNITS: dict[str, str] = {
     "decode_tps_single": "tokens/s/stream",
@@ -49,6 +51,17 @@ MAX_TOKENS = 10**8  # tokens of a request, a context or a step
 PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 NonNegativeTokens = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
+
+KvCache = Literal["fp16", "bf16", "fp8", "auto"]
+# Common spellings of a `kv_cache` value, each of one meaning, read as that value (case and separators ignored), as
+# `predict.WEIGHT_SPELLINGS` reads the weights': vLLM's and SGLang's --kv-cache-dtype name the FP8 element format
+# (`fp8_e4m3`, `fp8_e5m2`), torch names the 16-bit dtypes. Each is a byte or two a KV element, as its value's.
+KV_SPELLINGS: dict[str, str] = {
+    "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+}
+_KV_KEYS = {normalize_name(spelt): value for spelt, value in
+            {**{value: value for value in get_args(KvCache)}, **KV_SPELLINGS}.items()}
 
 
 class _Strict(BaseModel):
@@ -122,7 +135,7 @@ class Scenario(_Strict):
     engine: Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "lmdeploy", "mlc-llm", "exllama", "tgi"] | None
     engine_version: str | None
     weights: str
-    kv_cache: Literal["fp16", "bf16", "fp8", "auto"]
+    kv_cache: KvCache
     input_tokens: NonNegativeTokens | None
     output_tokens: NonNegativeTokens | None
     dataset: str | None
@@ -146,6 +159,12 @@ class Scenario(_Strict):
         if metric is not None and METRIC_UNITS[metric] != unit:
             raise ValueError(f"unit {unit!r} does not match metric {metric!r} (expected {METRIC_UNITS[metric]!r})")
         return unit
+
+    @field_validator("kv_cache", mode="before")
+    @classmethod
+    def _kv_spelling(cls, kv_cache: object) -> object:
+        # A spelling of one value is that value (`KV_SPELLINGS`); anything else is left to the enum to refuse.
+        return _KV_KEYS.get(normalize_name(kv_cache), kv_cache) if isinstance(kv_cache, str) else kv_cache
 
     @field_validator("includes_prefill")
     @classmethod

@@ -193,6 +193,25 @@ def test_a_load_without_its_num_prompts_key_is_a_bad_line(load: dict[str, Any]) 
     assert isinstance(stated, Scenario) and stated.load.num_prompts is None  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(("spelt", "value"), [
+    ("fp8_e4m3", "fp8"), ("fp8_e5m2", "fp8"), ("FP8_E4M3", "fp8"), ("float8_e4m3fn", "fp8"), ("bfloat16", "bf16"),
+    ("float16", "fp16"), ("BF16", "bf16"), ("fp8", "fp8"), ("auto", "auto"),
+])
+def test_a_kv_cache_spelt_as_the_engines_spell_it_is_read_as_the_value_it_means(spelt: str, value: str) -> None:
+    """vLLM's and SGLang's --kv-cache-dtype write the FP8 element format (`fp8_e4m3`, `fp8_e5m2`) and torch writes
+    `bfloat16`: each means one value of the format, so a line spelling it so is read as that value, as its weights'
+    spellings are (`predict.WEIGHT_SPELLINGS`), not lost as a bad line."""
+    row = parse_scenario_line(_mutated(_set("kv_cache", spelt)), 3)
+    assert isinstance(row, Scenario), row
+    assert row.kv_cache == value
+
+
+@pytest.mark.parametrize("spelt", ["int8", "fp4", "fp8_e4m3_something", "", "e4m3"])
+def test_a_kv_cache_that_spells_no_value_is_still_a_bad_line(spelt: str) -> None:
+    error = parse_scenario_line(_mutated(_set("kv_cache", spelt)), 3)
+    assert isinstance(error, ScenarioError) and error.field == "kv_cache", error
+
+
 def test_unit_error_message_gives_the_expected_unit() -> None:
     error = parse_scenario_line(_mutated(_set("unit", "ms")), 2)
     assert isinstance(error, ScenarioError)
