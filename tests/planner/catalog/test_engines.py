@@ -17,6 +17,7 @@ from inferplan.planner.catalog.engines import (
     engine_of_line,
     engine_profile,
     factor_key,
+    parse_version,
     weight_format_problem,
 )
 from inferplan.planner.catalog.precisions import WEIGHT_PRECISIONS
@@ -56,6 +57,24 @@ def test_a_measurement_without_a_version_is_on_the_line_current_when_its_source_
     assert factor_key("vllm", "0.11.0", published=date(2024, 11, 1)) == "vllm"  # a stated version wins
     assert factor_key("tensorrt-llm", None, "nvidia", date(2025, 6, 1)) == "tensorrt-llm-v0"
     assert factor_key("vllm", None, "amd", date(2024, 11, 1)) == "vllm-v0-rocm"
+
+
+@pytest.mark.parametrize(("text", "version"), [
+    ("MLPerf Inference v5.1", None), ("MLPerf v4.1", None), ("mlperf-inference-v5.0", None),
+    ("MLPerf Inference: Datacenter v4.1", None), ("inference_results_v5.0", None),
+    ("MLPerf Inference v5.1, TensorRT-LLM 0.17.0", (0, 17, 0)), ("MLPerf Inference v5.1 (closed), vLLM 0.10.1",
+                                                                  (0, 10, 1)),
+])
+def test_an_mlperf_round_is_not_the_engines_release(text: str, version: tuple[int, ...] | None) -> None:
+    """`MLPerf Inference v5.1` was read as release 5.1: an `engine_version` naming the round a run was submitted to
+    (as MLPerf results name their versions) put it on the engine's newest line whatever release it ran."""
+    assert parse_version(text) == version
+
+
+def test_a_run_of_an_mlperf_round_without_its_engines_release_is_on_the_line_of_its_date() -> None:
+    # MLPerf Inference v4.1 (August 2024) ran TensorRT-LLM 0.x builds: the built-engine line, as its date says.
+    assert factor_key("tensorrt-llm", "MLPerf Inference v4.1", "nvidia", date(2024, 8, 28)) == "tensorrt-llm-v0"
+    assert factor_key("vllm", "MLPerf Inference v4.1", published=date(2024, 8, 28)) == "vllm-v0"
 
 
 GIB = 2**30
