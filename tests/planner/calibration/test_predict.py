@@ -94,6 +94,17 @@ def test_a_line_naming_a_variant_of_a_catalogued_model_is_predicted_as_that_mode
         assert theirs.skipped is None and theirs.predicted == ours.predicted, name
 
 
+def test_a_line_naming_deepseek_v31_terminus_is_predicted_as_deepseek_v3() -> None:
+    # The V3.1 update's card states V3's structure: its lines were refused as an unknown model.
+    v3 = example("tpot_ms_p50", id="v3", model="deepseek-ai/DeepSeek-V3", gpu="NVIDIA-H200", gpus=8, tensor_parallel=8,
+                 engine="sglang", engine_version="0.5.2", weights="fp8")
+    terminus = example("tpot_ms_p50", **{**v3.model_dump(include={"gpu", "gpus", "tensor_parallel", "engine",
+                                                                  "engine_version", "weights"}),
+                                         "id": "terminus", "model": "deepseek-ai/DeepSeek-V3.1-Terminus"})
+    ours, theirs = predict_scenarios([v3, terminus])
+    assert theirs.skipped is None and theirs.predicted == ours.predicted
+
+
 @pytest.mark.parametrize(("name", "published"), [
     ("google/gemma-3-12b-it", 12e9), ("microsoft/Phi-3-medium-4k-instruct", 14e9),
 ])

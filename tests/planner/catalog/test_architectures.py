@@ -760,6 +760,13 @@ def test_deepseek_v31_is_an_alias_of_v3() -> None:
     assert resolve_model("deepseek-ai/DeepSeek-V3.1") is resolve_model("deepseek-ai/DeepSeek-V3")
 
 
+def test_deepseek_v31_terminus_is_an_alias_of_v3() -> None:
+    """DeepSeek-V3.1-Terminus, an update of V3.1 whose model card states DeepSeek-V3's structure, was an unknown model:
+    a plan or a scenario line naming it was refused."""
+    assert resolve_model("deepseek-ai/DeepSeek-V3.1-Terminus") is resolve_model("deepseek-ai/DeepSeek-V3")
+    assert "https://huggingface.co/deepseek-ai/DeepSeek-V3.1-Terminus" in resolve_model("deepseek-v3").sources
+
+
 LLAMA4_TEXT = {
     "num_hidden_layers": 8, "hidden_size": 512, "intermediate_size": 256, "intermediate_size_mlp": 1024,
     "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000,

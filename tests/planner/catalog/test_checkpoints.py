@@ -299,6 +299,9 @@ def test_a_model_named_beside_its_architecture_is_loaded_from_its_own_repository
     assert "deepseek-ai/DeepSeek-V3" in r1.note
     v3 = checkpoint_for("deepseek-ai/DeepSeek-V3", "fp8", "sglang")
     assert isinstance(v3, Checkpoint) and v3.repo == "deepseek-ai/DeepSeek-V3"
+    terminus = checkpoint_for("deepseek-ai/DeepSeek-V3.1-Terminus", "fp8", "sglang")  # an alias of V3 as V3.1 is
+    assert isinstance(terminus, Checkpoint) and terminus.repo == "deepseek-ai/DeepSeek-V3.1-Terminus"
+    assert (terminus.format, terminus.online) == ("native", False)  # its published FP8, not quantised at load
 
 
 # -- NVFP4, AMD Quark and models beside their architecture (issue 35) ------------------------------------------------
