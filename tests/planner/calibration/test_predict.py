@@ -16,6 +16,7 @@ from inferplan.planner.calibration.predict import (
     engine_settings,
     predict_scenarios,
     replica_layout,
+    row_checkpoint,
     slo_limits,
     stated_eos_cap,
     stated_precision,
@@ -92,6 +93,24 @@ def test_a_line_naming_a_variant_of_a_catalogued_model_is_predicted_as_that_mode
         variant = example("tpot_ms_p50", id="variant-row", model=name)
         ours, theirs = predict_scenarios([base, variant])
         assert theirs.skipped is None and theirs.predicted == ours.predicted, name
+
+
+def test_a_line_naming_nvidias_llama4_maverick_checkpoints_is_predicted_in_their_format() -> None:
+    """NVIDIA's ModelOpt FP8 and NVFP4 Maverick repositories were unknown to the catalog: a line naming the FP4 one
+    with `weights` fp4 was refused (nothing settled NVFP4 or MXFP4), and on an H200, which has no FP4 tensor cores,
+    it was predicted. The FP4 repository settles fp4 as NVFP4 on a B200 and is refused on an H200."""
+    def line(model: str, gpu: str, weights: str) -> Scenario:
+        return example("output_tps_total", id=f"{gpu}-{weights}".lower(), model=model, gpu=gpu, gpus=8,
+                       tensor_parallel=8, engine="tensorrt-llm", engine_version="1.0.0", weights=weights,
+                       kv_cache="auto", gpu_memory_utilization=None, max_model_len=None, notes="")
+    fp4 = "nvidia/Llama-4-Maverick-17B-128E-Instruct-FP4"
+    spelt, written, hopper = predict_scenarios([line(fp4, "B200", "fp4"), line(fp4, "B200", "nvfp4"),
+                                                line(fp4, "NVIDIA-H200", "nvfp4")])
+    assert spelt.skipped is None and written.skipped is None and spelt.predicted == written.predicted
+    assert hopper.skipped is not None and "blackwell" in hopper.skipped
+    fp8 = line("nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8", "NVIDIA-H200", "fp8")
+    assert row_checkpoint(fp8) == "nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8"
+    assert predict_scenarios([fp8])[0].skipped is None
 
 
 def test_a_line_naming_deepseek_v31_terminus_is_predicted_as_deepseek_v3() -> None:

@@ -34,8 +34,10 @@ PENDING_FORMATS: set[str] = set()  # the NVFP4 and AMD Quark formats came with t
 PENDING_REPOS: set[str] = set()
 PENDING_KV: set[str] = set()
 # Repositories the catalog holds from sources of its own, not (yet) in the facts: Meta's FP8 Llama 3.1 405B, whose
-# layout is the Llama 3 paper's (section 6.2) and whose weights dstack measured.
-OWN_REPOS = {"meta-llama/Llama-3.1-405B-Instruct-FP8", "meta-llama/Llama-3.1-405B-FP8"}
+# layout is the Llama 3 paper's (section 6.2) and whose weights dstack measured; NVIDIA's
+# ModelOpt FP8 and NVFP4 Llama 4 Maverick, which the facts read no source for (their notes list what is unverified).
+OWN_REPOS = {"meta-llama/Llama-3.1-405B-Instruct-FP8", "meta-llama/Llama-3.1-405B-FP8",
+             "nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8", "nvidia/Llama-4-Maverick-17B-128E-Instruct-FP4"}
 FORMATS = {"native", "modelopt-fp8", "compressed-tensors-fp8", "compressed-tensors-int8", "autofp8", "fp8-block",
            "awq", "gptq", "modelopt-nvfp4", "compressed-tensors-nvfp4", "quark-fp8", "quark-mxfp4", "fbgemm-fp8",
            "compressed-tensors-w4a16"}
@@ -336,6 +338,7 @@ def test_sibling_repositories_agree_with_catalog_facts() -> None:
     ("meta-llama/Llama-3.3-70B-Instruct", "tensorrt-llm", "nvidia/Llama-3.3-70B-Instruct-FP4"),
     ("llama-4-scout", "vllm", "RedHatAI/Llama-4-Scout-17B-16E-Instruct-NVFP4"),  # the repo whose source names vLLM
     ("llama-4-scout", "tensorrt-llm", "nvidia/Llama-4-Scout-17B-16E-Instruct-FP4"),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "tensorrt-llm", "nvidia/Llama-4-Maverick-17B-128E-Instruct-FP4"),
 ])
 def test_nvfp4_checkpoint_is_the_named_models_own(model: str, engine: str, repo: str) -> None:
     chosen = checkpoint_for(model, "nvfp4", engine)
