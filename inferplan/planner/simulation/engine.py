@@ -89,6 +89,7 @@ class _StepModel:
         # A decode replica of a disaggregated deployment receives prompts already computed (their KV sent by a
         # prefill replica): a prompt then passes through a step as one token, not as its length.
         self.prompts_computed = False
+        self._outside: dict[int, list[float]] = {}
 
     def _windowed(self, context: float) -> float:
         return min(context, self.window) if self.window > 0 else context
@@ -121,9 +122,7 @@ class _StepModel:
         big, small = (memory, compute) if memory >= compute else (compute, memory)
         stage = big + self.overlap * small + self.allreduce_latency_s + self.allreduce_token_s * tokens \
             + self.knee_token_s * min(tokens, self.knee_tokens)
-        if self.moe:
-            stage += self.moe_floor_s + self.experts_s * (1.0 - self.miss**tokens) + self.expert_token_s * tokens
-        return stage
+        return stage + self.moe_s(tokens)  # without experts + 0.0, which leaves the (non-negative) stage as it is
 
     def decode_only(self, batch: int, context: float) -> float:
         """A decode-only step of `batch` sequences as it runs, drafts included (with MTP: before the charge per
@@ -132,6 +131,23 @@ class _StepModel:
         if self.mtp:
             stage += self.draft * self._stage(batch, context, 0.0, 0.0, 1.0)
         return self.pp * stage + self.step_overhead_s + self.sequence_overhead_s * batch + self.eager(batch)
+
+    def outside_s(self, sizes: int) -> list[float]:
+        """Per decode batch size below `sizes`, a decode step's time outside the roofline (all-reduces, the fused MoE
+        layers, overheads), so that the event loop's decode step costs a dozen float operations. Made once per model
+        and size: every replica of a run reads the same list (it is never written)."""
+        outside = self._outside.get(sizes)
+        if outside is None:
+            outside = self._outside[sizes] = [
+                self.pp * (self.allreduce_latency_s + self.allreduce_token_s * b
+                           + self.knee_token_s * min(b, self.knee_tokens) + self.moe_s(b))
+                + self.step_overhead_s + self.sequence_overhead_s * b + self.eager(b) for b in range(sizes)]
+        return outside
+
+    def moe_s(self, tokens: float) -> float:
+        """What the fused MoE layers add to a stage of `tokens` tokens (0 without experts)."""
+        return (self.moe_floor_s + self.experts_s * (1.0 - self.miss**tokens) + self.expert_token_s * tokens
+                if self.moe else 0.0)
 
     def eager(self, batch: float) -> float:
         """What running a step of `batch` decoding sequences eagerly adds: `eager_step_s` above the graphs' batch."""
@@ -227,34 +243,14 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     computed = model.prompts_computed
     window = model.window if model.window > 0 else inf
     mtp, verify, emitted = model.mtp, model.verify, model.emitted
-    # Per decode batch size: the time outside the roofline (all-reduces, the fused MoE layers, overheads), so that
-    # a decode step costs a dozen float operations. A decoding sequence holds at least two tokens of KV, which
-    # bounds the batch too.
-    sizes = range(min(max_batch, kv_cap // 2) + 1)
-
-    def moe_s(tokens: float) -> float:
-        return moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens if moe else 0.0
-
+    # A decoding sequence holds at least two tokens of KV, which bounds the batch too.
+    outside = model.outside_s(min(max_batch, kv_cap // 2) + 1)
     policy = policy or Scheduling()
     # Multi-step scheduling: the scheduler runs once per `multi` decode steps (from the last prompt step on), so
     # a run of decode steps admits new requests only at its end (its CPU time is charged per step as without it).
     multi = policy.steps_per_schedule
     last_sched = 0
-    outside = [pp * (allreduce_s + allreduce_token_s * b + knee_token_s * min(b, knee_tokens) + moe_s(b))
-               + step_overhead_s + sequence_overhead_s * b + (eager_step_s if b > graph_max_batch else 0.0)
-               for b in sizes]
     heappush, heappop = heapq.heappush, heapq.heappop
-
-    def jump_step(b: int, c: float, k: int) -> float:
-        """A decode step's time at batch `b` over a jump of `k` steps from mean context `c`: the step at the jump's
-        mean context (exact where the step is linear in it)."""
-        m = c + (k - 1) / 2.0
-        if mtp:  # charged per token emitted (`_StepModel.decode_only`)
-            return model.decode_only(b, m) / emitted
-        w = m if m < window else window
-        memory = weights_s + b * (kv_full_s * m + kv_window_s * w)
-        compute = b * decode_s
-        return pp * (memory + overlap * compute if memory >= compute else compute + overlap * memory) + outside[b]
 
     mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
     estimate = policy.estimate_output
@@ -320,7 +316,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 compute = new * req[4]
             step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
                          + allreduce_s + allreduce_token_s * tokens
-                         + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens) + moe_s(tokens)) \
+                         + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)
+                         + (moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens if moe else 0.0)) \
                 + step_overhead_s + sequence_overhead_s * (b + 1) + (eager_step_s if b > graph_max_batch else 0.0)
             end = now + step
             if end > t_limit:
@@ -452,7 +449,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     elif tokens < 1:
                         tokens = 1
                     stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
-                    stage += moe_s(tokens)
+                    stage += moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens if moe else 0.0
                     step = pp * (stage + allreduce_s + allreduce_token_s * tokens
                                  + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
                         + step_overhead_s + sequence_overhead_s * (b + finishing) \
@@ -517,20 +514,36 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         next_finish = heap[0][0] if heap else inf
                         continue
                 c = context_sum / b
-                to_schedule = multi - (counter - last_sched) % multi  # decode steps to the scheduler's next run
-                if multi > 1 and queue and to_schedule < k:
-                    k = to_schedule  # the waiting requests are scheduled there
-                step = jump_step(b, c, k)
-                if next_arrival < inf and not queue and n_running < max_batch \
-                        and kv_used + pending[0][2] + 1 + b <= kv_cap:
-                    # The next arrival could join: stop at the first step boundary after it (with multi-step
-                    # scheduling, at the first run of the scheduler after it).
+                if multi > 1:
+                    to_schedule = multi - (counter - last_sched) % multi  # decode steps to the scheduler's next run
+                    if queue and to_schedule < k:
+                        k = to_schedule  # the waiting requests are scheduled there
+                # The next arrival could join: then the jump stops at the first step boundary after it (with
+                # multi-step scheduling, at the first run of the scheduler after it), found with the step of the
+                # whole jump, and its step is worked out again for the shorter jump (the second pass).
+                joins = next_arrival < inf and not queue and n_running < max_batch \
+                    and kv_used + pending[0][2] + 1 + b <= kv_cap
+                while True:
+                    # The step at the jump's mean context (exact where the step is linear in it), inlined here as
+                    # a call per jump costs more than its arithmetic.
+                    m = c + (k - 1) / 2.0
+                    if mtp:  # charged per token emitted (`_StepModel.decode_only`)
+                        step = model.decode_only(b, m) / emitted
+                    else:
+                        w = m if m < window else window
+                        memory = weights_s + b * (kv_full_s * m + kv_window_s * w)
+                        compute = b * decode_s
+                        step = pp * (memory + overlap * compute if memory >= compute
+                                     else compute + overlap * memory) + outside[b]
+                    if not joins:
+                        break
+                    joins = False
                     k_arrival = ceil((next_arrival - now) / step)
                     if multi > 1:
                         k_arrival = to_schedule + max(ceil((k_arrival - to_schedule) / multi), 0) * multi
-                    if k_arrival < k:
-                        k = k_arrival if k_arrival > 0 else 1
-                        step = jump_step(b, c, k)
+                    if k_arrival >= k:
+                        break
+                    k = k_arrival if k_arrival > 0 else 1
                 duration = k * step
                 end = now + duration
                 if end > t_limit:
