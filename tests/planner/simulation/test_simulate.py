@@ -3,6 +3,7 @@ agreement with the analytic single-stream model."""
 
 from __future__ import annotations
 
+import gc
 import heapq
 import json
 import math
@@ -125,6 +126,19 @@ def test_same_seed_same_result_other_seed_differs() -> None:
     np.testing.assert_array_equal(a.ttft_s, b.ttft_s)
     assert a.preemptions == b.preemptions
     assert not np.array_equal(a.e2e_s, c.e2e_s)
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it() -> None:
+    workload = busy_workload(3, requests=200)
+    assert gc.isenabled()
+    simulate(HW, workload, max_batch=32, kv_tokens=20_000)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        simulate(HW, workload, max_batch=32, kv_tokens=20_000, router="least_outstanding")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
