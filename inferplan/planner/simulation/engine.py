@@ -280,7 +280,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     series_t: list[float] = []
     series_q: list[int] = []
     series_kv: list[int] = []
-    sample_s = sample_at = 0.0
+    sample_s = 0.0
+    sample_at = 0.0 if series_points else inf  # 0 points: no series, no step sampled
 
     t_limit = yield inf
     next_arrival = pending[0][1] if pending else inf

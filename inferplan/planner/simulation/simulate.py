@@ -338,6 +338,8 @@ def simulate(
     `ROUTERS`); a random router draws from `route_seed`. `stages` > 1 (random or round robin): each `stages`
     consecutive replicas are the pipeline stages of one replica, which the router picks and whose stages take its
     requests in turn (`routed`).
+    `series_points`: the queue and KV series per replica keeps 2 x that many rows at most (`TimeSeries`; 0: none,
+    and no step is sampled).
     `policy`: how the engine fills a step (`Scheduling`; default vLLM V1's). `clients` > 0: a closed loop
     of that many clients on one replica (each sends its next request, the next one of the workload, when
     its last one completes; the workload's arrival times count only for the first `clients` requests, and

@@ -193,6 +193,19 @@ def test_queue_length_counts_only_requests_that_arrived() -> None:
     assert all(s.kv_tokens.max() > 0 for s in r.series)
 
 
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_a_run_without_series_gives_the_same_figures(router: str) -> None:
+    workload = busy_workload(5, requests=1500)
+    kept = simulate(HW, workload, replicas=2, max_batch=32, kv_tokens=20_000, router=router)
+    none = simulate(HW, workload, replicas=2, max_batch=32, kv_tokens=20_000, router=router, series_points=0)
+    assert all(len(s.t_s) == len(s.queue_length) == len(s.kv_tokens) == 0 for s in none.series)
+    assert all(len(s.t_s) > 0 for s in kept.series)
+    for field in ("ttft_s", "tpot_s", "e2e_s", "replica", "preempted", "busy_s", "kv_tokens_max"):
+        np.testing.assert_array_equal(getattr(kept, field), getattr(none, field))
+    assert (kept.preemptions, kept.generated_tokens, kept.duration_s) == (none.preemptions, none.generated_tokens,
+                                                                        none.duration_s)
+
+
 def test_a_request_that_can_never_fit_is_rejected() -> None:
     w = trace_workload([0.0], [5000], [10])
     with pytest.raises(ValueError, match="kv_tokens"):
