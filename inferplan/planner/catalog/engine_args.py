@@ -26,7 +26,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -244,6 +244,7 @@ CUDA_SINCE: dict[tuple[str, str], tuple[int, ...]] = {
 }
 
 
+@lru_cache(maxsize=1024)  # the grid asks it for every (GPU, precision) of every shape; strings in, a string out
 def engine_gpu_problem(engine: str, version: str | None, vendor: str, family: str, gpu: str) -> str | None:
     """Why `engine` at `version` (None: the pinned release) cannot run on `gpu` (of `vendor` and `family`): an
     engine that runs on other vendors only (`engines.ENGINE_VENDORS`), a release older than the first whose CUDA

@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from datetime import date
+from functools import lru_cache
 
 from inferplan.planner.names import CatalogLookupError, closest_names, normalize_name
 
@@ -348,6 +349,7 @@ _BENCHMARK_ROUND = re.compile(
     r"[\s_:-]*v?\d+\.\d+(?:\.\d+)?", re.IGNORECASE)
 
 
+@lru_cache(maxsize=1024)  # a search asks it for a few version texts some 700 times a plan; its answer is a tuple
 def parse_version(text: str | None) -> tuple[int, ...] | None:
     """(major, minor, patch) of the first dotted version in `text` (`~0.6.3`, `NIM 1.8.0`) that is not a platform's
     (`rocm6.4.1_vllm_0.9.1`: 0.9.1) nor an MLPerf round's (`MLPerf Inference v5.1, TensorRT-LLM 0.17.0`: 0.17.0),

@@ -232,7 +232,13 @@ def _quantized_share(arch: ModelArchitecture, precision: WeightPrecision, gemms:
     return share
 
 
-@lru_cache(maxsize=4096)
+# Entries each of the per-(model, GPU, format, engine, TP sizes) term caches below keeps, about 1 KiB each: 1,000
+# random plans (bench/bench_plan.py) ask for about 7,000 different GEMM terms, and at 4,096 a third of the lookups
+# were recomputed after eviction.
+TERMS_CACHE = 16384
+
+
+@lru_cache(maxsize=TERMS_CACHE)
 def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, engine: str,
                 tps: tuple[int, ...], pp: int
                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
@@ -324,7 +330,7 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
     return weights, dense_token, prefill_token, overlap, stream, expert_token, moe_floor
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=TERMS_CACHE)
 def _attention_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str, tps: tuple[int, ...],
                      pp: int) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(decode attention floor of a stage's layers, its rate on KV bytes, prefill attention's rate) per TP size."""
@@ -346,7 +352,7 @@ def _attention_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str
     return floor, kv_rate, rate if measured is None else measured
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=TERMS_CACHE)
 def _mla_terms(arch: ModelArchitecture, gpu: GpuSpec, kv: str, engine: str, tps: tuple[int, ...],
                pp: int) -> FloatArray:
     """Measured MLA decode per (sequence, context token) over a stage's layers [s] at each TP size's query heads a
@@ -374,7 +380,7 @@ def mla_dp_ratio(arch: ModelArchitecture, gpu: GpuSpec, engine: str, kv_bytes: f
     return whole / (t * split)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=TERMS_CACHE)
 def _allreduce_terms(arch: ModelArchitecture, gpu: GpuSpec, engine: str, tps: tuple[int, ...]
                      ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(latency of one token's all-reduce, ring bandwidth between 1 and 16 MiB, the extra time per ring byte below
