@@ -305,6 +305,15 @@ class _RateSearch:
         return rate_a
 
 
+def union_rows(count: int, *indices: NDArray[np.intp]) -> NDArray[np.intp]:
+    """`np.union1d` of row indices below `count` (the rows in any of `indices`, in order, each once), without
+    np.unique's import of numpy.ma (5 ms of the first plan in a process)."""
+    mask = np.zeros(count, dtype=bool)
+    for index in indices:
+        mask[index] = True
+    return np.flatnonzero(mask)
+
+
 @dataclass
 class CountBounds:
     """The GPU needs a plan compared with the available counts (`PlanRequest.available_gpus`), and from them the

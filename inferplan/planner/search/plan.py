@@ -77,6 +77,7 @@ from inferplan.planner.search.core import (
     recording,
     replica_pods,
     traffic_of,
+    union_rows,
 )
 from inferplan.planner.search.grid import (
     CONTEXT_WARN_SHARE,
@@ -139,7 +140,7 @@ def _search_rates(rows: _Rows) -> NDArray[np.bool_]:
         rows.best_rate[index[ok]] = rows.capacity[index[ok]] * req.max_utilization
         pending = np.concatenate([pending, index[~ok]])
         rows.best_rate[pending] = rates.refine(pending, np.concatenate([margin, cap_margin[~ok]]))
-        rows.settle(rates, np.union1d(index, pending))
+        rows.settle(rates, union_rows(len(rows.shape), index, pending))
 
     passing = np.flatnonzero(rows.slo_ok)
     by_floor = passing[np.argsort(rows.cost_floor[passing], kind="stable")]

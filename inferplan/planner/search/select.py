@@ -32,6 +32,7 @@ from inferplan.planner.search.core import (
     _Rejections,
     _Rows,
     tpot_defined,
+    union_rows,
 )
 from inferplan.planner.search.grid import (
     pipeline_possible,
@@ -68,19 +69,29 @@ def _shown_rows(req: PlanRequest, rows: _Rows, searched: NDArray[np.bool_], conf
     more replicas, so the frontier is chosen again, until every row shown is confirmed (`confirm`), and with them
     every row the full sample could make as cheap as the cheapest shown (`_could_undercut`)."""
     confirmed = np.full(len(rows.shape), not confirm)
+    # Each row's objective latencies at the rate and arrival CV^2 they were last worked out at: a row's latencies
+    # depend on those and on its own model only (each row is evaluated on its own, `_concurrency`), so a row that the
+    # last confirmation left as it was is not evaluated again (the same numbers, to the bit).
+    known = np.full((3, len(rows.shape)), np.nan)
+    known_at = np.full((2, len(rows.shape)), np.nan)  # (rate, arrival CV^2) of `known`
     while True:
         index, replicas, gpus, cost = _feasible_rows(req, rows, searched)
         if not len(index):
             return index, replicas, np.zeros(0, dtype=np.intp)
         planned = req.rate_rps / replicas
-        latencies = rows.model_of(index).quantiles(planned, _objective_latencies(req))
+        at = np.stack([planned, rows.arrival_cv2(index)])
+        stale = np.any(known_at[:, index] != at, axis=0)
+        if np.any(stale):
+            known[:, index[stale]] = rows.model_of(index[stale]).quantiles(planned[stale], _objective_latencies(req))
+            known_at[:, index[stale]] = at[:, stale]
+        latencies = known[:, index]
         if not tpot_defined(req):  # no second token: the model's step time of a request that takes none
             latencies[1] = 0.0
         spare = np.maximum(0.0, headroom(req.rate_rps, replicas * rows.best_rate[index]))
         objectives = np.column_stack([cost, latencies.T, -spare])
         chosen = _select(objectives, spare, gpus, req.alternatives)
         todo = index[chosen][~confirmed[index[chosen]]]
-        todo = np.union1d(todo, _could_undercut(rows, searched, confirmed, float(cost[chosen[0]])))
+        todo = union_rows(len(rows.shape), todo, _could_undercut(rows, searched, confirmed, float(cost[chosen[0]])))
         if not len(todo):
             return index, replicas, chosen
         confirmed[todo] = True
