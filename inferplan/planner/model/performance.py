@@ -232,10 +232,11 @@ def _quantized_share(arch: ModelArchitecture, precision: WeightPrecision, gemms:
     return share
 
 
-# Entries each of the per-(model, GPU, format, engine, TP sizes) term caches below keeps, about 1 KiB each: 1,000
+# Entries each of the per-(model, GPU, format, engine, TP sizes) term caches below keeps, about 1 KiB each. 1,000
 # random plans (bench/bench_plan.py) ask for about 7,000 different GEMM terms, and at 4,096 a third of the lookups
-# were recomputed after eviction.
-TERMS_CACHE = 16384
+# are recomputed after eviction; 16,384 took 400 of them 3-5% less CPU, but in a long-running operator the four
+# caches could then hold about 48 MiB more per planner process, so they stay at 4,096 (memory is not to grow).
+TERMS_CACHE = 4096
 
 
 @lru_cache(maxsize=TERMS_CACHE)
