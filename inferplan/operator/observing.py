@@ -379,8 +379,9 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     release = image_release(from_deployment.get("image"), req.engine)
     sources["engineRelease"] = "Deployment" if release else "spec" if req.engine_version else "default"
     release = release or req.engine_release
-    engine_batch = version_defaults(ENGINES[req.engine], release, float(gpu.usable_memory_bytes), gpu.key,
-                                    gpus, req.max_model_len or req.arch.max_position_embeddings).max_num_seqs
+    engine_defaults = version_defaults(ENGINES[req.engine], release, float(gpu.usable_memory_bytes), gpu.key,
+                                       gpus, req.max_model_len or req.arch.max_position_embeddings)
+    engine_batch = engine_defaults.max_num_seqs
     defaults = {"gpus_per_replica": 1, "max_batch": engine_batch, "precision": req.precisions[0],
                 "kv_cache_dtype": "auto"}
     for field_name, default in defaults.items():
@@ -402,15 +403,22 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     pp = from_deployment.get("pipeline_parallel", 1)
     if pp > 1 and values["gpus_per_replica"] % pp == 0:
         values["pipeline_parallel"] = pp
-    # The step token budget (and SGLang's chunking off) the Deployment's engine runs, else the plan's
-    # (engine.maxNumBatchedTokens, else what `inferplan render` writes for it): the prediction's TTFT under load
-    # depends on it.
+    # The step token budget (and SGLang's chunking off) the Deployment's engine runs: its flag; without one, the
+    # engine's own default at the release it runs (vLLM 0.11 on an H100: 8192, chunked), as for its max batch; with
+    # no Deployment read (spec.observe.current alone), the plan's (engine.maxNumBatchedTokens, else what
+    # `inferplan render` writes for it). The prediction's TTFT under load depends on it.
     if "max_num_batched_tokens" in from_deployment or "chunked_prefill" in from_deployment:
         sources["maxNumBatchedTokens"] = "Deployment"
+        values["max_num_batched_tokens"] = from_deployment.get("max_num_batched_tokens", req.max_num_batched_tokens)
+        values["chunked_prefill"] = from_deployment.get("chunked_prefill")
+    elif deployment is not None and math.isfinite(engine_defaults.step_tokens):
+        sources["maxNumBatchedTokens"] = "default"
+        values["max_num_batched_tokens"] = int(engine_defaults.step_tokens)
+        values["chunked_prefill"] = engine_defaults.scheduling.chunked
     else:
         sources["maxNumBatchedTokens"] = "spec" if req.max_num_batched_tokens is not None else "default"
-    values["max_num_batched_tokens"] = from_deployment.get("max_num_batched_tokens", req.max_num_batched_tokens)
-    values["chunked_prefill"] = from_deployment.get("chunked_prefill")
+        values["max_num_batched_tokens"] = req.max_num_batched_tokens
+        values["chunked_prefill"] = None
     return Current(CurrentShape(**values, release=release), name, sources, from_deployment.get("image"),
                    factor_key(req.engine, release, gpu.vendor))
 

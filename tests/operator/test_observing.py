@@ -89,8 +89,10 @@ def test_shell_wrapped_arguments_and_gpu_limits_are_read() -> None:
 def test_spec_fields_win_and_defaults_are_marked(req) -> None:
     body = vllm_deployment(["--max-num-seqs", "64"])
     current = resolve_current({"deployment": "llama", "replicas": 5}, body, req)
+    # No step budget flag: the engine's own default at its release on an H100 (vLLM V1: 8192, chunked).
     assert current.shape == CurrentShape("H100-SXM5-80GB", 5, 1, req.precisions[0], "auto", 64,
-                                         release=req.engine_release)
+                                         release=req.engine_release, max_num_batched_tokens=8192,
+                                         chunked_prefill=True)
     assert current.sources == {"gpuType": "Deployment", "replicas": "spec", "maxBatch": "Deployment",
                                "gpusPerReplica": "Deployment", "precision": "default", "kvCacheDtype": "default",
                                "engineRelease": "default", "maxNumBatchedTokens": "default"}
@@ -1045,7 +1047,8 @@ def test_vllm_data_parallel_ranks_with_expert_parallelism_are_one_instance_over_
     body["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H200"}
     current = resolve_current({"deployment": "qwen"}, body, qwen)
     assert current.shape == CurrentShape("H200-SXM-141GB", 2, 8, "fp8", "auto", 64, data_parallel_attention=True,
-                                         expert_parallel=True, data_parallel=8, release=qwen.engine_release)
+                                         expert_parallel=True, data_parallel=8, release=qwen.engine_release,
+                                         max_num_batched_tokens=8192, chunked_prefill=True)
     observed = with_workload(qwen, ObservedWorkload(4.0))
     prediction = predict_current(observed, current.shape)
     assert not prediction.overloaded and prediction.utilization < 1
@@ -1301,7 +1304,8 @@ def test_a_deployment_is_predicted_with_the_step_budget_it_runs(req) -> None:
     from inferplan.operator.observing import Measured
 
     assert req.max_num_batched_tokens is None
-    plain = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256"]), req)
+    plain = resolve_current({"deployment": "llama", "gpuType": "H100-SXM5-80GB", "replicas": 3, "maxBatch": 256},
+                            None, req)  # spec.observe.current alone: the plan's budget (what render writes)
     assert (plain.shape.max_num_batched_tokens, plain.sources["maxNumBatchedTokens"]) == (None, "default")
     body = vllm_deployment(["--max-num-seqs", "256", "--max-num-batched-tokens", "512"])
     current = resolve_current({"deployment": "llama"}, body, req)
@@ -1310,9 +1314,10 @@ def test_a_deployment_is_predicted_with_the_step_budget_it_runs(req) -> None:
     assert small.latency["ttft"][0.95] > 1.5 * predict_current(req, plain.shape).latency["ttft"][0.95]
     stated = dataclasses.replace(req, max_num_batched_tokens=512)
     assert small == predict_current(stated, plain.shape)
-    # A plan stating a budget: a Deployment that states none is predicted with it (spec), one that states another
-    # with its own.
-    given = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256"]), stated)
+    # A plan stating a budget: with no Deployment read, it is predicted with it (spec); a Deployment that states
+    # another is predicted with its own.
+    given = resolve_current({"deployment": "llama", "gpuType": "H100-SXM5-80GB", "replicas": 3, "maxBatch": 256},
+                            None, stated)
     assert (given.shape.max_num_batched_tokens, given.sources["maxNumBatchedTokens"]) == (512, "spec")
     body8k = vllm_deployment(["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"])
     assert resolve_current({"deployment": "llama"}, body8k, stated).shape.max_num_batched_tokens == 8192
@@ -1361,3 +1366,22 @@ def test_a_changed_step_budget_is_a_change_of_the_deployment(req) -> None:
     del older["observed"]["current"]["maxNumBatchedTokens"], older["observed"]["current"]["sources"][
         "maxNumBatchedTokens"]
     assert current_changed_at(older, current_with("--max-num-batched-tokens", "512"), now) is None
+
+
+def test_a_deployment_without_a_step_budget_is_predicted_at_its_engines_own_default(req) -> None:
+    """A Deployment whose command sets no step budget runs the engine's own default at its release (vLLM 0.11 on an
+    H100: 8192 tokens a step, chunked; 0.6, V0: whole prompts, a budget of max(max_model_len, 2048)), as its max
+    batch is the engine's default there: it had been predicted at the plan's budget (2048 for vLLM, as `inferplan
+    render` writes it), whatever the pods run."""
+    body = vllm_deployment(["--max-num-seqs", "256"])
+    current = resolve_current({"deployment": "llama"}, body, req)
+    assert (current.shape.max_num_batched_tokens, current.shape.chunked_prefill,
+            current.sources["maxNumBatchedTokens"]) == (8192, True, "default")
+    assert predict_current(req, current.shape) == predict_current(
+        dataclasses.replace(req, max_num_batched_tokens=8192), dataclasses.replace(
+            current.shape, max_num_batched_tokens=None, chunked_prefill=None))
+    stated = dataclasses.replace(req, max_num_batched_tokens=512)  # the plan's budget is not what the pods run
+    assert resolve_current({"deployment": "llama"}, body, stated).shape.max_num_batched_tokens == 8192
+    v0 = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256"]),
+                         dataclasses.replace(req, engine_version="0.6.3", max_model_len=8192))
+    assert (v0.shape.max_num_batched_tokens, v0.shape.chunked_prefill) == (8192, False)
