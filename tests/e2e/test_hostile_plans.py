@@ -42,7 +42,7 @@ from tests.support import tempdirs
 from tests.support.engine_standin import StandinProcess, standin_config
 from tests.support.prometheus import PrometheusServer, require_prometheus
 
-from .conftest import wait_for
+from .conftest import delete_namespace, wait_for
 
 TOKEN_SECRET = uuid.uuid4().hex
 TOKEN = f"inferplan-test-token-{TOKEN_SECRET}"
@@ -405,10 +405,7 @@ def env(k8s: dict[str, Any]) -> Iterator[dict[str, Any]]:
             server.server_close()
         raw.close()
         for name in (namespace, other):
-            try:
-                core.delete_namespace(name)
-            except kubernetes.client.ApiException:
-                pass
+            delete_namespace(k8s["admin"], name)
         shutil.rmtree(run_dir, ignore_errors=True)  # failures quote the operator log's tail
 
 

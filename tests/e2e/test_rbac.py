@@ -48,7 +48,7 @@ import yaml
 from inferplan.resource import GROUP, PLURAL, VERSION
 from tests.support.helm import CHART, EXPECTED_RULES, one, render
 
-from .conftest import CRD_NAME, REPO, wait_for
+from .conftest import CRD_NAME, REPO, delete_namespace, wait_for
 
 SA_NAMESPACE, SA_NAME = "inferplan-system", "inferplan"
 SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"
@@ -328,16 +328,6 @@ def plans_in(ctx: Context, namespace: str) -> dict[str, dict[str, Any]]:
     return {item["metadata"]["name"]: item for item in items}
 
 
-def clean_namespace(ctx: Context, namespace: str) -> None:
-    """Delete the run's plans (without kopf's finalizer: no operator runs now), then the namespace."""
-    objects = kubernetes.client.CustomObjectsApi(ctx.admin)
-    for name in plans_in(ctx, namespace):
-        objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                               {"metadata": {"finalizers": None}})
-        objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    kubernetes.client.CoreV1Api(ctx.admin).delete_namespace(namespace)
-
-
 def probe_crd(ctx: Context, value: str | None) -> None:
     crds = kubernetes.client.ApiextensionsV1Api(ctx.admin)
     crds.patch_custom_resource_definition(CRD_NAME, {"metadata": {"labels": {PROBE_LABEL: value}}})
@@ -418,7 +408,7 @@ def operate(ctx: Context, namespace: str, features: tuple[str, ...], *, expect_f
     time.sleep(0.2)  # audit events are written when a request ends: let the operator's last ones land
     run.denied = [describe(e) for e in sa_requests(ctx, run.audit_offset)
                   if e.get("responseStatus", {}).get("code") == 403]
-    clean_namespace(ctx, namespace)
+    delete_namespace(ctx.admin, namespace)
     print(f"{namespace}: failed {sorted(run.failed)}, denied {sorted(set(run.denied))}, timings {run.timings}")
     return run
 

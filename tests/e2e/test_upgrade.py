@@ -30,7 +30,7 @@ from inferplan.resource import GROUP, PLURAL, VERSION
 from inferplan.version import planner_version
 from tests.support.plans import LONG_PROMPTS_PD
 
-from .conftest import REPO, apply_crd, wait_for
+from .conftest import REPO, apply_crd, delete_namespace, wait_for
 from .test_gitops import ConstantPrometheus, cells, operator_process, walkthrough
 
 OLD = "da1f54e"
@@ -202,10 +202,7 @@ def upgrade(k8s: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> It
                 core.delete_node(name)
             except kubernetes.client.ApiException:
                 pass
-        try:
-            core.delete_namespace(NAMESPACE)
-        except (kubernetes.client.ApiException, ValueError):
-            pass
+        delete_namespace(admin, NAMESPACE)
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
 
 
