@@ -14,6 +14,7 @@ from inferplan.planner.request import resolve_plan
 from inferplan.planner.results import Candidate, PlanResult, per_hour
 from inferplan.planner.simulation.verification import planned
 from inferplan.planner.spec_parsing import load_plan_file, parse_plan
+from tests.support.plans import verified
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "planning.md"
@@ -58,7 +59,7 @@ def _expected_answer(example: str) -> str:
 
 def _verified(example: str) -> PlanResult:
     (path,) = (REPO / "examples").glob(f"*/{example}.yaml")
-    return planned(resolve_plan(load_plan_file(path), path.parent))
+    return verified(path)[1]
 
 
 def _short(rec: Candidate) -> str:

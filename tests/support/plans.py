@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 
 from inferplan.planner.request import PlanRequest, resolve_plan
-from inferplan.planner.results import Candidate
+from inferplan.planner.results import Candidate, PlanResult
 from inferplan.planner.search.plan import plan
+from inferplan.planner.simulation.verification import planned as plan_answer
 from inferplan.planner.spec_parsing import load_plan_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,6 +59,15 @@ def planned(path: Path) -> tuple[PlanRequest, Candidate]:
     candidate = plan(request).recommendation
     assert candidate is not None, f"{path.name} has no recommendation"
     return request, candidate
+
+
+@functools.cache
+def verified(path: Path) -> tuple[PlanRequest, PlanResult]:
+    """The example's request and what `inferplan plan FILE` answers for it (verified where the plan asks), planned
+    once per session: the planner is deterministic, and several modules read the same examples' answers (tests
+    only read them: do not change the objects returned)."""
+    request = resolve_plan(load_plan_file(path), path.parent)
+    return request, plan_answer(request)
 
 
 LONG_PROMPTS_PD: dict[str, Any] = {
