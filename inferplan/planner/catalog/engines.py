@@ -242,6 +242,14 @@ class Scheduling:
       ratio, which starts at 0.7, falls by about 0.001 per decode step to 0.098, returns to 0.7 when the engine
       idles and is re-estimated from the tokens decoded so far when a request is retracted (preempted)
       (`PrefillAdder.add_one_req` and `Scheduler.update_running_batch`; `SGLANG_*_NEW_TOKEN_RATIO*`).
+    admit_first_chunk: vLLM V1's admission with chunked prefill: a waiting request is admitted when its first chunk
+      (what is left of the step's token budget, at most its prompt) and what the prefix cache holds of it fit in the
+      free KV cache, and the cache is filled chunk by chunk as the prompt is computed; when a running request's next
+      chunk or decode token does not fit, the most recently admitted request is preempted, its computed tokens
+      dropped but its blocks kept in the prefix cache until others need them (so it computes again only what was
+      evicted), and no request is admitted in that step (`Scheduler.schedule`, `KVCacheManager.allocate_slots` in
+      vLLM 0.11.0). A request preempted this way is admitted again once a request completes. False: admitted only
+      when the whole prompt fits.
     """
 
     mixed: bool = True
@@ -249,6 +257,7 @@ class Scheduling:
     reserve_output: bool = False
     estimate_output: bool = False
     steps_per_schedule: int = 1
+    admit_first_chunk: bool = False
 
 
 @dataclass(frozen=True)
@@ -437,7 +446,9 @@ def _scheduling_of(engine: str, version: str | None, max_model_len: int) -> Sche
     if engine == "vllm":
         if v is not None and v < (0, 8) and max_model_len <= 32768:
             return Scheduling(mixed=False, chunked=False)  # V0 without chunked prefill: prefill first, whole
-        return Scheduling(mixed=True, chunked=True)
+        if v is not None and v < (0, 8):
+            return Scheduling(mixed=True, chunked=True)  # V0 chunked: `can_allocate` wants the whole prompt
+        return Scheduling(mixed=True, chunked=True, admit_first_chunk=True)
     if engine == "sglang":
         return Scheduling(mixed=False, chunked=True, estimate_output=True)
     if engine == "tgi":

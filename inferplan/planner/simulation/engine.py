@@ -186,15 +186,17 @@ OUTPUT_CLIP = 4096
 
 
 def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: list[tuple[int, int, Request]],
-                  queue: deque[Request], counter: int, model: _StepModel, preempted: IntArray) -> tuple[int, int]:
+                  queue: deque[Request], counter: int, model: _StepModel, preempted: IntArray,
+                  by_chunk: bool = False) -> tuple[int, int]:
     """Preempt the most recently admitted sequence back to the front of the queue (vLLM's recompute
     preemption); returns the KV tokens and the decode context it held (0 if it was prefilling). Rare, so
-    a plain function."""
+    a plain function. `by_chunk`: a prefilling sequence holds the chunks it computed only, and what it held stays
+    in the prefix cache for its readmission (`Scheduling.admit_first_chunk`)."""
     i, req = running.popitem()  # dicts pop the last inserted item
     if prefilling and prefilling[-1] is req:
         # Its partial prefill is lost; tokens it generated before (kept in [5]) stay in the output.
         prefilling.pop()
-        kv = req[2] + req[5]
+        kv = req[2] + req[5] - (req[8] if by_chunk else 0)
         context = 0
     else:
         generated = req[5] + counter - req[6]
@@ -204,6 +206,9 @@ def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: 
         heapq.heapify(heap)
     # It will prefill its prompt and the tokens it had generated again.
     req[4] = model.prefill_token_compute_s(req[2] + req[5])
+    if by_chunk:
+        # The prefix cache keeps what it held, short of the last token (a hit is at most the sequence less one).
+        req[9] = min(kv, req[2] + req[5] - 1)
     queue.appendleft(req)
     preempted[i] += 1
     return kv, context
@@ -256,6 +261,11 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
 
     mixed, whole, reserve = policy.mixed, not policy.chunked, policy.reserve_output
     estimate = policy.estimate_output
+    # vLLM V1: admitted on its first chunk, the KV cache filled chunk by chunk (`Scheduling.admit_first_chunk`).
+    # After a preemption nothing is admitted until a request completes: the preempted request (first in the queue)
+    # did not fit, and until something frees the space only shrinks.
+    by_chunk = policy.admit_first_chunk and mixed and not whole
+    held = False
     fast = mixed and not whole and not reserve and not mtp  # the shortcut below is vLLM V1's step
     reserved = 0                                 # KV tokens promised to running sequences (reserve only)
     prompts = outputs = 0                        # prompt and output tokens of the running sequences (estimate only)
@@ -330,9 +340,11 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     t_limit = yield end
                 next_arrival = pending[0][1] if pending else inf
                 if t_limit is None or next_arrival <= now:
-                    # Admitted; the general path plans its step again.
+                    # Admitted; the general path plans its step again (by chunk: with its prompt to allocate).
                     req[8] = new
                     prefilling.append(req)
+                    if by_chunk:
+                        kv_used -= new
                     continue
             now = end
             counter += 1
@@ -358,6 +370,26 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 scheduling = multi == 1 or not n_decoding or (counter - last_sched) % multi == 0
                 if scheduling and queue:
                     last_sched = counter
+                    if by_chunk:
+                        # The step's budget and free KV cache after the decode and the running prompts' next chunks
+                        # (a chunk that ends its prompt with the first token's).
+                        budget_left = chunk - (int(n_decoding * verify) if mtp else n_decoding)
+                        free = kv_cap - kv_used - n_decoding
+                        for req in prefilling:
+                            if budget_left <= 0:
+                                break
+                            left = req[8]
+                            if left < budget_left:
+                                budget_left -= left
+                                free -= left + 1
+                            else:
+                                free -= budget_left + (left == budget_left)
+                                budget_left = 0
+                        if held:
+                            if n_running:
+                                scheduling = False
+                            else:
+                                held = False  # nothing left to complete: it may run alone
                 while scheduling and queue and n_running < max_batch:
                     req = queue[0]
                     need = req[2] + req[5]
@@ -368,6 +400,24 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         if reserved + req[2] + req[3] > kv_cap:
                             break
                         reserved += req[2] + req[3]
+                    elif by_chunk:
+                        # Room for its first chunk and what the prefix cache holds of it: no more than is free for
+                        # a preempted request (the rest was evicted for others).
+                        if budget_left <= 0:
+                            break
+                        hit = req[9]
+                        if hit > free and preempted[req[0]]:
+                            hit = req[9] = free if free > 0 else 0
+                        left = need - hit
+                        if left < budget_left:
+                            budget_left -= left
+                            left += 1
+                        else:
+                            left = budget_left + (left == budget_left)
+                            budget_left = 0
+                        if hit + left > free:
+                            break
+                        free -= hit + left
                     elif kv_used + need + 1 + n_decoding > kv_cap:
                         break
                     elif estimate:
@@ -382,7 +432,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     running[req[0]] = req
                     req[8] = need - req[9]  # the prompt's prefix-cache hit is not computed again
                     prefilling.append(req)
-                    kv_used += need
+                    kv_used += req[9] if by_chunk else need
                     n_running += 1
             if now >= sample_at:
                 series_t.append(now)
@@ -418,13 +468,17 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         touched += 1
                         if take == left:
                             finishing += 1
-                    if kv_used + (n_decoding if mixed else 0) + finishing <= kv_cap:
+                    # (By chunk, the cache takes the step's prompt tokens too.)
+                    if kv_used + (n_decoding if mixed else 0) + finishing + (prompt_tokens if by_chunk else 0) \
+                            <= kv_cap:
                         break
                     if estimate:
                         last = next(reversed(running.values()))
                         prompts -= last[2]
                         outputs -= last[3]
-                    kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
+                    kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted,
+                                                by_chunk)
+                    held = by_chunk
                     kv_used -= kv
                     context_sum -= context
                     preemptions += 1
@@ -470,7 +524,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     counter += 1
                     if estimate:
                         ratio = max(ratio - RATIO_DECAY, RATIO_MIN)
-                kv_used += b
+                kv_used += b + prompt_tokens if by_chunk else b
                 context_sum += b
                 produced += b + finishing
                 if touched:
@@ -501,12 +555,14 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 k = next_finish - counter
                 if k * b > kv_cap - kv_used:
                     k = (kv_cap - kv_used) // b
-                    if k == 0:
+                    if k < 1:  # (never below 0: the KV cache is never overfilled)
                         if estimate:
                             last = next(reversed(running.values()))
                             prompts -= last[2]
                             outputs -= last[3]
-                        kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted)
+                        kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted,
+                                                    by_chunk)
+                        held = by_chunk
                         kv_used -= kv
                         context_sum -= context
                         preemptions += 1
@@ -524,8 +580,10 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 # The next arrival could join: then the jump stops at the first step boundary after it (with
                 # multi-step scheduling, at the first run of the scheduler after it), found with the step of the
                 # whole jump, and its step is worked out again for the shorter jump (the second pass).
+                # (By chunk: its first chunk and cached prefix, no more than its prompt and first token.)
                 joins = next_arrival < inf and not queue and n_running < max_batch \
-                    and kv_used + pending[0][2] + 1 + b <= kv_cap
+                    and (kv_used + b + pending[0][2] + 1 <= kv_cap
+                         or (by_chunk and kv_used + pending[0][9] + chunk <= kv_cap))
                 while True:
                     # The step at the jump's mean context (exact where the step is linear in it), inlined here as
                     # a call per jump costs more than its arithmetic.
@@ -581,6 +639,11 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
 
         if kv_used > kv_max:
             kv_max = kv_used
+        if held and next_finish <= counter:
+            held = False
+            if queue[0][9] > kv_cap - kv_used:
+                # The running requests grew into the blocks the preempted request left cached: those are evicted.
+                queue[0][9] = kv_cap - kv_used
         while next_finish <= counter:
             _, i, req = heappop(heap)
             del running[i]

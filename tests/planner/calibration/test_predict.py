@@ -256,7 +256,8 @@ def test_vllm_defaults_depend_on_version_and_gpu() -> None:
     on_a100, on_h100 = settings("0.11.0", a100), settings("0.11.0", h100)
     assert (on_a100.chunk_tokens, on_a100.max_num_seqs) == (2048.0, 256)  # V1 server defaults on A100
     assert (on_h100.chunk_tokens, on_h100.max_num_seqs) == (8192.0, 1024)  # ... on 70 GiB and more, not A100
-    assert on_h100.scheduling == Scheduling(mixed=True, chunked=True, reserve_output=False)
+    # V1 admits a request on its first chunk (`Scheduler.schedule` in vllm/v1/core/sched/scheduler.py of 0.11.0).
+    assert on_h100.scheduling == Scheduling(mixed=True, chunked=True, reserve_output=False, admit_first_chunk=True)
     # Within 0.8 the rule moved (`EngineArgs` of the 0.8.0-0.8.5 sdists): 1024 sequences on every GPU and the larger
     # budget on an H100 or H200 by name up to 0.8.3, both by that name in 0.8.4, by 70 GiB (A100s too) in 0.8.5.
     expected = {("0.8.3", a100): (2048.0, 1024), ("0.8.3", h100): (8192.0, 1024), ("0.8.4", a100): (2048.0, 256),
@@ -333,6 +334,7 @@ def test_chunked_prefill_turned_on_or_off_in_the_notes_is_how_the_run_is_schedul
 
     default = vllm_with("vllm serve M")
     assert default.scheduling.chunked and default.step_tokens == 512
+    assert not default.scheduling.admit_first_chunk  # V0 admits on the whole prompt, chunked or not
     off = vllm_with("vllm serve M --enable-chunked-prefill=False --num-scheduler-step 15")
     assert not off.scheduling.chunked and not off.scheduling.mixed
     assert off.step_tokens == 65536 and off.chunk_tokens == float("inf")

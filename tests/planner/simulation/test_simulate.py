@@ -294,6 +294,44 @@ def _burst_of_twelve(policy: Scheduling | None = None) -> SimulationResult:
     return simulate(HW, w, kv_tokens=3 * 1000 + 500, max_batch=64, chunk_tokens=8192, policy=policy)
 
 
+def test_vllm_v1_admits_on_the_first_chunk_and_preempts_the_last_admitted_whose_evicted_chunks_are_computed_again(
+) -> None:
+    """Two 3,000-token prompts at once, a 1,000-token budget, a KV cache of 4,100 tokens. On the whole prompt the
+    second waits for the first to finish. vLLM V1 admits it as soon as its first chunk (the 999 tokens the first's
+    decode leaves of the budget) fits, so the two share the cache; its next chunk does not fit, so it is preempted;
+    while the first decodes 400 tokens its cached chunk is partly evicted (4,100 - 3,400 = 700 tokens stay), and
+    once readmitted it computes the rest of its prompt, the evicted 299 tokens again, but not the 700 kept."""
+    w = trace_workload([0.0, 0.0], [3000, 3000], [400, 50])
+    on_prompt = simulate(HW, w, kv_tokens=4100, chunk_tokens=1000, policy=Scheduling())
+    by_chunk = simulate(HW, w, kv_tokens=4100, chunk_tokens=1000, policy=Scheduling(admit_first_chunk=True))
+    assert on_prompt.preemptions == 0 and on_prompt.kv_tokens_max[0] == 3400  # one at a time
+    assert 4000 < by_chunk.kv_tokens_max[0] <= 4100  # both held at once, never more than the cache
+    assert by_chunk.preemptions == 1 and list(by_chunk.preempted) == [0, 1]
+    assert by_chunk.e2e_s[0] > on_prompt.e2e_s[0]  # the first's decode shared a step with the lost chunk
+    assert by_chunk.busy_s[0] > on_prompt.busy_s[0]  # the lost chunk is charged
+    after = float(by_chunk.ttft_s[1] - by_chunk.e2e_s[0])  # its prefill once the first finished
+    assert float(prefill_s(HW, 3000 - 999)) < after < float(prefill_s(HW, 3000 - 600))
+    assert after < float(on_prompt.ttft_s[1] - on_prompt.e2e_s[0])
+    assert by_chunk.generated_tokens == on_prompt.generated_tokens == 450
+
+
+@pytest.mark.parametrize("chunk", [256, 1000, 4096])
+def test_a_kv_starved_burst_admitted_by_first_chunk_serves_every_request(chunk: int) -> None:
+    """A burst of 80 prompts of up to 3,500 tokens on a cache of 4,000: admitted by their first chunk most do not
+    fit whole, so requests are preempted part-way through their prompts and during decode; the run still ends with
+    every request served and every output token produced, the cache never overfilled."""
+    rng = np.random.default_rng(7)
+    n = 80
+    prompt, output = rng.integers(200, 3500, n), rng.integers(1, 400, n)
+    w = trace_workload(np.sort(rng.uniform(0.0, 0.5, n)), prompt, output)
+    result = simulate(HW, w, kv_tokens=4000, max_batch=64, chunk_tokens=chunk,
+                      policy=Scheduling(admit_first_chunk=True))
+    assert np.isfinite(result.e2e_s).all() and np.isfinite(result.ttft_s).all()
+    assert result.generated_tokens == int(output.sum())
+    assert result.preemptions > 0
+    assert result.kv_tokens_max[0] <= 4000
+
+
 def test_reserving_the_output_never_preempts_and_admits_fewer() -> None:
     on_prompt = _burst_of_twelve()
     reserved = _burst_of_twelve(Scheduling(chunked=False, reserve_output=True))

@@ -328,9 +328,10 @@ SCOUT = CHAT.parents[1] / "platform" / "llama-4-scout-h100.yaml"
 
 def test_a_pass_whose_run_preempted_is_judged_by_the_worst_of_several_longer_runs() -> None:
     """Heavy-tailed prompts (p95 four times the mean) on 3 x 2 H100: the judged run fills every KV pool and
-    preempts, and passes at a TTFT p95 of about 1.6 s against 3 s; on 20,000 requests the seeds give 1.6-6.2 s.
+    preempts, and passes at a TTFT p95 of about 1.4 s against 3 s; on 20,000 requests the seeds give 2.7-5.3 s.
     Such a pass is confirmed on CONFIRM_SEEDS runs of CONFIRM_REQUESTS and the worst judged: it was accepted on
-    the one run before, and ran over its target on `inferplan simulate`'s longer runs."""
+    the one run before, and ran over its target on `inferplan simulate`'s longer runs. What is recommended instead
+    is a dearer deployment (with vLLM V1's admission by first chunk, 2 x 4 H100 rather than 4 x 2)."""
     request = resolve_plan(load_plan_file(SCOUT), SCOUT.parent)
     searched = plan(request, confirm=False)
     cheapest = min([searched.recommendation, *searched.alternatives], key=lambda c: c.cost.dollars_per_hour)
@@ -339,8 +340,8 @@ def test_a_pass_whose_run_preempted_is_judged_by_the_worst_of_several_longer_run
     assert judged.preemptions > 0 and judged.ttft.p95_s < 3.0  # the premise: one run preempts and passes
     result = verify_plan(request, searched)
     rec = result.recommendation
-    assert rec is not None and rec.replicas > cheapest.replicas
-    assert any(f"not the {cheapest.replicas} the analytic" in w for w in rec.warnings)
+    assert rec is not None and rec.cost.dollars_per_hour > cheapest.cost.dollars_per_hour
+    assert any("not the analytic" in w for w in rec.warnings)  # the simulator holds less than the analytic model
     # What it recommends meets the target on each of the longer runs it was confirmed on.
     n = steady_requests(request, rec, verification.CONFIRM_REQUESTS)
     for seed in range(verification.CONFIRM_SEEDS):
