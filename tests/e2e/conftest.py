@@ -15,6 +15,7 @@ reads it once, at import, and kopf logs in through it (operator tests run under 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ import kubernetes  # noqa: E402  (deliberately after KUBECONFIG is set)
 import yaml  # noqa: E402
 
 from inferplan.operator.crd import CRD_FILE  # noqa: E402
-from inferplan.resource import GROUP, PLURAL, VERSION  # noqa: E402
+from inferplan.resource import GROUP, PLURAL  # noqa: E402
 
 # In case a test module imported kubernetes before this conftest ran: its default is read at import.
 kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(KUBECONFIG)
@@ -146,30 +147,60 @@ def k8s() -> Iterator[dict[str, Any]]:
             _stop_testenv()
 
 
+def _request(admin: kubernetes.client.ApiClient, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    """One request by path, the JSON answer as a dict, ApiException on an error status: the typed APIs have no call
+    for "every kind" (discovery, lists of any kind, deletes)."""
+    headers = {"Accept": "application/json"} | ({"Content-Type": "application/merge-patch+json"} if body else {})
+    prepared = admin.param_serialize(method=method, resource_path=path, header_params=headers, body=body,
+                                     auth_settings=["BearerToken"])
+    response = admin.call_api(*prepared, _request_timeout=30)
+    data = response.read()
+    if not 200 <= response.status <= 299:
+        raise kubernetes.client.ApiException(http_resp=response)
+    return json.loads(data) if data else {}
+
+
+def _get(admin: kubernetes.client.ApiClient, path: str) -> dict[str, Any]:
+    return _request(admin, "GET", path)
+
+
+def served_resources(admin: kubernetes.client.ApiClient, *verbs: str) -> list[tuple[str, str, bool]]:
+    """Every kind the server lists (and allows `verbs` on), as (group-version path, plural, namespaced), from
+    discovery: the core kinds, the built-in groups the testenv stores and the CRDs' (plans, kopf's peerings, ...)."""
+    paths = ["/api/v1"] + [f"/apis/{group['preferredVersion']['groupVersion']}"
+                           for group in _get(admin, "/apis")["groups"]]
+    return [(path, resource["name"], resource["namespaced"]) for path in paths
+            for resource in _get(admin, path)["resources"]
+            if "/" not in resource["name"] and {"list", *verbs} <= set(resource["verbs"])]
+
+
 def delete_namespace(admin: kubernetes.client.ApiClient, name: str) -> None:
-    """Delete the namespace's plans (releasing any finalizer: no operator runs now), then the namespace.
+    """Delete everything in the namespace (releasing finalizers: no operator runs now), then the namespace.
 
     A cluster's namespace controller deletes what a deleted namespace holds; the testenv has none (its README: "No
-    controllers"), so a plan would outlive its namespace and every later operator that watches all namespaces (the
-    in-process ones of test_operator.py and test_plan_lifecycle.py, test_rbac.py's) would plan it again, and
-    observe it: a module's plans held up the next modules' tests by minutes."""
-    objects = kubernetes.client.CustomObjectsApi(admin)
-    try:
-        items = objects.list_namespaced_custom_object(GROUP, VERSION, name, PLURAL)["items"]
-    except kubernetes.client.ApiException as exc:
-        if exc.status != 404:
-            raise
-        items = []
-    for item in items:
-        plan = item["metadata"]["name"]
+    controllers"), so its contents would outlive it: a plan would be planned again, and observed, by every later
+    operator that watches all namespaces (the in-process ones of test_operator.py and test_plan_lifecycle.py,
+    test_rbac.py's: a module's plans held up the next modules' tests by minutes), and its Deployments, ConfigMaps,
+    RBAC, leases and the operator's events would stay for the session."""
+    for path, plural, namespaced in served_resources(admin, "delete"):
+        if not namespaced:
+            continue
+        collection = f"{path}/namespaces/{name}/{plural}"
         try:
-            if item["metadata"].get("finalizers"):
-                objects.patch_namespaced_custom_object(GROUP, VERSION, name, PLURAL, plan,
-                                                       {"metadata": {"finalizers": None}})
-            objects.delete_namespaced_custom_object(GROUP, VERSION, name, PLURAL, plan)
+            items = _get(admin, collection)["items"]
         except kubernetes.client.ApiException as exc:
             if exc.status != 404:
                 raise
+            continue
+        for item in items:
+            item_path = f"{collection}/{item['metadata']['name']}"
+            try:
+                if item["metadata"].get("finalizers"):
+                    _request(admin, "PATCH", item_path, {"metadata": {"finalizers": None}})
+                _request(admin, "DELETE", item_path)
+            except kubernetes.client.ApiException as exc:
+                if exc.status != 404:
+                    raise
     try:
         kubernetes.client.CoreV1Api(admin).delete_namespace(name)
     except kubernetes.client.ApiException as exc:
@@ -179,7 +210,7 @@ def delete_namespace(admin: kubernetes.client.ApiClient, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def namespace(k8s: dict[str, Any]) -> Iterator[str]:
-    """A fresh namespace for the module's objects, deleted afterwards with its plans (`delete_namespace`), so that
+    """A fresh namespace for the module's objects, deleted afterwards with all it holds (`delete_namespace`), so that
     no later module's operator finds them."""
     core = kubernetes.client.CoreV1Api(k8s["admin"])
     name = f"inferplan-e2e-{uuid.uuid4().hex[:6]}"
