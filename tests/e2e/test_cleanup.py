@@ -168,11 +168,13 @@ def env(k8s: dict[str, Any]) -> Iterator[Env]:
     e = Env(k8s)
     assert e.hook_kubeconfig.is_file(), f"{e.hook_kubeconfig} missing: conftest.TESTENV_ENV must list {HOOK_USER}"
     core = kubernetes.client.CoreV1Api(e.admin)
+    created_namespace = True
     try:
         core.create_namespace({"metadata": {"name": NAMESPACE}})
     except kubernetes.client.ApiException as exc:
         if exc.status != 409:
             raise
+        created_namespace = False
     hook = rendered_hook()
     operator = [o for o in render() if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
     for obj in hook + operator:
@@ -182,11 +184,14 @@ def env(k8s: dict[str, Any]) -> Iterator[Env]:
     try:
         yield e
     finally:
+        # All of it, the ServiceAccounts too: the chart's, left in its namespace, would stop a later `helm install`
+        # of the chart there ("cannot be imported into the current release", test_chart_notes.py).
         for obj in reversed(hook + operator):
-            if obj["kind"] != "ServiceAccount":
-                delete(e.admin, obj)
+            delete(e.admin, obj)
         for namespace in e.namespaces:  # release the plans the foreign finalizer holds, then drop them
             delete_namespace(e.admin, namespace)
+        if created_namespace:
+            delete_namespace(e.admin, NAMESPACE)
 
 
 def old_plans(e: Env, namespace: str) -> None:
