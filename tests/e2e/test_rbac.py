@@ -433,11 +433,13 @@ def ctx(k8s: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
     admin = k8s["admin"]
     chart = render(namespace=SA_NAMESPACE)
     core = kubernetes.client.CoreV1Api(admin)
+    created_namespace = True
     try:
         core.create_namespace({"metadata": {"name": SA_NAMESPACE}})
     except kubernetes.client.ApiException as exc:
         if exc.status != 409:
             raise
+        created_namespace = False
     apply(admin, one(chart, "ServiceAccount"))
     for name, (product, gpus) in NODES.items():
         status = {"allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {"nvidia.com/gpu": str(gpus)},
@@ -453,7 +455,16 @@ def ctx(k8s: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
     finally:
         if observe is not None:
             observe.stop()
-        set_rbac(context, [])
+        set_rbac(context, [])  # the bindings; then the roles they bound, the ServiceAccount and its namespace
+        rbac = kubernetes.client.RbacAuthorizationV1Api(admin)
+        for role in rbac.list_cluster_role(label_selector="app.kubernetes.io/name=inferplan").items:
+            delete(admin, "rbac.authorization.k8s.io/v1", "ClusterRole", role.metadata.name)
+        for role in rbac.list_role_for_all_namespaces(label_selector="app.kubernetes.io/name=inferplan").items:
+            delete(admin, "rbac.authorization.k8s.io/v1", "Role", role.metadata.name, role.metadata.namespace)
+        if created_namespace:
+            delete_namespace(admin, SA_NAMESPACE)
+        else:
+            delete(admin, "v1", "ServiceAccount", one(chart, "ServiceAccount")["metadata"]["name"], SA_NAMESPACE)
         for name in NODES:
             delete(admin, "v1", "Node", name)
         probe_crd(context, None)
