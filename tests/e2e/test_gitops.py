@@ -231,23 +231,24 @@ def setup(k8s: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iter
             yield Setup(objects, prometheus, workdir, env, log, plan_manifest)
     finally:
         prometheus.stop()
-        for plan_name in ("chat", "chat-nodes", "steady"):
-            try:
-                objects.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, plan_name)
-            except kubernetes.client.ApiException:
-                pass
         for node in NODES:
             try:
                 core.delete_node(node["metadata"]["name"])
             except kubernetes.client.ApiException:
                 pass
-        for delete in (lambda: apps.delete_namespaced_deployment("chat", NAMESPACE),
-                       lambda: core.delete_namespaced_service("chat", NAMESPACE),
-                       *([lambda: core.delete_namespace(NAMESPACE)] if created_namespace else [])):
-            try:
-                delete()
-            except (kubernetes.client.ApiException, ValueError):  # ValueError: the client reading the answer
-                pass
+        if created_namespace:  # everything in it: the plans and whatever the walk-through's commands applied
+            delete_namespace(admin, NAMESPACE)
+        else:  # a namespace that was there before (an external cluster): what this module made in it
+            policy = kubernetes.client.PolicyV1Api(admin)
+            for delete in (*(lambda n=n: objects.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, n)
+                             for n in ("chat", "chat-nodes", "steady")),
+                           lambda: apps.delete_namespaced_deployment("chat", NAMESPACE),
+                           lambda: core.delete_namespaced_service("chat", NAMESPACE),
+                           lambda: policy.delete_namespaced_pod_disruption_budget("chat", NAMESPACE)):
+                try:
+                    delete()
+                except (kubernetes.client.ApiException, ValueError):  # ValueError: the client reading the answer
+                    pass
 
 
 @dataclass(frozen=True)
