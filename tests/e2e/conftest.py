@@ -174,6 +174,16 @@ def served_resources(admin: kubernetes.client.ApiClient, *verbs: str) -> list[tu
             if "/" not in resource["name"] and {"list", *verbs} <= set(resource["verbs"])]
 
 
+def inventory(admin: kubernetes.client.ApiClient) -> set[str]:
+    """Every object on the server as "plural.group/namespace/name" (about 25 lists on loopback, some 40 ms)."""
+    found = set()
+    for path, plural, _ in served_resources(admin):
+        kind = plural + ("" if path == "/api/v1" else "." + path.split("/")[2])
+        for item in _get(admin, f"{path}/{plural}")["items"]:
+            found.add(f"{kind}/{item['metadata'].get('namespace', '')}/{item['metadata']['name']}")
+    return found
+
+
 def delete_namespace(admin: kubernetes.client.ApiClient, name: str) -> None:
     """Delete everything in the namespace (releasing finalizers: no operator runs now), then the namespace.
 
@@ -181,7 +191,7 @@ def delete_namespace(admin: kubernetes.client.ApiClient, name: str) -> None:
     controllers"), so its contents would outlive it: a plan would be planned again, and observed, by every later
     operator that watches all namespaces (the in-process ones of test_operator.py and test_plan_lifecycle.py,
     test_rbac.py's: a module's plans held up the next modules' tests by minutes), and its Deployments, ConfigMaps,
-    RBAC, leases and the operator's events would stay for the session."""
+    RBAC, leases and the operator's events would stay for the session (`_module_leaves_the_server_as_found`)."""
     for path, plural, namespaced in served_resources(admin, "delete"):
         if not namespaced:
             continue
@@ -206,6 +216,26 @@ def delete_namespace(admin: kubernetes.client.ApiClient, name: str) -> None:
     except kubernetes.client.ApiException as exc:
         if exc.status != 404:
             raise
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_leaves_the_server_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a module that leaves objects on the session's API server (or removes some it found): the next module
+    would find them, a test then passes or fails by the order modules run in (`pytest -k`, a rerun of failures).
+    What differs is listed by kind, namespace and name. The testenv only: an external cluster has other writers."""
+    if not any("k8s" in item.fixturenames for item in request.session.items if item.module is request.module):
+        yield  # test_faults.py: an API server of its own, stopped with the module
+        return
+    k8s = request.getfixturevalue("k8s")
+    if k8s["run_dir"] is None:
+        yield
+        return
+    before = inventory(k8s["admin"])
+    yield
+    after = inventory(k8s["admin"])
+    if after != before:
+        pytest.fail(f"{request.module.__name__} did not leave the API server as it found it: left "
+                    f"{sorted(after - before)}, removed {sorted(before - after)}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
