@@ -36,6 +36,19 @@ def planned():
     return request, plan(request).recommendation
 
 
+
+def _counting_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets an entry for each simulator run verification makes from now on in the test."""
+    runs: list[int] = []
+    real = verification.simulate
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(verification, "simulate", counted)
+    return runs
+
 def test_the_plan_workload_fits_the_engine_context(planned) -> None:
     request, candidate = planned
     max_len = deployment_of(request, candidate).settings.max_model_len
@@ -399,14 +412,7 @@ def test_a_run_judged_again_within_one_planning_is_not_simulated_again(planned, 
     does."""
     request, candidate = planned
     fresh = verification._judged(request, candidate, 2_000, 0, None)
-    runs: list[int] = []
-    real = verification.simulate
-
-    def counted(*args, **kwargs):
-        runs.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(verification, "simulate", counted)
+    runs = _counting_runs(monkeypatch)
     stricter = replace(request, slos=tuple(replace(slo, max_s=slo.max_s / 10) for slo in request.slos))
     with verification.remembering_runs():
         first = verification._judged(request, candidate, 2_000, 0, None)
@@ -479,14 +485,7 @@ def test_a_suggestions_check_gives_the_deployment_the_plan_would_in_fewer_runs(p
     optimistic = candidate.model_copy(update={"predicted": candidate.predicted.model_copy(update={
         "max_requests_per_second_per_replica": 1.6 * candidate.predicted.max_requests_per_second_per_replica})})
     searched = plan(request, confirm=False).model_copy(update={"recommendation": optimistic, "alternatives": []})
-    runs: list[int] = []
-    real = verification.simulate
-
-    def counted(*args, **kwargs):
-        runs.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(verification, "simulate", counted)
+    runs = _counting_runs(monkeypatch)
     shown = verify_plan(request, searched)
     full = len(runs)
     runs.clear()
