@@ -241,7 +241,10 @@ class Scheduling:
       whole output (up to 4,096 tokens) next to the running requests' remaining output times a new-token
       ratio, which starts at 0.7, falls by about 0.001 per decode step to 0.098, returns to 0.7 when the engine
       idles and is re-estimated from the tokens decoded so far when a request is retracted (preempted)
-      (`PrefillAdder.add_one_req` and `Scheduler.update_running_batch`; `SGLANG_*_NEW_TOKEN_RATIO*`).
+      (`PrefillAdder.add_one_req` and `Scheduler.update_running_batch`; `SGLANG_*_NEW_TOKEN_RATIO*`); once one
+      does not fit, none is admitted until a request leaves the batch (`batch_is_full`), and the retracted request
+      is the one with the fewest tokens generated (of those the longest prompt), put at the back of the queue
+      (`ScheduleBatch.retract_decode`).
     admit_first_chunk: vLLM V1's admission with chunked prefill: a waiting request is admitted when its first chunk
       (what is left of the step's token budget, at most its prompt) and what the prefix cache holds of it fit in the
       free KV cache, and the cache is filled chunk by chunk as the prompt is computed; when a running request's next

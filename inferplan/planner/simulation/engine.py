@@ -187,12 +187,19 @@ OUTPUT_CLIP = 4096
 
 def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: list[tuple[int, int, Request]],
                   queue: deque[Request], counter: int, model: _StepModel, preempted: IntArray,
-                  by_chunk: bool = False) -> tuple[int, int]:
+                  by_chunk: bool = False, retract: bool = False) -> tuple[int, int, Request]:
     """Preempt the most recently admitted sequence back to the front of the queue (vLLM's recompute
-    preemption); returns the KV tokens and the decode context it held (0 if it was prefilling). Rare, so
-    a plain function. `by_chunk`: a prefilling sequence holds the chunks it computed only, and what it held stays
-    in the prefix cache for its readmission (`Scheduling.admit_first_chunk`)."""
-    i, req = running.popitem()  # dicts pop the last inserted item
+    preemption); returns the KV tokens and the decode context it held (0 if it was prefilling) and the request.
+    Rare, so a plain function. `by_chunk`: a prefilling sequence holds the chunks it computed only, and what it held
+    stays in the prefix cache for its readmission (`Scheduling.admit_first_chunk`). `retract`: SGLang's retraction
+    of a decoding sequence (`Scheduling.estimate_output`): the one with the fewest tokens generated (of those the
+    longest prompt, then the last admitted) goes to the back of the queue."""
+    if retract:
+        # (min keeps the first of equals, so the running sequences are looked at last admitted first.)
+        i, req = min(reversed(running.items()), key=lambda item: (item[1][5] + counter - item[1][6], -item[1][2]))
+        del running[i]
+    else:
+        i, req = running.popitem()  # dicts pop the last inserted item
     if prefilling and prefilling[-1] is req:
         # Its partial prefill is lost; tokens it generated before (kept in [5]) stay in the output.
         prefilling.pop()
@@ -209,9 +216,12 @@ def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: 
     if by_chunk:
         # The prefix cache keeps what it held, short of the last token (a hit is at most the sequence less one).
         req[9] = min(kv, req[2] + req[5] - 1)
-    queue.appendleft(req)
+    if retract:
+        queue.append(req)
+    else:
+        queue.appendleft(req)
     preempted[i] += 1
-    return kv, context
+    return kv, context, req
 
 
 def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, pending: deque[Request],
@@ -266,6 +276,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     # did not fit, and until something frees the space only shrinks.
     by_chunk = policy.admit_first_chunk and mixed and not whole
     held = False
+    # SGLang: once a request did not fit, nothing is admitted until a request leaves the running batch (it completes
+    # or is retracted) or a chunked prompt's step ends (`batch_is_full`).
+    full = False
     fast = mixed and not whole and not reserve and not mtp  # the shortcut below is vLLM V1's step
     reserved = 0                                 # KV tokens promised to running sequences (reserve only)
     prompts = outputs = 0                        # prompt and output tokens of the running sequences (estimate only)
@@ -367,7 +380,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 next_arrival = pending[0][1] if pending else inf
                 # SGLang: the running sequences' remaining output at the ratio, this round's admissions' whole.
                 estimated = kv_used + ratio * (prompts + outputs - kv_used) if estimate else 0.0
-                scheduling = multi == 1 or not n_decoding or (counter - last_sched) % multi == 0
+                scheduling = (multi == 1 or not n_decoding or (counter - last_sched) % multi == 0) and not full
                 if scheduling and queue:
                     last_sched = counter
                     if by_chunk:
@@ -419,11 +432,13 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                             break
                         free -= hit + left
                     elif kv_used + need + 1 + n_decoding > kv_cap:
+                        full = estimate
                         break
                     elif estimate:
-                        left = req[3] - req[5]
-                        whole_output = need + (left if left < OUTPUT_CLIP else OUTPUT_CLIP)
+                        # A retracted request's whole output again (SGLang keeps its `max_new_tokens`).
+                        whole_output = need + (req[3] if req[3] < OUTPUT_CLIP else OUTPUT_CLIP)
                         if estimated + whole_output >= kv_cap and n_running:
+                            full = True
                             break
                         estimated += whole_output
                         prompts += req[2]
@@ -472,13 +487,13 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     if kv_used + (n_decoding if mixed else 0) + finishing + (prompt_tokens if by_chunk else 0) \
                             <= kv_cap:
                         break
+                    kv, context, last = _preempt_last(running, prefilling, heap, queue, counter, model, preempted,
+                                                      by_chunk)
                     if estimate:
-                        last = next(reversed(running.values()))
                         prompts -= last[2]
                         outputs -= last[3]
-                    kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted,
-                                                by_chunk)
                     held = by_chunk
+                    full = False
                     kv_used -= kv
                     context_sum -= context
                     preemptions += 1
@@ -531,6 +546,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     # Greedy chunking: every prompt touched but the last is finished.
                     last = prefilling[touched - 1]
                     last[8] -= take
+                    if last[8]:
+                        full = False  # (SGLang: the chunked prompt leaves the batch)
                     if finishing:
                         done = touched if last[8] == 0 else touched - 1
                         for req in prefilling[:done]:
@@ -556,13 +573,14 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 if k * b > kv_cap - kv_used:
                     k = (kv_cap - kv_used) // b
                     if k < 1:  # (never below 0: the KV cache is never overfilled)
+                        # (SGLang retracts here only: a prefill batch was admitted with room for it.)
+                        kv, context, last = _preempt_last(running, prefilling, heap, queue, counter, model,
+                                                          preempted, by_chunk, estimate)
                         if estimate:
-                            last = next(reversed(running.values()))
                             prompts -= last[2]
                             outputs -= last[3]
-                        kv, context = _preempt_last(running, prefilling, heap, queue, counter, model, preempted,
-                                                    by_chunk)
                         held = by_chunk
+                        full = False
                         kv_used -= kv
                         context_sum -= context
                         preemptions += 1
@@ -651,6 +669,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
             kv_used -= tokens
             context_sum -= tokens
             done_s[i] = now
+            full = False
             if reserve:
                 reserved -= tokens
             elif estimate:

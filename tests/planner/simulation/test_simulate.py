@@ -367,6 +367,24 @@ def test_sglangs_estimate_admits_by_the_output_and_counts_the_running_at_its_rat
     assert estimated.ttft_s[2] < 0.1 * (first_done - later)  # joins the running two
 
 
+def test_sglang_retracts_the_fewest_generated_longest_prompt_to_the_back_and_admits_only_once_one_leaves() -> None:
+    """SGLang (`ScheduleBatch.retract_decode`, `Scheduler.update_running_batch`, `batch_is_full` in 0.5.3): a
+    100 + 2,000-token request has decoded 600 tokens (ratio 0.098) when three 600-token requests arrive; two are
+    admitted (837 + 900 + 700 < 2,600), the third does not fit and is not looked at again while none leaves the
+    batch. At 500 more steps the cache (2,600) runs out: the one with the fewest tokens generated and, of those, the
+    longest prompt (the 300-token one, not the last admitted) is retracted to the back of the queue, behind the
+    one still waiting."""
+    policy = Scheduling(mixed=False, estimate_output=True)
+    alone = simulate(HW, trace_workload([0.0], [100], [2000]), kv_tokens=2600, chunk_tokens=8192, policy=policy)
+    later = float(alone.ttft_s[0] + 600 * alone.tpot_s[0])
+    w = trace_workload([0.0, later, later, later], [100, 300, 100, 100], [2000, 600, 600, 600])
+    r = simulate(HW, w, kv_tokens=2600, chunk_tokens=8192, policy=policy)
+    assert r.preempted[1] >= 1 and r.preempted[2] == 0  # the longer prompt, admitted first
+    assert r.ttft_s[1] == r.ttft_s[2] < 0.1 < r.ttft_s[3]  # the third waits for a request to leave
+    assert r.e2e_s[1] > r.ttft_s[3]  # readmitted after the one that waited
+    assert r.generated_tokens == 2000 + 3 * 600
+
+
 def test_unchunked_prompts_go_whole_into_a_later_step() -> None:
     # A budget of 1000 tokens and two 600-token prompts: chunked, the second starts in the first step; whole,
     # it waits for the next step.
