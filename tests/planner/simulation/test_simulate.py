@@ -332,6 +332,49 @@ def test_a_kv_starved_burst_admitted_by_first_chunk_serves_every_request(chunk: 
     assert result.kv_tokens_max[0] <= 4000
 
 
+@pytest.mark.parametrize("policy", [
+    Scheduling(admit_first_chunk=True), Scheduling(), Scheduling(mixed=False),
+    Scheduling(mixed=False, estimate_output=True), Scheduling(reserve_output=True)],
+    ids=["vllm-v1", "mixed", "prefill-first", "sglang", "reserve"])
+def test_a_tiny_budget_runs_each_prompt_in_jumps_of_chunks_as_it_runs_step_by_step(policy: Scheduling,
+                                                                                    monkeypatch) -> None:
+    """Prompts of up to 20,000 tokens through a 64-token budget (and a batch that takes it all with decode), on a
+    cache that preempts: a run of identical steps is one jump (`JUMP_MIN_STEPS`), and the run serves every request
+    with the latencies of stepping one step at a time. A burst of 100,000-token prompts through a 16-token budget had
+    run a pass per chunk (31M passes for 5,000 of them)."""
+    rng = np.random.default_rng(11)
+    n = 120
+    w = trace_workload(np.sort(rng.uniform(0.0, 3.0, n)), rng.integers(1, 20_000, n), rng.integers(1, 300, n))
+
+    def run() -> SimulationResult:
+        return simulate(HW, w, kv_tokens=60_000, max_batch=96, chunk_tokens=64, policy=policy,
+                        series_points=1_000_000)
+
+    jumped = run()
+    monkeypatch.setattr(engine_module, "JUMP_MIN_STEPS", 10**18)
+    stepped = run()
+    assert jumped.generated_tokens == stepped.generated_tokens == int(w.output_tokens.sum())
+    assert np.isfinite(jumped.e2e_s).all()
+    assert jumped.kv_tokens_max[0] <= 60_000
+    np.testing.assert_allclose(jumped.ttft_s, stepped.ttft_s, rtol=1e-6)
+    np.testing.assert_allclose(jumped.e2e_s, stepped.e2e_s, rtol=1e-6)
+    # Every pass of the loop is sampled here (the series never fills): far fewer passes than chunks.
+    chunks = int(w.prompt_tokens.sum()) // 64
+    assert len(stepped.series[0].t_s) > chunks
+    assert len(jumped.series[0].t_s) < chunks / 3
+
+
+def test_a_burst_of_long_prompts_through_a_16_token_budget_takes_a_few_passes_per_prompt() -> None:
+    """50 prompts of 100,000 tokens at once, a 16-token budget (312,500 chunks): a few passes of the loop each."""
+    n = 50
+    w = trace_workload(np.zeros(n), np.full(n, 100_000), np.full(n, 10))
+    result = simulate(HW, w, kv_tokens=1_000_000, chunk_tokens=16, policy=Scheduling(admit_first_chunk=True),
+                      series_points=1_000_000)
+    assert result.generated_tokens == 10 * n
+    assert np.isfinite(result.e2e_s).all()
+    assert len(result.series[0].t_s) < 20 * n
+
+
 def test_reserving_the_output_never_preempts_and_admits_fewer() -> None:
     on_prompt = _burst_of_twelve()
     reserved = _burst_of_twelve(Scheduling(chunked=False, reserve_output=True))
