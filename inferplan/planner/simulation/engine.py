@@ -183,9 +183,9 @@ RATIO_MIN = RATIO_INIT * 0.14
 RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
 RATIO_RETRACT_STEPS = 20
 OUTPUT_CLIP = 4096
-# A run of identical prompt steps (`_replica_loop`) this long or longer is run as one jump; shorter ones step by step,
-# as they always did (none of the four published files' runs has one this long, so their predictions are unchanged
-# to the last bit; a pass per step costs about a microsecond, so the passes stay within 64 per event).
+# A run of identical prompt steps (`_replica_loop`) this long or longer is one jump at its mean context; a shorter one
+# is stepped in one pass with the arithmetic of a pass per step, so its floats are those of a pass per step (with
+# jumps from 16 steps on, some of the four published files' predictions moved in their last digit; from 32 on none).
 JUMP_MIN_STEPS = 64
 
 
@@ -531,38 +531,72 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         + step_overhead_s + sequence_overhead_s * (b + finishing) \
                         + (eager_step_s if b > graph_max_batch else 0.0)
                 k = 1
-                if touched <= 1 and not finishing and not mtp and (not queue or by_chunk or (
-                        multi == 1 and (not estimate or not b or ratio == RATIO_MIN))):
+                end = now + step
+                jumped = False
+                if touched <= 1 and not finishing and not mtp and prefilling and (not queue or (multi == 1 and (
+                        by_chunk or not estimate or not b or ratio == RATIO_MIN))):
                     # The same step again and again: one prompt's chunk that takes the whole budget and does not end
                     # it (or no chunk: the decoding sequences take the budget), nothing admitted meanwhile (nothing
                     # waits, no budget is left for it, or what stopped the admission only grows: the KV cache used,
-                    # SGLang's estimate once its ratio stops falling). Run the steps up to
-                    # the prompt's last chunk, a completion, a full KV cache or the next arrival at once, as the
-                    # decode jump does, with the step at the jump's mean context (a budget of 16 tokens and prompts of
-                    # 100k had run a pass per chunk: 31M of them for a burst of 5,000).
+                    # SGLang's estimate once its ratio stops falling). The steps up to the prompt's last chunk, a
+                    # completion, a full KV cache or the next arrival run in one pass: a run of JUMP_MIN_STEPS or
+                    # more as the decode jump does, with the step at the jump's mean context; a shorter one step by
+                    # step with the arithmetic of a pass per step (the same floats). A budget of 16 tokens and
+                    # prompts of 100k had run a pass per chunk, 31M of them for a burst of 5,000; a budget of 64
+                    # that 256 decoding sequences take, a pass per step of the prompts waiting.
                     k = (prefilling[0][8] - 1) // take if touched else next_finish - counter
                     if b and next_finish - counter < k:
                         k = next_finish - counter
                     grown = b + prompt_tokens if by_chunk else b
                     if grown and k * grown > kv_cap - kv_used:
                         k = (kv_cap - kv_used) // grown
-                    if k >= JUMP_MIN_STEPS:
-                        prompt_part = touched if computed else prompt_tokens
+                    # The next arrival ends the run where it could be admitted: not behind a waiting request, nor
+                    # where the step leaves it no budget (by chunk). The jump's step is no shorter than this one, so
+                    # an arrival within JUMP_MIN_STEPS of these cuts it below that.
+                    cuts = not queue and not by_chunk
+                    arrival = next_arrival if cuts else inf
+                    prompt_part = touched if computed else prompt_tokens
+                    if k >= JUMP_MIN_STEPS and (arrival == inf or (arrival - now) / step > JUMP_MIN_STEPS - 1):
                         jump_step = model.time(b, context_sum / b + (k - 1) / 2.0 if b else 0.0, prompt_part,
                                                prompt_s, b)
-                        if next_arrival < inf and (k_arrival := ceil((next_arrival - now) / jump_step)) < k:
-                            k = k_arrival if k_arrival >= JUMP_MIN_STEPS else 1
-                            if k > 1:
-                                jump_step = model.time(b, context_sum / b + (k - 1) / 2.0 if b else 0.0, prompt_part,
-                                                       prompt_s, b)
-                        if k > 1:
-                            step = k * jump_step
-                    else:
-                        k = 1
-                end = now + step
+                        if arrival < inf and (k_arrival := ceil((arrival - now) / jump_step)) < k:
+                            k = k_arrival
+                            if k >= JUMP_MIN_STEPS:
+                                jump_step = model.time(b, context_sum / b + (k - 1) / 2.0 if b else 0.0,
+                                                       prompt_part, prompt_s, b)
+                        if k >= JUMP_MIN_STEPS:
+                            end = now + k * jump_step
+                            jumped = True
+                    if not jumped and k > 1:
+                        j = 1
+                        if b:
+                            tokens = b + prompt_part
+                            sequences_s = sequence_overhead_s * b
+                            eager_s = eager_step_s if b > graph_max_batch else 0.0
+                            summed = context_sum
+                            while j < k and arrival > end:
+                                summed += b
+                                c = summed / b
+                                w = c if c < window else window
+                                memory = weights_s
+                                compute = prompt_s
+                                memory += b * (kv_full_s * c + kv_window_s * w)
+                                compute += b * decode_s
+                                stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
+                                stage += moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens \
+                                    if moe else 0.0
+                                end += pp * (stage + allreduce_s + allreduce_token_s * tokens
+                                             + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
+                                    + step_overhead_s + sequences_s + eager_s
+                                j += 1
+                        else:
+                            while j < k and arrival > end:
+                                end += step
+                                j += 1
+                        k = j
                 if end > t_limit:
                     t_limit = yield end
-                    if k > 1:
+                    if k > 1 and cuts:
                         # A new first arrival before the end may cut the jump short: plan it again then.
                         while t_limit is not None and t_limit < end \
                                 and (next_arrival < inf or not pending or pending[0][1] >= end):
@@ -579,7 +613,11 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 if b:
                     counter += k
                     if estimate:
-                        ratio = max(ratio - k * RATIO_DECAY, RATIO_MIN)
+                        if jumped:
+                            ratio = max(ratio - k * RATIO_DECAY, RATIO_MIN)
+                        else:
+                            for _ in range(k):
+                                ratio = max(ratio - RATIO_DECAY, RATIO_MIN)
                 kv_used += k * (b + prompt_tokens) if by_chunk else k * b
                 context_sum += k * b
                 produced += k * b + finishing
