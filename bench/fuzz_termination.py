@@ -2,7 +2,7 @@
 
 Usage (from the repository root, one process; `timeout` around it as a backstop):
 
-    python bench/fuzz_termination.py scenarios [--count N] [--seed S] [--limit-s 20] [--slow-s 5]
+    python bench/fuzz_termination.py scenarios [--count N] [--seed S] [--limit-s 20] [--slow-s 5] [--heavy]
     python bench/fuzz_termination.py plans [--count N] [--seed S] [--limit-s 60] [--slow-s 10]
     python bench/fuzz_termination.py scenarios --replay FILE   # the lines of FILE (JSON Lines), e.g. a log's
 
@@ -55,6 +55,9 @@ ENGINE_VERSIONS = {
 SMALL_GPUS = ["NVIDIA-L4", "NVIDIA-A10G", "NVIDIA-GeForce-RTX-3090", "Tesla-T4", "NVIDIA-GeForce-RTX-4090"]
 TIMED_METRICS = ["ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p99", "itl_ms_mean",
                  "e2e_ms_mean", "output_tps_total", "requests_per_s"]
+SMALL_MODELS = ["Qwen/Qwen2.5-0.5B", "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B",
+                "openai/gpt-oss-20b", "Qwen/Qwen3-30B-A3B"]
+BIG_GPUS = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H200", "NVIDIA-B200", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S"]
 STARTUP_METRICS = ["kv_cache_tokens", "max_concurrency", "weights_gib", "kv_cache_gib", "activation_peak_gib"]
 
 
@@ -66,8 +69,25 @@ def _log_uniform(rng: random.Random, low: float, high: float) -> int:
     return round(math.exp(rng.uniform(math.log(low), math.log(high))))
 
 
-def random_scenario(rng: random.Random, index: int, models: list[str], gpus: list[str]) -> dict[str, Any]:
-    """One valid line of the scenario format (all 29 keys), drawn to reach the simulator's corners."""
+def random_scenario(rng: random.Random, index: int, models: list[str], gpus: list[str],
+                    heavy: bool = False) -> dict[str, Any]:
+    """One valid line of the scenario format (all 29 keys), drawn to reach the simulator's corners; `heavy`: a
+    served load of many requests of a small model on a big GPU, so that nearly every line is simulated at length."""
+    if heavy:
+        line = random_scenario(rng, index, SMALL_MODELS, gpus)
+        load = rng.choice([{"kind": "burst", "value": _log_uniform(rng, 500, 5000)},
+                           {"kind": "concurrency", "value": _log_uniform(rng, 64, 2048)},
+                           {"kind": "poisson", "rate": round(rng.uniform(1, 2000), 2),
+                            "num_prompts": _log_uniform(rng, 500, 5000)},
+                           {"kind": "offline", "num_prompts": rng.choice([None, _log_uniform(rng, 500, 5000)])}])
+        metric = rng.choice(TIMED_METRICS)
+        return {**line, "gpu": rng.choice(BIG_GPUS), "tensor_parallel": 1, "pipeline_parallel": 1,
+                "replicas": 1, "gpus": 1, "weights": "bf16", "load": load, "metric": metric,
+                "unit": METRIC_UNITS[metric], "includes_prefill": None,
+                "engine": (engine := rng.choice(["vllm", "vllm", "sglang", "tensorrt-llm", "tgi", "lmdeploy"])),
+                "engine_version": rng.choice(ENGINE_VERSIONS[engine]),
+                "max_model_len": rng.choice([None, 131072]),
+                "max_num_batched_tokens": rng.choice([None, 16, 64, 256, _log_uniform(rng, 16, 65536)])}
     engine = rng.choice(list(ENGINE_VERSIONS))
     version = rng.choice(ENGINE_VERSIONS[engine])
     model = rng.choice(models)
@@ -197,6 +217,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit-s", type=float, default=None, help="interrupt an item after this (20 s / 60 s)")
     parser.add_argument("--slow-s", type=float, default=None, help="report an item over this (5 s / 10 s)")
+    parser.add_argument("--heavy", action="store_true",
+                        help="scenarios: served loads of many requests of small models on big GPUs only")
     parser.add_argument("--replay", type=Path, default=None, help="run the JSON lines of this file instead")
     args = parser.parse_args()
     scenarios = args.what == "scenarios"
@@ -208,7 +230,7 @@ def main() -> int:
     if args.replay:
         items = [json.loads(text) for text in args.replay.read_text().splitlines() if text.strip().startswith("{")]
     elif scenarios:
-        items = [random_scenario(rng, i, models, gpus) for i in range(args.count)]
+        items = [random_scenario(rng, i, models, gpus, args.heavy) for i in range(args.count)]
     else:
         items = [random_plan(rng, [m for m in models if "Kimi" not in m]) for _ in range(args.count)]
     times: list[float] = []
