@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from numpy.typing import NDArray
@@ -226,6 +226,14 @@ def _preempt_last(running: dict[int, Request], prefilling: list[Request], heap: 
         queue.appendleft(req)
     preempted[i] += 1
     return kv, context, req
+
+
+def _overfilled(kv_used: int, kv_cap: int, counter: int) -> NoReturn:
+    """Stop a loop whose KV cache is overfilled. Never: its steps are sized to the free cache. Where its accounting
+    is wrong, an overfilled cache makes the decode jump's length negative and the loop spin without end (a first
+    token left uncounted did, 2026-12-06), so the loop checks where a pass ends and where a jump would go negative."""
+    raise ValueError(f"the simulator overfilled its KV cache ({kv_used} of {kv_cap} tokens after {counter} decode "
+                     f"steps): a bug in its accounting")
 
 
 def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, pending: deque[Request],
@@ -651,7 +659,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 k = next_finish - counter
                 if k * b > kv_cap - kv_used:
                     k = (kv_cap - kv_used) // b
-                    if k < 1:  # (never below 0: the KV cache is never overfilled)
+                    if k < 1:
+                        if k < 0:
+                            _overfilled(kv_used, kv_cap, counter)
                         # (SGLang retracts here only: a prefill batch was admitted with room for it.)
                         kv, context, last = _preempt_last(running, prefilling, heap, queue, counter, model,
                                                           preempted, by_chunk, estimate)
@@ -735,6 +745,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                 continue
 
         if kv_used > kv_max:
+            if kv_used > kv_cap:
+                _overfilled(kv_used, kv_cap, counter)
             kv_max = kv_used
         if held and next_finish <= counter:
             held = False

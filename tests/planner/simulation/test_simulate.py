@@ -376,6 +376,21 @@ def test_a_burst_of_long_prompts_through_a_16_token_budget_takes_a_few_passes_pe
     assert len(result.series[0].t_s) < 20 * n
 
 
+def test_a_kv_cache_overfilled_by_an_accounting_error_stops_the_loop_with_an_error(monkeypatch) -> None:
+    """The loop never overfills its cache; where its accounting is wrong and it does (a first token left uncounted
+    made a decode jump negative and the loop spin without end), it stops with an error naming the overfill. Here a
+    preemption that frees a million tokens too few."""
+    preempt = engine_module._preempt_last
+
+    def frees_too_little(*args, **kwargs):
+        kv, context = preempt(*args, **kwargs)
+        return kv - 1_000_000, context
+
+    monkeypatch.setattr(engine_module, "_preempt_last", frees_too_little)
+    with pytest.raises(ValueError, match="overfilled its KV cache"):
+        _burst_of_twelve()
+
+
 def test_reserving_the_output_never_preempts_and_admits_fewer() -> None:
     on_prompt = _burst_of_twelve()
     reserved = _burst_of_twelve(Scheduling(chunked=False, reserve_output=True))
