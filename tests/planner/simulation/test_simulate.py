@@ -383,8 +383,8 @@ def test_a_kv_cache_overfilled_by_an_accounting_error_stops_the_loop_with_an_err
     preempt = engine_module._preempt_last
 
     def frees_too_little(*args, **kwargs):
-        kv, context = preempt(*args, **kwargs)
-        return kv - 1_000_000, context
+        kv, context, req = preempt(*args, **kwargs)
+        return kv - 1_000_000, context, req
 
     monkeypatch.setattr(engine_module, "_preempt_last", frees_too_little)
     with pytest.raises(ValueError, match="overfilled its KV cache"):
