@@ -355,17 +355,19 @@ class VersionDefaults:
 # `rocm/vllm:rocm6.4.1_vllm_0.9.1_20250715`, `cuda12.4`): never the engine's release.
 _PLATFORM_WORDS = frozenset({"rocm", "cuda", "cu", "torch", "pytorch", "python", "py", "ubuntu"})
 # A benchmark round a version text may name instead of, or beside, the engine's release (`MLPerf Inference v5.1`,
-# `MLPerf Inference: Datacenter v4.1`, MLCommons' results repository `inference_results_v5.0`): never the engine's.
+# `MLPerf Inference: Datacenter v4.1`, MLCommons' results repository `inference_results_v5.0`, SemiAnalysis'
+# `InferenceMAX v1`): never the engine's.
 _BENCHMARK_ROUND = re.compile(
-    r"(?:mlperf|inference[_-]results)(?:[\s_:-]*(?:inference|training|datacenter|edge|closed|open|division|round))*"
+    r"(?:mlperf|inference[_-]results|inference[_ -]?max)"
+    r"(?:[\s_:-]*(?:inference|training|datacenter|edge|closed|open|division|round))*"
     r"[\s_:-]*v?\d+\.\d+(?:\.\d+)?", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1024)  # a search asks it for a few version texts some 700 times a plan; its answer is a tuple
 def parse_version(text: str | None) -> tuple[int, ...] | None:
     """(major, minor, patch) of the first dotted version in `text` (`~0.6.3`, `NIM 1.8.0`) that is not a platform's
-    (`rocm6.4.1_vllm_0.9.1`: 0.9.1) nor an MLPerf round's (`MLPerf Inference v5.1, TensorRT-LLM 0.17.0`: 0.17.0),
-    None if none."""
+    (`rocm6.4.1_vllm_0.9.1`: 0.9.1) nor a benchmark round's (`MLPerf Inference v5.1, TensorRT-LLM 0.17.0`: 0.17.0;
+    `InferenceMAX v1.2`: none), None if none."""
     for match in re.finditer(r"([A-Za-z]*)[ _-]?v?(\d+)\.(\d+)(?:\.(\d+))?", _BENCHMARK_ROUND.sub(" ", text or "")):
         if match.group(1).lower() not in _PLATFORM_WORDS:
             return tuple(int(g or 0) for g in match.groups()[1:])

@@ -62,10 +62,11 @@ def test_a_measurement_without_a_version_is_on_the_line_current_when_its_source_
 @pytest.mark.parametrize(("text", "version"), [
     ("MLPerf Inference v5.1", None), ("MLPerf v4.1", None), ("mlperf-inference-v5.0", None),
     ("MLPerf Inference: Datacenter v4.1", None), ("inference_results_v5.0", None),
+    ("InferenceMAX v1.2", None), ("InferenceMAX v1, SGLang 0.5.2", (0, 5, 2)), ("inferencemax-v1.0", None),
     ("MLPerf Inference v5.1, TensorRT-LLM 0.17.0", (0, 17, 0)), ("MLPerf Inference v5.1 (closed), vLLM 0.10.1",
                                                                   (0, 10, 1)),
 ])
-def test_an_mlperf_round_is_not_the_engines_release(text: str, version: tuple[int, ...] | None) -> None:
+def test_a_benchmark_round_is_not_the_engines_release(text: str, version: tuple[int, ...] | None) -> None:
     """`MLPerf Inference v5.1` was read as release 5.1: an `engine_version` naming the round a run was submitted to
     (as MLPerf results name their versions) put it on the engine's newest line whatever release it ran."""
     assert parse_version(text) == version
