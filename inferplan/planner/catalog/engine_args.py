@@ -112,6 +112,13 @@ class EngineFlags:
     # read only, and only where its release has it (vLLM's from 0.10): `READ_ONLY_ROLES`
     step_tokens: tuple[str, ...] = ()  # the token budget of one step (the prefill chunk); SGLang's takes -1 for
     # chunking off (`STEP_TOKENS_CHUNKING_OFF`)
+    memory_fraction: tuple[str, ...] = ()  # the memory share, as `EngineSettings.memory_fraction` means it for the
+    # engine's memory mode (`engines.EngineProfile.memory_mode`): vLLM's of total memory, SGLang's static share,
+    # TensorRT-LLM's of the memory free after loading
+    context: tuple[str, ...] = ()  # the longest sequence, prompt and output (`EngineSettings.max_model_len`)
+    chunked_on: tuple[str, ...] = ()  # the switch that turns chunked prefill on (vLLM 0.6's takes True|False)
+    chunked_off: tuple[str, ...] = ()  # the switch that turns it off
+    # (chunked_on, chunked_off: each in the lines that have it only, `SOME_LINES_ROLES`)
     option_keys: tuple[str, ...] = ()  # the same switches as keys of the engine's options file (`key: true`)
     bench_ep: tuple[str, ...] = ()  # the expert-parallel size as the engine's benchmark tool spells it (trtllm-bench)
 
@@ -119,7 +126,9 @@ class EngineFlags:
     def roles(self) -> dict[str, tuple[str, ...]]:
         return {"tp": self.tp, "batch": self.batch, "quantization": self.quantization, "dtype": self.dtype,
                 "kv_cache_dtype": self.kv_cache_dtype, "pp": self.pp, "ep": self.ep, "dp_attention": self.dp_attention,
-                "dp_size": self.dp_size, "ep_switch": self.ep_switch, "step_tokens": self.step_tokens}
+                "dp_size": self.dp_size, "ep_switch": self.ep_switch, "step_tokens": self.step_tokens,
+                "memory_fraction": self.memory_fraction, "context": self.context, "chunked_on": self.chunked_on,
+                "chunked_off": self.chunked_off}
 
 
 STEP_TOKENS_CHUNKING_OFF = -1
@@ -129,40 +138,56 @@ STEP_TOKENS_CHUNKING_OFF = -1
 READ_ONLY_ROLES = frozenset({"ep_switch"})
 """Roles the planner never writes: a spelling of theirs need only exist in some pinned release of its engine."""
 
+SOME_LINES_ROLES = READ_ONLY_ROLES | {"chunked_on", "chunked_off"}
+"""Roles whose spellings need exist in only some pinned line of their engine: read-only ones, and the chunked-prefill
+switches, which the launches write only on a line that has them (vLLM's --no-enable-chunked-prefill from the V1
+line, TensorRT-LLM's --enable_chunked_prefill on 1.x)."""
+
 ENGINE_FLAGS: dict[str, EngineFlags] = {
     # vLLM's short aliases -tp and -q (vllm/engine/arg_utils.py) are read, never written.
     "vllm": EngineFlags(tp=("--tensor-parallel-size", "-tp"), batch=("--max-num-seqs",),
                         quantization=("--quantization", "-q"), dtype=("--dtype",),
                         kv_cache_dtype=("--kv-cache-dtype",), pp=("--pipeline-parallel-size", "-pp"),
-                        ep_switch=("--enable-expert-parallel",), step_tokens=("--max-num-batched-tokens",)),
+                        ep_switch=("--enable-expert-parallel",), step_tokens=("--max-num-batched-tokens",),
+                        memory_fraction=("--gpu-memory-utilization",), context=("--max-model-len",),
+                        chunked_on=("--enable-chunked-prefill",), chunked_off=("--no-enable-chunked-prefill",)),
     "sglang": EngineFlags(tp=("--tp-size", "--tensor-parallel-size"), batch=("--max-running-requests",),
                           quantization=("--quantization",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",),
                           pp=("--pp-size", "--pipeline-parallel-size"), ep=("--ep-size", "--expert-parallel-size"),
                           dp_attention=("--enable-dp-attention",), dp_size=("--dp-size", "--data-parallel-size"),
-                          ep_switch=("--enable-ep-moe",), step_tokens=("--chunked-prefill-size",)),
+                          ep_switch=("--enable-ep-moe",), step_tokens=("--chunked-prefill-size",),
+                          memory_fraction=("--mem-fraction-static",), context=("--context-length",)),
     # TGI: --max-batch-size caps the running batch; --max-concurrent-requests only bounds admission (read as a
     # fallback when no batch cap is given).
     "tgi": EngineFlags(tp=("--num-shard",), batch=("--max-batch-size", "--max-concurrent-requests"),
                        quantization=("--quantize",), dtype=("--dtype",), kv_cache_dtype=("--kv-cache-dtype",),
-                       step_tokens=("--max-batch-prefill-tokens",)),
+                       step_tokens=("--max-batch-prefill-tokens",), memory_fraction=("--cuda-memory-fraction",),
+                       context=("--max-total-tokens",)),
     # trtllm-serve has no precision or KV dtype flag (they come from the checkpoint and the options file).
     # trtllm-serve: `--ep_size` (`--ep` in trtllm-bench) and the LLM API options file's `enable_attention_dp: true`
     # (--extra_llm_api_options).
     "tensorrt-llm": EngineFlags(tp=("--tp_size",), batch=("--max_batch_size",), pp=("--pp_size",),
                                 ep=("--ep_size",), option_keys=("enable_attention_dp",), bench_ep=("--ep",),
-                                step_tokens=("--max_num_tokens",)),
-    "lmdeploy": EngineFlags(tp=("--tp",), batch=("--max-batch-size",), dtype=("--dtype",)),
+                                step_tokens=("--max_num_tokens",),
+                                memory_fraction=("--kv_cache_free_gpu_memory_fraction",), context=("--max_seq_len",),
+                                chunked_on=("--enable_chunked_prefill",)),
+    "lmdeploy": EngineFlags(tp=("--tp",), batch=("--max-batch-size",), dtype=("--dtype",),
+                            memory_fraction=("--cache-max-entry-count",), context=("--session-len",)),
 }
 
 
 def flag_spellings(role: str, engine: str | None = None) -> tuple[str, ...]:
     """Every spelling of `role` (`EngineFlags.roles`: "tp", "batch", ..., "dp_attention") in ENGINE_FLAGS,
-    `engine`'s first (a Deployment may run another engine than its plan names: all are read)."""
+    `engine`'s first (a Deployment may run another engine than its plan names: all are read), less another engine's
+    spelling that `engine`'s own parser takes (at any pinned line) for something else: SGLang's --max-total-tokens is
+    the size of its KV pool, not a context length as TGI's is."""
     order = [engine] if engine in ENGINE_FLAGS else []
     order += [name for name in ENGINE_FLAGS if name != engine]
+    own = set().union(*(parser["flags"] for parser in engine_flags().get(engine or "", {}).values()))
     spellings: list[str] = []
     for name in order:
-        spellings += [flag for flag in ENGINE_FLAGS[name].roles[role] if flag not in spellings]
+        spellings += [flag for flag in ENGINE_FLAGS[name].roles[role] if flag not in spellings
+                      and (name == engine or flag not in own)]
     return tuple(spellings)
 
 
@@ -863,7 +888,7 @@ def _vllm(c: _Ctx) -> EngineLaunch:
     notes = [_precision_note(c)]
     flags = ENGINE_FLAGS["vllm"]
     args = ["--model", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
-            "--gpu-memory-utilization", c.fraction, "--max-model-len", str(s.max_model_len)]
+            flags.memory_fraction[0], c.fraction, flags.context[0], str(s.max_model_len)]
     args += _dtype_and_online(c)
     if c.fmt == "modelopt-fp8" and c.line == "0.6":
         args += [flags.quantization[0], "modelopt"]
@@ -891,13 +916,13 @@ def _vllm(c: _Ctx) -> EngineLaunch:
                  "fills each step as the plan simulated it")
     if c.line == "0.11":
         if not c.chunked:
-            args.append("--no-enable-chunked-prefill")
+            args.append(flags.chunked_off[0])
             notes.append("chunked prefill off (--no-enable-chunked-prefill): the plan sends prompts whole; "
                          "V1 chunks by default")
     else:
         auto_on = s.max_model_len > 32768  # V0 turns chunking on by itself only above 32k contexts
         if c.chunked != auto_on:
-            args += ["--enable-chunked-prefill", "True" if c.chunked else "False"]
+            args += [flags.chunked_on[0], "True" if c.chunked else "False"]
             notes.append(f"--enable-chunked-prefill {c.chunked}: vLLM 0.6 chunks on its own only for contexts "
                          "over 32768")
     prefix_args, prefix_notes = _prefix_caching(c)
@@ -916,7 +941,7 @@ def _sglang(c: _Ctx) -> EngineLaunch:
     notes = [_precision_note(c)]
     flags = ENGINE_FLAGS["sglang"]
     args = ["--model-path", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
-            "--mem-fraction-static", c.fraction, "--context-length", str(s.max_model_len)]
+            flags.memory_fraction[0], c.fraction, flags.context[0], str(s.max_model_len)]
     args += _dtype_and_online(c)
     if c.fmt == "modelopt-nvfp4":
         args += [flags.quantization[0], "modelopt_fp4"]
@@ -963,8 +988,8 @@ def _tgi(c: _Ctx) -> EngineLaunch:
     notes = [_precision_note(c)] if c.fmt not in _TGI_QUANTIZE else []
     max_input = s.max_model_len - 1
     flags = ENGINE_FLAGS["tgi"]
-    args = ["--model-id", c.checkpoint, flags.tp[0], str(c.tp), "--cuda-memory-fraction", c.fraction,
-            "--max-input-tokens", str(max_input), "--max-total-tokens", str(s.max_model_len)]
+    args = ["--model-id", c.checkpoint, flags.tp[0], str(c.tp), flags.memory_fraction[0], c.fraction,
+            "--max-input-tokens", str(max_input), flags.context[0], str(s.max_model_len)]
     if c.sixteen_bit:
         args += [flags.dtype[0], c.dtype]
     quantize = _TGI_QUANTIZE.get(c.fmt)
@@ -1025,8 +1050,8 @@ def _trtllm(c: _Ctx) -> EngineLaunch:
     if c.line == "1":
         args += ["--backend", "pytorch"]
     flags = ENGINE_FLAGS["tensorrt-llm"]
-    args += [flags.tp[0], str(c.tp), flags.batch[0], str(c.batch), "--max_seq_len", str(s.max_model_len),
-             "--kv_cache_free_gpu_memory_fraction", c.fraction]
+    args += [flags.tp[0], str(c.tp), flags.batch[0], str(c.batch), flags.context[0], str(s.max_model_len),
+             flags.memory_fraction[0], c.fraction]
     budget = _step_budget(s) or s.max_model_len
     planned = budget
     if not c.chunked:
@@ -1038,7 +1063,7 @@ def _trtllm(c: _Ctx) -> EngineLaunch:
     options: dict[str, str] = {}
     if c.chunked:
         if c.line == "1":
-            args.append("--enable_chunked_prefill")
+            args.append(flags.chunked_on[0])
         else:
             options["enable_chunked_prefill"] = "true"
         notes.append("chunked prefill on (off by default in trtllm-serve)")
@@ -1082,7 +1107,7 @@ def _lmdeploy(c: _Ctx) -> EngineLaunch:
     s = c.settings
     flags = ENGINE_FLAGS["lmdeploy"]
     args = ["serve", "api_server", c.checkpoint, flags.tp[0], str(c.tp), flags.batch[0], str(c.batch),
-            "--cache-max-entry-count", c.fraction, "--session-len", str(s.max_model_len)]
+            flags.memory_fraction[0], c.fraction, flags.context[0], str(s.max_model_len)]
     notes = [f"--cache-max-entry-count {c.fraction}: the fraction of free memory after loading that holds the KV "
              "cache; LMDeploy has no step token budget flag that the plan sets"]
     if c.fmt in ("awq", "gptq"):
