@@ -466,11 +466,14 @@ def _scheduling_of(engine: str, version: str | None, max_model_len: int) -> Sche
 
 
 def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_bytes: float, gpu_key: str,
-                     gpus_per_instance: int, max_model_len: int, offline: bool = False) -> VersionDefaults:
+                     gpus_per_instance: int, max_model_len: int, offline: bool = False,
+                     chunked: bool | None = None) -> VersionDefaults:
     """The defaults of `engine` at `version` (None: its current release line) for one model instance on
     `gpus_per_instance` GPUs of `gpu_memory_bytes` each, served (`vllm serve`), or with `offline` run in-process
     as offline benchmarks run it (vLLM V1's `LLM` class: `vllm bench throughput`, `LLM.generate`, whose step
-    budget is twice or four times the server's). Sources, quoted, in docs/engines.md."""
+    budget is twice or four times the server's), with chunked prefill as `chunked` turns it (None: as the release
+    decides; vLLM V0's default budget follows the choice, 512 chunked, else max(max_model_len, 2048)). Sources,
+    quoted, in docs/engines.md."""
     v = parse_version(version)
     gib = gpu_memory_bytes / GIB
     name = engine.name
@@ -478,10 +481,10 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
         if v is not None and v < (0, 8):
             # V0: chunked prefill only for contexts over 32k (budget 512, decode first); otherwise whole prompts,
             # prefill first, with a budget of max(max_model_len, 2048).
-            if max_model_len > 32768:
-                return VersionDefaults(256, 512.0, 0.9, scheduling_of(name, version, max_model_len))
+            if (max_model_len > 32768) if chunked is None else chunked:
+                return VersionDefaults(256, 512.0, 0.9, scheduling_of(name, version, max_model_len, chunked))
             return VersionDefaults(256, float(max(max_model_len, 2048)), 0.9,
-                                   scheduling_of(name, version, max_model_len))
+                                   scheduling_of(name, version, max_model_len, chunked))
         # Which GPUs get the larger step budget and sequence limit moved within 0.8 (`EngineArgs` in the sdists):
         # 0.8.0-0.8.3 a name with "h100" or "h200" in it for the budget and 1024 sequences everywhere, 0.8.4 that
         # name for both, 0.8.5 70 GiB or more, 0.9 on 70 GiB or more but no A100.
@@ -495,7 +498,7 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
             big, seqs_everywhere = gib >= 70 and "a100" not in key, False
         seqs = 1024 if big or seqs_everywhere else 256
         budget = (16384 if offline else 8192) if big else (8192 if offline else 2048)
-        return VersionDefaults(seqs, float(budget), 0.9, scheduling_of(name, version, max_model_len))
+        return VersionDefaults(seqs, float(budget), 0.9, scheduling_of(name, version, max_model_len, chunked))
     if name == "sglang":
         if v is not None and v < (0, 5):
             # By tensor-parallel size; from 0.4.6 only on GPUs of up to 80 GiB (0.88 above), before it on every
@@ -529,11 +532,11 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
             if gib > 60:
                 reserved_mib = max(reserved_mib, 10 * 1024)
             fraction = round((gib * 1024 - reserved_mib) / (gib * 1024), 3)
-            return VersionDefaults(4096, float(chunk), fraction, scheduling_of(name, version, max_model_len))
+            return VersionDefaults(4096, float(chunk), fraction, scheduling_of(name, version, max_model_len, chunked))
         budget = 2048 if gib < limit else (8192 if gib < 160 else 16384)
-        return VersionDefaults(4096, float(budget), fraction, scheduling_of(name, version, max_model_len))
+        return VersionDefaults(4096, float(budget), fraction, scheduling_of(name, version, max_model_len, chunked))
     if name == "tensorrt-llm":
-        no_evict = scheduling_of(name, version, max_model_len)
+        no_evict = scheduling_of(name, version, max_model_len, chunked)
         if v is not None and v < (1, 0):
             return VersionDefaults(256, 8192.0, 0.9, no_evict)
         # 1.x serves from the PyTorch backend: its warm-up forward is an ordinary one, not the activation
@@ -541,12 +544,12 @@ def version_defaults(engine: EngineProfile, version: str | None, gpu_memory_byte
         return VersionDefaults(2048, 8192.0, 0.9, no_evict, activation_scale=1.0)
     if name == "tgi":
         return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens),
-                               engine.default_memory_fraction, scheduling_of(name, version, max_model_len))
+                               engine.default_memory_fraction, scheduling_of(name, version, max_model_len, chunked))
     if name == "lmdeploy":
         return VersionDefaults(engine.default_max_num_seqs, math.inf, engine.default_memory_fraction,
-                               scheduling_of(name, version, max_model_len))
+                               scheduling_of(name, version, max_model_len, chunked))
     return VersionDefaults(engine.default_max_num_seqs, float(engine.default_max_batched_tokens),
-                           engine.default_memory_fraction, scheduling_of(name, version, max_model_len))
+                           engine.default_memory_fraction, scheduling_of(name, version, max_model_len, chunked))
 
 
 # The factor lines whose releases, at their defaults, run some decode batches outside their captured CUDA graphs
