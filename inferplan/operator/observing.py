@@ -67,7 +67,7 @@ from inferplan.planner.calibration.online import (
 )
 from inferplan.planner.catalog.checkpoint_repos import checkpoint_of_repo
 from inferplan.planner.catalog.checkpoints import SIXTEEN_BIT, Checkpoint
-from inferplan.planner.catalog.engine_args import VLLM_DATA_PARALLEL, flag_spellings
+from inferplan.planner.catalog.engine_args import VLLM_DATA_PARALLEL, chunked_prefill_problem, flag_spellings
 from inferplan.planner.catalog.engines import (
     ENGINES,
     base_line,
@@ -148,8 +148,38 @@ def _positive_int(text: Any) -> int | None:
     return value if value is not None and value > 0 else None
 
 
+def _fraction(text: Any) -> float | None:
+    """A memory fraction as the engines take one: a number in (0, 1]; None for anything else (the engine would
+    refuse it)."""
+    try:
+        value = float(str(text))
+    except ValueError:
+        return None
+    return value if 0.0 < value <= 1.0 else None  # NaN fails the comparison too
+
+
+def _switch(tokens: Sequence[str], on: Sequence[str], off: Sequence[str]) -> bool | None:
+    """Whether `tokens` turn a setting on (a spelling of `on`, bare or with `True`, as vLLM 0.6's
+    `--enable-chunked-prefill [True|False]` takes one) or off (a spelling of `off`, or `on` with `False`); the last
+    one counts, as for `_flag`; None where neither is given."""
+    names_on, names_off = {_dashed(f) for f in on}, {_dashed(f) for f in off}
+    stated = None
+    for i, token in enumerate(tokens):
+        key, equals, rest = token.partition("=")
+        if not token.startswith("-"):
+            continue
+        if _dashed(key) in names_off and not equals:
+            stated = False
+        elif _dashed(key) in names_on:
+            following = tokens[i + 1] if i + 1 < len(tokens) else ""
+            value = rest if equals else following if following.lower() in ("true", "false") else "true"
+            if value.lower() in ("true", "false"):
+                stated = value.lower() == "true"
+    return stated
+
+
 _TGI_ENV = ("MODEL_ID", "NUM_SHARD", "QUANTIZE", "DTYPE", "KV_CACHE_DTYPE", "MAX_BATCH_SIZE",
-            "MAX_CONCURRENT_REQUESTS", "MAX_BATCH_PREFILL_TOKENS")
+            "MAX_CONCURRENT_REQUESTS", "MAX_BATCH_PREFILL_TOKENS", "CUDA_MEMORY_FRACTION", "MAX_TOTAL_TOKENS")
 """TGI's launcher takes each of its flags from the environment too (clap `env`: NUM_SHARD is --num-shard), as its
 own docs and Helm charts give them."""
 
@@ -185,8 +215,10 @@ def served_checkpoint(tokens: Sequence[str]) -> Checkpoint | None:
 def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
     """What a Deployment says about the serving fleet: replicas (ready replicas when it has a status), GPU type
     (node selector, required node affinity, or the inferplan.io/gpu-type annotation), and the engine's tensor-
-    parallel size, max batch, precision, KV dtype and step token budget (`max_num_batched_tokens`; SGLang's
-    chunking off, `chunked_prefill` False) from the container's arguments (the GPU limit for TGI's TP
+    parallel size, max batch, precision, KV dtype, step token budget (`max_num_batched_tokens`), chunked prefill
+    (`chunked_prefill`: vLLM's and TensorRT-LLM's switches, SGLang's --chunked-prefill-size -1), memory share
+    (`memory_fraction`, in (0, 1]) and context length (`max_model_len`) from the container's arguments (the GPU limit
+    for TGI's TP
     size, whose launcher shards over every GPU it is given; the data-parallel ranks of a pod, and whether its MoE
     layers are expert-parallel: a size above 1 or vLLM's --enable-expert-parallel switch), read by the flags
     of `engine_args.ENGINE_FLAGS`, `engine`'s first (both --flag value and --flag=value).
@@ -282,6 +314,13 @@ def read_deployment(body: Mapping[str, Any], engine: str | None = None) -> dict[
         found["max_num_batched_tokens"] = budget
     elif budget is not None:  # SGLang's --chunked-prefill-size -1 (`engine_args.STEP_TOKENS_CHUNKING_OFF`)
         found["chunked_prefill"] = False
+    chunked = _switch(tokens, flag_spellings("chunked_on", engine), flag_spellings("chunked_off", engine))
+    if chunked is not None:  # vLLM's --[no-]enable-chunked-prefill, TensorRT-LLM's --enable_chunked_prefill
+        found["chunked_prefill"] = chunked
+    if (fraction := _fraction(_flag(tokens, flag_spellings("memory_fraction", engine)))) is not None:
+        found["memory_fraction"] = fraction
+    if context := _positive_int(_flag(tokens, flag_spellings("context", engine))):
+        found["max_model_len"] = context
     return found
 
 
@@ -379,8 +418,29 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     release = image_release(from_deployment.get("image"), req.engine)
     sources["engineRelease"] = "Deployment" if release else "spec" if req.engine_version else "default"
     release = release or req.engine_release
+    # The context length (max_model_len) and chunked prefill the Deployment's engine runs: its flags; without them,
+    # the engine's own choice at that release (the model's context; chunking as the release decides, and a release
+    # that chunks whatever it is told, vLLM 0.8.0-0.11.0, chunks); with no Deployment read (spec.observe.current
+    # alone), the plan's (engine.maxModelLen, engine.chunkedPrefill), else what the planner takes for them.
+    read = deployment is not None
+    if "max_model_len" in from_deployment:
+        values["max_model_len"], sources["maxModelLen"] = from_deployment["max_model_len"], "Deployment"
+    elif read:
+        values["max_model_len"], sources["maxModelLen"] = req.arch.max_position_embeddings, "default"
+    else:
+        values["max_model_len"] = req.max_model_len
+        sources["maxModelLen"] = "spec" if req.max_model_len is not None else "default"
+    context = values["max_model_len"] or req.arch.max_position_embeddings
+    chunked = from_deployment.get("chunked_prefill")
+    sources["chunkedPrefill"] = "Deployment" if chunked is not None else "spec" if not read and \
+        req.chunked_prefill is not None else "default"
+    if chunked is False and chunked_prefill_problem(req.engine, release, False) is not None:
+        chunked, sources["chunkedPrefill"] = True, "default"
     engine_defaults = version_defaults(ENGINES[req.engine], release, float(gpu.usable_memory_bytes), gpu.key,
-                                       gpus, req.max_model_len or req.arch.max_position_embeddings)
+                                       gpus, context, chunked=chunked)
+    if read and chunked is None:
+        chunked = engine_defaults.scheduling.chunked
+    values["chunked_prefill"] = chunked if read else req.chunked_prefill
     engine_batch = engine_defaults.max_num_seqs
     defaults = {"gpus_per_replica": 1, "max_batch": engine_batch, "precision": req.precisions[0],
                 "kv_cache_dtype": "auto"}
@@ -403,22 +463,32 @@ def resolve_current(given: Mapping[str, Any], deployment: Mapping[str, Any] | No
     pp = from_deployment.get("pipeline_parallel", 1)
     if pp > 1 and values["gpus_per_replica"] % pp == 0:
         values["pipeline_parallel"] = pp
-    # The step token budget (and SGLang's chunking off) the Deployment's engine runs: its flag; without one, the
-    # engine's own default at the release it runs (vLLM 0.11 on an H100: 8192, chunked), as for its max batch; with
-    # no Deployment read (spec.observe.current alone), the plan's (engine.maxNumBatchedTokens, else what
-    # `inferplan render` writes for it). The prediction's TTFT under load depends on it.
-    if "max_num_batched_tokens" in from_deployment or "chunked_prefill" in from_deployment:
+    # The step token budget the Deployment's engine runs: its flag; without one, the engine's own default at the
+    # release it runs (vLLM 0.11 on an H100: 8192), at least the context where prompts go whole (as the planner takes
+    # it: the engines refuse less), as for its max batch; with no Deployment read (spec.observe.current alone), the
+    # plan's (engine.maxNumBatchedTokens, else what `inferplan render` writes for it). The prediction's TTFT under
+    # load depends on it.
+    if "max_num_batched_tokens" in from_deployment:
         sources["maxNumBatchedTokens"] = "Deployment"
-        values["max_num_batched_tokens"] = from_deployment.get("max_num_batched_tokens", req.max_num_batched_tokens)
-        values["chunked_prefill"] = from_deployment.get("chunked_prefill")
-    elif deployment is not None and math.isfinite(engine_defaults.step_tokens):
+        values["max_num_batched_tokens"] = from_deployment["max_num_batched_tokens"]
+    elif read and math.isfinite(engine_defaults.step_tokens):
         sources["maxNumBatchedTokens"] = "default"
-        values["max_num_batched_tokens"] = int(engine_defaults.step_tokens)
-        values["chunked_prefill"] = engine_defaults.scheduling.chunked
+        values["max_num_batched_tokens"] = int(engine_defaults.step_tokens) if chunked else max(
+            int(engine_defaults.step_tokens), context)
     else:
         sources["maxNumBatchedTokens"] = "spec" if req.max_num_batched_tokens is not None else "default"
         values["max_num_batched_tokens"] = req.max_num_batched_tokens
-        values["chunked_prefill"] = None
+    # The memory share the engine sizes its KV cache from (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static,
+    # TGI --cuda-memory-fraction, TensorRT-LLM --kv_cache_free_gpu_memory_fraction), each as the planner's memory
+    # model takes that engine's (`memory.kv_pool_bytes`); without one, the engine's own default at that release
+    # (SGLang's by GPU memory); with no Deployment read, the plan's engine.gpuMemoryUtilization, else the engine's.
+    if "memory_fraction" in from_deployment:
+        values["memory_fraction"], sources["memoryFraction"] = from_deployment["memory_fraction"], "Deployment"
+    elif read:
+        values["memory_fraction"], sources["memoryFraction"] = engine_defaults.memory_fraction, "default"
+    else:
+        values["memory_fraction"] = req.memory_fraction
+        sources["memoryFraction"] = "spec" if req.memory_fraction is not None else "default"
     return Current(CurrentShape(**values, release=release), name, sources, from_deployment.get("image"),
                    factor_key(req.engine, release, gpu.vendor))
 
@@ -504,22 +574,25 @@ def last_calibrated_at(status: Mapping[str, Any] | None, gpu_type: str | None) -
 
 _CHANGE_FIELDS = ("deployment", "image", "gpuType", "replicas", "gpusPerReplica", "maxBatch", "precision",
                   "kvCacheDtype", "pipelineParallel", "dataParallel", "dataParallelAttention", "expertParallel",
-                  "maxNumBatchedTokens", "chunkedPrefill")
+                  "maxNumBatchedTokens", "chunkedPrefill", "memoryFraction", "maxModelLen")
 _RECORDED_LATER = ("image", "pipelineParallel", "dataParallel", "dataParallelAttention", "expertParallel")
 """The fields of `status.observed.current` that a status written before they were recorded (or by an API server
 whose CRD prunes them) lacks: their absence alone is no change, else every observation would find one and calibration
 would stop for good."""
-_STEP_FIELDS = ("maxNumBatchedTokens", "chunkedPrefill")
-"""The step budget's fields, left out where None: absent from a status whose `sources` name the budget's source they
-were None (a change where they are not now), from one written before it was recorded unknown (`_RECORDED_LATER`)."""
+_SOURCED_FIELDS = ("maxNumBatchedTokens", "chunkedPrefill", "memoryFraction", "maxModelLen")
+"""The fields recorded with a source of their own, left out where None: absent from a status whose `sources` name the
+field's they were None (a change where they are not now); from one whose `sources` do not, written before the field
+was recorded (chunkedPrefill: before it was recorded apart from the step budget, when it was left out where the plan's),
+unknown, and no change."""
 
 
 def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, now: str) -> str | None:
     """When an observation first found the current deployment as it is now, if it found it changed: `now` when the
     last observation recorded another one (its Deployment, engine image, GPU type, replicas, GPUs per replica, max
     batch, precision, KV dtype, rank layout: pipeline stages, data-parallel ranks, data-parallel attention, expert
-    parallelism, or step token budget and chunking) or none, else what it recorded. None when nothing was observed
-    before (the first observation cannot tell when the deployment took its shape) or nothing changed since."""
+    parallelism, or step token budget, chunking, memory share or context length) or none, else what it recorded.
+    None when nothing was observed before (the first observation cannot tell when the deployment took its shape) or
+    nothing changed since."""
     observed = (old_status or {}).get("observed")
     if not isinstance(observed, Mapping):
         return None
@@ -530,12 +603,16 @@ def current_changed_at(old_status: Mapping[str, Any] | None, current: Current, n
     now_fields = dict(zip(_CHANGE_FIELDS, (current.deployment, current.image, s.gpu_type, s.replicas,
                                            s.gpus_per_replica, s.max_batch, s.precision, s.kv_cache_dtype,
                                            s.pipeline_parallel, s.data_parallel, s.data_parallel_attention,
-                                           s.expert_parallel, s.max_num_batched_tokens, s.chunked_prefill),
+                                           s.expert_parallel, s.max_num_batched_tokens, s.chunked_prefill,
+                                           s.memory_fraction, s.max_model_len),
                           strict=True))
     sources = before.get("sources")
-    budget_recorded = isinstance(sources, Mapping) and "maxNumBatchedTokens" in sources
-    for key in _RECORDED_LATER if budget_recorded else (*_RECORDED_LATER, *_STEP_FIELDS):
+    recorded = sources if isinstance(sources, Mapping) else {}
+    for key in _RECORDED_LATER:
         if key not in before:
+            del now_fields[key]
+    for key in _SOURCED_FIELDS:
+        if key not in recorded:
             del now_fields[key]
     if any(before.get(key) != value for key, value in now_fields.items()):
         return now
@@ -975,6 +1052,7 @@ def _observed(outcome: ObserveOutcome, obs: Observation, now: str) -> ObservedSt
             sources=current.sources, image=current.image, engine_release=current.release,
             max_num_batched_tokens=current.shape.max_num_batched_tokens,
             chunked_prefill=current.shape.chunked_prefill,
+            memory_fraction=current.shape.memory_fraction, max_model_len=current.shape.max_model_len,
             pipeline_parallel=current.shape.pipeline_parallel,
             data_parallel=current.shape.data_parallel,
             data_parallel_attention=current.shape.data_parallel_attention,

@@ -128,7 +128,7 @@ class CurrentStatus(_Status):
     precision: str = Field(max_length=32)
     kv_cache_dtype: str = Field(max_length=32)
     sources: dict[Annotated[str, Field(max_length=32)], Literal["Deployment", "spec", "default"]] = Field(
-        default_factory=dict, max_length=8, description="Where each field came from: Deployment, spec or default.")
+        default_factory=dict, max_length=16, description="Where each field came from: Deployment, spec or default.")
     image: str | None = Field(default=None, max_length=512,
                               description="The engine container's image, when a Deployment was read.")
     engine_release: str | None = Field(default=None, max_length=64, description=(
@@ -139,11 +139,25 @@ class CurrentStatus(_Status):
     max_num_batched_tokens: int | None = Field(default=None, ge=1, description=(
         "The token budget of one engine step (the prefill chunk) the prediction is made for: the Deployment's "
         "(vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size, TGI --max-batch-prefill-tokens, TensorRT-LLM "
-        "--max_num_tokens; sources.maxNumBatchedTokens Deployment), else the plan's engine.maxNumBatchedTokens "
-        "(spec); absent where neither states one (default: the engine's, as a plan takes it)."))
+        "--max_num_tokens; sources.maxNumBatchedTokens Deployment), else its release's default, at least "
+        "maxModelLen where prompts go whole (default); with no Deployment read, the plan's "
+        "engine.maxNumBatchedTokens (spec); absent where neither states one (the engine's, as a plan takes it)."))
     chunked_prefill: bool | None = Field(default=None, description=(
-        "False where the Deployment turns chunked prefill off (SGLang --chunked-prefill-size -1); absent: the "
-        "plan's."))
+        "Whether the engine chunks prompts: the Deployment's switch (vLLM --[no-]enable-chunked-prefill, "
+        "TensorRT-LLM --enable_chunked_prefill, SGLang --chunked-prefill-size -1 for off; sources.chunkedPrefill "
+        "Deployment), else its release's choice (default); with no Deployment read, the plan's engine.chunkedPrefill "
+        "(spec); absent where neither states one."))
+    memory_fraction: float | None = Field(default=None, ge=0, le=1, description=(
+        "The memory share the engine sizes its KV cache from, as the planner's memory model takes the engine's (vLLM "
+        "--gpu-memory-utilization of total memory, SGLang --mem-fraction-static, TGI --cuda-memory-fraction, "
+        "TensorRT-LLM --kv_cache_free_gpu_memory_fraction of the memory free after loading): the Deployment's "
+        "(sources.memoryFraction Deployment), else its release's default (default); with no Deployment read, the "
+        "plan's engine.gpuMemoryUtilization (spec); absent where neither states one."))
+    max_model_len: int | None = Field(default=None, ge=1, description=(
+        "The longest sequence the engine takes (vLLM --max-model-len, SGLang --context-length, TGI "
+        "--max-total-tokens, TensorRT-LLM --max_seq_len): the Deployment's (sources.maxModelLen Deployment), else "
+        "the model's context (default); with no Deployment read, the plan's engine.maxModelLen (spec); absent where "
+        "neither states one."))
     pipeline_parallel: int = Field(default=1, ge=1, description="Pipeline stages of a replica.")
     data_parallel: int = Field(default=1, ge=1, description=(
         "Data-parallel ranks of one instance (vLLM's with expert parallelism), each of gpusPerReplica / "

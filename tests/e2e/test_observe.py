@@ -198,11 +198,14 @@ def test_a_matching_deployment_is_observed_and_predicted_accurately(loop: dict[s
                                    "gpusPerReplica": 1, "maxBatch": 256, "precision": "bf16", "kvCacheDtype": "auto",
                                    "image": "vllm/vllm-openai", "engineRelease": "0.11.2", "pipelineParallel": 1,
                                    "dataParallel": 1, "dataParallelAttention": False, "expertParallel": False,
-                                   "maxNumBatchedTokens": 2048,
+                                   "maxNumBatchedTokens": 2048, "chunkedPrefill": True, "memoryFraction": 0.9,
+                                   "maxModelLen": 131072,
                                    "sources": {"gpuType": "Deployment", "replicas": "Deployment",
                                                "gpusPerReplica": "Deployment", "maxBatch": "Deployment",
                                                "precision": "Deployment", "kvCacheDtype": "default",
-                                               "engineRelease": "default", "maxNumBatchedTokens": "Deployment"}}
+                                               "engineRelease": "default", "maxNumBatchedTokens": "Deployment",
+                                               "chunkedPrefill": "default", "memoryFraction": "default",
+                                               "maxModelLen": "default"}}
     assert set(status["prediction"]["errorRatio"]) == {"ttft", "tpot", "e2e"}
     assert status["recommendation"]["gpuType"] == "H100-SXM5-80GB"
     assert "url" not in json.dumps(status).lower() and loop["prometheus"].url not in json.dumps(status)

@@ -89,13 +89,16 @@ def test_shell_wrapped_arguments_and_gpu_limits_are_read() -> None:
 def test_spec_fields_win_and_defaults_are_marked(req) -> None:
     body = vllm_deployment(["--max-num-seqs", "64"])
     current = resolve_current({"deployment": "llama", "replicas": 5}, body, req)
-    # No step budget flag: the engine's own default at its release on an H100 (vLLM V1: 8192, chunked).
+    # No step budget, memory or context flag: the engine's own defaults at its release on an H100 (vLLM V1: 8192,
+    # chunked, 0.9 of the memory, the model's context).
     assert current.shape == CurrentShape("H100-SXM5-80GB", 5, 1, req.precisions[0], "auto", 64,
                                          release=req.engine_release, max_num_batched_tokens=8192,
-                                         chunked_prefill=True)
+                                         chunked_prefill=True, memory_fraction=0.9,
+                                         max_model_len=req.arch.max_position_embeddings)
     assert current.sources == {"gpuType": "Deployment", "replicas": "spec", "maxBatch": "Deployment",
                                "gpusPerReplica": "Deployment", "precision": "default", "kvCacheDtype": "default",
-                               "engineRelease": "default", "maxNumBatchedTokens": "default"}
+                               "engineRelease": "default", "maxNumBatchedTokens": "default",
+                               "chunkedPrefill": "default", "memoryFraction": "default", "maxModelLen": "default"}
 
 
 def test_without_a_gpu_type_the_error_says_what_to_set(req) -> None:
@@ -400,18 +403,23 @@ def test_an_observation_is_read_in_one_step_and_assessed_in_another_process(engi
 @pytest.mark.parametrize("engine", sorted(ENGINE_FLAGS))
 def test_the_deployment_the_planner_wrote_reads_back_as_planned(engine: str) -> None:
     """engine_launch writes and read_deployment reads one table (engine_args.ENGINE_FLAGS): a Deployment
-    started with the recommendation's arguments reads back with its tensor-parallel size, batch and step budget."""
+    started with the recommendation's arguments reads back with its tensor-parallel size, batch, step budget, memory
+    share and context length."""
+    from inferplan.planner.search.annotate import deployment_of
     from inferplan.planner.search.plan import plan
 
     data = yaml.safe_load(EXAMPLE.read_text())
     plan_spec = data.get("spec", data)
     plan_spec.setdefault("constraints", {})["tensorParallelSizes"] = [2]
-    c = plan(dataclasses.replace(resolve_plan(parse_plan(plan_spec)), engine=engine)).recommendation
+    planned = dataclasses.replace(resolve_plan(parse_plan(plan_spec)), engine=engine)
+    c = plan(planned).recommendation
     assert c is not None and c.gpus_per_replica == 2
     found = read_deployment(vllm_deployment(c.engine_args, gpus="8"), engine)
     assert (found["gpus_per_replica"], found["max_batch"]) == (2, c.max_batch)
     written = [c.engine_args[i + 1] for i, flag in enumerate(c.engine_args) if flag in ENGINE_FLAGS[engine].step_tokens]
     assert found.get("max_num_batched_tokens") == (int(written[0]) if written else None)
+    settings = deployment_of(planned, c).settings
+    assert (found["memory_fraction"], found["max_model_len"]) == (settings.memory_fraction, settings.max_model_len)
 
 
 def test_a_pipelined_replica_reads_back_with_all_its_stages() -> None:
@@ -1048,7 +1056,8 @@ def test_vllm_data_parallel_ranks_with_expert_parallelism_are_one_instance_over_
     current = resolve_current({"deployment": "qwen"}, body, qwen)
     assert current.shape == CurrentShape("H200-SXM-141GB", 2, 8, "fp8", "auto", 64, data_parallel_attention=True,
                                          expert_parallel=True, data_parallel=8, release=qwen.engine_release,
-                                         max_num_batched_tokens=8192, chunked_prefill=True)
+                                         max_num_batched_tokens=8192, chunked_prefill=True, memory_fraction=0.9,
+                                         max_model_len=qwen.arch.max_position_embeddings)
     observed = with_workload(qwen, ObservedWorkload(4.0))
     prediction = predict_current(observed, current.shape)
     assert not prediction.overloaded and prediction.utilization < 1
@@ -1336,10 +1345,13 @@ def test_sglang_with_chunking_off_is_predicted_as_a_plan_without_chunking(req) -
     """SGLang's `--chunked-prefill-size -1` (what `inferplan render` writes for engine.chunkedPrefill false) sends
     prompts whole: the Deployment is predicted as a plan with chunked prefill off, whatever the plan says."""
     sglang = dataclasses.replace(req, engine="sglang")
-    body = vllm_deployment(["--max-running-requests", "256", "--chunked-prefill-size", "-1"])
+    body = vllm_deployment(["--max-running-requests", "256", "--chunked-prefill-size", "-1", "--context-length",
+                            "8192"])
     current = resolve_current({"deployment": "llama"}, body, sglang)
-    assert (current.shape.chunked_prefill, current.sources["maxNumBatchedTokens"]) == (False, "Deployment")
-    chunked = dataclasses.replace(current.shape, chunked_prefill=None)
+    assert (current.shape.chunked_prefill, current.sources["chunkedPrefill"]) == (False, "Deployment")
+    # Prompts go whole: a step takes at least the context, as the planner takes it for a plan without chunking.
+    assert (current.shape.max_num_batched_tokens, current.sources["maxNumBatchedTokens"]) == (8192, "default")
+    chunked = dataclasses.replace(current.shape, chunked_prefill=None, max_num_batched_tokens=None)
     whole = predict_current(sglang, current.shape)
     assert whole == predict_current(dataclasses.replace(sglang, chunked_prefill=False), chunked)
     assert whole != predict_current(sglang, chunked)
@@ -1382,6 +1394,215 @@ def test_a_deployment_without_a_step_budget_is_predicted_at_its_engines_own_defa
             current.shape, max_num_batched_tokens=None, chunked_prefill=None))
     stated = dataclasses.replace(req, max_num_batched_tokens=512)  # the plan's budget is not what the pods run
     assert resolve_current({"deployment": "llama"}, body, stated).shape.max_num_batched_tokens == 8192
-    v0 = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256"]),
-                         dataclasses.replace(req, engine_version="0.6.3", max_model_len=8192))
+    v0_plan = dataclasses.replace(req, engine_version="0.6.3", max_model_len=8192)
+    v0 = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256", "--max-model-len", "8192"]),
+                         v0_plan)
     assert (v0.shape.max_num_batched_tokens, v0.shape.chunked_prefill) == (8192, False)
+    # Without --max-model-len vLLM 0.6 runs the model's context (131072 tokens for Llama 3.1), over 32k: it chunks
+    # by itself, 512 tokens a step, whatever the plan's engine.maxModelLen.
+    v0_long = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256"]), v0_plan)
+    assert (v0_long.shape.max_model_len, v0_long.sources["maxModelLen"]) == (131072, "default")
+    assert (v0_long.shape.max_num_batched_tokens, v0_long.shape.chunked_prefill) == (512, True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Predicted with the memory share, context length and chunking the Deployment runs
+
+
+@pytest.mark.parametrize(("engine", "args", "env", "found"), [
+    ("vllm", ["--gpu-memory-utilization", "0.8", "--max-model-len", "16384"], {},
+     {"memory_fraction": 0.8, "max_model_len": 16384}),
+    ("vllm", ["--gpu_memory_utilization=0.95", "--max_model_len=4096"], {},
+     {"memory_fraction": 0.95, "max_model_len": 4096}),
+    ("sglang", ["--mem-fraction-static", "0.7", "--context-length", "8192", "--max-total-tokens", "100000"], {},
+     {"memory_fraction": 0.7, "max_model_len": 8192}),
+    ("sglang", ["--max-total-tokens", "100000"], {}, {}),  # SGLang's KV pool size, not a context length
+    ("tgi", ["--cuda-memory-fraction", "0.9", "--max-total-tokens", "4096"], {},
+     {"memory_fraction": 0.9, "max_model_len": 4096}),
+    ("tgi", [], {"CUDA_MEMORY_FRACTION": "0.85", "MAX_TOTAL_TOKENS": "2048"},
+     {"memory_fraction": 0.85, "max_model_len": 2048}),
+    ("tgi", ["--max-total-tokens", "8192"], {"MAX_TOTAL_TOKENS": "2048"}, {"max_model_len": 8192}),
+    ("tensorrt-llm", ["--kv_cache_free_gpu_memory_fraction", "0.85", "--max_seq_len", "8192"], {},
+     {"memory_fraction": 0.85, "max_model_len": 8192}),
+    ("lmdeploy", ["--cache-max-entry-count", "0.5", "--session-len", "8192"], {},
+     {"memory_fraction": 0.5, "max_model_len": 8192}),
+    ("vllm", ["--gpu-memory-utilization", "0.8", "--gpu-memory-utilization", "0.9"], {}, {"memory_fraction": 0.9}),
+    # Values the engine would refuse are not read: a fraction outside (0, 1], a length that is no positive integer.
+    ("vllm", ["--gpu-memory-utilization", "1.5", "--max-model-len", "8k"], {}, {}),
+    ("vllm", ["--gpu-memory-utilization", "0", "--max-model-len", "-1"], {}, {}),
+    ("vllm", ["--gpu-memory-utilization", "nan", "--max-model-len", "4096.5"], {}, {}),
+    ("sglang", ["--mem-fraction-static", "high", "--context-length", ""], {}, {}),
+    ("vllm", ["--gpu-memory-utilization"], {}, {}),
+])
+def test_each_engines_memory_share_and_context_length_are_read(engine: str, args: list[str], env: dict[str, str],
+                                                                found: dict[str, object]) -> None:
+    body = vllm_deployment(args)
+    if engine == "tgi":
+        container = body["spec"]["template"]["spec"]["containers"][1]
+        container["image"] = TGI_IMAGE
+        container["env"] = [{"name": name, "value": value} for name, value in env.items()]
+    read = read_deployment(body, engine)
+    assert {key: read[key] for key in ("memory_fraction", "max_model_len") if key in read} == found
+
+
+@pytest.mark.parametrize(("engine", "args", "chunked"), [
+    ("vllm", ["--no-enable-chunked-prefill"], False),
+    ("vllm", ["--no_enable_chunked_prefill"], False),
+    ("vllm", ["--enable-chunked-prefill"], True),
+    ("vllm", ["--enable-chunked-prefill", "--max-num-seqs", "64"], True),
+    ("vllm", ["--enable-chunked-prefill", "False"], False),  # vLLM 0.6's optional value
+    ("vllm", ["--enable-chunked-prefill=false"], False),
+    ("vllm", ["--enable-chunked-prefill", "True"], True),
+    ("vllm", ["--no-enable-chunked-prefill", "--enable-chunked-prefill"], True),  # the last one counts
+    ("vllm", ["--enable-chunked-prefill", "--no-enable-chunked-prefill"], False),
+    ("tensorrt-llm", ["--enable_chunked_prefill"], True),
+    ("sglang", ["--chunked-prefill-size", "-1"], False),
+    ("vllm", ["--max-num-seqs", "64"], None),
+])
+def test_each_engines_chunked_prefill_switch_is_read(engine: str, args: list[str], chunked: bool | None) -> None:
+    assert read_deployment(vllm_deployment(args), engine).get("chunked_prefill") is chunked
+
+
+def test_a_deployment_is_predicted_with_the_memory_share_it_runs(req) -> None:
+    """The memory share had not been read from a Deployment: one at `--gpu-memory-utilization 0.8` and one at 0.95
+    were both predicted at the plan's 0.9, the same KV cache, concurrency and queueing. A larger share leaves more KV
+    tokens, so at a load the 0.8 deployment cannot carry (its KV cache holds fewer of these 5000-token requests) the
+    0.95 one still keeps up."""
+    from inferplan.planner.calibration.observed import running_request
+    from inferplan.planner.search.annotate import deployment_of
+
+    long = dataclasses.replace(req, prompt_mean=4000.0, output_mean=1000.0, rate_rps=6.5)
+
+    def current_at(fraction: str):
+        body = vllm_deployment(["--max-num-seqs", "1024", "--gpu-memory-utilization", fraction])
+        return resolve_current({"deployment": "llama"}, body, req)
+
+    def kv_tokens(current) -> int:
+        shape = current.shape
+        return deployment_of(running_request(long, shape), shape, None, 1, shape.release).memory.kv_cache_tokens
+
+    low, high = current_at("0.8"), current_at("0.95")
+    assert (low.shape.memory_fraction, low.sources["memoryFraction"]) == (0.8, "Deployment")
+    assert (high.shape.memory_fraction, high.sources["memoryFraction"]) == (0.95, "Deployment")
+    assert kv_tokens(high) > 1.2 * kv_tokens(low)
+    at_low, at_high = predict_current(long, low.shape), predict_current(long, high.shape)
+    assert at_high.utilization < at_low.utilization  # a higher capacity per replica
+    assert at_low.overloaded and not at_high.overloaded
+    assert at_high.latency["ttft"][0.95] < 0.5 * at_low.latency["ttft"][0.95]
+    # A Deployment that states none runs its engine's own share (vLLM: 0.9), between the two.
+    plain = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "1024"]), req)
+    assert (plain.shape.memory_fraction, plain.sources["memoryFraction"]) == (0.9, "default")
+    assert kv_tokens(low) < kv_tokens(plain) < kv_tokens(high)
+    # The 0.95 Deployment is predicted as a plan stating engine.gpuMemoryUtilization 0.95 is.
+    stated = dataclasses.replace(long, memory_fraction=0.95)
+    assert at_high == predict_current(stated, dataclasses.replace(high.shape, memory_fraction=None))
+
+
+@pytest.mark.parametrize(("engine", "flag", "low", "high"), [
+    ("sglang", "--mem-fraction-static", "0.7", "0.85"),
+    ("tgi", "--cuda-memory-fraction", "0.7", "0.95"),
+    ("tensorrt-llm", "--kv_cache_free_gpu_memory_fraction", "0.7", "0.95"),
+])
+def test_each_engines_memory_share_sizes_its_kv_cache(req, engine: str, flag: str, low: str, high: str) -> None:
+    """Each engine's own flag, in the meaning the planner's memory model gives it (SGLang's static share of the
+    total, TensorRT-LLM's and TGI's share of what is free after loading): more memory, more KV tokens."""
+    from inferplan.planner.calibration.observed import running_request
+    from inferplan.planner.search.annotate import deployment_of
+
+    plan = dataclasses.replace(req, engine=engine)
+
+    def kv_tokens(fraction: str) -> int:
+        current = resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256", flag, fraction]),
+                                  plan)
+        assert (current.shape.memory_fraction, current.sources["memoryFraction"]) == (float(fraction), "Deployment")
+        shape = current.shape
+        return deployment_of(running_request(plan, shape), shape, None, 1, shape.release).memory.kv_cache_tokens
+
+    assert kv_tokens(high) > kv_tokens(low) > 0
+
+
+def test_memory_share_context_and_chunking_sources(req) -> None:
+    """Where each value came from, as the status says it: the Deployment's flag, its engine's own default at the
+    release it runs where the Deployment states none (SGLang's share by the GPU's memory, the model's context),
+    and with no Deployment read the plan's (spec) or the planner's (default, left to the plan)."""
+    sglang = dataclasses.replace(req, engine="sglang")
+    stated = resolve_current({"deployment": "llama"}, vllm_deployment(
+        ["--mem-fraction-static", "0.8", "--context-length", "8192"]), sglang)
+    assert (stated.shape.memory_fraction, stated.shape.max_model_len) == (0.8, 8192)
+    assert (stated.sources["memoryFraction"], stated.sources["maxModelLen"]) == ("Deployment", "Deployment")
+    unstated = resolve_current({"deployment": "llama"}, vllm_deployment([]), sglang)
+    assert unstated.shape.max_model_len == req.arch.max_position_embeddings
+    assert 0.8 < unstated.shape.memory_fraction < 0.9 and unstated.shape.memory_fraction != 0.88  # SGLang's own
+    assert (unstated.sources["memoryFraction"], unstated.sources["maxModelLen"]) == ("default", "default")
+    # Bad values are ignored: the engine's default, as for a flag not given.
+    bad = resolve_current({"deployment": "llama"}, vllm_deployment(
+        ["--mem-fraction-static", "1.2", "--context-length", "many"]), sglang)
+    assert (bad.shape.memory_fraction, bad.shape.max_model_len, bad.sources["memoryFraction"]) == (
+        unstated.shape.memory_fraction, unstated.shape.max_model_len, "default")
+    given = {"deployment": "llama", "gpuType": "H100-SXM5-80GB", "replicas": 3, "maxBatch": 256}
+    alone = resolve_current(given, None, req)
+    assert (alone.shape.memory_fraction, alone.shape.max_model_len, alone.shape.chunked_prefill) == (None, None, None)
+    assert (alone.sources["memoryFraction"], alone.sources["maxModelLen"], alone.sources["chunkedPrefill"]) == (
+        "default", "default", "default")
+    planned = dataclasses.replace(req, memory_fraction=0.85, max_model_len=4096, chunked_prefill=True)
+    spec_only = resolve_current(given, None, planned)
+    assert (spec_only.shape.memory_fraction, spec_only.shape.max_model_len, spec_only.shape.chunked_prefill) == (
+        0.85, 4096, True)
+    assert (spec_only.sources["memoryFraction"], spec_only.sources["maxModelLen"],
+            spec_only.sources["chunkedPrefill"]) == ("spec", "spec", "spec")
+    # A Deployment read: the plan's values are not what the pods run.
+    pods = resolve_current({"deployment": "llama"}, vllm_deployment([]), planned)
+    assert (pods.shape.memory_fraction, pods.shape.max_model_len) == (0.9, req.arch.max_position_embeddings)
+
+
+def test_vllm_chunking_off_is_read_where_the_release_can_turn_it_off(req) -> None:
+    """vLLM's --no-enable-chunked-prefill sends prompts whole from 0.11.1 on, predicted as a plan without chunking,
+    each step at least the context; vLLM 0.8.0-0.11.0 chunk whatever the switch says
+    (`engine_args.chunked_prefill_problem`), predicted chunked."""
+    args = ["--max-num-seqs", "256", "--max-model-len", "8192", "--no-enable-chunked-prefill"]
+    body = vllm_deployment(args)
+    body["spec"]["template"]["spec"]["containers"][1]["image"] = "vllm/vllm-openai:v0.11.2"
+    whole = resolve_current({"deployment": "llama"}, body, req)
+    assert (whole.shape.chunked_prefill, whole.sources["chunkedPrefill"]) == (False, "Deployment")
+    assert (whole.shape.max_num_batched_tokens, whole.sources["maxNumBatchedTokens"]) == (8192, "default")
+    unchunked = dataclasses.replace(req, chunked_prefill=False, max_model_len=8192, max_num_batched_tokens=8192)
+    bare = dataclasses.replace(whole.shape, chunked_prefill=None, max_model_len=None, max_num_batched_tokens=None)
+    assert predict_current(req, whole.shape) == predict_current(unchunked, bare)
+    body["spec"]["template"]["spec"]["containers"][1]["image"] = "vllm/vllm-openai:v0.10.1"
+    forced = resolve_current({"deployment": "llama"}, body, req)
+    assert (forced.shape.chunked_prefill, forced.sources["chunkedPrefill"]) == (True, "default")
+    # vLLM 0.6 takes --enable-chunked-prefill True: chunked, at its default budget for chunking (512).
+    v0 = vllm_deployment(["--max-num-seqs", "256", "--max-model-len", "8192", "--enable-chunked-prefill", "True"])
+    v0["spec"]["template"]["spec"]["containers"][1]["image"] = "vllm/vllm-openai:v0.6.3"
+    on = resolve_current({"deployment": "llama"}, v0, req)
+    assert (on.shape.chunked_prefill, on.shape.max_num_batched_tokens) == (True, 512)
+
+
+def test_a_changed_memory_share_or_context_is_a_change_of_the_deployment(req) -> None:
+    """A Deployment whose memory share or context is edited runs another KV cache: windows reaching back before the
+    edit hold the old one's latencies (`changedAt`). A status written before they were recorded finds no change."""
+    from inferplan.operator.observing import Measured, current_changed_at
+
+    def current_with(*args: str):
+        return resolve_current({"deployment": "llama"}, vllm_deployment(["--max-num-seqs", "256", *args]), req)
+
+    before = current_with("--gpu-memory-utilization", "0.9", "--max-model-len", "8192")
+    outcome = assess(Measured(ObserveOutcome("main", "5m", _observation(predict_current(req, before.shape)),
+                                             current=before, settings=_settings()), req), None, now=_window_end(0))
+    status = observe_status({"conditions": []}, outcome, now=_window_end(0), generation=1)
+    recorded = status["observed"]["current"]
+    assert (recorded["memoryFraction"], recorded["maxModelLen"], recorded["chunkedPrefill"]) == (0.9, 8192, True)
+    assert {recorded["sources"][key] for key in ("memoryFraction", "maxModelLen")} == {"Deployment"}
+    assert recorded["sources"]["chunkedPrefill"] == "default"
+    PlanStatus.model_validate(status)  # within the status's bounds (its sources among them)
+    now = _window_end(1)
+    assert current_changed_at(status, before, now) is None
+    assert current_changed_at(status, current_with("--gpu-memory-utilization", "0.8", "--max-model-len", "8192"),
+                              now) == now
+    assert current_changed_at(status, current_with("--gpu-memory-utilization", "0.9", "--max-model-len", "4096"),
+                              now) == now
+    older = copy.deepcopy(status)
+    for key in ("memoryFraction", "maxModelLen", "chunkedPrefill"):
+        del older["observed"]["current"][key], older["observed"]["current"]["sources"][key]
+    assert current_changed_at(older, current_with("--gpu-memory-utilization", "0.8", "--max-model-len", "4096"),
+                              now) is None

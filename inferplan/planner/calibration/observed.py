@@ -2,7 +2,8 @@
 
 Like is compared with like: the prediction is made for the *observed* workload (rate and mean lengths measured
 over the window) on the *current* deployment (GPU type, replicas, tensor-parallel size, precision, KV dtype,
-batch cap, step token budget), not for the plan's declared workload or its recommendation.
+batch cap, step token budget, memory share, context length), not for the plan's declared workload or its
+recommendation.
 
 Observed latency quantiles come from engine histograms, so each is only known to lie in a bucket
 (`low`, `high`]; the interpolated value can be off by up to the bucket's width. The error ratio reported is
@@ -17,6 +18,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +49,8 @@ class CurrentShape:
     release: str | None = None             # the engine release it runs (None: the plan's, as a plan is predicted)
     max_num_batched_tokens: int | None = None  # its step token budget (None: the plan's, `running_request`)
     chunked_prefill: bool | None = None    # chunked prefill on or off (None: the plan's)
+    memory_fraction: float | None = None   # its memory share, as `EngineSettings.memory_fraction` (None: the plan's)
+    max_model_len: int | None = None       # its context length (None: the plan's)
 
 
 @dataclass(frozen=True)
@@ -103,19 +107,25 @@ class CurrentPrediction:
 
 
 def running_request(req: PlanRequest, shape: CurrentShape) -> PlanRequest:
-    """`req` with the step token budget and chunking `shape` runs with where it states them, so that the engine
-    settings built from it (`deployment_of`) are the running deployment's, as a plan stating them would be."""
+    """`req` with the step token budget, chunking, memory share and context length `shape` runs with where it states
+    them, so that the engine settings built from it (`deployment_of`: its KV pool among them) are the running
+    deployment's, as a plan stating them would be."""
+    def own(value: Any, planned: Any) -> Any:
+        return planned if value is None else value
+
     return dataclasses.replace(
         req,
-        max_num_batched_tokens=req.max_num_batched_tokens if shape.max_num_batched_tokens is None
-        else shape.max_num_batched_tokens,
-        chunked_prefill=req.chunked_prefill if shape.chunked_prefill is None else shape.chunked_prefill,
+        max_num_batched_tokens=own(shape.max_num_batched_tokens, req.max_num_batched_tokens),
+        chunked_prefill=own(shape.chunked_prefill, req.chunked_prefill),
+        memory_fraction=own(shape.memory_fraction, req.memory_fraction),
+        max_model_len=own(shape.max_model_len, req.max_model_len),
     )
 
 
 def predict_current(req: PlanRequest, shape: CurrentShape, factors: FactorSet | None = None) -> CurrentPrediction:
     """Predict `shape` serving `req`'s workload (spread evenly over its replicas), as the search would, run by
-    `shape.release` where it names one (`deployment_of`) with its step budget and chunking (`running_request`)."""
+    `shape.release` where it names one (`deployment_of`) with its step budget, chunking, memory share and context
+    length (`running_request`)."""
     factors = factors or load_factors()
     req = running_request(req, shape)
     deployment = deployment_of(req, shape, factors, shape.data_parallel, shape.release)  # type: ignore[arg-type]
