@@ -131,6 +131,11 @@ def _structural(node: dict[str, Any], defs: dict[str, Any], *, in_spec: bool, pa
             # False: a model's extra="forbid"; structural schemas prune unknown fields instead
         elif key == _RULES:
             out[key] = [*out.get(_RULES, []), *value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            # JSON Schema 2020-12 (pydantic's `gt`, `lt`) writes the bound itself; OpenAPI v3, which the API server
+            # reads, a `minimum`/`maximum` and a boolean that makes it exclusive (a number there is refused).
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
         elif key == DECIMAL_BOUNDS_KEY:
             if value:  # a decimal string's numeric bounds, declared by spec.decimal_type
                 out[_RULES] = [*out.get(_RULES, []), _decimal_rule(value)]

@@ -197,6 +197,14 @@ def test_union_other_than_optional_is_refused() -> None:
         crd._structural(node, {}, in_spec=False, path="x")
 
 
+def test_an_exclusive_bound_is_written_as_the_api_server_reads_it() -> None:
+    """pydantic writes `gt=0` as JSON Schema 2020-12's `exclusiveMinimum: 0`; apiextensions.k8s.io/v1 takes OpenAPI
+    v3's `minimum: 0` with `exclusiveMinimum: true` and refuses a CRD with a number there."""
+    node = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1.5}
+    assert crd._structural(node, {}, in_spec=False, path="x") == {
+        "type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1.5, "exclusiveMaximum": True}
+
+
 def test_spec_field_without_description_is_refused() -> None:
     node = {"type": "object", "properties": {"a": {"type": "integer"}}}
     with pytest.raises(ValueError, match=r"spec\.a: every spec field needs a description"):
