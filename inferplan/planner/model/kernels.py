@@ -140,9 +140,17 @@ def _log_axis(grid: FloatArray, x: FloatArray, base: float = math.e) -> tuple[ND
     """Cell index and weight of `x` on a sorted axis of logarithms to `base`, and the factor beyond its last node:
     below the first node the weight is 0 (clamped); above the last it is 1 and the factor base^(x - last) > 1 (a
     call larger than any measured is bound by its size: the edge's time grows in proportion)."""
-    position = np.interp(x, grid, np.arange(len(grid), dtype=float))  # fractional node index, clamped at both ends
+    position = np.interp(x, grid, _node_indices(len(grid)))  # fractional node index, clamped at both ends
     idx = np.minimum(position.astype(np.intp), len(grid) - 2)
     return idx, position - idx, base ** np.maximum(x - grid[-1], 0.0)
+
+
+@cache
+def _node_indices(nodes: int) -> FloatArray:
+    """0, 1, ..., nodes - 1 as floats: the positions `_log_axis` interpolates (an axis has one of a few lengths)."""
+    indices = np.arange(nodes, dtype=float)
+    indices.flags.writeable = False
+    return indices
 
 
 def _never_faster_when_larger(grid: FloatArray, *axes: int) -> FloatArray:
@@ -211,17 +219,36 @@ def _trilinear(grid: FloatArray, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> Fl
     """The log-time `grid` (M x N x K) interpolated linearly in log M, log N and log K at (m, n, k), as seconds;
     beyond the last node of an axis in proportion to the size (`_log_axis`)."""
     axis_m, axis_nk = _gemm_axes()
-    lm, ln, lk = np.broadcast_arrays(*(np.log(np.maximum(np.asarray(v, dtype=float), 1.0)) for v in (m, n, k)))
-    im, wm, xm = _log_axis(axis_m, lm.ravel())
-    i_n, wn, xn = _log_axis(axis_nk, ln.ravel())
-    ik, wk, xk = _log_axis(axis_nk, lk.ravel())
+    # Each axis is placed on its own values and only the corners and weights broadcast: a GEMM call's M is shared
+    # by its N and K, whose sizes are shared by every M (the same numbers, elementwise, as placing the broadcast).
+    logs = [np.log(np.maximum(np.asarray(v, dtype=float), 1.0)) for v in (m, n, k)]
+    shape = np.broadcast_shapes(*(v.shape for v in logs))
+    lm, ln, lk = (v.reshape((1,) * (len(shape) - v.ndim) + v.shape) for v in logs)
+    im, wm, xm = _log_axis(axis_m, lm)
+    i_n, wn, xn = _log_axis(axis_nk, ln)
+    ik, wk, xk = _log_axis(axis_nk, lk)
     sm, sn = grid.shape[1] * grid.shape[2], grid.shape[2]  # flat offsets of one step along M and N (C order)
-    corners = (im * sm + i_n * sn + ik)[None, :] + np.array(
-        [a * sm + b * sn + c for a in (0, 1) for b in (0, 1) for c in (0, 1)])[:, None]
-    weights = (np.stack([1.0 - wm, wm])[:, None, None, :] * np.stack([1.0 - wn, wn])[None, :, None, :]
-               * np.stack([1.0 - wk, wk])[None, None, :, :]).reshape(8, -1)
+    corners = (im * sm + i_n * sn + ik).reshape(1, -1) + _corner_offsets(sm, sn)
+    weights = (np.stack([1.0 - wm, wm])[:, None, None] * np.stack([1.0 - wn, wn])[None, :, None]
+               * np.stack([1.0 - wk, wk])[None, None, :]).reshape(8, -1)
     out = (weights * np.take(grid, corners)).sum(axis=0)
-    return (np.exp(out) * xm * xn * xk).reshape(lm.shape)
+    return np.asarray(np.exp(out).reshape(shape) * xm * xn * xk)  # an array where all three are numbers too
+
+
+@cache
+def _corner_offsets(sm: int, sn: int) -> NDArray[np.intp]:
+    """The flat offsets of a grid cell's eight corners from its first (`_trilinear`), as a column."""
+    offsets = np.array([a * sm + b * sn + c for a in (0, 1) for b in (0, 1) for c in (0, 1)])[:, None]
+    offsets.flags.writeable = False
+    return offsets
+
+
+@lru_cache(maxsize=256)
+def _grid_floor(system: str, backend: str, fmt: str) -> float:
+    """The smallest time of the grid of (system, backend, fmt) (`_grid`) [s]: its floor, a launch and a tile."""
+    grid = _grid(system, backend, fmt)
+    assert grid is not None, (system, backend, fmt)
+    return float(np.exp(grid.min()))
 
 
 def _table_s(system: str, backend: str, fmt: str, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
@@ -409,7 +436,7 @@ class GpuKernels:
         seconds = _table_s(self._system, backend, fmt, m, n, k)
         if self.basis.kind == "measured":
             return seconds
-        floor = float(np.exp(_grid(self._system, backend, fmt).min()))
+        floor = _grid_floor(self._system, backend, fmt)
         peaks = self._peaks
         # FP4 peaks only where both GPUs state one, so that the two rooflines compare like with like.
         fp4 = bool(peaks.get("fp4_tflops") and self.gpu.fp4_tflops)

@@ -29,6 +29,7 @@ from inferplan.planner.catalog.gpus import GpuSpec
 from inferplan.planner.catalog.precisions import WeightPrecision
 from inferplan.planner.model.factors import EngineFactors
 from inferplan.planner.model.kernels import (
+    BACKEND_OF_ENGINE,
     ELEMENTWISE_FLOOR_S,
     ELEMENTWISE_KERNELS_PER_LAYER,
     MLA_TABLE_LATENT,
@@ -239,6 +240,25 @@ def _quantized_share(arch: ModelArchitecture, precision: WeightPrecision, gemms:
 TERMS_CACHE = 4096
 
 
+def _own_weight_kernels(engine: str) -> bool:
+    return ENGINES[engine].own_weight_kernels if engine in ENGINES else False
+
+
+@lru_cache(maxsize=64)
+def _terms_engine(engine: str, gemm: bool = False) -> str:
+    """The engine whose entries in the term caches (`_gemm_terms`, `_attention_terms`, `_mla_terms`,
+    `_allreduce_terms`) serve `engine`: the first of BACKEND_OF_ENGINE that runs the same backend's kernels (and,
+    for the GEMM terms, `gemm`, the same own weight kernels). The terms read an engine only through those
+    (`gpu_kernels`, `moe_formats`, `EngineProfile.own_weight_kernels`), so engines that share them get the same
+    numbers: TGI's terms are vLLM's, LMDeploy's TensorRT-LLM's, and a plan of one after a plan of the other looks
+    up nothing again."""
+    backend = BACKEND_OF_ENGINE.get(engine, "vllm")
+    for other, other_backend in BACKEND_OF_ENGINE.items():
+        if other_backend == backend and (not gemm or _own_weight_kernels(other) == _own_weight_kernels(engine)):
+            return other
+    return engine
+
+
 @lru_cache(maxsize=TERMS_CACHE)
 def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecision, engine: str,
                 tps: tuple[int, ...], pp: int
@@ -255,7 +275,7 @@ def _gemm_terms(arch: ModelArchitecture, gpu: GpuSpec, precision: WeightPrecisio
     # Engines with their own weight kernels (llama.cpp, ExLlama, MLC) read the weights of a small batch with their
     # own matrix-vector kernels, whose speed is the bytes at the GPU's streaming rate (`GpuKernels.stream_s`), not
     # the vendor GEMMs' (whose weight-only int4 calls on the A100 have floors of 17-20 us).
-    own = ENGINES[engine].own_weight_kernels if engine in ENGINES else False
+    own = _own_weight_kernels(engine)
     per_weight = share * precision.bytes_per_param + (1.0 - share) * 2.0
     # The LM head is quantised only where everything is (GGUF, MLC); its GEMM runs 16-bit either way.
     per_weight[-1] = precision.bytes_per_param if precision.quantizes == "all" else 2.0
@@ -478,8 +498,9 @@ def hardware_grid(
     weights_s, decode_s, prefill_s_, overlap, kv_rate, attention_rate, mla_s = (np.empty(shape) for _ in range(7))
     moe_floor, expert_token = np.zeros(shape[:3]), np.zeros(shape[:3])
     stream, latency, ring, knee = np.empty(shape[:3]), np.empty(shape[:2]), np.empty(shape[:2]), np.empty(shape[:2])
+    kernel_engine, gemm_engine = _terms_engine(engine.name), _terms_engine(engine.name, gemm=True)
     for i, gpu in enumerate(gpus):
-        latency[i], ring[i], knee[i] = _allreduce_terms(arch, gpu, engine.name, sizes)
+        latency[i], ring[i], knee[i] = _allreduce_terms(arch, gpu, kernel_engine, sizes)
         for j, precision in enumerate(precisions):
             if needed is not None and not needed[i, j]:  # no shape of this pair is evaluated: its kernels unread
                 for unread in (weights_s, decode_s, prefill_s_, kv_rate, attention_rate, mla_s):
@@ -488,12 +509,12 @@ def hardware_grid(
                 moe_floor[i, :, j] = expert_token[i, :, j] = np.nan
                 continue
             w, d, p_, o, stream[i, :, j], expert_token[i, :, j], moe_floor[i, :, j] = _gemm_terms(
-                arch, gpu, precision, engine.name, sizes, pp)
+                arch, gpu, precision, gemm_engine, sizes, pp)
             for k in range(kv.shape[-1]):
                 kv_name = "fp8" if kv[i, j, k] < 2.0 else "bf16"
                 floor, kv_rate[i, :, j, k], attention_rate[i, :, j, k] = _attention_terms(
-                    arch, gpu, kv_name, engine.name, sizes, pp)
-                mla_s[i, :, j, k] = _mla_terms(arch, gpu, kv_name, engine.name, sizes, pp)
+                    arch, gpu, kv_name, kernel_engine, sizes, pp)
+                mla_s[i, :, j, k] = _mla_terms(arch, gpu, kv_name, kernel_engine, sizes, pp)
                 weights_s[i, :, j, k] = w + floor
                 decode_s[i, :, j, k], prefill_s_[i, :, j, k], overlap[i, :, j, k] = d, p_, o
     cap = np.array([sm_stream_cap(g, f) for g, f in zip(gpus, factors, strict=True)])[:, None, None, None]
