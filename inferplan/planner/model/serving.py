@@ -100,9 +100,24 @@ def lognormal_sample(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLi
     Shape: broadcast(mean, cv) + (len(u),). CV 0 gives the mean itself. Values above `cap` are cut
     to it and the sample rescaled so that its mean stays `mean` (a length filter on a dataset).
     """
+    return _lognormal_at(mean, cv, normal_ppf(u), cap)
+
+
+@cache
+def _length_scores(samples: int) -> tuple[FloatArray, FloatArray]:
+    """Standard normal scores of the prompt and output length samples' uniforms (`lognormal_sample` at them)."""
+    u = _uniforms(samples)
+    scores = normal_ppf(u[0]), normal_ppf(u[1])
+    for z in scores:
+        z.flags.writeable = False  # shared by every model of this sample size
+    return scores
+
+
+def _lognormal_at(mean: ArrayLike, cv: ArrayLike, z: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
+    """`lognormal_sample` at the standard normal scores `z` of its uniforms."""
     m = np.asarray(mean, dtype=float)[..., None]
     s2 = np.log1p(np.asarray(cv, dtype=float) ** 2)[..., None]
-    x = m * np.exp(np.sqrt(s2) * normal_ppf(u) - s2 / 2.0)
+    x = m * np.exp(np.sqrt(s2) * z - s2 / 2.0)
     c = np.asarray(cap, dtype=float)[..., None]
     for _ in range(3):  # rescaling after the cut moves values past the cap again; a few passes settle
         x = np.minimum(x, c)
@@ -113,7 +128,7 @@ def lognormal_sample(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLi
 def prompt_sample(prompt_tokens: ArrayLike, prompt_cv: ArrayLike, samples: int = _SAMPLES) -> FloatArray:
     """The prompt lengths of the stratified sample `poisson_model` draws of `samples` requests (no length cap):
     request k of the sample has the k-th length, in every model of that sample size."""
-    return lognormal_sample(prompt_tokens, prompt_cv, _uniforms(samples)[0])
+    return _lognormal_at(prompt_tokens, prompt_cv, _length_scores(samples)[0])
 
 
 @dataclass(frozen=True)
@@ -558,7 +573,6 @@ def poisson_model(
     prompt_tokens, output_tokens, prompt_cv, output_cv = t.prompt_tokens, t.output_tokens, t.prompt_cv, t.output_cv
     arrival_cv2, num_prompts, max_prompt_tokens = t.arrival_cv2, t.num_prompts, t.max_prompt_tokens
     service_cv2, prefill_fraction = t.service_cv2, t.prefill_fraction
-    u_prompt, u_output, _, _, _ = _uniforms(samples)
     p = np.asarray(prompt_tokens, dtype=float)
     o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
     c = np.maximum(np.asarray(slots, dtype=float), 1.0)
@@ -581,16 +595,17 @@ def poisson_model(
 
     # Prompt and output lengths of individual requests: sampled once, and kept as one row seen by every row
     # (a broadcast view), when every row shares them.
-    def lengths(mean: ArrayLike, cv: ArrayLike, u: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
+    def lengths(mean: ArrayLike, cv: ArrayLike, z: FloatArray, cap: ArrayLike = np.inf) -> FloatArray:
         if np.ndim(mean) == np.ndim(cv) == np.ndim(cap) == 0:
-            return lognormal_sample(mean, cv, u, cap)
-        return lognormal_sample(np.broadcast_to(mean, shape), np.broadcast_to(cv, shape), u, cap)
+            return _lognormal_at(mean, cv, z, cap)
+        return _lognormal_at(np.broadcast_to(mean, shape), np.broadcast_to(cv, shape), z, cap)
 
     def every_row(values: FloatArray) -> FloatArray:
         return np.broadcast_to(values, (*shape, samples))
 
-    prompts = lengths(prompt_tokens, prompt_cv, u_prompt, max_prompt_tokens)
-    outputs = np.maximum(lengths(output_tokens, output_cv, u_output), 1.0)
+    z_prompt, z_output = _length_scores(samples)
+    prompts = lengths(prompt_tokens, prompt_cv, z_prompt, max_prompt_tokens)
+    outputs = np.maximum(lengths(output_tokens, output_cv, z_output), 1.0)
     gaps = np.maximum(outputs - 1.0, 1.0)
     chunk_col = np.asarray(chunk_tokens, dtype=float)[..., None] if np.ndim(chunk_tokens) else chunk_tokens
     # The computed share of each sampled prompt: per sample only when rows share the lengths and the fraction
