@@ -314,7 +314,9 @@ def poisson_capacity(hw: Hardware, traffic: Traffic, slots: ArrayLike, chunk_tok
     With a the request's own prefill, b its O decode steps at full batch and w its prompt's compute seconds,
     TPOT is stretched by the prompt work sharing the GPU (`_prompt_stretch`), so X (a + b / (1 - X w)) = c
     while X w <= 0.95: the smaller root of a w X^2 - (a + b + c w) X + c = 0 (the other lies beyond 1 / w),
-    taken in the form that does not cancel; beyond, the stretch is capped and X (a + b / 0.05) = c.
+    taken in the form that does not cancel; beyond, the stretch is capped and X (a + b / 0.05) = c. Never above
+    what the step budget lets through: chunk_tokens / computed prompts a step, a step as long as one of the
+    prompt's own chunks.
     """
     prefill_fraction, output_cv = traffic.prefill_fraction, traffic.output_cv
     p = np.asarray(traffic.prompt_tokens, dtype=float)
@@ -329,6 +331,13 @@ def poisson_capacity(hw: Hardware, traffic: Traffic, slots: ArrayLike, chunk_tok
     linear = a + b + c * w
     x = 2.0 * c / (linear + np.sqrt(linear * linear - 4.0 * a * w * c))
     x = np.where(x * w <= 0.95, x, c / (a + b / (1.0 - 0.95)))
+    # The step budget caps the prompt tokens of a step, every prompt's together: chunk / computed prompts a step at
+    # most, each step no shorter than one of this prompt's own chunks (`a` over its steps), whose weights and routed
+    # experts are read once a step, which w (the prompt's compute alone) leaves out. It binds where prompts are long
+    # against the budget and those reads dominate a chunk (a MoE's experts at a few hundred tokens a step).
+    chunk = np.asarray(chunk_tokens, dtype=float)
+    tokens = np.maximum(computed, 1.0)
+    x = np.minimum(x, chunk / tokens * np.maximum(np.ceil(tokens / chunk), 1.0) / a)
     # A hair below the root, so that X (a + b / (1 - X w)) <= c holds in floats too.
     return x * (1.0 - 1e-12) * np.asarray(streams, dtype=float)
 

@@ -17,7 +17,7 @@ from inferplan.planner.catalog.model_configs import resolve_model
 from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.disaggregated import prefill_pool
 from inferplan.planner.model.factors import load_factors
-from inferplan.planner.model.performance import build_hardware, stack_hardware
+from inferplan.planner.model.performance import build_hardware, prefill_s, stack_hardware
 from inferplan.planner.model.serving import (
     Traffic,
     lognormal_sample,
@@ -97,6 +97,23 @@ def test_poisson_above_capacity_is_flagged_and_queues() -> None:
     assert list(result.overloaded) == [False, True]
     assert result.ttft_q[0.99][1] > 100 * result.ttft_q[0.99][0]
     assert result.output_tokens_per_s[1] < 500.0 * 1000
+
+
+def test_a_replica_takes_no_more_prompts_than_its_step_budget_lets_through() -> None:
+    """Each step carries at most the budget's prompt tokens and reads the weights and the routed experts once: a MoE
+    replica of Qwen3-235B-A22B prefilling 4,875-token prompts through 512-token steps (ten steps a prompt, each
+    mostly the experts' read) takes at most 512 / 4,875 prompts a step, whatever its slots. Its compute alone had
+    let the analytic model plan 6.9 requests/s on one MI355X, where the chunks alone take 3.5 s a second."""
+    arch = resolve_model("Qwen/Qwen3-235B-A22B-Instruct-2507")
+    gpu = resolve_gpu("MI355X")
+    hw = build_hardware(arch, gpu, weight_precision("fp8"), 1.0, ENGINES["tgi"], load_factors().engine("tgi"), 1)
+    traffic = Traffic(4875.0, 3.0)
+    step = float(prefill_s(hw, 4875.0, 1.0, 512.0)) / 10.0  # one of the prompt's ten chunks
+    capacity = float(poisson_capacity(hw, traffic, 16.0, 512.0))
+    assert capacity * 4875.0 * step <= 512.0 * (1.0 + 1e-9)
+    assert capacity == pytest.approx(512.0 / 4875.0 * 10.0 / float(prefill_s(hw, 4875.0, 1.0, 512.0)), rel=1e-9)
+    # A budget that takes a whole prompt a step lets the replica's compute set the rate again, well above.
+    assert float(poisson_capacity(hw, traffic, 16.0, 8192.0)) > 2.0 * capacity
 
 
 @settings(max_examples=40, deadline=None)
