@@ -1281,6 +1281,16 @@ def test_intervals_of_the_current_release_line_do_not_judge_a_deployment_on_an_o
 TGI_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.7"
 
 
+def _engine_deployment(engine: str, args: list[str], env: dict[str, str]) -> dict:
+    """The vLLM Deployment of these tests with `args`; for TGI, its container on TGI's image with `env`."""
+    body = vllm_deployment(args)
+    if engine == "tgi":
+        container = body["spec"]["template"]["spec"]["containers"][1]
+        container["image"] = TGI_IMAGE
+        container["env"] = [{"name": name, "value": value} for name, value in env.items()]
+    return body
+
+
 @pytest.mark.parametrize(("engine", "args", "env", "found"), [
     ("vllm", ["--max-num-batched-tokens", "512"], {}, {"max_num_batched_tokens": 512}),
     ("vllm", ["--max_num_batched_tokens=512"], {}, {"max_num_batched_tokens": 512}),
@@ -1295,12 +1305,7 @@ TGI_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.7"
 ])
 def test_each_engines_step_budget_is_read(engine: str, args: list[str], env: dict[str, str],
                                           found: dict[str, object]) -> None:
-    body = vllm_deployment(args)
-    if engine == "tgi":
-        container = body["spec"]["template"]["spec"]["containers"][1]
-        container["image"] = TGI_IMAGE
-        container["env"] = [{"name": name, "value": value} for name, value in env.items()]
-    read = read_deployment(body, engine)
+    read = read_deployment(_engine_deployment(engine, args, env), engine)
     assert {key: read[key] for key in ("max_num_batched_tokens", "chunked_prefill") if key in read} == found
 
 
@@ -1436,12 +1441,7 @@ def test_a_deployment_without_a_step_budget_is_predicted_at_its_engines_own_defa
 ])
 def test_each_engines_memory_share_and_context_length_are_read(engine: str, args: list[str], env: dict[str, str],
                                                                 found: dict[str, object]) -> None:
-    body = vllm_deployment(args)
-    if engine == "tgi":
-        container = body["spec"]["template"]["spec"]["containers"][1]
-        container["image"] = TGI_IMAGE
-        container["env"] = [{"name": name, "value": value} for name, value in env.items()]
-    read = read_deployment(body, engine)
+    read = read_deployment(_engine_deployment(engine, args, env), engine)
     assert {key: read[key] for key in ("memory_fraction", "max_model_len") if key in read} == found
 
 
