@@ -830,19 +830,45 @@ def rank_layout(shape: CurrentShape) -> str:
     return "+".join(part for part, on in parts if on)
 
 
+def engine_settings_part(shape: CurrentShape) -> str:
+    """The engine settings a Deployment states beyond its shape, as `residuals_key` names them: its step token budget,
+    memory share, context length and chunked prefill, those it gives ("budget2048+mem0.95+ctx16384+unchunked");
+    "" where it gives none (the plan's then stand in, as for a deployment an earlier release keyed)."""
+    parts = [f"budget{shape.max_num_batched_tokens}" if shape.max_num_batched_tokens is not None else "",
+             f"mem{shape.memory_fraction:g}" if shape.memory_fraction is not None else "",
+             f"ctx{shape.max_model_len}" if shape.max_model_len is not None else "",
+             {True: "chunked", False: "unchunked", None: ""}[shape.chunked_prefill]]
+    return "+".join(part for part in parts if part)
+
+
 def residuals_key(current: Current | None) -> str | None:
     """What the kept errors were observed on: the Deployment read (`NAME:`, where observe.current names one: another
     Deployment's errors are not this one's, whatever its shape), the current deployment's GPU type, GPUs per replica,
     max batch, precision and KV dtype, its rank layout where it has one (`rank_layout`: dp 8 x tp 1 and dp 4 x tp 2
-    over the same GPUs are other deployments), and its engine image where a Deployment gives it (another engine
-    version is another deployment); its replicas may change: every prediction is per replica at the observed rate."""
-    if current is None:
-        return None
+    over the same GPUs are other deployments), the engine settings it states (`engine_settings_part`: another step
+    budget, memory share, context or chunking queues and batches otherwise, where the model may err otherwise), and
+    its engine image where a Deployment gives it (another engine version is another deployment); its replicas may
+    change: every prediction is per replica at the observed rate."""
+    return None if current is None else _key(current, settings=True)
+
+
+def _key(current: Current, settings: bool) -> str:
     s = current.shape
     key = f"{s.gpu_type}/{s.gpus_per_replica}/{s.max_batch}/{s.precision}/{s.kv_cache_dtype}"
     key = f"{key}/{layout}" if (layout := rank_layout(s)) else key
+    key = f"{key}/{part}" if settings and (part := engine_settings_part(s)) else key
     key = f"{current.deployment}:{key}" if current.deployment else key
     return f"{key}@{current.image}" if current.image else key
+
+
+def earlier_residuals_keys(current: Current | None) -> tuple[str, ...]:
+    """The keys an earlier release wrote `residualsFor` with for the deployment `residuals_key` names now: without the
+    engine settings (before 2026-12-06), and of either without the Deployment's name (`_unnamed`). Those errors were
+    observed on this Deployment, at settings the prediction did not read then: an upgrade keeps them."""
+    if current is None:
+        return ()
+    keys = {_key(current, settings=False), _key(current, settings=True)}
+    return tuple(sorted(keys | {_unnamed(k) for k in keys}))
 
 
 def _unnamed(key: str) -> str:
@@ -852,10 +878,11 @@ def _unnamed(key: str) -> str:
     return rest if colon and "/" not in name else key
 
 
-def read_residuals(old_prediction: Mapping[str, Any], key: str | None) -> Residuals:
+def read_residuals(old_prediction: Mapping[str, Any], key: str | None, earlier: Sequence[str] = ()) -> Residuals:
     """The errors kept in `old_prediction` (`status.prediction`) for deployment `key` (or its shape and image alone,
-    as an earlier release wrote it: `_unnamed`); none for another one."""
-    if key is None or old_prediction.get("residualsFor") not in (key, _unnamed(key)):
+    as an earlier release wrote it: `_unnamed`; or one of `earlier`, `earlier_residuals_keys`); none for another
+    one."""
+    if key is None or old_prediction.get("residualsFor") not in (key, _unnamed(key), *earlier):
         return {}
     kept = old_prediction.get("residuals")
     out: Residuals = {}
@@ -1110,7 +1137,7 @@ def observe_status(old: Mapping[str, Any] | None, outcome: ObserveOutcome, *, no
         for d in outcome.discrepancies:
             errors.setdefault(d.metric, {})[QUANTILE_NAMES[d.quantile]] = round(d.error_ratio, 4)
         key = residuals_key(current)
-        kept = read_residuals(old_prediction, key)
+        kept = read_residuals(old_prediction, key, earlier_residuals_keys(current))
         last_kept = old_prediction.get("residualsAt") if kept else None
         bands = recommendation_bands(old, current.shape.gpu_type if current is not None else None,
                                      current.line if current is not None else None).narrowed_by(kept)

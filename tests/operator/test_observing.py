@@ -859,6 +859,43 @@ def test_an_upgrade_keeps_the_errors_an_earlier_release_kept_without_the_deploym
     assert len(observed(earlier, 10)["prediction"]["residuals"]["tpot"]["p95"]) == 1
 
 
+def test_another_memory_share_or_step_budget_starts_the_deployments_own_errors_afresh(req) -> None:
+    """The engine settings a Deployment states are part of what its errors were observed on (`residualsFor`): the
+    same pods moved from --gpu-memory-utilization 0.9 to 0.95 hold another KV cache, and batch and queue otherwise,
+    so 0.9's errors do not narrow 0.95's band. A `residualsFor` an earlier release wrote without the settings is this
+    deployment's: an upgrade keeps it."""
+    from inferplan.operator.observing import Current, engine_settings_part
+
+    prediction = predict_current(req, SHAPE)
+    wide = _recommended(prediction, {m: (0.5, 3.0) for m in EVERY_METRIC})
+
+    def observed(status: dict, share: float, minute: int) -> dict:
+        shape = dataclasses.replace(SHAPE, memory_fraction=share, max_num_batched_tokens=2048, max_model_len=16384,
+                                    chunked_prefill=True)
+        outcome = dataclasses.replace(_outcome(req, _observation(prediction, 1.0 + minute / 100)),
+                                      current=Current(shape, "llama", {}, image="vllm/vllm-openai:v0.11.0"))
+        return observe_status(status, outcome, now=f"2026-11-30T{10 + minute // 12:02d}:{minute % 12 * 5:02d}:00Z",
+                              generation=1)
+
+    assert engine_settings_part(SHAPE) == ""
+    status = wide
+    for minute in range(10):
+        status = observed(status, 0.9, minute)
+    assert status["prediction"]["residualsFor"] == (
+        "llama:H100-SXM5-80GB/1/256/bf16/auto/budget2048+mem0.9+ctx16384+chunked@vllm/vllm-openai:v0.11.0")
+    assert "narrowed by this deployment's own errors" in _accurate(status)[2]
+    moved = observed(status, 0.95, 10)
+    assert "mem0.95" in moved["prediction"]["residualsFor"]
+    assert len(moved["prediction"]["residuals"]["tpot"]["p95"]) == 1
+    assert "narrowed" not in _accurate(moved)[2]
+    # Written by a release that did not key the settings: kept, and keyed with them from now on.
+    earlier = copy.deepcopy(status)
+    earlier["prediction"]["residualsFor"] = "llama:H100-SXM5-80GB/1/256/bf16/auto@vllm/vllm-openai:v0.11.0"
+    upgraded = observed(earlier, 0.9, 10)
+    assert len(upgraded["prediction"]["residuals"]["tpot"]["p95"]) == 11
+    assert upgraded["prediction"]["residualsFor"] == status["prediction"]["residualsFor"]
+
+
 def test_the_window_that_updates_the_calibration_is_judged_by_the_prediction_made_before_it(req) -> None:
     """With observe.calibrate, each window both updates the calibration and adds its errors to this deployment's own
     (which narrow its band). Taken against a prediction already fitted to the same window, the errors were in
