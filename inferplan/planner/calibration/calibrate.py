@@ -9,10 +9,11 @@ with w = 1 / sqrt(rows of the row's source), scaled to average 1 (`source_weight
 
 What is fitted (`FITTED_ENGINE_FACTORS`, `BOUNDS`): per engine line its per-step CPU time, its per-sequence time,
 its memory outside the allocator and its activation peak (fitted on the line's startup rows only; a stack line such
-as `vllm-rocm` keeps its engine's memory terms), and for engines with their own weight kernels (llama.cpp, ExLlama,
-MLC) their per-SM streaming rate; per scenario source and engine line the time its harness (client and server
-front end as deployed) adds to every online TTFT (`FactorSet.harness_ms`), which predictions of that source's rows
-carry and plans never do.
+as `vllm-rocm` keeps its engine's memory terms); one per-SM streaming rate that every fitted line of an engine with
+its own weight kernels (llama.cpp, ExLlama, MLC) shares (`OWN_KERNELS`: fitted per line, the rate of llama.cpp was
+set by the one source that ran it on HBM cards); per scenario source and engine line the time its harness (client
+and server front end as deployed) adds to every online TTFT (`FactorSet.harness_ms`), which predictions of that
+source's rows carry and plans never do.
 Nothing of a GPU or GPU family is fitted: the step times come from measured kernels (`inferplan.planner.model.kernels`).
 
 Log errors make a 2x over- and under-prediction cost the same; the Cauchy loss log(1 + (e / 0.3)^2) grows only
@@ -69,6 +70,12 @@ MIN_ROWS_FOR_ENGINE = 3
 MIN_SOURCES_FOR_ENGINE = 2
 HARNESS_PRIOR_SPAN_MS = 100.0  # the harness prior's scale: a 100 ms move costs PRIOR_WEIGHT
 MEMORY_FACTOR_NAMES = ("non_torch_gib", "activation_scale")
+# The per-SM streaming rate is fitted once for the lines of every engine with its own weight kernels, on all their
+# rows: a kernel that keeps a fixed number of loads in flight per SM streams at most bytes in flight / memory latency,
+# a bound of the kind of kernel and the memory, not of one engine. Fitted per line, llama.cpp's was set by the one
+# source that ran it on HBM cards, where such a cap binds (XiongjieDai: its leave-one-out fold moved it 1,026%, to
+# no cap); MLC-LLM's two sources put theirs within 20% of it.
+OWN_KERNELS = "own-weight-kernels"
 MEMORY_LOAD = "startup"  # the load kind of the rows a memory term is fitted on
 
 
@@ -242,6 +249,7 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     lines = [row_line(r) for r in rows]
     engines = Counter(line for line in lines if line)
     fitted_lines = fittable_lines(rows)
+    own_lines = sorted(e for e in fitted_lines if "sm_stream_gb_s" in engine_targets(e))  # they share OWN_KERNELS
     engine_rows = {e: [r for r, line in zip(rows, lines, strict=True) if line == e] for e in engines}
     source_rows = harness_keys(rows)
     position = {id(r): i for i, r in enumerate(rows)}
@@ -275,12 +283,15 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
         return prior_weight * math.log(max(value, 1e-9) / max(prior_value, 1e-9)) ** 2
 
     def get(fs: FactorSet, kind: str, key: str, name: str) -> float:
-        return fs.harness_ms[key] if kind == "harness" else float(getattr(fs.engines[key], name))
+        if kind == "harness":
+            return fs.harness_ms[key]
+        return float(getattr(fs.engines[own_lines[0] if kind == "shared" else key], name))
 
     def put(fs: FactorSet, kind: str, key: str, name: str, value: float) -> FactorSet:
         if kind == "harness":
             return replace(fs, harness_ms=fs.harness_ms | {key: value})
-        return replace(fs, engines=fs.engines | {key: replace(fs.engines[key], **{name: value})})
+        lines = own_lines if kind == "shared" else [key]
+        return replace(fs, engines=fs.engines | {e: replace(fs.engines[e], **{name: value}) for e in lines})
 
     # A memory term moves only with what a server reports as it starts (its weights, KV cache, activation peak):
     # a speed row it would also move (through the KV cache's concurrency) must not bend the memory a line is
@@ -293,10 +304,14 @@ def calibrate(scenarios: Sequence[Scenario], start: FactorSet | None = None, swe
     def subset_of(kind: str, key: str, name: str) -> list[Scenario]:
         if kind == "harness":
             return source_rows[key]
+        if kind == "shared":
+            return [r for e in own_lines for r in engine_rows[e]]
         return memory_rows[key] if name in MEMORY_FACTOR_NAMES else engine_rows[key]
 
     targets = [("engine", e, n) for e in sorted(fitted_lines) for n in engine_targets(e)
-               if n not in MEMORY_FACTOR_NAMES or memory_rows[e]]
+               if (n not in MEMORY_FACTOR_NAMES or memory_rows[e]) and n != "sm_stream_gb_s"]
+    if own_lines:
+        targets.append(("shared", OWN_KERNELS, "sm_stream_gb_s"))
     targets += [("harness", s, "harness_ms") for s in sorted(sources)]
     per_sweep = sum(len(subset_of(*target)) for target in targets)
     done = 0

@@ -39,7 +39,8 @@ class EngineProfile:
       ExLlama's, MLC's TVM-generated ones), not with vendor GEMM libraries tuned for each GPU. Such a kernel
       keeps a fixed number of loads in flight per SM, so what one SM streams is bounded (Little's law: bytes
       in flight / memory latency) and a card with many GB/s per SM (HBM) reaches a smaller share of its
-      rated bandwidth than a GDDR card: the factor `sm_stream_gb_s` is fitted for these engines only.
+      rated bandwidth than a GDDR card: the factor `sm_stream_gb_s` is fitted for these engines only, one rate
+      for all of them (`calibrate.OWN_KERNELS`).
     """
 
     name: str

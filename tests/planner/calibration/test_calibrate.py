@@ -226,6 +226,27 @@ def test_fit_finds_a_per_sm_cap_with_the_step_time_it_comes_with(published_scena
     assert calibrate(vllm_rows, prior, sweeps=1).factors.engine("vllm-v0").sm_stream_gb_s == NO_SM_CAP_GB_S
 
 
+def test_the_lines_with_their_own_weight_kernels_share_one_per_sm_rate(published_scenarios: Path) -> None:
+    """The per-SM cap is a bound of hand-written kernels on the memory, fitted once on the rows of every line that
+    has one: llama.cpp's HBM rows come from one source, whose leave-one-out fold had moved llama.cpp's own rate from
+    8.9 GB/s to no cap. Data made with one cap of 9 GB/s per SM (and each line's own step time) is fitted back to one
+    rate for both lines, and the fit without llama.cpp's HBM rows still caps it, from MLC-LLM's rows."""
+    prior = _prior()
+    rows = [r for r in read_scenarios(published_scenarios).scenarios
+            if r.engine in ("llama.cpp", "mlc-llm") and not r.suspect]
+    truth = replace(prior, engines={
+        "llama.cpp": replace(prior.default_engine, step_overhead_ms=2.0, sm_stream_gb_s=9.0),
+        "mlc-llm": replace(prior.default_engine, step_overhead_ms=1.0, sm_stream_gb_s=9.0)})
+    made = made_by(rows, truth)
+    fitted = calibrate(made, prior, sweeps=2, prior_weight=0.0).factors
+    assert fitted.engine("llama.cpp").sm_stream_gb_s == fitted.engine("mlc-llm").sm_stream_gb_s
+    assert fitted.engine("llama.cpp").sm_stream_gb_s == pytest.approx(9.0, rel=0.15)
+    hbm = {"A100-SXM4-80GB", "A100-PCIe-80GB", "H100-PCIe-80GB"}
+    without = [r for r in made if not (r.engine == "llama.cpp" and resolve_gpu(r.gpu).key in hbm)]
+    assert len(without) < len(made)
+    assert calibrate(without, prior, sweeps=2, prior_weight=0.0).factors.engine("llama.cpp").sm_stream_gb_s < 20.0
+
+
 def test_each_release_line_is_fitted_on_its_own_rows(published_scenarios: Path) -> None:
     """vLLM's V0 and V1 lines have terms of their own: QwenLM's V0 single-stream rows made with 3 ms a step and
     V1's single-stream rows made with 0.4 ms, each measured again by a second source, move each line its own way
