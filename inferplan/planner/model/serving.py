@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass, field, fields, replace
+from functools import cache, cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -248,6 +248,97 @@ def _concurrency(curve: DecodeStep, x: FloatArray, own_prefill: FloatArray, o: F
     return np.where(light <= 1.0, light, np.minimum(n, slots))
 
 
+# A running count that reaches past the largest CUDA graph feeds itself: a step above it runs eagerly (the CPU launches
+# every kernel), so the sequences decode slower, stay longer, and more of them run, which keeps the steps above it. TGI
+# captures graphs up to 32 sequences: CodeLlama-34B in FP8 on an MI355X at 10 requests/s of 2,000-token prompts had a
+# mean-field TPOT p50 of 20.5 ms (19.9 sequences on average, the eager time weighted by P(N > 32) of a Poisson count
+# about that mean, 0.3%), and the simulator ran it at 37.7 ms (random routing), its batch mostly above 32. Where the
+# count can reach the graphs (mean + GRAPH_REACH_SIGMAS standard deviations past them), it is taken from the running
+# count's own stationary distribution: the batch as a birth-death chain, arrivals at x and each of N sequences done at
+# 1 / (L(N)) with L(N) the lifetime at a step of N (its prefill, then O tokens at that step over the prompt work's
+# stretch), so that P(N) / P(N - 1) = x L(N) / N up to the slots. All sequences slow down alike (a processor-sharing
+# queue with a rate that depends on the count), so the distribution does not depend on the output lengths' spread
+# beyond their mean. Over the sample the step a token waits for is the count-weighted mean, E[N step(N)] / E[N].
+GRAPH_REACH_SIGMAS = 6.0
+
+
+def _reaches_graphs(model: PoissonModel, n: FloatArray, x: FloatArray, stretch: FloatArray
+                    ) -> NDArray[np.bool_] | None:
+    """The rows whose running count reaches past their largest CUDA graph at a cost (`GRAPH_REACH_SIGMAS`), below
+    their slots, where the eager steps would keep it there: one more sequence than the graphs hold stays long enough
+    for more than that many to run (x L(G + 1) > G + 1, a second, upper fixed point), and only its eager time does
+    (without it x L(G + 1) < G + 1: else the count is past the graphs anyway). Without one the count comes
+    back below the graphs as a Poisson count about its mean does (`DecodeStep.mean_at`'s share), as the simulator
+    has it: the example of GRAPH_REACH_SIGMAS at 9 requests/s, TPOT p50 17.1 ms either way. None where no row is."""
+    if not model.curve.has_eager:
+        return None
+    hw = model.hw
+    graphs = np.broadcast_to(np.asarray(hw.graph_max_batch, dtype=float), n.shape)
+    reach = (x > 0.0) & (np.asarray(hw.eager_step_s) > 0.0) & (model.c > graphs) & (
+        n + GRAPH_REACH_SIGMAS * np.sqrt(np.maximum(n, 1.0)) > graphs)
+    if not np.any(reach):
+        return None
+    o = model.o
+    with np.errstate(invalid="ignore"):
+        held = x * (model.own_prefill + o * model.graph_steps[0] / stretch)  # the count G + 1 sequences bring
+        # ... and without its eager time: where that too is above, the count is there anyway, as the mean-field count
+        # has it (its ramp's share then one), and only the eager time makes the upper state in between.
+        graphed = held - x * o * np.asarray(hw.eager_step_s) / stretch
+        reach &= (held > graphs + 1.0) & (graphed < graphs + 1.0)
+    return reach if np.any(reach) else None
+
+
+def _curve_rows(curve: DecodeStep, shape: tuple[int, ...], at: tuple[NDArray[np.intp], ...]) -> DecodeStep:
+    """The rows `at` of `curve` over deployments of `shape` (its fields broadcast to it first: a field may be one
+    value for all, or leave out the rate axes), as a one-dimensional curve."""
+    def rows(value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, np.ndarray | float | int):
+            return value
+        if isinstance(value, np.ndarray) and value.shape == shape:
+            return value[at]
+        return np.broadcast_to(np.asarray(value), shape)[at]
+
+    hw = Hardware(**{f.name: rows(getattr(curve.hw, f.name)) for f in fields(Hardware)})
+    return replace(curve, hw=hw, **{f.name: rows(getattr(curve, f.name)) for f in fields(DecodeStep)
+                                    if f.name != "hw"})
+
+
+def _running_count(curve: DecodeStep, x: FloatArray, own_prefill: FloatArray, o: FloatArray, stretch: FloatArray,
+                   slots: FloatArray, past: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The mean and variance of the running count of one-dimensional rows (`curve` theirs), and the count-weighted
+    mean step, from its birth-death chain (see GRAPH_REACH_SIGMAS). The chain is summed up to where its terms are
+    negligible: past the largest count at which x L(N) = N (the upper of the two) each ratio is under one, and a
+    Poisson tail about that count is gone within 10 of its standard deviations. `past`: the steps of one and two
+    sequences more than the graphs hold (`PoissonModel.graph_steps`, these rows')."""
+    # The upper fixed point of the step's line through the two counts past the graphs (the step bends upwards, so
+    # the line's root is at most the curve's; a bound found short is widened to the slots below).
+    over = np.asarray(curve.hw.graph_max_batch, dtype=float) + 1.0
+    first, second = own_prefill + o * past[0] / stretch, own_prefill + o * past[1] / stretch
+    rise = x * (second - first)  # per sequence, under one below the slots' count where the count is stable
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top = np.where(rise < 1.0, x * (first - (second - first) * over) / (1.0 - rise), slots)
+    top = np.clip(top, over, slots)
+    limit = int(np.max(np.minimum(slots, np.ceil(top + 10.0 * np.sqrt(top) + 10.0))))
+    while True:
+        counts = np.arange(1, limit + 1, dtype=float)[:, None]  # (counts, rows)
+        steps = curve.at(counts)
+        ratio = x * (own_prefill + o * steps / stretch) / counts
+        # A row whose chain still grows at the bound (its ratio there one or more) and has slots beyond: all of them.
+        if limit >= np.max(slots) or not np.any((ratio[-1] >= 1.0) & (slots > limit)):
+            break
+        limit = int(np.max(slots))
+    log_weight = np.cumsum(np.log(np.maximum(ratio, 1e-300)), axis=0)
+    log_weight = np.where(counts <= slots, log_weight, -np.inf)
+    log_weight = np.vstack([np.zeros((1, log_weight.shape[1])), log_weight])  # the empty batch
+    weight = np.exp(log_weight - log_weight.max(axis=0))
+    weight /= weight.sum(axis=0)
+    every = np.vstack([np.zeros((1, counts.shape[1] if counts.ndim > 1 else 1)), counts])
+    mean = (weight * every).sum(axis=0)
+    variance = (weight * every * every).sum(axis=0) - mean * mean
+    step = (weight[1:] * counts * steps).sum(axis=0) / np.maximum(mean, 1e-12)
+    return mean, np.maximum(variance, 0.0), step
+
+
 def running_context(prompt_tokens: ArrayLike, output_tokens: ArrayLike, output_cv: ArrayLike = 0.0) -> FloatArray:
     """The mean context [tokens] of a sequence in the running batch: its prompt and the tokens it has generated.
     A sequence stays in the batch for as many steps as it generates, so the batch holds long outputs longer than
@@ -351,7 +442,9 @@ class _Load:
     overloaded: NDArray[np.bool_]
     n: FloatArray            # mean running sequences
     tpot_bar: FloatArray     # mean TPOT, prompt work included
-    step: FloatArray         # decode step at n
+    step: FloatArray         # the decode step a token waits for on average: at n, or count-weighted past the graphs
+    step_at_n: FloatArray    # the decode step at max(n, 1) (`DecodeStep.mean_at`)
+    count_variance: FloatArray  # of the running count: n (Poisson), or its chain's past the graphs
 
 
 @dataclass(frozen=True)
@@ -392,6 +485,14 @@ class PoissonModel:
     num_prompts: FloatArray  # one stream's share of the run
     streams: FloatArray
     samples: int
+
+    @cached_property
+    def graph_steps(self) -> FloatArray:
+        """The decode steps of one and two sequences more than the largest CUDA graph holds, (2, *shape): the same at
+        every rate (`_reaches_graphs`, `_running_count`); worked out the first time a row's count comes near them."""
+        graphs = np.asarray(self.hw.graph_max_batch, dtype=float)
+        past = np.where(np.isfinite(graphs), graphs, 0.0) + 1.0  # (rows without graphs: unused, `_reaches_graphs`)
+        return np.stack([np.broadcast_to(self.curve.at(past + k), self.shape) for k in (0.0, 1.0)])
 
     def take(self, index: ArrayLike, slots: ArrayLike | None = None, capacity: ArrayLike | None = None,
              arrival_cv2: ArrayLike | None = None) -> PoissonModel:
@@ -469,9 +570,25 @@ class PoissonModel:
         stretch = _prompt_stretch(x, self.prompt_work)
         n = _concurrency(self.curve, x, self.own_prefill, self.o, stretch, self.c)
         n = np.maximum(n, np.minimum(x * self.own_prefill, self.c))
-        step = self.curve.mean_at(np.maximum(n, 1.0))
+        step_at_n = step = self.curve.mean_at(np.maximum(n, 1.0))
+        variance = n
+        rows = _reaches_graphs(self, n, x, stretch)
+        if rows is not None:  # their count from its own distribution (GRAPH_REACH_SIGMAS)
+            shape = n.shape or (1,)  # a model of one deployment at one rate: one row
+            at = np.nonzero(np.broadcast_to(rows, shape))
+
+            def pick(a: ArrayLike) -> FloatArray:
+                return np.broadcast_to(np.asarray(a, dtype=float), shape)[at]
+
+            past = np.stack([pick(self.graph_steps[0]), pick(self.graph_steps[1])])
+            mean, spread, weighted = _running_count(_curve_rows(self.curve, shape, at), pick(x), pick(self.own_prefill),
+                                                    pick(self.o), pick(stretch), pick(self.c), past)
+            n, step, variance = (np.array(np.broadcast_to(a, shape), dtype=float) for a in (n, step, n))
+            n[at], step[at], variance[at] = mean, weighted, spread
+            n, step, variance = (a.reshape(x.shape) for a in (n, step, variance))
+            step_at_n = self.curve.mean_at(np.maximum(n, 1.0))
         tpot_bar = step / stretch  # the mean TPOT: the step stretched by the prompt work
-        return _Load(lam, x, overloaded, n, tpot_bar, step)
+        return _Load(lam, x, overloaded, n, tpot_bar, step, step_at_n, variance)
 
     def _ttft_samples(self, load: _Load) -> FloatArray:
         u_arrival = _uniforms(self.samples)[4]
@@ -554,9 +671,9 @@ class PoissonModel:
         context, whose variance is (1 + cv^2) times the count's for contexts of squared CV cv^2 (compound
         Poisson)."""
         n = np.maximum(load.n, 1.0)
-        slope = self.curve.mean_at(n + 1.0) - load.step  # load.step is the step at max(n, 1)
+        slope = self.curve.mean_at(n + 1.0) - load.step_at_n
         kv_share = np.clip(self.curve.kv_s_per_sequence / np.maximum(slope, 1e-15), 0.0, 1.0)
-        variance = load.n * (1.0 + kv_share * self.context_cv2)
+        variance = load.count_variance * (1.0 + kv_share * self.context_cv2)
         g = np.sqrt(variance)[..., None] * self.batch_spread  # sqrt(n g(T / d)) z: T / d does not depend on the rate
         g += n[..., None]
         np.clip(g, 1.0, np.maximum(self.c, 1.0)[..., None], out=g)
