@@ -253,10 +253,11 @@ def _concurrency(curve: DecodeStep, x: FloatArray, own_prefill: FloatArray, o: F
 # captures graphs up to 32 sequences: CodeLlama-34B in FP8 on an MI355X at 10 requests/s of 2,000-token prompts had a
 # mean-field TPOT p50 of 20.5 ms (19.9 sequences on average, the eager time weighted by P(N > 32) of a Poisson count
 # about that mean, 0.3%), and the simulator ran it at 37.7 ms (random routing), its batch mostly above 32. Where the
-# count can reach the graphs (mean + GRAPH_REACH_SIGMAS standard deviations past them), it is taken from the running
-# count's own stationary distribution: the batch as a birth-death chain, arrivals at x and each of N sequences done at
-# 1 / (L(N)) with L(N) the lifetime at a step of N (its prefill, then O tokens at that step over the prompt work's
-# stretch), so that P(N) / P(N - 1) = x L(N) / N up to the slots. All sequences slow down alike (a processor-sharing
+# count can reach the graphs (mean + GRAPH_REACH_SIGMAS standard deviations past them) and the eager time would hold it
+# there (`_reaches_graphs`), it is taken from the running count's own stationary distribution: the batch as a
+# birth-death chain, arrivals at x and each of N sequences done at 1 / L(N) with L(N) the lifetime at a step of N (its
+# prefill, then O tokens at that step over the prompt work's stretch), so that P(N) / P(N - 1) = x L(N) / N up to the
+# slots. All sequences slow down alike (a processor-sharing
 # queue with a rate that depends on the count), so the distribution does not depend on the output lengths' spread
 # beyond their mean. Over the sample the step a token waits for is the count-weighted mean, E[N step(N)] / E[N].
 GRAPH_REACH_SIGMAS = 6.0
