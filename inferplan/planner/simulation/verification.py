@@ -408,7 +408,7 @@ def _misses(req: PlanRequest, sim: _Judged, ratios: Sequence[float]) -> list[Mis
 
 def _missed_words(req: PlanRequest, miss: Miss, target: str = "") -> tuple[str, str]:
     """A miss in words: what was missed ("TTFT p95", "the arrival rate") and by how much ("2130 ms > 2000 ms" and
-    `target`, as `_miss_words`; "its queue grew by 3.9% of the requests that arrived, more than 1%")."""
+    `target`, as `_miss_words`; "the queue grew by 3.9% of the requests that arrived, more than 1%: ...")."""
     slo, value, limit = miss
     if slo is None:
         return "the arrival rate", (f"the queue grew by {value:.1%} of the requests that arrived, more than "
