@@ -18,7 +18,8 @@ Every figure here is a latency of one kernel call on one GPU [s], looked up wher
 - **typical**: neither (T4): the roofline at the median efficiency the profiled GPUs reach, which the plan states.
 
 A fused MoE layer that no table of a GPU measured (published and typical GPUs, a format a GPU's tables lack) takes
-the profiled GPUs' median fused-MoE floor and shares of bandwidth and peak (`GpuKernels.moe_layer`).
+the profiled GPUs' median fused-MoE floor and shares of bandwidth and peak (`GpuKernels.moe_layer`); for gpt-oss's
+MXFP4 experts those of the profiled GPUs that ran the kernel the engine picks on the GPU's architecture.
 
 Nothing here is fitted to serving runs; `inferplan.planner.model.performance` sums these per step, and the fit
 (`calibrate`) touches only engine terms on top of them. Times broadcast over numpy arrays.
@@ -108,6 +109,33 @@ def gemm_format(precision: WeightPrecision, gpu: GpuSpec) -> str:
     if bits >= 12:
         return "bfloat16"
     return "int8_wo" if bits > 6 else "int4_wo"
+
+
+# The kernel each engine multiplies gpt-oss's MXFP4 experts with, by GPU architecture: where a GPU's tables lack them,
+# the profiled GPUs that ran the same kernel stand in for it (`_typical_moe`), not those of another kernel. vLLM 0.11
+# (`get_mxfp4_backend`, model_executor/layers/quantization/mxfp4.py of the 0.11.0 wheel): FlashInfer on SM100, Marlin
+# below SM90, the triton kernels on SM90, SM120 and ROCm. SGLang 0.5.5.post1 (`ServerArgs`, GptOssForCausalLM's
+# moe_runner_backend "auto"): FlashInfer's MXFP4 MoE on Blackwell (SM100 and SM120), the triton kernels elsewhere.
+MXFP4_MOE_KERNELS = {
+    "vllm": {"sm80": "marlin", "sm89": "marlin", "sm90": "triton", "sm100": "flashinfer", "sm120": "triton",
+             "rocm": "triton"},
+    "sglang": {"sm80": "triton", "sm89": "triton", "sm90": "triton", "sm100": "flashinfer", "sm120": "flashinfer",
+               "rocm": "triton"},
+}
+# The architecture of each profiled system of data/kernels.json.
+SYSTEM_ARCH = {"a100_sxm": "sm80", "l40s": "sm89", "h100_sxm": "sm90", "h200_sxm": "sm90", "b200_sxm": "sm100",
+               "b300_sxm": "sm100", "gb200": "sm100", "rtx_pro_6000_server": "sm120"}
+_FAMILY_ARCH = {"turing": "sm75", "ampere": "sm80", "ada": "sm89", "hopper": "sm90"}
+
+
+def gpu_arch(gpu: GpuSpec) -> str:
+    """The architecture whose kernels an engine picks on `gpu`: "sm75" to "sm120" for NVIDIA (a Blackwell data-centre
+    GPU SM100, a workstation or consumer one SM120), "rocm" for AMD."""
+    if gpu.vendor == "amd":
+        return "rocm"
+    if gpu.family in _FAMILY_ARCH:
+        return _FAMILY_ARCH[gpu.family]
+    return "sm100" if gpu.segment == "datacenter" else "sm120"
 
 
 # What each AIConfigurator MoE dtype's compute share is of (`moe` in data/kernels.json): 16-bit math for the
@@ -477,14 +505,15 @@ class GpuKernels:
         (`moe_shape_key`): where the table measured that very shape, its own figures, else the medians of the
         shapes of its expert size. A scaled GPU carries the profiled GPU's shares of bandwidth and peak to its
         own. A GPU without tables (AMD, typical GPUs), or whose tables lack every one of `formats`, takes the
-        median over the profiled GPUs of the floor and of the shares of bandwidth and peak that the engine's fused
+        median over the profiled GPUs (for gpt-oss's MXFP4, those that ran the engine's kernel for this GPU's
+        architecture) of the floor and of the shares of bandwidth and peak that the engine's fused
         MoE kernels reach (`_typical_moe`): nothing measured them there, and on every GPU that was measured they
         reach a far smaller share of the peak than the dense GEMMs and pay a floor a layer (routing, permutation,
         the combine). None where no profiled GPU measured the format (INT8 W8A8): the experts then run as the dense
         GEMM tables' calls."""
         found = _moe_shares(self._system, self.backend, formats, expert_bytes, shape) if self._system else None
         if found is None:
-            found = _typical_moe(self.backend, formats, expert_bytes, shape)
+            found = _typical_moe(self.backend, formats, expert_bytes, shape, gpu_arch(self.gpu))
         if found is None:
             return None
         fmt, floor, stream, compute = found
@@ -671,13 +700,21 @@ def _moe_shares(system: str, backend: str, formats: tuple[str, ...], expert_byte
 
 
 @lru_cache(maxsize=1024)
-def _typical_moe(backend: str, formats: tuple[str, ...], expert_bytes: float, shape: str | None
-                 ) -> tuple[str, float, float, float] | None:
-    """`_moe_shares` for a GPU whose tables (if any) measured none of `formats`: the first of them some profiled GPU
-    measured, and per figure the median over the profiled GPUs that measured it."""
+def _typical_moe(backend: str, formats: tuple[str, ...], expert_bytes: float, shape: str | None,
+                 arch: str | None = None) -> tuple[str, float, float, float] | None:
+    """`_moe_shares` for a GPU of architecture `arch` (`gpu_arch`) whose tables (if any) measured none of `formats`:
+    the first of them some profiled GPU measured, and per figure the median over the profiled GPUs that measured it;
+    for gpt-oss's MXFP4 over those whose engine ran the kernel it runs on `arch` (`MXFP4_MOE_KERNELS`), where any
+    did."""
     for fmt in formats:
         found = [f for system in kernel_tables()["systems"]
                  if (f := _moe_shares(system, backend, (fmt,), expert_bytes, shape)) is not None]
+        kernels = MXFP4_MOE_KERNELS.get(backend, {}) if fmt == "w4a16_mxfp4" else {}
+        if kernels.get(arch or ""):
+            same = [f for system in kernel_tables()["systems"]
+                    if kernels.get(SYSTEM_ARCH.get(system, "")) == kernels[arch or ""]
+                    and (f := _moe_shares(system, backend, (fmt,), expert_bytes, shape)) is not None]
+            found = same or found
         if found:
             floor, stream, compute = (float(np.median([f[i] for f in found])) for i in (1, 2, 3))
             return fmt, floor, stream, compute
@@ -712,5 +749,6 @@ def gpu_kernels(gpu: GpuSpec, engine: str) -> GpuKernels:
 
 
 __all__ = ["BACKEND_OF_ENGINE", "ELEMENTWISE_FLOOR_S", "ELEMENTWISE_KERNELS_PER_LAYER", "MLA_TABLE_LATENT",
-           "MOE_PEAK_OF", "GpuKernels", "KernelBasis", "gemm_format", "gemm_roofline_s", "gpu_kernels", "kernel_basis",
-           "kernel_tables", "moe_formats", "typical_efficiencies"]
+           "MOE_PEAK_OF", "MXFP4_MOE_KERNELS", "SYSTEM_ARCH", "GpuKernels", "KernelBasis", "gemm_format",
+           "gemm_roofline_s", "gpu_arch", "gpu_kernels", "kernel_basis", "kernel_tables", "moe_formats",
+           "typical_efficiencies"]

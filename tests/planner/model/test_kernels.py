@@ -17,11 +17,15 @@ from inferplan.planner.catalog.precisions import weight_precision
 from inferplan.planner.model.kernels import (
     BACKEND_OF_ENGINE,
     MOE_PEAK_OF,
+    MXFP4_MOE_KERNELS,
+    SYSTEM_ARCH,
     WEIGHT_BYTES,
     _moe_shares,
     gemm_format,
+    gpu_arch,
     gpu_kernels,
     kernel_basis,
+    moe_formats,
     typical_efficiencies,
 )
 from inferplan.planner.model.performance import prompt_token_s
@@ -580,3 +584,54 @@ def test_a_fused_moe_layer_of_larger_experts_never_runs_faster(system: str) -> N
                 f"of 2^{axis[worst[2]]:.0f}-byte ones ({MOE_ROUTINGS[worst[0]]}, {tokens.flat[worst[1]]:.0f} tokens)")
             checked += 1
     assert checked
+
+
+def test_every_profiled_system_has_an_architecture_and_each_catalog_gpu_one_the_engines_choose_kernels_for() -> None:
+    """A system kernels.json gains without an architecture would join no kernel's group of stand-ins."""
+    assert set(SYSTEM_ARCH) == set(TABLES["systems"])
+    archs = {gpu.key: gpu_arch(gpu) for gpu in load_gpu_catalog()}
+    assert (archs["A10G"], archs["L4"], archs["H20-96GB"], archs["B200"], archs["GB200-NVL72"], archs["RTX-5090"],
+            archs["MI355X"], archs["T4"]) == ("sm80", "sm89", "sm90", "sm100", "sm100", "sm120", "rocm", "sm75")
+    for kernels in MXFP4_MOE_KERNELS.values():
+        assert set(SYSTEM_ARCH.values()) <= set(kernels), kernels
+
+
+@pytest.mark.parametrize(("engine", "gpu", "kernel"), [
+    ("sglang", "A100-SXM4-80GB", "triton"), ("sglang", "A10G", "triton"), ("sglang", "MI300X", "triton"),
+    ("vllm", "A100-SXM4-80GB", "marlin"), ("vllm", "MI355X", "triton"),
+])
+def test_gpt_oss_experts_without_their_own_table_read_the_gpus_that_ran_the_same_kernel(engine: str, gpu: str,
+                                                                                         kernel: str) -> None:
+    """No table measured gpt-oss's MXFP4 experts on the A100 (nor its GA102 siblings) or on AMD GPUs. The engines
+    pick their MXFP4 MoE kernel by architecture (SGLang 0.5.5: FlashInfer's on Blackwell, the triton kernels
+    elsewhere; vLLM 0.11: Marlin below Hopper, the triton kernels on Hopper, SM120 and ROCm), and the profiled GPUs
+    that ran that kernel stand in: until 2026-12-06 the median over every profiled GPU did, four of seven Blackwell
+    ones under SGLang, and an A100 read SGLang's experts at 0.52 of its bandwidth where the triton kernels reach 0.22
+    on the H100 and H200 (gpt-oss-20b: TPOT 15.5 ms at 16 clients, the H100's 16.7 ms)."""
+    spec = resolve_gpu(gpu)
+    backend = BACKEND_OF_ENGINE[engine]
+    formats = moe_formats(weight_precision("mxfp4"), spec, engine)
+    expert = 2880.0 * 2880.0 * 3.0 * MOE_BYTES_PER_WEIGHT["w4a16_mxfp4"]
+    shape = "2880x2880x32x4/tp1"
+    same = [s for s, arch in SYSTEM_ARCH.items() if MXFP4_MOE_KERNELS[backend][arch] == kernel]
+    figures = [f for s in same if (f := _moe_shares(s, backend, formats, expert, shape)) is not None]
+    assert figures and len(figures) < len(SYSTEM_ARCH) - 1  # a kernel's group, not every profiled GPU
+    floor, bandwidth, _ = gpu_kernels(spec, engine).moe_layer(formats, expert, shape)
+    assert floor == pytest.approx(np.median([f[1] for f in figures]) * 1e-6, rel=1e-12)
+    assert bandwidth == pytest.approx(
+        min(float(np.median([f[2] for f in figures])), 1.0) * spec.memory_bandwidth_gb_s * 1e9, rel=1e-12)
+
+
+def test_sglang_serves_gpt_oss_no_faster_on_an_a100_than_on_an_h100() -> None:
+    """The A100 has neither the H100's bandwidth nor other kernels under SGLang: the same MoE layer of gpt-oss-20b
+    experts takes it at least as long, at every batch the search tries."""
+    expert, shape = 2880.0 * 2880.0 * 3.0 * MOE_BYTES_PER_WEIGHT["w4a16_mxfp4"], "2880x2880x32x4/tp1"
+    seconds = {}
+    for gpu in ("A100-SXM4-80GB", "H100-SXM5-80GB"):
+        spec = resolve_gpu(gpu)
+        floor, bandwidth, flops = gpu_kernels(spec, "sglang").moe_layer(
+            moe_formats(weight_precision("mxfp4"), spec, "sglang"), expert, shape)
+        tokens = np.array([1.0, 4.0, 16.0, 64.0, 256.0, 1024.0])
+        touched = 32.0 * (1.0 - (1.0 - 4.0 / 32.0) ** tokens)
+        seconds[gpu] = floor + touched * expert / bandwidth + tokens * 4.0 * 2.0 * 2880.0 * 2880.0 * 3.0 / flops
+    assert np.all(seconds["A100-SXM4-80GB"] >= seconds["H100-SXM5-80GB"]), seconds
