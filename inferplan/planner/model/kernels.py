@@ -148,14 +148,17 @@ def moe_formats(precision: WeightPrecision, gpu: GpuSpec, engine: str = "vllm") 
     """The measured fused-MoE tables that can serve `precision`'s experts on `gpu` under `engine`, in order of
     preference: FP8 block scales first (the MoE FP8 checkpoints, Qwen3 and DeepSeek, use them), per-tensor first on
     TensorRT-LLM's kernels (its ModelOpt checkpoints are per-tensor), FP4 W4A4 only on FP4 tensor cores,
-    gpt-oss's MXFP4 as weight-only MXFP4 (Marlin, triton), AWQ/GPTQ as 4-bit weight-only; none for INT8 W8A8."""
+    gpt-oss's MXFP4 as weight-only MXFP4 (Marlin, triton), AWQ/GPTQ as 4-bit weight-only, vLLM's FP8 below SM89 as
+    its weight-only kernel (Marlin); none for INT8 W8A8, nor for other engines' FP8 without FP8 tensor cores."""
     if precision.compute == "fp4":
         return ("nvfp4",) if gpu.family in FP4_FAMILIES else ("int4_wo",)
     if precision.name == "mxfp4":
         return ("w4a16_mxfp4",)
     if precision.compute == "fp8":
         if not gpu.fp8_tflops:
-            return ()
+            # vLLM runs FP8 experts below SM89 through Marlin's fused MoE with 16-bit math (`Fp8MoEMethod.use_marlin`,
+            # `fused_marlin_moe`; quantization/fp8.py of the 0.11.0 wheel), the kernel of its AWQ and GPTQ experts.
+            return ("int4_wo",) if engine == "vllm" and gpu.vendor == "nvidia" else ()
         return ("fp8", "fp8_block") if BACKEND_OF_ENGINE.get(engine) == "trtllm" else ("fp8_block", "fp8")
     if precision.compute == "int8":
         return ()

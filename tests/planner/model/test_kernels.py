@@ -635,3 +635,21 @@ def test_sglang_serves_gpt_oss_no_faster_on_an_a100_than_on_an_h100() -> None:
         touched = 32.0 * (1.0 - (1.0 - 4.0 / 32.0) ** tokens)
         seconds[gpu] = floor + touched * expert / bandwidth + tokens * 4.0 * 2.0 * 2880.0 * 2880.0 * 3.0 / flops
     assert np.all(seconds["A100-SXM4-80GB"] >= seconds["H100-SXM5-80GB"]), seconds
+
+
+def test_vllms_fp8_experts_on_an_a100_cost_between_its_awq_and_its_16_bit_ones() -> None:
+    """vLLM runs FP8 experts below SM89 through Marlin's fused MoE (16-bit math, `fused_marlin_moe`), the kernel of its
+    AWQ experts: a fused layer with its floor, whose read grows with the bytes. Until 2026-12-06 they ran as dense GEMM
+    calls without one, and Qwen3-30B-A3B in FP8 decoded a sequence alone in 6.4 ms on an A100, faster than in AWQ (7.3
+    ms), where it now takes 7.9 ms (bf16 8.1 ms)."""
+    a100 = resolve_gpu("A100-SXM4-80GB")
+    kernels = gpu_kernels(a100, "vllm")
+    weights = 2048.0 * 768.0 * 3.0  # one Qwen3-30B-A3B expert at TP 1
+    shape = "2048x768x128x8/tp1"
+    seconds = {}
+    for name in ("int4-awq", "fp8", "bf16"):
+        precision = weight_precision(name)
+        floor, bandwidth, _ = kernels.moe_layer(moe_formats(precision, a100, "vllm"),
+                                                weights * precision.bytes_per_param, shape)
+        seconds[name] = floor + 8.0 * weights * precision.bytes_per_param / bandwidth  # one token, eight experts
+    assert seconds["int4-awq"] < seconds["fp8"] < seconds["bf16"], seconds

@@ -549,7 +549,10 @@ def test_moe_formats_follow_what_the_engines_run_on_each_gpu() -> None:
     h100, b200, a100 = (resolve_gpu(g) for g in ("NVIDIA-H100-80GB-HBM3", "NVIDIA-B200", "NVIDIA-A100-SXM4-80GB"))
     assert moe_formats(weight_precision("fp8"), h100) == ("fp8_block", "fp8")
     assert moe_formats(weight_precision("fp8"), h100, "tensorrt-llm") == ("fp8", "fp8_block")  # ModelOpt: per-tensor
-    assert moe_formats(weight_precision("fp8"), a100) == ()
+    # vLLM runs FP8 experts on the A100 through Marlin's fused MoE, its AWQ/GPTQ experts' kernel; other engines' FP8
+    # experts there run as dense GEMM calls.
+    assert moe_formats(weight_precision("fp8"), a100) == ("int4_wo",)
+    assert moe_formats(weight_precision("fp8"), a100, "sglang") == ()
     assert moe_formats(weight_precision("nvfp4"), b200) == ("nvfp4",)
     assert moe_formats(weight_precision("nvfp4"), h100) == ("int4_wo",)
     assert moe_formats(weight_precision("mxfp4"), h100) == ("w4a16_mxfp4",)
