@@ -709,15 +709,13 @@ def _typical_moe(backend: str, formats: tuple[str, ...], expert_bytes: float, sh
     the first of them some profiled GPU measured, and per figure the median over the profiled GPUs that measured it;
     for gpt-oss's MXFP4 over those whose engine ran the kernel it runs on `arch` (`MXFP4_MOE_KERNELS`), where any
     did."""
+    kernels = MXFP4_MOE_KERNELS.get(backend, {})
     for fmt in formats:
-        found = [f for system in kernel_tables()["systems"]
-                 if (f := _moe_shares(system, backend, (fmt,), expert_bytes, shape)) is not None]
-        kernels = MXFP4_MOE_KERNELS.get(backend, {}) if fmt == "w4a16_mxfp4" else {}
-        if kernels.get(arch or ""):
-            same = [f for system in kernel_tables()["systems"]
-                    if kernels.get(SYSTEM_ARCH.get(system, "")) == kernels[arch or ""]
-                    and (f := _moe_shares(system, backend, (fmt,), expert_bytes, shape)) is not None]
-            found = same or found
+        measured = {system: f for system in kernel_tables()["systems"]
+                    if (f := _moe_shares(system, backend, (fmt,), expert_bytes, shape)) is not None}
+        kernel = kernels.get(arch or "") if fmt == "w4a16_mxfp4" else None
+        same = [f for system, f in measured.items() if kernel and kernels.get(SYSTEM_ARCH.get(system, "")) == kernel]
+        found = same or list(measured.values())
         if found:
             floor, stream, compute = (float(np.median([f[i] for f in found])) for i in (1, 2, 3))
             return fmt, floor, stream, compute
