@@ -42,6 +42,7 @@ from inferplan.planner.catalog.engines import (
     engine_of_line,
     engine_profile,
     factor_key,
+    line_profiles_sampler,
 )
 from inferplan.planner.catalog.gpus import GpuSpec, resolve_gpu
 from inferplan.planner.model.factors import FITTED_ENGINE_FACTORS, NO_SM_CAP_GB_S, FactorSet, harness_key, load_factors
@@ -224,9 +225,12 @@ def harness_keys(rows: Sequence[Scenario]) -> dict[str, list[Scenario]]:
 def engine_targets(line: str) -> tuple[str, ...]:
     """The terms fitted for factor line `line`: a stack line keeps its engine's memory terms, only engines
     with their own weight kernels have a per-SM streaming rate, and only lines whose defaults leave some batches
-    outside their CUDA graphs (`GRAPH_CAPPED_LINES`) an eager time per layer."""
+    outside their CUDA graphs (`GRAPH_CAPPED_LINES`) an eager time per layer. A line whose activation peak is its
+    sampler profile's, read from the engine's code (`line_profiles_sampler`: vLLM V1), keeps `activation_scale` at
+    its prior of 1: fitted, it was set by one source (llm-d's profiles) and its leave-one-out fold moved it 34%."""
     return tuple(n for n in FITTED_ENGINE_FACTORS
                  if not (n in MEMORY_FACTOR_NAMES and base_line(line) != line)
+                 and (n != "activation_scale" or not line_profiles_sampler(line))
                  and (n != "sm_stream_gb_s" or _own_kernels(line))
                  and (n != "eager_layer_ms" or base_line(line) in GRAPH_CAPPED_LINES))
 

@@ -332,6 +332,18 @@ def sampler_profile_bytes(engine: str, version: str | None) -> float | None:
     return None
 
 
+def line_profiles_sampler(key: str) -> bool:
+    """Whether every release of factor line `key` (`factor_key`) profiles its sampler apart
+    (`sampler_profile_bytes`), judged at the line's first release: an engine's newest line starts at the version
+    that split it from its older line (`FACTOR_LINES`), every other line at the engine's first. Such a line's
+    activation peak is read from the engine's code, and the fit leaves its `activation_scale` at 1."""
+    base = base_line(key)
+    engine = engine_of_line(base)
+    split = FACTOR_LINES.get(engine)
+    first = ".".join(str(p) for p in split[0]) if split is not None and base == engine else "0.0"
+    return sampler_profile_bytes(engine, first) is not None
+
+
 def engine_profile(name: str) -> EngineProfile:
     """The engine named `name` (case and separators ignored: `TensorRT-LLM`, `trtllm` is not accepted)."""
     key = normalize_name(name)

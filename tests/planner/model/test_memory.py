@@ -15,6 +15,7 @@ from inferplan.planner.catalog.engines import (
     VLLM_V1_SAMPLER_BYTES,
     EngineSettings,
     engine_profile,
+    line_profiles_sampler,
     sampler_profile_bytes,
 )
 from inferplan.planner.catalog.gpus import resolve_gpu
@@ -177,6 +178,10 @@ def test_vllm_v1_profiles_its_sampler_over_the_whole_vocabulary_on_every_rank() 
     # every TP rank: the peak is the sampler's, the same at TP 1 and 2, for a small model at 1024 sequences.
     assert sampler_profile_bytes("vllm", "0.11.0") == sampler_profile_bytes("vllm", None) == VLLM_V1_SAMPLER_BYTES
     assert sampler_profile_bytes("vllm", "0.6.3") is None and sampler_profile_bytes("sglang", None) is None
+    # Judged per factor line at the line's first release: V1 from 0.8.0 on (on AMD GPUs too), V0 before it.
+    assert sampler_profile_bytes("vllm", "0.8.0") is not None and sampler_profile_bytes("vllm", "0.7.3") is None
+    assert [line_profiles_sampler(k) for k in ("vllm", "vllm-rocm", "vllm-v0", "vllm-v0-rocm", "sglang")] == [
+        True, True, False, False, False]
     small = resolve_model("Qwen/Qwen3-0.6B")
     one, two = (activation_peak_bytes(small, 8192, 1024, tp, 1.0, VLLM_V1_SAMPLER_BYTES) for tp in (1, 2))
     assert one == two == 1024 * small.vocab_size * VLLM_V1_SAMPLER_BYTES
