@@ -87,7 +87,8 @@ def test_predict_json_on_published_file(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def _check_accuracy_json(data: dict) -> None:
-    assert set(data) == {"metrics", "overall", "skippedReasons", "suspect", "outliers", "unmodelled", "badLines"}
+    assert set(data) == {"metrics", "overall", "skippedReasons", "suspect", "outliers", "unmodelled", "sources",
+                         "badLines"}
     assert set(data["overall"]) == METRIC_KEYS
     for entry in [*data["metrics"].values(), *data["suspect"].values(), *data["unmodelled"].values()]:
         assert set(entry) == METRIC_KEYS

@@ -1,11 +1,12 @@
 """Score predictions against measurements: per metric MAPE, median APE and the share within 25%.
 
-`suspect` rows (flagged unreliable by their source) are scored apart and never mixed into the
-headline figures; so are rows of a model kind scored apart and never fitted on (`predict.unmodelled`: MLA,
-whose one serving source ran 2-4x slower than its measured kernels), listed under `unmodelled` with their own
-figures. Rows that cannot be predicted
-are counted with their reason. Given the factors that predicted them, each figure also says how many measured
-values fall inside the stated 80% prediction interval of their prediction (`intervals.py`: bounds from held-out
+Also per source (`Scenario.source_name`: a GitHub repository's owner, else the host), over all of a source's
+metrics, so a file pooling several sources shows which of them the misses come from. `suspect` rows (flagged
+unreliable by their source) are scored apart and never mixed into the headline figures (nor into a source's); so
+are rows of a model kind scored apart and never fitted on (`predict.unmodelled`: MLA, whose one serving source ran
+2-4x slower than its measured kernels), listed under `unmodelled` with their own figures. Rows that cannot be
+predicted are counted with their reason. Given the factors that predicted them, each figure also says how many
+measured values fall inside the stated 80% prediction interval of their prediction (`intervals.py`: bounds from held-out
 residuals, applied here to whatever predictions are scored, in sample for `inferplan accuracy`).
 """
 
@@ -72,6 +73,7 @@ class AccuracyReport:
     suspect: dict[str, MetricScore]
     outliers: list[Outlier]  # every non-suspect row outside +-25%, largest error first
     unmodelled: dict[str, MetricScore] = field(default_factory=dict)  # per reason, over all its metrics
+    sources: dict[str, MetricScore] = field(default_factory=dict)  # per source, over all its metrics (as `overall`)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +83,7 @@ class AccuracyReport:
             "suspect": {m: s.to_json() for m, s in self.suspect.items()},
             "outliers": [o.to_json() for o in self.outliers],
             "unmodelled": {reason: s.to_json() for reason, s in self.unmodelled.items()},
+            "sources": {name: s.to_json() for name, s in self.sources.items()},
         }
 
     @property
@@ -134,6 +137,9 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], fact
         return [low <= row.value <= high]
 
     inside: dict[str, list[bool]] = {}
+    source_apes: dict[str, list[float]] = {}
+    source_inside: dict[str, list[bool]] = {}
+    source_skipped: Counter[str] = Counter()
     apart_inside: dict[str, list[bool]] = {}
     apes: dict[str, list[float]] = {}
     suspect_apes: dict[str, list[float]] = {}
@@ -159,6 +165,7 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], fact
                 suspect_skipped[row.metric] += 1
             else:
                 skipped[row.metric] += 1
+                source_skipped[row.source_name] += 1
                 reasons[why_not] += 1
             continue
         assert pred.predicted is not None
@@ -166,6 +173,8 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], fact
         (suspect_apes if row.suspect else apes).setdefault(row.metric, []).append(ape)
         if not row.suspect:
             inside.setdefault(row.metric, []).extend(covered(row, pred.predicted))
+            source_apes.setdefault(row.source_name, []).append(ape)
+            source_inside.setdefault(row.source_name, []).extend(covered(row, pred.predicted))
         if not row.suspect and ape > WITHIN + 1e-12:
             signed = ape if pred.predicted >= row.value else -ape
             outliers.append(Outlier(row.id, row.metric, row.value, pred.predicted, signed, _caveat(row.notes)))
@@ -178,7 +187,9 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], fact
                           {m: _score(suspect_apes.get(m, []), suspect_skipped[m])
                            for m in sorted(set(suspect_apes) | set(suspect_skipped))}, outliers,
                           {r: _score(apart.get(r, []), apart_skipped[r], apart_inside.get(r, []))
-                           for r in sorted(set(apart) | set(apart_skipped))})
+                           for r in sorted(set(apart) | set(apart_skipped))},
+                          {name: _score(source_apes.get(name, []), source_skipped[name], source_inside.get(name, []))
+                           for name in sorted(set(source_apes) | set(source_skipped))})
 
 
 def format_report(report: AccuracyReport) -> str:
@@ -191,6 +202,12 @@ def format_report(report: AccuracyReport) -> str:
     for name, s in [*report.metrics.items(), ("overall", report.overall)]:
         lines.append(f"{name:22s} {s.scored:6d} {s.skipped:7d} {pct(s.median_ape):>7s} {pct(s.mape):>8s} "
                      f"{pct(s.within25):>6s} {pct(s.interval_coverage):>6s}")
+    if len(report.sources) > 1:
+        lines.append("")
+        lines.append("per source, all its metrics (largest median APE first):")
+        for name, s in sorted(report.sources.items(), key=lambda item: (-(item[1].median_ape or 0.0), item[0])):
+            lines.append(f"  {name:20s} {s.scored:6d} {s.skipped:7d} {pct(s.median_ape):>7s} {pct(s.mape):>8s} "
+                         f"{pct(s.within25):>6s} {pct(s.interval_coverage):>6s}")
     if report.suspect:
         lines.append("")
         lines.append("suspect rows (flagged by their source; not in the figures above):")

@@ -201,8 +201,11 @@ def test_to_json_has_documented_keys_and_fractions() -> None:
     bad = _row(DECODE, "s1", 10.0, suspect=True)
     skip = _row(E2E, "k1", 1.0)
     data = score([*rows, bad, skip], [*preds, _pred(bad, 20.0), _pred(skip, None, "GPU not stated")]).to_json()
-    assert set(data) == {"metrics", "overall", "skippedReasons", "suspect", "outliers", "unmodelled"}
+    assert set(data) == {"metrics", "overall", "skippedReasons", "suspect", "outliers", "unmodelled", "sources"}
     assert data["unmodelled"] == {}  # no row of an unmodelled architecture here
+    assert set(data["sources"]) == {r.source_name for r in rows}  # the suspect row's source has these too
+    for key in ("scored", "skipped"):  # every non-suspect row in exactly one source
+        assert sum(s[key] for s in data["sources"].values()) == data["overall"][key]
     assert set(data["metrics"]) == {"decode_tps_single", "e2e_ms_mean"}
     for entry in [*data["metrics"].values(), data["overall"], *data["suspect"].values()]:
         assert set(entry) == METRIC_KEYS
@@ -213,6 +216,33 @@ def test_to_json_has_documented_keys_and_fractions() -> None:
     assert data["skippedReasons"] == {"GPU not stated": 1}
     assert data["suspect"]["decode_tps_single"]["mape"] == pytest.approx(1.0)
     assert json.loads(json.dumps(data)) == data
+
+
+def _from(row: Scenario, source: str) -> Scenario:
+    return row.model_copy(update={"source": source})
+
+
+def test_scores_per_source_over_all_their_metrics_without_suspect_or_unmodelled_rows() -> None:
+    rows, preds = _case()  # APEs: decode 0.10, 0.25, 1.00, 0.00; e2e 0.50, 0.25
+    lab_a, lab_b = "https://github.com/lab-a/bench/blob/abc/results.md", "https://example.org/lab-b.html"
+    rows = [_from(r, lab_a if i in (0, 1, 4) else lab_b) for i, r in enumerate(rows)]
+    suspect = _from(_row(DECODE, "s1", 10.0, suspect=True), lab_a)
+    skip = _from(_row(E2E, "k1", 1.0), lab_b)
+    report = score([*rows, suspect, skip], [*preds, _pred(suspect, 100.0), _pred(skip, None, "GPU not stated")])
+    assert set(report.sources) == {"lab-a", "example.org"}
+    a, b = report.sources["lab-a"], report.sources["example.org"]
+    assert (a.scored, a.skipped) == (3, 0) and a.median_ape == pytest.approx(0.25)  # 0.10, 0.25, 0.50
+    assert a.mape == pytest.approx((0.10 + 0.25 + 0.50) / 3, abs=1e-4) and a.within25 == pytest.approx(2 / 3, abs=1e-4)
+    assert (b.scored, b.skipped) == (3, 1) and b.median_ape == pytest.approx(0.25)  # 1.00, 0.00, 0.25
+    assert b.within25 == pytest.approx(2 / 3, abs=1e-4)  # the suspect row's 9x error is in neither
+    text = format_report(report)
+    assert "per source" in text
+    lines = text.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("per source")))
+    assert [line.split()[0] for line in lines[first + 1:first + 3]] == ["example.org", "lab-a"]  # ties by name
+    one = score(rows[:2], preds[:2])
+    assert "per source" not in format_report(one)  # one source: its figures are the overall ones
+    assert score(rows, preds).to_json()["sources"]["lab-a"]["medianApe"] == pytest.approx(0.25)
 
 
 def test_interval_coverage_counts_measured_values_inside_the_80_percent_interval() -> None:
