@@ -172,9 +172,10 @@ def score(scenarios: Sequence[Scenario], predictions: Sequence[Prediction], fact
         ape = absolute_percentage_error(pred.predicted, row.value)
         (suspect_apes if row.suspect else apes).setdefault(row.metric, []).append(ape)
         if not row.suspect:
-            inside.setdefault(row.metric, []).extend(covered(row, pred.predicted))
+            hit = covered(row, pred.predicted)
+            inside.setdefault(row.metric, []).extend(hit)
             source_apes.setdefault(row.source_name, []).append(ape)
-            source_inside.setdefault(row.source_name, []).extend(covered(row, pred.predicted))
+            source_inside.setdefault(row.source_name, []).extend(hit)
         if not row.suspect and ape > WITHIN + 1e-12:
             signed = ape if pred.predicted >= row.value else -ape
             outliers.append(Outlier(row.id, row.metric, row.value, pred.predicted, signed, _caveat(row.notes)))
