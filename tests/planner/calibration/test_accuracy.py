@@ -239,7 +239,8 @@ def test_scores_per_source_over_all_their_metrics_without_suspect_or_unmodelled_
     assert "per source" in text
     lines = text.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("per source")))
-    assert [line.split()[0] for line in lines[first + 1:first + 3]] == ["example.org", "lab-a"]  # ties by name
+    assert lines[first + 1].split()[:2] == ["source", "scored"]  # its own header
+    assert [line.split()[0] for line in lines[first + 2:first + 4]] == ["example.org", "lab-a"]  # ties by name
     one = score(rows[:2], preds[:2])
     assert "per source" not in format_report(one)  # one source: its figures are the overall ones
     assert score(rows, preds).to_json()["sources"]["lab-a"]["medianApe"] == pytest.approx(0.25)
