@@ -202,17 +202,18 @@ def format_report(report: AccuracyReport) -> str:
         return (f"{first:22s} {'scored':>6s} {'skipped':>7s} {'MdAPE':>7s} {'MAPE':>8s} {'<=25%':>6s} "
                 f"{'in 80%':>6s}")
 
+    def row(name: str, s: MetricScore) -> str:
+        return (f"{name:22s} {s.scored:6d} {s.skipped:7d} {pct(s.median_ape):>7s} {pct(s.mape):>8s} "
+                f"{pct(s.within25):>6s} {pct(s.interval_coverage):>6s}")
+
     lines = [header("metric")]
-    for name, s in [*report.metrics.items(), ("overall", report.overall)]:
-        lines.append(f"{name:22s} {s.scored:6d} {s.skipped:7d} {pct(s.median_ape):>7s} {pct(s.mape):>8s} "
-                     f"{pct(s.within25):>6s} {pct(s.interval_coverage):>6s}")
+    lines.extend(row(name, s) for name, s in [*report.metrics.items(), ("overall", report.overall)])
     if len(report.sources) > 1:
         lines.append("")
         lines.append("per source, all its metrics (largest median APE first):")
         lines.append(header("  source"))
-        for name, s in sorted(report.sources.items(), key=lambda item: (-(item[1].median_ape or 0.0), item[0])):
-            lines.append(f"  {name:20s} {s.scored:6d} {s.skipped:7d} {pct(s.median_ape):>7s} {pct(s.mape):>8s} "
-                         f"{pct(s.within25):>6s} {pct(s.interval_coverage):>6s}")
+        lines.extend(row(f"  {name}", s) for name, s in
+                     sorted(report.sources.items(), key=lambda item: (-(item[1].median_ape or 0.0), item[0])))
     if report.suspect:
         lines.append("")
         lines.append("suspect rows (flagged by their source; not in the figures above):")
