@@ -6,7 +6,8 @@ shapes an answer: `0.1.0+<12 hex digits>`. The operator plans again at once a pl
 version wrote (docs/operator.md, "When a plan is re-planned").
 
 What the digest covers (`shapes_answers`): the planner's sources (inferplan/planner/**/*.py), the data it reads
-(inferplan/planner/data/*.json: catalogs, kernel tables, factors, intervals, engine flags) and the sources of
+(inferplan/planner/data/*.json and data/kernels/*.json: catalogs, kernel tables, factors, intervals, engine
+flags) and the sources of
 the objects a status lists (inferplan/deploy/**/*.py). Not the operator's own code (when it plans, the status's
 other fields), the command line, the bundled example plan and scenarios, nor the Python and numpy versions.
 Each file counts by its path inside the package and its bytes (CRLF read as LF): not where the package is
@@ -38,7 +39,10 @@ def shapes_answers(path: str) -> bool:
         return False
     if path.endswith(".py"):
         return True
-    return parts[:2] == ["planner", "data"] and len(parts) == 3 and path.endswith(".json")
+    if not path.endswith(".json"):
+        return False
+    return (parts[:2] == ["planner", "data"] and len(parts) == 3) or (parts[:3] == ["planner", "data", "kernels"]
+                                                                      and len(parts) == 4)
 
 
 def _files(folder: Traversable, prefix: str) -> Iterator[tuple[str, Traversable]]:

@@ -3,7 +3,7 @@
 Usage (from the repository root; needs `pip install aiconfigurator-core==0.12.0 pandas pyarrow pyyaml`, none of
 which the project depends on, or `--aic-dir` a folder the whole 0.12.0 wheel is unzipped in):
 
-    python scripts/derive_kernel_tables.py [--aic-dir DIR] [--out inferplan/planner/data/kernels.json] [--check]
+    python scripts/derive_kernel_tables.py [--aic-dir DIR] [--out inferplan/planner/data/kernels] [--check]
 
 `aiconfigurator-core` 0.12.0 (Apache-2.0, PyPI; data at ai-dynamo/aiconfigurator commit 095f58a5) ships
 per-operator latencies measured on each GPU under each engine's kernels:
@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "inferplan" / "planner" / "data" / "kernels.json"
+OUT = REPO / "inferplan" / "planner" / "data" / "kernels"
 SYSTEMS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "l40s",
            "rtx_pro_6000_server")
 BACKENDS = ("vllm", "sglang", "trtllm")
@@ -102,7 +102,7 @@ MOE_DISTRIBUTION = "power_law_1.01"  # AIConfigurator's default routing (sdk/mod
 MOE_MONOTONE_ROUTINGS = ((8, 2), (16, 1), (32, 4), (128, 1), (128, 4), (128, 6), (128, 8), (160, 8), (256, 6),
                          (256, 8), (384, 6), (384, 8), (512, 10), (512, 22), (896, 16))
 MOE_MONOTONE_TOKENS = (1, 8, 64, 512, 4096)
-AIC_VERSION = "0.12.0"  # the package the shipped kernels.json was derived from (SOURCE, NOTICE)
+AIC_VERSION = "0.12.0"  # the package the shipped tables (data/kernels/) were derived from (SOURCE, NOTICE)
 INSTALL_HINT = f"pip install aiconfigurator-core=={AIC_VERSION} pandas pyarrow pyyaml"
 SOURCE = ("NVIDIA AIConfigurator (aiconfigurator-core "
           f"{AIC_VERSION} on PyPI, Apache-2.0; data at "
@@ -586,7 +586,7 @@ def _system(systems: Path, name: str, check: list[str], slots: dict[str, Any]) -
 
 
 def derive(systems: Path, check: list[str]) -> dict[str, Any]:
-    """Every system's tables, as `kernels.json` holds them."""
+    """Every system's tables: {"meta": what they share, "systems": {name: tables}} (`write_tables` writes them)."""
     result: dict[str, Any] = {
         "meta": {
             "about": ("Measured kernel latencies reduced for inferplan's step-time model "
@@ -618,10 +618,24 @@ def derive(systems: Path, check: list[str]) -> dict[str, Any]:
     return result
 
 
+def write_tables(tables: dict[str, Any], out: Path) -> int:
+    """Write `tables` (`derive`) into the folder `out` as the planner reads them (`kernels.system_tables`): one file
+    per system, `<system>.json`, and `meta.json` with what they share and `systems`, their names in sorted order,
+    so a plan reads only the systems its GPUs use. Returns the bytes written."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"meta": {**tables["meta"], "systems": sorted(tables["systems"])}, **tables["systems"]}
+    size = 0
+    for name, content in files.items():
+        text = json.dumps(content, separators=(",", ":"), sort_keys=True) + "\n"
+        (out / f"{name}.json").write_text(text, encoding="ascii")
+        size += len(text)
+    return size
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aic-dir", help="an unpacked aiconfigurator-core (the package dir or a folder holding it)")
-    parser.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT.relative_to(REPO)})")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"the folder to write (default {OUT.relative_to(REPO)})")
     parser.add_argument("--check", action="store_true", help="print what the reduction costs per table")
     args = parser.parse_args(argv)
     systems = find_systems_dir(args.aic_dir)
@@ -650,9 +664,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if empty:
         print(f"no GEMM table derived for {', '.join(empty)}: nothing written", file=sys.stderr)
         return 2
-    text = json.dumps(tables, separators=(",", ":"), sort_keys=True)
-    args.out.write_text(text + "\n", encoding="ascii")
-    print(f"wrote {args.out} ({len(text) / 1024:.0f} KiB): {', '.join(tables['systems'])}")
+    size = write_tables(tables, args.out)
+    print(f"wrote {args.out} ({size / 1024:.0f} KiB): {', '.join(sorted(tables['systems']))}")
     if args.check:
         print("\n".join(check))
     return 0

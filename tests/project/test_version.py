@@ -21,8 +21,9 @@ PACKAGE = Path(str(resources.files("inferplan")))
 
 
 def data_files_the_planner_reads() -> set[str]:
-    """Every `data/NAME` the planner's sources open through importlib.resources, as paths inside the package."""
-    found = set()
+    """Every `data/NAME` the planner's sources open through importlib.resources, as paths inside the package, and
+    every file of the kernel tables' folder (`kernels.system_tables` opens a profiled system's by its name)."""
+    found = {f"planner/data/kernels/{file.name}" for file in (PACKAGE / "planner" / "data" / "kernels").iterdir()}
     for source in (PACKAGE / "planner").rglob("*.py"):
         found |= {f"planner/{name}" for name in re.findall(r'joinpath\("(data/[^"]+)"\)', source.read_text())}
     return found
@@ -39,8 +40,8 @@ def package(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_the_planner_reads_the_catalogs_kernels_factors_and_intervals() -> None:
-    assert {"planner/data/factors.json", "planner/data/intervals.json", "planner/data/kernels.json",
-            "planner/data/gpus.json", "planner/data/models.json"} <= set(READ)
+    assert {"planner/data/factors.json", "planner/data/intervals.json", "planner/data/kernels/meta.json",
+            "planner/data/kernels/h100_sxm.json", "planner/data/gpus.json", "planner/data/models.json"} <= set(READ)
 
 
 def test_the_version_is_the_release_and_the_digest_of_this_package() -> None:

@@ -172,7 +172,7 @@ class GpuSpec:
     gpus_per_node: int = 8  # in the common chassis `chassis` names (a plan or the cluster's nodes override it)
     chassis: str = ""
     sm_count: int | None = None  # streaming multiprocessors (AMD: compute units); None: unknown, no per-SM cap
-    # The AIConfigurator system whose measured kernel tables serve this GPU (data/kernels.json): its own
+    # The AIConfigurator system whose measured kernel tables serve this GPU (data/kernels/): its own
     # (`kernel_tables_own`) or a sibling's of the same die or architecture, scaled to this GPU's peaks.
     kernel_tables: str | None = None
     kernel_tables_own: bool = False

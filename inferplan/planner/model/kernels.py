@@ -2,7 +2,7 @@
 
 Every figure here is a latency of one kernel call on one GPU [s], looked up where it was measured:
 
-- **measured**: NVIDIA GPUs that NVIDIA AIConfigurator profiled (`data/kernels.json`, derived from
+- **measured**: NVIDIA GPUs that NVIDIA AIConfigurator profiled (`data/kernels/`, one file per system, derived from
   `aiconfigurator-core` 0.12.0 by `scripts/derive_kernel_tables.py`; Apache-2.0, attribution in NOTICE). GEMM by
   M x N x K and weight format, decode attention by KV bytes read and batch x KV heads (MLA's by query heads, per
   sequence and context token), prefill attention by causal FLOPs and batch x heads (MLA's rate by query heads),
@@ -61,7 +61,7 @@ BACKENDS = ("vllm", "sglang", "trtllm")
 ELEMENTWISE_FLOOR_S = 3e-6
 ELEMENTWISE_KERNELS_PER_LAYER = 4
 # Floor of one GEMM or attention call where nothing was measured (AMD, typical): the median smallest call of the
-# profiled NVIDIA GPUs' GEMM tables is 3-5 us, their decode attention's about 10 us (kernels.json).
+# profiled NVIDIA GPUs' GEMM tables is 3-5 us, their decode attention's about 10 us (data/kernels/).
 UNMEASURED_GEMM_FLOOR_S = 4e-6
 UNMEASURED_ATTENTION_FLOOR_S = 10e-6
 # The latent the MLA tables were measured on (DeepSeek-V3's kv_lora_rank 512 + qk_rope_head_dim 64): a model with
@@ -78,11 +78,30 @@ class KernelBasis:
     note: str
 
 
-@cache
-def kernel_tables() -> dict[str, Any]:
-    """The packaged tables (`data/kernels.json`)."""
-    text = resources.files("inferplan.planner").joinpath("data/kernels.json").read_text(encoding="ascii")
+def _tables_file(name: str) -> dict[str, Any]:
+    text = resources.files("inferplan.planner").joinpath(f"data/kernels/{name}.json").read_text(encoding="ascii")
     return json.loads(text)
+
+
+@cache
+def kernel_meta() -> dict[str, Any]:
+    """What every profiled system's tables share (`data/kernels/meta.json`): the axes, the units, the source, and
+    `systems`, the profiled systems' names in the order of their files."""
+    return _tables_file("meta")
+
+
+def profiled_systems() -> tuple[str, ...]:
+    """The profiled systems (AIConfigurator's names: "h100_sxm"), without reading their tables."""
+    return tuple(kernel_meta()["systems"])
+
+
+@cache
+def system_tables(system: str) -> dict[str, Any] | None:
+    """One profiled system's tables (`data/kernels/<system>.json`: its peaks, GEMM, attention, all-reduce and
+    fused-MoE tables), None for a system the tables do not hold. Each system is a file of its own, read when a plan
+    first needs it: a plan of one or two GPU types reads 0.1-0.2 MB of the 0.7 MB (about 2.5 ms of CPU each, where
+    all eight took 30-40 ms in one `inferplan plan` process, 2026-12-07)."""
+    return _tables_file(system) if system in kernel_meta()["systems"] else None
 
 
 def gemm_format(precision: WeightPrecision, gpu: GpuSpec) -> str:
@@ -122,7 +141,7 @@ MXFP4_MOE_KERNELS = {
     "sglang": {"sm80": "triton", "sm89": "triton", "sm90": "triton", "sm100": "flashinfer", "sm120": "flashinfer",
                "rocm": "triton"},
 }
-# The architecture of each profiled system of data/kernels.json.
+# The architecture of each profiled system of data/kernels/.
 SYSTEM_ARCH = {"a100_sxm": "sm80", "l40s": "sm89", "h100_sxm": "sm90", "h200_sxm": "sm90", "b200_sxm": "sm100",
                "b300_sxm": "sm100", "gb200": "sm100", "rtx_pro_6000_server": "sm120"}
 _FAMILY_ARCH = {"turing": "sm75", "ampere": "sm80", "ada": "sm89", "hopper": "sm90"}
@@ -138,7 +157,7 @@ def gpu_arch(gpu: GpuSpec) -> str:
     return "sm100" if gpu.segment == "datacenter" else "sm120"
 
 
-# What each AIConfigurator MoE dtype's compute share is of (`moe` in data/kernels.json): 16-bit math for the
+# What each AIConfigurator MoE dtype's compute share is of (`moe` in data/kernels/): 16-bit math for the
 # weight-only formats.
 MOE_PEAK_OF = {"bfloat16": "bf16", "int4_wo": "bf16", "w4a16_mxfp4": "bf16", "fp8": "fp8", "fp8_block": "fp8",
                "nvfp4": "fp4"}
@@ -198,7 +217,7 @@ def _gemm_grid(system: str, backend: str, fmt: str) -> FloatArray | None:
     """The measured log-time grid of (system, backend, fmt) (M x N x K), never faster for a larger call along any
     axis. `scripts/derive_kernel_tables.py` repairs M as it writes the tables; N and K are repaired here, where a
     table times a larger weight shorter (B200 vLLM FP8: 59% shorter at a larger N)."""
-    table = kernel_tables()["systems"].get(system, {}).get("gemm", {}).get(backend, {}).get(fmt)
+    table = (system_tables(system) or {}).get("gemm", {}).get(backend, {}).get(fmt)
     if table is None:
         return None
     grid = _never_faster_when_larger(np.log(np.asarray(table, dtype=float) * 1e-6), 0, 1, 2)
@@ -224,7 +243,7 @@ def _borrowed_grid(system: str, backend: str, fmt: str) -> FloatArray | None:
     own = _gemm_grid(system, backend, "bfloat16")
     if own is None:
         return None
-    for donor in kernel_tables()["systems"]:
+    for donor in profiled_systems():
         for donor_backend in BACKENDS:
             measured, sixteen = _gemm_grid(donor, donor_backend, fmt), _gemm_grid(donor, donor_backend, "bfloat16")
             if measured is not None and sixteen is not None:
@@ -242,7 +261,7 @@ def _grid(system: str, backend: str, fmt: str) -> FloatArray | None:
 
 @cache
 def _gemm_axes() -> tuple[FloatArray, FloatArray]:
-    meta = kernel_tables()["meta"]
+    meta = kernel_meta()
     return np.log(np.asarray(meta["gemm_m"], float)), np.log(np.asarray(meta["gemm_nk"], float))
 
 
@@ -309,7 +328,7 @@ def _surface(system: str, kind: str, backend: str, kv: str | None) -> FloatArray
     surface at 4096: 39.5 us at 2^22 FLOPs, 37.6 us at 2^26), decode attention's along KV bytes, most on
     TensorRT-LLM's fp8 kernels (the B200's at 2048 batch x KV heads: 46.1 us at fewer bytes, 29.5 us at 2^26).
     Along batch x heads neither is repaired: more query groups over the same work run with more parallelism."""
-    entry = kernel_tables()["systems"].get(system, {}).get(kind, {}).get(backend)
+    entry = (system_tables(system) or {}).get(kind, {}).get(backend)
     if entry is not None and kv is not None:
         entry = entry.get(kv)
     if entry is None:
@@ -370,9 +389,9 @@ def typical_efficiencies() -> dict[str, float]:
     at 1 GiB of KV, and prefill attention at 1 PFLOP-scale calls over the tensor peak. What a GPU without any
     kernel data is assumed to reach (`KernelBasis.kind == "typical"`)."""
     stream, compute, attention, prefill = [], [], [], []
-    meta = kernel_tables()["meta"]
-    for system, entry in kernel_tables()["systems"].items():
-        peaks = entry["peaks"]
+    meta = kernel_meta()
+    for system in profiled_systems():
+        peaks = system_tables(system)["peaks"]
         grid = _gemm_grid(system, "vllm", "bfloat16")
         if grid is None:
             continue
@@ -411,7 +430,7 @@ class GpuKernels:
 
     @property
     def _peaks(self) -> dict[str, Any]:
-        return kernel_tables()["systems"][self.basis.system]["peaks"] if self.basis.system else {}
+        return system_tables(self.basis.system)["peaks"] if self.basis.system else {}
 
     def _published(self, name: str) -> float | None:
         return dict(self.gpu.kernel_figures).get(name)
@@ -540,7 +559,7 @@ class GpuKernels:
                              y: ArrayLike, sibling_ratio: float) -> FloatArray:
         """The measured `kind` surface of `backend` at (x, y); on a sibling's tables the floor as it is and the rest
         scaled by `sibling_ratio` (the sibling's peak over this GPU's)."""
-        axes = kernel_tables()["meta"][f"{kind}_axes"]
+        axes = kernel_meta()[f"{kind}_axes"]
         surface = _surface(self._system, kind, backend, kv)
         seconds = _bilinear(surface, np.asarray(axes[axis_names[0]], float), np.asarray(axes[axis_names[1]], float),
                             x, y)
@@ -568,7 +587,7 @@ class GpuKernels:
         projections); None where none covers the GPU."""
         if self._system is None:
             return None
-        table = kernel_tables()["systems"][self._system].get(kind, {})
+        table = system_tables(self._system).get(kind, {})
         for backend in dict.fromkeys((self.backend, "trtllm", "sglang")):
             entry = table.get(backend)
             if entry is not None and kv is not None:
@@ -584,7 +603,7 @@ class GpuKernels:
         values = self._mla_table("mla_prefill")
         if values is None:
             return None
-        axis = np.asarray(kernel_tables()["meta"]["mla_log2_heads"], dtype=float)
+        axis = np.asarray(kernel_meta()["mla_log2_heads"], dtype=float)
         h = np.clip(np.asarray(heads, dtype=float), 1.0, 2.0 ** axis[-1])
         tflops = np.exp(np.interp(np.log2(h), axis, np.log(np.asarray(values, dtype=float))))
         if self.basis.kind == "scaled":
@@ -599,7 +618,7 @@ class GpuKernels:
         values = self._mla_table("mla_decode", kv)
         if values is None:
             return None
-        axis = np.asarray(kernel_tables()["meta"]["mla_log2_heads"], dtype=float)
+        axis = np.asarray(kernel_meta()["mla_log2_heads"], dtype=float)
         h = np.maximum(np.asarray(heads, dtype=float), 1.0)
         ns = np.exp(np.interp(np.log2(h), axis, np.log(np.asarray(values, dtype=float))))
         ns = ns * np.maximum(h / 2.0 ** axis[-1], 1.0)
@@ -637,11 +656,11 @@ class GpuKernels:
             return np.zeros(np.shape(nbytes))
         if self.gpu.interconnect != "pcie" and (
                 (self._system is not None and self.basis.kind == "measured") or self._same_fabric()):
-            curve = kernel_tables()["systems"][self._system]["allreduce"].get(str(tp))
+            curve = system_tables(self._system)["allreduce"].get(str(tp))
             if curve is None:
                 curve = self._fabric_sibling_allreduce(tp)
             if curve is not None:
-                axis = np.asarray(kernel_tables()["meta"]["allreduce_log2_bytes"], float)
+                axis = np.asarray(kernel_meta()["allreduce_log2_bytes"], float)
                 lb = np.log2(np.maximum(np.asarray(nbytes, float), 1.0))
                 idx, w, beyond = _log_axis(axis, lb, 2.0)
                 logt = _never_faster_when_larger(np.log(np.asarray(curve, float) * 1e-6), 0)
@@ -657,9 +676,9 @@ class GpuKernels:
         """The all-reduce curve over `tp` GPUs of another profiled system on the same link at the same speed, for a
         size this system's tables lack: GB200's were collected on 4 GPUs (one tray); its NVL72 domain joins trays
         through the same NVLink 5 switches as an HGX B200's 8 GPUs, whose 8-GPU curve stands in."""
-        systems = kernel_tables()["systems"]
         link = self._peaks.get("intra_node_gb_s")
-        for name, entry in systems.items():
+        for name in profiled_systems():
+            entry = system_tables(name)
             other = entry["peaks"].get("intra_node_gb_s")
             if name != self._system and link and other and math.isclose(link, other, rel_tol=0.05) \
                     and str(tp) in entry["allreduce"]:
@@ -684,8 +703,7 @@ def _moe_shares(system: str, backend: str, formats: tuple[str, ...], expert_byte
     the same shape can be several times apart: TensorRT-LLM's per-tensor FP8 against SGLang's block FP8), else the
     medians of the shapes of its expert size, which the derive step keeps from taking longer than a larger size's
     (`scripts/derive_kernel_tables.py`, `monotone_moe_bins`)."""
-    tables = kernel_tables()
-    moe = tables["systems"][system].get("moe", {})
+    moe = system_tables(system).get("moe", {})
     for fmt in formats:
         curves = next((moe[b][fmt] for b in (backend, *BACKENDS) if fmt in moe.get(b, {})), None)
         if curves is None:
@@ -694,7 +712,7 @@ def _moe_shares(system: str, backend: str, formats: tuple[str, ...], expert_byte
         if exact is not None:
             floor, stream, compute = (float(v) for v in exact)
         else:
-            axis = np.asarray(tables["meta"]["moe_shard_log2_bytes"], dtype=float)
+            axis = np.asarray(kernel_meta()["moe_shard_log2_bytes"], dtype=float)
             x = math.log2(max(expert_bytes, 1.0))
             floor, stream, compute = (float(np.interp(x, axis, np.asarray(curves[name], dtype=float)))
                                       for name in ("floor_us", "stream", "compute"))
@@ -711,7 +729,7 @@ def _typical_moe(backend: str, formats: tuple[str, ...], expert_bytes: float, sh
     did."""
     kernels = MXFP4_MOE_KERNELS.get(backend, {})
     for fmt in formats:
-        measured = {system: f for system in kernel_tables()["systems"]
+        measured = {system: f for system in profiled_systems()
                     if (f := _moe_shares(system, backend, (fmt,), expert_bytes, shape)) is not None}
         kernel = kernels.get(arch or "") if fmt == "w4a16_mxfp4" else None
         same = [f for system, f in measured.items() if kernel and kernels.get(SYSTEM_ARCH.get(system, "")) == kernel]
@@ -729,9 +747,9 @@ def moe_shape_key(hidden: int, intermediate: int, experts: int, top_k: int, tp: 
 
 def kernel_basis(gpu: GpuSpec) -> KernelBasis:
     """What `gpu`'s kernel times rest on (module docstring)."""
-    systems = kernel_tables()["systems"]
-    if gpu.kernel_tables and gpu.kernel_tables in systems:
-        device = systems[gpu.kernel_tables]["device"]
+    tables = system_tables(gpu.kernel_tables) if gpu.kernel_tables else None
+    if tables is not None:
+        device = tables["device"]
         if gpu.kernel_tables_own:
             return KernelBasis("measured", gpu.kernel_tables, f"kernels measured on the {device} (AIConfigurator)")
         return KernelBasis("scaled", gpu.kernel_tables,
@@ -751,5 +769,5 @@ def gpu_kernels(gpu: GpuSpec, engine: str) -> GpuKernels:
 
 __all__ = ["BACKEND_OF_ENGINE", "ELEMENTWISE_FLOOR_S", "ELEMENTWISE_KERNELS_PER_LAYER", "MLA_TABLE_LATENT",
            "MOE_PEAK_OF", "MXFP4_MOE_KERNELS", "SYSTEM_ARCH", "GpuKernels", "KernelBasis", "gemm_format",
-           "gemm_roofline_s", "gpu_arch", "gpu_kernels", "kernel_basis", "kernel_tables", "moe_formats",
-           "typical_efficiencies"]
+           "gemm_roofline_s", "gpu_arch", "gpu_kernels", "kernel_basis", "kernel_meta", "moe_formats",
+           "profiled_systems", "system_tables", "typical_efficiencies"]

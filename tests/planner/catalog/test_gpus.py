@@ -26,7 +26,7 @@ from inferplan.planner.catalog.gpus import (
     parse_gpu_product,
     resolve_gpu,
 )
-from inferplan.planner.model.kernels import gpu_kernels, kernel_basis, kernel_tables
+from inferplan.planner.model.kernels import gpu_kernels, kernel_basis, kernel_meta, profiled_systems, system_tables
 from inferplan.planner.names import CatalogLookupError
 
 
@@ -172,17 +172,16 @@ def test_published_kernel_figures_are_shares_of_the_catalogs_own_peaks() -> None
     assert set(dict(resolve_gpu("MI300X").kernel_figures)) == set(KERNEL_FIGURES)
 
 
-def test_kernel_tables_cite_the_source_of_kernels_json() -> None:
+def test_kernel_tables_cite_the_source_of_the_tables() -> None:
     """The GPUs that read AIConfigurator's tables rest on the catalog's `aiconfigurator-kernels` source, which
-    points where data/kernels.json says it was derived from."""
+    points where data/kernels/meta.json says they were derived from."""
     data = _raw_file()
     source = data["sources"]["aiconfigurator-kernels"]
-    kernels = json.loads(resources.files("inferplan.planner").joinpath("data/kernels.json").read_text("ascii"))
-    assert source["url"] in kernels["meta"]["source"]
+    assert source["url"] in kernel_meta()["source"]
     assert any(g.get("kernel_tables") for g in data["gpus"])
     for gpu in data["gpus"]:
         if gpu.get("kernel_tables"):
-            assert gpu["kernel_tables"]["system"] in kernels["systems"], gpu["key"]
+            assert gpu["kernel_tables"]["system"] in profiled_systems(), gpu["key"]
             assert gpu["kernel_tables"]["note"], gpu["key"]
 
 
@@ -412,7 +411,7 @@ def test_every_price_is_the_facts_default_with_its_source_and_date() -> None:
 
 
 def _system_peaks(system: str) -> dict[str, float]:
-    return kernel_tables()["systems"][system]["peaks"]
+    return system_tables(system)["peaks"]
 
 
 def test_b300_figures_and_its_own_measured_kernels() -> None:

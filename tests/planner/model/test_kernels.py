@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,8 @@ from inferplan.planner.model.kernels import (
     gpu_kernels,
     kernel_basis,
     moe_formats,
+    profiled_systems,
+    system_tables,
     typical_efficiencies,
 )
 from inferplan.planner.model.performance import prompt_token_s
@@ -38,7 +41,13 @@ def _file(name: str) -> dict[str, Any]:
     return json.loads(resources.files("inferplan.planner").joinpath(f"data/{name}").read_text(encoding="utf-8"))
 
 
-TABLES = _file("kernels.json")
+def _kernel_tables() -> dict[str, Any]:
+    """The kernel tables as their folder holds them: meta.json, and the file of each system it names."""
+    meta = _file("kernels/meta.json")
+    return {"meta": meta, "systems": {name: _file(f"kernels/{name}.json") for name in meta["systems"]}}
+
+
+TABLES = _kernel_tables()
 META = TABLES["meta"]
 
 
@@ -70,7 +79,7 @@ def test_each_gpu_says_what_its_kernel_times_rest_on(gpu: str, kind: str) -> Non
 
 
 def test_every_catalog_gpu_with_tables_names_a_profiled_system_and_each_system_one_own_gpu() -> None:
-    """A GPU naming a system kernels.json lacks would silently fall back to typical efficiencies; two GPUs that
+    """A GPU naming a system the kernel tables lack would silently fall back to typical efficiencies; two GPUs that
     both claim one system as their own would each pass as measured."""
     own: dict[str, str] = {}
     for gpu in load_gpu_catalog():
@@ -519,28 +528,43 @@ def test_mla_tables_scale_to_a_sibling_and_are_absent_where_nothing_profiled_mla
 def test_derive_script_writes_nothing_from_a_package_without_its_measured_data(tmp_path: Any,
                                                                                 capsys: pytest.CaptureFixture[str]
                                                                                 ) -> None:
-    """A wheel unzipped without systems/data/ gave a kernels.json of no systems, written over the shipped one with
+    """A wheel unzipped without systems/data/ gave kernel tables of no systems, written over the shipped ones with
     exit status 0; the script now refuses it. Runs without pandas (the refusal comes first)."""
     import runpy
-    from pathlib import Path
 
     script = runpy.run_path(str(Path(__file__).resolve().parents[3] / "scripts" / "derive_kernel_tables.py"))
     systems = tmp_path / "aiconfigurator_core" / "systems"
     systems.mkdir(parents=True)
     for name in script["SYSTEMS"]:
         (systems / f"{name}.yaml").write_text("gpu: {}\n")
-    out = tmp_path / "kernels.json"
+    out = tmp_path / "kernels"
     assert script["main"](["--aic-dir", str(tmp_path), "--out", str(out)]) == 2
     assert not out.exists()
     assert "holds no measured data for a100_sxm" in capsys.readouterr().err
 
 
-def test_shipped_tables_name_the_package_version_the_script_derives_from() -> None:
+def test_the_derive_script_writes_the_layout_the_planner_reads(tmp_path: Path) -> None:
+    """`write_tables` is how the derive script writes the tables: the shipped folder's content written again is the
+    same bytes, one file per system and meta.json naming them, and nothing else in the folder (a file meta.json does
+    not name would never be read)."""
     import runpy
-    from pathlib import Path
 
     script = runpy.run_path(str(Path(__file__).resolve().parents[3] / "scripts" / "derive_kernel_tables.py"))
-    meta = json.loads(resources.files("inferplan.planner").joinpath("data/kernels.json").read_text())["meta"]
+    shipped = Path(str(resources.files("inferplan.planner").joinpath("data/kernels")))
+    tables = {"meta": {k: v for k, v in META.items() if k != "systems"}, "systems": TABLES["systems"]}
+    script["write_tables"](tables, tmp_path)
+    assert sorted(p.name for p in shipped.iterdir()) == sorted(p.name for p in tmp_path.iterdir()) \
+        == sorted(["meta.json", *(f"{name}.json" for name in META["systems"])])
+    for written in tmp_path.iterdir():
+        assert written.read_bytes() == (shipped / written.name).read_bytes(), written.name
+    assert profiled_systems() == tuple(META["systems"]) and system_tables("no_such_system") is None
+
+
+def test_shipped_tables_name_the_package_version_the_script_derives_from() -> None:
+    import runpy
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[3] / "scripts" / "derive_kernel_tables.py"))
+    meta = META
     assert meta["source"] == script["SOURCE"] and f"aiconfigurator-core {script['AIC_VERSION']} " in meta["source"]
 
 
@@ -587,7 +611,7 @@ def test_a_fused_moe_layer_of_larger_experts_never_runs_faster(system: str) -> N
 
 
 def test_every_profiled_system_has_an_architecture_and_each_catalog_gpu_one_the_engines_choose_kernels_for() -> None:
-    """A system kernels.json gains without an architecture would join no kernel's group of stand-ins."""
+    """A system the kernel tables gain without an architecture would join no kernel's group of stand-ins."""
     assert set(SYSTEM_ARCH) == set(TABLES["systems"])
     archs = {gpu.key: gpu_arch(gpu) for gpu in load_gpu_catalog()}
     assert (archs["A10G"], archs["L4"], archs["H20-96GB"], archs["B200"], archs["GB200-NVL72"], archs["RTX-5090"],

@@ -22,9 +22,10 @@ from inferplan.planner.model.kernels import (
     ELEMENTWISE_KERNELS_PER_LAYER,
     gemm_format,
     gpu_kernels,
-    kernel_tables,
     moe_formats,
     moe_shape_key,
+    profiled_systems,
+    system_tables,
 )
 from inferplan.planner.model.memory import weight_bytes, weight_split
 from inferplan.planner.model.performance import (
@@ -151,7 +152,7 @@ def test_a_gpu_whose_tables_lack_the_formats_fused_moe_takes_the_profiled_gpus_m
     """The A100's tables hold no MXFP4 fused MoE (gpt-oss runs there through vLLM's Marlin kernels): its MoE layers
     pay the floor the GPUs that measured them pay, as a GPU without any tables does, not the dense GEMM tables'
     calls with no floor."""
-    moe = kernel_tables()["systems"]["a100_sxm"]["moe"]
+    moe = system_tables("a100_sxm")["moe"]
     assert not any("w4a16_mxfp4" in formats for formats in moe.values())
     hw = measured_hardware("openai/gpt-oss-120b", "NVIDIA-A100-SXM4-80GB", "mxfp4")
     h100 = measured_hardware("openai/gpt-oss-120b", "NVIDIA-H100-80GB-HBM3", "mxfp4")
@@ -516,7 +517,7 @@ def test_a_moe_layer_as_the_engines_fused_kernels_ran_it_where_they_were_measure
     shape = moe_shape_key(arch.hidden_size, arch.expert_intermediate_size, arch.num_experts, arch.experts_per_token, 1)
     formats = moe_formats(weight_precision("bf16"), gpu)
     floor, stream, compute = kernels.moe_layer(formats, expert, shape)
-    own = kernel_tables()["systems"]["h200_sxm"]["moe"]["vllm"]["bfloat16"]["shapes"][shape]
+    own = system_tables("h200_sxm")["moe"]["vllm"]["bfloat16"]["shapes"][shape]
     assert floor == pytest.approx(own[0] * 1e-6)
     assert kernels.moe_layer(formats, expert) != (floor, stream, compute)  # the bin's medians differ
     assert 10e-6 < floor < 100e-6
@@ -529,7 +530,7 @@ def test_a_moe_layer_as_the_engines_fused_kernels_ran_it_where_they_were_measure
     mi300x = resolve_gpu("MI300X")
     amd = gpu_kernels(mi300x, "vllm")
     shares = [tables["vllm"]["bfloat16"]["shapes"][shape] for tables in
-              (system["moe"] for system in kernel_tables()["systems"].values())
+              (system_tables(name)["moe"] for name in profiled_systems())
               if shape in tables.get("vllm", {}).get("bfloat16", {}).get("shapes", {})]
     assert len(shares) >= 5
     floor, stream, compute = amd.moe_layer(moe_formats(weight_precision("bf16"), mi300x), expert, shape)
@@ -561,7 +562,7 @@ def test_moe_formats_follow_what_the_engines_run_on_each_gpu() -> None:
 
 
 def test_mla_decode_attention_reads_the_measured_mla_tables_and_costs_the_latent_where_none() -> None:
-    """Absorbed MLA decode where AIConfigurator measured it (kernels.json `mla_decode`, ns per sequence and context
+    """Absorbed MLA decode where AIConfigurator measured it (the tables' `mla_decode`, ns per sequence and context
     token of a layer by query heads a GPU): DeepSeek-V3 at TP 8 runs 16 heads a rank over every sequence; with
     data-parallel attention a rank runs all 128 heads over 1/8 of them. vLLM's MLA kernels are not profiled apart
     from their projections: it reads TensorRT-LLM's table. Where no table covers the GPU (AMD) the latent's read and
@@ -571,7 +572,7 @@ def test_mla_decode_attention_reads_the_measured_mla_tables_and_costs_the_latent
     assert mla_decode_flops_per_pair(arch) == 2 * 128 * (2 * 512 + 64) * 61
     assert mla_decode_flops_per_pair(resolve_model("meta-llama/Llama-3.1-8B")) == 0.0
     h200, mi300x = resolve_gpu("H200-SXM-141GB"), resolve_gpu("MI300X")
-    tables = kernel_tables()["systems"]["h200_sxm"]["mla_decode"]
+    tables = system_tables("h200_sxm")["mla_decode"]
 
     def per_token(hw: Hardware) -> float:
         return float(np.ravel(decode_attention_s_per_token(hw)[0])[0])
@@ -595,7 +596,7 @@ def test_mla_decode_attention_reads_the_measured_mla_tables_and_costs_the_latent
                            ENGINES["sglang"], load_factors().engine("sglang"), 8)
     assert per_token(small) == pytest.approx(per_token(hw) * (256 + 32) / (512 + 64))
     # Prefill: MLA's context-attention rate at the rank's heads, from its own table (vLLM: TensorRT-LLM's).
-    prefill = kernel_tables()["systems"]["h200_sxm"]["mla_prefill"]
+    prefill = system_tables("h200_sxm")["mla_prefill"]
     assert float(hw.attention_flops_s) == pytest.approx(prefill["sglang"][sixteen] * 1e12)
     assert float(on(h200, "vllm", 1.0).attention_flops_s) == pytest.approx(prefill["trtllm"][sixteen] * 1e12)
 
