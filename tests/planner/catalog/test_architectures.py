@@ -139,6 +139,9 @@ def test_every_facts_model_is_in_catalog_or_pending() -> None:
         ("deepseek-v3.1", "deepseek-ai/DeepSeek-V3"),
         ("llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E-Instruct"),
         ("Kimi-K2", "moonshotai/Kimi-K2-Instruct"),
+        ("codellama/CodeLlama-70b-Instruct-hf", "codellama/CodeLlama-70b-hf"),
+        ("qwen3-coder-480b-a35b", "Qwen/Qwen3-Coder-480B-A35B-Instruct"),
+        ("Qwen3 4B", "Qwen/Qwen3-4B"),
     ],
 )
 def test_alias_resolves_ignoring_case_and_separators(alias: str, repo_id: str) -> None:
@@ -169,7 +172,7 @@ def test_mistral_v02_and_v03_are_not_aliases_of_v01() -> None:
         ("neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "meta-llama/Llama-3.1-70B"),
         ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", "Qwen/Qwen2.5-7B"),
         # Two entries share the stem: the release date decides, an undated name takes the undated release.
-        ("Qwen/Qwen3-235B-A22B-Thinking-2507", "Qwen/Qwen3-235B-A22B-Instruct-2507"),
+        ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "Qwen/Qwen3-235B-A22B-Instruct-2507"),
         ("Qwen/Qwen3-235B-A22B-FP8", "Qwen/Qwen3-235B-A22B"),
     ],
 )
@@ -180,8 +183,9 @@ def test_a_variant_name_resolves_to_the_model_it_extends(name: str, repo_id: str
     assert variant is not None and variant.repo_id == repo_id
 
 
-@pytest.mark.parametrize("name", ["Qwen/Qwen3-4B", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen2.5-Math-7B",
-                                  "microsoft/Phi-3-mini-128k-instruct", "acme/never-heard-of-it-7b"])
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+                                  "Qwen/Qwen2.5-Math-7B", "microsoft/Phi-3-mini-128k-instruct",
+                                  "acme/never-heard-of-it-7b"])
 def test_a_name_that_adds_more_than_variant_words_stays_unknown(name: str) -> None:
     assert CATALOG.variant_of(name) is None
 
@@ -239,6 +243,9 @@ def test_every_catalog_model_has_a_published_total() -> None:
         ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 109e9, 17e9),
         ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", 400e9, 17e9),
         ("deepseek-ai/DeepSeek-V3.1", 671e9, 37e9),
+        ("Qwen/Qwen3-Coder-480B-A35B-Instruct", 480e9, 35e9),
+        ("Qwen/Qwen3-4B", 4.0e9, 4.0e9),
+        ("codellama/CodeLlama-70b-hf", 70e9, 70e9),
     ],
 )
 def test_headline_counts(name: str, total: float, active: float) -> None:
@@ -815,6 +822,13 @@ def test_qwen_sparse_step_and_dense_layers_anywhere_are_counted() -> None:
     ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "meta-llama/Llama-3.1-8B", 131072),
     ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistralai/Mistral-Small-24B-Base-2501", 131072),
     ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistralai/Mistral-Small-24B-Base-2501", 131072),
+    # Added 2026-12-07 from litgpt 0.5.13's copies of their configs.
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B", 262144),
+    ("Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-30B-A3B", 262144),
+    ("Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B", 262144),
+    ("Qwen/Qwen3-235B-A22B-Thinking-2507", "Qwen/Qwen3-235B-A22B-Instruct-2507", 262144),
+    ("nvidia/Llama-3.1-Nemotron-70B-Instruct-HF", "meta-llama/Llama-3.1-70B", 131072),
+    ("microsoft/Phi-4-reasoning-plus", "microsoft/phi-4", 32768),
 ])
 def test_a_derivative_is_planned_with_its_bases_architecture_and_its_own_context(derivative: str, base: str,
                                                                                   context: int) -> None:
