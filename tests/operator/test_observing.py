@@ -450,7 +450,9 @@ def test_a_deployment_with_data_parallel_attention_reads_back_as_such() -> None:
     from inferplan.planner.search.plan import plan
 
     deepseek = resolve_plan(load_plan_file(EXAMPLE.parents[1] / "platform" / "deepseek-r1-shapes.yaml"))
-    deepseek = dataclasses.replace(deepseek, shapes=("aggregated",), max_nodes_per_replica=1)
+    # 1,000-token prompts: data-parallel attention's layout (with 4,000 each prompt's attention on its rank stalls
+    # the others, and tensor parallelism is the cheaper).
+    deepseek = dataclasses.replace(deepseek, shapes=("aggregated",), max_nodes_per_replica=1, prompt_mean=1000.0)
     rec = plan(deepseek).recommendation
     assert rec is not None and rec.data_parallel_attention
     body = vllm_deployment(rec.engine_args, gpus=str(rec.gpus_per_replica))

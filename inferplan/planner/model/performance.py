@@ -144,6 +144,13 @@ class Hardware:
     # the model's layers (the engine line's `eager_layer_ms`) on top of the step. inf and 0: never.
     graph_max_batch: Number = math.inf
     eager_step_s: Number = 0.0
+    # Data-parallel attention (`with_dp_attention`): `dp_ranks` ranks each run their own requests' attention (1:
+    # none). A prompt's attention, its projections (`attention_projection_flops_per_token_per_gpu`, the share of
+    # `prefill_flops_per_token_per_gpu` they are when spread over the ranks) and its (query, context) pairs, runs on
+    # its own rank, while the others wait for it at the MoE layers: a step's is its busiest rank's
+    # (`prefill_compute_s_per_token`, the simulator's step).
+    dp_ranks: Number = 1.0
+    attention_projection_flops_per_token_per_gpu: Number = 0.0
 
 
 def sm_stream_cap(gpu: GpuSpec, factors: EngineFactors) -> float:
@@ -556,6 +563,7 @@ def hardware_grid(
         window_tokens=float(max(windows) if windows else 0),
         decode_flops_per_token_per_gpu=decode_flops,
         prefill_flops_per_token_per_gpu=prefill_flops,
+        attention_projection_flops_per_token_per_gpu=2.0 * arch.attention_param_count() / shards,
         attention_full_flops_per_pair_per_gpu=attention_per_layer * full_layers / shards,
         attention_window_flops_per_pair_per_gpu=attention_per_layer * len(windows) / shards,
         mla_decode_flops_per_pair_per_gpu=mla_decode_flops_per_pair(arch) / shards,
@@ -815,10 +823,18 @@ def decode_step_s(hw: Hardware, batch: ArrayLike, context_tokens: ArrayLike) -> 
 
 
 def prefill_compute_s_per_token(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
-    """Marginal compute time of one prompt token in a prompt of `prompt_tokens` (causal attention)."""
+    """Marginal compute time of one prompt token in a prompt of `prompt_tokens` (causal attention). With
+    data-parallel attention its attention (projections and pairs) runs on its own rank alone (`dp_ranks` times its
+    share spread over them): what one request's prefill takes, and what a step waits for while one rank prefills (the
+    simulator's step takes its busiest rank's where several prefill at once)."""
     mean_context = np.asarray(prompt_tokens, dtype=float) / 2.0
-    return hw.pp * (hw.prefill_flops_per_token_per_gpu / hw.prefill_flops_s
-                    + attention_flops(hw, mean_context) / hw.attention_flops_s)
+    attention = attention_flops(hw, mean_context) / hw.attention_flops_s
+    spread = hw.pp * (hw.prefill_flops_per_token_per_gpu / hw.prefill_flops_s + attention)
+    dp = np.asarray(hw.dp_ranks, dtype=float)
+    if not np.any(dp > 1.0):
+        return spread
+    rank = attention + np.asarray(hw.attention_projection_flops_per_token_per_gpu, dtype=float) / hw.prefill_flops_s
+    return spread + hw.pp * (dp - 1.0) * rank
 
 
 def prompt_token_s(hw: Hardware, prompt_tokens: ArrayLike) -> FloatArray:
@@ -895,7 +911,10 @@ def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDAr
     and every rank reads the whole attention's weights (`attention_bytes`, the model's, at its precision) instead
     of 1/tp of them. The MoE and dense MLP layers stay split over all ranks. An MLA model's measured decode
     attention takes `mla_ratio` of its tensor-parallel time per replica sequence (`mla_dp_ratio`, per row). Each
-    rank captures CUDA graphs for its own batch: the replica runs eagerly above tp times a rank's largest."""
+    rank captures CUDA graphs for its own batch: the replica runs eagerly above tp times a rank's largest. Each rank
+    also schedules and prefills its own requests (SGLang's and TensorRT-LLM's attention-DP workers, vLLM's
+    data-parallel engine cores): the per-sequence CPU time of a step is spent on every rank at once, over its 1/tp of
+    the batch, and a prompt's attention runs on its rank alone (`dp_ranks`)."""
     tp = np.asarray(hw.tp, dtype=float)
     share = np.where(dp, 1.0 / tp, 1.0)
     mla = np.asarray(hw.mla_decode_s_per_pair_per_gpu, dtype=float)
@@ -906,6 +925,8 @@ def with_dp_attention(hw: Hardware, dp: NDArray[np.bool_], attention_bytes: NDAr
     dense = np.asarray(hw.decode_dense_bytes_per_gpu, dtype=float)
     seconds = dense / hw.bandwidth_bytes_s + extra / hw.expert_bandwidth_bytes_s
     return replace(hw, mla_decode_s_per_pair_per_gpu=mla,
+                   sequence_overhead_s=np.asarray(hw.sequence_overhead_s, dtype=float) * share,
+                   dp_ranks=np.where(dp, tp, 1.0),
                    graph_max_batch=np.where(dp, np.asarray(hw.graph_max_batch, dtype=float) * tp, hw.graph_max_batch),
                    kv_full_bytes_per_token_per_gpu=hw.kv_full_bytes_per_token_per_gpu * share,
                    kv_window_bytes_per_token_per_gpu=hw.kv_window_bytes_per_token_per_gpu * share,

@@ -61,6 +61,11 @@ class _StepModel:
         self.kv_window_s = ratio("kv_window_bytes_per_token_per_gpu", "kv_bandwidth_bytes_s")
         self.decode_s = ratio("decode_flops_per_token_per_gpu", "decode_flops_s")
         self.prefill_token_s = ratio("prefill_flops_per_token_per_gpu", "prefill_flops_s")
+        # Data-parallel attention (`Hardware.dp_ranks`): a prompt token's attention (its projections and pairs, all of
+        # its per-token compute but the rest of the GEMMs' share) runs on its request's rank alone.
+        self.dp = f.get("dp_ranks", 1.0)
+        self.shared_token_s = self.prefill_token_s - ratio("attention_projection_flops_per_token_per_gpu",
+                                                           "prefill_flops_s")
         self.attn_full_prefill_s = ratio("attention_full_flops_per_pair_per_gpu", "attention_flops_s")
         self.attn_window_prefill_s = ratio("attention_window_flops_per_pair_per_gpu", "attention_flops_s")
         self.allreduce_token_s = self.allreduce_latency_s = self.knee_token_s = 0.0
@@ -270,6 +275,9 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
     step_overhead_s, sequence_overhead_s = model.step_overhead_s, model.sequence_overhead_s
     graph_max_batch, eager_step_s = model.graph_max_batch, model.eager_step_s
     computed = model.prompts_computed
+    # Data-parallel attention: a step's prompt attention is its busiest rank's (`_StepModel.dp`).
+    dp, shared_token_s = model.dp, model.shared_token_s
+    ranked = dp > 1.0 and not computed
     window = model.window if model.window > 0 else inf
     mtp, verify, emitted = model.mtp, model.verify, model.emitted
     # A decoding sequence holds at least two tokens of KV, which bounds the batch too.
@@ -352,6 +360,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
             else:
                 memory = weights_s
                 compute = new * req[4]
+            if ranked and req[4] > shared_token_s:
+                compute += (dp - 1.0) * new * (req[4] - shared_token_s)  # its rank alone prefills it
             step = pp * ((memory + overlap * compute if memory >= compute else compute + overlap * memory)
                          + allreduce_s + allreduce_token_s * tokens
                          + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)
@@ -478,7 +488,7 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     # The decoding sequences' tokens come out of the step's budget (with MTP, every verified one).
                     budget = chunk - (int(n_decoding * verify) if mtp else n_decoding) if mixed else chunk
                     prompt_tokens = finishing = touched = take = 0
-                    prompt_s = 0.0
+                    prompt_s = rank_max = 0.0
                     for req in prefilling:
                         if budget <= 0:
                             break
@@ -492,6 +502,8 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                         budget -= take
                         prompt_tokens += take
                         prompt_s += take * req[4]
+                        if ranked and take * (req[4] - shared_token_s) > rank_max:
+                            rank_max = take * (req[4] - shared_token_s)
                         touched += 1
                         if take == left:
                             finishing += 1
@@ -516,6 +528,12 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                     if context:
                         n_decoding -= 1
                         next_finish = heap[0][0] if heap else inf
+                if ranked and rank_max > 0.0:
+                    # Each prompt's chunk on its own rank (its largest on one GPU), or all of them spread over the
+                    # ranks where several prefill at once, whichever takes longer.
+                    spread = prompt_s - shared_token_s * prompt_tokens
+                    if dp * rank_max > spread:
+                        prompt_s += dp * rank_max - spread
                 b = n_decoding if mixed else 0  # prefill first: the decoding sequences wait this step
                 if mtp and b:
                     # Drafting: the real step, less what its decode part saves per token emitted.

@@ -27,7 +27,7 @@ from inferplan.planner.model.kernels import (
     profiled_systems,
     system_tables,
 )
-from inferplan.planner.model.memory import weight_bytes, weight_split
+from inferplan.planner.model.memory import attention_weight_bytes, weight_bytes, weight_split
 from inferplan.planner.model.performance import (
     ALLREDUCE_KNEE_BYTES,
     ALLREDUCE_LATENCY_S,
@@ -609,6 +609,29 @@ def test_mla_decode_attention_reads_the_measured_mla_tables_and_costs_the_latent
                                mla_dp_ratio(arch, mi300x, "vllm", 1.0, 8))
     assert per_token(amd_dp) == pytest.approx(max(read / 8, flops))
     assert _StepModel(take_hardware(amd_dp, 0)).kv_full_s == pytest.approx(per_token(amd_dp))
+
+
+def test_data_parallel_attention_ranks_schedule_and_prefill_their_own_requests() -> None:
+    """An attention-DP replica (SGLang's --enable-dp-attention, TensorRT-LLM's enable_attention_dp) of tp ranks: each
+    rank schedules its own 1/tp of the batch, so a step's per-sequence CPU time is 1/tp of what tensor parallelism
+    charges; and a prompt's attention, its projections and its (query, context) pairs, runs on its request's rank
+    alone, so a prompt token costs tp times that part (the MoE and dense MLP layers stay spread over the ranks)."""
+    arch = resolve_model("deepseek-ai/DeepSeek-V3")
+    h200, fp8 = resolve_gpu("H200-SXM-141GB"), weight_precision("fp8")
+    factors = replace(FACTORS, sequence_overhead_ms=0.05)
+    tp = build_hardware(arch, h200, fp8, 1.0, ENGINES["sglang"], factors, 8)
+    dp = take_hardware(with_dp_attention(stack_hardware([tp]), np.array([True]),
+                                         np.array([attention_weight_bytes(arch, fp8)]),
+                                         mla_dp_ratio(arch, h200, "sglang", 1.0, 8)), 0)
+    assert float(dp.dp_ranks) == 8.0 and float(tp.dp_ranks) == 1.0
+    assert float(dp.sequence_overhead_s) == pytest.approx(0.05e-3 / 8)
+    projections = 2.0 * arch.attention_param_count() / 8
+    assert float(tp.attention_projection_flops_per_token_per_gpu) == pytest.approx(projections)
+    prompt = 2048
+    attention = (projections / float(tp.prefill_flops_s)
+                 + float(attention_flops(tp, prompt / 2)) / float(tp.attention_flops_s))
+    assert float(prefill_compute_s_per_token(dp, prompt)) == pytest.approx(
+        float(prefill_compute_s_per_token(tp, prompt)) + 7 * attention, rel=1e-12)
 
 
 def test_an_open_systems_mean_step_weights_the_eager_time_by_the_share_of_steps_above_the_graphs() -> None:

@@ -322,11 +322,13 @@ def test_a_pipelined_replica_keeps_a_batch_in_flight_per_stage() -> None:
 
 def test_an_mla_model_on_sglang_is_also_planned_with_data_parallel_attention() -> None:
     """DeepSeek-V3 on SGLang: the search also plans data-parallel attention, and with a TPOT target loose enough
-    for large decode batches (150 ms) the 8x KV room per replica makes it the cheapest."""
+    for large decode batches (150 ms) and decode-heavy requests (1,000-token prompts, 2,000-token outputs) the 8x KV
+    room per replica makes it the cheapest. With 4,000-token prompts it is not: each prompt's attention runs on its
+    own rank while the other seven wait for it at the MoE layers, and tensor parallelism spreads it."""
     deepseek = {"model.name": "deepseek-ai/DeepSeek-V3", "model.precisions": ["fp8"], "engine.name": "sglang",
                 "constraints.gpuTypes": ["NVIDIA-H200"], "constraints.tensorParallelSizes": [8],
-                "workload.promptTokens": {"mean": 4000, "p95": 10000},
-                "workload.outputTokens": {"mean": 1000, "p95": 3000}, "workload.requestsPerSecond": "4",
+                "workload.promptTokens": {"mean": 1000, "p95": 2000},
+                "workload.outputTokens": {"mean": 2000, "p95": 4000}, "workload.requestsPerSecond": "4",
                 "slo.tpot": {"maxMs": 150, "percentile": "p95"}, "slo.ttft": {"maxMs": 3000, "percentile": "p95"}}
     req = request(**deepseek)
     grid = _grid(req, ENGINES["sglang"], load_factors())
@@ -345,6 +347,9 @@ def test_an_mla_model_on_sglang_is_also_planned_with_data_parallel_attention() -
     assert rec is not None and rec.data_parallel_attention
     args = rec.engine_args
     assert "--enable-dp-attention" in args and args[args.index("--dp-size") + 1] == "8"
+    long_prompts = plan(request(**{**deepseek, "workload.promptTokens": {"mean": 4000, "p95": 10000},
+                                   "workload.outputTokens": {"mean": 1000, "p95": 3000}})).recommendation
+    assert long_prompts is not None and not long_prompts.data_parallel_attention
     # vLLM has no such mode in the search: every candidate keeps tensor-parallel attention.
     vllm = plan(request(**{**deepseek, "engine.name": "vllm"}))
     assert all(not c.data_parallel_attention for c in all_shown(vllm))
@@ -358,15 +363,15 @@ def test_expert_parallel_moe_layers_send_tokens_not_activations_over_the_network
     """DeepSeek on SGLang with data-parallel attention also gets the MoE layers expert-parallel (DeepEP): each rank
     sends its own tokens to their 8 experts and back instead of all-reducing every token's activations, so over two
     H100 nodes a step moves a tenth of the bytes and a replica sustains more. Among replicas of TP 16 over two H100
-    nodes at 20 requests/s (a TPOT target that lets large batches pay), that is the cheapest layout, and its
-    arguments say so. (Two pipeline stages of TP 8 need no all-reduce between the nodes and are cheaper still.)"""
+    nodes at 20 requests/s of decode-heavy requests (1,000-token prompts, 2,000-token outputs; a TPOT target that
+    lets large batches pay), that is the cheapest layout, and its arguments say so."""
     from inferplan.planner.model.performance import allreduce_s
 
     deepseek = {"model.name": "deepseek-ai/DeepSeek-R1", "model.precisions": ["fp8"], "engine.name": "sglang",
                 "constraints.gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "constraints.tensorParallelSizes": [8, 16],
                 "constraints.maxNodesPerReplica": 2, "workload.requestsPerSecond": "20",
-                "workload.promptTokens": {"mean": 4000, "p95": 10000},
-                "workload.outputTokens": {"mean": 1000, "p95": 3000},
+                "workload.promptTokens": {"mean": 1000, "p95": 2000},
+                "workload.outputTokens": {"mean": 2000, "p95": 4000},
                 "slo.tpot": {"maxMs": 60, "percentile": "p95"}, "slo.ttft": {"maxMs": 3000, "percentile": "p95"}}
     req = request(**deepseek)
     grid = _grid(req, ENGINES["sglang"], load_factors())

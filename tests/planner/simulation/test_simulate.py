@@ -15,7 +15,13 @@ import pytest
 
 from inferplan.planner.catalog.engines import Scheduling
 from inferplan.planner.catalog.model_configs import resolve_model
-from inferplan.planner.model.performance import attention_flops, decode_step_s, prefill_s, with_mtp
+from inferplan.planner.model.performance import (
+    attention_flops,
+    decode_step_s,
+    prefill_compute_s_per_token,
+    prefill_s,
+    with_mtp,
+)
 from inferplan.planner.model.serving import Traffic, single_stream
 from inferplan.planner.simulation import engine as engine_module
 from inferplan.planner.simulation.engine import _StepModel
@@ -220,6 +226,24 @@ def test_chunked_prefill_splits_a_prompt_over_steps() -> None:
     assert whole.ttft_s[0] == pytest.approx(float(prefill_s(HW, 400)))
     assert chunked.ttft_s[0] == pytest.approx(float(prefill_s(HW, 400, 1, 100)))
     assert chunked.ttft_s[0] > 2 * whole.ttft_s[0]
+
+
+def test_a_data_parallel_attention_rank_prefills_its_own_request_and_the_step_waits_for_it() -> None:
+    """With data-parallel attention a prompt's attention runs on its request's rank alone: one request served alone
+    gets its first token after the analytic model's prefill of it on that layout (`prefill_s`), later than the same
+    replica spreading it; tp prompts arriving together, one on each rank, take one step as long as spread."""
+    hw = hardware("meta-llama/Meta-Llama-3-8B", tp=4)
+    dp = replace(hw, dp_ranks=4.0)
+    one = trace_workload([0.0], [2000], [2])
+    alone = simulate(dp, one, chunk_tokens=math.inf)
+    assert alone.ttft_s[0] == pytest.approx(float(prefill_s(dp, 2000)), rel=1e-9)
+    spread = simulate(hw, one, chunk_tokens=math.inf).ttft_s[0]
+    assert alone.ttft_s[0] - spread == pytest.approx(
+        2000 * float(prefill_compute_s_per_token(dp, 2000) - prefill_compute_s_per_token(hw, 2000)), rel=1e-9)
+    assert alone.ttft_s[0] > 1.3 * spread
+    four = trace_workload([0.0] * 4, [2000] * 4, [2] * 4)
+    together = simulate(dp, four, chunk_tokens=math.inf)
+    assert together.ttft_s == pytest.approx(simulate(hw, four, chunk_tokens=math.inf).ttft_s, rel=1e-9)
 
 
 def test_burst_beyond_the_kv_cache_queues_first_tokens_and_levels_throughput() -> None:
