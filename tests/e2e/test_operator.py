@@ -288,7 +288,9 @@ def test_the_same_answer_for_a_count_outside_its_range_is_not_written(cluster: d
 
     # What the planner says of 16 and of 24 H200: the same answer, ranges that do not overlap.
     sixteen, twenty_four = planned_with(2), planned_with(3)
-    assert sixteen.result == twenty_four.result and sixteen.bounds != twenty_four.bounds
+    assert sixteen.result == twenty_four.result and sixteen.bounds != twenty_four.bounds, (
+        "the test's premise, not the operator: this plan no longer gives one answer on 16 and 24 H200 with ranges "
+        f"that differ ({sixteen.bounds} and {twenty_four.bounds}); pick a plan and two counts that do")
     low, high = sixteen.bounds["H200-SXM-141GB"]
     assert high is not None and high < 24  # (16, 19) with the shipped factors
     log, lines = logging.getLogger("inferplan.checker"), _Lines()
