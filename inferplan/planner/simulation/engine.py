@@ -599,20 +599,23 @@ def _replica_loop(model: _StepModel, max_batch: int, kv_cap: int, chunk: float, 
                             tokens = b + prompt_part
                             sequences_s = sequence_overhead_s * b
                             eager_s = eager_step_s if b > graph_max_batch else 0.0
+                            # What every step of the run shares, worked out once: the same floats as the pass
+                            # above works out per step (only the context, and with it the memory term, grows).
+                            compute = prompt_s + b * decode_s
+                            overlap_compute = overlap * compute
+                            moe_part_s = moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens \
+                                if moe else 0.0
+                            links_s = allreduce_token_s * tokens
+                            knee_s = knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)
                             summed = context_sum
                             while j < k and arrival > end:
                                 summed += b
                                 c = summed / b
                                 w = c if c < window else window
-                                memory = weights_s
-                                compute = prompt_s
-                                memory += b * (kv_full_s * c + kv_window_s * w)
-                                compute += b * decode_s
-                                stage = memory + overlap * compute if memory >= compute else compute + overlap * memory
-                                stage += moe_floor_s + experts_s * (1.0 - miss**tokens) + expert_token_s * tokens \
-                                    if moe else 0.0
-                                end += pp * (stage + allreduce_s + allreduce_token_s * tokens
-                                             + knee_token_s * (tokens if tokens < knee_tokens else knee_tokens)) \
+                                memory = weights_s + b * (kv_full_s * c + kv_window_s * w)
+                                stage = memory + overlap_compute if memory >= compute else compute + overlap * memory
+                                stage += moe_part_s
+                                end += pp * (stage + allreduce_s + links_s + knee_s) \
                                     + step_overhead_s + sequences_s + eager_s
                                 j += 1
                         else:
